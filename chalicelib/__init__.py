@@ -1,0 +1,1 @@
+"""sagegate: a serverless front-end for Amazon SageMaker real-time endpoints."""

@@ -1,0 +1,159 @@
+"""Settings: every environment variable sagegate reads, parsed once into a frozen object.
+
+Explicit arguments beat environment variables, which beat the defaults below. A bad value
+raises :class:`~chalicelib.errors.ConfigurationError` naming the variable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from chalicelib.errors import ConfigurationError
+
+ENDPOINT_NAME = "ENDPOINT_NAME"
+DEFAULT_K = "DEFAULT_K"
+RESIZE_MODE = "RESIZE_MODE"
+RESIZE_SHORTER_SIDE = "RESIZE_SHORTER_SIDE"
+INPUT_WIDTH = "INPUT_WIDTH"
+INPUT_HEIGHT = "INPUT_HEIGHT"
+UPSCALE = "UPSCALE"
+JPEG_QUALITY = "JPEG_QUALITY"
+ENDPOINT_CONTENT_TYPE = "ENDPOINT_CONTENT_TYPE"
+ENDPOINT_ACCEPT = "ENDPOINT_ACCEPT"
+LABELS = "LABELS"
+MAX_BODY_BYTES = "MAX_BODY_BYTES"
+MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
+MAX_OUTPUT_PIXELS = "MAX_OUTPUT_PIXELS"
+ENDPOINT_CONNECT_TIMEOUT = "ENDPOINT_CONNECT_TIMEOUT"
+ENDPOINT_READ_TIMEOUT = "ENDPOINT_READ_TIMEOUT"
+ENDPOINT_MAX_ATTEMPTS = "ENDPOINT_MAX_ATTEMPTS"
+REQUEST_BUDGET_SECONDS = "REQUEST_BUDGET_SECONDS"
+
+RESIZE_MODES = ("shorter-side", "fill", "fit", "stretch")
+ENDPOINT_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
+ENDPOINT_ACCEPTS = ("application/json", "application/jsonlines")
+# API Gateway's integration timeout: the whole request, retries included, must fit inside it.
+API_GATEWAY_TIMEOUT_SECONDS = 29.0
+_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything configurable about sagegate, validated.
+
+    Attributes mirror the environment variables of the same name, lower-cased.
+    """
+
+    endpoint_name: str
+    default_k: int = 5
+    resize_mode: str = "shorter-side"
+    resize_shorter_side: int = 256
+    input_width: int = 224
+    input_height: int = 224
+    upscale: bool = False
+    jpeg_quality: int = 90
+    endpoint_content_type: str = "application/x-image"
+    endpoint_accept: str = "application/json"
+    labels: str = "imagenet1k"
+    max_body_bytes: int = 6 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    max_output_pixels: int = 16_777_216
+    endpoint_connect_timeout: float = 2.0
+    endpoint_read_timeout: float = 20.0
+    endpoint_max_attempts: int = 3
+    request_budget_seconds: float = 25.0
+
+    def __post_init__(self) -> None:
+        _check(bool(_ENDPOINT_NAME_RE.match(self.endpoint_name)), ENDPOINT_NAME,
+               "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
+        _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE, f"must be one of {RESIZE_MODES}")
+        _check(self.endpoint_content_type in ENDPOINT_CONTENT_TYPES, ENDPOINT_CONTENT_TYPE,
+               f"must be one of {ENDPOINT_CONTENT_TYPES}")
+        _check(self.endpoint_accept in ENDPOINT_ACCEPTS, ENDPOINT_ACCEPT,
+               f"must be one of {ENDPOINT_ACCEPTS}")
+        _check(bool(_LABELS_RE.match(self.labels)), LABELS,
+               "must be a file name in chalicelib/labels")
+        for name, value, low, high in self._ranges():
+            _check(low <= value <= high, name, f"must be between {low} and {high}")
+        _check(self.endpoint_read_timeout < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
+               f"must be below {REQUEST_BUDGET_SECONDS}")
+
+    def _ranges(self) -> list[tuple[str, float, float, float]]:
+        return [
+            (DEFAULT_K, self.default_k, 1, 100_000),
+            (RESIZE_SHORTER_SIDE, self.resize_shorter_side, 8, 8192),
+            (INPUT_WIDTH, self.input_width, 8, 8192),
+            (INPUT_HEIGHT, self.input_height, 8, 8192),
+            (JPEG_QUALITY, self.jpeg_quality, 1, 100),
+            (MAX_BODY_BYTES, self.max_body_bytes, 1024, 10 * 1024 * 1024),
+            (MAX_IMAGE_PIXELS, self.max_image_pixels, 64, 1_000_000_000),
+            (MAX_OUTPUT_PIXELS, self.max_output_pixels, 64, 100_000_000),
+            (ENDPOINT_CONNECT_TIMEOUT, self.endpoint_connect_timeout, 0.1, 10),
+            (ENDPOINT_READ_TIMEOUT, self.endpoint_read_timeout, 0.1, 60),
+            (ENDPOINT_MAX_ATTEMPTS, self.endpoint_max_attempts, 1, 10),
+            (REQUEST_BUDGET_SECONDS, self.request_budget_seconds, 0.5,
+             API_GATEWAY_TIMEOUT_SECONDS),
+        ]
+
+    @property
+    def target_size(self) -> tuple[int, int]:
+        """The model input size as (width, height)."""
+        return self.input_width, self.input_height
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from the environment.
+
+        Args:
+            env: the variables to read; ``os.environ`` when None.
+            **overrides: explicit values (field names), which win over the environment.
+
+        Returns:
+            The validated settings.
+
+        Raises:
+            ConfigurationError: a variable is missing or has a bad value; the message names it.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            var = field.name.upper()
+            if field.name in overrides:
+                values[field.name] = overrides[field.name]
+            elif env.get(var, "") != "" or (field.name == "labels" and var in env):
+                values[field.name] = _parse(var, env[var], _PARSERS.get(field.type, str))
+        if "endpoint_name" not in values:
+            raise ConfigurationError(f"{ENDPOINT_NAME} is not set: name the SageMaker endpoint")
+        return cls(**values)
+
+
+def _check(ok: bool, name: str, requirement: str) -> None:
+    if not ok:
+        raise ConfigurationError(f"{name} {requirement}")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_PARSERS: dict[Any, Callable[[str], Any]] = {
+    "int": int, "float": float, "bool": _parse_bool, "str": str,
+}
+
+
+def _parse(name: str, text: str, parser: Callable[[str], T]) -> T:
+    try:
+        return parser(text.strip())
+    except ValueError:
+        raise ConfigurationError(f"{name} has an invalid value {text!r}") from None

@@ -1,0 +1,254 @@
+"""The one place sagegate talks to SageMaker: ``InvokeEndpoint`` behind a small typed wrapper.
+
+botocore's own retries are switched off; :class:`EndpointClient` retries only what is worth
+retrying (throttling, a model still loading, a service hiccup, a dropped connection), with full
+jitter, and never past the request's time budget, so the whole call fits inside API Gateway's
+29 seconds. Every ``ClientError`` becomes one of sagegate's errors here, at the edge.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from chalicelib.errors import (
+    EndpointError,
+    EndpointNotFoundError,
+    EndpointTimeoutError,
+    EndpointUnavailableError,
+    InvalidVariantError,
+    ModelError,
+    SagegateError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
+
+    from chalicelib.config import Settings
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_CODES = frozenset({
+    "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
+    "TooManyRequestsException", "InternalFailure", "InternalDependencyException",
+})
+UNAVAILABLE_CODES = frozenset({
+    "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
+    "TooManyRequestsException",
+})
+_CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError)
+_MAX_ECHOED_MESSAGE = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """What one ``InvokeEndpoint`` call asks for."""
+
+    endpoint_name: str
+    body: bytes
+    content_type: str
+    accept: str
+    target_variant: str | None = None
+    custom_attributes: str | None = None
+    inference_id: str | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The boto3 keyword arguments, leaving out the unset optional ones."""
+        kwargs: dict[str, Any] = {
+            "EndpointName": self.endpoint_name, "Body": self.body,
+            "ContentType": self.content_type, "Accept": self.accept,
+        }
+        optional = {"TargetVariant": self.target_variant,
+                    "CustomAttributes": self.custom_attributes,
+                    "InferenceId": self.inference_id}
+        kwargs.update({key: value for key, value in optional.items() if value})
+        return kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class InvokeResult:
+    """The endpoint's answer, as plain Python."""
+
+    body: bytes
+    content_type: str
+    variant: str | None
+    custom_attributes: str | None
+    attempts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with full jitter inside a time budget."""
+
+    max_attempts: int = 3
+    budget_seconds: float = 25.0
+    attempt_timeout: float = 22.0
+    base_delay: float = 0.1
+    max_delay: float = 2.0
+
+    def delay(self, attempt: int, rng: Callable[[], float]) -> float:
+        """Full-jitter backoff after failed attempt ``attempt`` (1-based): up to base, 2x, 4x..."""
+        return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+
+
+class EndpointClient:
+    """Calls a SageMaker runtime client and translates its failures.
+
+    Args:
+        client: a boto3 ``sagemaker-runtime`` client (real, stubbed or pointed at the emulator),
+            created with botocore's retries off.
+        policy: the retry policy.
+        sleep, clock, rng: injectable for tests.
+    """
+
+    def __init__(
+        self,
+        client: SageMakerRuntimeClient,
+        policy: RetryPolicy | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._client = client
+        self._policy = policy or RetryPolicy()
+        self._sleep, self._clock, self._rng = sleep, clock, rng
+
+    def invoke(self, invocation: Invocation) -> InvokeResult:
+        """Invoke the endpoint, retrying what is retryable while the budget allows.
+
+        Returns:
+            The endpoint's body, content type, invoked variant and custom attributes.
+
+        Raises:
+            EndpointError: (or a subclass) anything the endpoint did not answer 2xx to.
+        """
+        deadline = self._clock() + self._policy.budget_seconds
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._invoke_once(invocation, attempt)
+            except _Retryable as retryable:
+                delay = self._policy.delay(attempt, self._rng)
+                if not self._may_retry(attempt, deadline, delay):
+                    raise retryable.error from retryable.__cause__
+                logger.warning("retrying endpoint call: %s (attempt %d)", retryable.error.CODE,
+                               attempt)
+                self._sleep(delay)
+
+    def _may_retry(self, attempt: int, deadline: float, delay: float) -> bool:
+        remaining = deadline - self._clock()
+        return (attempt < self._policy.max_attempts
+                and remaining >= delay + self._policy.attempt_timeout)
+
+    def _invoke_once(self, invocation: Invocation, attempt: int) -> InvokeResult:
+        try:
+            response = self._client.invoke_endpoint(**invocation.to_kwargs())
+            body = response["Body"].read()
+        except ClientError as error:
+            translated = translate_client_error(error, invocation)
+            if error.response.get("Error", {}).get("Code") in RETRYABLE_CODES:
+                raise _Retryable(translated) from error
+            raise translated from error
+        except ReadTimeoutError as error:
+            raise EndpointTimeoutError(
+                "The endpoint did not answer in time. Try again later.") from error
+        except _CONNECTION_ERRORS as error:
+            raise _Retryable(EndpointUnavailableError(
+                "The endpoint could not be reached. Try again later.")) from error
+        return InvokeResult(
+            body=body,
+            content_type=response.get("ContentType", ""),
+            variant=response.get("InvokedProductionVariant"),
+            custom_attributes=response.get("CustomAttributes"),
+            attempts=attempt,
+        )
+
+
+class _Retryable(Exception):
+    """Carries a translated error that a further attempt might cure."""
+
+    def __init__(self, error: SagegateError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def translate_client_error(error: ClientError, invocation: Invocation) -> SagegateError:
+    """Map a SageMaker runtime ``ClientError`` to sagegate's error tree.
+
+    The endpoint's own message is echoed only for ModelError (the container's message is the
+    point of it) and never with account details; everything else gets a fixed message.
+    """
+    info = error.response.get("Error", {})
+    code = info.get("Code", "Unknown")
+    message = info.get("Message", "")
+    logger.warning("endpoint error %s: %s", code, message)
+    if code == "ModelError":
+        return _model_error(error.response)
+    if code in UNAVAILABLE_CODES:
+        return EndpointUnavailableError(
+            f"The endpoint is busy or not ready ({code}). Retry after a short wait.",
+            details={"endpoint_error": code})
+    if code == "ValidationError":
+        return _validation_error(message, invocation)
+    return EndpointError(f"The endpoint call failed ({code}).", details={"endpoint_error": code})
+
+
+def _model_error(response: Any) -> ModelError:
+    original_status = response.get("OriginalStatusCode")
+    original_message = str(response.get("OriginalMessage", ""))[:_MAX_ECHOED_MESSAGE]
+    return ModelError(
+        f"The model failed to process the request (status {original_status}).",
+        details={"original_status_code": original_status, "original_message": original_message},
+    )
+
+
+def _validation_error(message: str, invocation: Invocation) -> SagegateError:
+    lowered = message.lower()
+    if invocation.target_variant and "variant" in lowered:
+        return InvalidVariantError(
+            f"The endpoint has no production variant {invocation.target_variant!r}.")
+    if "not found" in lowered and "endpoint" in lowered:
+        return EndpointNotFoundError(
+            f"The SageMaker endpoint {invocation.endpoint_name!r} does not exist.")
+    return EndpointError("The endpoint rejected the request (ValidationError).",
+                         details={"endpoint_error": "ValidationError"})
+
+
+def make_client(settings: Settings) -> SageMakerRuntimeClient:
+    """A sagemaker-runtime client with sagegate's timeouts and botocore's retries off.
+
+    boto3 honours ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, which is how the emulator is used.
+    """
+    import boto3  # deferred: boto3 costs ~0.2 s to import, paid on first use, not at cold start
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=settings.endpoint_connect_timeout,
+        read_timeout=settings.endpoint_read_timeout,
+        retries={"total_max_attempts": 1},
+        tcp_keepalive=True,
+        max_pool_connections=16,
+    )
+    return boto3.client("sagemaker-runtime", config=config)
+
+
+def policy_from(settings: Settings) -> RetryPolicy:
+    """The retry policy the settings describe."""
+    return RetryPolicy(
+        max_attempts=settings.endpoint_max_attempts,
+        budget_seconds=settings.request_budget_seconds,
+        attempt_timeout=settings.endpoint_connect_timeout + settings.endpoint_read_timeout,
+    )

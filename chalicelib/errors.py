@@ -1,0 +1,136 @@
+"""One error tree for sagegate, each error carrying its HTTP status and a stable code.
+
+Views render these as ``{"Code": ..., "Message": ..., "request_id": ...}``; nothing here
+imports Chalice, so the same errors serve the CLI, the benchmarks and the tests.
+"""
+from __future__ import annotations
+
+
+class SagegateError(Exception):
+    """Base of every error sagegate reports to a client.
+
+    Attributes:
+        STATUS_CODE: HTTP status the error renders with.
+        CODE: stable machine-readable code (the ``Code`` field of the error body).
+    """
+
+    STATUS_CODE = 500
+    CODE = "InternalError"
+
+    def __init__(self, message: str, *, details: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = dict(details or {})
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Extra response headers this error needs (e.g. ``Retry-After``)."""
+        return {}
+
+
+class ConfigurationError(SagegateError):
+    """A setting is missing or invalid: raised when settings are built, never per request."""
+
+    CODE = "ConfigurationError"
+
+
+# --- 4xx: the client's request ------------------------------------------------------------
+
+
+class BadRequestError(SagegateError):
+    STATUS_CODE = 400
+    CODE = "BadRequest"
+
+
+class InvalidJSONError(BadRequestError):
+    CODE = "InvalidJSON"
+
+
+class MissingImageError(BadRequestError):
+    CODE = "MissingImage"
+
+
+class InvalidBase64Error(BadRequestError):
+    CODE = "InvalidBase64"
+
+
+class InvalidImageError(BadRequestError):
+    CODE = "InvalidImage"
+
+
+class InvalidParameterError(BadRequestError):
+    CODE = "InvalidParameter"
+
+
+class InvalidVariantError(BadRequestError):
+    CODE = "InvalidVariant"
+
+
+class NotAcceptableError(SagegateError):
+    STATUS_CODE = 406
+    CODE = "NotAcceptable"
+
+
+class PayloadTooLargeError(SagegateError):
+    STATUS_CODE = 413
+    CODE = "PayloadTooLarge"
+
+
+class ImageTooLargeError(SagegateError):
+    STATUS_CODE = 413
+    CODE = "ImageTooLarge"
+
+
+class UnsupportedMediaTypeError(SagegateError):
+    STATUS_CODE = 415
+    CODE = "UnsupportedMediaType"
+
+
+# --- 5xx: the endpoint behind us ----------------------------------------------------------
+
+
+class EndpointError(SagegateError):
+    """The SageMaker endpoint failed in a way the client cannot fix."""
+
+    STATUS_CODE = 502
+    CODE = "EndpointError"
+
+
+class EndpointNotFoundError(EndpointError):
+    CODE = "EndpointNotFound"
+
+
+class ModelError(EndpointError):
+    """The model container answered non-2xx; carries its original status and message."""
+
+    CODE = "ModelError"
+
+
+class InvalidEndpointResponseError(EndpointError):
+    CODE = "InvalidEndpointResponse"
+
+
+class EndpointUnavailableError(EndpointError):
+    """Throttled, model not ready, or service unavailable: the client should retry."""
+
+    STATUS_CODE = 503
+    CODE = "EndpointUnavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: int = 1,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class EndpointTimeoutError(EndpointError):
+    STATUS_CODE = 504
+    CODE = "EndpointTimeout"

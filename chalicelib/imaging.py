@@ -1,0 +1,215 @@
+"""Pure OpenCV image handling: probe the header, decode within limits, resize, encode.
+
+Nothing here touches the network. The probe reads only the container header, so an image
+over the pixel limit is refused before any large allocation; the decoder then uses libjpeg's
+scaled DCT decoding whenever the reduced image still covers the size the resize will produce.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import cv2
+import numpy as np
+
+from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.probe import ImageInfo, probe
+
+__all__ = ["ImageInfo", "ResizePlan", "decode", "encode", "plan_resize", "probe", "resize"]
+
+MODES = ("shorter-side", "fill", "fit", "stretch")
+FORMATS = ("jpeg", "png", "webp")
+CONTENT_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
+_REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
+                  (2, cv2.IMREAD_REDUCED_COLOR_2))
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizePlan:
+    """How to resize one image.
+
+    Attributes:
+        mode: ``shorter-side``, ``fill`` (scale then centre-crop), ``fit`` (letterbox) or
+            ``stretch``.
+        width: target width (``fill``/``fit``/``stretch``).
+        height: target height (``fill``/``fit``/``stretch``).
+        shorter_side: target of the shorter side (``shorter-side``).
+        upscale: whether images smaller than the target are enlarged.
+    """
+
+    mode: str
+    width: int = 224
+    height: int = 224
+    shorter_side: int = 256
+    upscale: bool = False
+
+    def scaled_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size the image is scaled to before any crop or padding."""
+        if self.mode == "stretch":
+            sx, sy = self.width / width, self.height / height
+            if not self.upscale:
+                sx, sy = min(sx, 1.0), min(sy, 1.0)
+            return _scaled(width, sx), _scaled(height, sy)
+        scale = self._uniform_scale(width, height)
+        if not self.upscale:
+            scale = min(scale, 1.0)
+        if self.mode == "fill":  # never fall short of the crop box through rounding
+            return (max(_scaled(width, scale), min(self.width, width)),
+                    max(_scaled(height, scale), min(self.height, height)))
+        return _scaled(width, scale), _scaled(height, scale)
+
+    def _uniform_scale(self, width: int, height: int) -> float:
+        if self.mode == "shorter-side":
+            return self.shorter_side / min(width, height)
+        if self.mode == "fill":
+            return max(self.width / width, self.height / height)
+        return min(self.width / width, self.height / height)
+
+
+def plan_resize(mode: str, width: int, height: int, shorter_side: int = 256,
+                upscale: bool = False) -> ResizePlan:
+    """Validate and build a :class:`ResizePlan`.
+
+    Raises:
+        InvalidParameterError: unknown mode.
+    """
+    if mode not in MODES:
+        raise InvalidParameterError(f'"mode" must be one of: {", ".join(MODES)}.')
+    return ResizePlan(mode, width, height, shorter_side, upscale)
+
+
+def _scaled(length: int, scale: float) -> int:
+    return max(1, round(length * scale))
+
+
+def check_pixels(info: ImageInfo, max_pixels: int) -> None:
+    """Refuse an image whose header declares more than ``max_pixels`` pixels.
+
+    Raises:
+        ImageTooLargeError: the image is over the limit.
+    """
+    if info.width * info.height > max_pixels:
+        raise ImageTooLargeError(
+            f"The image is {info.width}x{info.height} ({info.width * info.height} pixels); the "
+            f"limit is {max_pixels} pixels. Send a smaller image."
+        )
+
+
+def reduction_for(info: ImageInfo, needed: tuple[int, int]) -> int:
+    """The largest libjpeg scale denominator (1, 2, 4, 8) whose output still covers ``needed``.
+
+    Only JPEG decodes at reduced scale natively; other formats always return 1.
+    """
+    if info.format != "jpeg":
+        return 1
+    for denominator, _ in _REDUCED_FLAGS:
+        if (math.ceil(info.width / denominator) >= needed[0]
+                and math.ceil(info.height / denominator) >= needed[1]):
+            return denominator
+    return 1
+
+
+def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
+    """Decode to 8-bit, 3-channel BGR, applying EXIF orientation.
+
+    Grey, alpha and 16-bit inputs come out as 8-bit BGR (alpha is dropped, as the endpoint's
+    own decoder would drop it).
+
+    Args:
+        data: the encoded image.
+        info: its probed header.
+        reduction: libjpeg scale denominator from :func:`reduction_for`.
+
+    Returns:
+        The decoded image, ``uint8`` with shape (height, width, 3).
+
+    Raises:
+        InvalidImageError: the data does not decode, or is truncated.
+    """
+    flag = dict(_REDUCED_FLAGS).get(reduction, cv2.IMREAD_COLOR)
+    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
+    if image is None or image.ndim != 3 or image.shape[2] != 3:
+        raise InvalidImageError(f"The {info.format.upper()} image could not be decoded.")
+    if image.dtype != np.uint8:  # defensive: IMREAD_COLOR already converts to 8 bits
+        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
+    return image
+
+
+def resize(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
+    """Resize ``image`` following ``plan``: area interpolation to shrink, cubic to enlarge."""
+    height, width = image.shape[:2]
+    new_width, new_height = plan.scaled_size(width, height)
+    if (new_width, new_height) != (width, height):
+        shrinking = new_width <= width and new_height <= height
+        interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+        image = cv2.resize(image, (new_width, new_height), interpolation=interpolation)
+    if plan.mode == "fill":
+        return _centre_crop(image, plan.width, plan.height)
+    if plan.mode == "fit":
+        return _letterbox(image, plan.width, plan.height)
+    return image
+
+
+def _centre_crop(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    rows, cols = image.shape[:2]
+    width, height = min(width, cols), min(height, rows)
+    top, left = (rows - height) // 2, (cols - width) // 2
+    return np.ascontiguousarray(image[top:top + height, left:left + width])
+
+
+def _letterbox(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    rows, cols = image.shape[:2]
+    top, left = (height - rows) // 2, (width - cols) // 2
+    return cv2.copyMakeBorder(image, top, height - rows - top, left, width - cols - left,
+                              cv2.BORDER_CONSTANT, value=(0, 0, 0))
+
+
+def encode(image: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> bytes:
+    """Encode a BGR image as JPEG, PNG or WebP.
+
+    Args:
+        image: ``uint8`` BGR image.
+        fmt: ``jpeg``, ``png`` or ``webp``.
+        quality: 1-100 for JPEG and WebP (PNG is lossless).
+
+    Returns:
+        The encoded bytes.
+
+    Raises:
+        InvalidParameterError: unknown format.
+    """
+    params = _ENCODE_PARAMS.get(fmt)
+    if params is None:
+        raise InvalidParameterError(f'"format" must be one of: {", ".join(FORMATS)}.')
+    ok, buffer = cv2.imencode("." + fmt, image, params(quality))
+    if not ok:
+        raise InvalidImageError(f"The image could not be encoded as {fmt}.")
+    return buffer.tobytes()
+
+
+_ENCODE_PARAMS = {
+    "jpeg": lambda q: [cv2.IMWRITE_JPEG_QUALITY, q],
+    "png": lambda q: [cv2.IMWRITE_PNG_COMPRESSION, 1],
+    "webp": lambda q: [cv2.IMWRITE_WEBP_QUALITY, q],
+}
+
+
+def prepare(data: bytes, plan: ResizePlan, max_pixels: int) -> tuple[np.ndarray, ImageInfo]:
+    """Probe, check limits, decode at the cheapest sufficient scale and resize.
+
+    Args:
+        data: the encoded upload.
+        plan: the resize to apply.
+        max_pixels: the decoded-pixel limit.
+
+    Returns:
+        The resized BGR image and the original image's header.
+
+    Raises:
+        InvalidImageError: not a supported, well-formed image.
+        ImageTooLargeError: over ``max_pixels``.
+    """
+    info = probe(data)
+    check_pixels(info, max_pixels)
+    reduction = reduction_for(info, plan.scaled_size(info.width, info.height))
+    return resize(decode(data, info, reduction), plan), info

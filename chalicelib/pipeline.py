@@ -1,0 +1,145 @@
+"""The prediction pipeline: image in -> resize -> InvokeEndpoint -> labelled top-k out.
+
+Collaborators (the endpoint client, the labels) are injected; everything the pipeline needs
+from the settings is checked once, when it is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from chalicelib import imaging, predictions, requests
+from chalicelib.config import Settings
+from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
+from chalicelib.errors import InvalidEndpointResponseError, InvalidParameterError
+
+_KNOWN_OPTIONS = frozenset({"k", "variant", "custom_attributes"})
+
+
+class StageTimer:
+    """Wall-clock milliseconds per named stage (rendered later as ``Server-Timing``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.durations: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the enclosed block under ``name`` (accumulating if repeated)."""
+        start = self._clock()
+        try:
+            yield
+        finally:
+            elapsed = (self._clock() - start) * 1000.0
+            self.durations[name] = self.durations.get(name, 0.0) + elapsed
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictOptions:
+    """Validated per-request options."""
+
+    k: int
+    variant: str | None = None
+    custom_attributes: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], default_k: int) -> PredictOptions:
+        """Validate the options of a request.
+
+        Raises:
+            InvalidParameterError: an unknown field, or a bad value.
+        """
+        unknown = sorted(set(options) - _KNOWN_OPTIONS)
+        if unknown:
+            raise InvalidParameterError(
+                f"Unknown field(s) {', '.join(unknown)}; known: image, "
+                f"{', '.join(sorted(_KNOWN_OPTIONS))}.")
+        return cls(
+            k=requests.parse_k(options.get("k"), default_k),
+            variant=requests.parse_variant(options.get("variant")),
+            custom_attributes=requests.parse_custom_attributes(options.get("custom_attributes")),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictResult:
+    """A prediction and what it took to make it."""
+
+    predictions: list[predictions.Prediction]
+    endpoint: str
+    variant: str | None
+    custom_attributes: str | None
+    image_in: imaging.ImageInfo
+    image_out: tuple[int, int]
+    bytes_sent: int
+
+    def to_dict(self, request_id: str) -> dict[str, Any]:
+        """The JSON body of a 200 answer."""
+        return {
+            "predictions": [p.to_dict() for p in self.predictions],
+            "endpoint": self.endpoint,
+            "variant": self.variant,
+            "request_id": request_id,
+        }
+
+
+class Predictor:
+    """Runs one prediction end to end.
+
+    Args:
+        settings: validated settings.
+        endpoint: the endpoint client.
+        labels: class names in index order, or None to report indices.
+    """
+
+    def __init__(self, settings: Settings, endpoint: EndpointClient,
+                 labels: Sequence[str] | None) -> None:
+        self._settings = settings
+        self._endpoint = endpoint
+        self._labels = labels
+        self._plan = imaging.plan_resize(settings.resize_mode, settings.input_width,
+                                         settings.input_height, settings.resize_shorter_side,
+                                         settings.upscale)
+        self._encode_format = "png" if settings.endpoint_content_type == "image/png" else "jpeg"
+
+    def predict(self, image: bytes, options: PredictOptions, request_id: str,
+                timer: StageTimer | None = None) -> PredictResult:
+        """Resize ``image``, invoke the endpoint and return the labelled top-k.
+
+        Raises:
+            SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
+        """
+        timer = timer or StageTimer()
+        with timer.stage("preprocess"):
+            resized, info = imaging.prepare(image, self._plan, self._settings.max_image_pixels)
+            payload = imaging.encode(resized, self._encode_format, self._settings.jpeg_quality)
+        with timer.stage("endpoint"):
+            result = self._endpoint.invoke(self._invocation(payload, options, request_id))
+        with timer.stage("postprocess"):
+            top = self._top_k(result, options.k)
+        return PredictResult(
+            predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
+            custom_attributes=result.custom_attributes, image_in=info,
+            image_out=(resized.shape[1], resized.shape[0]), bytes_sent=len(payload),
+        )
+
+    def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
+        return Invocation(
+            endpoint_name=self._settings.endpoint_name, body=payload,
+            content_type=self._settings.endpoint_content_type,
+            accept=self._settings.endpoint_accept, target_variant=options.variant,
+            custom_attributes=options.custom_attributes, inference_id=request_id[:64],
+        )
+
+    def _top_k(self, result: InvokeResult, k: int) -> list[predictions.Prediction]:
+        expected = len(self._labels) if self._labels is not None else None
+        if result.content_type and not result.content_type.startswith(
+                ("application/json", "application/jsonlines")):
+            raise InvalidEndpointResponseError(
+                f"The endpoint answered {result.content_type!r}, not JSON.")
+        probabilities = predictions.parse_probabilities(result.body, expected)
+        indices = predictions.top_k(probabilities, k)
+        return predictions.label_predictions(probabilities, indices, self._labels)

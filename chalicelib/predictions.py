@@ -1,0 +1,140 @@
+"""Pure functions: parse what an endpoint answered, pick the top-k, attach labels.
+
+Parsing never evaluates code (``json``, not ``eval``/``ast``); the three shapes image
+classifiers answer with are accepted. Top-k is ordered by probability descending, ties broken
+by the lower class index, so the result is deterministic.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
+
+LABELS_DIR = Path(__file__).resolve().parent / "labels"
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """One class of the top-k.
+
+    Attributes:
+        index: 0-based class index (position in the label file).
+        label: class name, or the index as a string when no label file is configured.
+        probability: the endpoint's probability for the class.
+    """
+
+    index: int
+    label: str
+    probability: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape clients receive."""
+        return {"index": self.index, "label": self.label, "probability": self.probability}
+
+
+def parse_probabilities(body: bytes, expected: int | None = None) -> np.ndarray:
+    """Parse an image classifier's response body into a 1-D float64 array.
+
+    Accepted shapes: a JSON array ``[p0, p1, ...]`` (SageMaker built-in), ``{"prediction":
+    [...]}`` (``application/jsonlines``) and ``{"predictions": [[...]]}`` (TF Serving).
+
+    Args:
+        body: the endpoint's response body.
+        expected: the number of classes the label file has, if any.
+
+    Returns:
+        The probabilities.
+
+    Raises:
+        InvalidEndpointResponseError: not one of those shapes, non-finite values, or a class
+            count that disagrees with ``expected``.
+    """
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidEndpointResponseError("The endpoint's response is not valid JSON.") from None
+    values = _unwrap(document)
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidEndpointResponseError(
+            "The endpoint's response is not an array of numbers.") from None
+    if array.ndim != 1 or array.size == 0:
+        raise InvalidEndpointResponseError(
+            "The endpoint's response is not a flat, non-empty array.")
+    if not np.isfinite(array).all():
+        raise InvalidEndpointResponseError("The endpoint's response holds non-finite values.")
+    if expected is not None and array.size != expected:
+        raise InvalidEndpointResponseError(
+            f"The endpoint returned {array.size} classes; the label file has {expected}.")
+    return array
+
+
+def _unwrap(document: Any) -> Any:
+    if isinstance(document, dict):
+        if "prediction" in document:
+            return document["prediction"]
+        predictions = document.get("predictions")
+        if isinstance(predictions, list) and len(predictions) == 1:
+            return predictions[0]
+        raise InvalidEndpointResponseError(
+            'The endpoint\'s response has neither "prediction" nor a single "predictions" row.')
+    return document
+
+
+def top_k(probabilities: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest values, descending, ties broken by the lower index.
+
+    Uses a partial selection (O(n)) and sorts only the candidates.
+    """
+    n = probabilities.size
+    if k >= n:
+        return np.argsort(-probabilities, kind="stable")
+    threshold = np.partition(probabilities, n - k)[n - k]
+    candidates = np.flatnonzero(probabilities >= threshold)
+    order = np.argsort(-probabilities[candidates], kind="stable")
+    return candidates[order[:k]]
+
+
+def label_predictions(probabilities: np.ndarray, indices: np.ndarray,
+                      labels: Sequence[str] | None) -> list[Prediction]:
+    """Attach labels to the chosen indices."""
+    return [
+        Prediction(int(i), labels[i] if labels is not None else str(int(i)),
+                   float(probabilities[i]))
+        for i in indices.tolist()
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def load_labels(name: str) -> tuple[str, ...] | None:
+    """Load a label file shipped in ``chalicelib/labels`` (one class name a line).
+
+    Args:
+        name: file name with or without ``.txt``; empty means "no labels".
+
+    Returns:
+        The class names in index order, or None for no labels.
+
+    Raises:
+        ConfigurationError: the file does not exist or is empty.
+    """
+    if not name:
+        return None
+    path = LABELS_DIR / (name if name.endswith(".txt") else name + ".txt")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        raise ConfigurationError(
+            f"LABELS names {path.name}, which is not in chalicelib/labels") from None
+    labels = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not labels:
+        raise ConfigurationError(f"LABELS file {path.name} is empty")
+    return labels

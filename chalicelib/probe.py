@@ -1,0 +1,163 @@
+"""Read an image's format and size from its header alone, without decoding pixels.
+
+This is what lets sagegate refuse a decompression bomb (a small file declaring a huge image)
+before OpenCV allocates anything. JPEG, PNG and WebP are supported; JPEG's EXIF orientation is
+read so that the reported size is the size as displayed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from chalicelib.errors import InvalidImageError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
+                          0xCE, 0xCF})
+_STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
+_SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
+_ORIENTATION_TAG = 0x0112
+_SUPPORTED = "Send a JPEG, PNG or WebP image."
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+    """What an image's header says.
+
+    Attributes:
+        format: ``jpeg``, ``png`` or ``webp``.
+        width: width as displayed (EXIF orientation applied).
+        height: height as displayed.
+        orientation: the EXIF orientation (1 when absent).
+    """
+
+    format: str
+    width: int
+    height: int
+    orientation: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """Number of pixels the decoded image has."""
+        return self.width * self.height
+
+
+def probe(data: bytes) -> ImageInfo:
+    """Identify an image and read its size from the header.
+
+    Args:
+        data: the encoded image.
+
+    Returns:
+        Its format, size and orientation.
+
+    Raises:
+        InvalidImageError: not a JPEG, PNG or WebP, or a malformed or truncated one.
+    """
+    if data[:3] == b"\xff\xd8\xff":
+        return _probe_jpeg(data)
+    if data[:8] == PNG_SIGNATURE:
+        return _probe_png(data)
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return _probe_webp(data)
+    raise InvalidImageError(f"The data is not a supported image. {_SUPPORTED}")
+
+
+def _checked(fmt: str, width: int, height: int, orientation: int = 1) -> ImageInfo:
+    if width <= 0 or height <= 0:
+        raise InvalidImageError(f"The {fmt.upper()} header declares an empty image.")
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    return ImageInfo(fmt, width, height, orientation)
+
+
+def _probe_png(data: bytes) -> ImageInfo:
+    if len(data) < 33 or data[12:16] != b"IHDR":
+        raise InvalidImageError("The PNG header is malformed.")
+    width, height = struct.unpack(">II", data[16:24])
+    if data.rfind(b"IEND") == -1:
+        raise InvalidImageError("The PNG image is truncated (no IEND chunk).")
+    return _checked("png", width, height)
+
+
+def _probe_webp(data: bytes) -> ImageInfo:
+    (riff_size,) = struct.unpack("<I", data[4:8])
+    if len(data) < riff_size + 8 or len(data) < 30:
+        raise InvalidImageError("The WebP image is truncated.")
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        width = int.from_bytes(data[24:27], "little") + 1
+        height = int.from_bytes(data[27:30], "little") + 1
+    elif chunk == b"VP8L" and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        width, height = (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    elif chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        width = int.from_bytes(data[26:28], "little") & 0x3FFF
+        height = int.from_bytes(data[28:30], "little") & 0x3FFF
+    else:
+        raise InvalidImageError("The WebP header is malformed.")
+    return _checked("webp", width, height)
+
+
+def _probe_jpeg(data: bytes) -> ImageInfo:
+    size: tuple[int, int] | None = None
+    orientation = 1
+    for marker, start, end in _jpeg_segments(data):
+        if marker == _APP1 and data[start:start + 6] == b"Exif\x00\x00":
+            orientation = _exif_orientation(data[start + 6:end])
+        elif marker in _SOF_MARKERS and end - start >= 5:
+            height, width = struct.unpack(">HH", data[start + 1:start + 5])
+            size = (width, height)
+        elif marker == _SOS:
+            if size is None:
+                break
+            # Entropy-coded data can never hold FF D9 (0xFF is always stuffed), so an EOI
+            # after the first scan is the only sign the file is complete.
+            if data.rfind(b"\xff\xd9", end) == -1:
+                raise InvalidImageError("The JPEG image is truncated (no end-of-image marker).")
+            return _checked("jpeg", size[0], size[1], orientation)
+    raise InvalidImageError("The JPEG header is malformed or truncated.")
+
+
+def _jpeg_segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(marker, payload start, payload end) of each header segment up to the first scan."""
+    segments = []
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            raise InvalidImageError("The JPEG header is malformed.")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
+        if length < 2 or pos + 2 + length > len(data):
+            raise InvalidImageError("The JPEG image is truncated.")
+        segments.append((marker, pos + 4, pos + 2 + length))
+        if marker in (_SOS, _EOI):
+            break
+        pos += 2 + length
+    return segments
+
+
+def _exif_orientation(tiff: bytes) -> int:
+    """The orientation tag of IFD0, or 1 if absent or unreadable (as decoders treat it)."""
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None or len(tiff) < 8:
+        return 1
+    (ifd,) = struct.unpack(order + "I", tiff[4:8])
+    if ifd + 2 > len(tiff):
+        return 1
+    (count,) = struct.unpack(order + "H", tiff[ifd:ifd + 2])
+    for index in range(min(count, 256)):
+        entry = ifd + 2 + 12 * index
+        if entry + 12 > len(tiff):
+            break
+        tag, _type, _count = struct.unpack(order + "HHI", tiff[entry:entry + 8])
+        if tag == _ORIENTATION_TAG:
+            (value,) = struct.unpack(order + "H", tiff[entry + 8:entry + 10])
+            return value if 1 <= value <= 8 else 1
+    return 1

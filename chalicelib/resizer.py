@@ -1,0 +1,116 @@
+"""The resizer service (``POST /resize``): the 2018 companion service, done right.
+
+Width and height mean what they say (``cv2.resize`` takes ``(width, height)``; the 2018 code
+passed them swapped), bytes come back as real base64 or as binary, and output size is capped.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib import imaging, requests
+from chalicelib.errors import ImageTooLargeError, InvalidParameterError, NotAcceptableError
+
+MAX_SIDE = 8192
+RESIZE_MODES = ("stretch", "fit", "fill")
+_KNOWN_OPTIONS = frozenset({"width", "height", "mode", "format", "quality"})
+_FORMAT_BY_TYPE = {ctype: fmt for fmt, ctype in imaging.CONTENT_TYPES.items()}
+_JSON_ACCEPTS = ("application/json", "*/*", "application/*")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeOptions:
+    """A validated resize request."""
+
+    width: int
+    height: int
+    mode: str = "stretch"
+    format: str = "jpeg"
+    quality: int = 90
+    binary: bool = False
+
+    @property
+    def content_type(self) -> str:
+        """The media type of the output image."""
+        return imaging.CONTENT_TYPES[self.format]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], accept: str | None,
+              max_output_pixels: int) -> ResizeOptions:
+        """Validate the fields of a resize request against the client's Accept header.
+
+        Raises:
+            InvalidParameterError: unknown field or bad value.
+            ImageTooLargeError: the requested output is over ``max_output_pixels``.
+            NotAcceptableError: Accept allows neither JSON nor the output image type.
+        """
+        unknown = sorted(set(options) - _KNOWN_OPTIONS)
+        if unknown:
+            raise InvalidParameterError(f"Unknown field(s) {', '.join(unknown)}.")
+        width = _required_int(options, "width")
+        height = _required_int(options, "height")
+        if width * height > max_output_pixels:
+            raise ImageTooLargeError(
+                f"The output would be {width}x{height}; the limit is {max_output_pixels} pixels.")
+        mode = options.get("mode", "stretch")
+        if mode not in RESIZE_MODES:
+            raise InvalidParameterError(f'"mode" must be one of: {", ".join(RESIZE_MODES)}.')
+        fmt, binary = _negotiate(options.get("format"), accept)
+        quality = requests.parse_positive_int("quality", options.get("quality", 90), maximum=100)
+        return cls(width, height, mode, fmt, quality, binary)
+
+
+def _required_int(options: Mapping[str, Any], name: str) -> int:
+    if options.get(name) is None:
+        raise InvalidParameterError(f'"{name}" is required.')
+    return requests.parse_positive_int(name, options[name], maximum=MAX_SIDE)
+
+
+def _accepted_types(accept: str | None) -> list[str]:
+    if not accept:
+        return ["*/*"]
+    return [part.split(";", 1)[0].strip().lower() for part in accept.split(",")]
+
+
+def _negotiate(fmt: Any, accept: str | None) -> tuple[str, bool]:
+    """Choose the output format and whether to answer in binary."""
+    accepted = _accepted_types(accept)
+    if fmt is None:
+        fmt = next((_FORMAT_BY_TYPE[t] for t in accepted if t in _FORMAT_BY_TYPE), "jpeg")
+    if fmt not in imaging.CONTENT_TYPES:
+        raise InvalidParameterError(f'"format" must be one of: {", ".join(imaging.FORMATS)}.')
+    if imaging.CONTENT_TYPES[fmt] in accepted:
+        return fmt, True
+    if any(t in _JSON_ACCEPTS for t in accepted):
+        return fmt, False
+    raise NotAcceptableError(
+        f"Accept allows neither application/json nor {imaging.CONTENT_TYPES[fmt]}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizedImage:
+    """The resizer's output."""
+
+    data: bytes
+    width: int
+    height: int
+    format: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer: the image as base64 text (not a ``"b'...'"`` repr)."""
+        return {"image": base64.b64encode(self.data).decode("ascii"), "width": self.width,
+                "height": self.height, "format": self.format}
+
+
+def resize_image(data: bytes, options: ResizeOptions, max_pixels: int) -> ResizedImage:
+    """Decode, resize and re-encode one image.
+
+    Raises:
+        InvalidImageError, ImageTooLargeError: as for prediction.
+    """
+    plan = imaging.plan_resize(options.mode, options.width, options.height, upscale=True)
+    resized, _info = imaging.prepare(data, plan, max_pixels)
+    encoded = imaging.encode(resized, options.format, options.quality)
+    return ResizedImage(encoded, resized.shape[1], resized.shape[0], options.format)

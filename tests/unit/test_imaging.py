@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chalicelib import imaging
+from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.probe import probe
+from tests import imagefactory
+
+LIMIT = 40_000_000
+
+
+def test_probe_reads_jpeg_png_webp_sizes() -> None:
+    assert probe(imagefactory.jpeg(640, 480)) == imaging.ImageInfo("jpeg", 640, 480)
+    assert probe(imagefactory.png_rgba(64, 48)) == imaging.ImageInfo("png", 64, 48)
+    assert probe(imagefactory.webp(320, 200)) == imaging.ImageInfo("webp", 320, 200)
+    assert probe(imagefactory.webp(320, 200, lossless=True)) == imaging.ImageInfo(
+        "webp", 320, 200)
+
+
+@pytest.mark.parametrize("orientation,size", [(1, (60, 40)), (3, (60, 40)), (6, (40, 60)),
+                                              (8, (40, 60))])
+def test_probe_applies_exif_orientation(orientation: int, size: tuple[int, int]) -> None:
+    data = imagefactory.jpeg_with_orientation(imagefactory.gradient(60, 40), orientation)
+    info = probe(data)
+    assert (info.width, info.height, info.orientation) == (*size, orientation)
+
+
+@pytest.mark.parametrize("data", [b"", b"GIF89a....", b"hello world", b"\xff\xd8\xff",
+                                  b"\x89PNG\r\n\x1a\n" + b"\x00" * 8, b"RIFF\x00\x00\x00\x00WEBP"])
+def test_probe_rejects_non_images(data: bytes) -> None:
+    with pytest.raises(InvalidImageError):
+        probe(data)
+
+
+@pytest.mark.parametrize("make", [lambda: imagefactory.jpeg(640, 480),
+                                  lambda: imagefactory.png(imagefactory.gradient(64, 48)),
+                                  lambda: imagefactory.webp(320, 200)])
+def test_truncated_images_are_invalid(make: object) -> None:
+    data = imagefactory.truncated(make())  # type: ignore[operator]
+    with pytest.raises(InvalidImageError):
+        imaging.prepare(data, imaging.plan_resize("shorter-side", 224, 224), LIMIT)
+
+
+def test_corrupt_jpeg_is_invalid() -> None:
+    with pytest.raises(InvalidImageError):
+        imaging.prepare(imagefactory.corrupt_jpeg(), imaging.plan_resize("stretch", 32, 32), LIMIT)
+
+
+@pytest.mark.parametrize("bomb", [imagefactory.png_bomb, imagefactory.jpeg_bomb])
+def test_decompression_bombs_are_refused_before_decoding(bomb: object) -> None:
+    data = bomb()  # type: ignore[operator]
+    assert len(data) < 2000
+    with pytest.raises(ImageTooLargeError) as caught:
+        imaging.prepare(data, imaging.plan_resize("shorter-side", 224, 224), LIMIT)
+    assert "pixels" in caught.value.message
+
+
+@pytest.mark.parametrize("data", [imagefactory.png_rgba(), imagefactory.png_grey(),
+                                  imagefactory.png_16bit()])
+def test_grey_alpha_and_16_bit_become_8_bit_bgr(data: bytes) -> None:
+    image = imaging.decode(data, probe(data))
+    assert image.dtype == np.uint8
+    assert image.shape == (48, 64, 3)
+
+
+def test_16_bit_values_are_scaled_not_clipped() -> None:
+    data = imagefactory.png_16bit()
+    image = imaging.decode(data, probe(data))
+    assert image.max() > 200  # 65535 must map near 255, not saturate or vanish
+
+
+def test_exif_orientation_is_honoured_at_every_reduction() -> None:
+    stored = np.zeros((400, 800, 3), np.uint8)
+    stored[:, :400] = (0, 0, 255)  # left half red
+    data = imagefactory.jpeg_with_orientation(stored, 6)  # rotate 90 CW to display
+    for reduction in (1, 2, 4, 8):
+        image = imaging.decode(data, probe(data), reduction)
+        assert image.shape == (800 // reduction, 400 // reduction, 3)
+        top, bottom = image[2, image.shape[1] // 2], image[-3, image.shape[1] // 2]
+        assert top[2] > 200 and bottom[2] < 50, reduction
+
+
+@pytest.mark.parametrize("size,needed,expected", [
+    ((4032, 3024), (341, 256), 8), ((1920, 1080), (455, 256), 4), ((640, 480), (341, 256), 1),
+    ((1024, 768), (341, 256), 2), ((512, 512), (256, 256), 2),
+])
+def test_reduction_only_when_the_reduced_image_still_covers_the_target(
+        size: tuple[int, int], needed: tuple[int, int], expected: int) -> None:
+    assert imaging.reduction_for(imaging.ImageInfo("jpeg", *size), needed) == expected
+
+
+def test_no_reduction_for_png() -> None:
+    assert imaging.reduction_for(imaging.ImageInfo("png", 4000, 3000), (100, 100)) == 1
+
+
+def test_shorter_side_keeps_aspect() -> None:
+    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    out = imaging.resize(imagefactory.gradient(1920, 1080), plan)
+    assert out.shape == (256, 455, 3)
+
+
+def test_shorter_side_does_not_upscale_by_default() -> None:
+    small = imagefactory.gradient(200, 100)
+    assert imaging.resize(small, imaging.plan_resize("shorter-side", 224, 224, 256)).shape == (
+        100, 200, 3)
+    upscaled = imaging.resize(small, imaging.plan_resize("shorter-side", 224, 224, 256, True))
+    assert upscaled.shape == (256, 512, 3)
+
+
+def test_fill_scales_then_centre_crops() -> None:
+    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("fill", 224, 224))
+    assert out.shape == (224, 224, 3)
+    # 1000x500 scales to 448x224; a centred crop starts a quarter in, where blue (which ramps
+    # 0..255 along x) is about 64, not at the source's left edge (0)
+    assert 58 < int(out[112, 0, 0]) < 70
+
+
+def test_fit_letterboxes() -> None:
+    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("fit", 224, 224))
+    assert out.shape == (224, 224, 3)
+    assert out[0].max() == 0 and out[-1].max() == 0  # padded rows
+    assert out[112].max() > 0
+
+
+def test_stretch_width_and_height_mean_what_they_say() -> None:
+    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("stretch", 300, 100))
+    assert out.shape == (100, 300, 3)  # rows = height, columns = width
+
+
+def test_shrinking_uses_area_interpolation() -> None:
+    checker = np.indices((400, 400)).sum(axis=0) % 2 * 255
+    image = np.dstack([checker] * 3).astype(np.uint8)
+    out = imaging.resize(image, imaging.plan_resize("stretch", 100, 100))
+    assert abs(float(out.mean()) - 127.5) < 2 and out.std() < 2  # averaged, not aliased
+
+
+def test_unknown_mode_and_format() -> None:
+    with pytest.raises(InvalidParameterError):
+        imaging.plan_resize("zoom", 1, 1)
+    with pytest.raises(InvalidParameterError):
+        imaging.encode(imagefactory.gradient(8, 8), "gif")
+
+
+@pytest.mark.parametrize("fmt,magic", [("jpeg", b"\xff\xd8"), ("png", b"\x89PNG"),
+                                       ("webp", b"RIFF")])
+def test_encode_formats(fmt: str, magic: bytes) -> None:
+    assert imaging.encode(imagefactory.gradient(32, 16), fmt, 80).startswith(magic)
+
+
+def test_prepare_large_jpeg_matches_full_decode_closely() -> None:
+    rng = np.random.default_rng(0)
+    base = imagefactory.gradient(4032, 3024).astype(np.int16)
+    noisy = np.clip(base + rng.integers(-8, 8, base.shape), 0, 255).astype(np.uint8)
+    data = imagefactory.jpeg(image=noisy, quality=92)
+    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    fast, info = imaging.prepare(data, plan, LIMIT)
+    slow = imaging.resize(imaging.decode(data, info, 1), plan)
+    assert fast.shape == slow.shape == (256, 341, 3)
+    assert np.abs(fast.astype(int) - slow.astype(int)).mean() < 2.0

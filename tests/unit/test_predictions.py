@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chalicelib import predictions
+from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
+
+
+def test_parses_builtin_json_array() -> None:
+    probs = predictions.parse_probabilities(b"[1.4e-05, 0.5, 0.25]")
+    assert probs.tolist() == [1.4e-05, 0.5, 0.25]
+
+
+def test_parses_jsonlines_and_tf_serving_shapes() -> None:
+    assert predictions.parse_probabilities(b'{"prediction": [0.1, 0.9]}').tolist() == [0.1, 0.9]
+    assert predictions.parse_probabilities(b'{"predictions": [[0.3, 0.7]]}').tolist() == [0.3, 0.7]
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"not json", b"[]", b"[[0.1, 0.2], [0.3, 0.4]]", b'["a", "b"]', b"[NaN, 0.5]",
+    b"[Infinity]", b'{"predictions": [[0.1], [0.2]]}', b'{"scores": [0.1]}', b"0.5",
+    b"__import__('os').system('true')", b"[0.1, [0.2]]",
+])
+def test_rejects_malformed_output(body: bytes) -> None:
+    with pytest.raises(InvalidEndpointResponseError):
+        predictions.parse_probabilities(body)
+
+
+def test_rejects_class_count_that_disagrees_with_labels() -> None:
+    with pytest.raises(InvalidEndpointResponseError, match="label file has 1000"):
+        predictions.parse_probabilities(b"[0.5, 0.5]", expected=1000)
+
+
+def test_top_k_orders_descending_with_ties_by_lower_index() -> None:
+    probs = np.array([0.1, 0.3, 0.3, 0.05, 0.3, 0.25])
+    assert predictions.top_k(probs, 3).tolist() == [1, 2, 4]
+    assert predictions.top_k(probs, 2).tolist() == [1, 2]
+    assert predictions.top_k(probs, 4).tolist() == [1, 2, 4, 5]
+
+
+def test_top_k_above_class_count_returns_all() -> None:
+    probs = np.array([0.2, 0.5, 0.3])
+    assert predictions.top_k(probs, 10).tolist() == [1, 2, 0]
+
+
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1e-5]), min_size=1, max_size=60),
+       st.integers(min_value=1, max_value=70))
+def test_top_k_matches_a_full_stable_sort(values: list[float], k: int) -> None:
+    probs = np.array(values)
+    expected = sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+    assert predictions.top_k(probs, k).tolist() == expected
+
+
+def test_labels_attach_by_index() -> None:
+    probs = np.array([0.1, 0.7, 0.2])
+    result = predictions.label_predictions(probs, np.array([1, 2]), ("a", "b", "c"))
+    assert [p.to_dict() for p in result] == [
+        {"index": 1, "label": "b", "probability": 0.7},
+        {"index": 2, "label": "c", "probability": 0.2},
+    ]
+
+
+def test_without_labels_the_label_is_the_index() -> None:
+    result = predictions.label_predictions(np.array([0.4, 0.6]), np.array([1]), None)
+    assert result[0].label == "1"
+
+
+def test_imagenet_labels_ship_with_the_function() -> None:
+    labels = predictions.load_labels("imagenet1k")
+    assert labels is not None and len(labels) == 1000
+    assert labels[0] == "tench" and labels[285] == "Egyptian cat"
+
+
+def test_missing_label_file_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"nonexistent\.txt"):
+        predictions.load_labels("nonexistent")
+    assert predictions.load_labels("") is None
+
+
+def test_parse_is_json_not_eval() -> None:
+    body = json.dumps([1e-5] * 999 + [0.99]).encode()
+    probs = predictions.parse_probabilities(body, expected=1000)
+    assert predictions.top_k(probs, 1).tolist() == [999]
