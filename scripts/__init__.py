@@ -1,0 +1,1 @@
+"""Developer scripts: model export, label extraction, the local stack. Never packaged."""
