@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy app.py chalicelib emulator bench scripts
+	$(VENV)/bin/mypy app.py chalicelib emulator scripts
 
 test: lint typecheck
 	$(VENV)/bin/pytest -q

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,11 @@ _HEADER_OPTIONS = {"x-target-variant": "variant", "x-custom-attributes": "custom
 
 _SETTINGS: Settings | None = None
 _PREDICTOR: Predictor | None = None
+_PREDICTOR_LOCK = threading.Lock()
+# Chalice keeps the request on the app object, shared by every thread. Lambda serves one
+# request per container, but `chalice local` is threaded: two concurrent requests would read
+# each other's bodies. The middleware pins each thread's own request here instead.
+_SERVING = threading.local()
 
 
 def get_settings() -> Settings:
@@ -41,19 +47,20 @@ def get_settings() -> Settings:
 def get_predictor() -> Predictor:
     """The prediction pipeline with its boto3 client, built once per container."""
     global _PREDICTOR
-    if _PREDICTOR is None:
-        from chalicelib.endpoint import EndpointClient, make_client, policy_from
-        from chalicelib.predictions import load_labels
+    with _PREDICTOR_LOCK:
+        if _PREDICTOR is None:
+            from chalicelib.endpoint import EndpointClient, make_client, policy_from
+            from chalicelib.predictions import load_labels
 
-        settings = get_settings()
-        client = EndpointClient(make_client(settings), policy_from(settings))
-        _PREDICTOR = Predictor(settings, client, load_labels(settings.labels))
-    return _PREDICTOR
+            settings = get_settings()
+            client = EndpointClient(make_client(settings), policy_from(settings))
+            _PREDICTOR = Predictor(settings, client, load_labels(settings.labels))
+        return _PREDICTOR
 
 
 def current_request() -> Request:
-    """The request being served (Chalice sets it before any view or middleware runs)."""
-    request = app.current_request
+    """The request this thread is serving (pinned by :func:`correlate`, else Chalice's)."""
+    request: Request | None = getattr(_SERVING, "request", None) or app.current_request
     assert request is not None, "only called while serving a request"
     return request
 
@@ -94,9 +101,13 @@ def renders_errors(view: Callable[[], Response]) -> Callable[[], Response]:
 
 @app.middleware("http")
 def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
-    """Tag every answer, Chalice's own errors included, with the request id."""
-    rid = request_id()
-    response = get_response(event)
+    """Pin the thread's request; tag every answer, Chalice's own errors too, with its id."""
+    _SERVING.request = event
+    try:
+        rid = request_id()
+        response = get_response(event)
+    finally:
+        _SERVING.request = None
     response.headers["X-Request-Id"] = rid
     if response.status_code >= 400 and isinstance(response.body, dict):
         response.body.setdefault("request_id", rid)

@@ -20,6 +20,7 @@ RESIZE_SHORTER_SIDE = "RESIZE_SHORTER_SIDE"
 INPUT_WIDTH = "INPUT_WIDTH"
 INPUT_HEIGHT = "INPUT_HEIGHT"
 UPSCALE = "UPSCALE"
+ENCODE_FORMAT = "ENCODE_FORMAT"
 JPEG_QUALITY = "JPEG_QUALITY"
 ENDPOINT_CONTENT_TYPE = "ENDPOINT_CONTENT_TYPE"
 ENDPOINT_ACCEPT = "ENDPOINT_ACCEPT"
@@ -34,6 +35,9 @@ REQUEST_BUDGET_SECONDS = "REQUEST_BUDGET_SECONDS"
 
 RESIZE_MODES = ("shorter-side", "fill", "fit", "stretch")
 ENDPOINT_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
+ENCODE_FORMATS = ("png", "jpeg")
+# A declared image type must match the bytes; application/x-image carries either.
+_FORMAT_FOR_TYPE = {"image/jpeg": "jpeg", "image/png": "png"}
 ENDPOINT_ACCEPTS = ("application/json", "application/jsonlines")
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
@@ -57,7 +61,8 @@ class Settings:
     input_width: int = 224
     input_height: int = 224
     upscale: bool = False
-    jpeg_quality: int = 90
+    encode_format: str = "png"
+    jpeg_quality: int = 95
     endpoint_content_type: str = "application/x-image"
     endpoint_accept: str = "application/json"
     labels: str = "imagenet1k"
@@ -75,6 +80,11 @@ class Settings:
         _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE, f"must be one of {RESIZE_MODES}")
         _check(self.endpoint_content_type in ENDPOINT_CONTENT_TYPES, ENDPOINT_CONTENT_TYPE,
                f"must be one of {ENDPOINT_CONTENT_TYPES}")
+        _check(self.encode_format in ENCODE_FORMATS, ENCODE_FORMAT,
+               f"must be one of {ENCODE_FORMATS}")
+        _check(_FORMAT_FOR_TYPE.get(self.endpoint_content_type, self.encode_format)
+               == self.encode_format, ENCODE_FORMAT,
+               f"must match {ENDPOINT_CONTENT_TYPE}={self.endpoint_content_type}")
         _check(self.endpoint_accept in ENDPOINT_ACCEPTS, ENDPOINT_ACCEPT,
                f"must be one of {ENDPOINT_ACCEPTS}")
         _check(bool(_LABELS_RE.match(self.labels)), LABELS,

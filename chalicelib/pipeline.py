@@ -103,7 +103,6 @@ class Predictor:
         self._plan = imaging.plan_resize(settings.resize_mode, settings.input_width,
                                          settings.input_height, settings.resize_shorter_side,
                                          settings.upscale)
-        self._encode_format = "png" if settings.endpoint_content_type == "image/png" else "jpeg"
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
                 timer: StageTimer | None = None) -> PredictResult:
@@ -115,7 +114,8 @@ class Predictor:
         timer = timer or StageTimer()
         with timer.stage("preprocess"):
             resized, info = imaging.prepare(image, self._plan, self._settings.max_image_pixels)
-            payload = imaging.encode(resized, self._encode_format, self._settings.jpeg_quality)
+            payload = imaging.encode(resized, self._settings.encode_format,
+                                     self._settings.jpeg_quality)
         with timer.stage("endpoint"):
             result = self._endpoint.invoke(self._invocation(payload, options, request_id))
         with timer.stage("postprocess"):

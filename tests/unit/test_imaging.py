@@ -83,10 +83,11 @@ def test_exif_orientation_is_honoured_at_every_reduction() -> None:
 
 
 @pytest.mark.parametrize("size,needed,expected", [
-    ((4032, 3024), (341, 256), 8), ((1920, 1080), (455, 256), 4), ((640, 480), (341, 256), 1),
-    ((1024, 768), (341, 256), 2), ((512, 512), (256, 256), 2),
+    ((4032, 3024), (341, 256), 4), ((1920, 1080), (455, 256), 2), ((640, 480), (341, 256), 1),
+    ((2048, 1536), (341, 256), 2), ((4096, 4096), (256, 256), 8), ((1024, 1024), (256, 256), 2),
+    ((1022, 1022), (256, 256), 1),
 ])
-def test_reduction_only_when_the_reduced_image_still_covers_the_target(
+def test_reduction_keeps_twice_the_target_size(
         size: tuple[int, int], needed: tuple[int, int], expected: int) -> None:
     assert imaging.reduction_for(imaging.ImageInfo("jpeg", *size), needed) == expected
 

@@ -1,0 +1,101 @@
+"""Command line: ``python -m emulator --config emulator/config.json --port 8080``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+from emulator import ready_line
+from emulator.config import ConfigError, load_config
+from emulator.loader import build_runtime
+from emulator.server import EmulatorServer
+
+ENV_CONFIG = "EMULATOR_CONFIG"
+ENV_HOST = "EMULATOR_HOST"
+ENV_PORT = "EMULATOR_PORT"
+ENV_SEED = "EMULATOR_SEED"
+DEFAULT_CONFIG = Path(__file__).with_name("config.json")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+SHUTDOWN_GRACE_S = 5.0
+LOG = logging.getLogger("emulator")
+
+
+def parse_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
+    """Reads the options; an explicit flag beats its environment variable beats the default.
+
+    Args:
+        argv: the arguments (None for ``sys.argv[1:]``).
+        environ: the environment (``EMULATOR_CONFIG``, ``EMULATOR_HOST``, ``EMULATOR_PORT``,
+            ``EMULATOR_SEED``).
+
+    Returns:
+        ``config`` (Path), ``host`` (str), ``port`` (int, 0 = any free port), ``seed``.
+    """
+    parser = argparse.ArgumentParser(prog="python -m emulator", description=__doc__)
+    parser.add_argument("--config", type=Path, default=environ.get(ENV_CONFIG, DEFAULT_CONFIG))
+    parser.add_argument("--host", default=environ.get(ENV_HOST, DEFAULT_HOST))
+    parser.add_argument("--port", type=int, default=environ.get(ENV_PORT, DEFAULT_PORT))
+    parser.add_argument("--seed", type=int, default=environ.get(ENV_SEED) or None)
+    args = parser.parse_args(argv)
+    args.config, args.port = Path(args.config), int(args.port)
+    args.seed = None if args.seed is None else int(args.seed)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port/{ENV_PORT} must be 0..65535, got {args.port}")
+    return args
+
+
+def _stop_on_signals(server: EmulatorServer) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        LOG.info("signal %d: shutting down", signum)
+        # shutdown() waits for serve_forever(), which runs in this (the main) thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def _start(args: argparse.Namespace) -> EmulatorServer:
+    config = load_config(args.config)
+    runtime = build_runtime(config, args.seed)
+    return EmulatorServer((args.host, args.port), runtime)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serves until SIGINT or SIGTERM.
+
+    Args:
+        argv: command-line arguments (None for ``sys.argv[1:]``).
+
+    Returns:
+        0 after a clean shutdown; 2 when the configuration, a model or the port is unusable.
+    """
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+    args = parse_args(argv, os.environ)
+    try:
+        server = _start(args)
+    except (ConfigError, OSError) as error:
+        print(f"emulator: cannot start: {error}", file=sys.stderr, flush=True)
+        return 2
+    _stop_on_signals(server)
+    endpoints = list(server.runtime.config.endpoints)
+    print(ready_line(endpoints, server.url), flush=True)
+    try:
+        server.serve_forever(poll_interval=0.25)
+    finally:
+        server.server_close()
+        if not server.in_flight.wait_idle(SHUTDOWN_GRACE_S):
+            LOG.info("requests still running after %.0f s; exiting anyway", SHUTDOWN_GRACE_S)
+    LOG.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The emulator's configuration: endpoints, production variants, models and faults.
+
+Loaded from JSON (always) or YAML (when PyYAML imports), validated once at start-up; every
+error names the offending key (``endpoints.x.variants[0].weight: ...``). Keys starting with
+``_`` are ignored everywhere (use them as comments). See ``emulator/README.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from emulator import faults, imaging
+
+DEFAULT_ACCOUNT = "123456789012"
+DEFAULT_REGION = "us-east-1"
+NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
+NAME_MAX = 63
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model file and how its inputs are prepared."""
+
+    name: str
+    path: Path
+    preprocess: imaging.PreprocessSpec = field(default_factory=imaging.PreprocessSpec)
+    threads: int | None = None
+    classes: int | None = None
+
+
+@dataclass(frozen=True)
+class VariantConfig:
+    """A production variant: a model (a key of ``EmulatorConfig.models``) and its weight."""
+
+    name: str
+    model: str
+    weight: float = 1.0
+    faults: faults.FaultConfig = field(default_factory=faults.FaultConfig)
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """An endpoint and its production variants, in configuration order."""
+
+    name: str
+    variants: tuple[VariantConfig, ...]
+
+    def variant(self, name: str) -> VariantConfig | None:
+        """Returns the variant called ``name``, or None."""
+        return next((variant for variant in self.variants if variant.name == name), None)
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """The whole configuration."""
+
+    endpoints: Mapping[str, EndpointConfig]
+    models: Mapping[str, ModelSpec]
+    default_endpoint: str
+    account_id: str = DEFAULT_ACCOUNT
+    region: str = DEFAULT_REGION
+    allow_fault_header: bool = False
+    seed: int | None = None
+    source: Path | None = field(default=None, compare=False)
+
+
+def load_config(path: Path) -> EmulatorConfig:
+    """Reads and validates a configuration file.
+
+    Args:
+        path: a ``.json`` file, or ``.yaml``/``.yml`` when PyYAML is installed. Relative
+            model paths are resolved against the file's directory.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: unreadable, unparsable or invalid.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from error
+    raw = _parse_text(text, path)
+    config = parse_config(raw, path.resolve().parent)
+    return replace(config, source=path)
+
+
+def _parse_text(text: str, path: Path) -> object:
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}: invalid JSON: {error}") from error
+    try:
+        yaml = importlib.import_module("yaml")  # optional: JSON always works
+    except ImportError as error:
+        raise ConfigError(f"{path}: YAML needs PyYAML; install it or use JSON") from error
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: invalid YAML: {error}") from error
+
+
+def parse_config(raw: object, base_dir: Path) -> EmulatorConfig:
+    """Validates a parsed configuration document.
+
+    Args:
+        raw: the parsed JSON/YAML document.
+        base_dir: the directory relative model paths are resolved against.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: a key is missing, unknown or has a bad value (the message names it).
+    """
+    top = _mapping(raw, "config")
+    _check_keys(top, {"account_id", "region", "allow_fault_header", "seed",
+                      "default_endpoint", "models", "endpoints"}, "")  # fmt: skip
+    models = {
+        name: _model(name, value, base_dir, f"models.{name}")
+        for name, value in _mapping(top.get("models", {}), "models").items()
+        if not name.startswith("_")
+    }
+    endpoints = _endpoints(top.get("endpoints"), models, base_dir)
+    default = _string(top.get("default_endpoint", next(iter(endpoints))), "default_endpoint")
+    if default not in endpoints:
+        raise ConfigError(f"default_endpoint: no endpoint {default!r}")
+    seed = top.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError("seed: must be an integer or null")
+    return EmulatorConfig(
+        endpoints=endpoints,
+        models=models,
+        default_endpoint=default,
+        account_id=_string(top.get("account_id", DEFAULT_ACCOUNT), "account_id"),
+        region=_string(top.get("region", DEFAULT_REGION), "region"),
+        allow_fault_header=_bool(top.get("allow_fault_header", False), "allow_fault_header"),
+        seed=seed,
+    )
+
+
+def _endpoints(
+    raw: object, models: dict[str, ModelSpec], base_dir: Path
+) -> dict[str, EndpointConfig]:
+    section = _mapping(raw, "endpoints")
+    endpoints = {
+        name: _endpoint(name, value, models, base_dir)
+        for name, value in section.items()
+        if not name.startswith("_")
+    }
+    if not endpoints:
+        raise ConfigError("endpoints: at least one endpoint is required")
+    return endpoints
+
+
+def _endpoint(
+    name: str, raw: object, models: dict[str, ModelSpec], base_dir: Path
+) -> EndpointConfig:
+    where = f"endpoints.{name}"
+    _name(name, where)
+    section = _mapping(raw, where)
+    _check_keys(section, {"variants"}, where)
+    items = section.get("variants")
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}.variants: must be a non-empty list")
+    variants = tuple(
+        _variant(item, models, base_dir, f"{where}.variants[{index}]")
+        for index, item in enumerate(items)
+    )
+    names = [variant.name for variant in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}.variants: variant names must be unique, got {names}")
+    if sum(variant.weight for variant in variants) <= 0:
+        raise ConfigError(f"{where}.variants: at least one weight must be above 0")
+    return EndpointConfig(name, variants)
+
+
+def _variant(
+    raw: object, models: dict[str, ModelSpec], base_dir: Path, where: str
+) -> VariantConfig:
+    section = _mapping(raw, where)
+    _check_keys(section, {"name", "model", "weight", "faults"}, where)
+    name = _name(_string(section.get("name"), f"{where}.name"), f"{where}.name")
+    model = _string(section.get("model"), f"{where}.model")
+    if model not in models:
+        models[model] = _model(model, {"path": model}, base_dir, f"{where}.model")
+    weight = _number(section.get("weight", 1.0), f"{where}.weight", 0.0, math.inf)
+    fault_config = _faults(section.get("faults", {}), f"{where}.faults")
+    return VariantConfig(name, model, weight, fault_config)
+
+
+def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
+    section = _mapping(raw, where)
+    _check_keys(section, {"path", "resize", "crop", "normalize", "max_pixels", "threads",
+                          "classes"}, where)  # fmt: skip
+    path = Path(_string(section.get("path"), f"{where}.path"))
+    crop = _integer(section.get("crop", 224), f"{where}.crop", 1)
+    resize = _integer(section.get("resize", 256), f"{where}.resize", crop)
+    mean, std = _normalize(section.get("normalize", {}), f"{where}.normalize")
+    max_pixels = _integer(section.get("max_pixels", imaging.DEFAULT_MAX_PIXELS),
+                          f"{where}.max_pixels", 1)  # fmt: skip
+    threads = section.get("threads")
+    classes = section.get("classes")
+    return ModelSpec(
+        name=name,
+        path=path if path.is_absolute() else base_dir / path,
+        preprocess=imaging.PreprocessSpec(resize, crop, mean, std, max_pixels),
+        threads=None if threads is None else _integer(threads, f"{where}.threads", 1),
+        classes=None if classes is None else _integer(classes, f"{where}.classes", 1),
+    )
+
+
+Triple = tuple[float, float, float]
+
+
+def _normalize(raw: object, where: str) -> tuple[Triple, Triple]:
+    section = _mapping(raw, where)
+    _check_keys(section, {"mean", "std"}, where)
+    defaults = imaging.PreprocessSpec()
+    mean = _triple(section.get("mean", list(defaults.mean)), f"{where}.mean", -math.inf)
+    std = _triple(section.get("std", list(defaults.std)), f"{where}.std", 1e-12)
+    return mean, std
+
+
+def _triple(raw: object, where: str, minimum: float) -> Triple:
+    values = [raw] * 3 if isinstance(raw, (int, float)) else raw
+    if not isinstance(values, list) or len(values) != 3:
+        raise ConfigError(f"{where}: must be a number or a list of 3 numbers (R, G, B)")
+    first, second, third = (_number(v, where, minimum, math.inf) for v in values)
+    return first, second, third
+
+
+def _faults(raw: object, where: str) -> faults.FaultConfig:
+    section = _mapping(raw, where)
+    _check_keys(section, {"latency_ms", "error_rate", "malformed_output"}, where)
+    latency = _number(section.get("latency_ms", 0), f"{where}.latency_ms", 0,
+                      faults.MAX_LATENCY_MS)  # fmt: skip
+    rates = _mapping(section.get("error_rate", {}), f"{where}.error_rate")
+    _check_keys(rates, set(faults.ERROR_FAULTS), f"{where}.error_rate")
+    pairs = tuple(
+        (code, _number(rate, f"{where}.error_rate.{code}", 0, 1))
+        for code, rate in sorted(rates.items())
+        if not code.startswith("_")
+    )
+    if sum(rate for _, rate in pairs) > 1:
+        raise ConfigError(f"{where}.error_rate: the rates add up to more than 1")
+    malformed = _number(section.get("malformed_output", 0), f"{where}.malformed_output", 0, 1)
+    return faults.FaultConfig(latency, pairs, malformed)
+
+
+def _mapping(raw: object, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not all(isinstance(key, str) for key in raw):
+        raise ConfigError(f"{where}: must be a mapping with string keys")
+    return raw
+
+
+def _check_keys(section: Mapping[str, object], allowed: set[str], where: str) -> None:
+    unknown = sorted(key for key in section if key not in allowed and not key.startswith("_"))
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"{key}: unknown key; expected one of {sorted(allowed)}")
+
+
+def _name(value: str, where: str) -> str:
+    if len(value) > NAME_MAX or not NAME_PATTERN.fullmatch(value):
+        raise ConfigError(f"{where}: {value!r} is not a valid SageMaker name")
+    return value
+
+
+def _string(raw: object, where: str) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{where}: must be a non-empty string")
+    return raw
+
+
+def _bool(raw: object, where: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(f"{where}: must be true or false")
+    return raw
+
+
+def _number(raw: object, where: str, minimum: float, maximum: float) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ConfigError(f"{where}: must be a number")
+    if not minimum <= raw <= maximum:
+        bounds = f">= {minimum:g}" if math.isinf(maximum) else f"in [{minimum:g}, {maximum:g}]"
+        raise ConfigError(f"{where}: must be {bounds}, got {raw}")
+    return float(raw)
+
+
+def _integer(raw: object, where: str, minimum: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+        raise ConfigError(f"{where}: must be an integer >= {minimum}")
+    return raw

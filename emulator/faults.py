@@ -1,0 +1,247 @@
+"""Fault injection: random faults per variant and per-request triggers for tests.
+
+A variant's ``faults`` draw, per request, at most one error (by ``error_rate``), else maybe a
+malformed answer (by ``malformed_output``), plus a fixed added latency. When the config sets
+``allow_fault_header``, the custom attributes ``emulator-fault=<Name>[:<detail>]`` and
+``emulator-latency-ms=<ms>`` replace that draw, so tests can ask for one fault exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from emulator import errors
+from emulator.container import ContainerReply
+
+MODEL_ERROR = "ModelError"
+MALFORMED = "MalformedOutput"
+NO_FAULT = "none"
+SERVICE_FAULTS = frozenset(
+    {
+        "ThrottlingException",
+        "ModelNotReadyException",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "InternalDependencyException",
+    }
+)
+"""Errors the runtime answers itself, without reaching the container."""
+
+ERROR_FAULTS = SERVICE_FAULTS | {MODEL_ERROR}
+FAULT_ATTRIBUTE = "emulator-fault"
+LATENCY_ATTRIBUTE = "emulator-latency-ms"
+MAX_LATENCY_MS = 120_000.0
+DEFAULT_MODEL_ERROR_STATUS = 500
+
+
+def _truncate(body: bytes) -> bytes:
+    return body[: len(body) // 2]
+
+
+def _drop_last_value(body: bytes) -> bytes:
+    data = json.loads(body)
+    if isinstance(data, dict):
+        data = {key: v[:-1] if isinstance(v, list) else v for key, v in data.items()}
+    elif isinstance(data, list):
+        data = data[:-1]
+    return json.dumps(data).encode()
+
+
+def _empty(body: bytes) -> bytes:
+    return b""
+
+
+MALFORMED_KINDS: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": _truncate,
+    "wrong-length": _drop_last_value,
+    "empty": _empty,
+}
+"""How a malformed answer is made from a good one: cut JSON, one value short, no body."""
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """A variant's random faults.
+
+    Attributes:
+        latency_ms: added to every request.
+        error_rate: ``(error code, probability)`` pairs, codes from :data:`ERROR_FAULTS`.
+        malformed_output: probability of a malformed 200 answer (when no error is drawn).
+    """
+
+    latency_ms: float = 0.0
+    error_rate: tuple[tuple[str, float], ...] = ()
+    malformed_output: float = 0.0
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """The faults one request gets.
+
+    Attributes:
+        error: an error code from :data:`ERROR_FAULTS`, or None.
+        status: the container status of a ModelError.
+        latency_ms: added before the container answers.
+        malformed: a key of :data:`MALFORMED_KINDS`, or None.
+    """
+
+    error: str | None = None
+    status: int = DEFAULT_MODEL_ERROR_STATUS
+    latency_ms: float = 0.0
+    malformed: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultRequest:
+    """What a request's custom attributes ask for (only honoured when allowed)."""
+
+    fault: str | None = None
+    detail: str | None = None
+    latency_ms: float | None = None
+
+
+def parse_attributes(custom_attributes: str | None) -> dict[str, str]:
+    """Splits custom attributes such as ``a=1; b=2`` (``;`` or ``,``) into a dict."""
+    pairs = (custom_attributes or "").replace(",", ";").split(";")
+    items = (pair.split("=", 1) for pair in pairs if "=" in pair)
+    return {key.strip().lower(): value.strip() for key, value in items}
+
+
+def parse_fault_request(custom_attributes: str | None) -> FaultRequest:
+    """Reads the fault triggers from custom attributes.
+
+    Args:
+        custom_attributes: the request's ``X-Amzn-SageMaker-Custom-Attributes``.
+
+    Returns:
+        The requested fault, detail and latency (None where not asked).
+
+    Raises:
+        ValidationError: an unknown fault name, a bad detail or a bad latency.
+    """
+    attributes = parse_attributes(custom_attributes)
+    latency = _parse_latency(attributes.get(LATENCY_ATTRIBUTE))
+    raw = attributes.get(FAULT_ATTRIBUTE)
+    if raw is None:
+        return FaultRequest(latency_ms=latency)
+    name, _, detail = raw.partition(":")
+    request = FaultRequest(name, detail or None, latency)
+    _check_fault_request(request)
+    return request
+
+
+def _parse_latency(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        latency = float(raw)
+    except ValueError:
+        latency = -1.0
+    if not 0 <= latency <= MAX_LATENCY_MS:
+        raise errors.ValidationError(f"{LATENCY_ATTRIBUTE} must be 0..{MAX_LATENCY_MS:.0f}")
+    return latency
+
+
+def _check_fault_request(request: FaultRequest) -> None:
+    known = sorted(ERROR_FAULTS | {MALFORMED, NO_FAULT})
+    if request.fault not in known:
+        raise errors.ValidationError(f"unknown {FAULT_ATTRIBUTE} {request.fault!r}; use {known}")
+    if request.fault == MALFORMED and request.detail not in (None, *MALFORMED_KINDS):
+        raise errors.ValidationError(f"unknown {MALFORMED} kind; use {sorted(MALFORMED_KINDS)}")
+    detail = request.detail
+    if request.fault == MODEL_ERROR and detail is not None and not _is_error_status(detail):
+        raise errors.ValidationError(f"{MODEL_ERROR} status must be 400..599")
+
+
+def _is_error_status(text: str) -> bool:
+    return text.isdigit() and 400 <= int(text) <= 599
+
+
+def draw_faults(config: FaultConfig, rng: random.Random) -> FaultPlan:
+    """Draws one request's faults from a variant's configuration.
+
+    Args:
+        config: the variant's faults.
+        rng: the random source (seed it for reproducible runs).
+
+    Returns:
+        At most one error, else maybe a malformed answer; always the configured latency.
+    """
+    draw = rng.random()
+    for code, rate in config.error_rate:
+        if draw < rate:
+            return FaultPlan(error=code, latency_ms=config.latency_ms)
+        draw -= rate
+    malformed = None
+    if config.malformed_output > 0 and rng.random() < config.malformed_output:
+        malformed = rng.choice(sorted(MALFORMED_KINDS))
+    return FaultPlan(latency_ms=config.latency_ms, malformed=malformed)
+
+
+def plan_faults(config: FaultConfig, rng: random.Random, request: FaultRequest | None) -> FaultPlan:
+    """Combines a variant's random faults with a request's triggers (which win).
+
+    Args:
+        config: the variant's faults.
+        rng: the random source.
+        request: the triggers of this request, or None when the header is not honoured.
+
+    Returns:
+        The faults to apply.
+    """
+    if request is None or request.fault is None:
+        plan = draw_faults(config, rng)
+    else:
+        plan = _requested_plan(request, rng)
+    latency = config.latency_ms
+    if request is not None and request.latency_ms is not None:
+        latency = request.latency_ms
+    return replace(plan, latency_ms=latency)
+
+
+def _requested_plan(request: FaultRequest, rng: random.Random) -> FaultPlan:
+    if request.fault == MALFORMED:
+        return FaultPlan(malformed=request.detail or rng.choice(sorted(MALFORMED_KINDS)))
+    if request.fault == MODEL_ERROR:
+        status = int(request.detail or DEFAULT_MODEL_ERROR_STATUS)
+        return FaultPlan(error=MODEL_ERROR, status=status)
+    if request.fault in ERROR_FAULTS:
+        return FaultPlan(error=request.fault)
+    return FaultPlan()
+
+
+def raise_service_fault(plan: FaultPlan) -> None:
+    """Raises the runtime error a plan asks for, if it is one the runtime answers itself.
+
+    Raises:
+        EmulatorError: the planned ThrottlingException, ServiceUnavailable ...
+    """
+    if plan.error in SERVICE_FAULTS:
+        raise errors.ERRORS[plan.error](f"{plan.error} (emulator fault injection)")
+
+
+def run_container(
+    plan: FaultPlan, call: Callable[[], ContainerReply], sleep: Callable[[float], None]
+) -> ContainerReply:
+    """Runs a container call under a plan's latency, model error and malformed answer.
+
+    Args:
+        plan: the request's faults.
+        call: invokes the container.
+        sleep: waits a number of seconds (injected so tests need not wait).
+
+    Returns:
+        The container's answer, or the injected one.
+    """
+    if plan.latency_ms > 0:
+        sleep(plan.latency_ms / 1000.0)
+    if plan.error == MODEL_ERROR:
+        message = f"model error (emulator fault injection, status {plan.status})"
+        return ContainerReply(plan.status, message.encode(), "text/plain; charset=utf-8")
+    reply = call()
+    if plan.malformed is not None and 200 <= reply.status < 300:
+        reply = replace(reply, body=MALFORMED_KINDS[plan.malformed](reply.body))
+    return reply

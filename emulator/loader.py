@@ -1,0 +1,69 @@
+"""Builds the runtime a configuration describes: each ONNX file loaded once."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from emulator import imaging
+from emulator.config import ConfigError, EmulatorConfig, ModelSpec
+from emulator.container import Container, ImageClassifier
+from emulator.models import ModelLoadError, OnnxModel
+from emulator.runtime import Runtime
+
+
+def load_containers(config: EmulatorConfig) -> dict[str, Container]:
+    """Loads every model of a configuration, sharing sessions between specs of one file.
+
+    Args:
+        config: the validated configuration.
+
+    Returns:
+        One image classifier container per key of ``config.models``.
+
+    Raises:
+        ConfigError: a model file is missing or unusable, or does not fit its settings.
+    """
+    imaging.warm_up()
+    sessions: dict[tuple[Path, int | None], OnnxModel] = {}
+    containers: dict[str, Container] = {}
+    for name, spec in config.models.items():
+        key = (spec.path.resolve(), spec.threads)
+        if key not in sessions:
+            sessions[key] = _load(spec)
+        containers[name] = _container(spec, sessions[key])
+    return containers
+
+
+def _load(spec: ModelSpec) -> OnnxModel:
+    try:
+        return OnnxModel.load(spec.path, spec.threads)
+    except ModelLoadError as error:
+        raise ConfigError(f"models.{spec.name}.path: {error}") from error
+
+
+def _container(spec: ModelSpec, model: OnnxModel) -> ImageClassifier:
+    size = model.input_size()
+    if size is not None and size != spec.preprocess.crop:
+        raise ConfigError(
+            f"models.{spec.name}.crop: {spec.preprocess.crop} but the model takes {size}x{size}"
+        )
+    classes = spec.classes if spec.classes is not None else model.classes()
+    return ImageClassifier(model, spec.preprocess, classes)
+
+
+def build_runtime(config: EmulatorConfig, seed: int | None = None) -> Runtime:
+    """Loads the models and returns the runtime serving the configured endpoints.
+
+    Args:
+        config: the validated configuration.
+        seed: overrides ``config.seed`` for the random source when not None.
+
+    Returns:
+        The runtime.
+
+    Raises:
+        ConfigError: a model cannot be loaded.
+    """
+    rng = random.Random(config.seed if seed is None else seed)
+    return Runtime(config, load_containers(config), rng)

@@ -1,0 +1,219 @@
+"""The emulated SageMaker runtime: validation, endpoints, variant routing and faults.
+
+HTTP-free: the server turns requests into :class:`InvokeRequest` and answers what
+:meth:`Runtime.invoke` returns or raises.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from emulator import errors, faults
+from emulator.config import NAME_MAX, NAME_PATTERN, EmulatorConfig, EndpointConfig, VariantConfig
+from emulator.container import Container, ContainerReply
+
+HEADER_MAX = 1024
+INFERENCE_ID_MAX = 64
+ORIGINAL_MESSAGE_MAX = 1024
+NAME_CONSTRAINT = "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+
+
+@dataclass(frozen=True)
+class InvokeRequest:
+    """One InvokeEndpoint call.
+
+    Attributes:
+        body_length: the body's length as sent; the server leaves ``body`` empty when it
+            is over :data:`errors.MAX_BODY_BYTES`.
+    """
+
+    endpoint_name: str
+    body: bytes = b""
+    body_length: int = 0
+    content_type: str | None = None
+    accept: str | None = None
+    custom_attributes: str | None = None
+    target_variant: str | None = None
+    target_model: str | None = None
+    inference_id: str | None = None
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """A successful call: the container's answer and the variant that gave it."""
+
+    reply: ContainerReply
+    variant: str
+    custom_attributes: str | None
+
+
+def check_request(request: InvokeRequest) -> None:
+    """Validates a request's members as the service does before routing it.
+
+    Raises:
+        ValidationError: naming every member that fails its constraint.
+    """
+    checks = (
+        _name_violations("endpointName", request.endpoint_name),
+        _name_violations("targetVariant", request.target_variant),
+        _length_violation("body", None, request.body_length, errors.MAX_BODY_BYTES),
+        _length_violation("contentType", request.content_type, None, HEADER_MAX),
+        _length_violation("accept", request.accept, None, HEADER_MAX),
+        _length_violation(
+            "customAttributes", None, len(request.custom_attributes or ""), HEADER_MAX
+        ),
+        _length_violation("inferenceId", request.inference_id, None, INFERENCE_ID_MAX),
+    )
+    violations = [item for group in checks for item in group]
+    if violations:
+        raise errors.validation_error(violations)
+
+
+def _name_violations(field: str, value: str | None) -> list[str]:
+    if value is None:
+        return []
+    found = _length_violation(field, value, None, NAME_MAX)
+    if not NAME_PATTERN.fullmatch(value):
+        found.append(errors.violation(field, value, NAME_CONSTRAINT))
+    return found
+
+
+def _length_violation(field: str, value: str | None, length: int | None, maximum: int) -> list[str]:
+    size = len(value or "") if length is None else length
+    if size <= maximum:
+        return []
+    constraint = f"Member must have length less than or equal to {maximum}"
+    return [errors.violation(field, value, constraint)]
+
+
+def choose_variant(
+    endpoint: EndpointConfig, target: str | None, rng: random.Random
+) -> VariantConfig:
+    """Picks the variant of a request: the targeted one, else by weighted random draw.
+
+    Args:
+        endpoint: the endpoint called.
+        target: the ``X-Amzn-SageMaker-Target-Variant`` header, or None.
+        rng: the random source.
+
+    Returns:
+        The variant that answers.
+
+    Raises:
+        ValidationError: the targeted variant does not exist.
+    """
+    if target is not None:
+        variant = endpoint.variant(target)
+        if variant is None:
+            raise errors.ValidationError(
+                f"Variant {target} not found for endpoint {endpoint.name}."
+            )
+        return variant
+    point = rng.random() * sum(variant.weight for variant in endpoint.variants)
+    for variant in endpoint.variants:
+        if point < variant.weight:
+            return variant
+        point -= variant.weight
+    return next(variant for variant in reversed(endpoint.variants) if variant.weight > 0)
+
+
+class Runtime:
+    """Routes invocations to containers, applying the configured faults."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        containers: Mapping[str, Container],
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Builds the runtime.
+
+        Args:
+            config: endpoints, variants and faults.
+            containers: one container per key of ``config.models``.
+            rng: the random source for variant weights and faults (default: seeded from
+                ``config.seed``).
+            sleep: waits a number of seconds (injected for tests).
+        """
+        missing = sorted(set(config.models) - set(containers))
+        if missing:
+            raise ValueError(f"no container for models {missing}")
+        self.config = config
+        self.containers = containers
+        self.rng = rng if rng is not None else random.Random(config.seed)
+        self.sleep = sleep
+
+    def invoke(self, request: InvokeRequest) -> InvokeResult:
+        """Answers one InvokeEndpoint call.
+
+        Args:
+            request: the call.
+
+        Returns:
+            The container's 2xx answer and the variant name.
+
+        Raises:
+            EmulatorError: ValidationError, ModelError or an injected service fault.
+        """
+        check_request(request)
+        endpoint = self._endpoint(request.endpoint_name)
+        if request.target_model is not None:
+            raise errors.ValidationError(
+                f"Endpoint {endpoint.name} is not a multi-model endpoint and does not "
+                "support target model header."
+            )
+        variant = choose_variant(endpoint, request.target_variant, self.rng)
+        plan = self._plan(variant, request.custom_attributes)
+        faults.raise_service_fault(plan)
+        container = self.containers[variant.model]
+        call = partial(container.invoke, request.body, request.content_type, request.accept)
+        reply = faults.run_container(plan, call, self.sleep)
+        if not 200 <= reply.status < 300:
+            raise self._model_error(reply, endpoint.name)
+        return InvokeResult(reply, variant.name, request.custom_attributes)
+
+    def invoke_container(
+        self, body: bytes, content_type: str | None, accept: str | None, attributes: str | None
+    ) -> ContainerReply:
+        """Answers ``POST /invocations`` as the default endpoint's first variant's container.
+
+        Runtime-level faults (ServiceUnavailable ...) do not exist at this level; latency,
+        ModelError and malformed answers do.
+
+        Returns:
+            The container's answer, whatever its status.
+        """
+        variant = self.config.endpoints[self.config.default_endpoint].variants[0]
+        try:
+            plan = self._plan(variant, attributes)
+        except errors.ValidationError as error:
+            return ContainerReply(400, error.message.encode(), "text/plain; charset=utf-8")
+        if plan.error in faults.SERVICE_FAULTS:
+            plan = faults.FaultPlan(latency_ms=plan.latency_ms)
+        call = partial(self.containers[variant.model].invoke, body, content_type, accept)
+        return faults.run_container(plan, call, self.sleep)
+
+    def _endpoint(self, name: str) -> EndpointConfig:
+        endpoint = self.config.endpoints.get(name)
+        if endpoint is None:
+            raise errors.ValidationError(
+                f"Endpoint {name} of account {self.config.account_id} not found."
+            )
+        return endpoint
+
+    def _plan(self, variant: VariantConfig, attributes: str | None) -> faults.FaultPlan:
+        request = None
+        if self.config.allow_fault_header:
+            request = faults.parse_fault_request(attributes)
+        return faults.plan_faults(variant.faults, self.rng, request)
+
+    def _model_error(self, reply: ContainerReply, endpoint: str) -> errors.ModelError:
+        message = reply.body.decode("utf-8", errors="replace")[:ORIGINAL_MESSAGE_MAX]
+        return errors.model_error(
+            reply.status, message, endpoint, self.config.account_id, self.config.region
+        )

@@ -1,0 +1,273 @@
+"""HTTP front of the emulator: SageMaker runtime routes and the container contract.
+
+``POST /endpoints/{EndpointName}/invocations``  InvokeEndpoint (rest-json, SigV4 not checked)
+``POST /invocations``                          the default endpoint's container, raw answers
+``GET /ping``                                  container health check
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import cast
+from urllib.parse import unquote, urlsplit
+
+from emulator import errors
+from emulator.container import ContainerReply
+from emulator.runtime import InvokeRequest, Runtime
+
+LOG = logging.getLogger("emulator")
+ENDPOINT_PATH = re.compile(r"/endpoints/([^/]+)/invocations")
+DRAIN_LIMIT = 64 * 1024 * 1024
+"""Oversized bodies up to this are read and dropped so the client sees the 400, not a reset."""
+CHUNK = 256 * 1024
+IDLE_TIMEOUT_S = 120.0
+
+
+class UnreadableBody(Exception):
+    """The request body cannot be read (bad framing, or too large to drain)."""
+
+
+@dataclass
+class Answer:
+    """A complete HTTP answer plus a note for the request log."""
+
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+class InFlight:
+    """Counts requests being answered, so that shutdown can let them finish."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with self._idle:
+            self._count -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Waits until no request is being answered; returns False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout)
+
+
+class EmulatorServer(ThreadingHTTPServer):
+    """A threaded HTTP/1.1 server; one daemon thread per connection."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], runtime: Runtime) -> None:
+        """Binds and listens on ``address``; ``serve_forever()`` then answers."""
+        self.runtime = runtime
+        self.in_flight = InFlight()
+        super().__init__(address, Handler)
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use."""
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+
+def _too_large_message() -> str:
+    constraint = f"Member must have length less than or equal to {errors.MAX_BODY_BYTES}"
+    return errors.validation_error([errors.violation("body", None, constraint)]).message
+
+
+def _error_answer(error: errors.EmulatorError) -> Answer:
+    status, headers, body = errors.render(error)
+    return Answer(status, body, headers, note=error.CODE)
+
+
+def _reply_answer(reply: ContainerReply, attributes: str | None) -> Answer:
+    headers = {"Content-Type": reply.content_type}
+    if attributes is not None:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
+    return Answer(reply.status, reply.body, headers)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Answers one connection's requests (keep-alive, TCP_NODELAY)."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    timeout = IDLE_TIMEOUT_S
+    server_version = "sagegate-emulator"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        """Answers a GET."""
+        self._serve()
+
+    def do_POST(self) -> None:
+        """Answers a POST."""
+        self._serve()
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Does nothing: :meth:`_serve` logs one line per request itself."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Sends http.server's own messages (malformed requests ...) to the log."""
+        LOG.info("%s %s", self.address_string(), format % args)
+
+    @property
+    def emulator(self) -> EmulatorServer:
+        """The server, with its runtime."""
+        return cast(EmulatorServer, self.server)
+
+    def _serve(self) -> None:
+        started = time.perf_counter()
+        request_id = str(uuid.uuid4())
+        with self.emulator.in_flight:
+            answer = self._answer(request_id)
+            self._send(answer, request_id)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        LOG.info(
+            '%s "%s %s" %d %dB %.1fms %s rid=%s', self.address_string(), self.command,
+            self.path, answer.status, len(answer.body), elapsed_ms, answer.note, request_id,
+        )  # fmt: skip
+
+    def _answer(self, request_id: str) -> Answer:
+        try:
+            body, length = self._read_body()
+        except UnreadableBody as error:
+            self.close_connection = True
+            return _error_answer(errors.ValidationError(str(error)))
+        try:
+            return self._route()(body, length)
+        except errors.EmulatorError as error:
+            return _error_answer(error)
+        except Exception:  # the client gets a bare 500; the traceback stays in the log
+            LOG.exception("request %s failed", request_id)
+            return _error_answer(errors.InternalFailure("An internal failure occurred."))
+
+    def _route(self) -> Callable[[bytes, int], Answer]:
+        path = urlsplit(self.path).path
+        routes: dict[tuple[str, str], Callable[[bytes, int], Answer]] = {
+            ("GET", "/ping"): self._ping,
+            ("POST", "/invocations"): self._container,
+        }
+        route = routes.get((self.command, path))
+        if route is not None:
+            return route
+        match = ENDPOINT_PATH.fullmatch(path)
+        if match is not None and self.command == "POST":
+            return lambda body, length: self._invoke(unquote(match.group(1)), body, length)
+        return self._unknown
+
+    def _ping(self, body: bytes, length: int) -> Answer:
+        return Answer(200, b"", {"Content-Type": "text/plain"})
+
+    def _unknown(self, body: bytes, length: int) -> Answer:
+        message = f"No operation for {self.command} {urlsplit(self.path).path}"
+        return _error_answer(errors.UnknownOperationException(message))
+
+    def _container(self, body: bytes, length: int) -> Answer:
+        attributes = self.headers.get("X-Amzn-SageMaker-Custom-Attributes")
+        if length > errors.MAX_BODY_BYTES:
+            message = f"payload of {length} bytes is over {errors.MAX_BODY_BYTES}".encode()
+            return Answer(413, message, {"Content-Type": "text/plain; charset=utf-8"})
+        reply = self.emulator.runtime.invoke_container(
+            body, self.headers.get("Content-Type"), self.headers.get("Accept"), attributes
+        )
+        return _reply_answer(reply, attributes)
+
+    def _invoke(self, endpoint: str, body: bytes, length: int) -> Answer:
+        headers = self.headers
+        request = InvokeRequest(
+            endpoint_name=endpoint,
+            body=body,
+            body_length=length,
+            content_type=headers.get("Content-Type"),
+            accept=headers.get("Accept"),
+            custom_attributes=headers.get("X-Amzn-SageMaker-Custom-Attributes"),
+            target_variant=headers.get("X-Amzn-SageMaker-Target-Variant"),
+            target_model=headers.get("X-Amzn-SageMaker-Target-Model"),
+            inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
+        )
+        result = self.emulator.runtime.invoke(request)
+        answer = _reply_answer(result.reply, result.custom_attributes)
+        answer.headers["x-Amzn-Invoked-Production-Variant"] = result.variant
+        answer.note = f"variant={result.variant}"
+        return answer
+
+    def _read_body(self) -> tuple[bytes, int]:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        raw = self.headers.get("Content-Length", "0").strip() or "0"
+        if not raw.isdigit():
+            raise UnreadableBody(f"invalid Content-Length {raw!r}")
+        length = int(raw)
+        if length > DRAIN_LIMIT:
+            raise UnreadableBody(_too_large_message())
+        if length > errors.MAX_BODY_BYTES:
+            self._drain(length)
+            return b"", length
+        body = self.rfile.read(length)
+        if len(body) != length:
+            raise UnreadableBody("the request body ended early")
+        return body, length
+
+    def _drain(self, length: int) -> None:
+        remaining = length
+        while remaining > 0:
+            chunk = self.rfile.read(min(CHUNK, remaining))
+            if not chunk:
+                raise UnreadableBody("the request body ended early")
+            remaining -= len(chunk)
+
+    def _read_chunked(self) -> tuple[bytes, int]:
+        parts: list[bytes] = []
+        total = 0
+        while (size := self._chunk_size()) > 0:
+            total += size
+            if total > DRAIN_LIMIT:
+                raise UnreadableBody(_too_large_message())
+            chunk = self.rfile.read(size)
+            self.rfile.readline()
+            if total <= errors.MAX_BODY_BYTES:
+                parts.append(chunk)
+        while self.rfile.readline(65537).strip():
+            pass  # trailer fields, ignored
+        return (b"".join(parts) if total <= errors.MAX_BODY_BYTES else b""), total
+
+    def _chunk_size(self) -> int:
+        line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+        try:
+            return int(line, 16)
+        except ValueError as error:
+            raise UnreadableBody("invalid chunked framing") from error
+
+    def _send(self, answer: Answer, request_id: str) -> None:
+        self.send_response(answer.status)
+        headers = {**answer.headers, "x-amzn-RequestId": request_id}
+        headers["Content-Length"] = str(len(answer.body))
+        if self.close_connection:
+            headers["Connection"] = "close"
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(answer.body)

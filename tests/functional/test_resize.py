@@ -1,0 +1,88 @@
+"""POST /resize through the real Chalice app (no endpoint involved)."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
+import numpy as np
+from chalice.test import Client
+
+import app as app_module
+from tests import imagefactory
+from tests.functional.conftest import Harness
+
+
+def decoded(data: bytes) -> np.ndarray:
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert image is not None
+    return image
+
+
+def test_json_answer_is_real_base64_with_width_and_height_the_right_way_round(
+        harness: Harness) -> None:
+    body = json.dumps({"image": base64.b64encode(imagefactory.jpeg(640, 480)).decode(),
+                       "width": 300, "height": 100})
+    response = harness.post("/resize", body)
+    assert response.status_code == 200, response.body
+    answer = json.loads(response.body)
+    assert (answer["width"], answer["height"], answer["format"]) == (300, 100, "jpeg")
+    assert decoded(base64.b64decode(answer["image"])).shape[:2] == (100, 300)
+
+
+def test_binary_answer_when_the_client_accepts_the_image_type(harness: Harness) -> None:
+    response = harness.post("/resize?width=64&height=32&format=png", imagefactory.jpeg(),
+                            "image/jpeg", Accept="image/png")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "image/png"
+    assert decoded(response.body).shape[:2] == (32, 64)
+
+
+def test_fit_letterboxes_to_the_exact_box(harness: Harness) -> None:
+    white = imagefactory.png(np.full((480, 640, 3), 255, np.uint8))
+    response = harness.post("/resize?width=200&height=200&mode=fit&format=png", white,
+                            "image/png", Accept="image/png")
+    image = decoded(response.body)
+    assert image.shape[:2] == (200, 200)
+    assert image[:25].max() == 0 and image[-25:].max() == 0  # 200x150 picture, black bars
+    assert image[25:175].min() == 255
+
+
+def test_unacceptable_accept_is_406(harness: Harness) -> None:
+    response = harness.post("/resize?width=10&height=10", imagefactory.jpeg(), "image/jpeg",
+                            Accept="text/html")
+    body = json.loads(response.body)
+    assert response.status_code == 406 and body["Code"] == "NotAcceptable"
+
+
+def test_missing_height_is_400(harness: Harness) -> None:
+    response = harness.post("/resize?width=10", imagefactory.jpeg(), "image/jpeg")
+    body = json.loads(response.body)
+    assert response.status_code == 400 and body["Code"] == "InvalidParameter"
+    assert '"height"' in body["Message"]
+
+
+def test_concurrent_requests_each_see_their_own_body() -> None:
+    """`chalice local` serves requests on threads while Chalice keeps one current_request per
+    app: every thread must still read its own body and query string."""
+    sizes = [(16 + 8 * i, 8 + 4 * i) for i in range(24)]
+    start = threading.Barrier(8)
+
+    with Client(app_module.app, stage_name="local") as client:
+        def one(size: tuple[int, int]) -> tuple[int, int]:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start.wait(timeout=5)
+            width, height = size
+            response = client.http.post(
+                f"/resize?width={width}&height={height}&format=png",
+                body=imagefactory.png(imagefactory.gradient(width * 2, height * 3)),
+                headers={"Content-Type": "image/png", "Accept": "image/png"})
+            assert response.status_code == 200, response.body
+            shape = decoded(response.body).shape
+            return shape[1], shape[0]
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            assert list(pool.map(one, sizes)) == sizes

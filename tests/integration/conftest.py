@@ -1,0 +1,76 @@
+"""Integration tier: real processes on 127.0.0.1 (the emulator, chalice local), real HTTP."""
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import pytest
+import urllib3
+from skimage import data
+
+from emulator.process import free_port, start_emulator
+from scripts.run_local import ApiProcess, start_api
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Stack:
+    api: ApiProcess
+    emulator_url: str
+    http: urllib3.PoolManager
+
+    def post(self, path: str, body: bytes, content_type: str = "application/json",
+             **headers: str) -> urllib3.BaseHTTPResponse:
+        return self.http.request("POST", self.api.url + path, body=body,
+                                 headers={"Content-Type": content_type, **headers})
+
+    def predict(self, image: bytes, **headers: str) -> tuple[int, dict[str, Any]]:
+        response = self.post("/predict?k=1000", image, "image/jpeg", **headers)
+        return response.status, json.loads(response.data)
+
+
+def jpeg_of(rgb: Any, quality: int = 95) -> bytes:
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
+                           [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return buf.tobytes()
+
+
+@pytest.fixture(scope="session")
+def photos() -> dict[str, bytes]:
+    """Real photos that scikit-image ships, as JPEGs, plus one upscaled to 12 MP."""
+    chelsea = data.chelsea()
+    big = cv2.resize(chelsea, (4032, 3024), interpolation=cv2.INTER_CUBIC)
+    return {"chelsea": jpeg_of(chelsea), "coffee": jpeg_of(data.coffee()),
+            "astronaut": jpeg_of(data.astronaut()), "rocket": jpeg_of(data.rocket()),
+            "chelsea-12mp": jpeg_of(big, 90)}
+
+
+def _start_stack(config: Path, log_dir: Path) -> Iterator[Stack]:
+    with open(log_dir / "emulator.log", "w") as emulator_log, \
+            start_emulator(config, echo_stderr=emulator_log) as emulator, \
+            open(log_dir / "api.log", "wb") as api_log:
+        api = start_api(free_port(), emulator.url, stage="test", log=api_log)
+        try:
+            yield Stack(api, emulator.url, urllib3.PoolManager(maxsize=16, retries=False,
+                                                               timeout=30))
+        finally:
+            api.stop()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with tempfile.TemporaryDirectory(prefix="sagegate-it-") as logs:
+        yield from _start_stack(HERE / "emulator-config.json", Path(logs))
+
+
+@pytest.fixture(scope="module")
+def stack_without_endpoint() -> Iterator[Stack]:
+    with tempfile.TemporaryDirectory(prefix="sagegate-it-") as logs:
+        yield from _start_stack(HERE / "emulator-other-endpoint.json", Path(logs))
