@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import numpy as np
 import pytest
 import urllib3
 from skimage import data
@@ -44,12 +45,18 @@ def jpeg_of(rgb: Any, quality: int = 95) -> bytes:
 
 @pytest.fixture(scope="session")
 def photos() -> dict[str, bytes]:
-    """Real photos that scikit-image ships, as JPEGs, plus one upscaled to 12 MP."""
+    """Real photos that scikit-image ships, as JPEGs, plus upscaled ones that sagegate
+    decodes at reduced scale (1080p at 1/2, 2048x2048 at 1/4, 12 MP at 1/4)."""
     chelsea = data.chelsea()
-    big = cv2.resize(chelsea, (4032, 3024), interpolation=cv2.INTER_CUBIC)
+
+    def upscaled(image: np.ndarray, size: tuple[int, int]) -> bytes:
+        return jpeg_of(cv2.resize(image, size, interpolation=cv2.INTER_CUBIC), 90)
+
     return {"chelsea": jpeg_of(chelsea), "coffee": jpeg_of(data.coffee()),
             "astronaut": jpeg_of(data.astronaut()), "rocket": jpeg_of(data.rocket()),
-            "chelsea-12mp": jpeg_of(big, 90)}
+            "coffee-1080p": upscaled(data.coffee(), (1920, 1080)),
+            "astronaut-2k": upscaled(data.astronaut(), (2048, 2048)),
+            "chelsea-12mp": upscaled(chelsea, (4032, 3024))}
 
 
 def _start_stack(config: Path, log_dir: Path) -> Iterator[Stack]:

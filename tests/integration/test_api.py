@@ -64,7 +64,8 @@ def direct_probabilities(stack: Stack, image: bytes) -> np.ndarray:
     return np.asarray(json.loads(response["Body"].read()))
 
 
-@pytest.mark.parametrize("name", ["chelsea", "coffee", "astronaut", "rocket", "chelsea-12mp"])
+@pytest.mark.parametrize("name", ["chelsea", "coffee", "astronaut", "rocket", "coffee-1080p",
+                                  "astronaut-2k", "chelsea-12mp"])
 def test_fidelity_the_model_sees_what_it_would_have_seen(stack: Stack, photos: dict[str, bytes],
                                                          name: str) -> None:
     direct = direct_probabilities(stack, photos[name])
