@@ -12,8 +12,10 @@ help:
 	@echo "make run    - emulator + chalice local on 127.0.0.1 (no AWS account needed)"
 	@echo "make test   - ruff, mypy and every test tier"
 	@echo "make bench  - side-by-side benchmarks against the 2018 reference"
+	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
+	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
@@ -28,9 +30,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy app.py chalicelib emulator scripts
+	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench
 
-test: lint typecheck
+test: lint typecheck deploy-check
 	$(VENV)/bin/pytest -q
 
 unit functional integration: $(STAMP)
@@ -40,4 +42,6 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .chalice/deployments
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .chalice/deployments build
+
+include deploy.mk

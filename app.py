@@ -4,31 +4,70 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from chalice import Chalice, Response
+from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
 from chalicelib import requests as body_parsing
+from chalicelib.access import AUTH_API_KEY, AUTH_COGNITO, AUTH_IAM, Access
+from chalicelib.capture import Capturer, Exchange
 from chalicelib.config import Settings
 from chalicelib.errors import ConfigurationError, SagegateError
-from chalicelib.pipeline import PredictOptions, Predictor, StageTimer
+from chalicelib.observability import RequestLog, logger
+from chalicelib.pipeline import PredictOptions, Predictor, PredictResult, StageTimer
 from chalicelib.resizer import ResizeOptions, resize_image
 
-app = Chalice(app_name="sagegate")
+# Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
+app = Chalice(app_name="sagegate", configure_logs=False)
 app.debug = False  # a traceback must never reach a client, in any stage
+# Chalice's debug setter turns its logger, which is Powertools' (both are named "sagegate"), to
+# ERROR; give it back the level Powertools chose (POWERTOOLS_LOG_LEVEL / LOG_LEVEL, else INFO).
+logger.setLevel(None)
 for _media_type in body_parsing.BINARY_TYPES:
     if _media_type not in app.api.binary_types:
         app.api.binary_types.append(_media_type)
 
 _ANY_CONTENT_TYPE = ["*/*"]  # sagegate checks the type itself, answering its own 415
+
+
+def _cors(access: Access) -> CORSConfig | bool:
+    """The CORS rules every route answers with (False: no CORS headers at all)."""
+    if not access.cors_origin:
+        return False
+    return CORSConfig(
+        allow_origin=access.cors_origin,
+        allow_headers=["X-Request-Id", "X-Target-Variant", "X-Custom-Attributes"],
+        expose_headers=["X-Request-Id", "Server-Timing", "Retry-After", "X-Custom-Attributes"],
+        max_age=600)
+
+
+def _auth(access: Access) -> dict[str, Any]:
+    """The route arguments that make API Gateway authenticate a route (all but /health)."""
+    if access.auth == AUTH_API_KEY:
+        return {"api_key_required": True}
+    if access.auth == AUTH_IAM:
+        return {"authorizer": IAMAuthorizer()}
+    if access.auth == AUTH_COGNITO:
+        return {"authorizer": CognitoUserPoolAuthorizer(
+            "SagegateUserPool", provider_arns=list(access.user_pool_arns))}
+    return {}
+
+
+# Chalice fixes auth and CORS per route at import; `chalice deploy`/`package` import this file
+# with the stage's environment variables set, so SAGEGATE_AUTH etc. come from the stage.
+_ACCESS = Access.from_env()
+app.api.cors = _cors(_ACCESS)
+_PROTECTED = _auth(_ACCESS)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _HEADER_OPTIONS = {"x-target-variant": "variant", "x-custom-attributes": "custom_attributes"}
 
 _SETTINGS: Settings | None = None
 _PREDICTOR: Predictor | None = None
+_CAPTURER: Capturer | None = None
 _PREDICTOR_LOCK = threading.Lock()
 # Chalice keeps the request on the app object, shared by every thread. Lambda serves one
 # request per container, but `chalice local` is threaded: two concurrent requests would read
@@ -58,11 +97,30 @@ def get_predictor() -> Predictor:
         return _PREDICTOR
 
 
+def get_capturer() -> Capturer:
+    """Data capture as configured (``CAPTURE_*``), built once per container."""
+    global _CAPTURER
+    with _PREDICTOR_LOCK:
+        if _CAPTURER is None:
+            s = get_settings()
+            _CAPTURER = Capturer.from_settings(s.capture_mode, s.capture_destination,
+                                               s.capture_sampling_percentage,
+                                               s.capture_original)
+        return _CAPTURER
+
+
 def current_request() -> Request:
     """The request this thread is serving (pinned by :func:`correlate`, else Chalice's)."""
     request: Request | None = getattr(_SERVING, "request", None) or app.current_request
     assert request is not None, "only called while serving a request"
     return request
+
+
+def request_log() -> RequestLog:
+    """The log record of the request this thread is serving."""
+    log: RequestLog | None = getattr(_SERVING, "log", None)
+    assert log is not None, "only called while serving a request"
+    return log
 
 
 def request_id() -> str:
@@ -80,7 +138,7 @@ def request_id() -> str:
 def error_response(error: SagegateError) -> Response:
     """Render any sagegate error as ``{"Code", "Message", "request_id", ...details}``."""
     if isinstance(error, ConfigurationError):
-        app.log.error("configuration error: %s", error.message)
+        logger.error("configuration error: %s", error.message)
         body: dict[str, Any] = {"Code": error.CODE, "Message": "The service is misconfigured."}
     else:
         body = {"Code": error.CODE, "Message": error.message, **error.details}
@@ -101,22 +159,31 @@ def renders_errors(view: Callable[[], Response]) -> Callable[[], Response]:
 
 @app.middleware("http")
 def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
-    """Pin the thread's request; tag every answer, Chalice's own errors too, with its id."""
+    """Pin the thread's request; tag every answer, Chalice's own errors too, with its id;
+    write the request's log line and metrics."""
+    started = time.perf_counter()
     _SERVING.request = event
     try:
         rid = request_id()
+        _SERVING.log = log = RequestLog(rid, event.method,
+                                        event.context.get("resourcePath") or event.path)
         response = get_response(event)
     finally:
-        _SERVING.request = None
+        _SERVING.request = _SERVING.log = None
     response.headers["X-Request-Id"] = rid
+    log.status = response.status_code
     if response.status_code >= 400 and isinstance(response.body, dict):
         response.body.setdefault("request_id", rid)
+        log.error_code = str(response.body.get("Code", "")) or None
+    log.total_ms = (time.perf_counter() - started) * 1000.0
+    log.emit()
     return response
 
 
 def _read_body() -> body_parsing.ImageRequest:
     request = current_request()
     raw = request.raw_body or b""
+    request_log().body_bytes = len(raw)
     parsed = body_parsing.parse_body(
         raw if isinstance(raw, bytes) else raw.encode("utf-8"),
         request.headers.get("content-type"), request.query_params,
@@ -137,22 +204,43 @@ def _server_timing(durations: dict[str, float]) -> str:
     return ", ".join(f"{name};dur={ms:.1f}" for name, ms in durations.items())
 
 
-@app.route("/predict", methods=["POST"], content_types=_ANY_CONTENT_TYPE)
+@app.route("/predict", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
 @renders_errors
 def predict() -> Response:
     """Classify one image: JSON (base64 or data URL) or a binary body."""
     timer = StageTimer()
+    log = request_log()
+    log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
     with timer.stage("parse"):
         parsed = _read_body()
         options = PredictOptions.parse(_with_header_options(parsed), get_settings().default_k)
     result = get_predictor().predict(parsed.image, options, request_id(), timer)
+    log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
+    log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
+                    "height": result.image_in.height, "bytes": len(parsed.image)}
+    log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
+                     "bytes": result.bytes_sent, "passthrough": result.passthrough}
+    with timer.stage("capture"):
+        log.capture = _capture(result, parsed.image, options.custom_attributes)
     headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
     if result.custom_attributes:
         headers["X-Custom-Attributes"] = result.custom_attributes
     return Response(body=result.to_dict(request_id()), headers=headers)
 
 
-@app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE)
+def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None) -> str:
+    capturer = get_capturer()
+    if capturer.mode == "off":
+        return "off"
+    return capturer.capture(Exchange(
+        endpoint=result.endpoint, variant=result.variant or "AllTraffic",
+        inference_id=request_id(), sent=result.sent, sent_content_type=result.sent_content_type,
+        received=result.received, received_content_type=result.received_content_type,
+        custom_attributes=custom_attributes, original=upload if capturer.wants_original else None,
+        original_content_type=f"image/{result.image_in.format}"))
+
+
+@app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
 @renders_errors
 def resize() -> Response:
     """Resize one image to exactly the width and height asked for."""
@@ -166,7 +254,7 @@ def resize() -> Response:
     return Response(body=resized.to_dict())
 
 
-@app.route("/health", methods=["GET"])
+@app.route("/health", methods=["GET"])  # open: no auth
 @renders_errors
 def health() -> Response:
     """Cheap liveness: configuration as loaded, no call to the endpoint."""

@@ -22,6 +22,8 @@ INPUT_HEIGHT = "INPUT_HEIGHT"
 UPSCALE = "UPSCALE"
 ENCODE_FORMAT = "ENCODE_FORMAT"
 JPEG_QUALITY = "JPEG_QUALITY"
+PNG_COMPRESSION = "PNG_COMPRESSION"
+PASSTHROUGH = "PASSTHROUGH"
 ENDPOINT_CONTENT_TYPE = "ENDPOINT_CONTENT_TYPE"
 ENDPOINT_ACCEPT = "ENDPOINT_ACCEPT"
 LABELS = "LABELS"
@@ -32,6 +34,10 @@ ENDPOINT_CONNECT_TIMEOUT = "ENDPOINT_CONNECT_TIMEOUT"
 ENDPOINT_READ_TIMEOUT = "ENDPOINT_READ_TIMEOUT"
 ENDPOINT_MAX_ATTEMPTS = "ENDPOINT_MAX_ATTEMPTS"
 REQUEST_BUDGET_SECONDS = "REQUEST_BUDGET_SECONDS"
+CAPTURE_MODE = "CAPTURE_MODE"
+CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
+CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
+CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
 
 RESIZE_MODES = ("shorter-side", "fill", "fit", "stretch")
 ENDPOINT_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
@@ -39,6 +45,8 @@ ENCODE_FORMATS = ("png", "jpeg")
 # A declared image type must match the bytes; application/x-image carries either.
 _FORMAT_FOR_TYPE = {"image/jpeg": "jpeg", "image/png": "png"}
 ENDPOINT_ACCEPTS = ("application/json", "application/jsonlines")
+CAPTURE_MODES = ("off", "input", "output", "both")
+CAPTURE_SCHEMES = ("s3://", "firehose://")  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
 _ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -63,6 +71,8 @@ class Settings:
     upscale: bool = False
     encode_format: str = "png"
     jpeg_quality: int = 95
+    png_compression: int = 0
+    passthrough: bool = True
     endpoint_content_type: str = "application/x-image"
     endpoint_accept: str = "application/json"
     labels: str = "imagenet1k"
@@ -73,6 +83,10 @@ class Settings:
     endpoint_read_timeout: float = 20.0
     endpoint_max_attempts: int = 3
     request_budget_seconds: float = 25.0
+    capture_mode: str = "off"
+    capture_sampling_percentage: float = 100.0
+    capture_destination: str = ""
+    capture_original: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(_ENDPOINT_NAME_RE.match(self.endpoint_name)), ENDPOINT_NAME,
@@ -93,6 +107,26 @@ class Settings:
             _check(low <= value <= high, name, f"must be between {low} and {high}")
         _check(self.endpoint_read_timeout < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
                f"must be below {REQUEST_BUDGET_SECONDS}")
+        self._check_capture()
+
+    def _check_capture(self) -> None:
+        _check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
+               f"must be one of {CAPTURE_MODES}")
+        if self.capture_mode == "off":
+            return
+        destination = self.capture_destination
+        _check(bool(destination), CAPTURE_DESTINATION,
+               f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
+               "s3://bucket/prefix or firehose://delivery-stream)")
+        if destination.startswith("s3://"):
+            _check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", destination)),
+                   CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
+        elif destination.startswith("firehose://"):
+            _check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}$", destination)),
+                   CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")
+        else:
+            _check("://" not in destination, CAPTURE_DESTINATION,
+                   f"must be a directory or start with one of {CAPTURE_SCHEMES}")
 
     def _ranges(self) -> list[tuple[str, float, float, float]]:
         return [
@@ -101,6 +135,7 @@ class Settings:
             (INPUT_WIDTH, self.input_width, 8, 8192),
             (INPUT_HEIGHT, self.input_height, 8, 8192),
             (JPEG_QUALITY, self.jpeg_quality, 1, 100),
+            (PNG_COMPRESSION, self.png_compression, 0, 9),
             (MAX_BODY_BYTES, self.max_body_bytes, 1024, 10 * 1024 * 1024),
             (MAX_IMAGE_PIXELS, self.max_image_pixels, 64, 1_000_000_000),
             (MAX_OUTPUT_PIXELS, self.max_output_pixels, 64, 100_000_000),
@@ -109,6 +144,7 @@ class Settings:
             (ENDPOINT_MAX_ATTEMPTS, self.endpoint_max_attempts, 1, 10),
             (REQUEST_BUDGET_SECONDS, self.request_budget_seconds, 0.5,
              API_GATEWAY_TIMEOUT_SECONDS),
+            (CAPTURE_SAMPLING_PERCENTAGE, self.capture_sampling_percentage, 0, 100),
         ]
 
     @property

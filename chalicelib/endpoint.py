@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from chalicelib.config import Settings
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("sagegate.endpoint")  # a child of Powertools' JSON logger
 
 RETRYABLE_CODES = frozenset({
     "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",

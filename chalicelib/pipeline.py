@@ -14,7 +14,12 @@ from typing import Any
 from chalicelib import imaging, predictions, requests
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
-from chalicelib.errors import InvalidEndpointResponseError, InvalidParameterError
+from chalicelib.errors import (
+    InvalidEndpointResponseError,
+    InvalidImageError,
+    InvalidParameterError,
+    ModelError,
+)
 
 _KNOWN_OPTIONS = frozenset({"k", "variant", "custom_attributes"})
 
@@ -74,7 +79,20 @@ class PredictResult:
     custom_attributes: str | None
     image_in: imaging.ImageInfo
     image_out: tuple[int, int]
-    bytes_sent: int
+    sent: bytes = dataclasses.field(repr=False)
+    """The body sent to the endpoint (the resized, re-encoded image)."""
+    sent_content_type: str
+    received: bytes = dataclasses.field(repr=False)
+    """The endpoint's body, as it came."""
+    received_content_type: str
+    attempts: int = 1
+    passthrough: bool = False
+    """The upload went to the endpoint untouched (see :func:`imaging.can_pass_through`)."""
+
+    @property
+    def bytes_sent(self) -> int:
+        """The size of the body sent to the endpoint."""
+        return len(self.sent)
 
     def to_dict(self, request_id: str) -> dict[str, Any]:
         """The JSON body of a 200 answer."""
@@ -103,6 +121,9 @@ class Predictor:
         self._plan = imaging.plan_resize(settings.resize_mode, settings.input_width,
                                          settings.input_height, settings.resize_shorter_side,
                                          settings.upscale)
+        # The upload may go untouched only where the endpoint is told it may be any image.
+        self._passthrough_allowed = settings.passthrough and settings.endpoint_content_type in (
+            "application/x-image", "image/jpeg")
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
                 timer: StageTimer | None = None) -> PredictResult:
@@ -113,18 +134,41 @@ class Predictor:
         """
         timer = timer or StageTimer()
         with timer.stage("preprocess"):
-            resized, info = imaging.prepare(image, self._plan, self._settings.max_image_pixels)
-            payload = imaging.encode(resized, self._settings.encode_format,
-                                     self._settings.jpeg_quality)
+            info = imaging.probe(image)
+            imaging.check_pixels(info, self._settings.max_image_pixels)
+            passthrough = self._passthrough_allowed and imaging.can_pass_through(
+                image, info, self._plan)
+            if passthrough:
+                payload, size = image, (info.width, info.height)
+            else:
+                resized, info = imaging.prepare(image, self._plan,
+                                                self._settings.max_image_pixels)
+                payload, size = self._encode(resized), (resized.shape[1], resized.shape[0])
         with timer.stage("endpoint"):
-            result = self._endpoint.invoke(self._invocation(payload, options, request_id))
+            try:
+                result = self._endpoint.invoke(self._invocation(payload, options, request_id))
+            except ModelError as error:
+                status = error.details.get("original_status_code")
+                if passthrough and isinstance(status, int) and 400 <= status < 500:
+                    # sagegate forwarded the client's bytes: the model refusing them is the
+                    # client's error, not a failure of the endpoint.
+                    raise InvalidImageError(
+                        "The image could not be decoded by the model.") from None
+                raise
         with timer.stage("postprocess"):
             top = self._top_k(result, options.k)
         return PredictResult(
             predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
             custom_attributes=result.custom_attributes, image_in=info,
-            image_out=(resized.shape[1], resized.shape[0]), bytes_sent=len(payload),
+            image_out=size, sent=payload, passthrough=passthrough,
+            sent_content_type=self._settings.endpoint_content_type, received=result.body,
+            received_content_type=result.content_type, attempts=result.attempts,
         )
+
+    def _encode(self, image: Any) -> bytes:
+        if self._settings.encode_format == "png":
+            return imaging.encode_png(image, self._settings.png_compression)
+        return imaging.encode(image, self._settings.encode_format, self._settings.jpeg_quality)
 
     def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
         return Invocation(

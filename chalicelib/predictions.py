@@ -1,6 +1,6 @@
 """Pure functions: parse what an endpoint answered, pick the top-k, attach labels.
 
-Parsing never evaluates code (``json``, not ``eval``/``ast``); the three shapes image
+Parsing never evaluates code (``orjson``, not ``eval``/``ast``); the three shapes image
 classifiers answer with are accepted. Top-k is ordered by probability descending, ties broken
 by the lower class index, so the result is deterministic.
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
 
@@ -57,8 +57,8 @@ def parse_probabilities(body: bytes, expected: int | None = None) -> np.ndarray:
             count that disagrees with ``expected``.
     """
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
         raise InvalidEndpointResponseError("The endpoint's response is not valid JSON.") from None
     values = _unwrap(document)
     try:

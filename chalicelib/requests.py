@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import pybase64
+
 from chalicelib.errors import (
     InvalidBase64Error,
     InvalidJSONError,
@@ -104,7 +106,7 @@ def parse_body(
 
 def _parse_json(body: bytes) -> ImageRequest:
     try:
-        document = json.loads(body)
+        document = json.loads(body)  # for megabytes of base64 text, faster than orjson here
     except (ValueError, UnicodeDecodeError):
         raise InvalidJSONError("The request body is not valid JSON.") from None
     if not isinstance(document, dict):
@@ -142,6 +144,12 @@ def decode_base64(text: str) -> bytes:
     """
     match = _DATA_URL_RE.match(text)
     payload = text[match.end():] if match else text
+    try:  # the common case, clean standard base64: one SIMD pass (40x binascii), no copies
+        decoded = pybase64.b64decode(payload, validate=True)
+    except ValueError:  # binascii.Error, or non-ASCII text
+        decoded = b""
+    if decoded:
+        return decoded
     payload = _WHITESPACE.sub("", payload).translate(_URLSAFE)
     if not payload:
         raise MissingImageError('"image" is empty.')

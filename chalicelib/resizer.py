@@ -14,6 +14,10 @@ from chalicelib import imaging, requests
 from chalicelib.errors import ImageTooLargeError, InvalidParameterError, NotAcceptableError
 
 MAX_SIDE = 8192
+# Lambda answers at most 6 MB, and an image travels base64-encoded in that answer (binary
+# bodies too: API Gateway decodes them), so the encoded image must stay under about 4.5 MB.
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+MAX_OUTPUT_BYTES = (LAMBDA_RESPONSE_LIMIT - 16 * 1024) * 3 // 4
 RESIZE_MODES = ("stretch", "fit", "fill")
 _KNOWN_OPTIONS = frozenset({"width", "height", "mode", "format", "quality"})
 _FORMAT_BY_TYPE = {ctype: fmt for fmt, ctype in imaging.CONTENT_TYPES.items()}
@@ -104,13 +108,19 @@ class ResizedImage:
                 "height": self.height, "format": self.format}
 
 
-def resize_image(data: bytes, options: ResizeOptions, max_pixels: int) -> ResizedImage:
+def resize_image(data: bytes, options: ResizeOptions, max_pixels: int,
+                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> ResizedImage:
     """Decode, resize and re-encode one image.
 
     Raises:
-        InvalidImageError, ImageTooLargeError: as for prediction.
+        InvalidImageError, ImageTooLargeError: as for prediction, or the encoded result is
+            over ``max_output_bytes`` (it would not fit in a Lambda response).
     """
     plan = imaging.plan_resize(options.mode, options.width, options.height, upscale=True)
     resized, _info = imaging.prepare(data, plan, max_pixels)
     encoded = imaging.encode(resized, options.format, options.quality)
+    if len(encoded) > max_output_bytes:
+        raise ImageTooLargeError(
+            f"The resized image is {len(encoded)} bytes; at most {max_output_bytes} fit in a "
+            "response. Ask for a smaller width and height, JPEG, or a lower quality.")
     return ResizedImage(encoded, resized.shape[1], resized.shape[0], options.format)

@@ -52,7 +52,9 @@ class Harness:
 
 
 def make_settings(**overrides: Any) -> Settings:
-    return Settings.from_env({"ENDPOINT_NAME": ENDPOINT}, **overrides)
+    """Settings for the functional tier: passthrough off unless asked, so that small test
+    images take the decode-resize-encode path (tests/functional/test_passthrough.py)."""
+    return Settings.from_env({"ENDPOINT_NAME": ENDPOINT}, **{"passthrough": False, **overrides})
 
 
 @pytest.fixture

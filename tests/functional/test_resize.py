@@ -4,11 +4,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import cv2
 import numpy as np
+import pytest
 from chalice.test import Client
 
 import app as app_module
@@ -65,9 +67,13 @@ def test_missing_height_is_400(harness: Harness) -> None:
     assert '"height"' in body["Message"]
 
 
-def test_concurrent_requests_each_see_their_own_body() -> None:
+def test_concurrent_requests_each_see_their_own_body(monkeypatch: pytest.MonkeyPatch) -> None:
     """`chalice local` serves requests on threads while Chalice keeps one current_request per
     app: every thread must still read its own body and query string."""
+    # chalice.test.Client swaps os.environ for a copy around each request and back; from
+    # several threads at once the swaps interleave and can leave a copy in place, which
+    # botocore sessions made earlier no longer read. Put the real one back afterwards.
+    monkeypatch.setattr(os, "environ", os.environ)
     sizes = [(16 + 8 * i, 8 + 4 * i) for i in range(24)]
     start = threading.Barrier(8)
 

@@ -25,6 +25,10 @@ class Stack:
     api: ApiProcess
     emulator_url: str
     http: urllib3.PoolManager
+    api_log: Path
+    """chalice local's output: sagegate's JSON log lines and EMF metrics."""
+    captures: Path
+    """The data capture directory (CAPTURE_MODE=both, 100%)."""
 
     def post(self, path: str, body: bytes, content_type: str = "application/json",
              **headers: str) -> urllib3.BaseHTTPResponse:
@@ -60,13 +64,16 @@ def photos() -> dict[str, bytes]:
 
 
 def _start_stack(config: Path, log_dir: Path) -> Iterator[Stack]:
+    captures = log_dir / "captures"
+    capture_env = {"CAPTURE_MODE": "both", "CAPTURE_DESTINATION": str(captures)}
     with open(log_dir / "emulator.log", "w") as emulator_log, \
             start_emulator(config, echo_stderr=emulator_log) as emulator, \
             open(log_dir / "api.log", "wb") as api_log:
-        api = start_api(free_port(), emulator.url, stage="test", log=api_log)
+        api = start_api(free_port(), emulator.url, stage="test", log=api_log, env=capture_env)
         try:
             yield Stack(api, emulator.url, urllib3.PoolManager(maxsize=16, retries=False,
-                                                               timeout=30))
+                                                               timeout=30),
+                        log_dir / "api.log", captures)
         finally:
             api.stop()
 

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import io
+
+import cv2
 import numpy as np
+import PIL.Image
 import pytest
 
 from chalicelib import imaging
@@ -160,3 +164,30 @@ def test_prepare_large_jpeg_matches_full_decode_closely() -> None:
     slow = imaging.resize(imaging.decode(data, info, 1), plan)
     assert fast.shape == slow.shape == (256, 341, 3)
     assert np.abs(fast.astype(int) - slow.astype(int)).mean() < 2.0
+
+
+@pytest.mark.parametrize("level", [0, 1, 9])
+@pytest.mark.parametrize("shape", [(31, 17, 3), (256, 341, 3), (20, 9)])
+def test_encode_png_is_lossless_and_standard(level: int, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(sum(shape) + level)
+    image = rng.integers(0, 256, shape, dtype=np.uint8)
+    data = imaging.encode_png(image, level)
+    assert cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED).tolist() == \
+        image.tolist()
+    with PIL.Image.open(io.BytesIO(data)) as pil:  # an independent decoder, checking CRCs
+        pil.load()
+        assert pil.size == (shape[1], shape[0])
+        expected = image if image.ndim == 2 else image[:, :, ::-1]
+        assert np.asarray(pil).tolist() == expected.tolist()
+
+
+def test_encode_png_stores_at_level_0_and_compresses_above() -> None:
+    image = np.zeros((100, 100, 3), np.uint8)
+    assert len(imaging.encode_png(image, 0)) > 30_000 > 1_000 > len(imaging.encode_png(image, 6))
+
+
+def test_encode_png_refuses_what_it_cannot_write() -> None:
+    with pytest.raises(ValueError):
+        imaging.encode_png(np.zeros((4, 4, 4), np.uint8))
+    with pytest.raises(ValueError):
+        imaging.encode_png(np.zeros((4, 4, 3), np.uint16))

@@ -1,0 +1,71 @@
+"""``python -m bench [--part frontend|e2e|all] [--quick]``: sagegate beside the 2018 reference."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from bench import e2e, frontend, images, imports, table
+from bench.report import Report
+from bench.timing import Budgets
+
+PARTS = ("frontend", "e2e", "all")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Read the command line."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--part", choices=PARTS, default="all",
+                        help="frontend: CPU per request and cold import; e2e: through "
+                             "chalice local and the emulator; all (default): both")
+    parser.add_argument("--quick", action="store_true",
+                        help="few repetitions: a smoke run, not figures to quote")
+    return parser.parse_args(argv)
+
+
+def _banner(args: argparse.Namespace) -> str:
+    mode = "quick" if args.quick else "full"
+    return (f"sagegate bench ({mode}, part {args.part}): Python {platform.python_version()}, "
+            f"NumPy {np.__version__}, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), "
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+
+
+def _frontend(budgets: Budgets) -> Report:
+    inputs = images.build(images.FRONTEND_INPUTS)
+    out = frontend.report(inputs, budgets)
+    out.say(table.section("Cold import (Lambda cold start, before the first request)"),
+            imports.report(budgets.import_runs))
+    return out
+
+
+def _summary(out: Report) -> None:
+    out.say(table.section("Summary"))
+    if not out.missed:
+        out.say("  every target met")
+    for missed in out.missed:
+        out.say(f"  target missed: {missed}")
+    for failure in out.failures:
+        out.say(f"  FAILED: {failure}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen parts; exit 1 only if the two sides disagree on an answer."""
+    args = parse_args(argv)
+    budgets = Budgets.quick() if args.quick else Budgets.full()
+    out = Report()
+    out.say(_banner(args))
+    if args.part in ("frontend", "all"):
+        out.merge(_frontend(budgets))
+    if args.part in ("e2e", "all"):
+        out.merge(e2e.report(images.build(images.E2E_INPUTS), budgets.e2e))
+    _summary(out)
+    return 1 if out.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Who may call the API: the authentication mode and the CORS origin, read at import time.
+
+Chalice fixes a route's authorizer, ``api_key_required`` and CORS settings when ``app.py`` is
+imported, and ``chalice deploy`` / ``chalice package`` import it with the stage's
+``environment_variables`` already in ``os.environ``. So these settings live in each stage of
+``.chalice/config.json`` like every other one, and are read once, at import, instead of lazily
+like :class:`~chalicelib.config.Settings`. A bad value fails the import (and so the packaging)
+with a message naming the variable.
+
+Modes (``SAGEGATE_AUTH``):
+
+* ``none``: open (``local`` and ``test`` stages only).
+* ``api-key``: API Gateway API keys (``x-api-key``) with a usage plan (rate, burst, quota).
+* ``iam``: SigV4-signed requests; callers need ``execute-api:Invoke`` on the API.
+* ``cognito``: a Cognito user pool's ID token in ``Authorization``
+  (``COGNITO_USER_POOL_ARNS``, comma-separated).
+
+``/health`` stays open in every mode. ``CORS_ALLOW_ORIGIN`` is one origin
+(``https://app.example.com``), empty for no CORS headers at all, or ``*``, which is refused
+with any authentication mode: a wildcard is for local development only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from chalicelib.errors import ConfigurationError
+
+SAGEGATE_AUTH = "SAGEGATE_AUTH"
+CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
+COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
+
+AUTH_NONE = "none"
+AUTH_API_KEY = "api-key"
+AUTH_IAM = "iam"
+AUTH_COGNITO = "cognito"
+AUTH_MODES = (AUTH_NONE, AUTH_API_KEY, AUTH_IAM, AUTH_COGNITO)
+ANY_ORIGIN = "*"
+
+_ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+_USER_POOL_ARN_RE = re.compile(
+    r"^arn:aws[a-z-]*:cognito-idp:[a-z0-9-]+:[0-9]{12}:userpool/[a-z0-9-]+_[A-Za-z0-9]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """The API's access rules.
+
+    Attributes:
+        auth: one of :data:`AUTH_MODES`.
+        cors_origin: the one origin browsers may call from, ``*`` (no auth only), or ``""``
+            for no CORS.
+        user_pool_arns: the Cognito user pools whose tokens are accepted (``cognito`` only).
+    """
+
+    auth: str = AUTH_NONE
+    cors_origin: str = ""
+    user_pool_arns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.auth in AUTH_MODES, SAGEGATE_AUTH, f"must be one of {AUTH_MODES}")
+        _check(self.cors_origin in ("", ANY_ORIGIN) or bool(_ORIGIN_RE.match(self.cors_origin)),
+               CORS_ALLOW_ORIGIN, "must be one origin (scheme://host[:port]), '*' or empty")
+        _check(self.cors_origin != ANY_ORIGIN or self.auth == AUTH_NONE, CORS_ALLOW_ORIGIN,
+               f"may be '*' only when {SAGEGATE_AUTH} is {AUTH_NONE!r} (local development); "
+               "name the origin of your web app")
+        if self.auth == AUTH_COGNITO:
+            _check(bool(self.user_pool_arns), COGNITO_USER_POOL_ARNS,
+                   f"must be set when {SAGEGATE_AUTH} is {AUTH_COGNITO!r}")
+        for arn in self.user_pool_arns:
+            _check(bool(_USER_POOL_ARN_RE.match(arn)), COGNITO_USER_POOL_ARNS,
+                   "must be Cognito user pool ARNs, comma-separated")
+
+    @property
+    def protected(self) -> bool:
+        """Whether routes other than ``/health`` require authentication."""
+        return self.auth != AUTH_NONE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Access:
+        """Read the access rules from the environment (``os.environ`` when None).
+
+        Raises:
+            ConfigurationError: a variable has a bad value; the message names it.
+        """
+        env = os.environ if env is None else env
+        arns = tuple(arn.strip() for arn in env.get(COGNITO_USER_POOL_ARNS, "").split(",")
+                     if arn.strip())
+        return cls(auth=env.get(SAGEGATE_AUTH, "").strip().lower() or AUTH_NONE,
+                   cors_origin=env.get(CORS_ALLOW_ORIGIN, "").strip(), user_pool_arns=arns)
+
+
+def _check(ok: bool, name: str, requirement: str) -> None:
+    if not ok:
+        raise ConfigurationError(f"{name} {requirement}")

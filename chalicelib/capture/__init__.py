@@ -1,0 +1,81 @@
+"""Data capture at the front-end, in the format SageMaker Model Monitor reads.
+
+:class:`Capturer` decides (mode, sampling) and writes one record per successful inference
+through a sink, before the response returns. A sink failure never fails the request: it is
+logged and counted, and the outcome says so. ``python -m chalicelib.capture`` reads captures
+back (see :mod:`chalicelib.capture.reader`).
+"""
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+from chalicelib.capture.records import CaptureRecord, Exchange, build_record
+from chalicelib.capture.sinks import Sink, sink_for
+
+__all__ = ["CaptureRecord", "Capturer", "Exchange", "Outcome", "build_record"]
+
+LOG = logging.getLogger("sagegate.capture")
+
+
+class Outcome:
+    """What happened to one inference's capture (logged and counted per request)."""
+
+    OFF = "off"
+    SAMPLED_OUT = "sampled-out"
+    WRITTEN = "written"
+    FAILED = "failed"
+
+
+class Capturer:
+    """Captures inferences to a sink.
+
+    Args:
+        mode: ``off``, ``input``, ``output`` or ``both``.
+        sink: where records go (unused when off).
+        sampling_percentage: 0..100, the share of inferences captured.
+        include_original: add the client's upload to each record.
+        rng: ``random.random``-like, for sampling (injectable for tests).
+    """
+
+    def __init__(self, mode: str, sink: Sink | None, sampling_percentage: float = 100.0,
+                 include_original: bool = False,
+                 rng: Callable[[], float] = random.random) -> None:
+        if mode != "off" and sink is None:
+            raise ValueError("a sink is needed when capture is on")
+        self.mode = mode
+        self._sink = sink
+        self._share = sampling_percentage / 100.0
+        self._include_original = include_original
+        self._rng = rng
+
+    @classmethod
+    def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
+                      include_original: bool) -> Capturer:
+        """The capturer the settings describe (``CAPTURE_*``)."""
+        sink = sink_for(destination) if mode != "off" else None
+        return cls(mode, sink, sampling_percentage, include_original)
+
+    @property
+    def wants_original(self) -> bool:
+        """Whether records carry the client's upload (so callers keep it)."""
+        return self.mode != "off" and self._include_original
+
+    def capture(self, exchange: Exchange) -> str:
+        """Write the record of one inference; never raises.
+
+        Returns:
+            An :class:`Outcome` value.
+        """
+        if self.mode == "off" or self._sink is None:
+            return Outcome.OFF
+        if self._share < 1.0 and self._rng() >= self._share:
+            return Outcome.SAMPLED_OUT
+        try:
+            record = build_record(exchange, self.mode, self._include_original)
+            self._sink.write([record])
+        except Exception as error:  # a capture problem must never fail the user's request
+            LOG.warning("data capture failed: %s: %s", type(error).__name__, error)
+            return Outcome.FAILED
+        return Outcome.WRITTEN

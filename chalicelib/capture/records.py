@@ -1,0 +1,120 @@
+"""Data capture records in the SageMaker Model Monitor format (JSON Lines, one per line).
+
+A record holds what was sent to the endpoint and what it answered, as Model Monitor's own
+capture writes them::
+
+    {"captureData": {"endpointInput": {"observedContentType": "application/x-image",
+                                       "mode": "INPUT", "data": "<base64>",
+                                       "encoding": "BASE64"},
+                     "endpointOutput": {"observedContentType": "application/json",
+                                        "mode": "OUTPUT", "data": "[1.4e-05, ...]",
+                                        "encoding": "JSON"}},
+     "eventMetadata": {"eventId": "<uuid4>", "inferenceTime": "2026-11-23T09:31:52Z",
+                       "inferenceId": "<request id>", "customAttributes": ["..."]},
+     "eventVersion": "0"}
+
+sagegate may add ``originalInput`` (the client's upload, before resizing), a top-level key that
+Model Monitor ignores.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import json
+import uuid
+from typing import Any
+
+MODES = ("off", "input", "output", "both")
+EVENT_VERSION = "0"
+_TEXT_ENCODINGS = {"application/json": "JSON", "application/jsonlines": "JSON", "text/csv": "CSV"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """One inference as the front-end saw it."""
+
+    endpoint: str
+    variant: str
+    inference_id: str
+    sent: bytes = dataclasses.field(repr=False)
+    sent_content_type: str
+    received: bytes = dataclasses.field(repr=False)
+    received_content_type: str
+    custom_attributes: str | None = None
+    original: bytes | None = dataclasses.field(default=None, repr=False)
+    original_content_type: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureRecord:
+    """A record ready to write, with where it belongs."""
+
+    endpoint: str
+    variant: str
+    event_id: str
+    time: datetime.datetime
+    line: bytes
+    """The JSON record and its newline."""
+
+    def partition(self) -> str:
+        """``{endpoint}/{variant}/yyyy/mm/dd/hh``: Model Monitor's layout."""
+        return f"{self.endpoint}/{self.variant}/{self.time:%Y/%m/%d/%H}"
+
+    def file_stem(self) -> str:
+        """A file name that sorts by time and never collides: ``mm-ss-mmm-<eventId>``."""
+        return f"{self.time:%M-%S}-{self.time.microsecond // 1000:03d}-{self.event_id}"
+
+
+def _body(data: bytes, content_type: str, mode: str) -> dict[str, str]:
+    """One side of ``captureData``: text bodies as themselves, everything else base64."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    encoding = _TEXT_ENCODINGS.get(media_type)
+    if encoding is not None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            encoding = None
+    if encoding is None:
+        encoding, text = "BASE64", base64.b64encode(data).decode("ascii")
+    return {"observedContentType": content_type, "mode": mode, "data": text,
+            "encoding": encoding}
+
+
+def build_record(exchange: Exchange, mode: str, include_original: bool = False,
+                 now: datetime.datetime | None = None,
+                 event_id: str | None = None) -> CaptureRecord:
+    """The Model Monitor record of one inference.
+
+    Args:
+        exchange: what was sent and received.
+        mode: ``input``, ``output`` or ``both`` (SageMaker's CaptureMode Input/Output).
+        include_original: add ``originalInput`` with the client's upload.
+        now: the inference time (UTC); the current time when None.
+        event_id: the record's id; a new uuid4 when None.
+    """
+    if mode not in MODES[1:]:
+        raise ValueError(f"capture mode must be one of {MODES[1:]}, not {mode!r}")
+    now = now or datetime.datetime.now(datetime.UTC)
+    event_id = event_id or str(uuid.uuid4())
+    capture: dict[str, Any] = {}
+    if mode in ("input", "both"):
+        capture["endpointInput"] = _body(exchange.sent, exchange.sent_content_type, "INPUT")
+    if mode in ("output", "both"):
+        capture["endpointOutput"] = _body(exchange.received, exchange.received_content_type,
+                                          "OUTPUT")
+    metadata: dict[str, Any] = {
+        "eventId": event_id,
+        "inferenceTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "inferenceId": exchange.inference_id,
+    }
+    if exchange.custom_attributes:
+        metadata["customAttributes"] = [exchange.custom_attributes]
+    record: dict[str, Any] = {"captureData": capture, "eventMetadata": metadata,
+                              "eventVersion": EVENT_VERSION}
+    if include_original and exchange.original is not None:
+        record["originalInput"] = _body(exchange.original,
+                                        exchange.original_content_type or "application/x-image",
+                                        "INPUT")
+    line = json.dumps(record, separators=(",", ":")).encode("utf-8") + b"\n"
+    return CaptureRecord(exchange.endpoint, exchange.variant, event_id, now, line)

@@ -1,0 +1,138 @@
+"""Where capture records go: a local directory, S3 or Kinesis Data Firehose.
+
+Every sink writes before ``write()`` returns, so a record is stored before the response leaves
+the function, and nothing is left in memory when Lambda freezes the process.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from chalicelib.capture.records import CaptureRecord
+
+FIREHOSE_BATCH = 500  # PutRecordBatch's limit
+FIREHOSE_ATTEMPTS = 3
+
+
+class CaptureSinkError(Exception):
+    """A sink could not store every record it was given."""
+
+
+class Sink(Protocol):
+    """Stores capture records durably before returning."""
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        """Store ``records``; raise on any failure."""
+
+
+class DirectorySink:
+    """Model Monitor's layout under a local directory: ``{root}/{endpoint}/{variant}/yyyy/mm/dd/
+    hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._files: dict[str, Path] = {}
+
+    def _path(self, record: CaptureRecord) -> Path:
+        partition = record.partition()
+        path = self._files.get(partition)
+        if path is None:
+            directory = self.root / partition
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"{record.file_stem()}.jsonl"
+            if len(self._files) >= 256:  # hours gone by: forget their files
+                self._files.clear()
+            self._files[partition] = path
+        return path
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        with self._lock:
+            for record in records:
+                path = self._path(record)
+                # O_APPEND with one write() per line: other processes appending to the same
+                # directory never interleave inside a line.
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    written = os.write(fd, record.line)
+                finally:
+                    os.close(fd)
+                if written != len(record.line):
+                    raise CaptureSinkError(f"short write to {path.name}")
+
+
+class S3Sink:
+    """One JSON Lines object per request under ``s3://bucket/prefix/{endpoint}/{variant}/yyyy/
+    mm/dd/hh/``, written with PutObject before the response returns."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+        self._client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+
+    def key(self, record: CaptureRecord) -> str:
+        """The object key of a record."""
+        name = f"{record.partition()}/{record.file_stem()}.jsonl"
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        if not records:
+            return
+        first = records[0]
+        body = b"".join(record.line for record in records)
+        self._client.put_object(Bucket=self.bucket, Key=self.key(first), Body=body,
+                                ContentType="application/jsonlines")
+
+
+class FirehoseSink:
+    """``PutRecordBatch`` to a delivery stream, retrying the records Firehose refused.
+
+    Configure the stream's S3 prefix (dynamic partitioning on ``eventMetadata``) for Model
+    Monitor's layout; each record is one JSON line.
+    """
+
+    def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS) -> None:
+        self._client = client
+        self.stream = stream
+        self._attempts = attempts
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        for start in range(0, len(records), FIREHOSE_BATCH):
+            self._write_batch([r.line for r in records[start:start + FIREHOSE_BATCH]])
+
+    def _write_batch(self, pending: list[bytes]) -> None:
+        for _ in range(self._attempts):
+            answer = self._client.put_record_batch(
+                DeliveryStreamName=self.stream, Records=[{"Data": line} for line in pending])
+            if not answer.get("FailedPutCount"):
+                return
+            pending = [line for line, result in zip(pending, answer["RequestResponses"],
+                                                    strict=True) if result.get("ErrorCode")]
+        raise CaptureSinkError(
+            f"Firehose refused {len(pending)} record(s) after {self._attempts} attempts")
+
+
+def sink_for(destination: str) -> Sink:
+    """The sink a ``CAPTURE_DESTINATION`` names: a directory, ``s3://`` or ``firehose://``.
+
+    boto3 clients get short timeouts; boto3 honours ``AWS_ENDPOINT_URL_S3`` and
+    ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests point them at a local server).
+    """
+    if destination.startswith("s3://"):
+        bucket, _, prefix = destination[len("s3://"):].partition("/")
+        return S3Sink(_client("s3"), bucket, prefix)
+    if destination.startswith("firehose://"):
+        return FirehoseSink(_client("firehose"), destination[len("firehose://"):])
+    return DirectorySink(destination)
+
+
+def _client(service: str) -> Any:
+    import boto3  # deferred like the endpoint client: only paid when capture is on
+    from botocore.config import Config
+
+    config = Config(connect_timeout=1, read_timeout=3,
+                    retries={"mode": "standard", "total_max_attempts": 2})
+    return boto3.client(service, config=config)

@@ -1,0 +1,119 @@
+"""One structured log line and one set of metrics per request (AWS Lambda Powertools).
+
+The log line (Powertools Logger, JSON on stdout, which Lambda sends to CloudWatch Logs) holds
+the request id, route, status, error code, image sizes in and out, endpoint, variant, the
+latency of every stage and the capture outcome. It never holds image bytes, headers or
+anything else a client sent verbatim. Metrics use CloudWatch Embedded Metric Format
+(Powertools ``EphemeralMetrics``: one instance per request, so concurrent requests under
+``chalice local`` never share a metric set); CloudWatch turns the EMF lines into metrics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+from typing import IO, Any, cast
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "sagegate"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "sagegate"
+STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
+                 "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
+                 "capture": "CaptureLatency"}
+
+
+class _CurrentStdout:
+    """stdout as it is at each write (not as it was at import), so captured output works.
+
+    One lock for every line sagegate writes: ``chalice local`` serves requests on threads,
+    and a log line must never be torn by a metrics line written at the same moment.
+    """
+
+    lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            written = sys.stdout.write(text)
+            sys.stdout.flush()
+            return written
+
+    def flush(self) -> None:
+        with self.lock:
+            sys.stdout.flush()
+
+
+_STDOUT = _CurrentStdout()
+logger = Logger(service=SERVICE, stream=cast(IO[str], _STDOUT))
+
+
+@dataclasses.dataclass
+class RequestLog:
+    """What one request did; filled in as it is served, emitted once at the end."""
+
+    request_id: str
+    method: str
+    route: str
+    body_bytes: int = 0
+    status: int = 0
+    error_code: str | None = None
+    image_in: dict[str, Any] | None = None
+    image_out: dict[str, Any] | None = None
+    endpoint: str | None = None
+    variant: str | None = None
+    attempts: int | None = None
+    capture: str | None = None
+    stages_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    total_ms: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        """The log line's keys (empty ones left out)."""
+        values = dataclasses.asdict(self)
+        values["stages_ms"] = {name: round(ms, 2) for name, ms in self.stages_ms.items()}
+        values["total_ms"] = round(self.total_ms, 2)
+        return {key: value for key, value in values.items() if value not in (None, {}, "")}
+
+    def emit(self) -> None:
+        """Write the log line and flush the request's metrics."""
+        write = logger.error if self.status >= 500 else logger.info
+        write("request", extra=self.fields())
+        try:
+            self._flush_metrics()
+        except Exception as error:  # metrics must never fail a request
+            logger.warning("metrics not flushed: %s", type(error).__name__)
+
+    def _flush_metrics(self) -> None:
+        metrics = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        metrics.add_dimension(name="route", value=self.route)
+        metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=self.total_ms)
+        for stage, ms in self.stages_ms.items():
+            if stage in STAGE_METRICS:
+                metrics.add_metric(name=STAGE_METRICS[stage], unit=MetricUnit.Milliseconds,
+                                   value=ms)
+        metrics.add_metric(name="BytesIn", unit=MetricUnit.Bytes, value=self.body_bytes)
+        if self.image_out and "bytes" in self.image_out:
+            metrics.add_metric(name="BytesToEndpoint", unit=MetricUnit.Bytes,
+                               value=self.image_out["bytes"])
+        if self.capture in ("written", "failed"):
+            name = "CaptureRecords" if self.capture == "written" else "CaptureFailures"
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+        _publish(metrics)
+        if self.error_code:
+            errors = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+            errors.add_dimension(name="route", value=self.route)
+            errors.add_dimension(name="code", value=self.error_code)
+            errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
+            _publish(errors)
+
+
+def _publish(metrics: EphemeralMetrics) -> None:
+    """Powertools' ``flush_metrics()``, but one whole line per write (it uses ``print``)."""
+    if is_metrics_disabled():
+        return
+    _STDOUT.write(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")) + "\n")
+    metrics.clear_metrics()

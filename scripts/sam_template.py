@@ -1,0 +1,216 @@
+"""CloudFormation that Chalice does not generate: the layer, the usage plan, fixes, throttles.
+
+``chalice package --merge-template`` deep-merges a template into the SAM template it writes.
+:func:`merge_template` builds that template for one stage:
+
+* ``DependenciesLayer``: the layer (numpy, OpenCV, ...) as an ``AWS::Serverless::LayerVersion``
+  whose content is the layer zip beside the template (``aws cloudformation package`` uploads
+  it to S3), set as the function's only layer. It replaces any ARN in the stage's ``layers``,
+  which is what the ``chalice deploy`` path uses instead.
+* The function gets its Chalice name (``sagegate-<stage>``), so its log group and the IAM
+  policy's log ARN are known in advance; ``ApiHandlerLogGroup`` gets that name too (Chalice
+  1.34 writes ``${ApiHandler}`` there, a resource that does not exist: the REST handler's
+  logical id is ``APIHandler``), and the function waits for its log group.
+* A stage-wide throttle on every method, whatever the authentication mode.
+* API Gateway's own errors (413 over 10 MB, throttling, quota, bad key) in sagegate's error
+  shape (:mod:`scripts.gateway_responses`).
+* With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota; template
+  parameters), one API key and the key's membership in the plan. Chalice marks the routes
+  ``api_key_required`` but creates none of these, and without them every request is refused.
+* ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
+
+:func:`usage_plan_template` is the same usage plan as a stand-alone stack for an API that
+``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``)::
+
+    python -m scripts.sam_template merge --stage prod > build/merge-prod.json
+    python -m scripts.sam_template usage-plan --stage prod > build/usage-plan-prod.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from scripts.gateway_responses import gateway_responses
+from scripts.stage_config import DEPLOYED_STAGES, Stage, load_stage
+
+LAYER_ZIP = "./layer.zip"
+API = "RestAPI"  # Chalice's logical id for the REST API
+FUNCTION = "APIHandler"  # ... for its Lambda function
+LOG_GROUP = "ApiHandlerLogGroup"  # ... for the function's log group (log_retention_in_days)
+
+_USAGE_PLAN_PARAMETERS: dict[str, dict[str, Any]] = {
+    "UsagePlanRateLimit": {"Type": "Number", "Default": 10, "MinValue": 1,
+                           "Description": "Steady requests per second allowed per API key"},
+    "UsagePlanBurstLimit": {"Type": "Number", "Default": 20, "MinValue": 1,
+                            "Description": "Burst of requests allowed per API key"},
+    "UsagePlanQuotaLimit": {"Type": "Number", "Default": 100000, "MinValue": 1,
+                            "Description": "Requests allowed per API key per quota period"},
+    "UsagePlanQuotaPeriod": {"Type": "String", "Default": "MONTH",
+                             "AllowedValues": ["DAY", "WEEK", "MONTH"],
+                             "Description": "The quota's period"},
+}
+_STAGE_PARAMETERS: dict[str, dict[str, Any]] = {
+    "StageRateLimit": {"Type": "Number", "Default": 50, "MinValue": 1,
+                       "Description": "Steady requests per second for the whole stage"},
+    "StageBurstLimit": {"Type": "Number", "Default": 100, "MinValue": 1,
+                        "Description": "Burst of requests for the whole stage"},
+}
+
+# Accepted scanner findings, each with the reason it is accepted (see docs/DEPLOY.md).
+_FUNCTION_SKIPS = [
+    ("CKV_AWS_116", "Synchronous API Gateway invocations: a failed request is answered to the "
+                    "client, there is no asynchronous event to dead-letter."),
+    ("CKV_AWS_117", "Calls only public AWS APIs (SageMaker runtime, CloudWatch Logs, S3/"
+                    "Firehose for capture); a VPC adds NAT cost and cold-start latency and no "
+                    "isolation. Set subnet_ids/security_group_ids in the stage to run in one."),
+    ("CKV_AWS_173", "Environment variables hold settings only (endpoint name, sizes, "
+                    "timeouts), no secrets; they are encrypted at rest with the AWS managed "
+                    "key by default."),
+]
+_API_SKIPS = [
+    ("CKV_AWS_120", "Responses are per-image predictions: caching by path would serve one "
+                    "client's answer to another."),
+]
+_LOG_GROUP_SKIPS = [
+    ("CKV_AWS_158", "Logs hold request metadata, never images or keys; CloudWatch Logs "
+                    "encrypts at rest by default. Add a KMS key for a stricter policy."),
+]
+
+
+def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
+    """The template to merge into Chalice's SAM template for ``stage``."""
+    resources: dict[str, Any] = {
+        "DependenciesLayer": _layer(stage, layer_zip),
+        FUNCTION: {
+            "DependsOn": [LOG_GROUP],
+            "Properties": {"FunctionName": stage.function_name,
+                           "Layers": [{"Ref": "DependenciesLayer"}]},
+            "Metadata": _skips(_FUNCTION_SKIPS),
+        },
+        LOG_GROUP: {
+            "Properties": {"LogGroupName": f"/aws/lambda/{stage.function_name}"},
+            "Metadata": _skips(_LOG_GROUP_SKIPS),
+        },
+        API: {
+            "Properties": {
+                "TracingEnabled": stage.xray,
+                "MethodSettings": [{"ResourcePath": "/*", "HttpMethod": "*",
+                                    "ThrottlingRateLimit": {"Ref": "StageRateLimit"},
+                                    "ThrottlingBurstLimit": {"Ref": "StageBurstLimit"}}],
+                "DefinitionBody": {"x-amazon-apigateway-gateway-responses": gateway_responses(
+                    stage.env.get("CORS_ALLOW_ORIGIN", ""))},
+            },
+            "Metadata": _skips(_api_skips(stage)),
+        },
+    }
+    parameters = dict(_STAGE_PARAMETERS)
+    outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
+    if stage.auth == "api-key":
+        resources.update(_usage_plan(stage, {"Ref": API}, {"Ref": f"{API}.Stage"}))
+        parameters.update(_USAGE_PLAN_PARAMETERS)
+        outputs.update(_usage_plan_outputs())
+    return {"Parameters": parameters, "Resources": resources, "Outputs": outputs}
+
+
+def usage_plan_template(stage: Stage) -> dict[str, Any]:
+    """A stand-alone stack: the usage plan and key for an API created by ``chalice deploy``."""
+    parameters: dict[str, Any] = {
+        "RestApiId": {"Type": "String", "Description": "rest_api_id from .chalice/deployed"},
+        "StageName": {"Type": "String", "Default": stage.api_gateway_stage},
+        **_USAGE_PLAN_PARAMETERS,
+    }
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": f"sagegate {stage.name}: API key and usage plan for a chalice-deployed API",
+        "Parameters": parameters,
+        "Resources": _usage_plan(stage, {"Ref": "RestApiId"}, {"Ref": "StageName"}),
+        "Outputs": _usage_plan_outputs(),
+    }
+
+
+def _layer(stage: Stage, layer_zip: str) -> dict[str, Any]:
+    return {
+        "Type": "AWS::Serverless::LayerVersion",
+        "Properties": {
+            "LayerName": f"{stage.function_name}-dependencies",
+            "Description": "numpy, OpenCV and the other compiled dependencies",
+            "ContentUri": layer_zip,
+            "CompatibleRuntimes": [stage.python_version],
+            "CompatibleArchitectures": ["x86_64"],
+            "RetentionPolicy": "Delete",
+        },
+    }
+
+
+def _api_skips(stage: Stage) -> list[tuple[str, str]]:
+    skips = list(_API_SKIPS)
+    skips.append(("CKV_AWS_76", "Access logging needs the account's API Gateway CloudWatch role "
+                                "(AWS::ApiGateway::Account), which one stack must not own; the "
+                                "function logs every request with API Gateway's request id."))
+    if not stage.xray:
+        skips.append(("CKV_AWS_73", "X-Ray is opt-in per stage (\"xray\": true in "
+                                    ".chalice/config.json); off, it costs nothing."))
+    return skips
+
+
+def _skips(skips: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"checkov": {"skip": [{"id": check, "comment": reason} for check, reason in skips]}}
+
+
+def _usage_plan(stage: Stage, api_id: dict[str, str],
+                api_stage: dict[str, str]) -> dict[str, Any]:
+    return {
+        "ApiUsagePlan": {
+            "Type": "AWS::ApiGateway::UsagePlan",
+            "Properties": {
+                "UsagePlanName": stage.function_name,
+                "Description": f"sagegate {stage.name}: per-key rate, burst and quota",
+                "ApiStages": [{"ApiId": api_id, "Stage": api_stage}],
+                "Throttle": {"RateLimit": {"Ref": "UsagePlanRateLimit"},
+                             "BurstLimit": {"Ref": "UsagePlanBurstLimit"}},
+                "Quota": {"Limit": {"Ref": "UsagePlanQuotaLimit"},
+                          "Period": {"Ref": "UsagePlanQuotaPeriod"}},
+            },
+        },
+        "ApiKey": {
+            "Type": "AWS::ApiGateway::ApiKey",
+            "Properties": {"Name": f"{stage.function_name}-default", "Enabled": True,
+                           "Description": f"sagegate {stage.name}: first client key"},
+        },
+        "ApiUsagePlanKey": {
+            "Type": "AWS::ApiGateway::UsagePlanKey",
+            "Properties": {"KeyId": {"Ref": "ApiKey"}, "KeyType": "API_KEY",
+                           "UsagePlanId": {"Ref": "ApiUsagePlan"}},
+        },
+    }
+
+
+def _usage_plan_outputs() -> dict[str, Any]:
+    return {
+        "ApiKeyId": {"Description": "aws apigateway get-api-key --include-value --api-key <id>",
+                     "Value": {"Ref": "ApiKey"}},
+        "UsagePlanId": {"Value": {"Ref": "ApiUsagePlan"}},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: print the merge template or the usage-plan stack of a stage."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=("merge", "usage-plan"))
+    parser.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
+    parser.add_argument("--layer-zip", default=LAYER_ZIP,
+                        help="the layer zip, relative to the packaged template")
+    args = parser.parse_args(argv)
+    stage = load_stage(args.stage)
+    if args.kind == "merge":
+        template = merge_template(stage, args.layer_zip)
+    else:
+        template = usage_plan_template(stage)
+    print(json.dumps(template, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

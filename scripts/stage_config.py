@@ -1,0 +1,178 @@
+"""A deployed stage's settings, resolved from ``.chalice/config.json`` the way Chalice does.
+
+The deploy helpers (IAM policy, SAM merge template, layer ARN) read the stage through
+Chalice's own :class:`chalice.config.Config`, so a value set globally, per stage or per
+function resolves here exactly as it does in ``chalice deploy`` and ``chalice package``.
+
+    python -m scripts.stage_config record-layer --stage prod --arn arn:aws:lambda:...:layer:x:3
+    python -m scripts.stage_config show --stage prod --key auth      # api-key
+    python -m scripts.stage_config rest-api-id --stage prod          # after `chalice deploy`
+    python -m scripts.stage_config terraform-config --stage prod     # see deploy.mk
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG_PATH = ROOT / ".chalice" / "config.json"
+DEPLOYED_STAGES = ("dev", "prod")
+_LAYER_ARN_RE = re.compile(
+    r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """What the deploy helpers need to know about one stage.
+
+    Attributes:
+        name: the Chalice stage.
+        app_name: the Chalice app name.
+        function_name: the REST API handler's Lambda function name (``<app>-<stage>``).
+        env: the function's environment variables (global merged with the stage's).
+        xray: whether X-Ray tracing is on.
+        layers: layer version ARNs from the config.
+        python_version: the Lambda runtime (``python3.11``), as Chalice picks it.
+        api_gateway_stage: the API Gateway stage name.
+        log_retention_in_days: how long the function's logs are kept (None: forever).
+    """
+
+    name: str
+    app_name: str
+    function_name: str
+    env: dict[str, str]
+    xray: bool
+    layers: tuple[str, ...]
+    python_version: str
+    api_gateway_stage: str
+    log_retention_in_days: int | None = None
+
+    @property
+    def endpoint_name(self) -> str:
+        """The SageMaker endpoint the function calls."""
+        return self.env["ENDPOINT_NAME"]
+
+    @property
+    def auth(self) -> str:
+        """The authentication mode (``SAGEGATE_AUTH``)."""
+        return self.env.get("SAGEGATE_AUTH", "none") or "none"
+
+
+def load_config(path: Path = CONFIG_PATH) -> dict[str, Any]:
+    """The parsed ``.chalice/config.json``."""
+    with open(path, encoding="utf-8") as handle:
+        config: dict[str, Any] = json.load(handle)
+    return config
+
+
+def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
+    """Resolve one stage of the config with Chalice's own lookup rules.
+
+    Raises:
+        KeyError: the config has no such stage.
+    """
+    from chalice.config import Config
+
+    on_disk = load_config(path)
+    if name not in on_disk.get("stages", {}):
+        raise KeyError(f"{path.name} has no stage {name!r}")
+    config = Config(chalice_stage=name, config_from_disk=on_disk,
+                    default_params={"api_gateway_stage": "api"})
+    return Stage(
+        name=name, app_name=config.app_name, function_name=f"{config.app_name}-{name}",
+        env=dict(config.environment_variables), xray=bool(config.xray_enabled),
+        layers=tuple(config.layers or ()), python_version=config.lambda_python_version,
+        api_gateway_stage=config.api_gateway_stage,
+        log_retention_in_days=config.log_retention_in_days)
+
+
+def record_layer(stage: str, arn: str, path: Path = CONFIG_PATH) -> None:
+    """Make ``arn`` the stage's only layer (``stages.<stage>.layers``) in the config file.
+
+    Raises:
+        ValueError: ``arn`` is not a Lambda layer version ARN.
+        KeyError: the config has no such stage.
+    """
+    if not _LAYER_ARN_RE.match(arn):
+        raise ValueError(f"not a Lambda layer version ARN: {arn!r}")
+    config = load_config(path)
+    config["stages"][stage]["layers"] = [arn]
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def rest_api_id(stage: str) -> str:
+    """The id of the REST API that ``chalice deploy`` created for ``stage``.
+
+    Raises:
+        ValueError: the stage has not been deployed with ``chalice deploy``.
+    """
+    from chalice.config import Config
+
+    deployed = Config(chalice_stage=stage, config_from_disk=load_config(),
+                      user_provided_params={"project_dir": str(ROOT)}).deployed_resources(stage)
+    try:
+        return str(deployed.resource_values("rest_api")["rest_api_id"])
+    except (KeyError, ValueError):
+        raise ValueError(f"no REST API in .chalice/deployed/{stage}.json: "
+                         f"run `chalice deploy --stage {stage}` first") from None
+
+
+def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
+    """The config without ``log_retention_in_days``, which Chalice 1.34 cannot write as
+    Terraform (``UnsupportedFeatureError: LogGroup``): Terraform users manage the group."""
+    config = load_config(path)
+    config.pop("log_retention_in_days", None)
+    config["stages"][stage].pop("log_retention_in_days", None)
+    for function in config["stages"][stage].get("lambda_functions", {}).values():
+        function.pop("log_retention_in_days", None)
+    return config
+
+
+_SHOW_KEYS = ("auth", "function-name", "layers", "python-version", "log-retention")
+
+
+def _show(stage: Stage, key: str) -> str:
+    values = {"auth": stage.auth, "function-name": stage.function_name,
+              "layers": " ".join(stage.layers), "python-version": stage.python_version,
+              "log-retention": str(stage.log_retention_in_days or "")}
+    return values[key]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``record-layer``, ``show`` or ``rest-api-id``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    record = commands.add_parser("record-layer", help="set the stage's layers to one ARN")
+    record.add_argument("--arn", required=True)
+    show = commands.add_parser("show", help="print one resolved value of the stage")
+    show.add_argument("--key", required=True, choices=_SHOW_KEYS)
+    api_id = commands.add_parser("rest-api-id", help="the REST API id `chalice deploy` recorded")
+    terraform = commands.add_parser("terraform-config",
+                                    help="print the config for `chalice package --pkg-format "
+                                         "terraform`")
+    for command in (record, show, api_id, terraform):
+        command.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "record-layer":
+            record_layer(args.stage, args.arn.strip())
+            print(f"{CONFIG_PATH.relative_to(ROOT)}: stages.{args.stage}.layers = "
+                  f"[{args.arn.strip()}]")
+        elif args.command == "show":
+            print(_show(load_stage(args.stage), args.key))
+        elif args.command == "terraform-config":
+            print(json.dumps(terraform_config(args.stage), indent=2))
+        else:
+            print(rest_api_id(args.stage))
+    except ValueError as error:
+        parser.exit(1, f"error: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

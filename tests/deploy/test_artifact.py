@@ -1,0 +1,218 @@
+"""The packaged function runs as Lambda would run it: only its zip, the layer and boto3.
+
+The function zip and the layer zip that ``make package STAGE=prod`` leaves for upload are
+extracted into a Lambda-like tree (``var/task``, ``opt/python``, ``var/runtime``); a bare
+interpreter (``python -I -S -B``, see ``lambda_runtime.py``) imports ``app`` from there with
+the function's environment variables as the SAM template sets them, and replays the API
+Gateway events in ``tests/events`` against the emulator standing in for SageMaker.
+"""
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from emulator.process import free_port, start_emulator
+from tests.deploy.conftest import ROOT, Package, load_event
+
+pytestmark = pytest.mark.deploy
+
+HERE = Path(__file__).resolve().parent
+RUNNER = HERE / "lambda_runtime.py"
+EMULATOR_CONFIG = ROOT / "tests" / "integration" / "emulator-config.json"
+CATS = {281, 282, 283, 284, 285, 287}  # tabby, tiger cat, Persian, Siamese, Egyptian cat, lynx
+EVENTS = ("predict-json", "predict-binary", "predict-bad-json", "predict-unsupported-type",
+          "resize-binary", "health")
+# What the Lambda python3.11 runtime puts on sys.path after the function and its layers.
+RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+                     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                     "AWS_SESSION_TOKEN": "IQoJb3JpZ2luX2VjEXAMPLETOKEN"}
+
+
+@dataclass(frozen=True)
+class LambdaTree:
+    task: Path
+    layer: Path
+    runtime: Path
+
+
+@dataclass(frozen=True)
+class Run:
+    answers: dict[str, dict[str, Any]]
+    report: dict[str, Any]
+    logs: str
+
+
+def _extract(archive: Path, target: Path) -> None:
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(target)
+
+
+def _expose_runtime_packages(target: Path) -> None:
+    """Link boto3 and what it needs, and nothing else, from this environment."""
+    target.mkdir(parents=True)
+    for name in RUNTIME_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        origin = Path(spec.origin)
+        source = origin.parent if origin.name == "__init__.py" else origin
+        (target / source.name).symlink_to(source, target_is_directory=source.is_dir())
+
+
+@pytest.fixture(scope="module")
+def prod(package: Callable[[str], Package]) -> Package:
+    return package("prod")
+
+
+@pytest.fixture(scope="module")
+def tree(prod: Package, tmp_path_factory: pytest.TempPathFactory) -> LambdaTree:
+    root = tmp_path_factory.mktemp("lambda")
+    layout = LambdaTree(root / "var" / "task", root / "opt", root / "var" / "runtime")
+    _extract(prod.function_zip, layout.task)
+    _extract(prod.layer_zip, layout.layer)
+    _expose_runtime_packages(layout.runtime)
+    return layout
+
+
+def function_env(prod: Package, endpoint_url: str) -> dict[str, str]:
+    """The environment Lambda gives the function: the template's variables, the runtime's."""
+    variables = prod.resource("APIHandler")["Properties"]["Environment"]["Variables"]
+    return {**variables, **DUMMY_CREDENTIALS,
+            "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_LAMBDA_FUNCTION_NAME": f"sagegate-{prod.stage}",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769", "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint_url, "LANG": "en_US.UTF-8",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def invoke(tree: LambdaTree, env: Mapping[str, str], names: tuple[str, ...],
+           workdir: Path) -> Run:
+    """Replay stored events through the packaged handler in a bare interpreter."""
+    (workdir / "events.json").write_text(json.dumps([load_event(name) for name in names]))
+    out = workdir / "answers.json"
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", str(RUNNER), str(tree.task), str(tree.layer / "python"),
+         str(tree.runtime), str(workdir / "events.json"), str(out)],
+        env=dict(env), cwd=workdir, capture_output=True, text=True, timeout=120)
+    logs = done.stdout + done.stderr
+    assert done.returncode == 0, logs
+    report = json.loads(out.read_text())
+    return Run(dict(zip(names, report["answers"], strict=True)), report, logs)
+
+
+@pytest.fixture(scope="module")
+def run(prod: Package, tree: LambdaTree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    with start_emulator(EMULATOR_CONFIG) as emulator:
+        yield invoke(tree, function_env(prod, emulator.url), EVENTS,
+                     tmp_path_factory.mktemp("invoke"))
+
+
+def body_of(answer: dict[str, Any]) -> dict[str, Any]:
+    # Chalice leaves out Content-Type for JSON bodies; API Gateway then sends application/json
+    assert answer["headers"].get("Content-Type", "application/json") == "application/json"
+    assert not answer.get("isBase64Encoded")
+    return json.loads(answer["body"])  # type: ignore[no-any-return]
+
+
+def test_the_handler_imports_only_from_the_zips_and_the_runtime(run: Run, tree: LambdaTree) -> None:
+    modules = run.report["modules"]
+    for name in ("app", "chalice", "chalicelib"):
+        assert modules[name].startswith(str(tree.task)), (name, modules[name])
+    for name in ("numpy", "cv2"):
+        assert modules[name].startswith(str(tree.layer / "python")), (name, modules[name])
+    for name in ("boto3", "botocore"):
+        assert modules[name].startswith(str(tree.runtime)), (name, modules[name])
+    assert run.report["dev_packages"] == {"onnxruntime": False, "skimage": False,
+                                          "pytest": False, "PIL": False}
+    assert not run.report["site_loaded"]
+    assert not any("site-packages" in entry for entry in run.report["sys_path"])
+
+
+def test_the_function_zip_holds_no_heavy_or_runtime_packages(prod: Package) -> None:
+    with zipfile.ZipFile(prod.function_zip) as zipped:
+        tops = {name.split("/", 1)[0] for name in zipped.namelist()}
+    assert not tops & {"numpy", "cv2", "boto3", "botocore", "onnxruntime"}, tops
+
+
+def test_the_layer_holds_numpy_and_opencv_and_not_boto3(prod: Package) -> None:
+    with zipfile.ZipFile(prod.layer_zip) as zipped:
+        names = zipped.namelist()
+    tops = {name.split("/", 2)[1] for name in names if name.count("/") >= 2}
+    assert {"numpy", "cv2"} <= tops
+    assert not tops & {"boto3", "botocore", "s3transfer"}
+    assert all(name.startswith("python/") for name in names)
+    assert not any("/tests/" in name for name in names)
+
+
+@pytest.mark.parametrize("name", ["predict-json", "predict-binary"])
+def test_a_cat_is_a_cat(run: Run, name: str) -> None:
+    answer = run.answers[name]
+    assert answer["statusCode"] == 200, answer["body"]
+    predictions = body_of(answer)["predictions"]
+    assert len(predictions) == 3
+    assert predictions[0]["index"] in CATS, predictions
+
+
+@pytest.mark.parametrize("name,status,code", [
+    ("predict-bad-json", 400, "InvalidJSON"),
+    ("predict-unsupported-type", 415, "UnsupportedMediaType"),
+])
+def test_bad_requests_get_their_error_codes(run: Run, name: str, status: int, code: str) -> None:
+    answer = run.answers[name]
+    assert answer["statusCode"] == status
+    body = body_of(answer)
+    assert body["Code"] == code
+    assert body["request_id"] == answer["headers"]["X-Request-Id"]
+
+
+def test_a_binary_answer_is_base64_for_api_gateway(run: Run) -> None:
+    answer = run.answers["resize-binary"]
+    assert answer["statusCode"] == 200
+    assert answer["isBase64Encoded"] is True
+    assert answer["headers"]["Content-Type"] == "image/png"
+    image = cv2.imdecode(np.frombuffer(base64.b64decode(answer["body"]), np.uint8),
+                         cv2.IMREAD_UNCHANGED)
+    assert image.shape[:2] == (48, 64)
+
+
+def test_health_answers_without_calling_the_endpoint(run: Run) -> None:
+    answer = run.answers["health"]
+    assert answer["statusCode"] == 200
+    assert body_of(answer)["status"] == "ok"
+
+
+def test_no_answer_or_log_line_holds_the_api_key_credentials_or_image(run: Run) -> None:
+    api_key = load_event("predict-json")["headers"]["x-api-key"]
+    image_b64 = load_event("predict-binary")["body"]
+    answers = json.dumps(run.answers)
+    for secret in (api_key, *DUMMY_CREDENTIALS.values()):
+        assert secret not in answers
+        assert secret not in run.logs
+    for fragment in (image_b64[:64], image_b64[len(image_b64) // 2:][:64]):
+        assert fragment not in run.logs
+    assert "Traceback" not in answers and "Traceback" not in run.logs
+
+
+def test_an_unreachable_endpoint_is_503_without_its_address(
+        prod: Package, tree: LambdaTree, tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    gone = invoke(tree, function_env(prod, f"http://127.0.0.1:{port}"), ("predict-json",),
+                  tmp_path)
+    answer = gone.answers["predict-json"]
+    assert answer["statusCode"] == 503
+    assert body_of(answer)["Code"] == "EndpointUnavailable"
+    for leak in ("127.0.0.1", str(port), "Traceback", "botocore", "Errno"):
+        assert leak not in answer["body"], leak

@@ -1,0 +1,84 @@
+"""Small, complete, upright JPEGs go to the endpoint untouched; everything else is resized."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import app as app_module
+from chalicelib.pipeline import Predictor
+from chalicelib.predictions import load_labels
+from tests import imagefactory
+from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
+
+CAT = probabilities({285: 0.83})
+
+
+@pytest.fixture
+def sent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Passthrough on (the default); yields what the endpoint received."""
+    settings = make_settings(passthrough=True)
+    predictor = app_module.get_predictor()
+    monkeypatch.setattr(app_module, "_SETTINGS", settings)
+    monkeypatch.setattr(app_module, "_PREDICTOR", Predictor(
+        settings, predictor._endpoint, load_labels(settings.labels)))
+    seen: dict[str, Any] = {}
+    harness.stubber.client.meta.events.register_first(
+        "before-parameter-build.sagemaker-runtime.InvokeEndpoint",
+        lambda params, **_: seen.update(params))
+    yield seen
+
+
+def test_a_small_jpeg_is_sent_as_uploaded(harness: Harness, sent: dict[str, Any]) -> None:
+    image = imagefactory.jpeg(640, 480)
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
+    response = harness.post("/predict", image, "image/jpeg")
+    assert response.status_code == 200
+    assert sent["Body"] == image and sent["ContentType"] == "application/x-image"
+
+
+@pytest.mark.parametrize("image", [
+    imagefactory.jpeg(1920, 1080),  # a reduced-scale decode makes resizing cheaper
+    imagefactory.png(imagefactory.gradient(320, 240)),  # only JPEG passes through
+    imagefactory.jpeg_with_orientation(imagefactory.gradient(320, 240), 6),  # EXIF-rotated
+    imagefactory.jpeg(320, 240) + b"trailing",  # no EOI at the end
+], ids=["1080p", "png", "exif-rotated", "no-eoi"])
+def test_other_images_are_resized_and_re_encoded(
+        harness: Harness, sent: dict[str, Any], image: bytes) -> None:
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
+    response = harness.post("/predict", image, "image/jpeg")
+    assert response.status_code == 200, response.body
+    assert sent["Body"] != image and sent["Body"].startswith(b"\x89PNG")
+
+
+def test_the_model_refusing_a_forwarded_upload_is_the_clients_400(
+        harness: Harness, sent: dict[str, Any]) -> None:
+    harness.stubber.add_client_error(
+        "invoke_endpoint", service_error_code="ModelError", http_status_code=424,
+        service_message="Received client error (400)",
+        modeled_fields={"OriginalStatusCode": 400, "OriginalMessage": "cannot decode"})
+    response = harness.post("/predict", imagefactory.corrupt_jpeg(), "image/jpeg")
+    assert response.status_code == 400, response.body
+    assert response.json_body["Code"] == "InvalidImage"
+
+
+def test_a_model_failure_on_a_forwarded_upload_stays_a_502(
+        harness: Harness, sent: dict[str, Any]) -> None:
+    harness.stubber.add_client_error(
+        "invoke_endpoint", service_error_code="ModelError", http_status_code=424,
+        service_message="Received server error (500)",
+        modeled_fields={"OriginalStatusCode": 500, "OriginalMessage": "out of memory"})
+    response = harness.post("/predict", imagefactory.jpeg(), "image/jpeg")
+    assert response.status_code == 502 and response.json_body["Code"] == "ModelError"
+
+
+def test_passthrough_off_resizes_everything(harness: Harness) -> None:
+    seen: dict[str, Any] = {}
+    harness.stubber.client.meta.events.register_first(
+        "before-parameter-build.sagemaker-runtime.InvokeEndpoint",
+        lambda params, **_: seen.update(params))
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
+    image = imagefactory.jpeg(640, 480)
+    assert harness.post("/predict", image, "image/jpeg").status_code == 200
+    assert seen["Body"].startswith(b"\x89PNG")

@@ -1,0 +1,121 @@
+"""Data capture and logs end to end: chalice local with CAPTURE_MODE=both at 100%, the
+emulator's real model, concurrent clients, and a Model Monitor-style record parser."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from chalicelib.capture import reader
+from tests import imagefactory
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def records_by_inference_id(stack: Stack) -> Counter[str]:
+    return Counter(record.event_metadata.inference_id or ""
+                   for record in reader.read_records(str(stack.captures)))
+
+
+def log_lines(stack: Stack) -> list[dict[str, Any]]:
+    lines = []
+    for raw in stack.api_log.read_text(errors="replace").splitlines():
+        if raw.startswith("{"):
+            document = json.loads(raw)
+            if document.get("message") == "request":
+                lines.append(document)
+    return lines
+
+
+def wait_for_log(stack: Stack, request_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The log lines of these requests (chalice local writes them just after answering)."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = {line["request_id"]: line for line in log_lines(stack)
+                 if line.get("request_id") in request_ids}
+        if len(found) == len(request_ids) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def test_exactly_one_record_per_successful_inference_under_load(
+        stack: Stack, photos: dict[str, bytes]) -> None:
+    """Bounded load (120 requests, 8 clients), a quarter of them bad: every 2xx has exactly
+    one record, no error has any, and every record parses as Model Monitor reads it."""
+    bad = b"\xff\xd8\xff\xe0 not really a jpeg"
+    bodies = [photos["chelsea"], photos["coffee"], imagefactory.jpeg(320, 240), bad] * 30
+
+    def one(i: int) -> tuple[int, str]:
+        response = stack.post("/predict", bodies[i], "image/jpeg",
+                              **{"X-Request-Id": f"load-{i}"})
+        return response.status, response.headers["X-Request-Id"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, range(len(bodies))))
+    ok = {rid for status, rid in results if status == 200}
+    failed = {rid for status, rid in results if status != 200}
+    assert len(ok) == 90 and len(failed) == 30
+    assert all(status == 400 for status, _ in results if _ in failed)
+
+    counts = records_by_inference_id(stack)
+    assert {rid: counts[rid] for rid in ok} == dict.fromkeys(ok, 1)
+    assert not any(counts[rid] for rid in failed)
+
+
+def test_a_record_holds_what_the_model_received_and_answered(
+        stack: Stack, photos: dict[str, bytes]) -> None:
+    response = stack.post("/predict?k=1", photos["chelsea-12mp"], "image/jpeg",
+                          **{"X-Request-Id": "capture-one", "X-Custom-Attributes": "session=42"})
+    assert response.status == 200
+    (record,) = [r for r in reader.read_records(str(stack.captures))
+                 if r.event_metadata.inference_id == "capture-one"]
+    assert record.event_metadata.custom_attributes == ["session=42"]
+    assert record.endpoint_input is not None and record.endpoint_output is not None
+    assert record.endpoint_input.encoding == "BASE64"
+    sent = cv2.imdecode(np.frombuffer(record.endpoint_input.decoded(), np.uint8),
+                        cv2.IMREAD_COLOR)
+    assert min(sent.shape[:2]) == 256  # the resized image, not the upload
+    probabilities = json.loads(record.endpoint_output.data)
+    top = json.loads(response.data)["predictions"][0]
+    assert int(np.argmax(probabilities)) == top["index"]
+    assert probabilities[top["index"]] == pytest.approx(top["probability"])
+    variant = json.loads(response.data)["variant"]
+    assert list(stack.captures.glob(f"efficientnet-lite0/{variant}/*/*/*/*/*.jsonl"))
+    row = reader.flatten(record, 1, None)
+    assert row["top1_index"] == top["index"] and "prediction999" in row
+
+
+def test_a_small_jpeg_is_captured_as_it_was_uploaded(
+        stack: Stack, photos: dict[str, bytes]) -> None:
+    response = stack.post("/predict", photos["chelsea"], "image/jpeg",
+                          **{"X-Request-Id": "capture-passthrough"})
+    assert response.status == 200
+    (record,) = [r for r in reader.read_records(str(stack.captures))
+                 if r.event_metadata.inference_id == "capture-passthrough"]
+    assert record.endpoint_input is not None
+    assert record.endpoint_input.decoded() == photos["chelsea"]
+
+
+def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, bytes]) -> None:
+    image = photos["coffee"]
+    encoded = base64.b64encode(image).decode()
+    good = stack.post("/predict", json.dumps({"image": encoded}).encode(),
+                      **{"X-Request-Id": "log-ok", "x-api-key": "s3cr3t-api-key-value"})
+    bad = stack.post("/predict", b"{}", **{"X-Request-Id": "log-bad"})
+    assert (good.status, bad.status) == (200, 400)
+    lines = wait_for_log(stack, {"log-ok", "log-bad"})
+    ok, failed = lines["log-ok"], lines["log-bad"]
+    assert (ok["status"], ok["route"], ok["endpoint"]) == (200, "/predict", "efficientnet-lite0")
+    assert ok["image_in"]["bytes"] == len(image) and ok["capture"] == "written"
+    assert {"parse", "preprocess", "endpoint", "postprocess", "capture"} <= set(ok["stages_ms"])
+    assert (failed["status"], failed["error_code"]) == (400, "MissingImage")
+    text = stack.api_log.read_text(errors="replace")
+    assert "s3cr3t-api-key-value" not in text and encoded[:64] not in text

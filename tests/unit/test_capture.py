@@ -1,0 +1,257 @@
+"""Data capture: Model Monitor records, the directory sink, sampling, and reading back."""
+from __future__ import annotations
+
+import base64
+import csv
+import datetime
+import io
+import json
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chalicelib.capture import Capturer, Exchange, Outcome, build_record, reader
+from chalicelib.capture.records import CaptureRecord
+from chalicelib.capture.sinks import CaptureSinkError, DirectorySink, FirehoseSink, S3Sink
+
+WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, 123456, tzinfo=datetime.UTC)
+
+
+def exchange(**overrides: Any) -> Exchange:
+    probabilities = np.full(1000, 0.0005)
+    probabilities[285], probabilities[281] = 0.4, 0.1005
+    values: dict[str, Any] = dict(
+        endpoint="efficientnet-lite0", variant="AllTraffic", inference_id="req-1",
+        sent=b"\x89PNG\r\n\x1a\n-resized-", sent_content_type="application/x-image",
+        received=json.dumps(probabilities.tolist()).encode(),
+        received_content_type="application/json", custom_attributes="trace=abc",
+        original=b"\xff\xd8\xff-original-", original_content_type="image/jpeg")
+    values.update(overrides)
+    return Exchange(**values)
+
+
+def test_both_mode_record_is_model_monitor_shaped() -> None:
+    record = build_record(exchange(), "both", now=WHEN, event_id="e-1")
+    raw = json.loads(record.line)
+    assert record.line.endswith(b"\n") and record.line.count(b"\n") == 1
+    assert raw["eventVersion"] == "0"
+    assert raw["eventMetadata"] == {"eventId": "e-1", "inferenceTime": "2026-11-23T09:05:07Z",
+                                    "inferenceId": "req-1", "customAttributes": ["trace=abc"]}
+    sent = raw["captureData"]["endpointInput"]
+    assert sent == {"observedContentType": "application/x-image", "mode": "INPUT",
+                    "encoding": "BASE64",
+                    "data": base64.b64encode(b"\x89PNG\r\n\x1a\n-resized-").decode()}
+    received = raw["captureData"]["endpointOutput"]
+    assert (received["mode"], received["encoding"]) == ("OUTPUT", "JSON")
+    assert json.loads(received["data"])[285] == 0.4
+    assert "originalInput" not in raw
+
+
+@pytest.mark.parametrize("mode,keys", [("input", {"endpointInput"}),
+                                       ("output", {"endpointOutput"}),
+                                       ("both", {"endpointInput", "endpointOutput"})])
+def test_mode_picks_the_sides(mode: str, keys: set[str]) -> None:
+    raw = json.loads(build_record(exchange(), mode).line)
+    assert set(raw["captureData"]) == keys
+
+
+def test_off_is_not_a_record_mode() -> None:
+    with pytest.raises(ValueError, match="capture mode"):
+        build_record(exchange(), "off")
+
+
+def test_original_upload_is_an_extra_top_level_field() -> None:
+    raw = json.loads(build_record(exchange(), "both", include_original=True).line)
+    assert raw["originalInput"]["data"] == base64.b64encode(b"\xff\xd8\xff-original-").decode()
+    assert raw["originalInput"]["observedContentType"] == "image/jpeg"
+
+
+def test_no_custom_attributes_key_when_none_were_sent() -> None:
+    raw = json.loads(build_record(exchange(custom_attributes=None), "both").line)
+    assert "customAttributes" not in raw["eventMetadata"]
+
+
+def test_a_non_utf8_json_body_falls_back_to_base64() -> None:
+    raw = json.loads(build_record(exchange(received=b"\xff\xfe"), "output").line)
+    assert raw["captureData"]["endpointOutput"]["encoding"] == "BASE64"
+
+
+def test_partition_and_file_name_follow_model_monitor_layout() -> None:
+    record = build_record(exchange(variant="Canary"), "both", now=WHEN, event_id="e-9")
+    assert record.partition() == "efficientnet-lite0/Canary/2026/11/23/09"
+    assert record.file_stem() == "05-07-123-e-9"
+    assert S3Sink(None, "bucket", "/capture/").key(record) == \
+        "capture/efficientnet-lite0/Canary/2026/11/23/09/05-07-123-e-9.jsonl"
+
+
+def test_directory_sink_writes_one_line_per_record_under_the_layout(tmp_path: Path) -> None:
+    sink = DirectorySink(tmp_path)
+    records = [build_record(exchange(inference_id=f"r{i}"), "both", now=WHEN) for i in range(3)]
+    sink.write(records)
+    files = list(tmp_path.rglob("*.jsonl"))
+    assert len(files) == 1
+    assert files[0].parent == tmp_path / "efficientnet-lite0/AllTraffic/2026/11/23/09"
+    ids = [json.loads(line)["eventMetadata"]["inferenceId"] for line in files[0].open()]
+    assert ids == ["r0", "r1", "r2"]
+
+
+def test_directory_sink_never_loses_or_tears_a_record_under_threads(tmp_path: Path) -> None:
+    sink = DirectorySink(tmp_path)
+    capturer = Capturer("both", sink)
+    start = threading.Barrier(8)
+
+    def one(i: int) -> str:
+        if i < 8:
+            start.wait(timeout=5)
+        return capturer.capture(exchange(inference_id=f"r{i}",
+                                         variant="A" if i % 2 else "B"))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outcomes = list(pool.map(one, range(200)))
+    assert outcomes == [Outcome.WRITTEN] * 200
+    lines = [line for path in tmp_path.rglob("*.jsonl") for line in path.open()]
+    ids = sorted(json.loads(line)["eventMetadata"]["inferenceId"] for line in lines)
+    assert ids == sorted(f"r{i}" for i in range(200))
+
+
+class FailingSink:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        self.calls += 1
+        raise OSError("disk full")
+
+
+def test_a_sink_failure_is_an_outcome_not_an_exception() -> None:
+    sink = FailingSink()
+    assert Capturer("both", sink).capture(exchange()) == Outcome.FAILED
+    assert sink.calls == 1
+
+
+def test_sampling_uses_the_percentage() -> None:
+    draws = iter([0.05, 0.5, 0.249, 0.25, 0.99])
+    written: list[CaptureRecord] = []
+
+    class Collect:
+        def write(self, records: Sequence[CaptureRecord]) -> None:
+            written.extend(records)
+
+    capturer = Capturer("both", Collect(), sampling_percentage=25, rng=lambda: next(draws))
+    outcomes = [capturer.capture(exchange()) for _ in range(5)]
+    assert outcomes == [Outcome.WRITTEN, Outcome.SAMPLED_OUT, Outcome.WRITTEN,
+                        Outcome.SAMPLED_OUT, Outcome.SAMPLED_OUT]
+    assert len(written) == 2
+
+
+def test_off_captures_nothing() -> None:
+    assert Capturer("off", None).capture(exchange()) == Outcome.OFF
+    with pytest.raises(ValueError):
+        Capturer("both", None)
+
+
+class FakeFirehose:
+    def __init__(self, refuse_first: int) -> None:
+        self.refuse = refuse_first
+        self.delivered: list[bytes] = []
+        self.calls = 0
+
+    def put_record_batch(self, DeliveryStreamName: str, Records: list[dict[str, bytes]]
+                         ) -> dict[str, Any]:
+        self.calls += 1
+        results = []
+        for record in Records:
+            if self.refuse > 0:
+                self.refuse -= 1
+                results.append({"ErrorCode": "ServiceUnavailableException"})
+            else:
+                self.delivered.append(record["Data"])
+                results.append({"RecordId": "x"})
+        failed = sum("ErrorCode" in r for r in results)
+        return {"FailedPutCount": failed, "RequestResponses": results}
+
+
+def test_firehose_sink_resends_only_refused_records() -> None:
+    client = FakeFirehose(refuse_first=2)
+    records = [build_record(exchange(inference_id=f"r{i}"), "both") for i in range(5)]
+    FirehoseSink(client, "capture").write(records)
+    assert client.calls == 2
+    assert sorted(client.delivered) == sorted(r.line for r in records)
+
+
+def test_firehose_sink_gives_up_after_its_attempts() -> None:
+    client = FakeFirehose(refuse_first=100)
+    with pytest.raises(CaptureSinkError, match="refused 1"):
+        FirehoseSink(client, "capture", attempts=3).write([build_record(exchange(), "both")])
+    assert client.calls == 3
+
+
+# Reading back ------------------------------------------------------------------------------
+
+
+def write_captures(root: Path, count: int = 3) -> None:
+    DirectorySink(root).write([build_record(exchange(inference_id=f"r{i}"), "both", now=WHEN)
+                               for i in range(count)])
+
+
+def test_flatten_gives_metadata_top_k_and_every_probability(tmp_path: Path) -> None:
+    write_captures(tmp_path, 1)
+    (record,) = reader.read_records(str(tmp_path))
+    row = reader.flatten(record, 2, ["c"] * 285 + ["Egyptian cat"] + ["c"] * 714)
+    assert row["inferenceId"] == "r0" and row["inferenceTime"] == "2026-11-23T09:05:07Z"
+    assert (row["top1_index"], row["top1_label"], row["top1_probability"]) == \
+        (285, "Egyptian cat", 0.4)
+    assert row["top2_index"] == 281 and "top3_index" not in row
+    assert row["prediction285"] == 0.4 and row["prediction999"] == 0.0005
+    assert row["inputBytes"] == len(b"\x89PNG\r\n\x1a\n-resized-")
+
+
+PREPROCESSOR = '''
+import json
+
+def preprocess_handler(inference_record):
+    output = json.loads(inference_record.endpoint_output.data)
+    if inference_record.event_metadata.inference_id == "r1":
+        return []
+    assert inference_record.endpoint_input.encoding == "BASE64"
+    assert inference_record.endpoint_input.observedContentType == "application/x-image"
+    return {str(i).zfill(4): v for i, v in enumerate(output[:3])}
+
+def postprocess_handler():
+    print("postprocess ran")
+'''
+
+
+def test_cli_applies_a_model_monitor_preprocess_handler_unchanged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_captures(tmp_path / "captures")
+    handler = tmp_path / "preprocessor.py"
+    handler.write_text(PREPROCESSOR)
+    out = tmp_path / "rows.csv"
+    assert reader.main([str(tmp_path / "captures"), "--format", "csv", "-o", str(out),
+                        "--preprocess-handler", str(handler)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2  # r1 dropped by the handler
+    assert list(rows[0]) == ["0000", "0001", "0002"] and rows[0]["0000"] == "0.0005"
+    captured = capsys.readouterr()
+    assert "postprocess ran" in captured.out and "2 record(s)" in captured.err
+
+
+def test_cli_jsonl_default_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_captures(tmp_path)
+    assert reader.main([str(tmp_path), "--top-k", "1"]) == 0
+    rows = [json.loads(line) for line in io.StringIO(capsys.readouterr().out)]
+    assert [r["inferenceId"] for r in rows] == ["r0", "r1", "r2"]
+    assert all(r["top1_label"] == "Egyptian cat" for r in rows)
+
+
+def test_cli_reports_a_line_that_is_not_a_record(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.jsonl").write_text('{"captureData": {}}\n')
+    assert reader.main([str(tmp_path)]) == 2
+    assert "bad.jsonl:1: not a capture record" in capsys.readouterr().err
