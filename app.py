@@ -68,7 +68,7 @@ _HEADER_OPTIONS = {"x-target-variant": "variant", "x-custom-attributes": "custom
 _SETTINGS: Settings | None = None
 _PREDICTOR: Predictor | None = None
 _CAPTURER: Capturer | None = None
-_PREDICTOR_LOCK = threading.Lock()
+_BUILD_LOCK = threading.Lock()  # one container-wide object is built at a time
 # Chalice keeps the request on the app object, shared by every thread. Lambda serves one
 # request per container, but `chalice local` is threaded: two concurrent requests would read
 # each other's bodies. The middleware pins each thread's own request here instead.
@@ -86,7 +86,7 @@ def get_settings() -> Settings:
 def get_predictor() -> Predictor:
     """The prediction pipeline with its boto3 client, built once per container."""
     global _PREDICTOR
-    with _PREDICTOR_LOCK:
+    with _BUILD_LOCK:
         if _PREDICTOR is None:
             from chalicelib.endpoint import EndpointClient, make_client, policy_from
             from chalicelib.predictions import load_labels
@@ -100,7 +100,7 @@ def get_predictor() -> Predictor:
 def get_capturer() -> Capturer:
     """Data capture as configured (``CAPTURE_*``), built once per container."""
     global _CAPTURER
-    with _PREDICTOR_LOCK:
+    with _BUILD_LOCK:
         if _CAPTURER is None:
             s = get_settings()
             _CAPTURER = Capturer.from_settings(s.capture_mode, s.capture_destination,
@@ -230,8 +230,6 @@ def predict() -> Response:
 
 def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None) -> str:
     capturer = get_capturer()
-    if capturer.mode == "off":
-        return "off"
     return capturer.capture(Exchange(
         endpoint=result.endpoint, variant=result.variant or "AllTraffic",
         inference_id=request_id(), sent=result.sent, sent_content_type=result.sent_content_type,

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from emulator import READY_PREFIX
 
@@ -114,16 +114,10 @@ class EmulatorProcess:
         Returns:
             The exit code (0 after a clean shutdown; negative for a signal).
         """
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        returncode = terminate(self.process, timeout)
         for reader in self._readers:
             reader.close(timeout=2.0)
-        return self.process.returncode
+        return returncode
 
     def __enter__(self) -> EmulatorProcess:
         return self
@@ -135,6 +129,19 @@ class EmulatorProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def terminate(process: subprocess.Popen[Any], timeout: float) -> int:
+    """SIGTERM a child this process started (by its PID), then SIGKILL if it has not exited
+    within ``timeout`` seconds; returns its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def _command(config: Path, host: str, port: int, python: str, extra: Sequence[str]) -> list[str]:

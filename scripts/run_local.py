@@ -18,6 +18,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from emulator.process import terminate
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 DUMMY_AWS_ENV = {
@@ -46,14 +48,7 @@ class ApiProcess:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM the child (by its PID), then SIGKILL if it does not exit in time."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process, timeout)
 
 
 def api_env(endpoint_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

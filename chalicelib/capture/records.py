@@ -25,7 +25,9 @@ import json
 import uuid
 from typing import Any
 
-MODES = ("off", "input", "output", "both")
+from chalicelib.config import CAPTURE_MODES
+
+MODES = CAPTURE_MODES
 EVENT_VERSION = "0"
 _TEXT_ENCODINGS = {"application/json": "JSON", "application/jsonlines": "JSON", "text/csv": "CSV"}
 
