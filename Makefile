@@ -1,5 +1,8 @@
 # sagegate: `make run` serves the API locally against the emulator; `make test` runs every check.
-PYTHON ?= python3
+# The project's Python is the one .python-version names (pyenv and uv read the same file):
+# the interpreter decides the Lambda runtime Chalice targets (python3.13, Amazon Linux 2023).
+PYTHON_VERSION := $(shell cat .python-version)
+PYTHON ?= $(or $(shell command -v python$(PYTHON_VERSION) 2>/dev/null),python$(PYTHON_VERSION))
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -15,9 +18,15 @@ help:
 	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
 	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
 
-$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-version
+	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(PYTHON_VERSION)")' \
+	  2>/dev/null || { echo "sagegate needs Python $(PYTHON_VERSION) (.python-version), and" \
+	  "'$(PYTHON)' is not it: install Python $(PYTHON_VERSION) (pyenv install $(PYTHON_VERSION))" \
+	  "or run make PYTHON=/path/to/python$(PYTHON_VERSION)" >&2; exit 1; }
+	@# a virtualenv left by another Python (an older checkout) is rebuilt, not reused
+	@test ! -x $(PY) || $(PY) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PYTHON_VERSION)")' \
+	  || { echo "$(VENV) is not Python $(PYTHON_VERSION): recreating it" >&2; rm -rf $(VENV); }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 

@@ -12,6 +12,7 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
+from chalicelib import lifecycle
 from chalicelib import requests as body_parsing
 from chalicelib.access import AUTH_API_KEY, AUTH_COGNITO, AUTH_IAM, Access
 from chalicelib.capture import Capturer, Exchange
@@ -107,6 +108,25 @@ def get_capturer() -> Capturer:
                                                s.capture_sampling_percentage,
                                                s.capture_original)
         return _CAPTURER
+
+
+def warm_up() -> None:
+    """Build every container-wide object and run the image path once, endpoint aside.
+
+    Called at import on Lambda (the init phase; with SnapStart, the snapshot holds the
+    result), so no request pays for it.
+    """
+    get_predictor().warm_up()
+    get_capturer()
+
+
+def _connection_holders() -> list[lifecycle.Closable]:
+    """The built objects that pool connections (closed around a SnapStart snapshot)."""
+    return [holder for holder in (_PREDICTOR, _CAPTURER) if holder is not None]
+
+
+SNAPSTART_HOOKS = lifecycle.Hooks(_connection_holders)
+lifecycle.register(SNAPSTART_HOOKS)
 
 
 def current_request() -> Request:
@@ -267,3 +287,9 @@ def health() -> Response:
         "resize": {"mode": settings.resize_mode, "shorter_side": settings.resize_shorter_side},
         "labels": len(labels) if labels is not None else 0,
     })
+
+
+if lifecycle.on_lambda():
+    _init_ms = lifecycle.timed(warm_up)
+    logger.info("initialised", extra={"init_type": lifecycle.init_type(),
+                                      "warm_up_ms": round(_init_ms, 1)})

@@ -21,10 +21,9 @@ REGION ?= $(or $(AWS_REGION),$(AWS_DEFAULT_REGION),$(shell $(AWS) configure get 
 ACCOUNT ?= $(shell $(AWS) sts get-caller-identity --query Account --output text 2>/dev/null)
 # `chalice package` insists on a region name; the template itself uses ${AWS::Region}.
 PACKAGE_REGION := us-east-1
-# Chalice's python3.11 runtime is Amazon Linux 2 (glibc 2.26): manylinux wheels up to 2_26.
-LAYER_PYTHON := 3.11
-LAYER_PLATFORMS := manylinux2014_x86_64 \
-	$(foreach minor,17 18 19 20 21 22 23 24 25 26,manylinux_2_$(minor)_x86_64)
+# The layer targets the runtime Chalice picks from the venv's Python (python3.13: Amazon Linux
+# 2023); scripts/lambda_runtime.py computes the manylinux tags its glibc loads.
+LAYER_PYTHON := $(PYTHON_VERSION)
 # A failed `chalice package`/`deploy` can leave a cached zip without its dependencies.
 CHALICE_FAILED = { rm -rf .chalice/deployments; \
 	echo "chalice failed: removed the stale .chalice/deployments cache" >&2; exit 1; }
@@ -38,12 +37,13 @@ check-stage:
 # --- the layer: numpy + OpenCV built for Lambda ------------------------------------------
 layer-zip: $(LAYER_ZIP)
 
-$(LAYER_ZIP): requirements-layer.txt scripts/zipdir.py deploy.mk | $(STAMP)
+$(LAYER_ZIP): requirements-layer.txt scripts/zipdir.py scripts/lambda_runtime.py deploy.mk \
+		.python-version | $(STAMP)
 	@test "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = $(LAYER_PYTHON) \
 	  || { echo "the layer's .pyc files need Python $(LAYER_PYTHON) in $(VENV)" >&2; exit 1; }
 	rm -rf $(LAYER_DIR) && mkdir -p $(LAYER_DIR)
 	$(PY) -m pip install --quiet --no-compile --only-binary=:all: --implementation cp \
-	  --python-version $(LAYER_PYTHON) $(addprefix --platform ,$(LAYER_PLATFORMS)) \
+	  --python-version $(LAYER_PYTHON) $$($(PY) -m scripts.lambda_runtime platforms) \
 	  --target $(LAYER_DIR)/python -r requirements-layer.txt
 	@# test suites and console scripts are never used at run time; RECORD files hash the
 	@# scripts' interpreter path, which would make the zip differ from checkout to checkout
@@ -98,6 +98,7 @@ else
 	PYTHONDONTWRITEBYTECODE=1 AWS_DEFAULT_REGION=$(PACKAGE_REGION) $(CHALICE) package \
 	  --stage $(STAGE) --merge-template $(BUILD)/merge-$(STAGE).json $(PKG_DIR) \
 	  || $(CHALICE_FAILED)
+	$(PY) -m scripts.sam_template snapstart --stage $(STAGE) --template $(PKG_DIR)/sam.json
 	cp $(LAYER_ZIP) $(PKG_DIR)/layer.zip
 	$(PY) -m scripts.artifact_sizes $(PKG_DIR)/deployment.zip $(PKG_DIR)/layer.zip
 endif
@@ -116,8 +117,12 @@ deploy-check: $(IAC_STAMP) $(LAYER_ZIP)
 	  $(PY) -m scripts.sam_template usage-plan --stage $$stage > $(BUILD)/usage-plan-$$stage.json \
 	    || exit 1; \
 	done
+	@for stage in $(DEPLOY_STAGES); do \
+	  $(IAC_VENV)/bin/python scripts/sam_translate.py $(BUILD)/package-$$stage/sam.json \
+	    $(BUILD)/package-$$stage/transformed.json || exit 1; \
+	done
 	$(IAC_VENV)/bin/cfn-lint $(foreach s,$(DEPLOY_STAGES),$(BUILD)/package-$(s)/sam.json \
-	  $(BUILD)/usage-plan-$(s).json)
+	  $(BUILD)/package-$(s)/transformed.json $(BUILD)/usage-plan-$(s).json)
 	@# --skip-download: offline, no Prisma Cloud calls (so no severities: every finding counts)
 	$(IAC_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation \
 	  $(foreach s,$(DEPLOY_STAGES),-f $(BUILD)/package-$(s)/sam.json -f $(BUILD)/usage-plan-$(s).json)

@@ -125,6 +125,10 @@ class EndpointClient:
         self._policy = policy or RetryPolicy()
         self._sleep, self._clock, self._rng = sleep, clock, rng
 
+    def close(self) -> None:
+        """Drop the client's pooled connections (they reopen on the next call)."""
+        self._client.close()
+
     def invoke(self, invocation: Invocation) -> InvokeResult:
         """Invoke the endpoint, retrying what is retryable while the budget allows.
 

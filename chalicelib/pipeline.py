@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from chalicelib import imaging, predictions, requests
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
@@ -124,6 +126,19 @@ class Predictor:
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = settings.passthrough and settings.endpoint_content_type in (
             "application/x-image", "image/jpeg")
+
+    def close(self) -> None:
+        """Drop the endpoint client's pooled connections (see :mod:`chalicelib.lifecycle`)."""
+        self._endpoint.close()
+
+    def warm_up(self) -> None:
+        """Preprocess a generated 800x600 JPEG once, endpoint aside, so OpenCV's lazy set-up
+        (codec tables, its thread pool) happens during init, not in the first request."""
+        ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
+        image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
+        upload = imaging.encode(image, "jpeg", 90)
+        resized, _ = imaging.prepare(upload, self._plan, self._settings.max_image_pixels)
+        self._encode(resized)
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
                 timer: StageTimer | None = None) -> PredictResult:

@@ -19,17 +19,25 @@
   ``api_key_required`` but creates none of these, and without them every request is refused.
 * ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
 
+:func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
+(Chalice cannot express it): SAM publishes a version on every change
+(``AutoPublishAlias: live``, ``AutoPublishAliasAllProperties``) with
+``SnapStart: {ApplyOn: PublishedVersions}``, and every API Gateway integration and the invoke
+permission point at the ``live`` alias instead of ``$LATEST``, which SnapStart never serves.
+
 :func:`usage_plan_template` is the same usage plan as a stand-alone stack for an API that
 ``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``)::
 
     python -m scripts.sam_template merge --stage prod > build/merge-prod.json
     python -m scripts.sam_template usage-plan --stage prod > build/usage-plan-prod.json
+    python -m scripts.sam_template snapstart --stage prod --template build/package-prod/sam.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from scripts.gateway_responses import gateway_responses
@@ -39,6 +47,13 @@ LAYER_ZIP = "./layer.zip"
 API = "RestAPI"  # Chalice's logical id for the REST API
 FUNCTION = "APIHandler"  # ... for its Lambda function
 LOG_GROUP = "ApiHandlerLogGroup"  # ... for the function's log group (log_retention_in_days)
+PERMISSION = "APIHandlerInvokePermission"  # ... for API Gateway's permission to invoke it
+ALIAS = "live"  # the alias API Gateway invokes when SnapStart is on
+_UNQUALIFIED = "${" + FUNCTION + ".Arn}"
+# SAM resolves ``Ref: APIHandler.Alias`` but not ``${APIHandler.Alias}`` inside a Swagger
+# body's Fn::Sub; there the alias is named by the logical id SAM gives it (function id +
+# "Alias" + alias name), whose Ref is the alias ARN.
+_ALIASED = "${" + FUNCTION + "Alias" + ALIAS + "}"
 
 _USAGE_PLAN_PARAMETERS: dict[str, dict[str, Any]] = {
     "UsagePlanRateLimit": {"Type": "Number", "Default": 10, "MinValue": 1,
@@ -112,6 +127,36 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
         parameters.update(_USAGE_PLAN_PARAMETERS)
         outputs.update(_usage_plan_outputs())
     return {"Parameters": parameters, "Resources": resources, "Outputs": outputs}
+
+
+def apply_snapstart(template: dict[str, Any]) -> int:
+    """Turn SnapStart on in a packaged SAM template, in place.
+
+    Returns:
+        How many API Gateway integrations now invoke the ``live`` alias.
+
+    Raises:
+        ValueError: the template is not the one Chalice generates (nothing to point).
+    """
+    resources = template["Resources"]
+    function = resources[FUNCTION]["Properties"]
+    function["AutoPublishAlias"] = ALIAS
+    function["AutoPublishAliasAllProperties"] = True  # a settings change gets a new snapshot
+    function["SnapStart"] = {"ApplyOn": "PublishedVersions"}
+    resources[PERMISSION]["Properties"]["FunctionName"] = {"Ref": f"{FUNCTION}.Alias"}
+    pointed = 0
+    for methods in resources[API]["Properties"]["DefinitionBody"]["paths"].values():
+        for operation in methods.values():
+            uri = operation.get("x-amazon-apigateway-integration", {}).get("uri", {})
+            if isinstance(uri, dict) and _UNQUALIFIED in str(uri.get("Fn::Sub", "")):
+                uri["Fn::Sub"] = uri["Fn::Sub"].replace(_UNQUALIFIED, _ALIASED)
+                pointed += 1
+    if not pointed:
+        raise ValueError(f"no API Gateway integration invokes {FUNCTION}")
+    template.setdefault("Outputs", {})["LiveAlias"] = {
+        "Description": "The alias API Gateway invokes (SnapStart serves published versions)",
+        "Value": {"Ref": f"{FUNCTION}.Alias"}}
+    return pointed
 
 
 def usage_plan_template(stage: Stage) -> dict[str, Any]:
@@ -198,12 +243,26 @@ def _usage_plan_outputs() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Command line: print the merge template or the usage-plan stack of a stage."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("merge", "usage-plan"))
+    parser.add_argument("kind", choices=("merge", "usage-plan", "snapstart"))
     parser.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
     parser.add_argument("--layer-zip", default=LAYER_ZIP,
                         help="the layer zip, relative to the packaged template")
+    parser.add_argument("--template", type=Path,
+                        help="snapstart: the packaged sam.json to edit in place")
     args = parser.parse_args(argv)
     stage = load_stage(args.stage)
+    if args.kind == "snapstart":
+        if args.template is None:
+            parser.error("snapstart needs --template")
+        if not stage.snapstart:
+            print(f"{args.template}: SnapStart is off for {stage.name}, template unchanged")
+            return 0
+        template = json.loads(args.template.read_text(encoding="utf-8"))
+        pointed = apply_snapstart(template)
+        args.template.write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
+        print(f"{args.template}: SnapStart on published versions, {pointed} integration(s) "
+              f"invoke alias {ALIAS!r}")
+        return 0
     if args.kind == "merge":
         template = merge_template(stage, args.layer_zip)
     else:

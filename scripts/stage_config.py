@@ -40,6 +40,8 @@ class Stage:
         python_version: the Lambda runtime (``python3.11``), as Chalice picks it.
         api_gateway_stage: the API Gateway stage name.
         log_retention_in_days: how long the function's logs are kept (None: forever).
+        snapstart: publish versions with SnapStart behind the ``live`` alias that API Gateway
+            invokes (``"snapstart"`` in the stage, sagegate's own key; Chalice ignores it).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Stage:
     python_version: str
     api_gateway_stage: str
     log_retention_in_days: int | None = None
+    snapstart: bool = False
 
     @property
     def endpoint_name(self) -> str:
@@ -88,7 +91,25 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         env=dict(config.environment_variables), xray=bool(config.xray_enabled),
         layers=tuple(config.layers or ()), python_version=config.lambda_python_version,
         api_gateway_stage=config.api_gateway_stage,
-        log_retention_in_days=config.log_retention_in_days)
+        log_retention_in_days=config.log_retention_in_days,
+        snapstart=_snapstart(on_disk, name, config.lambda_python_version))
+
+
+def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:
+    """The stage's ``snapstart`` switch (stage value, else top-level, else off).
+
+    Raises:
+        ValueError: not a boolean, or on for a runtime that SnapStart does not support.
+    """
+    from scripts.lambda_runtime import RUNTIMES
+
+    value = on_disk["stages"][stage].get("snapstart", on_disk.get("snapstart", False))
+    if not isinstance(value, bool):
+        raise ValueError(f"stages.{stage}.snapstart must be true or false, not {value!r}")
+    if value and not (runtime in RUNTIMES and RUNTIMES[runtime].snapstart):
+        raise ValueError(f"stages.{stage}.snapstart: Lambda SnapStart does not support {runtime} "
+                         "(Python 3.12 and later only)")
+    return value
 
 
 def record_layer(stage: str, arn: str, path: Path = CONFIG_PATH) -> None:
@@ -133,13 +154,14 @@ def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
     return config
 
 
-_SHOW_KEYS = ("auth", "function-name", "layers", "python-version", "log-retention")
+_SHOW_KEYS = ("auth", "function-name", "layers", "python-version", "log-retention", "snapstart")
 
 
 def _show(stage: Stage, key: str) -> str:
     values = {"auth": stage.auth, "function-name": stage.function_name,
               "layers": " ".join(stage.layers), "python-version": stage.python_version,
-              "log-retention": str(stage.log_retention_in_days or "")}
+              "log-retention": str(stage.log_retention_in_days or ""),
+              "snapstart": "true" if stage.snapstart else "false"}
     return values[key]
 
 

@@ -62,6 +62,11 @@ class Capturer:
         """Whether records carry the client's upload (so callers keep it)."""
         return self.mode != "off" and self._include_original
 
+    def close(self) -> None:
+        """Drop the sink's pooled connections (see :mod:`chalicelib.lifecycle`)."""
+        if self._sink is not None:
+            self._sink.close()
+
     def capture(self, exchange: Exchange) -> str:
         """Write the record of one inference; never raises.
 

@@ -27,6 +27,9 @@ class Sink(Protocol):
     def write(self, records: Sequence[CaptureRecord]) -> None:
         """Store ``records``; raise on any failure."""
 
+    def close(self) -> None:
+        """Drop pooled connections; the sink stays usable (they reopen on the next write)."""
+
 
 class DirectorySink:
     """Model Monitor's layout under a local directory: ``{root}/{endpoint}/{variant}/yyyy/mm/dd/
@@ -48,6 +51,9 @@ class DirectorySink:
                 self._files.clear()
             self._files[partition] = path
         return path
+
+    def close(self) -> None:
+        """Nothing is held open between writes."""
 
     def write(self, records: Sequence[CaptureRecord]) -> None:
         with self._lock:
@@ -78,6 +84,10 @@ class S3Sink:
         name = f"{record.partition()}/{record.file_stem()}.jsonl"
         return f"{self.prefix}/{name}" if self.prefix else name
 
+    def close(self) -> None:
+        """Drop the S3 client's pooled connections."""
+        self._client.close()
+
     def write(self, records: Sequence[CaptureRecord]) -> None:
         if not records:
             return
@@ -98,6 +108,10 @@ class FirehoseSink:
         self._client = client
         self.stream = stream
         self._attempts = attempts
+
+    def close(self) -> None:
+        """Drop the Firehose client's pooled connections."""
+        self._client.close()
 
     def write(self, records: Sequence[CaptureRecord]) -> None:
         for start in range(0, len(records), FIREHOSE_BATCH):

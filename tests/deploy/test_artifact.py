@@ -9,13 +9,9 @@ Gateway events in ``tests/events`` against the emulator standing in for SageMake
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,28 +21,16 @@ import numpy as np
 import pytest
 
 from emulator.process import free_port, start_emulator
+from scripts import lambda_sandbox
+from scripts.lambda_sandbox import DUMMY_CREDENTIALS, LambdaTree
 from tests.deploy.conftest import ROOT, Package, load_event
 
 pytestmark = pytest.mark.deploy
 
-HERE = Path(__file__).resolve().parent
-RUNNER = HERE / "lambda_runtime.py"
 EMULATOR_CONFIG = ROOT / "tests" / "integration" / "emulator-config.json"
 CATS = {281, 282, 283, 284, 285, 287}  # tabby, tiger cat, Persian, Siamese, Egyptian cat, lynx
 EVENTS = ("predict-json", "predict-binary", "predict-bad-json", "predict-unsupported-type",
           "resize-binary", "health")
-# What the Lambda python3.11 runtime puts on sys.path after the function and its layers.
-RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
-                     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-                     "AWS_SESSION_TOKEN": "IQoJb3JpZ2luX2VjEXAMPLETOKEN"}
-
-
-@dataclass(frozen=True)
-class LambdaTree:
-    task: Path
-    layer: Path
-    runtime: Path
 
 
 @dataclass(frozen=True)
@@ -56,22 +40,6 @@ class Run:
     logs: str
 
 
-def _extract(archive: Path, target: Path) -> None:
-    with zipfile.ZipFile(archive) as zipped:
-        zipped.extractall(target)
-
-
-def _expose_runtime_packages(target: Path) -> None:
-    """Link boto3 and what it needs, and nothing else, from this environment."""
-    target.mkdir(parents=True)
-    for name in RUNTIME_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.origin is not None, name
-        origin = Path(spec.origin)
-        source = origin.parent if origin.name == "__init__.py" else origin
-        (target / source.name).symlink_to(source, target_is_directory=source.is_dir())
-
-
 @pytest.fixture(scope="module")
 def prod(package: Callable[[str], Package]) -> Package:
     return package("prod")
@@ -79,38 +47,23 @@ def prod(package: Callable[[str], Package]) -> Package:
 
 @pytest.fixture(scope="module")
 def tree(prod: Package, tmp_path_factory: pytest.TempPathFactory) -> LambdaTree:
-    root = tmp_path_factory.mktemp("lambda")
-    layout = LambdaTree(root / "var" / "task", root / "opt", root / "var" / "runtime")
-    _extract(prod.function_zip, layout.task)
-    _extract(prod.layer_zip, layout.layer)
-    _expose_runtime_packages(layout.runtime)
-    return layout
+    return LambdaTree.build(tmp_path_factory.mktemp("lambda"), prod.function_zip,
+                            prod.layer_zip)
 
 
-def function_env(prod: Package, endpoint_url: str) -> dict[str, str]:
+def function_env(prod: Package, endpoint_url: str, snapstart: bool = False) -> dict[str, str]:
     """The environment Lambda gives the function: the template's variables, the runtime's."""
-    variables = prod.resource("APIHandler")["Properties"]["Environment"]["Variables"]
-    return {**variables, **DUMMY_CREDENTIALS,
-            "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_LAMBDA_FUNCTION_NAME": f"sagegate-{prod.stage}",
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769", "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint_url, "LANG": "en_US.UTF-8",
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    function = prod.resource("APIHandler")["Properties"]
+    return lambda_sandbox.lambda_env(function["Environment"]["Variables"],
+                                     f"sagegate-{prod.stage}", function["Runtime"],
+                                     endpoint_url, snapstart)
 
 
-def invoke(tree: LambdaTree, env: Mapping[str, str], names: tuple[str, ...],
+def invoke(tree: LambdaTree, env: dict[str, str], names: tuple[str, ...],
            workdir: Path) -> Run:
     """Replay stored events through the packaged handler in a bare interpreter."""
-    (workdir / "events.json").write_text(json.dumps([load_event(name) for name in names]))
-    out = workdir / "answers.json"
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", str(RUNNER), str(tree.task), str(tree.layer / "python"),
-         str(tree.runtime), str(workdir / "events.json"), str(out)],
-        env=dict(env), cwd=workdir, capture_output=True, text=True, timeout=120)
-    logs = done.stdout + done.stderr
-    assert done.returncode == 0, logs
-    report = json.loads(out.read_text())
-    return Run(dict(zip(names, report["answers"], strict=True)), report, logs)
+    run = lambda_sandbox.invoke(tree, env, [load_event(name) for name in names], workdir)
+    return Run(dict(zip(names, run.answers, strict=True)), run.report, run.logs)
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +71,15 @@ def run(prod: Package, tree: LambdaTree, tmp_path_factory: pytest.TempPathFactor
     with start_emulator(EMULATOR_CONFIG) as emulator:
         yield invoke(tree, function_env(prod, emulator.url), EVENTS,
                      tmp_path_factory.mktemp("invoke"))
+
+
+@pytest.fixture(scope="module")
+def restored(prod: Package, tree: LambdaTree,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """The same events after SnapStart's hooks ran, as in a copy restored from a snapshot."""
+    with start_emulator(EMULATOR_CONFIG) as emulator:
+        yield invoke(tree, function_env(prod, emulator.url, snapstart=True),
+                     ("predict-binary", "health"), tmp_path_factory.mktemp("restored"))
 
 
 def body_of(answer: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +95,7 @@ def test_the_handler_imports_only_from_the_zips_and_the_runtime(run: Run, tree: 
         assert modules[name].startswith(str(tree.task)), (name, modules[name])
     for name in ("numpy", "cv2"):
         assert modules[name].startswith(str(tree.layer / "python")), (name, modules[name])
-    for name in ("boto3", "botocore"):
+    for name in ("boto3", "botocore", "snapshot_restore_py"):
         assert modules[name].startswith(str(tree.runtime)), (name, modules[name])
     assert run.report["dev_packages"] == {"onnxruntime": False, "skimage": False,
                                           "pytest": False, "PIL": False}
@@ -216,3 +178,25 @@ def test_an_unreachable_endpoint_is_503_without_its_address(
     assert body_of(answer)["Code"] == "EndpointUnavailable"
     for leak in ("127.0.0.1", str(port), "Traceback", "botocore", "Errno"):
         assert leak not in answer["body"], leak
+
+
+def test_the_runtime_is_the_one_the_project_python_selects(prod: Package, run: Run) -> None:
+    version = (ROOT / ".python-version").read_text().strip()
+    assert prod.resource("APIHandler")["Properties"]["Runtime"] == f"python{version}"
+    assert run.report["python"] == version
+
+
+def test_the_pipeline_is_built_during_init_not_by_the_first_request(run: Run) -> None:
+    assert run.report["built_at_import"] is True
+    assert '"message":"initialised"' in run.logs.replace(" ", "")
+
+
+def test_a_copy_restored_from_a_snapshot_answers_correctly(restored: Run) -> None:
+    snapstart = restored.report["snapstart"]
+    assert snapstart["before_snapshot_hooks"] == 1
+    assert snapstart["after_restore_hooks"] == 1
+    assert "restored from snapshot" in restored.logs
+    answer = restored.answers["predict-binary"]
+    assert answer["statusCode"] == 200, answer["body"]
+    assert body_of(answer)["predictions"][0]["index"] in CATS
+    assert restored.answers["health"]["statusCode"] == 200

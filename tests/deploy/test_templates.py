@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from chalicelib.imaging import CONTENT_TYPES
 from chalicelib.requests import BINARY_TYPES
 from scripts.iam_policy import policy_path
-from tests.deploy.conftest import Package
+from tests.deploy.conftest import ROOT, Package
 
 pytestmark = pytest.mark.deploy
 
@@ -68,7 +69,8 @@ def test_the_function_runs_from_the_layer_beside_the_template(built: Package) ->
     assert function["Layers"] == [{"Ref": "DependenciesLayer"}]
     assert (built.directory / function["CodeUri"]).is_file()
     assert (built.directory / layer["ContentUri"]).is_file()
-    assert layer["CompatibleRuntimes"] == [function["Runtime"]] == ["python3.11"]
+    version = (ROOT / ".python-version").read_text().strip()
+    assert layer["CompatibleRuntimes"] == [function["Runtime"]] == [f"python{version}"]
     assert layer["CompatibleArchitectures"] == function["Architectures"] == ["x86_64"]
 
 
@@ -112,3 +114,48 @@ def test_every_accepted_scanner_finding_says_why(built: Package) -> None:
     for name, resource in built.template["Resources"].items():
         for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
             assert skip["id"].startswith("CKV_") and len(skip["comment"]) > 40, (name, skip)
+
+
+def test_snapstart_serves_published_versions_behind_the_live_alias(built: Package) -> None:
+    function = built.resource("APIHandler")["Properties"]
+    assert function["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert function["AutoPublishAlias"] == "live"
+    assert function["AutoPublishAliasAllProperties"] is True
+    assert "ProvisionedConcurrencyConfig" not in function  # SnapStart excludes it
+    permission = built.resource("APIHandlerInvokePermission")["Properties"]
+    assert permission["FunctionName"] == {"Ref": "APIHandler.Alias"}
+    for path, verb, spec in methods(built):
+        uri = spec["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
+        assert "${APIHandlerAliaslive}" in uri and ".Arn" not in uri, (path, verb, uri)
+
+
+def sam_transform(pkg: Package) -> dict[str, Any]:
+    """The template expanded by aws-sam-translator (in the IaC virtualenv, ``make iac-tools``)."""
+    python = ROOT / ".venv" / "iac" / "bin" / "python"
+    assert python.exists(), "run `make iac-tools` (make test does) for aws-sam-translator"
+    target = pkg.directory / "transformed.json"
+    subprocess.run([str(python), str(ROOT / "scripts" / "sam_translate.py"),
+                    str(pkg.directory / "sam.json"), str(target)],
+                   check=True, capture_output=True, timeout=120)
+    return json.loads(target.read_text())  # type: ignore[no-any-return]
+
+
+def test_sams_own_transform_points_every_integration_at_the_alias(built: Package) -> None:
+    expanded = sam_transform(built)
+    resources = expanded["Resources"]
+    by_type: dict[str, list[str]] = {}
+    for name, resource in resources.items():
+        by_type.setdefault(resource["Type"], []).append(name)
+    [alias] = by_type["AWS::Lambda::Alias"]
+    [version] = by_type["AWS::Lambda::Version"]
+    assert resources[alias]["Properties"]["Name"] == "live"
+    assert resources[alias]["Properties"]["FunctionVersion"] == {
+        "Fn::GetAtt": [version, "Version"]}
+    assert resources["APIHandler"]["Properties"]["SnapStart"] == {
+        "ApplyOn": "PublishedVersions"}
+    assert resources["APIHandlerInvokePermission"]["Properties"]["FunctionName"] == {
+        "Ref": alias}
+    body = resources["RestAPI"]["Properties"]["Body"]
+    uris = [spec["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
+            for verbs in body["paths"].values() for spec in verbs.values()]
+    assert uris and all(f"${{{alias}}}" in uri for uri in uris), uris

@@ -1,0 +1,107 @@
+"""The container's life on Lambda: the work done once at init, and SnapStart's runtime hooks.
+
+On Lambda, ``app.py`` builds everything a request needs while it is imported (the init
+phase): settings, labels, the boto3 client and its service model, the capture sink, and a
+first decode and encode that loads OpenCV's codecs. Without SnapStart that work is paid once
+per cold start instead of by the first request; with SnapStart it is done once per published
+version and lands in the snapshot that every new execution environment is restored from.
+
+A snapshot is copied into many environments, so what must not be shared is undone by the
+runtime hooks (``snapshot_restore_py``, part of Lambda's Python runtimes):
+
+* before the snapshot: every open connection is closed (botocore's pools), so no two restored
+  copies hold the same TCP connection or TLS session;
+* after a restore: ``random`` is reseeded from the OS (retry jitter and capture sampling would
+  otherwise draw the same sequence in every copy), the pools are closed again, and the restore
+  is logged with how long the hooks took.
+
+``uuid.uuid4`` (capture event ids, request ids) reads ``os.urandom`` and needs nothing. The
+string-hash seed is fixed per snapshot; nothing sagegate keys by hash is exposed to clients.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+LOG = logging.getLogger("sagegate.lifecycle")
+
+INIT_TYPE_VARIABLE = "AWS_LAMBDA_INITIALIZATION_TYPE"  # on-demand | snap-start | provisioned-...
+
+
+class Closable(Protocol):
+    """Anything holding connections that can be dropped and opened again on next use."""
+
+    def close(self) -> None: ...
+
+
+def on_lambda() -> bool:
+    """Whether this process is a Lambda execution environment (not chalice local/package)."""
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME")) and bool(
+        os.environ.get("AWS_EXECUTION_ENV", "").startswith("AWS_Lambda_")
+        or os.environ.get("LAMBDA_TASK_ROOT"))
+
+
+def init_type() -> str:
+    """How Lambda initialised this environment (``snap-start`` while taking a snapshot)."""
+    return os.environ.get(INIT_TYPE_VARIABLE, "on-demand")
+
+
+class Hooks:
+    """SnapStart's two hooks over the objects that hold connections.
+
+    Args:
+        connections: returns the objects whose connections are closed around a snapshot
+            (called at hook time, so objects built after registration are included).
+        reseed: reseeds the process's random generators (``random.seed`` by default).
+    """
+
+    def __init__(self, connections: Callable[[], list[Closable]],
+                 reseed: Callable[[], None] = random.seed) -> None:
+        self._connections = connections
+        self._reseed = reseed
+        self.restores = 0
+
+    def before_snapshot(self) -> None:
+        """Close every pooled connection: a snapshot must hold none."""
+        closed = self._close_all()
+        LOG.info("snapshot: %d connection pool(s) closed", closed)
+
+    def after_restore(self) -> None:
+        """Make this restored copy its own: fresh randomness, no inherited connection."""
+        started = time.perf_counter()
+        self._reseed()
+        closed = self._close_all()
+        self.restores += 1
+        LOG.info("restored from snapshot: reseeded, %d connection pool(s) closed, %.2f ms",
+                 closed, (time.perf_counter() - started) * 1000.0)
+
+    def _close_all(self) -> int:
+        holders = self._connections()
+        for holder in holders:
+            holder.close()
+        return len(holders)
+
+
+def register(hooks: Hooks) -> bool:
+    """Register ``hooks`` with Lambda's runtime; False where ``snapshot_restore_py`` is absent.
+
+    Lambda's Python runtimes ship the library; elsewhere (a test without it) nothing happens.
+    """
+    try:
+        from snapshot_restore_py import register_after_restore, register_before_snapshot
+    except ImportError:
+        return False
+    register_before_snapshot(hooks.before_snapshot)
+    register_after_restore(hooks.after_restore)
+    return True
+
+
+def timed(work: Callable[[], Any]) -> float:
+    """Run ``work`` and return how long it took, in milliseconds."""
+    started = time.perf_counter()
+    work()
+    return (time.perf_counter() - started) * 1000.0
