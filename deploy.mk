@@ -159,6 +159,10 @@ chalice-deploy: check-stage $(STAMP)
 	find chalicelib -name __pycache__ -prune -exec rm -rf {} +
 	PYTHONDONTWRITEBYTECODE=1 AWS_DEFAULT_REGION=$(REGION) $(CHALICE) deploy --stage $(STAGE) \
 	  || $(CHALICE_FAILED)
+	@# chalice deploy wires API Gateway to $$LATEST, which SnapStart never serves: publish a
+	@# version behind the "live" alias and point the API at it (scripts/snapstart.py)
+	@if [ "$$($(PY) -m scripts.stage_config show --stage $(STAGE) --key snapstart)" = true ]; then \
+	  $(PY) -m scripts.snapstart enable --stage $(STAGE) --region $(REGION); fi
 	@if [ "$$($(PY) -m scripts.stage_config show --stage $(STAGE) --key auth)" = api-key ]; then \
 	  mkdir -p $(BUILD) && \
 	  $(PY) -m scripts.sam_template usage-plan --stage $(STAGE) > $(BUILD)/usage-plan-$(STAGE).json && \
