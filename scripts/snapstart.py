@@ -21,6 +21,7 @@ the template (:func:`scripts.sam_template.apply_snapstart`)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from typing import Any
@@ -29,7 +30,8 @@ from scripts.stage_config import DEPLOYED_STAGES, load_stage, rest_api_id
 
 ALIAS = "live"
 STATEMENT_ID = f"sagegate-apigateway-{ALIAS}"
-_INTEGRATION_URI = "arn:{partition}:apigateway:{region}:lambda:path/2015-03-31/functions/{arn}/invocations"
+_INTEGRATION_URI = ("arn:{partition}:apigateway:{region}:lambda:path/2015-03-31/functions/"
+                    "{arn}/invocations")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +95,13 @@ def _point_alias(lambda_client: Any, function_name: str, version: str) -> None:
 
 
 def _allow_api_gateway(lambda_client: Any, target: Target) -> None:
-    try:
+    # ResourceConflictException: granted by an earlier run
+    with contextlib.suppress(lambda_client.exceptions.ResourceConflictException):
         lambda_client.add_permission(
             FunctionName=target.function_name, Qualifier=ALIAS, StatementId=STATEMENT_ID,
             Action="lambda:InvokeFunction", Principal="apigateway.amazonaws.com",
             SourceArn=(f"arn:{target.partition}:execute-api:{target.region}:{target.account}:"
                        f"{target.rest_api_id}/*"))
-    except lambda_client.exceptions.ResourceConflictException:
-        pass  # granted by an earlier run
 
 
 def _point_integrations(apigateway: Any, target: Target, old_arn: str, new_arn: str) -> int:

@@ -47,7 +47,7 @@ def test_the_project_python_is_the_runtime_chalice_targets() -> None:
 
 
 def test_a_python_lambda_does_not_run_is_refused() -> None:
-    with pytest.raises(ValueError, match="no managed runtime python3.9"):
+    with pytest.raises(ValueError, match=r"no managed runtime python3\.9"):
         lambda_runtime.runtime_for("3.9")
 
 
