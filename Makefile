@@ -9,12 +9,13 @@ STAMP := $(VENV)/.installed
 API_PORT ?= 8000
 EMULATOR_PORT ?= 8080
 
-.PHONY: help venv run test lint typecheck unit functional integration bench clean
+.PHONY: help venv run test lint typecheck unit functional integration bench bench-coldstart clean
 
 help:
 	@echo "make run    - emulator + chalice local on 127.0.0.1 (no AWS account needed)"
 	@echo "make test   - ruff, mypy and every test tier"
 	@echo "make bench  - side-by-side benchmarks against the 2018 reference"
+	@echo "make bench-coldstart - Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
 	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
 	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
 
@@ -49,6 +50,9 @@ unit functional integration: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+bench-coldstart: $(STAMP)
+	$(PY) -m bench.coldstart
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .chalice/deployments build
