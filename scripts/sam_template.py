@@ -250,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", type=Path,
                         help="snapstart: the packaged sam.json to edit in place")
     args = parser.parse_args(argv)
-    stage = load_stage(args.stage)
+    try:
+        stage = load_stage(args.stage)
+    except ValueError as error:  # e.g. an implicitly open stage: refuse to package it
+        parser.exit(2, f"error: {error}\n")
     if args.kind == "snapstart":
         if args.template is None:
             parser.error("snapstart needs --template")

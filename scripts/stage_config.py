@@ -42,6 +42,7 @@ class Stage:
         log_retention_in_days: how long the function's logs are kept (None: forever).
         snapstart: publish versions with SnapStart behind the ``live`` alias that API Gateway
             invokes (``"snapstart"`` in the stage, sagegate's own key; Chalice ignores it).
+        open_api: the stage deploys without authentication on purpose (``"open_api": true``).
     """
 
     name: str
@@ -54,6 +55,7 @@ class Stage:
     api_gateway_stage: str
     log_retention_in_days: int | None = None
     snapstart: bool = False
+    open_api: bool = False
 
     @property
     def endpoint_name(self) -> str:
@@ -62,8 +64,8 @@ class Stage:
 
     @property
     def auth(self) -> str:
-        """The authentication mode (``SAGEGATE_AUTH``)."""
-        return self.env.get("SAGEGATE_AUTH", "none") or "none"
+        """The authentication mode (``SAGEGATE_AUTH``; checked present by :func:`load_stage`)."""
+        return self.env.get("SAGEGATE_AUTH", "").strip().lower()
 
 
 def load_config(path: Path = CONFIG_PATH) -> dict[str, Any]:
@@ -78,6 +80,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
 
     Raises:
         KeyError: the config has no such stage.
+        ValueError: the stage would deploy an API nobody chose to leave open, or has a bad
+            ``snapstart`` switch.
     """
     from chalice.config import Config
 
@@ -86,13 +90,34 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         raise KeyError(f"{path.name} has no stage {name!r}")
     config = Config(chalice_stage=name, config_from_disk=on_disk,
                     default_params={"api_gateway_stage": "api"})
-    return Stage(
+    stage = Stage(
         name=name, app_name=config.app_name, function_name=f"{config.app_name}-{name}",
         env=dict(config.environment_variables), xray=bool(config.xray_enabled),
         layers=tuple(config.layers or ()), python_version=config.lambda_python_version,
         api_gateway_stage=config.api_gateway_stage,
         log_retention_in_days=config.log_retention_in_days,
-        snapstart=_snapstart(on_disk, name, config.lambda_python_version))
+        snapstart=_snapstart(on_disk, name, config.lambda_python_version),
+        open_api=on_disk["stages"][name].get("open_api") is True)
+    if name in DEPLOYED_STAGES:
+        check_access(stage)
+    return stage
+
+
+def check_access(stage: Stage) -> None:
+    """Refuse a deployed stage whose authentication is implicit, or open without saying so.
+
+    Raises:
+        ValueError: ``SAGEGATE_AUTH`` is missing or blank, or is ``none`` while the stage has
+            no ``"open_api": true``.
+    """
+    where = f".chalice/config.json stages.{stage.name}"
+    if not stage.auth:
+        raise ValueError(f"{where} sets no SAGEGATE_AUTH: a deployed stage must name its "
+                         "authentication (api-key, iam, cognito, or none with \"open_api\": "
+                         "true); an unset mode would deploy an open API")
+    if stage.auth == "none" and not stage.open_api:
+        raise ValueError(f"{where} has SAGEGATE_AUTH=none, which deploys /predict and /resize "
+                         "to anyone: add \"open_api\": true to the stage if that is meant")
 
 
 def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:
