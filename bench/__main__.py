@@ -1,4 +1,5 @@
-"""``python -m bench [--part frontend|e2e|all] [--quick]``: sagegate beside the 2018 reference."""
+"""``python -m bench [--part frontend|e2e|load|all] [--quick]``: sagegate beside the 2018
+reference (parts 1 and 2) and under load beside the emulator alone (part 3)."""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +11,11 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from bench import e2e, frontend, images, imports, table
+from bench import e2e, frontend, images, imports, load_report, table
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "all")
+PARTS = ("frontend", "e2e", "load", "all")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -22,7 +23,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--part", choices=PARTS, default="all",
                         help="frontend: CPU per request and cold import; e2e: through "
-                             "chalice local and the emulator; all (default): both")
+                             "chalice local and the emulator; load: 1 to 32 clients on make "
+                             "run's stack, plot in bench/load.png; all (default): the three")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -63,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.merge(_frontend(budgets))
     if args.part in ("e2e", "all"):
         out.merge(e2e.report(images.build(images.E2E_INPUTS), budgets.e2e))
+    if args.part in ("load", "all"):
+        # a smoke run does not overwrite the plot the README shows
+        out.merge(load_report.report(quick=args.quick,
+                                     plot_path=None if args.quick else load_report.PLOT_PATH))
     _summary(out)
     return 1 if out.failures else 0
 

@@ -205,22 +205,30 @@ def _variant(
 def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
     section = _mapping(raw, where)
     _check_keys(section, {"path", "resize", "crop", "normalize", "max_pixels", "threads",
-                          "classes"}, where)  # fmt: skip
+                          "classes", "max_aspect_ratio", "max_resized_pixels"}, where)  # fmt: skip
     path = Path(_string(section.get("path"), f"{where}.path"))
-    crop = _integer(section.get("crop", 224), f"{where}.crop", 1)
-    resize = _integer(section.get("resize", 256), f"{where}.resize", crop)
-    mean, std = _normalize(section.get("normalize", {}), f"{where}.normalize")
-    max_pixels = _integer(section.get("max_pixels", imaging.DEFAULT_MAX_PIXELS),
-                          f"{where}.max_pixels", 1)  # fmt: skip
     threads = section.get("threads")
     classes = section.get("classes")
     return ModelSpec(
         name=name,
         path=path if path.is_absolute() else base_dir / path,
-        preprocess=imaging.PreprocessSpec(resize, crop, mean, std, max_pixels),
+        preprocess=_preprocess(section, where),
         threads=None if threads is None else _integer(threads, f"{where}.threads", 1),
         classes=None if classes is None else _integer(classes, f"{where}.classes", 1),
     )
+
+
+def _preprocess(section: Mapping[str, object], where: str) -> imaging.PreprocessSpec:
+    crop = _integer(section.get("crop", 224), f"{where}.crop", 1)
+    resize = _integer(section.get("resize", 256), f"{where}.resize", crop)
+    mean, std = _normalize(section.get("normalize", {}), f"{where}.normalize")
+    max_pixels = _integer(section.get("max_pixels", imaging.DEFAULT_MAX_PIXELS),
+                          f"{where}.max_pixels", 1)  # fmt: skip
+    ratio = _number(section.get("max_aspect_ratio", imaging.DEFAULT_MAX_ASPECT_RATIO),
+                    f"{where}.max_aspect_ratio", 1, math.inf)  # fmt: skip
+    resized = _integer(section.get("max_resized_pixels", imaging.DEFAULT_MAX_RESIZED_PIXELS),
+                       f"{where}.max_resized_pixels", resize * resize)  # fmt: skip
+    return imaging.PreprocessSpec(resize, crop, mean, std, max_pixels, ratio, resized)
 
 
 Triple = tuple[float, float, float]

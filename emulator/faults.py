@@ -31,6 +31,8 @@ SERVICE_FAULTS = frozenset(
 """Errors the runtime answers itself, without reaching the container."""
 
 ERROR_FAULTS = SERVICE_FAULTS | {MODEL_ERROR}
+RESET = "ConnectionReset"
+"""A request trigger: the server drops the connection with a TCP reset instead of answering."""
 FAULT_ATTRIBUTE = "emulator-fault"
 LATENCY_ATTRIBUTE = "emulator-latency-ms"
 MAX_LATENCY_MS = 120_000.0
@@ -60,6 +62,32 @@ MALFORMED_KINDS: dict[str, Callable[[bytes], bytes]] = {
     "empty": _empty,
 }
 """How a malformed answer is made from a good one: cut JSON, one value short, no body."""
+
+
+def _html(body: bytes) -> bytes:
+    return b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>"
+
+
+def _nan_first(body: bytes) -> bytes:
+    data = json.loads(body)
+    values = data.get("prediction") if isinstance(data, dict) else data
+    if isinstance(values, list) and values:
+        values[0] = float("nan")
+    return json.dumps(data).encode()  # json writes NaN, as a careless container would
+
+
+REQUESTED_MALFORMED_KINDS: dict[str, Callable[[bytes], bytes]] = {
+    **MALFORMED_KINDS,
+    "html": _html,
+    "nan": _nan_first,
+}
+"""What a request may ask for: the random kinds plus an HTML error page (as ``text/html``)
+and a first probability of NaN."""
+MALFORMED_CONTENT_TYPES = {"html": "text/html; charset=utf-8"}
+
+
+class ResetConnection(Exception):
+    """Raised to make the server drop the connection with a TCP reset."""
 
 
 @dataclass(frozen=True)
@@ -146,11 +174,12 @@ def _parse_latency(raw: str | None) -> float | None:
 
 
 def _check_fault_request(request: FaultRequest) -> None:
-    known = sorted(ERROR_FAULTS | {MALFORMED, NO_FAULT})
+    known = sorted(ERROR_FAULTS | {MALFORMED, NO_FAULT, RESET})
     if request.fault not in known:
         raise errors.ValidationError(f"unknown {FAULT_ATTRIBUTE} {request.fault!r}; use {known}")
-    if request.fault == MALFORMED and request.detail not in (None, *MALFORMED_KINDS):
-        raise errors.ValidationError(f"unknown {MALFORMED} kind; use {sorted(MALFORMED_KINDS)}")
+    kinds = REQUESTED_MALFORMED_KINDS
+    if request.fault == MALFORMED and request.detail not in (None, *kinds):
+        raise errors.ValidationError(f"unknown {MALFORMED} kind; use {sorted(kinds)}")
     detail = request.detail
     if request.fault == MODEL_ERROR and detail is not None and not _is_error_status(detail):
         raise errors.ValidationError(f"{MODEL_ERROR} status must be 400..599")
@@ -208,7 +237,7 @@ def _requested_plan(request: FaultRequest, rng: random.Random) -> FaultPlan:
     if request.fault == MODEL_ERROR:
         status = int(request.detail or DEFAULT_MODEL_ERROR_STATUS)
         return FaultPlan(error=MODEL_ERROR, status=status)
-    if request.fault in ERROR_FAULTS:
+    if request.fault in ERROR_FAULTS or request.fault == RESET:
         return FaultPlan(error=request.fault)
     return FaultPlan()
 
@@ -218,9 +247,12 @@ def raise_service_fault(plan: FaultPlan) -> None:
 
     Raises:
         EmulatorError: the planned ThrottlingException, ServiceUnavailable ...
+        ResetConnection: the plan asks for a dropped connection.
     """
     if plan.error in SERVICE_FAULTS:
         raise errors.ERRORS[plan.error](f"{plan.error} (emulator fault injection)")
+    if plan.error == RESET:
+        raise ResetConnection()
 
 
 def run_container(
@@ -243,5 +275,7 @@ def run_container(
         return ContainerReply(plan.status, message.encode(), "text/plain; charset=utf-8")
     reply = call()
     if plan.malformed is not None and 200 <= reply.status < 300:
-        reply = replace(reply, body=MALFORMED_KINDS[plan.malformed](reply.body))
+        body = REQUESTED_MALFORMED_KINDS[plan.malformed](reply.body)
+        content_type = MALFORMED_CONTENT_TYPES.get(plan.malformed, reply.content_type)
+        reply = replace(reply, body=body, content_type=content_type)
     return reply

@@ -193,6 +193,8 @@ class Runtime:
             plan = self._plan(variant, attributes)
         except errors.ValidationError as error:
             return ContainerReply(400, error.message.encode(), "text/plain; charset=utf-8")
+        if plan.error == faults.RESET:
+            raise faults.ResetConnection()
         if plan.error in faults.SERVICE_FAULTS:
             plan = faults.FaultPlan(latency_ms=plan.latency_ms)
         call = partial(self.containers[variant.model].invoke, body, content_type, accept)

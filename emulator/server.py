@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import struct
+import sys
 import threading
 import time
 import uuid
@@ -19,7 +22,7 @@ from types import TracebackType
 from typing import cast
 from urllib.parse import unquote, urlsplit
 
-from emulator import errors
+from emulator import errors, faults
 from emulator.container import ContainerReply
 from emulator.runtime import InvokeRequest, Runtime
 
@@ -29,6 +32,9 @@ DRAIN_LIMIT = 64 * 1024 * 1024
 """Oversized bodies up to this are read and dropped so the client sees the 400, not a reset."""
 CHUNK = 256 * 1024
 IDLE_TIMEOUT_S = 120.0
+CLIENT_GONE = (ConnectionError, TimeoutError)
+"""What a socket raises when the client went away or stalled: logged in one line, not a
+traceback (BrokenPipeError and ConnectionResetError are ConnectionErrors)."""
 
 
 class UnreadableBody(Exception):
@@ -72,18 +78,35 @@ class InFlight:
             return self._idle.wait_for(lambda: self._count == 0, timeout)
 
 
+def _host(client_address: object) -> str:
+    if isinstance(client_address, tuple) and client_address:
+        return str(client_address[0])
+    return str(client_address)
+
+
 class EmulatorServer(ThreadingHTTPServer):
     """A threaded HTTP/1.1 server; one daemon thread per connection."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    """The listen backlog: socketserver's default of 5 resets bursts of new connections."""
 
     def __init__(self, address: tuple[str, int], runtime: Runtime) -> None:
         """Binds and listens on ``address``; ``serve_forever()`` then answers."""
         self.runtime = runtime
         self.in_flight = InFlight()
         super().__init__(address, Handler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Logs a connection's failure: one line when the client went away, else the
+        traceback (in the log only; the client never sees it)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, CLIENT_GONE):
+            LOG.info("%s connection closed by the client (%s)", _host(client_address),
+                     type(error).__name__)  # fmt: skip
+            return
+        LOG.exception("connection from %s failed", _host(client_address))
 
     @property
     def url(self) -> str:
@@ -129,6 +152,24 @@ class Handler(BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Does nothing: :meth:`_serve` logs one line per request itself."""
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Answers http.server's own refusals (bad request line, too many or too long headers)
+        with the rest-json error envelope instead of an HTML page, then closes."""
+        self.close_connection = True
+        self.request_version = self.protocol_version  # never answer as HTTP/0.9 (bare body)
+        error: errors.EmulatorError = errors.ValidationError(message or explain or "bad request")
+        if code >= 500:
+            error = errors.InternalFailure(message or "An internal failure occurred.")
+        _, headers, body = errors.render(error)
+        self.log_error("code %d, message %s", code, message)
+        self.send_response(code, message)
+        for name, value in {**headers, "Content-Length": str(len(body)),
+                            "Connection": "close"}.items():  # fmt: skip
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
+
     def log_message(self, format: str, *args: object) -> None:
         """Sends http.server's own messages (malformed requests ...) to the log."""
         LOG.info("%s %s", self.address_string(), format % args)
@@ -141,14 +182,33 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         started = time.perf_counter()
         request_id = str(uuid.uuid4())
-        with self.emulator.in_flight:
-            answer = self._answer(request_id)
-            self._send(answer, request_id)
+        inference_id = self.headers.get("X-Amzn-SageMaker-Inference-Id", "-")
+        try:
+            with self.emulator.in_flight:
+                answer = self._answer(request_id)
+                self._send(answer, request_id)
+        except CLIENT_GONE as error:
+            self._log_outcome(f"client gone ({type(error).__name__})", request_id, inference_id)
+            self.close_connection = True
+            return
+        except faults.ResetConnection:
+            self._log_outcome("connection reset (emulator fault injection)", request_id,
+                              inference_id)  # fmt: skip
+            self._reset()
+            return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        LOG.info(
-            '%s "%s %s" %d %dB %.1fms %s rid=%s', self.address_string(), self.command,
-            self.path, answer.status, len(answer.body), elapsed_ms, answer.note, request_id,
-        )  # fmt: skip
+        outcome = f"{answer.status} {len(answer.body)}B {elapsed_ms:.1f}ms {answer.note}"
+        self._log_outcome(outcome, request_id, inference_id)
+
+    def _log_outcome(self, outcome: str, request_id: str, inference_id: str) -> None:
+        LOG.info('%s "%s %s" %s rid=%s iid=%s', self.address_string(), self.command, self.path,
+                 outcome, request_id, inference_id)  # fmt: skip
+
+    def _reset(self) -> None:
+        """Closes the connection with a TCP RST (SO_LINGER 0) and no answer."""
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
 
     def _answer(self, request_id: str) -> Answer:
         try:
@@ -160,6 +220,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._route()(body, length)
         except errors.EmulatorError as error:
             return _error_answer(error)
+        except faults.ResetConnection:
+            raise
+        except MemoryError:  # a request the limits let through: refuse it, keep serving
+            LOG.error("request %s: out of memory", request_id)
+            return _error_answer(errors.InternalFailure("An internal failure occurred."))
         except Exception:  # the client gets a bare 500; the traceback stays in the log
             LOG.exception("request %s failed", request_id)
             return _error_answer(errors.InternalFailure("An internal failure occurred."))
@@ -246,13 +311,22 @@ class Handler(BaseHTTPRequestHandler):
             total += size
             if total > DRAIN_LIMIT:
                 raise UnreadableBody(_too_large_message())
-            chunk = self.rfile.read(size)
-            self.rfile.readline()
             if total <= errors.MAX_BODY_BYTES:
-                parts.append(chunk)
-        while self.rfile.readline(65537).strip():
-            pass  # trailer fields, ignored
+                parts.append(self._read_exactly(size))
+            else:
+                parts.clear()  # over the limit: drain the rest without keeping it
+                self._drain(size)
+            self.rfile.readline(1024)
+        for _ in range(100):  # trailer fields, ignored; as many as headers may be
+            if not self.rfile.readline(65537).strip():
+                break
         return (b"".join(parts) if total <= errors.MAX_BODY_BYTES else b""), total
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = self.rfile.read(size)
+        if len(data) != size:
+            raise UnreadableBody("the request body ended early")
+        return data
 
     def _chunk_size(self) -> int:
         line = self.rfile.readline(1024).split(b";", 1)[0].strip()

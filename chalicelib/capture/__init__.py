@@ -52,9 +52,10 @@ class Capturer:
 
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
-                      include_original: bool) -> Capturer:
-        """The capturer the settings describe (``CAPTURE_*``)."""
-        sink = sink_for(destination) if mode != "off" else None
+                      include_original: bool, max_bytes: int = 0) -> Capturer:
+        """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps a directory
+        destination, see :class:`~chalicelib.capture.sinks.DirectorySink`)."""
+        sink = sink_for(destination, max_bytes) if mode != "off" else None
         return cls(mode, sink, sampling_percentage, include_original)
 
     @property

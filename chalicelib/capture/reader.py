@@ -134,15 +134,29 @@ def flatten(record: InferenceRecord, k: int, labels: Sequence[str] | None) -> di
     return row
 
 
+class HandlerError(ValueError):
+    """A record preprocessor file is missing, unimportable or lacks ``preprocess_handler``."""
+
+
 def load_handler(path: str | Path) -> ModuleType:
-    """Import a Model Monitor record preprocessor file (it needs ``preprocess_handler``)."""
+    """Import a Model Monitor record preprocessor file (it needs ``preprocess_handler``).
+
+    Raises:
+        HandlerError: the file is missing, fails to import, or has no preprocess_handler.
+    """
+    if not Path(path).is_file():
+        raise HandlerError(f"{path}: no such file")
     spec = importlib.util.spec_from_file_location("capture_preprocessor", path)
     if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: cannot be imported")
+        raise HandlerError(f"{path}: cannot be imported (not a Python file?)")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the user's file: report it, do not crash on it
+        raise HandlerError(f"{path}: importing it failed: {type(error).__name__}: "
+                           f"{error}") from None
     if not callable(getattr(module, "preprocess_handler", None)):
-        raise ValueError(f"{path}: has no preprocess_handler(inference_record)")
+        raise HandlerError(f"{path}: has no preprocess_handler(inference_record)")
     return module
 
 
@@ -177,36 +191,109 @@ def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
     return len(collected)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m chalicelib.capture SOURCE [--format csv|jsonl] [--output FILE] ...``."""
+class SourceError(Exception):
+    """The capture source cannot be read (missing, or S3 refused or unreachable)."""
+
+
+def check_source(source: str) -> None:
+    """Refuses a local source that does not exist (S3 is checked when read).
+
+    Raises:
+        SourceError: naming the path.
+    """
+    if not source.startswith("s3://") and not Path(source).exists():
+        raise SourceError(f"{source}: no such file or directory")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
     parser = argparse.ArgumentParser(
         prog="python -m chalicelib.capture",
         description="Flatten sagegate / SageMaker Model Monitor capture records.")
     parser.add_argument("source", help="a capture directory, a .jsonl file or s3://bucket/prefix")
     parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     parser.add_argument("--output", "-o", help="file to write (default: standard output)")
-    parser.add_argument("--top-k", type=int, default=5, help="top classes per row (default 5)")
+    parser.add_argument("--top-k", type=_positive_int, default=5,
+                        help="top classes per row (default 5)")
     parser.add_argument("--labels", default="imagenet1k",
                         help="label file in chalicelib/labels ('' for indices)")
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor file to apply instead")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _row_maker(args: argparse.Namespace) -> tuple[Callable[[InferenceRecord], Any],
+                                                   ModuleType | None]:
     if args.preprocess_handler:
         handler = load_handler(args.preprocess_handler)
-        make_row: Callable[[InferenceRecord], Any] = handler.preprocess_handler
-    else:
+        return handler.preprocess_handler, handler
+    try:
         labels = predictions.load_labels(args.labels)
-        make_row = lambda record: flatten(record, args.top_k, labels)  # noqa: E731
+    except SagegateError:
+        raise ValueError(f"--labels {args.labels!r}: no such non-empty label file in "
+                         "chalicelib/labels ('' for class indices)") from None
+    return (lambda record: flatten(record, args.top_k, labels)), None
+
+
+def _convert(args: argparse.Namespace) -> int:
+    """Reads, flattens and writes; returns the number of rows written."""
+    check_source(args.source)
+    make_row, handler = _row_maker(args)
     out = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
     try:
-        count = write_rows(out, rows(read_records(args.source), make_row), args.format)
-    except (CaptureFormatError, ValueError, SagegateError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        count = write_rows(out, rows(_read_checked(args.source), make_row), args.format)
     finally:
         if out is not sys.stdout:
             out.close()
-    if args.preprocess_handler and callable(getattr(handler, "postprocess_handler", None)):
+    if handler is not None and callable(getattr(handler, "postprocess_handler", None)):
         handler.postprocess_handler()
+    return count
+
+
+def _read_checked(source: str) -> Iterator[InferenceRecord]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield from read_records(source)
+    except (BotoCoreError, ClientError) as error:
+        raise SourceError(f"{source}: cannot read from S3: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SourceError(f"{source}: cannot read: {error}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m chalicelib.capture SOURCE [--format csv|jsonl] [--output FILE] ...``.
+
+    Returns:
+        0 on success (``N record(s) from SOURCE`` on stderr); 2 when the arguments, the
+        source, the labels, the handler file or a record is unusable; 1 when the source cannot
+        be read or the handler raises. Every failure is one ``error: ...`` line on stderr.
+    """
+    args = parse_args(argv)
+    try:
+        count = _convert(args)
+    except (CaptureFormatError, HandlerError, SagegateError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except SourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1 if args.source.startswith("s3://") else 2
+    except OSError as error:  # the output file
+        print(f"error: cannot write {args.output or 'the output'}: {error.strerror}",
+              file=sys.stderr)
+        return 1
+    except Exception as error:  # raised by the user's preprocess/postprocess handler
+        print(f"error: the handler raised {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
     print(f"{count} record(s) from {args.source}", file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@ the function, and nothing is left in memory when Lambda freezes the process.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from chalicelib.capture.records import CaptureRecord
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
 FIREHOSE_ATTEMPTS = 3
+MIN_SEGMENT_BYTES = 64 * 1024
 
 
 class CaptureSinkError(Exception):
@@ -33,22 +35,32 @@ class Sink(Protocol):
 
 class DirectorySink:
     """Model Monitor's layout under a local directory: ``{root}/{endpoint}/{variant}/yyyy/mm/dd/
-    hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time."""
+    hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    With ``max_bytes``, the directory stays under that size: files roll over at an eighth of
+    it, and once the total goes over, the least recently written files are deleted until it
+    is back under nine tenths of it (the file being written is kept).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int = 0) -> None:
         self.root = Path(root)
+        self.max_bytes = max_bytes
+        self._segment = max(MIN_SEGMENT_BYTES, max_bytes // 8) if max_bytes else 0
         self._lock = threading.Lock()
         self._files: dict[str, Path] = {}
+        self._sizes: dict[Path, int] = {}
+        self._total: int | None = None
 
     def _path(self, record: CaptureRecord) -> Path:
         partition = record.partition()
         path = self._files.get(partition)
-        if path is None:
+        if path is None or (self._segment and self._sizes.get(path, 0) >= self._segment):
             directory = self.root / partition
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / f"{record.file_stem()}.jsonl"
             if len(self._files) >= 256:  # hours gone by: forget their files
                 self._files.clear()
+                self._sizes.clear()
             self._files[partition] = path
         return path
 
@@ -59,15 +71,62 @@ class DirectorySink:
         with self._lock:
             for record in records:
                 path = self._path(record)
-                # O_APPEND with one write() per line: other processes appending to the same
-                # directory never interleave inside a line.
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                try:
-                    written = os.write(fd, record.line)
-                finally:
-                    os.close(fd)
-                if written != len(record.line):
-                    raise CaptureSinkError(f"short write to {path.name}")
+                self._append(path, record.line)
+                if self.max_bytes:
+                    self._account(path, len(record.line))
+
+    @staticmethod
+    def _append(path: Path, line: bytes) -> None:
+        # O_APPEND with one write() per line: other processes appending to the same
+        # directory never interleave inside a line.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            written = os.write(fd, line)
+        finally:
+            os.close(fd)
+        if written != len(line):
+            raise CaptureSinkError(f"short write to {path.name}")
+
+    def _account(self, path: Path, size: int) -> None:
+        self._sizes[path] = self._sizes.get(path, 0) + size
+        if self._total is None:
+            self._total = self._usage()
+        else:
+            self._total += size
+        if self._total > self.max_bytes:
+            self._total = self._prune(keep=path)
+
+    def _usage(self) -> int:
+        return sum(path.stat().st_size for path in self.root.rglob("*.jsonl"))
+
+    def _prune(self, keep: Path) -> int:
+        """Deletes the least recently written files until the total is under 90% of the cap;
+        returns the new total."""
+        files = []
+        for path in self.root.rglob("*.jsonl"):
+            with contextlib.suppress(FileNotFoundError):
+                stat = path.stat()
+                files.append((stat.st_mtime_ns, str(path), stat.st_size, path))
+        total = sum(size for _, _, size, _ in files)
+        for _, _, size, path in sorted(files):
+            if total <= self.max_bytes * 9 // 10:
+                break
+            if path == keep:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                self._remove_empty_parents(path.parent)
+            self._sizes.pop(path, None)
+            total -= size
+        return total
+
+    def _remove_empty_parents(self, directory: Path) -> None:
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (or already gone): stop here
+                return
+            directory = directory.parent
 
 
 class S3Sink:
@@ -129,18 +188,19 @@ class FirehoseSink:
             f"Firehose refused {len(pending)} record(s) after {self._attempts} attempts")
 
 
-def sink_for(destination: str) -> Sink:
+def sink_for(destination: str, max_bytes: int = 0) -> Sink:
     """The sink a ``CAPTURE_DESTINATION`` names: a directory, ``s3://`` or ``firehose://``.
 
     boto3 clients get short timeouts; boto3 honours ``AWS_ENDPOINT_URL_S3`` and
     ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests point them at a local server).
+    ``max_bytes`` (``CAPTURE_MAX_BYTES``) caps a directory's size; 0 for no cap.
     """
     if destination.startswith("s3://"):
         bucket, _, prefix = destination[len("s3://"):].partition("/")
         return S3Sink(_client("s3"), bucket, prefix)
     if destination.startswith("firehose://"):
         return FirehoseSink(_client("firehose"), destination[len("firehose://"):])
-    return DirectorySink(destination)
+    return DirectorySink(destination, max_bytes)
 
 
 def _client(service: str) -> Any:

@@ -14,10 +14,27 @@ import pytest
 import urllib3
 from skimage import data
 
-from emulator.process import free_port, start_emulator
+from emulator.process import EmulatorProcess, free_port, start_emulator
 from scripts.run_local import ApiProcess, start_api
 
 HERE = Path(__file__).resolve().parent
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory so far (VmHWM), in MB."""
+    return _status_kb(pid, "VmHWM") / 1024
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now (VmRSS), in MB."""
+    return _status_kb(pid, "VmRSS") / 1024
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 @dataclass
@@ -29,6 +46,15 @@ class Stack:
     """chalice local's output: sagegate's JSON log lines and EMF metrics."""
     captures: Path
     """The data capture directory (CAPTURE_MODE=both, 100%)."""
+    emulator: EmulatorProcess
+    emulator_log: Path
+    """The emulator's log: one line per request, with the InferenceId (sagegate's request id)."""
+
+    def emulator_calls(self, request_id: str) -> int:
+        """How many calls the emulator received for one sagegate request (its InferenceId)."""
+        marker = f"iid={request_id}"
+        return sum(line.endswith(marker)
+                   for line in self.emulator_log.read_text(errors="replace").splitlines())
 
     def post(self, path: str, body: bytes, content_type: str = "application/json",
              **headers: str) -> urllib3.BaseHTTPResponse:
@@ -73,7 +99,7 @@ def _start_stack(config: Path, log_dir: Path) -> Iterator[Stack]:
         try:
             yield Stack(api, emulator.url, urllib3.PoolManager(maxsize=16, retries=False,
                                                                timeout=30),
-                        log_dir / "api.log", captures)
+                        log_dir / "api.log", captures, emulator, log_dir / "emulator.log")
         finally:
             api.stop()
 

@@ -99,50 +99,6 @@ def test_unknown_variant_is_400(stack: Stack, photos: dict[str, bytes]) -> None:
     assert_error(response, 400, "InvalidVariant")
 
 
-def fault(stack: Stack, attributes: str, image: bytes | None = None) -> Any:
-    """A request asking the emulator for one fault; a PNG, so sagegate re-encodes it."""
-    image = image or imagefactory.png(imagefactory.gradient(64, 64))
-    return stack.post("/predict", image, "image/png", **{"X-Custom-Attributes": attributes})
-
-
-def test_model_error_end_to_end(stack: Stack) -> None:
-    body = assert_error(fault(stack, "emulator-fault=ModelError:400"), 502, "ModelError")
-    assert body["original_status_code"] == 400
-
-
-def test_the_model_refusing_a_forwarded_jpeg_is_the_clients_400(stack: Stack) -> None:
-    """A small JPEG goes to the endpoint untouched; the model's 4xx then means a bad image."""
-    forwarded = fault(stack, "emulator-fault=ModelError:400", imagefactory.jpeg(64, 64))
-    assert_error(forwarded, 400, "InvalidImage")
-    corrupt = imagefactory.corrupt_jpeg()  # a sound header over tables libjpeg refuses
-    assert corrupt.endswith(b"\xff\xd9")  # so it is forwarded, and the emulator refuses it
-    assert_error(stack.post("/predict", corrupt, "image/jpeg"), 400, "InvalidImage")
-
-
-@pytest.mark.parametrize("code", ["ThrottlingException", "ModelNotReadyException",
-                                  "ServiceUnavailable"])
-def test_retryable_faults_end_to_end_are_503(stack: Stack, code: str) -> None:
-    response = fault(stack, f"emulator-fault={code}")
-    assert_error(response, 503, "EndpointUnavailable")
-    assert response.headers["Retry-After"] == "1"
-
-
-@pytest.mark.parametrize("code", ["InternalFailure", "InternalDependencyException"])
-def test_service_failures_end_to_end_are_502(stack: Stack, code: str) -> None:
-    assert_error(fault(stack, f"emulator-fault={code}"), 502, "EndpointError")
-
-
-@pytest.mark.parametrize("kind", ["truncated", "wrong-length", "empty"])
-def test_malformed_model_output_end_to_end_is_502(stack: Stack, kind: str) -> None:
-    assert_error(fault(stack, f"emulator-fault=MalformedOutput:{kind}"), 502,
-                 "InvalidEndpointResponse")
-
-
-def test_slow_model_end_to_end_is_504(stack: Stack) -> None:
-    # the `test` stage sets ENDPOINT_READ_TIMEOUT=2
-    assert_error(fault(stack, "emulator-latency-ms=3500"), 504, "EndpointTimeout")
-
-
 def test_client_errors_never_reach_the_endpoint(stack: Stack) -> None:
     assert_error(stack.post("/predict", b"not an image", "image/jpeg"), 400, "InvalidImage")
     assert_error(stack.post("/predict", b"{", "application/json"), 400, "InvalidJSON")

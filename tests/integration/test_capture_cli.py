@@ -1,0 +1,132 @@
+"""The capture reader as users run it (``python -m chalicelib.capture``, a real process) and the
+capture directory's size cap on a real file system.
+
+Every refusal is one ``error: ...`` line and a non-zero exit code, never a traceback; the
+directory sink with ``CAPTURE_MAX_BYTES`` stays under its cap, dropping the oldest files.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chalicelib.capture import Exchange, build_record, reader
+from chalicelib.capture.sinks import DirectorySink
+from emulator.process import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBABILITIES = b"[" + b", ".join(b"0.001" for _ in range(1000)) + b"]"
+
+
+def captures(tmp_path: Path, count: int = 3) -> Path:
+    root = tmp_path / "captures"
+    sink = DirectorySink(root)
+    for index in range(count):
+        exchange = Exchange("efficientnet-lite0", "AllTraffic", f"req-{index}", b"\x89PNG",
+                            "application/x-image", PROBABILITIES, "application/json")
+        sink.write([build_record(exchange, "both")])
+    return root
+
+
+def run_reader(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chalicelib.capture", *args], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], code: int, *says: str) -> None:
+    assert result.returncode == code, result
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    last = result.stderr.strip().splitlines()[-1]
+    for text in says:
+        assert text in last
+
+
+def test_reads_what_the_sink_wrote(tmp_path: Path) -> None:
+    result = run_reader(str(captures(tmp_path)), "--top-k", "1")
+
+    assert result.returncode == 0
+    assert len(result.stdout.splitlines()) == 3
+    assert "3 record(s)" in result.stderr
+
+
+def test_a_source_that_does_not_exist_is_an_error_not_zero_records(tmp_path: Path) -> None:
+    assert_refused(run_reader(str(tmp_path / "nowhere")), 2, "nowhere", "no such file")
+
+
+def test_unknown_labels_are_named(tmp_path: Path) -> None:
+    assert_refused(run_reader(str(captures(tmp_path)), "--labels", "bogus"), 2,
+                   "--labels 'bogus'")
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "many"])
+def test_top_k_must_be_a_positive_whole_number(tmp_path: Path, k: str) -> None:
+    assert_refused(run_reader(str(captures(tmp_path)), "--top-k", k), 2, "--top-k")
+
+
+def test_a_missing_handler_file_is_named(tmp_path: Path) -> None:
+    result = run_reader(str(captures(tmp_path)), "--preprocess-handler", "no_such_handler.py")
+
+    assert_refused(result, 2, "no_such_handler.py", "no such file")
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [("import nonexistent_module_xyz\n", "ModuleNotFoundError"),
+     ("x = 1\n", "has no preprocess_handler"),
+     ("def preprocess_handler(record):\n    return 42\n", "returned int"),
+     ("def preprocess_handler(record):\n    raise KeyError('boom')\n", "KeyError")],
+    ids=["import-fails", "no-handler", "returns-int", "raises"],
+)
+def test_a_broken_handler_is_reported_in_one_line(tmp_path: Path, source: str,
+                                                  says: str) -> None:
+    handler = tmp_path / "handler.py"
+    handler.write_text(source)
+
+    result = run_reader(str(captures(tmp_path)), "--preprocess-handler", str(handler))
+
+    assert result.returncode in (1, 2)
+    assert "Traceback" not in result.stderr
+    assert says in result.stderr
+
+
+def test_s3_without_credentials_is_one_line(tmp_path: Path) -> None:
+    no_credentials = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+                      "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                      "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                      "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
+                      # loopback only, and nothing listens there
+                      "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}"}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    result = subprocess.run([sys.executable, "-m", "chalicelib.capture", "s3://bucket/prefix"],
+                            cwd=ROOT, env={**env, **no_credentials}, capture_output=True,
+                            text=True, timeout=60, check=False)
+
+    assert_refused(result, 1, "s3://bucket/prefix", "cannot read from S3")
+
+
+def test_the_capture_directory_stays_under_its_cap_dropping_the_oldest(tmp_path: Path) -> None:
+    cap = 1_000_000
+    root = tmp_path / "captures"
+    sink = DirectorySink(root, max_bytes=cap)
+    written = 0
+    for index in range(200):  # about 27 kB each: 5.4 MB in all
+        exchange = Exchange("efficientnet-lite0", "AllTraffic", f"req-{index}", bytes(20_000),
+                            "application/x-image", PROBABILITIES, "application/json")
+        line = build_record(exchange, "both")
+        sink.write([line])
+        written += len(line.line)
+        assert sum(path.stat().st_size for path in root.rglob("*.jsonl")) <= cap
+
+    kept = [r.event_metadata.inference_id or "" for r in reader.read_records(str(root))]
+    assert written > 5 * cap
+    assert "req-199" in kept and "req-0" not in kept  # the newest kept, the oldest dropped
+    numbers = [int(rid.split("-")[1]) for rid in kept]
+    assert numbers == list(range(numbers[0], 200))  # exactly the most recent ones, in order
