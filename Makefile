@@ -15,6 +15,7 @@ help:
 	@echo "make run    - emulator + chalice local on 127.0.0.1 (no AWS account needed)"
 	@echo "make test   - ruff, mypy and every test tier"
 	@echo "make bench  - side-by-side benchmarks against the 2018 reference"
+	@echo "make fuzz   - long Hypothesis run over bodies, content types, queries (FUZZ_EXAMPLES=20000)"
 	@echo "make bench-coldstart - Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
 	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
 	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
@@ -50,6 +51,12 @@ unit functional integration: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+FUZZ_EXAMPLES ?= 20000
+.PHONY: fuzz
+fuzz: $(STAMP)
+	SAGEGATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q --timeout=0 \
+	  tests/functional/test_fuzz.py
 
 bench-coldstart: $(STAMP)
 	$(PY) -m bench.coldstart

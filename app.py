@@ -19,7 +19,7 @@ from chalicelib.capture import Capturer, Exchange
 from chalicelib.config import Settings
 from chalicelib.errors import ConfigurationError, SagegateError
 from chalicelib.observability import RequestLog, logger
-from chalicelib.pipeline import PredictOptions, Predictor, PredictResult, StageTimer
+from chalicelib.pipeline import PredictOptions, Predictor, PredictResult, StageTimer, limits_from
 from chalicelib.resizer import ResizeOptions, resize_image
 
 # Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
@@ -28,7 +28,7 @@ app.debug = False  # a traceback must never reach a client, in any stage
 # Chalice's debug setter turns its logger, which is Powertools' (both are named "sagegate"), to
 # ERROR; give it back the level Powertools chose (POWERTOOLS_LOG_LEVEL / LOG_LEVEL, else INFO).
 logger.setLevel(None)
-for _media_type in body_parsing.BINARY_TYPES:
+for _media_type in body_parsing.BINARY_MEDIA_TYPES:
     if _media_type not in app.api.binary_types:
         app.api.binary_types.append(_media_type)
 
@@ -106,7 +106,7 @@ def get_capturer() -> Capturer:
             s = get_settings()
             _CAPTURER = Capturer.from_settings(s.capture_mode, s.capture_destination,
                                                s.capture_sampling_percentage,
-                                               s.capture_original)
+                                               s.capture_original, s.capture_max_bytes)
         return _CAPTURER
 
 
@@ -233,7 +233,8 @@ def predict() -> Response:
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
     with timer.stage("parse"):
         parsed = _read_body()
-        options = PredictOptions.parse(_with_header_options(parsed), get_settings().default_k)
+        options = PredictOptions.parse(_with_header_options(parsed), get_settings().default_k,
+                                       parsed.source)
     result = get_predictor().predict(parsed.image, options, request_id(), timer)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
     log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
@@ -265,8 +266,8 @@ def resize() -> Response:
     settings = get_settings()
     parsed = _read_body()
     options = ResizeOptions.parse(parsed.options, current_request().headers.get("accept"),
-                                  settings.max_output_pixels)
-    resized = resize_image(parsed.image, options, settings.max_image_pixels)
+                                  settings.max_output_pixels, parsed.source)
+    resized = resize_image(parsed.image, options, limits_from(settings))
     if options.binary:
         return Response(body=resized.data, headers={"Content-Type": options.content_type})
     return Response(body=resized.to_dict())

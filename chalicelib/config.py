@@ -30,6 +30,9 @@ LABELS = "LABELS"
 MAX_BODY_BYTES = "MAX_BODY_BYTES"
 MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
 MAX_OUTPUT_PIXELS = "MAX_OUTPUT_PIXELS"
+MAX_ASPECT_RATIO = "MAX_ASPECT_RATIO"
+ALLOW_CORRUPT_IMAGES = "ALLOW_CORRUPT_IMAGES"
+ENDPOINT_MAX_CONNECTIONS = "ENDPOINT_MAX_CONNECTIONS"
 ENDPOINT_CONNECT_TIMEOUT = "ENDPOINT_CONNECT_TIMEOUT"
 ENDPOINT_READ_TIMEOUT = "ENDPOINT_READ_TIMEOUT"
 ENDPOINT_MAX_ATTEMPTS = "ENDPOINT_MAX_ATTEMPTS"
@@ -38,6 +41,7 @@ CAPTURE_MODE = "CAPTURE_MODE"
 CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
+CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
 
 RESIZE_MODES = ("shorter-side", "fill", "fit", "stretch")
 ENDPOINT_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
@@ -79,6 +83,12 @@ class Settings:
     max_body_bytes: int = 6 * 1024 * 1024
     max_image_pixels: int = 40_000_000
     max_output_pixels: int = 16_777_216
+    # Real panoramas pass (a phone's 360-degree sweep is about 9:1, equirectangular 2:1); at
+    # 20:1 the endpoint's own shorter-side resize to 256 yields at most 5120x256.
+    max_aspect_ratio: float = 20.0
+    allow_corrupt_images: bool = False
+    # botocore's connection pool: 0 sizes it to the server (see endpoint.pool_size).
+    endpoint_max_connections: int = 0
     endpoint_connect_timeout: float = 2.0
     endpoint_read_timeout: float = 20.0
     endpoint_max_attempts: int = 3
@@ -87,6 +97,8 @@ class Settings:
     capture_sampling_percentage: float = 100.0
     capture_destination: str = ""
     capture_original: bool = False
+    capture_max_bytes: int = 0
+    """A directory destination's size cap (oldest files dropped); 0 for none."""
 
     def __post_init__(self) -> None:
         _check(bool(_ENDPOINT_NAME_RE.match(self.endpoint_name)), ENDPOINT_NAME,
@@ -139,12 +151,15 @@ class Settings:
             (MAX_BODY_BYTES, self.max_body_bytes, 1024, 10 * 1024 * 1024),
             (MAX_IMAGE_PIXELS, self.max_image_pixels, 64, 1_000_000_000),
             (MAX_OUTPUT_PIXELS, self.max_output_pixels, 64, 100_000_000),
+            (MAX_ASPECT_RATIO, self.max_aspect_ratio, 1, 10_000),
+            (ENDPOINT_MAX_CONNECTIONS, self.endpoint_max_connections, 0, 1000),
             (ENDPOINT_CONNECT_TIMEOUT, self.endpoint_connect_timeout, 0.1, 10),
             (ENDPOINT_READ_TIMEOUT, self.endpoint_read_timeout, 0.1, 60),
             (ENDPOINT_MAX_ATTEMPTS, self.endpoint_max_attempts, 1, 10),
             (REQUEST_BUDGET_SECONDS, self.request_budget_seconds, 0.5,
              API_GATEWAY_TIMEOUT_SECONDS),
             (CAPTURE_SAMPLING_PERCENTAGE, self.capture_sampling_percentage, 0, 100),
+            (CAPTURE_MAX_BYTES, self.capture_max_bytes, 0, 2**50),
         ]
 
     @property

@@ -22,6 +22,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from chalicelib import lifecycle
 from chalicelib.errors import (
     EndpointError,
     EndpointNotFoundError,
@@ -142,36 +143,44 @@ class EndpointClient:
         attempt = 0
         while True:
             attempt += 1
-            try:
-                return self._invoke_once(invocation, attempt)
-            except _Retryable as retryable:
-                delay = self._policy.delay(attempt, self._rng)
-                if not self._may_retry(attempt, deadline, delay):
-                    raise retryable.error from retryable.__cause__
-                logger.warning("retrying endpoint call: %s (attempt %d)", retryable.error.CODE,
-                               attempt)
-                self._sleep(delay)
+            outcome = self._invoke_once(invocation, attempt)
+            if isinstance(outcome, InvokeResult):
+                return outcome
+            delay = self._policy.delay(attempt, self._rng)
+            if not self._may_retry(attempt, deadline, delay):
+                try:
+                    raise outcome
+                finally:  # this frame is in the error's traceback: no reference back to it
+                    del outcome
+            logger.warning("retrying endpoint call: %s (attempt %d)", outcome.CODE, attempt)
+            self._sleep(delay)
 
     def _may_retry(self, attempt: int, deadline: float, delay: float) -> bool:
         remaining = deadline - self._clock()
         return (attempt < self._policy.max_attempts
                 and remaining >= delay + self._policy.attempt_timeout)
 
-    def _invoke_once(self, invocation: Invocation, attempt: int) -> InvokeResult:
+    def _invoke_once(self, invocation: Invocation,
+                     attempt: int) -> InvokeResult | SagegateError:
+        """One call: its result, or (returned, not raised) an error a retry might cure.
+
+        Errors that end the request are raised without a local variable naming them: an
+        exception held by a frame of its own traceback is a reference cycle, and every failed
+        request during an outage would leave one (frames, tracebacks, botocore's response) for
+        the cycle collector.
+        """
         try:
             response = self._client.invoke_endpoint(**invocation.to_kwargs())
             body = response["Body"].read()
         except ClientError as error:
-            translated = translate_client_error(error, invocation)
             if error.response.get("Error", {}).get("Code") in RETRYABLE_CODES:
-                raise _Retryable(translated) from error
-            raise translated from error
-        except ReadTimeoutError as error:
+                return translate_client_error(error, invocation)
+            raise translate_client_error(error, invocation) from None
+        except ReadTimeoutError:
             raise EndpointTimeoutError(
-                "The endpoint did not answer in time. Try again later.") from error
-        except _CONNECTION_ERRORS as error:
-            raise _Retryable(EndpointUnavailableError(
-                "The endpoint could not be reached. Try again later.")) from error
+                "The endpoint did not answer in time. Try again later.") from None
+        except _CONNECTION_ERRORS:
+            return EndpointUnavailableError("The endpoint could not be reached. Try again later.")
         return InvokeResult(
             body=body,
             content_type=response.get("ContentType", ""),
@@ -179,14 +188,6 @@ class EndpointClient:
             custom_attributes=response.get("CustomAttributes"),
             attempts=attempt,
         )
-
-
-class _Retryable(Exception):
-    """Carries a translated error that a further attempt might cure."""
-
-    def __init__(self, error: SagegateError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 def translate_client_error(error: ClientError, invocation: Invocation) -> SagegateError:
@@ -244,9 +245,28 @@ def make_client(settings: Settings) -> SageMakerRuntimeClient:
         read_timeout=settings.endpoint_read_timeout,
         retries={"total_max_attempts": 1},
         tcp_keepalive=True,
-        max_pool_connections=16,
+        max_pool_connections=pool_size(settings),
     )
     return boto3.client("sagemaker-runtime", config=config)
+
+
+# chalice local serves each connection on its own thread, with no upper bound; this many
+# concurrent endpoint calls keep their connections (beyond it botocore discards the extras,
+# logging "Connection pool is full"). Idle pooled sockets cost next to nothing.
+LOCAL_POOL_CONNECTIONS = 100
+
+
+def pool_size(settings: Settings, *, on_lambda: bool | None = None) -> int:
+    """How many connections botocore keeps: as many as the server runs concurrent requests.
+
+    ``ENDPOINT_MAX_CONNECTIONS`` when set; otherwise 1 on Lambda, which hands a container one
+    request at a time, and :data:`LOCAL_POOL_CONNECTIONS` under a threaded server.
+    """
+    if settings.endpoint_max_connections:
+        return settings.endpoint_max_connections
+    if on_lambda is None:
+        on_lambda = lifecycle.on_lambda()
+    return 1 if on_lambda else LOCAL_POOL_CONNECTIONS
 
 
 def policy_from(settings: Settings) -> RetryPolicy:

@@ -14,10 +14,12 @@ import zlib
 import cv2
 import numpy as np
 
+from chalicelib import jpegscan
 from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
 from chalicelib.probe import ImageInfo, probe
 
-__all__ = ["ImageInfo", "ResizePlan", "decode", "encode", "plan_resize", "probe", "resize"]
+__all__ = ["ImageInfo", "Limits", "ResizePlan", "decode", "encode", "inspect", "plan_resize",
+           "probe", "resize"]
 
 MODES = ("shorter-side", "fill", "fit", "stretch")
 FORMATS = ("jpeg", "png", "webp")
@@ -65,6 +67,20 @@ class ResizePlan:
                     max(_scaled(height, scale), min(self.height, height)))
         return _scaled(width, scale), _scaled(height, scale)
 
+    def allocated_pixels(self, width: int, height: int) -> int:
+        """The largest image the resize allocates for a ``width`` x ``height`` input: the
+        scaled image, or the target box (``fill`` crops before it scales, ``fit`` pads)."""
+        if self.mode in ("fill", "fit"):
+            return self.width * self.height
+        scaled_width, scaled_height = self.scaled_size(width, height)
+        return scaled_width * scaled_height
+
+    def fill_scale(self, width: int, height: int) -> float:
+        """The scale ``fill`` applies: the smallest that covers the box (at most 1 unless
+        upscaling)."""
+        scale = max(self.width / width, self.height / height)
+        return scale if self.upscale else min(scale, 1.0)
+
     def _uniform_scale(self, width: int, height: int) -> float:
         if self.mode == "shorter-side":
             return self.shorter_side / min(width, height)
@@ -89,6 +105,21 @@ def _scaled(length: int, scale: float) -> int:
     return max(1, round(length * scale))
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What sagegate accepts of an image, checked on its header before anything is allocated.
+
+    Attributes:
+        max_pixels: decoded pixels, and pixels of any image the resize produces.
+        max_aspect_ratio: longer side over shorter side.
+        allow_corrupt: accept JPEGs whose data is truncated or corrupt.
+    """
+
+    max_pixels: int = 40_000_000
+    max_aspect_ratio: float = 20.0
+    allow_corrupt: bool = False
+
+
 def check_pixels(info: ImageInfo, max_pixels: int) -> None:
     """Refuse an image whose header declares more than ``max_pixels`` pixels.
 
@@ -100,6 +131,53 @@ def check_pixels(info: ImageInfo, max_pixels: int) -> None:
             f"The image is {info.width}x{info.height} ({info.width * info.height} pixels); the "
             f"limit is {max_pixels} pixels. Send a smaller image."
         )
+
+
+def check_geometry(info: ImageInfo, plan: ResizePlan, limits: Limits) -> None:
+    """Refuse, from the header alone, an image too big to decode, too elongated, or whose
+    resize would produce an image over the pixel limit.
+
+    Raises:
+        ImageTooLargeError: over ``max_pixels``, decoded or resized.
+        InvalidImageError: the aspect ratio is over ``max_aspect_ratio``.
+    """
+    check_pixels(info, limits.max_pixels)
+    ratio = max(info.width, info.height) / min(info.width, info.height)
+    if ratio > limits.max_aspect_ratio:
+        raise InvalidImageError(
+            f"The image is {info.width}x{info.height}, an aspect ratio of {ratio:.1f}:1; at "
+            f"most {limits.max_aspect_ratio:g}:1 is accepted. Crop it first.")
+    produced = plan.allocated_pixels(info.width, info.height)
+    if produced > limits.max_pixels:
+        raise ImageTooLargeError(
+            f"Resizing the {info.width}x{info.height} image would produce {produced} pixels; "
+            f"the limit is {limits.max_pixels}. Ask for a smaller size.")
+
+
+def inspect(data: bytes, plan: ResizePlan, limits: Limits) -> ImageInfo:
+    """Probe an upload and check it against every limit before any pixel is decoded.
+
+    Args:
+        data: the encoded upload.
+        plan: the resize it will get (or the endpoint will apply).
+        limits: what is accepted.
+
+    Returns:
+        The image's header.
+
+    Raises:
+        InvalidImageError: not a supported, well-formed image; too elongated; a progressive
+            JPEG with scans missing (unless ``limits.allow_corrupt``).
+        ImageTooLargeError: over the pixel limit, decoded or resized.
+    """
+    info = probe(data)
+    check_geometry(info, plan, limits)
+    if info.progressive and not limits.allow_corrupt:
+        # a decode cannot show that a scan is missing (each one refines every block); for
+        # baseline files the marker walk waits for a sign of damage (jpegscan.check_decoded),
+        # so a large upload's decode path pays nothing for it
+        jpegscan.check_complete(data)
+    return info
 
 
 def reduction_for(info: ImageInfo, needed: tuple[int, int],
@@ -148,23 +226,41 @@ def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
 def resize(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
     """Resize ``image`` following ``plan``: area interpolation to shrink, cubic to enlarge."""
     height, width = image.shape[:2]
-    new_width, new_height = plan.scaled_size(width, height)
-    if (new_width, new_height) != (width, height):
-        shrinking = new_width <= width and new_height <= height
-        interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
-        image = cv2.resize(image, (new_width, new_height), interpolation=interpolation)
     if plan.mode == "fill":
-        return _centre_crop(image, plan.width, plan.height)
+        return _fill(image, plan)
+    image = _scale(image, plan.scaled_size(width, height))
     if plan.mode == "fit":
         return _letterbox(image, plan.width, plan.height)
     return image
 
 
+def _scale(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    height, width = image.shape[:2]
+    if size == (width, height):
+        return image
+    shrinking = size[0] <= width and size[1] <= height
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    return cv2.resize(image, size, interpolation=interpolation)
+
+
+def _fill(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
+    """Scale to cover the box and centre-crop, cropping first: the intermediate image is never
+    larger than the box, however elongated the input (a 20000x1 strip filled to 224x224 would
+    otherwise be scaled to 4480000x224 before the crop)."""
+    rows, cols = image.shape[:2]
+    scale = plan.fill_scale(cols, rows)
+    crop = _centre_crop(image, min(cols, _scaled(plan.width, 1 / scale)),
+                        min(rows, _scaled(plan.height, 1 / scale)))
+    size = (min(plan.width, _scaled(cols, scale)), min(plan.height, _scaled(rows, scale)))
+    return np.ascontiguousarray(_scale(crop, size))
+
+
 def _centre_crop(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """A view of the centred ``width`` x ``height`` box (no copy)."""
     rows, cols = image.shape[:2]
     width, height = min(width, cols), min(height, rows)
     top, left = (rows - height) // 2, (cols - width) // 2
-    return np.ascontiguousarray(image[top:top + height, left:left + width])
+    return image[top:top + height, left:left + width]
 
 
 def _letterbox(image: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -248,22 +344,55 @@ def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
             and reduction_for(info, plan.scaled_size(info.width, info.height)) == 1)
 
 
-def prepare(data: bytes, plan: ResizePlan, max_pixels: int) -> tuple[np.ndarray, ImageInfo]:
+def check_forwardable(data: bytes, info: ImageInfo, limits: Limits) -> None:
+    """Check a JPEG that goes to the endpoint untouched: its markers, then its data at 1/8 scale.
+
+    The marker walk (:func:`jpegscan.check_complete`) costs 0.1 ms for 640x480; what only a
+    decode shows is a baseline file cut short with an EOI appended. At 1/8 scale libjpeg still
+    reads every bit of the data but computes only each block's DC term: 0.6x a full decode's
+    time for 640x480 (the entropy decoding is the floor), against the full decode, resize and
+    encode that passthrough saves.
+
+    Raises:
+        InvalidImageError: the data does not decode, or ends before the image does.
+    """
+    if limits.allow_corrupt:
+        return
+    if not info.progressive:  # (inspect walked the progressive ones)
+        jpegscan.check_complete(data)
+    image = decode(data, info, 8)
+    jpegscan.check_decoded(data, image, 8)
+
+
+def prepare(data: bytes, plan: ResizePlan, limits: Limits) -> tuple[np.ndarray, ImageInfo]:
     """Probe, check limits, decode at the cheapest sufficient scale and resize.
 
     Args:
         data: the encoded upload.
         plan: the resize to apply.
-        max_pixels: the decoded-pixel limit.
+        limits: what is accepted (see :func:`inspect`).
 
     Returns:
         The resized BGR image and the original image's header.
 
     Raises:
         InvalidImageError: not a supported, well-formed image.
-        ImageTooLargeError: over ``max_pixels``.
+        ImageTooLargeError: over the pixel limit.
     """
-    info = probe(data)
-    check_pixels(info, max_pixels)
+    info = inspect(data, plan, limits)
+    return decode_and_resize(data, info, plan, limits), info
+
+
+def decode_and_resize(data: bytes, info: ImageInfo, plan: ResizePlan,
+                      limits: Limits) -> np.ndarray:
+    """Decode an inspected image at the cheapest sufficient scale, then resize it.
+
+    Raises:
+        InvalidImageError: the data does not decode, or (unless ``limits.allow_corrupt``) the
+            decoder ran out of JPEG data (see :func:`jpegscan.check_decoded`).
+    """
     reduction = reduction_for(info, plan.scaled_size(info.width, info.height))
-    return resize(decode(data, info, reduction), plan), info
+    image = decode(data, info, reduction)
+    if info.format == "jpeg" and not limits.allow_corrupt:
+        jpegscan.check_decoded(data, image, reduction)
+    return resize(image, plan)

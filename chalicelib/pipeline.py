@@ -19,11 +19,19 @@ from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
 from chalicelib.errors import (
     InvalidEndpointResponseError,
     InvalidImageError,
-    InvalidParameterError,
     ModelError,
 )
 
-_KNOWN_OPTIONS = frozenset({"k", "variant", "custom_attributes"})
+# Every option of /predict and its kind; "topk" is the 2018 clients' name for "k".
+OPTION_KINDS = {"k": requests.INT, "topk": requests.INT, "variant": requests.TEXT,
+                "custom_attributes": requests.TEXT}
+
+
+def limits_from(settings: Settings) -> imaging.Limits:
+    """The image limits the settings describe."""
+    return imaging.Limits(max_pixels=settings.max_image_pixels,
+                          max_aspect_ratio=settings.max_aspect_ratio,
+                          allow_corrupt=settings.allow_corrupt_images)
 
 
 class StageTimer:
@@ -53,19 +61,23 @@ class PredictOptions:
     custom_attributes: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], default_k: int) -> PredictOptions:
+    def parse(cls, options: Mapping[str, Any], default_k: int,
+              source: str = requests.FIELD) -> PredictOptions:
         """Validate the options of a request.
 
+        Args:
+            options: JSON fields or query parameters, unvalidated.
+            default_k: the configured top-k.
+            source: where the options came from (:data:`requests.FIELD` or ``QUERY``).
+
         Raises:
-            InvalidParameterError: an unknown field, or a bad value.
+            InvalidParameterError: an unknown option, or a bad value.
         """
-        unknown = sorted(set(options) - _KNOWN_OPTIONS)
-        if unknown:
-            raise InvalidParameterError(
-                f"Unknown field(s) {', '.join(unknown)}; known: image, "
-                f"{', '.join(sorted(_KNOWN_OPTIONS))}.")
+        requests.check_fields(options, OPTION_KINDS, source)
+        fields = dict(options)
+        name = "topk" if "topk" in fields else "k"  # messages name the field as sent
         return cls(
-            k=requests.parse_k(options.get("k"), default_k),
+            k=requests.parse_k(requests.pop_alias(fields, "k", "topk"), default_k, name),
             variant=requests.parse_variant(options.get("variant")),
             custom_attributes=requests.parse_custom_attributes(options.get("custom_attributes")),
         )
@@ -123,6 +135,7 @@ class Predictor:
         self._plan = imaging.plan_resize(settings.resize_mode, settings.input_width,
                                          settings.input_height, settings.resize_shorter_side,
                                          settings.upscale)
+        self._limits = limits_from(settings)
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = settings.passthrough and settings.endpoint_content_type in (
             "application/x-image", "image/jpeg")
@@ -137,7 +150,7 @@ class Predictor:
         ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
         image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
         upload = imaging.encode(image, "jpeg", 90)
-        resized, _ = imaging.prepare(upload, self._plan, self._settings.max_image_pixels)
+        resized, _ = imaging.prepare(upload, self._plan, self._limits)
         self._encode(resized)
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
@@ -149,15 +162,15 @@ class Predictor:
         """
         timer = timer or StageTimer()
         with timer.stage("preprocess"):
-            info = imaging.probe(image)
-            imaging.check_pixels(info, self._settings.max_image_pixels)
+            # every limit, on the header, whether or not the upload is passed through
+            info = imaging.inspect(image, self._plan, self._limits)
             passthrough = self._passthrough_allowed and imaging.can_pass_through(
                 image, info, self._plan)
             if passthrough:
+                imaging.check_forwardable(image, info, self._limits)
                 payload, size = image, (info.width, info.height)
             else:
-                resized, info = imaging.prepare(image, self._plan,
-                                                self._settings.max_image_pixels)
+                resized = imaging.decode_and_resize(image, info, self._plan, self._limits)
                 payload, size = self._encode(resized), (resized.shape[1], resized.shape[0])
         with timer.stage("endpoint"):
             try:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import heapq
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +34,18 @@ BINARY_TYPES = (
     "image/jpeg", "image/png", "image/webp", "application/x-image", "application/octet-stream",
 )
 ACCEPTED_TYPES = (JSON_TYPE, *BINARY_TYPES)
+# Common misspellings of a media type, read as the type meant.
+MEDIA_TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg"}
+# What app.py registers as binary with Chalice and API Gateway: the request types, their
+# misspellings, and "image/*", so that /resize can answer an image to `Accept: image/*` (Chalice
+# sends a binary body only when the Accept header names one of these, or */*).
+BINARY_MEDIA_TYPES = (*BINARY_TYPES, *MEDIA_TYPE_ALIASES, "image/*")
+FIELD = "field"
+QUERY = "query parameter"
+INT = "whole number"
+TEXT = "string"
+_MAX_ECHOED = 64  # characters of a client's name or type repeated in a message
+_MAX_INT_DIGITS = 64  # longer JSON integers are out of every range: no 4300-digit conversion
 
 _DATA_URL_RE = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w.+-]+=[\w.+-]+)*;base64,",
                           re.IGNORECASE)
@@ -55,13 +69,24 @@ class ImageRequest:
 
     image: bytes
     options: Mapping[str, Any]
+    source: str = FIELD
+    """Where the options came from: JSON fields (:data:`FIELD`) or the query (:data:`QUERY`)."""
 
 
 def media_type(content_type: str | None) -> str:
-    """Return the bare, lower-cased media type of a Content-Type header (JSON if absent)."""
+    """Return the bare, lower-cased media type of a Content-Type header (JSON if absent).
+
+    Known misspellings (``image/jpg``) come back as the type meant.
+    """
     if not content_type:
         return JSON_TYPE
-    return content_type.split(";", 1)[0].strip().lower()
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return MEDIA_TYPE_ALIASES.get(kind, kind)
+
+
+def echo(text: str) -> str:
+    """A client's name or type, shortened to be repeated safely in a message."""
+    return repr(text if len(text) <= _MAX_ECHOED else text[:_MAX_ECHOED] + "...")
 
 
 def parse_body(
@@ -87,46 +112,115 @@ def parse_body(
         UnsupportedMediaTypeError: the content type is not one sagegate reads.
         InvalidJSONError, MissingImageError, InvalidBase64Error: the body is malformed.
     """
-    if len(body) > max_body_bytes:
-        raise PayloadTooLargeError(
-            f"Request body is {len(body)} bytes; the limit is {max_body_bytes}. Send a smaller "
-            "image (resize it on the client), or send it as binary to avoid base64's 4/3 growth."
-        )
     kind = media_type(content_type)
+    if len(body) > max_body_bytes:
+        raise PayloadTooLargeError(_too_large(len(body), max_body_bytes, kind == JSON_TYPE))
     if kind == JSON_TYPE:
-        return _parse_json(body)
+        return _parse_json(body, assumed=not content_type)
     if kind in BINARY_TYPES:
         if not body:
             raise MissingImageError("The request body is empty: send the image bytes.")
-        return ImageRequest(image=body, options=dict(query or {}))
+        return ImageRequest(image=body, options=dict(query or {}), source=QUERY)
     raise UnsupportedMediaTypeError(
-        f"Unsupported Content-Type {kind!r}; use one of: {', '.join(ACCEPTED_TYPES)}."
+        f"Unsupported Content-Type {echo(kind)}; use one of: {', '.join(ACCEPTED_TYPES)}."
     )
 
 
-def _parse_json(body: bytes) -> ImageRequest:
-    try:
-        document = json.loads(body)  # for megabytes of base64 text, faster than orjson here
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidJSONError("The request body is not valid JSON.") from None
+def _too_large(size: int, limit: int, base64_body: bool) -> str:
+    advice = ("Send a smaller image (resize it on the client), or send it as binary to avoid "
+              "base64's 4/3 growth." if base64_body else
+              "Send a smaller image: resize or recompress it on the client.")
+    return f"Request body is {size} bytes; the limit is {limit}. {advice}"
+
+
+def _parse_json_int(text: str) -> float:
+    # an integer this long is out of every range sagegate checks; say so there, with the range
+    if len(text) > _MAX_INT_DIGITS:
+        return -math.inf if text.startswith("-") else math.inf
+    return int(text)
+
+
+def load_json(body: bytes, *, assumed: bool = False) -> Any:
+    """Parse a JSON body. Every way the parser can fail is the client's ``InvalidJSON``.
+
+    Args:
+        body: the raw body (UTF-8, -16 or -32, as JSON allows).
+        assumed: no Content-Type was sent and JSON was assumed (the message says so).
+
+    Raises:
+        InvalidJSONError: malformed, not UTF, nested too deep for the parser, or anything else.
+    """
+    try:  # json: for megabytes of base64 text, faster than orjson here
+        return json.loads(body, parse_int=_parse_json_int)
+    except Exception:  # ValueError, RecursionError (deep nesting), MemoryError: all the client's
+        hint = (" No Content-Type header was sent, so JSON was assumed: for a raw image send "
+                "Content-Type: image/jpeg, image/png, image/webp or application/octet-stream."
+                if assumed else "")
+        raise InvalidJSONError("The request body is not valid JSON." + hint) from None
+
+
+def _parse_json(body: bytes, *, assumed: bool = False) -> ImageRequest:
+    document = load_json(body, assumed=assumed)
     if not isinstance(document, dict):
         raise InvalidJSONError("The request body must be a JSON object.")
     fields = dict(document)
-    encoded = _pop_alias(fields, "image", "data")
+    encoded = pop_alias(fields, "image", "data")
     if encoded is None:
         raise MissingImageError('Missing "image": send {"image": "<base64>"}.')
     if not isinstance(encoded, str):
         raise InvalidBase64Error('"image" must be a base64 string or a data URL.')
-    k = _pop_alias(fields, "k", "topk")
-    if k is not None:
-        fields["k"] = k
     return ImageRequest(image=decode_base64(encoded), options=fields)
 
 
-def _pop_alias(fields: dict[str, Any], name: str, legacy: str) -> Any:
+def pop_alias(fields: dict[str, Any], name: str, legacy: str) -> Any:
+    """Remove and return ``name`` or its older spelling ``legacy`` (not both) from ``fields``.
+
+    Raises:
+        InvalidParameterError: both were sent.
+    """
     if name in fields and legacy in fields:
         raise InvalidParameterError(f'Send "{name}" or "{legacy}", not both.')
     return fields.pop(name, fields.pop(legacy, None))
+
+
+def check_fields(options: Mapping[str, Any], kinds: Mapping[str, str], source: str) -> None:
+    """Refuse unknown options and options of the wrong JSON type, on every route alike.
+
+    Values are checked further (ranges, names) by the ``parse_*`` functions; this makes sure
+    they are of a type those can handle at all (``"format": []`` is not hashable).
+
+    Args:
+        options: the options of a request.
+        kinds: every known option and its kind, :data:`INT` or :data:`TEXT`.
+        source: :data:`FIELD` (JSON) or :data:`QUERY`, for the message.
+
+    Raises:
+        InvalidParameterError: an unknown name or a value of the wrong type.
+    """
+    unknown = heapq.nsmallest(5, (name for name in options if name not in kinds))
+    if unknown:  # (the first few, in order, however many a hostile body holds)
+        known = sorted(kinds) if source == QUERY else ["image", *sorted(kinds)]
+        shown = ", ".join(echo(name) for name in unknown)
+        raise InvalidParameterError(
+            f"Unknown {source}(s) {shown}; known: {', '.join(known)}.")
+    for name, kind in kinds.items():
+        value = options.get(name)
+        if value is not None and not _is_kind(value, kind):
+            raise InvalidParameterError(f'"{name}" must be a {kind}, not {_json_type(value)}.')
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if isinstance(value, str):
+        return True  # query parameters are all text; their content is checked later
+    if kind == INT:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return False
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", dict: "an object", list: "an array", int: "a number",
+             float: "a number"}
+    return names.get(type(value), "a " + type(value).__name__)
 
 
 def decode_base64(text: str) -> bytes:
@@ -162,12 +256,13 @@ def decode_base64(text: str) -> bytes:
         raise InvalidBase64Error('"image" is not valid base64.') from None
 
 
-def parse_k(value: Any, default: int) -> int:
+def parse_k(value: Any, default: int, name: str = "k") -> int:
     """Validate the number of classes to return.
 
     Args:
         value: a JSON value or query-string text; None means "use the default".
         default: the configured default.
+        name: the name the client used (``k``, or the 2018 ``topk``), for the message.
 
     Returns:
         k >= 1. A k above the number of classes is allowed: all classes are returned.
@@ -177,7 +272,7 @@ def parse_k(value: Any, default: int) -> int:
     """
     if value is None:
         return default
-    return parse_positive_int("k", value, maximum=1_000_000)
+    return parse_positive_int(name, value, maximum=1_000_000)
 
 
 def parse_positive_int(name: str, value: Any, *, maximum: int) -> int:

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib import imaging, requests
+from chalicelib import imaging, negotiation, requests
 from chalicelib.errors import ImageTooLargeError, InvalidParameterError, NotAcceptableError
 
 MAX_SIDE = 8192
@@ -19,9 +19,10 @@ MAX_SIDE = 8192
 LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
 MAX_OUTPUT_BYTES = (LAMBDA_RESPONSE_LIMIT - 16 * 1024) * 3 // 4
 RESIZE_MODES = ("stretch", "fit", "fill")
-_KNOWN_OPTIONS = frozenset({"width", "height", "mode", "format", "quality"})
-_FORMAT_BY_TYPE = {ctype: fmt for fmt, ctype in imaging.CONTENT_TYPES.items()}
-_JSON_ACCEPTS = ("application/json", "*/*", "application/*")
+# Every option of /resize and its kind, checked as /predict checks its own.
+OPTION_KINDS = {"width": requests.INT, "height": requests.INT, "mode": requests.TEXT,
+                "format": requests.TEXT, "quality": requests.INT}
+JSON_TYPE = "application/json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +43,21 @@ class ResizeOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], accept: str | None,
-              max_output_pixels: int) -> ResizeOptions:
+              max_output_pixels: int, source: str = requests.FIELD) -> ResizeOptions:
         """Validate the fields of a resize request against the client's Accept header.
+
+        Args:
+            options: JSON fields or query parameters, unvalidated.
+            accept: the request's Accept header.
+            max_output_pixels: the largest output allowed.
+            source: where the options came from (:data:`requests.FIELD` or ``QUERY``).
 
         Raises:
             InvalidParameterError: unknown field or bad value.
             ImageTooLargeError: the requested output is over ``max_output_pixels``.
             NotAcceptableError: Accept allows neither JSON nor the output image type.
         """
-        unknown = sorted(set(options) - _KNOWN_OPTIONS)
-        if unknown:
-            raise InvalidParameterError(f"Unknown field(s) {', '.join(unknown)}.")
+        requests.check_fields(options, OPTION_KINDS, source)
         width = _required_int(options, "width")
         height = _required_int(options, "height")
         if width * height > max_output_pixels:
@@ -72,25 +77,35 @@ def _required_int(options: Mapping[str, Any], name: str) -> int:
     return requests.parse_positive_int(name, options[name], maximum=MAX_SIDE)
 
 
-def _accepted_types(accept: str | None) -> list[str]:
-    if not accept:
-        return ["*/*"]
-    return [part.split(";", 1)[0].strip().lower() for part in accept.split(",")]
-
-
-def _negotiate(fmt: Any, accept: str | None) -> tuple[str, bool]:
-    """Choose the output format and whether to answer in binary."""
-    accepted = _accepted_types(accept)
-    if fmt is None:
-        fmt = next((_FORMAT_BY_TYPE[t] for t in accepted if t in _FORMAT_BY_TYPE), "jpeg")
+def _negotiate(fmt: str | None, accept: str | None) -> tuple[str, bool]:
+    """Choose the output format and whether to answer in binary (RFC 9110 negotiation)."""
+    ranges = negotiation.parse_accept(accept)
+    if fmt is None:  # the image type the client prefers, JPEG if it has no preference
+        preferred = negotiation.choose(list(imaging.CONTENT_TYPES.values()), ranges)
+        fmt = _FORMAT_BY_TYPE[preferred] if preferred else "jpeg"
     if fmt not in imaging.CONTENT_TYPES:
         raise InvalidParameterError(f'"format" must be one of: {", ".join(imaging.FORMATS)}.')
-    if imaging.CONTENT_TYPES[fmt] in accepted:
-        return fmt, True
-    if any(t in _JSON_ACCEPTS for t in accepted):
-        return fmt, False
-    raise NotAcceptableError(
-        f"Accept allows neither application/json nor {imaging.CONTENT_TYPES[fmt]}.")
+    image_type = imaging.CONTENT_TYPES[fmt]
+    chosen = negotiation.choose([JSON_TYPE, image_type], ranges)
+    if chosen is None:
+        raise NotAcceptableError(f"Accept allows neither {JSON_TYPE} nor {image_type}.")
+    if chosen == image_type and not _gateway_sends_binary(ranges) and \
+            negotiation.quality(JSON_TYPE, ranges)[0] > 0:
+        chosen = JSON_TYPE
+    return fmt, chosen == image_type
+
+
+def _gateway_sends_binary(ranges: tuple[negotiation.MediaRange, ...]) -> bool:
+    """Whether API Gateway would deliver a binary answer: it decodes the function's base64
+    only when the *first* type of the Accept header is one of the API's binary media types
+    (requests.BINARY_MEDIA_TYPES), whatever the q-values say. `application/json;q=0.1,
+    image/png` therefore gets JSON, which it accepts, rather than base64 text labelled PNG."""
+    first = min(ranges, key=lambda media_range: media_range.order)
+    return first.type in ("*", "image") or \
+        f"{first.type}/{first.subtype}" in requests.BINARY_MEDIA_TYPES
+
+
+_FORMAT_BY_TYPE = {ctype: fmt for fmt, ctype in imaging.CONTENT_TYPES.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +123,22 @@ class ResizedImage:
                 "height": self.height, "format": self.format}
 
 
-def resize_image(data: bytes, options: ResizeOptions, max_pixels: int,
+def resize_image(data: bytes, options: ResizeOptions, limits: imaging.Limits,
                  max_output_bytes: int = MAX_OUTPUT_BYTES) -> ResizedImage:
     """Decode, resize and re-encode one image.
+
+    Args:
+        data: the encoded upload.
+        options: the validated request.
+        limits: what is accepted of the upload and of the resize (see :func:`imaging.inspect`).
+        max_output_bytes: the largest encoded answer.
 
     Raises:
         InvalidImageError, ImageTooLargeError: as for prediction, or the encoded result is
             over ``max_output_bytes`` (it would not fit in a Lambda response).
     """
     plan = imaging.plan_resize(options.mode, options.width, options.height, upscale=True)
-    resized, _info = imaging.prepare(data, plan, max_pixels)
+    resized, _info = imaging.prepare(data, plan, limits)
     encoded = imaging.encode(resized, options.format, options.quality)
     if len(encoded) > max_output_bytes:
         raise ImageTooLargeError(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import cv2
 import numpy as np
 import pytest
 from botocore.response import StreamingBody
@@ -76,3 +77,45 @@ def harness(monkeypatch: pytest.MonkeyPatch, sm_client: Any) -> Iterator[Harness
     with Stubber(sm_client) as stubber, Client(app_module.app, stage_name="local") as client:
         yield Harness(client, stubber, sleeps)
         stubber.assert_no_pending_responses()
+
+
+class AnsweringEndpoint:
+    """An in-memory sagemaker-runtime client that answers every call with a valid prediction,
+    checking what it gets as SageMaker (6 MB) and the model's decoder would."""
+
+    LIMIT = 6 * 1024 * 1024
+    ANSWER = json.dumps(probabilities({285: 0.8})).encode()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        body = params["Body"]
+        assert len(body) <= self.LIMIT
+        image = cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR)
+        assert image is not None, "sagegate sent the endpoint something it cannot decode"
+        self.calls += 1
+        return {"Body": StreamingBody(io.BytesIO(self.ANSWER), len(self.ANSWER)),
+                "ContentType": "application/json", "InvokedProductionVariant": "AllTraffic"}
+
+
+@dataclass
+class AnsweringApp:
+    client: Client
+    endpoint: AnsweringEndpoint
+
+
+@pytest.fixture(scope="module")
+def answering_app() -> Iterator[AnsweringApp]:
+    """The app with production defaults (passthrough on) and an endpoint that always answers:
+    for the hostile corpus and the fuzzer, where which requests reach the endpoint is the
+    question, not a script."""
+    settings = Settings.from_env({"ENDPOINT_NAME": ENDPOINT})
+    fake = AnsweringEndpoint()
+    endpoint = EndpointClient(fake, sleep=lambda _: None)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app_module, "_SETTINGS", settings)
+        patch.setattr(app_module, "_PREDICTOR",
+                      Predictor(settings, endpoint, load_labels(settings.labels)))
+        with Client(app_module.app, stage_name="local") as client:
+            yield AnsweringApp(client, fake)

@@ -6,6 +6,7 @@ import pytest
 
 from chalicelib import resizer
 from chalicelib.errors import ImageTooLargeError
+from chalicelib.imaging import Limits
 from chalicelib.resizer import ResizeOptions, resize_image
 from tests import imagefactory
 from tests.functional.conftest import Harness
@@ -37,6 +38,6 @@ def test_a_resize_answer_over_the_limit_is_413_with_advice(harness: Harness) -> 
 def test_the_output_limit_is_checked_on_the_encoded_bytes() -> None:
     options = ResizeOptions(width=320, height=240, format="png")
     image = noise_jpeg(320, 240)
-    assert resize_image(image, options, 10**8).width == 320
+    assert resize_image(image, options, Limits(max_pixels=10**8)).width == 320
     with pytest.raises(ImageTooLargeError, match="at most 1000 fit"):
-        resize_image(image, options, 10**8, max_output_bytes=1000)
+        resize_image(image, options, Limits(max_pixels=10**8), max_output_bytes=1000)

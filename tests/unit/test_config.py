@@ -58,3 +58,29 @@ def test_every_stage_config_is_valid(stage: str) -> None:
            **config["stages"][stage].get("environment_variables", {})}
     Settings.from_env(env)
     assert config["stages"][stage]["lambda_timeout"] < 29 if stage != "local" else True
+
+
+def test_new_limits_have_documented_defaults() -> None:
+    settings = Settings.from_env({"ENDPOINT_NAME": "ep"})
+    assert settings.max_aspect_ratio == 20
+    assert settings.allow_corrupt_images is False
+    assert settings.endpoint_max_connections == 0  # sized to the server
+    tuned = Settings.from_env({"ENDPOINT_NAME": "ep", "MAX_ASPECT_RATIO": "32.5",
+                               "ALLOW_CORRUPT_IMAGES": "true", "ENDPOINT_MAX_CONNECTIONS": "8"})
+    assert (tuned.max_aspect_ratio, tuned.allow_corrupt_images,
+            tuned.endpoint_max_connections) == (32.5, True, 8)
+
+
+@pytest.mark.parametrize("var,value", [("MAX_ASPECT_RATIO", "0.5"), ("MAX_ASPECT_RATIO", "nan"),
+                                       ("MAX_ASPECT_RATIO", "inf"), ("ALLOW_CORRUPT_IMAGES", "2"),
+                                       ("ENDPOINT_MAX_CONNECTIONS", "-1"),
+                                       ("ENDPOINT_MAX_CONNECTIONS", "1001")])
+def test_bad_new_limits_name_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=var):
+        Settings.from_env({"ENDPOINT_NAME": "ep", var: value})
+
+
+def test_the_readme_documents_every_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in ("MAX_ASPECT_RATIO", "ALLOW_CORRUPT_IMAGES", "ENDPOINT_MAX_CONNECTIONS"):
+        assert f"`{name}`" in readme, name

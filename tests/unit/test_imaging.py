@@ -12,7 +12,7 @@ from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidPara
 from chalicelib.probe import probe
 from tests import imagefactory
 
-LIMIT = 40_000_000
+LIMIT = imaging.Limits(max_pixels=40_000_000)
 
 
 def test_probe_reads_jpeg_png_webp_sizes() -> None:
@@ -191,3 +191,65 @@ def test_encode_png_refuses_what_it_cannot_write() -> None:
         imaging.encode_png(np.zeros((4, 4, 4), np.uint8))
     with pytest.raises(ValueError):
         imaging.encode_png(np.zeros((4, 4, 3), np.uint16))
+
+
+# --- one bound on pixels and aspect ratio, on the header, for every path ------------------
+
+
+def png_header(width: int, height: int) -> bytes:
+    return imagefactory.png_bomb(width, height)
+
+
+@pytest.mark.parametrize("size", [(65_500, 1), (100_000, 1), (1, 30_000), (21, 1), (2100, 100)])
+def test_elongated_images_are_refused_from_the_header(size: tuple[int, int]) -> None:
+    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    with pytest.raises(InvalidImageError, match="aspect ratio"):
+        imaging.inspect(png_header(*size), plan, LIMIT)
+
+
+@pytest.mark.parametrize("size", [(20, 1), (1, 20), (3600, 400), (2000, 100), (1, 1)])
+def test_panoramas_up_to_the_limit_pass(size: tuple[int, int]) -> None:
+    data = imagefactory.png(imagefactory.gradient(*size))
+    assert imaging.inspect(data, imaging.plan_resize("fill", 224, 224), LIMIT).width == size[0]
+
+
+def test_the_aspect_limit_is_a_setting() -> None:
+    data = png_header(100, 1)
+    plan = imaging.plan_resize("shorter-side", 224, 224)
+    imaging.inspect(data, plan, imaging.Limits(max_aspect_ratio=100))
+    with pytest.raises(InvalidImageError, match="at most 99:1"):
+        imaging.inspect(data, plan, imaging.Limits(max_aspect_ratio=99))
+
+
+@pytest.mark.parametrize("mode,width,height", [("shorter-side", 8192, 8192),
+                                               ("stretch", 8192, 8192)])
+def test_what_a_resize_would_produce_is_bounded_too(mode: str, width: int, height: int) -> None:
+    plan = imaging.plan_resize(mode, width, height, shorter_side=8192, upscale=True)
+    data = imagefactory.png(imagefactory.gradient(100, 20))  # 5:1, 2000 pixels
+    with pytest.raises(ImageTooLargeError, match="would produce"):
+        imaging.inspect(data, plan, imaging.Limits(max_pixels=10_000_000))
+
+
+@pytest.mark.parametrize("source", [(20_000, 1), (2000, 100), (100, 2000), (640, 480)])
+@pytest.mark.parametrize("box", [(224, 224), (2048, 2048), (300, 20)])
+def test_fill_never_allocates_more_than_its_box(
+        monkeypatch: pytest.MonkeyPatch, source: tuple[int, int], box: tuple[int, int]) -> None:
+    sizes: list[tuple[int, int]] = []
+    real = cv2.resize
+
+    def recording(image: np.ndarray, size: tuple[int, int], **kwargs: object) -> np.ndarray:
+        sizes.append(size)
+        return real(image, size, **kwargs)
+
+    monkeypatch.setattr(imaging.cv2, "resize", recording)
+    plan = imaging.plan_resize("fill", *box, upscale=True)
+    out = imaging.resize(imagefactory.gradient(*source), plan)
+    assert out.shape[:2] == (box[1], box[0])
+    assert all(w * h <= box[0] * box[1] for w, h in sizes), sizes  # not 4480000x224 first
+
+
+def test_fill_without_upscale_still_crops_small_images() -> None:
+    out = imaging.resize(imagefactory.gradient(100, 50), imaging.plan_resize("fill", 224, 224))
+    assert out.shape == (50, 100, 3)
+    out = imaging.resize(imagefactory.gradient(300, 50), imaging.plan_resize("fill", 224, 224))
+    assert out.shape == (50, 224, 3)

@@ -39,7 +39,8 @@ def test_reads_image_and_k_from_json() -> None:
 def test_accepts_2018_field_names() -> None:
     parsed = parse(as_json(data=base64.b64encode(b"img").decode(), topk=2))
     assert parsed.image == b"img"
-    assert parsed.options == {"k": 2}
+    # "topk" stays as sent: /predict reads it as k, and /resize reports it by its own name
+    assert parsed.options == {"topk": 2}
 
 
 def test_rejects_both_image_and_data() -> None:
@@ -174,3 +175,92 @@ def test_parse_k_only_returns_positive_ints(value: object) -> None:
     except InvalidParameterError:
         return
     assert isinstance(k, int) and not isinstance(k, bool) and k >= 1
+
+
+# --- every parser failure is the client's InvalidJSON ------------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"image": ' + b"[" * 100_000 + b"1" + b"]" * 100_000 + b"}",
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+    b'{"image": "\xff\xfe"}', b"\x00" * 10, b"\xef\xbb\xbf", b"",
+])
+def test_any_parser_failure_is_invalid_json(body: bytes) -> None:
+    with pytest.raises(InvalidJSONError):
+        parse(body)
+
+
+def test_without_a_content_type_the_message_says_json_was_assumed() -> None:
+    from tests import imagefactory
+
+    with pytest.raises(InvalidJSONError, match="No Content-Type header was sent") as caught:
+        parse(imagefactory.jpeg(16, 16), None)
+    assert "image/jpeg" in caught.value.message
+    with pytest.raises(InvalidJSONError) as declared:
+        parse(b"{", "application/json")
+    assert "Content-Type" not in declared.value.message
+
+
+def test_a_5000_digit_number_is_out_of_range_not_bad_json() -> None:
+    parsed = parse(b'{"image": "aW1n", "k": ' + b"9" * 5000 + b"}")
+    with pytest.raises(InvalidParameterError, match="from 1 to"):
+        requests.parse_k(parsed.options["k"], 5)
+
+
+def test_the_413_advice_fits_the_body() -> None:
+    with pytest.raises(PayloadTooLargeError) as binary:
+        requests.parse_body(b"x" * 2049, "image/jpeg", None, max_body_bytes=2048)
+    assert "binary" not in binary.value.message and "smaller" in binary.value.message
+    with pytest.raises(PayloadTooLargeError) as base64_json:
+        requests.parse_body(b"x" * 2049, "application/json", None, max_body_bytes=2048)
+    assert "send it as binary" in base64_json.value.message
+
+
+@pytest.mark.parametrize("ctype", ["image/jpg", "IMAGE/JPG; foo=bar", "image/pjpeg"])
+def test_jpg_is_read_as_jpeg(ctype: str) -> None:
+    assert requests.media_type(ctype) == "image/jpeg"
+    assert parse(b"raw", ctype).image == b"raw"
+
+
+def test_binary_options_say_they_came_from_the_query() -> None:
+    assert parse(b"raw", "image/png", {"k": "1"}).source == requests.QUERY
+    assert parse(as_json(image="aW1n")).source == requests.FIELD
+
+
+# --- every field's type, the same way on every route --------------------------------------
+
+KINDS = {"k": requests.INT, "name": requests.TEXT}
+
+
+@pytest.mark.parametrize("options", [{"k": []}, {"k": {}}, {"k": True}, {"k": None, "name": 1},
+                                     {"name": []}, {"name": {"a": 1}}, {"name": False}])
+def test_wrong_types_are_invalid_parameters(options: dict[str, object]) -> None:
+    with pytest.raises(InvalidParameterError, match="must be a"):
+        requests.check_fields(options, KINDS, requests.FIELD)
+
+
+@pytest.mark.parametrize("options", [{}, {"k": 3}, {"k": "3"}, {"k": 2.5}, {"name": "x"},
+                                     {"k": None}])
+def test_right_types_pass_to_the_value_checks(options: dict[str, object]) -> None:
+    requests.check_fields(options, KINDS, requests.FIELD)
+
+
+def test_unknown_names_say_where_they_came_from() -> None:
+    with pytest.raises(InvalidParameterError) as query:
+        requests.check_fields({"image": "x"}, KINDS, requests.QUERY)
+    assert query.value.message == "Unknown query parameter(s) 'image'; known: k, name."
+    with pytest.raises(InvalidParameterError) as field:
+        requests.check_fields({"K": 1}, KINDS, requests.FIELD)
+    assert field.value.message == "Unknown field(s) 'K'; known: image, k, name."
+
+
+def test_a_huge_unknown_name_is_not_echoed_whole() -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        requests.check_fields({"x" * 1_000_000: 1}, KINDS, requests.FIELD)
+    assert len(caught.value.message) < 200
+
+
+def test_parse_k_names_the_field_as_sent() -> None:
+    with pytest.raises(InvalidParameterError, match='"topk"'):
+        requests.parse_k("zero", 5, "topk")
