@@ -41,8 +41,10 @@ def _cors(access: Access) -> CORSConfig | bool:
         return False
     return CORSConfig(
         allow_origin=access.cors_origin,
-        allow_headers=["X-Request-Id", "X-Target-Variant", "X-Custom-Attributes"],
-        expose_headers=["X-Request-Id", "Server-Timing", "Retry-After", "X-Custom-Attributes"],
+        allow_headers=["X-Request-Id", "X-Correlation-Id", "X-Target-Variant",
+                       "X-Custom-Attributes"],
+        expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
+                        "X-Custom-Attributes"],
         max_age=600)
 
 
@@ -60,10 +62,10 @@ def _auth(access: Access) -> dict[str, Any]:
 
 # Chalice fixes auth and CORS per route at import; `chalice deploy`/`package` import this file
 # with the stage's environment variables set, so SAGEGATE_AUTH etc. come from the stage.
-_ACCESS = Access.from_env()
+_ACCESS = Access.from_env(deployed=lifecycle.on_lambda())
 app.api.cors = _cors(_ACCESS)
 _PROTECTED = _auth(_ACCESS)
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 _HEADER_OPTIONS = {"x-target-variant": "variant", "x-custom-attributes": "custom_attributes"}
 
 _SETTINGS: Settings | None = None
@@ -144,15 +146,27 @@ def request_log() -> RequestLog:
 
 
 def request_id() -> str:
-    """The correlation id: the client's ``X-Request-Id``, else API Gateway's, else new."""
-    request = current_request()
-    context = request.context
+    """The request id of record: API Gateway's (``chalice local`` has none: a new uuid4).
+
+    It is what logs, the capture's ``inferenceId`` and the endpoint's ``InferenceId`` carry,
+    so it is never the client's: a client's id goes along as :func:`correlation_id`.
+    """
+    context = current_request().context
     if "sagegate_request_id" not in context:
-        candidate = request.headers.get("x-request-id", "")
-        if not _REQUEST_ID_RE.match(candidate):
-            candidate = context.get("requestId") or str(uuid.uuid4())
-        context["sagegate_request_id"] = candidate
+        context["sagegate_request_id"] = context.get("requestId") or str(uuid.uuid4())
     return str(context["sagegate_request_id"])
+
+
+def correlation_id() -> str | None:
+    """The client's own id for the request (``X-Correlation-Id``, or ``X-Request-Id`` as
+    clients commonly send it), when it is a well-formed one; logged and echoed, never the
+    request id of record."""
+    headers = current_request().headers
+    for name in ("x-correlation-id", "x-request-id"):
+        candidate = headers.get(name, "")
+        if _REQUEST_ID_RE.match(candidate):
+            return str(candidate)
+    return None
 
 
 def error_response(error: SagegateError) -> Response:
@@ -184,13 +198,16 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
     started = time.perf_counter()
     _SERVING.request = event
     try:
-        rid = request_id()
+        rid, correlation = request_id(), correlation_id()
         _SERVING.log = log = RequestLog(rid, event.method,
-                                        event.context.get("resourcePath") or event.path)
+                                        event.context.get("resourcePath") or event.path,
+                                        correlation_id=correlation)
         response = get_response(event)
     finally:
         _SERVING.request = _SERVING.log = None
     response.headers["X-Request-Id"] = rid
+    if correlation:
+        response.headers["X-Correlation-Id"] = correlation
     log.status = response.status_code
     if response.status_code >= 400 and isinstance(response.body, dict):
         response.body.setdefault("request_id", rid)
@@ -228,6 +245,8 @@ def _server_timing(durations: dict[str, float]) -> str:
 @renders_errors
 def predict() -> Response:
     """Classify one image: JSON (base64 or data URL) or a binary body."""
+    # the request's time budget runs from here: preprocessing, the endpoint and the capture
+    deadline = time.monotonic() + get_settings().request_budget_seconds
     timer = StageTimer()
     log = request_log()
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
@@ -235,28 +254,30 @@ def predict() -> Response:
         parsed = _read_body()
         options = PredictOptions.parse(_with_header_options(parsed), get_settings().default_k,
                                        parsed.source)
-    result = get_predictor().predict(parsed.image, options, request_id(), timer)
+    result = get_predictor().predict(parsed.image, options, request_id(), timer, deadline)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
     log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
                     "height": result.image_in.height, "bytes": len(parsed.image)}
     log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
                      "bytes": result.bytes_sent, "passthrough": result.passthrough}
     with timer.stage("capture"):
-        log.capture = _capture(result, parsed.image, options.custom_attributes)
+        log.capture = _capture(result, parsed.image, options.custom_attributes,
+                               deadline - time.monotonic())
     headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
     if result.custom_attributes:
         headers["X-Custom-Attributes"] = result.custom_attributes
     return Response(body=result.to_dict(request_id()), headers=headers)
 
 
-def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None) -> str:
+def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None,
+             timeout: float) -> str:
     capturer = get_capturer()
     return capturer.capture(Exchange(
         endpoint=result.endpoint, variant=result.variant or "AllTraffic",
         inference_id=request_id(), sent=result.sent, sent_content_type=result.sent_content_type,
         received=result.received, received_content_type=result.received_content_type,
         custom_attributes=custom_attributes, original=upload if capturer.wants_original else None,
-        original_content_type=f"image/{result.image_in.format}"))
+        original_content_type=f"image/{result.image_in.format}"), timeout)
 
 
 @app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
@@ -276,7 +297,18 @@ def resize() -> Response:
 @app.route("/health", methods=["GET"])  # open: no auth
 @renders_errors
 def health() -> Response:
-    """Cheap liveness: configuration as loaded, no call to the endpoint."""
+    """Cheap liveness, no call to the endpoint. Open to anyone, so where the API has
+    authentication it says ``status`` only: the rest is behind auth at ``/health/details``."""
+    if _ACCESS.protected:
+        get_settings()  # a misconfigured function is not healthy
+        return Response(body={"status": "ok"})
+    return health_details()
+
+
+@app.route("/health/details", methods=["GET"], **_PROTECTED)
+@renders_errors
+def health_details() -> Response:
+    """The configuration as loaded: endpoint, model input, resize rule, label count."""
     from chalicelib.predictions import load_labels
 
     settings = get_settings()

@@ -142,8 +142,8 @@ def check(case: Case, k: int, request_id: str, answer: tuple[int, dict[str, str]
           expected: dict[str, list[int]]) -> str:
     """Why an answer is wrong for its own request, or ``""`` when it is right."""
     status, headers, body = answer
-    if headers.get("X-Request-Id") != request_id:
-        return f"{request_id}: answered for {headers.get('X-Request-Id')}"
+    if headers.get("X-Correlation-Id") != request_id:  # the client's id, echoed
+        return f"{request_id}: answered for {headers.get('X-Correlation-Id')}"
     try:
         document = json.loads(body)
     except ValueError:

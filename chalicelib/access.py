@@ -9,11 +9,16 @@ with a message naming the variable.
 
 Modes (``SAGEGATE_AUTH``):
 
-* ``none``: open (``local`` and ``test`` stages only).
+* ``none``: open (``local`` and ``test`` stages). On Lambda, only with
+  ``SAGEGATE_OPEN_API=true`` beside it: a deployed API is open because someone said so.
 * ``api-key``: API Gateway API keys (``x-api-key``) with a usage plan (rate, burst, quota).
 * ``iam``: SigV4-signed requests; callers need ``execute-api:Invoke`` on the API.
 * ``cognito``: a Cognito user pool's ID token in ``Authorization``
   (``COGNITO_USER_POOL_ARNS``, comma-separated).
+
+On Lambda the mode must be set explicitly: a function whose ``SAGEGATE_AUTH`` is missing or
+blank refuses to start (its import fails, so every request is an error and nothing is open),
+and packaging (``scripts/stage_config.py``) refuses such a stage before it is deployed.
 
 ``/health`` stays open in every mode. ``CORS_ALLOW_ORIGIN`` is one origin
 (``https://app.example.com``), empty for no CORS headers at all, or ``*``, which is refused
@@ -31,6 +36,7 @@ from chalicelib.errors import ConfigurationError
 SAGEGATE_AUTH = "SAGEGATE_AUTH"
 CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
 COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
+SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
 
 AUTH_NONE = "none"
 AUTH_API_KEY = "api-key"
@@ -39,9 +45,9 @@ AUTH_COGNITO = "cognito"
 AUTH_MODES = (AUTH_NONE, AUTH_API_KEY, AUTH_IAM, AUTH_COGNITO)
 ANY_ORIGIN = "*"
 
-_ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+_ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?\Z")
 _USER_POOL_ARN_RE = re.compile(
-    r"^arn:aws[a-z-]*:cognito-idp:[a-z0-9-]+:[0-9]{12}:userpool/[a-z0-9-]+_[A-Za-z0-9]+$")
+    r"^arn:aws[a-z-]*:cognito-idp:[a-z0-9-]+:[0-9]{12}:userpool/[a-z0-9-]+_[A-Za-z0-9]+\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,17 +85,30 @@ class Access:
         return self.auth != AUTH_NONE
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Access:
+    def from_env(cls, env: Mapping[str, str] | None = None, deployed: bool = False) -> Access:
         """Read the access rules from the environment (``os.environ`` when None).
 
+        Args:
+            env: the variables.
+            deployed: running on Lambda, where the mode must be explicit and ``none`` needs
+                ``SAGEGATE_OPEN_API=true``.
+
         Raises:
-            ConfigurationError: a variable has a bad value; the message names it.
+            ConfigurationError: a variable has a bad value, or a deployed function's mode is
+                implicit or open without saying so; the message names the variable.
         """
         env = os.environ if env is None else env
         arns = tuple(arn.strip() for arn in env.get(COGNITO_USER_POOL_ARNS, "").split(",")
                      if arn.strip())
-        return cls(auth=env.get(SAGEGATE_AUTH, "").strip().lower() or AUTH_NONE,
-                   cors_origin=env.get(CORS_ALLOW_ORIGIN, "").strip(), user_pool_arns=arns)
+        auth = env.get(SAGEGATE_AUTH, "").strip().lower()
+        if deployed:
+            _check(bool(auth), SAGEGATE_AUTH, "is not set: a deployed function must name its "
+                   f"authentication ({', '.join(AUTH_MODES)})")
+            _check(auth != AUTH_NONE or env.get(SAGEGATE_OPEN_API, "").strip().lower() == "true",
+                   SAGEGATE_AUTH, f"is {AUTH_NONE!r} on Lambda: set {SAGEGATE_OPEN_API}=true "
+                   "too if the API is meant to be open to anyone")
+        return cls(auth=auth or AUTH_NONE, cors_origin=env.get(CORS_ALLOW_ORIGIN, "").strip(),
+                   user_pool_arns=arns)
 
 
 def _check(ok: bool, name: str, requirement: str) -> None:

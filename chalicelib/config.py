@@ -32,6 +32,7 @@ MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
 MAX_OUTPUT_PIXELS = "MAX_OUTPUT_PIXELS"
 MAX_ASPECT_RATIO = "MAX_ASPECT_RATIO"
 ALLOW_CORRUPT_IMAGES = "ALLOW_CORRUPT_IMAGES"
+MAX_JPEG_SCANS = "MAX_JPEG_SCANS"
 ENDPOINT_MAX_CONNECTIONS = "ENDPOINT_MAX_CONNECTIONS"
 ENDPOINT_CONNECT_TIMEOUT = "ENDPOINT_CONNECT_TIMEOUT"
 ENDPOINT_READ_TIMEOUT = "ENDPOINT_READ_TIMEOUT"
@@ -53,8 +54,8 @@ CAPTURE_MODES = ("off", "input", "output", "both")
 CAPTURE_SCHEMES = ("s3://", "firehose://")  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
-_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-_LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
+_LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 
 T = TypeVar("T")
 
@@ -87,6 +88,9 @@ class Settings:
     # 20:1 the endpoint's own shorter-side resize to 256 yields at most 5120x256.
     max_aspect_ratio: float = 20.0
     allow_corrupt_images: bool = False
+    # Each scan of a progressive JPEG is a decoder pass over the whole image: 64 passes real
+    # files (6 to about 20 scans) and bounds a crafted one (bench/worstcase.py measures it).
+    max_jpeg_scans: int = 64
     # botocore's connection pool: 0 sizes it to the server (see endpoint.pool_size).
     endpoint_max_connections: int = 0
     endpoint_connect_timeout: float = 2.0
@@ -131,10 +135,10 @@ class Settings:
                f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
                "s3://bucket/prefix or firehose://delivery-stream)")
         if destination.startswith("s3://"):
-            _check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", destination)),
+            _check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?\Z", destination)),
                    CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
         elif destination.startswith("firehose://"):
-            _check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}$", destination)),
+            _check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}\Z", destination)),
                    CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")
         else:
             _check("://" not in destination, CAPTURE_DESTINATION,
@@ -152,6 +156,7 @@ class Settings:
             (MAX_IMAGE_PIXELS, self.max_image_pixels, 64, 1_000_000_000),
             (MAX_OUTPUT_PIXELS, self.max_output_pixels, 64, 100_000_000),
             (MAX_ASPECT_RATIO, self.max_aspect_ratio, 1, 10_000),
+            (MAX_JPEG_SCANS, self.max_jpeg_scans, 1, 10_000),
             (ENDPOINT_MAX_CONNECTIONS, self.endpoint_max_connections, 0, 1000),
             (ENDPOINT_CONNECT_TIMEOUT, self.endpoint_connect_timeout, 0.1, 10),
             (ENDPOINT_READ_TIMEOUT, self.endpoint_read_timeout, 0.1, 60),

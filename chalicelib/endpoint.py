@@ -10,16 +10,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    IncompleteReadError,
     ReadTimeoutError,
+    ResponseStreamingError,
 )
 
 from chalicelib import lifecycle
@@ -48,8 +52,11 @@ UNAVAILABLE_CODES = frozenset({
     "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
     "TooManyRequestsException",
 })
-_CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError)
+# the connection failed, before or while the answer was read (a body cut short included)
+_CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError,
+                      ResponseStreamingError, IncompleteReadError)
 _MAX_ECHOED_MESSAGE = 512
+_VARIANT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,16 +137,26 @@ class EndpointClient:
         """Drop the client's pooled connections (they reopen on the next call)."""
         self._client.close()
 
-    def invoke(self, invocation: Invocation) -> InvokeResult:
+    def invoke(self, invocation: Invocation, deadline: float | None = None) -> InvokeResult:
         """Invoke the endpoint, retrying what is retryable while the budget allows.
+
+        Every attempt, the first included, starts only if a whole attempt (connect and read
+        timeouts) still fits before ``deadline`` (the clock's time; by default the policy's
+        budget from now), so the call never outlives the request's budget.
 
         Returns:
             The endpoint's body, content type, invoked variant and custom attributes.
 
         Raises:
             EndpointError: (or a subclass) anything the endpoint did not answer 2xx to.
+            EndpointTimeoutError: the budget ran out before a first attempt could start.
         """
-        deadline = self._clock() + self._policy.budget_seconds
+        if deadline is None:
+            deadline = self._clock() + self._policy.budget_seconds
+        if deadline - self._clock() < self._policy.attempt_timeout:
+            raise EndpointTimeoutError(
+                "The request used up its time budget before the endpoint could be called. "
+                "Send a smaller image.")
         attempt = 0
         while True:
             attempt += 1
@@ -181,13 +198,29 @@ class EndpointClient:
                 "The endpoint did not answer in time. Try again later.") from None
         except _CONNECTION_ERRORS:
             return EndpointUnavailableError("The endpoint could not be reached. Try again later.")
+        except BotoCoreError as error:  # any other failure of the SDK: never a 500
+            logger.warning("endpoint call failed in botocore: %s", type(error).__name__)
+            raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
+                                details={"endpoint_error": type(error).__name__}) from None
         return InvokeResult(
             body=body,
             content_type=response.get("ContentType", ""),
-            variant=response.get("InvokedProductionVariant"),
+            variant=_checked_variant(response.get("InvokedProductionVariant")),
             custom_attributes=response.get("CustomAttributes"),
             attempts=attempt,
         )
+
+
+def _checked_variant(name: str | None) -> str | None:
+    """The variant the endpoint says it used, if it is a SageMaker variant name.
+
+    It goes into capture paths, logs and the answer: anything else (``../x``, a newline) is
+    dropped and logged, never used.
+    """
+    if name is None or _VARIANT_NAME.fullmatch(name):
+        return name
+    logger.warning("the endpoint named an invalid production variant; ignored")
+    return None
 
 
 def translate_client_error(error: ClientError, invocation: Invocation) -> SagegateError:

@@ -113,11 +113,14 @@ class Limits:
         max_pixels: decoded pixels, and pixels of any image the resize produces.
         max_aspect_ratio: longer side over shorter side.
         allow_corrupt: accept JPEGs whose data is truncated or corrupt.
+        max_jpeg_scans: scans a JPEG may have. Each is a decoder pass over the whole image, so
+            the work is scans x pixels; real progressive files have 6 to about 20.
     """
 
     max_pixels: int = 40_000_000
     max_aspect_ratio: float = 20.0
     allow_corrupt: bool = False
+    max_jpeg_scans: int = 64
 
 
 def check_pixels(info: ImageInfo, max_pixels: int) -> None:
@@ -139,7 +142,8 @@ def check_geometry(info: ImageInfo, plan: ResizePlan, limits: Limits) -> None:
 
     Raises:
         ImageTooLargeError: over ``max_pixels``, decoded or resized.
-        InvalidImageError: the aspect ratio is over ``max_aspect_ratio``.
+        InvalidImageError: the aspect ratio is over ``max_aspect_ratio``, or a JPEG has more
+            than ``max_jpeg_scans`` scans.
     """
     check_pixels(info, limits.max_pixels)
     ratio = max(info.width, info.height) / min(info.width, info.height)
@@ -152,6 +156,10 @@ def check_geometry(info: ImageInfo, plan: ResizePlan, limits: Limits) -> None:
         raise ImageTooLargeError(
             f"Resizing the {info.width}x{info.height} image would produce {produced} pixels; "
             f"the limit is {limits.max_pixels}. Ask for a smaller size.")
+    if info.scans > limits.max_jpeg_scans:
+        raise InvalidImageError(
+            f"The JPEG image has {info.scans} scans; at most {limits.max_jpeg_scans} are "
+            "accepted. Re-encode it (baseline, or a standard progressive encoder).")
 
 
 def inspect(data: bytes, plan: ResizePlan, limits: Limits) -> ImageInfo:

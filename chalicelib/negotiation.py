@@ -11,8 +11,8 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-_QVALUE = re.compile(r"^(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)$")
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+$")
+_QVALUE = re.compile(r"^(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)\Z")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+\Z")
 _MAX_RANGES = 64  # more is not a browser's header; the rest is ignored
 
 

@@ -58,6 +58,8 @@ class RequestLog:
     request_id: str
     method: str
     route: str
+    correlation_id: str | None = None
+    """The client's own id (``X-Correlation-Id`` / ``X-Request-Id``), when it sent one."""
     body_bytes: int = 0
     status: int = 0
     error_code: str | None = None

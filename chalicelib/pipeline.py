@@ -31,7 +31,8 @@ def limits_from(settings: Settings) -> imaging.Limits:
     """The image limits the settings describe."""
     return imaging.Limits(max_pixels=settings.max_image_pixels,
                           max_aspect_ratio=settings.max_aspect_ratio,
-                          allow_corrupt=settings.allow_corrupt_images)
+                          allow_corrupt=settings.allow_corrupt_images,
+                          max_jpeg_scans=settings.max_jpeg_scans)
 
 
 class StageTimer:
@@ -154,8 +155,11 @@ class Predictor:
         self._encode(resized)
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
-                timer: StageTimer | None = None) -> PredictResult:
+                timer: StageTimer | None = None, deadline: float | None = None) -> PredictResult:
         """Resize ``image``, invoke the endpoint and return the labelled top-k.
+
+        ``deadline`` (``time.monotonic()``) is when the request's budget ends, counted from
+        its start: the endpoint is only called while a whole attempt still fits before it.
 
         Raises:
             SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
@@ -174,7 +178,8 @@ class Predictor:
                 payload, size = self._encode(resized), (resized.shape[1], resized.shape[0])
         with timer.stage("endpoint"):
             try:
-                result = self._endpoint.invoke(self._invocation(payload, options, request_id))
+                result = self._endpoint.invoke(self._invocation(payload, options, request_id),
+                                               deadline)
             except ModelError as error:
                 status = error.details.get("original_status_code")
                 if passthrough and isinstance(status, int) and 400 <= status < 500:

@@ -36,6 +36,9 @@ class ImageInfo:
         height: height as displayed.
         orientation: the EXIF orientation (1 when absent).
         progressive: a progressive JPEG (its image arrives in several scans).
+        scans: how many scans a JPEG has (its start-of-scan markers: 0xFF is always stuffed
+            in entropy-coded data, so every FF DA is one, an EXIF thumbnail's included); each
+            is a pass of the decoder over the whole image. 0 for other formats.
     """
 
     format: str
@@ -43,6 +46,7 @@ class ImageInfo:
     height: int
     orientation: int = 1
     progressive: bool = False
+    scans: int = 0
 
     @property
     def pixels(self) -> int:
@@ -72,12 +76,12 @@ def probe(data: bytes) -> ImageInfo:
 
 
 def _checked(fmt: str, width: int, height: int, orientation: int = 1,
-             progressive: bool = False) -> ImageInfo:
+             progressive: bool = False, scans: int = 0) -> ImageInfo:
     if width <= 0 or height <= 0:
         raise InvalidImageError(f"The {fmt.upper()} header declares an empty image.")
     if orientation in (5, 6, 7, 8):
         width, height = height, width
-    return ImageInfo(fmt, width, height, orientation, progressive)
+    return ImageInfo(fmt, width, height, orientation, progressive, scans)
 
 
 def _probe_png(data: bytes) -> ImageInfo:
@@ -124,7 +128,8 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             # after the first scan is the only sign the file is complete.
             if data.rfind(b"\xff\xd9", end) == -1:
                 raise InvalidImageError("The JPEG image is truncated (no end-of-image marker).")
-            return _checked("jpeg", size[0], size[1], orientation, progressive)
+            return _checked("jpeg", size[0], size[1], orientation, progressive,
+                            data.count(b"\xff\xda", start - 4))
     raise InvalidImageError("The JPEG header is malformed or truncated.")
 
 

@@ -50,11 +50,11 @@ _MAX_INT_DIGITS = 64  # longer JSON integers are out of every range: no 4300-dig
 _DATA_URL_RE = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w.+-]+=[\w.+-]+)*;base64,",
                           re.IGNORECASE)
 _WHITESPACE = re.compile(r"\s+")
-_B64_ALPHABET = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+_B64_ALPHABET = re.compile(r"^[A-Za-z0-9+/]*={0,2}\Z")
 _URLSAFE = str.maketrans("-_", "+/")
-_INT_TEXT = re.compile(r"^[0-9]{1,9}$")
-_PRINTABLE = re.compile(r"^[\x20-\x7e]*$")
-_VARIANT_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_INT_TEXT = re.compile(r"^[0-9]{1,9}\Z")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]*\Z")
+_VARIANT_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 MAX_CUSTOM_ATTRIBUTES = 1024
 
 

@@ -31,8 +31,8 @@ from scripts.stage_config import DEPLOYED_STAGES, ROOT, Stage, load_stage
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
-_ACCOUNT_RE = re.compile(r"^[0-9]{12}$")
-_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
+_ACCOUNT_RE = re.compile(r"^[0-9]{12}\Z")
+_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]\Z")
 
 
 def policy_path(stage: str) -> Path:

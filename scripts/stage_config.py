@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
 DEPLOYED_STAGES = ("dev", "prod")
 _LAYER_ARN_RE = re.compile(
-    r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+$")
+    r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,9 @@ class Stage:
         log_retention_in_days: how long the function's logs are kept (None: forever).
         snapstart: publish versions with SnapStart behind the ``live`` alias that API Gateway
             invokes (``"snapstart"`` in the stage, sagegate's own key; Chalice ignores it).
-        open_api: the stage deploys without authentication on purpose (``"open_api": true``).
+        open_api: the stage deploys without authentication on purpose
+            (``SAGEGATE_OPEN_API=true`` beside ``SAGEGATE_AUTH=none``, which the function
+            itself checks again on Lambda).
     """
 
     name: str
@@ -97,7 +99,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         api_gateway_stage=config.api_gateway_stage,
         log_retention_in_days=config.log_retention_in_days,
         snapstart=_snapstart(on_disk, name, config.lambda_python_version),
-        open_api=on_disk["stages"][name].get("open_api") is True)
+        open_api=config.environment_variables.get("SAGEGATE_OPEN_API", "").strip().lower()
+        == "true")
     if name in DEPLOYED_STAGES:
         check_access(stage)
     return stage
@@ -108,16 +111,17 @@ def check_access(stage: Stage) -> None:
 
     Raises:
         ValueError: ``SAGEGATE_AUTH`` is missing or blank, or is ``none`` while the stage has
-            no ``"open_api": true``.
+            no ``SAGEGATE_OPEN_API=true``.
     """
     where = f".chalice/config.json stages.{stage.name}"
     if not stage.auth:
         raise ValueError(f"{where} sets no SAGEGATE_AUTH: a deployed stage must name its "
-                         "authentication (api-key, iam, cognito, or none with \"open_api\": "
-                         "true); an unset mode would deploy an open API")
+                         "authentication (api-key, iam, cognito, or none with "
+                         "SAGEGATE_OPEN_API=true); an unset mode would deploy an open API")
     if stage.auth == "none" and not stage.open_api:
         raise ValueError(f"{where} has SAGEGATE_AUTH=none, which deploys /predict and /resize "
-                         "to anyone: add \"open_api\": true to the stage if that is meant")
+                         "to anyone: set SAGEGATE_OPEN_API=true in the stage too if that is "
+                         "meant")
 
 
 def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:

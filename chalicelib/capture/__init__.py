@@ -1,15 +1,18 @@
 """Data capture at the front-end, in the format SageMaker Model Monitor reads.
 
 :class:`Capturer` decides (mode, sampling) and writes one record per successful inference
-through a sink, before the response returns. A sink failure never fails the request: it is
-logged and counted, and the outcome says so. ``python -m chalicelib.capture`` reads captures
-back (see :mod:`chalicelib.capture.reader`).
+through a sink, before the response returns, within what is left of the request's time
+budget: a sink that does not answer in time is a failed capture, not a late response. A sink
+failure never fails the request: it is logged and counted, and the outcome says so.
+``python -m chalicelib.capture`` reads captures back (see :mod:`chalicelib.capture.reader`).
 """
 from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
@@ -17,6 +20,9 @@ from chalicelib.capture.sinks import Sink, sink_for
 __all__ = ["CaptureRecord", "Capturer", "Exchange", "Outcome", "build_record"]
 
 LOG = logging.getLogger("sagegate.capture")
+# writes that may still be running after their request gave up waiting; past that, a capture
+# is refused at once (a sink that hangs must not pile records up in memory)
+MAX_PENDING_WRITES = 4
 
 
 class Outcome:
@@ -49,6 +55,9 @@ class Capturer:
         self._share = sampling_percentage / 100.0
         self._include_original = include_original
         self._rng = rng
+        self._writers: ThreadPoolExecutor | None = None
+        self._slots = threading.BoundedSemaphore(MAX_PENDING_WRITES)
+        self._writers_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
@@ -68,8 +77,12 @@ class Capturer:
         if self._sink is not None:
             self._sink.close()
 
-    def capture(self, exchange: Exchange) -> str:
+    def capture(self, exchange: Exchange, timeout: float | None = None) -> str:
         """Write the record of one inference; never raises.
+
+        Args:
+            exchange: the inference.
+            timeout: seconds the request can still wait (None: as long as the sink takes).
 
         Returns:
             An :class:`Outcome` value.
@@ -80,8 +93,35 @@ class Capturer:
             return Outcome.SAMPLED_OUT
         try:
             record = build_record(exchange, self.mode, self._include_original)
-            self._sink.write([record])
+            if timeout is None:
+                self._sink.write([record])
+            else:
+                self._write_within(record, timeout)
         except Exception as error:  # a capture problem must never fail the user's request
             LOG.warning("data capture failed: %s: %s", type(error).__name__, error)
             return Outcome.FAILED
         return Outcome.WRITTEN
+
+    def _write_within(self, record: CaptureRecord, timeout: float) -> None:
+        """Write on a worker thread and wait at most ``timeout`` seconds for it."""
+        if not self._slots.acquire(blocking=False):
+            raise TimeoutError(f"{MAX_PENDING_WRITES} earlier writes are still pending")
+        assert self._sink is not None
+        try:
+            future = self._pool().submit(self._sink.write, [record])
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        try:
+            future.result(timeout=max(0.0, timeout))
+        except TimeoutError:
+            raise TimeoutError(f"the sink did not finish within the request's remaining "
+                               f"{max(0.0, timeout):.1f} s") from None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._writers_lock:
+            if self._writers is None:
+                self._writers = ThreadPoolExecutor(MAX_PENDING_WRITES,
+                                                   thread_name_prefix="capture")
+            return self._writers

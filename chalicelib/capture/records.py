@@ -22,10 +22,15 @@ import base64
 import dataclasses
 import datetime
 import json
+import re
 import uuid
 from typing import Any
 
 from chalicelib.config import CAPTURE_MODES
+
+# SageMaker endpoint and variant names: alphanumerics and inner hyphens, 63 at most
+SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+INVALID_NAME = "invalid-name"
 
 MODES = CAPTURE_MODES
 EVENT_VERSION = "0"
@@ -60,12 +65,21 @@ class CaptureRecord:
     """The JSON record and its newline."""
 
     def partition(self) -> str:
-        """``{endpoint}/{variant}/yyyy/mm/dd/hh``: Model Monitor's layout."""
-        return f"{self.endpoint}/{self.variant}/{self.time:%Y/%m/%d/%H}"
+        """``{endpoint}/{variant}/yyyy/mm/dd/hh``: Model Monitor's layout.
+
+        The names come from settings and from the endpoint's answer: anything that is not a
+        SageMaker resource name (``../x``, a slash, a newline) becomes ``invalid-name``, so a
+        path or key never leaves its prefix.
+        """
+        return f"{_path_name(self.endpoint)}/{_path_name(self.variant)}/{self.time:%Y/%m/%d/%H}"
 
     def file_stem(self) -> str:
         """A file name that sorts by time and never collides: ``mm-ss-mmm-<eventId>``."""
         return f"{self.time:%M-%S}-{self.time.microsecond // 1000:03d}-{self.event_id}"
+
+
+def _path_name(name: str) -> str:
+    return name if SAGEMAKER_NAME.fullmatch(name) else INVALID_NAME
 
 
 def _body(data: bytes, content_type: str, mode: str) -> dict[str, str]:

@@ -33,6 +33,26 @@ class Sink(Protocol):
         """Drop pooled connections; the sink stays usable (they reopen on the next write)."""
 
 
+PRIVATE_FILE, PRIVATE_DIRECTORY = 0o600, 0o700
+
+
+def _private_directories(root: Path, directory: Path) -> None:
+    """Create ``directory`` and its missing parents up from ``root``, each 0700.
+
+    Raises:
+        CaptureSinkError: ``directory`` would not be inside ``root``.
+    """
+    if not directory.resolve().is_relative_to(root.resolve()):
+        raise CaptureSinkError("capture path escapes the capture directory")
+    missing = []
+    for level in (directory, *directory.parents):
+        if level.is_dir():
+            break
+        missing.append(level)
+    for level in reversed(missing):
+        level.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
+
+
 class DirectorySink:
     """Model Monitor's layout under a local directory: ``{root}/{endpoint}/{variant}/yyyy/mm/dd/
     hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time.
@@ -56,7 +76,7 @@ class DirectorySink:
         path = self._files.get(partition)
         if path is None or (self._segment and self._sizes.get(path, 0) >= self._segment):
             directory = self.root / partition
-            directory.mkdir(parents=True, exist_ok=True)
+            _private_directories(self.root, directory)
             path = directory / f"{record.file_stem()}.jsonl"
             if len(self._files) >= 256:  # hours gone by: forget their files
                 self._files.clear()
@@ -79,7 +99,8 @@ class DirectorySink:
     def _append(path: Path, line: bytes) -> None:
         # O_APPEND with one write() per line: other processes appending to the same
         # directory never interleave inside a line.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # clients' images: readable by this user only
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
         try:
             written = os.write(fd, line)
         finally:

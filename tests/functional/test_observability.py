@@ -50,7 +50,10 @@ def test_a_prediction_logs_one_line_with_every_stage(
     assert response.status_code == 200
     (line,), metrics = emitted(capsys)
     assert line["level"] == "INFO" and line["service"] == "sagegate"
-    assert line["request_id"] == "trace-7" and line["route"] == "/predict"
+    # the client's id is carried along, never the request id of record (API Gateway's)
+    assert line["correlation_id"] == "trace-7" and line["route"] == "/predict"
+    assert line["request_id"] == response.headers["X-Request-Id"] != "trace-7"
+    assert response.headers["X-Correlation-Id"] == "trace-7"
     assert (line["method"], line["status"]) == ("POST", 200)
     assert line["image_in"] == {"format": "jpeg", "width": 1920, "height": 1080,
                                 "bytes": len(image)}

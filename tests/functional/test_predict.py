@@ -50,7 +50,10 @@ def test_sends_the_resized_image_with_the_request_id(harness: Harness) -> None:
     response = harness.post("/predict", imagefactory.jpeg(1920, 1080), "image/jpeg",
                             **{"X-Request-Id": "trace-123"})
     assert response.status_code == 200
-    assert seen["InferenceId"] == "trace-123" == response.json_body["request_id"]
+    # the endpoint and the answer get the request id of record; the client's id is echoed
+    assert seen["InferenceId"] == response.json_body["request_id"] != "trace-123"
+    assert response.json_body["request_id"] == response.headers["X-Request-Id"]
+    assert response.headers["X-Correlation-Id"] == "trace-123"
     sent = cv2.imdecode(np.frombuffer(seen["Body"], np.uint8), cv2.IMREAD_COLOR)
     assert sent.shape == (256, 455, 3)  # shorter side 256, aspect kept
 

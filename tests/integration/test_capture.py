@@ -76,7 +76,7 @@ def test_a_record_holds_what_the_model_received_and_answered(
                           **{"X-Request-Id": "capture-one", "X-Custom-Attributes": "session=42"})
     assert response.status == 200
     (record,) = [r for r in reader.read_records(str(stack.captures))
-                 if r.event_metadata.inference_id == "capture-one"]
+                 if r.event_metadata.inference_id == response.headers["X-Request-Id"]]
     assert record.event_metadata.custom_attributes == ["session=42"]
     assert record.endpoint_input is not None and record.endpoint_output is not None
     assert record.endpoint_input.encoding == "BASE64"
@@ -99,7 +99,7 @@ def test_a_small_jpeg_is_captured_as_it_was_uploaded(
                           **{"X-Request-Id": "capture-passthrough"})
     assert response.status == 200
     (record,) = [r for r in reader.read_records(str(stack.captures))
-                 if r.event_metadata.inference_id == "capture-passthrough"]
+                 if r.event_metadata.inference_id == response.headers["X-Request-Id"]]
     assert record.endpoint_input is not None
     assert record.endpoint_input.decoded() == photos["chelsea"]
 
@@ -111,8 +111,10 @@ def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, byte
                       **{"X-Request-Id": "log-ok", "x-api-key": "s3cr3t-api-key-value"})
     bad = stack.post("/predict", b"{}", **{"X-Request-Id": "log-bad"})
     assert (good.status, bad.status) == (200, 400)
-    lines = wait_for_log(stack, {"log-ok", "log-bad"})
-    ok, failed = lines["log-ok"], lines["log-bad"]
+    ids = good.headers["X-Request-Id"], bad.headers["X-Request-Id"]
+    lines = wait_for_log(stack, set(ids))
+    ok, failed = lines[ids[0]], lines[ids[1]]
+    assert (ok["correlation_id"], failed["correlation_id"]) == ("log-ok", "log-bad")
     assert (ok["status"], ok["route"], ok["endpoint"]) == (200, "/predict", "efficientnet-lite0")
     assert ok["image_in"]["bytes"] == len(image) and ok["capture"] == "written"
     assert {"parse", "preprocess", "endpoint", "postprocess", "capture"} <= set(ok["stages_ms"])

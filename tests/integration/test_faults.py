@@ -46,15 +46,18 @@ def fault(stack: Stack, attributes: str, image: bytes | None = None) -> tuple[An
     """A request asking the emulator for one fault; a PNG, so sagegate re-encodes it.
 
     Returns:
-        The response and the request id sagegate passed to the endpoint as InferenceId.
+        The response and the request id sagegate passed to the endpoint as InferenceId (its
+        own id of record; the client's goes along as the correlation id).
     """
     image = image or imagefactory.png(imagefactory.gradient(64, 64))
-    request_id = f"fault-{os.getpid()}-{next(_IDS)}"
+    correlation = f"fault-{os.getpid()}-{next(_IDS)}"
     response = stack.http.request(
         "POST", stack.api.url + "/predict", body=image, timeout=CLIENT_TIMEOUT,
         headers={"Content-Type": "image/png", "X-Custom-Attributes": attributes,
-                 "X-Request-Id": request_id})
-    assert response.headers["X-Request-Id"] == request_id
+                 "X-Request-Id": correlation})
+    assert response.headers["X-Correlation-Id"] == correlation
+    request_id = response.headers["X-Request-Id"]
+    assert request_id != correlation
     return response, request_id
 
 

@@ -16,7 +16,7 @@ LIMIT = imaging.Limits(max_pixels=40_000_000)
 
 
 def test_probe_reads_jpeg_png_webp_sizes() -> None:
-    assert probe(imagefactory.jpeg(640, 480)) == imaging.ImageInfo("jpeg", 640, 480)
+    assert probe(imagefactory.jpeg(640, 480)) == imaging.ImageInfo("jpeg", 640, 480, scans=1)
     assert probe(imagefactory.png_rgba(64, 48)) == imaging.ImageInfo("png", 64, 48)
     assert probe(imagefactory.webp(320, 200)) == imaging.ImageInfo("webp", 320, 200)
     assert probe(imagefactory.webp(320, 200, lossless=True)) == imaging.ImageInfo(

@@ -42,9 +42,7 @@ def test_an_implicitly_open_deployed_stage_is_refused(tmp_path: Path, auth: str 
 
 
 def test_an_open_stage_said_so_explicitly_is_allowed(tmp_path: Path) -> None:
-    path, config = config_with(tmp_path, SAGEGATE_AUTH="none")
-    config["stages"]["prod"]["open_api"] = True
-    path.write_text(json.dumps(config))
+    path, _ = config_with(tmp_path, SAGEGATE_AUTH="none", SAGEGATE_OPEN_API="true")
     stage = stage_config.load_stage("prod", path)
     assert stage.auth == "none" and stage.open_api
 
