@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 API_PORT ?= 8000
 EMULATOR_PORT ?= 8080
 
-.PHONY: help venv run test lint typecheck unit functional integration bench bench-coldstart clean
+.PHONY: help venv lock run test lint typecheck unit functional integration bench bench-coldstart \
+	clean
 
 help:
 	@echo "make run    - emulator + chalice local on 127.0.0.1 (no AWS account needed)"
@@ -19,6 +20,7 @@ help:
 	@echo "make bench-coldstart - Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
 	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
 	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
+	@echo "make lock   - recompile every requirements*.txt lock (hashes) from its .in file"
 
 $(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-version
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(PYTHON_VERSION)")' \
@@ -29,10 +31,41 @@ $(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-v
 	@test ! -x $(PY) || $(PY) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PYTHON_VERSION)")' \
 	  || { echo "$(VENV) is not Python $(PYTHON_VERSION): recreating it" >&2; rm -rf $(VENV); }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@# the lock pins every package with its hashes: nothing unpinned or unchecked is installed
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Locks: each requirements*.in (what a person edits) compiles to the requirements*.txt beside
+# it, every transitive package pinned with --hash lines; pip installs them with
+# --require-hashes, and Chalice's pip download of requirements.txt checks the hashes too.
+# uv rather than pip-tools: pip-compile resolves for the interpreter that runs it, so it cannot
+# lock the function and the layer for Lambda's platform from another machine; uv resolves for a
+# named platform and Python (--python-platform, --python-version) and writes pip's
+# requirements format. uv itself is pinned in requirements-dev.in. --no-config: no uv.toml
+# or environment-specific settings; uv reads no pip configuration either, so it resolves from
+# the default registry by name. Locks carry no index URLs or paths (uv emits none unless asked).
+# The function and layer are locked for the Lambda runtime (x86_64, the runtime's glibc from
+# scripts/lambda_runtime.py: manylinux_2_34 for python3.13); dev and iac for Linux x86_64,
+# dev constrained by the function and layer locks so shared packages get the same versions.
+UV := $(VENV)/bin/uv
+# uv keeps a lock's pins unless its input asks otherwise: make lock LOCK_ARGS=--upgrade moves
+# everything to the newest versions, LOCK_ARGS="--upgrade-package numpy" one package.
+LOCK_ARGS ?=
+UV_COMPILE = $(UV) pip compile --quiet --no-config --generate-hashes \
+	--python-version $(PYTHON_VERSION) --custom-compile-command "make lock" $(LOCK_ARGS)
+LAMBDA_PLATFORM = $(shell $(PY) -c 'from scripts.lambda_runtime import ARCHITECTURE, current; \
+	major, minor = current().glibc; print(f"{ARCHITECTURE}-manylinux_{major}_{minor}")')
+LINUX_PLATFORM := x86_64-unknown-linux-gnu
+
+lock: $(STAMP)
+	$(UV_COMPILE) --python-platform $(LAMBDA_PLATFORM) requirements.in -o requirements.txt
+	$(UV_COMPILE) --python-platform $(LAMBDA_PLATFORM) --only-binary :all: \
+	  requirements-layer.in -o requirements-layer.txt
+	$(UV_COMPILE) --python-platform $(LINUX_PLATFORM) -c requirements.txt \
+	  -c requirements-layer.txt requirements-dev.in -o requirements-dev.txt
+	$(UV_COMPILE) --python-platform $(LINUX_PLATFORM) requirements-iac.in -o requirements-iac.txt
 
 run: $(STAMP)
 	API_PORT=$(API_PORT) EMULATOR_PORT=$(EMULATOR_PORT) $(PY) -m scripts.run_local

@@ -42,8 +42,9 @@ $(LAYER_ZIP): requirements-layer.txt scripts/zipdir.py scripts/lambda_runtime.py
 	@test "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = $(LAYER_PYTHON) \
 	  || { echo "the layer's .pyc files need Python $(LAYER_PYTHON) in $(VENV)" >&2; exit 1; }
 	rm -rf $(LAYER_DIR) && mkdir -p $(LAYER_DIR)
-	$(PY) -m pip install --quiet --no-compile --only-binary=:all: --implementation cp \
-	  --python-version $(LAYER_PYTHON) $$($(PY) -m scripts.lambda_runtime platforms) \
+	$(PY) -m pip install --quiet --no-compile --require-hashes --only-binary=:all: \
+	  --implementation cp --python-version $(LAYER_PYTHON) \
+	  $$($(PY) -m scripts.lambda_runtime platforms) \
 	  --target $(LAYER_DIR)/python -r requirements-layer.txt
 	@# test suites and console scripts are never used at run time; RECORD files hash the
 	@# scripts' interpreter path, which would make the zip differ from checkout to checkout
@@ -106,7 +107,7 @@ endif
 # --- checks run by `make test` ---------------------------------------------------------------
 $(IAC_STAMP): requirements-iac.txt | $(STAMP)
 	test -x $(IAC_VENV)/bin/python || $(PYTHON) -m venv $(IAC_VENV)
-	$(IAC_VENV)/bin/python -m pip install --quiet -r requirements-iac.txt
+	$(IAC_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements-iac.txt
 	touch $(IAC_STAMP)
 
 iac-tools: $(IAC_STAMP)
