@@ -10,6 +10,7 @@ API_PORT ?= 8000
 EMULATOR_PORT ?= 8080
 
 .PHONY: help venv lock run test lint typecheck unit functional integration bench bench-coldstart \
+	bench-worstcase \
 	clean
 
 help:
@@ -18,6 +19,7 @@ help:
 	@echo "make bench  - side-by-side benchmarks against the 2018 reference"
 	@echo "make fuzz   - long Hypothesis run over bodies, content types, queries (FUZZ_EXAMPLES=20000)"
 	@echo "make bench-coldstart - Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
+	@echo "make bench-worstcase - the most preprocessing a crafted upload can cost"
 	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
 	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
 	@echo "make lock   - recompile every requirements*.txt lock (hashes) from its .in file"
@@ -93,6 +95,9 @@ fuzz: $(STAMP)
 
 bench-coldstart: $(STAMP)
 	$(PY) -m bench.coldstart
+
+bench-worstcase: $(STAMP)
+	$(PY) -m bench.worstcase
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .chalice/deployments build
