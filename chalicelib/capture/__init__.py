@@ -20,9 +20,10 @@ from chalicelib.capture.sinks import Sink, sink_for
 __all__ = ["CaptureRecord", "Capturer", "Exchange", "Outcome", "build_record"]
 
 LOG = logging.getLogger("sagegate.capture")
-# writes that may still be running after their request gave up waiting; past that, a capture
-# is refused at once (a sink that hangs must not pile records up in memory)
+# writes still running after their request stopped waiting for them; past that, a capture is
+# refused at once (a sink that hangs must not pile records and threads up)
 MAX_PENDING_WRITES = 4
+_WRITERS = 16  # threads writing records; concurrent requests beyond that wait their turn
 
 
 class Outcome:
@@ -56,8 +57,8 @@ class Capturer:
         self._include_original = include_original
         self._rng = rng
         self._writers: ThreadPoolExecutor | None = None
-        self._slots = threading.BoundedSemaphore(MAX_PENDING_WRITES)
-        self._writers_lock = threading.Lock()
+        self._abandoned = 0
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
@@ -104,24 +105,22 @@ class Capturer:
 
     def _write_within(self, record: CaptureRecord, timeout: float) -> None:
         """Write on a worker thread and wait at most ``timeout`` seconds for it."""
-        if not self._slots.acquire(blocking=False):
-            raise TimeoutError(f"{MAX_PENDING_WRITES} earlier writes are still pending")
         assert self._sink is not None
-        try:
-            future = self._pool().submit(self._sink.write, [record])
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda _: self._slots.release())
+        with self._lock:
+            if self._abandoned >= MAX_PENDING_WRITES:
+                raise TimeoutError(f"{self._abandoned} earlier writes are still pending")
+            if self._writers is None:
+                self._writers = ThreadPoolExecutor(_WRITERS, thread_name_prefix="capture")
+            future = self._writers.submit(self._sink.write, [record])
         try:
             future.result(timeout=max(0.0, timeout))
         except TimeoutError:
+            with self._lock:
+                self._abandoned += 1
+            future.add_done_callback(self._forget_abandoned)
             raise TimeoutError(f"the sink did not finish within the request's remaining "
                                f"{max(0.0, timeout):.1f} s") from None
 
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._writers_lock:
-            if self._writers is None:
-                self._writers = ThreadPoolExecutor(MAX_PENDING_WRITES,
-                                                   thread_name_prefix="capture")
-            return self._writers
+    def _forget_abandoned(self, _: object) -> None:
+        with self._lock:
+            self._abandoned -= 1

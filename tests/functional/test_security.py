@@ -254,6 +254,38 @@ def test_a_capture_within_the_budget_is_written(tmp_path: Path) -> None:
     assert len(list(tmp_path.rglob("*.jsonl"))) == 1
 
 
+class _SlowSink:
+    """Answers, slowly, and only once 12 writes are in it at the same time."""
+
+    def __init__(self, together: int) -> None:
+        self.barrier = threading.Barrier(together, timeout=20)
+        self.written = 0
+
+    def write(self, records: Any) -> None:
+        self.barrier.wait()
+        self.written += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_concurrent_captures_are_all_written_not_refused() -> None:
+    """Many requests capturing at once is load, not a hanging sink (the backlog bound counts
+    only writes whose request stopped waiting)."""
+    together = 12
+    sink = _SlowSink(together)
+    capturer = Capturer("both", sink)
+    outcomes: list[str] = []
+    threads = [threading.Thread(target=lambda: outcomes.append(
+        capturer.capture(_exchange("AllTraffic"), timeout=20.0))) for _ in range(together)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert outcomes == [Outcome.WRITTEN] * together
+    assert sink.written == together
+
+
 # --- 8. the open /health --------------------------------------------------------------------
 def test_health_says_status_only_where_the_api_has_authentication(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
