@@ -112,14 +112,19 @@ def get_capturer() -> Capturer:
         return _CAPTURER
 
 
-def warm_up() -> None:
-    """Build every container-wide object and run the image path once, endpoint aside.
+def warm_up(prime_codecs: bool = True) -> None:
+    """Build every container-wide object and, with ``prime_codecs``, run the image path once
+    (endpoint aside) so OpenCV's lazy set-up is done too.
 
-    Called at import on Lambda (the init phase; with SnapStart, the snapshot holds the
-    result), so no request pays for it.
+    Called at import on Lambda (the init phase), so no request pays for it. Priming the
+    codecs is only worth it where init is off every request's path (SnapStart's snapshot,
+    provisioned concurrency): on an on-demand cold start it would add its cost to the first
+    request's wait even when that request needs less (a JPEG passed through untouched).
     """
-    get_predictor().warm_up()
+    predictor = get_predictor()
     get_capturer()
+    if prime_codecs:
+        predictor.warm_up()
 
 
 def _connection_holders() -> list[lifecycle.Closable]:
@@ -323,6 +328,6 @@ def health_details() -> Response:
 
 
 if lifecycle.on_lambda():
-    _init_ms = lifecycle.timed(warm_up)
+    _init_ms = lifecycle.timed(lambda: warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
     logger.info("initialised", extra={"init_type": lifecycle.init_type(),
                                       "warm_up_ms": round(_init_ms, 1)})

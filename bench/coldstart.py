@@ -1,11 +1,11 @@
 """Cold start the way Lambda pays it: the packaged function and layer in a bare interpreter.
 
-``python -m bench.coldstart [--runs N]`` (after ``make package STAGE=prod``, which it runs if
-the zips are missing). Each run is a fresh ``python -I -S -B`` over a Lambda-like tree
-(:mod:`scripts.lambda_sandbox`): the function zip as ``/var/task``, a layer as ``/opt/python``,
-boto3 and ``snapshot_restore_py`` as the runtime's own packages, all compiled for that Python
-as Lambda's read-only directories are. It imports ``app`` and serves two requests (a 1080p
-JPEG as a binary API Gateway event) against the emulator. Rows:
+``python -m bench.coldstart [--runs N]`` (it runs ``make package STAGE=prod`` first, so the
+function zip is the code as it is now). Each run is a fresh ``python -I -S -B`` over a Lambda-
+like tree (:mod:`scripts.lambda_sandbox`): the function zip as ``/var/task``, a layer as
+``/opt/python``, boto3 and ``snapshot_restore_py`` as the runtime's own packages, all compiled
+for that Python as Lambda's read-only directories are. It imports ``app`` and serves two
+requests (a 1080p JPEG as a binary API Gateway event) against the emulator. Rows:
 
 * ``python3.11, lazy``: Lambda's previous runtime, with a layer built from main's pins
   (numpy<2.3, OpenCV 4.12, for Amazon Linux 2) and the pipeline built by the first request,
@@ -82,13 +82,16 @@ def _boto3_pin() -> str:
 
 
 def build_tree(python: str, runtime: str, layer: Path | None) -> LambdaTree:
-    """A Lambda-like tree for ``runtime`` (cached under build/coldstart)."""
+    """A Lambda-like tree for ``runtime``: the function zip extracted anew, the layer and the
+    runtime's packages cached under build/coldstart."""
     root = CACHE / runtime
     tree = LambdaTree(root / "task", root / "opt", root / "runtime")
+    shutil.rmtree(tree.task, ignore_errors=True)
+    with zipfile.ZipFile(PACKAGE / "deployment.zip") as zipped:
+        zipped.extractall(tree.task)
     if not (root / "ready").exists():
-        shutil.rmtree(root, ignore_errors=True)
-        with zipfile.ZipFile(PACKAGE / "deployment.zip") as zipped:
-            zipped.extractall(tree.task)
+        shutil.rmtree(tree.layer, ignore_errors=True)
+        shutil.rmtree(tree.runtime, ignore_errors=True)
         if layer is None:
             _pip_target(python, tree.layer / "python", MAIN_LAYER_311, runtime)
         else:
@@ -141,9 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.coldstart", description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per row")
     args = parser.parse_args(argv)
-    if not (PACKAGE / "deployment.zip").exists():
-        subprocess.run(["make", "--no-print-directory", "package", "STAGE=prod"], cwd=ROOT,
-                       check=True)
+    # the function zip of the code as it is now (the layer is rebuilt only when it changed)
+    subprocess.run(["make", "--no-print-directory", "package", "STAGE=prod"], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)
     current = lambda_runtime.current().name
     configurations: list[tuple[str, str, LambdaTree, dict[str, str]]] = []
     python311 = find_python("3.11")

@@ -1,8 +1,9 @@
 """The container's life on Lambda: the work done once at init, and SnapStart's runtime hooks.
 
 On Lambda, ``app.py`` builds everything a request needs while it is imported (the init
-phase): settings, labels, the boto3 client and its service model, the capture sink, and a
-first decode and encode that loads OpenCV's codecs. Without SnapStart that work is paid once
+phase): settings, labels, the boto3 client and its service model, the capture sink, and, when
+init is off the requests' path (SnapStart, provisioned concurrency), a first decode and encode
+that loads OpenCV's codecs. Without SnapStart that work is paid once
 per cold start instead of by the first request; with SnapStart it is done once per published
 version and lands in the snapshot that every new execution environment is restored from.
 
