@@ -49,7 +49,6 @@ CACHE = BUILD / "coldstart"
 # main's layer pins for python3.11 (Amazon Linux 2) before the move to 3.13
 MAIN_LAYER_311 = ("numpy>=2.0,<2.3", "opencv-python-headless==4.12.0.88", "orjson==3.13.0",
                   "pybase64==1.5.1")
-RUNTIME_REQUIREMENTS = ("boto3", "snapshot-restore-py==1.0.0")
 
 
 def find_python(version: str) -> str | None:
@@ -75,10 +74,13 @@ def _pip_target(python: str, target: Path, requirements: Sequence[str], runtime:
                     "unchecked-hash", str(target)], check=True)
 
 
-def _boto3_pin() -> str:
+def _runtime_requirements() -> tuple[str, str]:
+    """What Lambda's runtime provides, at the versions this environment has."""
     import boto3
+    import snapshot_restore_py
 
-    return f"boto3=={boto3.__version__}"
+    return (f"boto3=={boto3.__version__}",
+            f"snapshot-restore-py=={snapshot_restore_py.__version__}")
 
 
 def build_tree(python: str, runtime: str, layer: Path | None) -> LambdaTree:
@@ -97,7 +99,7 @@ def build_tree(python: str, runtime: str, layer: Path | None) -> LambdaTree:
         else:
             with zipfile.ZipFile(layer) as zipped:
                 zipped.extractall(tree.layer)
-        _pip_target(python, tree.runtime, (_boto3_pin(), RUNTIME_REQUIREMENTS[1]), runtime)
+        _pip_target(python, tree.runtime, _runtime_requirements(), runtime)
         (root / "ready").touch()
     return tree
 

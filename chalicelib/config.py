@@ -54,7 +54,9 @@ CAPTURE_MODES = ("off", "input", "output", "both")
 CAPTURE_SCHEMES = ("s3://", "firehose://")  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
-_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
+# SageMaker endpoint and production variant names: alphanumerics and inner hyphens, 63 at
+# most. Whole-string use only (fullmatch): names go into headers, paths and logs.
+SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 
 T = TypeVar("T")
@@ -105,7 +107,7 @@ class Settings:
     """A directory destination's size cap (oldest files dropped); 0 for none."""
 
     def __post_init__(self) -> None:
-        _check(bool(_ENDPOINT_NAME_RE.match(self.endpoint_name)), ENDPOINT_NAME,
+        _check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
                "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
         _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE, f"must be one of {RESIZE_MODES}")
         _check(self.endpoint_content_type in ENDPOINT_CONTENT_TYPES, ENDPOINT_CONTENT_TYPE,

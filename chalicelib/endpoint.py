@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from botocore.exceptions import (
 )
 
 from chalicelib import lifecycle
+from chalicelib.config import SAGEMAKER_NAME
 from chalicelib.errors import (
     EndpointError,
     EndpointNotFoundError,
@@ -56,7 +56,6 @@ UNAVAILABLE_CODES = frozenset({
 _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError,
                       ResponseStreamingError, IncompleteReadError)
 _MAX_ECHOED_MESSAGE = 512
-_VARIANT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +216,7 @@ def _checked_variant(name: str | None) -> str | None:
     It goes into capture paths, logs and the answer: anything else (``../x``, a newline) is
     dropped and logged, never used.
     """
-    if name is None or _VARIANT_NAME.fullmatch(name):
+    if name is None or SAGEMAKER_NAME.fullmatch(name):
         return name
     logger.warning("the endpoint named an invalid production variant; ignored")
     return None

@@ -20,6 +20,7 @@ from typing import Any
 
 import pybase64
 
+from chalicelib.config import SAGEMAKER_NAME
 from chalicelib.errors import (
     InvalidBase64Error,
     InvalidJSONError,
@@ -54,7 +55,6 @@ _B64_ALPHABET = re.compile(r"^[A-Za-z0-9+/]*={0,2}\Z")
 _URLSAFE = str.maketrans("-_", "+/")
 _INT_TEXT = re.compile(r"^[0-9]{1,9}\Z")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]*\Z")
-_VARIANT_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 MAX_CUSTOM_ATTRIBUTES = 1024
 
 
@@ -292,7 +292,7 @@ def parse_variant(value: Any) -> str | None:
     """Validate a production variant name (SageMaker's naming rule), or None."""
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or not _VARIANT_RE.match(value):
+    if not isinstance(value, str) or not SAGEMAKER_NAME.fullmatch(value):
         raise InvalidParameterError('"variant" must be a SageMaker production variant name.')
     return value
 

@@ -22,14 +22,11 @@ import base64
 import dataclasses
 import datetime
 import json
-import re
 import uuid
 from typing import Any
 
-from chalicelib.config import CAPTURE_MODES
+from chalicelib.config import CAPTURE_MODES, SAGEMAKER_NAME
 
-# SageMaker endpoint and variant names: alphanumerics and inner hyphens, 63 at most
-SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 INVALID_NAME = "invalid-name"
 
 MODES = CAPTURE_MODES

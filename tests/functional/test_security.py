@@ -297,7 +297,3 @@ def test_health_says_status_only_where_the_api_has_authentication(
     assert details["endpoint"] == open_body["endpoint"]
 
 
-def test_an_open_health_check_leaks_nothing_about_the_model_on_lambda() -> None:
-    """The deployed stages name a mode, so their /health is the short one."""
-    assert Access.from_env({"SAGEGATE_AUTH": "api-key"}, deployed=True).protected
-
