@@ -14,7 +14,7 @@ from chalice.app import Request
 
 from chalicelib import lifecycle
 from chalicelib import requests as body_parsing
-from chalicelib.access import AUTH_API_KEY, AUTH_COGNITO, AUTH_IAM, Access
+from chalicelib.access import Access, AuthMode
 from chalicelib.capture import Capturer, Exchange
 from chalicelib.config import Settings
 from chalicelib.errors import ConfigurationError, SagegateError
@@ -50,11 +50,11 @@ def _cors(access: Access) -> CORSConfig | bool:
 
 def _auth(access: Access) -> dict[str, Any]:
     """The route arguments that make API Gateway authenticate a route (all but /health)."""
-    if access.auth == AUTH_API_KEY:
+    if access.auth == AuthMode.API_KEY:
         return {"api_key_required": True}
-    if access.auth == AUTH_IAM:
+    if access.auth == AuthMode.IAM:
         return {"authorizer": IAMAuthorizer()}
-    if access.auth == AUTH_COGNITO:
+    if access.auth == AuthMode.COGNITO:
         return {"authorizer": CognitoUserPoolAuthorizer(
             "SagegateUserPool", provider_arns=list(access.user_pool_arns))}
     return {}

@@ -27,6 +27,7 @@ with any authentication mode: a wildcard is for local development only.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 from collections.abc import Mapping
@@ -38,11 +39,18 @@ CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
 COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
 SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
 
-AUTH_NONE = "none"
-AUTH_API_KEY = "api-key"
-AUTH_IAM = "iam"
-AUTH_COGNITO = "cognito"
-AUTH_MODES = (AUTH_NONE, AUTH_API_KEY, AUTH_IAM, AUTH_COGNITO)
+
+
+class AuthMode(enum.StrEnum):
+    """The values of ``SAGEGATE_AUTH`` (the templates, IAM and docs use these names)."""
+
+    NONE = "none"
+    API_KEY = "api-key"
+    IAM = "iam"
+    COGNITO = "cognito"
+
+
+AUTH_MODES = tuple(AuthMode)
 ANY_ORIGIN = "*"
 
 _ORIGIN_RE = re.compile(r"^https?://[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?\Z")
@@ -61,20 +69,21 @@ class Access:
         user_pool_arns: the Cognito user pools whose tokens are accepted (``cognito`` only).
     """
 
-    auth: str = AUTH_NONE
+    auth: AuthMode = AuthMode.NONE
     cors_origin: str = ""
     user_pool_arns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check(self.auth in AUTH_MODES, SAGEGATE_AUTH, f"must be one of {AUTH_MODES}")
+        _check(self.auth in AUTH_MODES, SAGEGATE_AUTH,
+               f"must be one of {', '.join(AUTH_MODES)}")
         _check(self.cors_origin in ("", ANY_ORIGIN) or bool(_ORIGIN_RE.match(self.cors_origin)),
                CORS_ALLOW_ORIGIN, "must be one origin (scheme://host[:port]), '*' or empty")
-        _check(self.cors_origin != ANY_ORIGIN or self.auth == AUTH_NONE, CORS_ALLOW_ORIGIN,
-               f"may be '*' only when {SAGEGATE_AUTH} is {AUTH_NONE!r} (local development); "
+        _check(self.cors_origin != ANY_ORIGIN or self.auth == AuthMode.NONE, CORS_ALLOW_ORIGIN,
+               f"may be '*' only when {SAGEGATE_AUTH} is 'none' (local development); "
                "name the origin of your web app")
-        if self.auth == AUTH_COGNITO:
+        if self.auth == AuthMode.COGNITO:
             _check(bool(self.user_pool_arns), COGNITO_USER_POOL_ARNS,
-                   f"must be set when {SAGEGATE_AUTH} is {AUTH_COGNITO!r}")
+                   f"must be set when {SAGEGATE_AUTH} is 'cognito'")
         for arn in self.user_pool_arns:
             _check(bool(_USER_POOL_ARN_RE.match(arn)), COGNITO_USER_POOL_ARNS,
                    "must be Cognito user pool ARNs, comma-separated")
@@ -82,7 +91,7 @@ class Access:
     @property
     def protected(self) -> bool:
         """Whether routes other than ``/health`` require authentication."""
-        return self.auth != AUTH_NONE
+        return self.auth != AuthMode.NONE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, deployed: bool = False) -> Access:
@@ -104,11 +113,20 @@ class Access:
         if deployed:
             _check(bool(auth), SAGEGATE_AUTH, "is not set: a deployed function must name its "
                    f"authentication ({', '.join(AUTH_MODES)})")
-            _check(auth != AUTH_NONE or env.get(SAGEGATE_OPEN_API, "").strip().lower() == "true",
-                   SAGEGATE_AUTH, f"is {AUTH_NONE!r} on Lambda: set {SAGEGATE_OPEN_API}=true "
-                   "too if the API is meant to be open to anyone")
-        return cls(auth=auth or AUTH_NONE, cors_origin=env.get(CORS_ALLOW_ORIGIN, "").strip(),
-                   user_pool_arns=arns)
+            open_api = env.get(SAGEGATE_OPEN_API, "").strip().lower() == "true"
+            _check(auth != AuthMode.NONE or open_api, SAGEGATE_AUTH,
+                   f"is 'none' on Lambda: set {SAGEGATE_OPEN_API}=true too if the API is meant "
+                   "to be open to anyone")
+        return cls(auth=_auth_mode(auth or AuthMode.NONE),
+                   cors_origin=env.get(CORS_ALLOW_ORIGIN, "").strip(), user_pool_arns=arns)
+
+
+def _auth_mode(text: str) -> AuthMode:
+    try:
+        return AuthMode(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"{SAGEGATE_AUTH} must be one of {', '.join(AUTH_MODES)}, not {text[:32]!r}") from None
 
 
 def _check(ok: bool, name: str, requirement: str) -> None:

@@ -51,7 +51,9 @@ ENCODE_FORMATS = ("png", "jpeg")
 _FORMAT_FOR_TYPE = {"image/jpeg": "jpeg", "image/png": "png"}
 ENDPOINT_ACCEPTS = ("application/json", "application/jsonlines")
 CAPTURE_MODES = ("off", "input", "output", "both")
-CAPTURE_SCHEMES = ("s3://", "firehose://")  # anything else is a local directory
+S3_SCHEME = "s3://"
+FIREHOSE_SCHEME = "firehose://"
+CAPTURE_SCHEMES = (S3_SCHEME, FIREHOSE_SCHEME)  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
 # SageMaker endpoint and production variant names: alphanumerics and inner hyphens, 63 at
@@ -136,10 +138,10 @@ class Settings:
         _check(bool(destination), CAPTURE_DESTINATION,
                f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
                "s3://bucket/prefix or firehose://delivery-stream)")
-        if destination.startswith("s3://"):
+        if destination.startswith(S3_SCHEME):
             _check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?\Z", destination)),
                    CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
-        elif destination.startswith("firehose://"):
+        elif destination.startswith(FIREHOSE_SCHEME):
             _check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}\Z", destination)),
                    CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")
         else:
@@ -199,6 +201,21 @@ class Settings:
         if "endpoint_name" not in values:
             raise ConfigurationError(f"{ENDPOINT_NAME} is not set: name the SageMaker endpoint")
         return cls(**values)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` as ``("bucket", "some/prefix")`` (the prefix without its
+    slashes at either end; empty when there is none).
+
+    Raises:
+        ValueError: ``uri`` does not start with ``s3://`` or names no bucket.
+    """
+    if not uri.startswith(S3_SCHEME):
+        raise ValueError(f"not an {S3_SCHEME} URI: {uri[:64]!r}")
+    bucket, _, prefix = uri[len(S3_SCHEME):].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {uri[:64]!r}")
+    return bucket, prefix.strip("/")
 
 
 def _check(ok: bool, name: str, requirement: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from chalicelib.capture.records import CaptureRecord
+from chalicelib.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
 FIREHOSE_ATTEMPTS = 3
@@ -216,11 +217,10 @@ def sink_for(destination: str, max_bytes: int = 0) -> Sink:
     ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests point them at a local server).
     ``max_bytes`` (``CAPTURE_MAX_BYTES``) caps a directory's size; 0 for no cap.
     """
-    if destination.startswith("s3://"):
-        bucket, _, prefix = destination[len("s3://"):].partition("/")
-        return S3Sink(_client("s3"), bucket, prefix)
-    if destination.startswith("firehose://"):
-        return FirehoseSink(_client("firehose"), destination[len("firehose://"):])
+    if destination.startswith(S3_SCHEME):
+        return S3Sink(_client("s3"), *split_s3_uri(destination))
+    if destination.startswith(FIREHOSE_SCHEME):
+        return FirehoseSink(_client("firehose"), destination[len(FIREHOSE_SCHEME):])
     return DirectorySink(destination, max_bytes)
 
 
