@@ -12,15 +12,15 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
-from chalicelib import lifecycle
-from chalicelib import requests as body_parsing
+from chalicelib import lifecycle, options
 from chalicelib.access import Access, AuthMode
-from chalicelib.capture import Capturer, Exchange
-from chalicelib.config import Settings
+from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
+from chalicelib.media import BINARY_TYPES
 from chalicelib.observability import RequestLog, logger
-from chalicelib.pipeline import PredictOptions, Predictor, PredictResult, StageTimer, limits_from
-from chalicelib.resizer import ResizeOptions, resize_image
+from chalicelib.pipeline import PredictResult, StageTimer, limits_from
+from chalicelib.resizer import resize_image
+from chalicelib.services import Services
 
 # Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
 app = Chalice(app_name="sagegate", configure_logs=False)
@@ -28,7 +28,7 @@ app.debug = False  # a traceback must never reach a client, in any stage
 # Chalice's debug setter turns its logger, which is Powertools' (both are named "sagegate"), to
 # ERROR; give it back the level Powertools chose (POWERTOOLS_LOG_LEVEL / LOG_LEVEL, else INFO).
 logger.setLevel(None)
-for _media_type in body_parsing.BINARY_MEDIA_TYPES:
+for _media_type in BINARY_TYPES:
     if _media_type not in app.api.binary_types:
         app.api.binary_types.append(_media_type)
 
@@ -66,73 +66,15 @@ _ACCESS = Access.from_env(deployed=lifecycle.on_lambda())
 app.api.cors = _cors(_ACCESS)
 _PROTECTED = _auth(_ACCESS)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
-_HEADER_OPTIONS = {"x-target-variant": "variant", "x-custom-attributes": "custom_attributes"}
 
-_SETTINGS: Settings | None = None
-_PREDICTOR: Predictor | None = None
-_CAPTURER: Capturer | None = None
-_BUILD_LOCK = threading.Lock()  # one container-wide object is built at a time
+# The settings, predictor and capturer every request shares, built on first use. Tests that
+# need other parts put their own Services here (see chalicelib.services).
+services = Services()
 # Chalice keeps the request on the app object, shared by every thread. Lambda serves one
 # request per container, but `chalice local` is threaded: two concurrent requests would read
 # each other's bodies. The middleware pins each thread's own request here instead.
 _SERVING = threading.local()
-
-
-def get_settings() -> Settings:
-    """Settings, read from the environment on first use and kept for warm invocations."""
-    global _SETTINGS
-    if _SETTINGS is None:
-        _SETTINGS = Settings.from_env()
-    return _SETTINGS
-
-
-def get_predictor() -> Predictor:
-    """The prediction pipeline with its boto3 client, built once per container."""
-    global _PREDICTOR
-    with _BUILD_LOCK:
-        if _PREDICTOR is None:
-            from chalicelib.endpoint import EndpointClient, make_client, policy_from
-            from chalicelib.predictions import load_labels
-
-            settings = get_settings()
-            client = EndpointClient(make_client(settings), policy_from(settings))
-            _PREDICTOR = Predictor(settings, client, load_labels(settings.labels))
-        return _PREDICTOR
-
-
-def get_capturer() -> Capturer:
-    """Data capture as configured (``CAPTURE_*``), built once per container."""
-    global _CAPTURER
-    with _BUILD_LOCK:
-        if _CAPTURER is None:
-            s = get_settings()
-            _CAPTURER = Capturer.from_settings(s.capture_mode, s.capture_destination,
-                                               s.capture_sampling_percentage,
-                                               s.capture_original, s.capture_max_bytes)
-        return _CAPTURER
-
-
-def warm_up(prime_codecs: bool = True) -> None:
-    """Build every container-wide object and, with ``prime_codecs``, run the image path once
-    (endpoint aside) so OpenCV's lazy set-up is done too.
-
-    Called at import on Lambda (the init phase), so no request pays for it. Priming the
-    codecs is only worth it where init is off every request's path (SnapStart's snapshot,
-    provisioned concurrency): on an on-demand cold start it would add its cost to the first
-    request's wait even when that request needs less (a JPEG passed through untouched).
-    """
-    predictor = get_predictor()
-    get_capturer()
-    if prime_codecs:
-        predictor.warm_up()
-
-
-def _connection_holders() -> list[lifecycle.Closable]:
-    """The built objects that pool connections (closed around a SnapStart snapshot)."""
-    return [holder for holder in (_PREDICTOR, _CAPTURER) if holder is not None]
-
-
-SNAPSTART_HOOKS = lifecycle.Hooks(_connection_holders)
+SNAPSTART_HOOKS = lifecycle.Hooks(lambda: services.connection_holders())
 lifecycle.register(SNAPSTART_HOOKS)
 
 
@@ -222,24 +164,14 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
     return response
 
 
-def _read_body() -> body_parsing.ImageRequest:
+def _http_request() -> options.HttpRequest:
+    """The request this thread serves, as :mod:`chalicelib.options` reads it."""
     request = current_request()
     raw = request.raw_body or b""
     request_log().body_bytes = len(raw)
-    parsed = body_parsing.parse_body(
-        raw if isinstance(raw, bytes) else raw.encode("utf-8"),
-        request.headers.get("content-type"), request.query_params,
-        max_body_bytes=get_settings().max_body_bytes)
-    return parsed
-
-
-def _with_header_options(parsed: body_parsing.ImageRequest) -> dict[str, Any]:
-    options = dict(parsed.options)
-    for header, name in _HEADER_OPTIONS.items():
-        value = current_request().headers.get(header)
-        if value and name not in options:
-            options[name] = value
-    return options
+    return options.HttpRequest(body=raw if isinstance(raw, bytes) else raw.encode("utf-8"),
+                               content_type=request.headers.get("content-type"),
+                               headers=request.headers, query=request.query_params or {})
 
 
 def _server_timing(durations: dict[str, float]) -> str:
@@ -251,22 +183,23 @@ def _server_timing(durations: dict[str, float]) -> str:
 def predict() -> Response:
     """Classify one image: JSON (base64 or data URL) or a binary body."""
     # the request's time budget runs from here: preprocessing, the endpoint and the capture
-    deadline = time.monotonic() + get_settings().request_budget_seconds
+    settings = services.settings
+    deadline = time.monotonic() + settings.request_budget_seconds
     timer = StageTimer()
     log = request_log()
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
     with timer.stage("parse"):
-        parsed = _read_body()
-        options = PredictOptions.parse(_with_header_options(parsed), get_settings().default_k,
-                                       parsed.source)
-    result = get_predictor().predict(parsed.image, options, request_id(), timer, deadline)
+        asked = options.read_predict(_http_request(), max_body_bytes=settings.max_body_bytes,
+                                     default_k=settings.default_k)
+    result = services.predictor.predict(asked.image, asked.options, request_id(), timer,
+                                        deadline)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
     log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
-                    "height": result.image_in.height, "bytes": len(parsed.image)}
+                    "height": result.image_in.height, "bytes": len(asked.image)}
     log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
                      "bytes": result.bytes_sent, "passthrough": result.passthrough}
     with timer.stage("capture"):
-        log.capture = _capture(result, parsed.image, options.custom_attributes,
+        log.capture = _capture(result, asked.image, asked.options.custom_attributes,
                                deadline - time.monotonic())
     headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
     if result.custom_attributes:
@@ -276,7 +209,7 @@ def predict() -> Response:
 
 def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None,
              timeout: float) -> str:
-    capturer = get_capturer()
+    capturer = services.capturer
     return capturer.capture(Exchange(
         endpoint=result.endpoint, variant=result.variant or "AllTraffic",
         inference_id=request_id(), sent=result.sent, sent_content_type=result.sent_content_type,
@@ -289,13 +222,12 @@ def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None
 @renders_errors
 def resize() -> Response:
     """Resize one image to exactly the width and height asked for."""
-    settings = get_settings()
-    parsed = _read_body()
-    options = ResizeOptions.parse(parsed.options, current_request().headers.get("accept"),
-                                  settings.max_output_pixels, parsed.source)
-    resized = resize_image(parsed.image, options, limits_from(settings))
-    if options.binary:
-        return Response(body=resized.data, headers={"Content-Type": options.content_type})
+    settings = services.settings
+    asked = options.read_resize(_http_request(), max_body_bytes=settings.max_body_bytes,
+                                max_output_pixels=settings.max_output_pixels)
+    resized = resize_image(asked.image, asked.options, limits_from(settings))
+    if asked.options.binary:
+        return Response(body=resized.data, headers={"Content-Type": asked.options.content_type})
     return Response(body=resized.to_dict())
 
 
@@ -305,7 +237,7 @@ def health() -> Response:
     """Cheap liveness, no call to the endpoint. Open to anyone, so where the API has
     authentication it says ``status`` only: the rest is behind auth at ``/health/details``."""
     if _ACCESS.protected:
-        get_settings()  # a misconfigured function is not healthy
+        _ = services.settings  # a misconfigured function is not healthy
         return Response(body={"status": "ok"})
     return health_details()
 
@@ -316,7 +248,7 @@ def health_details() -> Response:
     """The configuration as loaded: endpoint, model input, resize rule, label count."""
     from chalicelib.predictions import load_labels
 
-    settings = get_settings()
+    settings = services.settings
     labels = load_labels(settings.labels)
     return Response(body={
         "status": "ok",
@@ -328,6 +260,7 @@ def health_details() -> Response:
 
 
 if lifecycle.on_lambda():
-    _init_ms = lifecycle.timed(lambda: warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
+    _init_ms = lifecycle.timed(
+        lambda: services.warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
     logger.info("initialised", extra={"init_type": lifecycle.init_type(),
                                       "warm_up_ms": round(_init_ms, 1)})

@@ -32,13 +32,13 @@ import os
 import re
 from collections.abc import Mapping
 
+from chalicelib.config import (
+    COGNITO_USER_POOL_ARNS,
+    CORS_ALLOW_ORIGIN,
+    SAGEGATE_AUTH,
+    SAGEGATE_OPEN_API,
+)
 from chalicelib.errors import ConfigurationError
-
-SAGEGATE_AUTH = "SAGEGATE_AUTH"
-CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
-COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
-SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
-
 
 
 class AuthMode(enum.StrEnum):

@@ -1,17 +1,26 @@
-"""Settings: every environment variable sagegate reads, parsed once into a frozen object.
+"""Settings: every environment variable sagegate reads, named here and parsed once.
 
-Explicit arguments beat environment variables, which beat the defaults below. A bad value
-raises :class:`~chalicelib.errors.ConfigurationError` naming the variable.
+:class:`Settings` holds what requests use, read on first use. Explicit arguments beat
+environment variables, which beat the defaults below; ``.chalice/config.json`` sets only what
+differs from these defaults (and per stage). A bad value raises
+:class:`~chalicelib.errors.ConfigurationError` naming the variable. The access variables
+(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.access` at import, because Chalice fixes
+a route's authentication when ``app.py`` is imported; the log and metric names by
+:mod:`chalicelib.observability`.
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from chalicelib.errors import ConfigurationError
+from chalicelib.imaging import MODES as RESIZE_MODES
+from chalicelib.imaging import ResizeMode
+from chalicelib.media import ENDPOINT_ANSWER_TYPES, ENDPOINT_IMAGE_TYPES, ImageFormat, MediaType
 
 ENDPOINT_NAME = "ENDPOINT_NAME"
 DEFAULT_K = "DEFAULT_K"
@@ -43,14 +52,29 @@ CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
 CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
+# Read at import by chalicelib.access (see the module docstring).
+SAGEGATE_AUTH = "SAGEGATE_AUTH"
+CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
+COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
+SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
+# Powertools' own names, read by chalicelib.observability when it logs and flushes metrics.
+POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
+POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+SERVICE = "sagegate"  # the default service name and metrics namespace
 
-RESIZE_MODES = ("shorter-side", "fill", "fit", "stretch")
-ENDPOINT_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
-ENCODE_FORMATS = ("png", "jpeg")
-# A declared image type must match the bytes; application/x-image carries either.
-_FORMAT_FOR_TYPE = {"image/jpeg": "jpeg", "image/png": "png"}
-ENDPOINT_ACCEPTS = ("application/json", "application/jsonlines")
-CAPTURE_MODES = ("off", "input", "output", "both")
+ENCODE_FORMATS = (ImageFormat.PNG, ImageFormat.JPEG)
+
+
+class CaptureMode(enum.StrEnum):
+    """``CAPTURE_MODE``: what data capture records (SageMaker's CaptureMode Input/Output)."""
+
+    OFF = "off"
+    INPUT = "input"
+    OUTPUT = "output"
+    BOTH = "both"
+
+
+CAPTURE_MODES = tuple(CaptureMode)
 S3_SCHEME = "s3://"
 FIREHOSE_SCHEME = "firehose://"
 CAPTURE_SCHEMES = (S3_SCHEME, FIREHOSE_SCHEME)  # anything else is a local directory
@@ -73,17 +97,17 @@ class Settings:
 
     endpoint_name: str
     default_k: int = 5
-    resize_mode: str = "shorter-side"
+    resize_mode: str = ResizeMode.SHORTER_SIDE
     resize_shorter_side: int = 256
     input_width: int = 224
     input_height: int = 224
     upscale: bool = False
-    encode_format: str = "png"
+    encode_format: str = ImageFormat.PNG
     jpeg_quality: int = 95
     png_compression: int = 0
     passthrough: bool = True
-    endpoint_content_type: str = "application/x-image"
-    endpoint_accept: str = "application/json"
+    endpoint_content_type: str = MediaType.X_IMAGE
+    endpoint_accept: str = MediaType.JSON
     labels: str = "imagenet1k"
     max_body_bytes: int = 6 * 1024 * 1024
     max_image_pixels: int = 40_000_000
@@ -101,7 +125,7 @@ class Settings:
     endpoint_read_timeout: float = 20.0
     endpoint_max_attempts: int = 3
     request_budget_seconds: float = 25.0
-    capture_mode: str = "off"
+    capture_mode: str = CaptureMode.OFF
     capture_sampling_percentage: float = 100.0
     capture_destination: str = ""
     capture_original: bool = False
@@ -111,16 +135,18 @@ class Settings:
     def __post_init__(self) -> None:
         _check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
                "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
-        _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE, f"must be one of {RESIZE_MODES}")
-        _check(self.endpoint_content_type in ENDPOINT_CONTENT_TYPES, ENDPOINT_CONTENT_TYPE,
-               f"must be one of {ENDPOINT_CONTENT_TYPES}")
+        _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE,
+               f"must be one of {_listed(RESIZE_MODES)}")
+        _check(self.endpoint_content_type in ENDPOINT_IMAGE_TYPES, ENDPOINT_CONTENT_TYPE,
+               f"must be one of {_listed(ENDPOINT_IMAGE_TYPES)}")
         _check(self.encode_format in ENCODE_FORMATS, ENCODE_FORMAT,
-               f"must be one of {ENCODE_FORMATS}")
-        _check(_FORMAT_FOR_TYPE.get(self.endpoint_content_type, self.encode_format)
-               == self.encode_format, ENCODE_FORMAT,
+               f"must be one of {_listed(ENCODE_FORMATS)}")
+        # a declared image type must match the bytes; application/x-image carries either
+        declared = ImageFormat.for_media_type(self.endpoint_content_type)
+        _check(declared in (None, self.encode_format), ENCODE_FORMAT,
                f"must match {ENDPOINT_CONTENT_TYPE}={self.endpoint_content_type}")
-        _check(self.endpoint_accept in ENDPOINT_ACCEPTS, ENDPOINT_ACCEPT,
-               f"must be one of {ENDPOINT_ACCEPTS}")
+        _check(self.endpoint_accept in ENDPOINT_ANSWER_TYPES, ENDPOINT_ACCEPT,
+               f"must be one of {_listed(ENDPOINT_ANSWER_TYPES)}")
         _check(bool(_LABELS_RE.match(self.labels)), LABELS,
                "must be a file name in chalicelib/labels")
         for name, value, low, high in self._ranges():
@@ -131,8 +157,8 @@ class Settings:
 
     def _check_capture(self) -> None:
         _check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
-               f"must be one of {CAPTURE_MODES}")
-        if self.capture_mode == "off":
+               f"must be one of {_listed(CAPTURE_MODES)}")
+        if self.capture_mode == CaptureMode.OFF:
             return
         destination = self.capture_destination
         _check(bool(destination), CAPTURE_DESTINATION,
@@ -216,6 +242,11 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     if not bucket:
         raise ValueError(f"no bucket in {uri[:64]!r}")
     return bucket, prefix.strip("/")
+
+
+def _listed(values: tuple[str, ...]) -> str:
+    """Values as messages show them: ``('a', 'b')``, the form they had as plain tuples."""
+    return str(tuple(str(value) for value in values))
 
 
 def _check(ok: bool, name: str, requirement: str) -> None:

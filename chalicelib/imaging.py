@@ -7,6 +7,7 @@ scaled DCT decoding whenever the reduced image still covers the size the resize 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import struct
 import zlib
@@ -16,14 +17,29 @@ import numpy as np
 
 from chalicelib import jpegscan
 from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.media import JPEG_EOI, PNG_SIGNATURE, ImageFormat
 from chalicelib.probe import ImageInfo, probe
 
-__all__ = ["ImageInfo", "Limits", "ResizePlan", "decode", "encode", "inspect", "plan_resize",
-           "probe", "resize"]
+__all__ = ["Encoding", "ImageInfo", "Limits", "ResizeMode", "ResizePlan", "decode", "encode",
+           "inspect", "plan_resize", "prepare", "probe", "resize"]
 
-MODES = ("shorter-side", "fill", "fit", "stretch")
-FORMATS = ("jpeg", "png", "webp")
-CONTENT_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
+
+class ResizeMode(enum.StrEnum):
+    """How an image is brought to the size a model or a client asked for."""
+
+    SHORTER_SIDE = "shorter-side"
+    """Scale so the shorter side is ``shorter_side`` (the endpoint crops; the ImageNet rule)."""
+    FILL = "fill"
+    """Scale to cover ``width`` x ``height``, then centre-crop."""
+    FIT = "fit"
+    """Scale to fit inside ``width`` x ``height``, then pad (letterbox)."""
+    STRETCH = "stretch"
+    """Scale each side to ``width`` and ``height``."""
+
+
+MODES = tuple(ResizeMode)
+# What /resize offers: an exact output size (shorter-side is a model's preprocessing rule).
+RESIZER_MODES = (ResizeMode.STRETCH, ResizeMode.FIT, ResizeMode.FILL)
 _REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
                   (2, cv2.IMREAD_REDUCED_COLOR_2))
 # libjpeg's scaled IDCT is not a box filter. Measured against a full decode on real photos
@@ -46,7 +62,7 @@ class ResizePlan:
         upscale: whether images smaller than the target are enlarged.
     """
 
-    mode: str
+    mode: ResizeMode
     width: int = 224
     height: int = 224
     shorter_side: int = 256
@@ -54,7 +70,7 @@ class ResizePlan:
 
     def scaled_size(self, width: int, height: int) -> tuple[int, int]:
         """The size the image is scaled to before any crop or padding."""
-        if self.mode == "stretch":
+        if self.mode == ResizeMode.STRETCH:
             sx, sy = self.width / width, self.height / height
             if not self.upscale:
                 sx, sy = min(sx, 1.0), min(sy, 1.0)
@@ -62,7 +78,7 @@ class ResizePlan:
         scale = self._uniform_scale(width, height)
         if not self.upscale:
             scale = min(scale, 1.0)
-        if self.mode == "fill":  # never fall short of the crop box through rounding
+        if self.mode == ResizeMode.FILL:  # never fall short of the crop box through rounding
             return (max(_scaled(width, scale), min(self.width, width)),
                     max(_scaled(height, scale), min(self.height, height)))
         return _scaled(width, scale), _scaled(height, scale)
@@ -70,7 +86,7 @@ class ResizePlan:
     def allocated_pixels(self, width: int, height: int) -> int:
         """The largest image the resize allocates for a ``width`` x ``height`` input: the
         scaled image, or the target box (``fill`` crops before it scales, ``fit`` pads)."""
-        if self.mode in ("fill", "fit"):
+        if self.mode in (ResizeMode.FILL, ResizeMode.FIT):
             return self.width * self.height
         scaled_width, scaled_height = self.scaled_size(width, height)
         return scaled_width * scaled_height
@@ -82,9 +98,9 @@ class ResizePlan:
         return scale if self.upscale else min(scale, 1.0)
 
     def _uniform_scale(self, width: int, height: int) -> float:
-        if self.mode == "shorter-side":
+        if self.mode == ResizeMode.SHORTER_SIDE:
             return self.shorter_side / min(width, height)
-        if self.mode == "fill":
+        if self.mode == ResizeMode.FILL:
             return max(self.width / width, self.height / height)
         return min(self.width / width, self.height / height)
 
@@ -98,7 +114,7 @@ def plan_resize(mode: str, width: int, height: int, shorter_side: int = 256,
     """
     if mode not in MODES:
         raise InvalidParameterError(f'"mode" must be one of: {", ".join(MODES)}.')
-    return ResizePlan(mode, width, height, shorter_side, upscale)
+    return ResizePlan(ResizeMode(mode), width, height, shorter_side, upscale)
 
 
 def _scaled(length: int, scale: float) -> int:
@@ -196,7 +212,7 @@ def reduction_for(info: ImageInfo, needed: tuple[int, int],
     resize that follows averages enough pixels to hide the scaled IDCT's own artefacts. Only
     JPEG decodes at reduced scale natively; other formats always return 1.
     """
-    if info.format != "jpeg":
+    if info.format != ImageFormat.JPEG:
         return 1
     for denominator, _ in _REDUCED_FLAGS:
         if (math.ceil(info.width / denominator) >= needed[0] * margin
@@ -234,10 +250,10 @@ def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
 def resize(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
     """Resize ``image`` following ``plan``: area interpolation to shrink, cubic to enlarge."""
     height, width = image.shape[:2]
-    if plan.mode == "fill":
+    if plan.mode == ResizeMode.FILL:
         return _fill(image, plan)
     image = _scale(image, plan.scaled_size(width, height))
-    if plan.mode == "fit":
+    if plan.mode == ResizeMode.FIT:
         return _letterbox(image, plan.width, plan.height)
     return image
 
@@ -278,30 +294,45 @@ def _letterbox(image: np.ndarray, width: int, height: int) -> np.ndarray:
                               cv2.BORDER_CONSTANT, value=(0, 0, 0))
 
 
-def encode(image: np.ndarray, fmt: str = "jpeg", quality: int = 90) -> bytes:
-    """Encode a BGR image as JPEG, PNG or WebP.
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    """How an image is encoded.
 
-    Args:
-        image: ``uint8`` BGR image.
-        fmt: ``jpeg``, ``png`` or ``webp``.
-        quality: 1-100 for JPEG and WebP (PNG is lossless).
+    Attributes:
+        format: the image format.
+        quality: 1-100, JPEG and WebP (PNG is lossless).
+        png_compression: zlib level for PNG, 0-9: 0 stores the rows (what the endpoint is
+            sent: fastest, see :func:`encode_png`), 1-9 compress them with libpng's filters.
+    """
 
-    Returns:
-        The encoded bytes.
+    format: ImageFormat = ImageFormat.JPEG
+    quality: int = 90
+    png_compression: int = 0
+
+
+def encode(image: np.ndarray, encoding: Encoding) -> bytes:
+    """Encode a BGR ``uint8`` image as ``encoding`` says.
 
     Raises:
-        InvalidParameterError: unknown format.
+        InvalidParameterError: an unknown format.
+        InvalidImageError: the encoder failed.
     """
-    params = _ENCODE_PARAMS.get(fmt)
-    if params is None:
-        raise InvalidParameterError(f'"format" must be one of: {", ".join(FORMATS)}.')
-    ok, buffer = cv2.imencode("." + fmt, image, params(quality))
+    if encoding.format == ImageFormat.PNG:
+        return encode_png(image, encoding.png_compression)
+    if encoding.format == ImageFormat.JPEG:
+        params = [cv2.IMWRITE_JPEG_QUALITY, encoding.quality]
+    elif encoding.format == ImageFormat.WEBP:
+        params = [cv2.IMWRITE_WEBP_QUALITY, encoding.quality]
+    else:
+        raise InvalidParameterError(f'"format" must be one of: {", ".join(ImageFormat)}.')
+    return _imencode(image, "." + encoding.format, params)
+
+
+def _imencode(image: np.ndarray, extension: str, params: list[int]) -> bytes:
+    ok, buffer = cv2.imencode(extension, image, params)
     if not ok:
-        raise InvalidImageError(f"The image could not be encoded as {fmt}.")
-    return buffer.tobytes()
-
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+        raise InvalidImageError(f"The image could not be encoded as {extension[1:]}.")
+    return bytes(buffer.tobytes())
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -310,16 +341,21 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def encode_png(image: np.ndarray, level: int = 0) -> bytes:
-    """Lossless PNG of a BGR (or grey) ``uint8`` image, written directly: no row filters,
-    zlib at ``level`` (0 stores, 1-9 compress).
+    """Lossless PNG of a BGR (or grey) ``uint8`` image at zlib ``level`` (0-9).
 
-    This is what sagegate sends the endpoint. libpng, through ``cv2.imencode``, spends about
-    3 ms choosing row filters for a 341x256 image even at level 0; storing takes under 1 ms,
-    for a body of about 260 KB, far inside InvokeEndpoint's 6 MB.
+    Level 0, what sagegate sends the endpoint, is written directly: the rows stored, no
+    filters. libpng, through ``cv2.imencode``, spends about 3 ms choosing row filters for a
+    341x256 image even at level 0; storing takes under 1 ms, for a body of about 260 KB, far
+    inside InvokeEndpoint's 6 MB. At levels 1-9 the filters pay for themselves in size, and
+    libpng writes it.
     """
     if image.dtype != np.uint8 or image.ndim not in (2, 3) or \
             (image.ndim == 3 and image.shape[2] != 3):
         raise ValueError("encode_png takes 8-bit grey or BGR images")
+    if not 0 <= level <= 9:
+        raise ValueError(f"PNG compression level {level} is not 0-9")
+    if level:
+        return _imencode(image, ".png", [cv2.IMWRITE_PNG_COMPRESSION, level])
     height, width = image.shape[:2]
     channels = 1 if image.ndim == 2 else 3
     rows = np.empty((height, width * channels + 1), np.uint8)
@@ -327,16 +363,9 @@ def encode_png(image: np.ndarray, level: int = 0) -> bytes:
     pixels = image if channels == 1 else image[:, :, ::-1]  # PNG stores RGB
     rows[:, 1:] = pixels.reshape(height, width * channels)
     header = struct.pack(">IIBBBBB", width, height, 8, 0 if channels == 1 else 2, 0, 0, 0)
-    return b"".join((_PNG_SIGNATURE, _png_chunk(b"IHDR", header),
-                     _png_chunk(b"IDAT", zlib.compress(rows.data, level)),
+    return b"".join((PNG_SIGNATURE, _png_chunk(b"IHDR", header),
+                     _png_chunk(b"IDAT", zlib.compress(rows.data, 0)),
                      _png_chunk(b"IEND", b"")))
-
-
-_ENCODE_PARAMS = {
-    "jpeg": lambda q: [cv2.IMWRITE_JPEG_QUALITY, q],
-    "png": lambda q: [cv2.IMWRITE_PNG_COMPRESSION, 1],
-    "webp": lambda q: [cv2.IMWRITE_WEBP_QUALITY, q],
-}
 
 
 def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
@@ -347,8 +376,9 @@ def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
     sagegate would then decode every pixel just as the endpoint will, re-encode, and send more
     bytes than the upload. The model sees exactly the original image.
     """
-    return (plan.mode == "shorter-side" and info.format == "jpeg" and info.orientation == 1
-            and data.endswith(b"\xff\xd9")
+    return (plan.mode == ResizeMode.SHORTER_SIDE and info.format == ImageFormat.JPEG
+            and info.orientation == 1
+            and data.endswith(JPEG_EOI)
             and reduction_for(info, plan.scaled_size(info.width, info.height)) == 1)
 
 
@@ -401,6 +431,6 @@ def decode_and_resize(data: bytes, info: ImageInfo, plan: ResizePlan,
     """
     reduction = reduction_for(info, plan.scaled_size(info.width, info.height))
     image = decode(data, info, reduction)
-    if info.format == "jpeg" and not limits.allow_corrupt:
+    if info.format == ImageFormat.JPEG and not limits.allow_corrupt:
         jpegscan.check_decoded(data, image, reduction)
     return resize(image, plan)

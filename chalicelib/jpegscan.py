@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 
 from chalicelib.errors import InvalidImageError
+from chalicelib.media import JPEG_EOI
 from chalicelib.probe import MAX_JPEG_MARKERS, skip_fill
 
 _SOF_HUFFMAN_SEQUENTIAL = frozenset({0xC0, 0xC1})
@@ -293,7 +294,7 @@ def check_decoded(data: bytes, image: np.ndarray, reduction: int) -> None:
 def _padded(data: bytes) -> bytes:
     """The file with copies of its last scan's data before the EOI, as filler: a whole file
     never reads them; a cut one decodes them (as noise) into the blocks it lacked."""
-    eoi = data.rfind(b"\xff\xd9")
+    eoi = data.rfind(JPEG_EOI)
     sos = data.rfind(b"\xff\xda", 0, eoi)
     start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
     head = data[:eoi - 1] if data[eoi - 1] == 0xFF else data[:eoi]  # no marker across the seam

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from chalicelib import imaging, predictions, requests
+from chalicelib import imaging, predictions
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
 from chalicelib.errors import (
@@ -21,10 +21,7 @@ from chalicelib.errors import (
     InvalidImageError,
     ModelError,
 )
-
-# Every option of /predict and its kind; "topk" is the 2018 clients' name for "k".
-OPTION_KINDS = {"k": requests.INT, "topk": requests.INT, "variant": requests.TEXT,
-                "custom_attributes": requests.TEXT}
+from chalicelib.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat
 
 
 def limits_from(settings: Settings) -> imaging.Limits:
@@ -55,33 +52,18 @@ class StageTimer:
 
 @dataclasses.dataclass(frozen=True)
 class PredictOptions:
-    """Validated per-request options."""
+    """A prediction's per-request options, as :func:`chalicelib.options.read_predict`
+    validated them.
+
+    Attributes:
+        k: how many classes to answer (all of them when k is larger).
+        variant: the production variant to invoke (``TargetVariant``), or None.
+        custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
+    """
 
     k: int
     variant: str | None = None
     custom_attributes: str | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any], default_k: int,
-              source: str = requests.FIELD) -> PredictOptions:
-        """Validate the options of a request.
-
-        Args:
-            options: JSON fields or query parameters, unvalidated.
-            default_k: the configured top-k.
-            source: where the options came from (:data:`requests.FIELD` or ``QUERY``).
-
-        Raises:
-            InvalidParameterError: an unknown option, or a bad value.
-        """
-        requests.check_fields(options, OPTION_KINDS, source)
-        fields = dict(options)
-        name = "topk" if "topk" in fields else "k"  # messages name the field as sent
-        return cls(
-            k=requests.parse_k(requests.pop_alias(fields, "k", "topk"), default_k, name),
-            variant=requests.parse_variant(options.get("variant")),
-            custom_attributes=requests.parse_custom_attributes(options.get("custom_attributes")),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +119,11 @@ class Predictor:
                                          settings.input_height, settings.resize_shorter_side,
                                          settings.upscale)
         self._limits = limits_from(settings)
+        self._encoding = imaging.Encoding(ImageFormat(settings.encode_format),
+                                          settings.jpeg_quality, settings.png_compression)
         # The upload may go untouched only where the endpoint is told it may be any image.
-        self._passthrough_allowed = settings.passthrough and settings.endpoint_content_type in (
-            "application/x-image", "image/jpeg")
+        self._passthrough_allowed = (settings.passthrough
+                                     and settings.endpoint_content_type in PASSTHROUGH_TYPES)
 
     def close(self) -> None:
         """Drop the endpoint client's pooled connections (see :mod:`chalicelib.lifecycle`)."""
@@ -150,9 +134,9 @@ class Predictor:
         (codec tables, its thread pool) happens during init, not in the first request."""
         ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
         image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
-        upload = imaging.encode(image, "jpeg", 90)
+        upload = imaging.encode(image, imaging.Encoding(ImageFormat.JPEG, 90))
         resized, _ = imaging.prepare(upload, self._plan, self._limits)
-        self._encode(resized)
+        imaging.encode(resized, self._encoding)
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
                 timer: StageTimer | None = None, deadline: float | None = None) -> PredictResult:
@@ -175,7 +159,8 @@ class Predictor:
                 payload, size = image, (info.width, info.height)
             else:
                 resized = imaging.decode_and_resize(image, info, self._plan, self._limits)
-                payload, size = self._encode(resized), (resized.shape[1], resized.shape[0])
+                payload = imaging.encode(resized, self._encoding)
+                size = resized.shape[1], resized.shape[0]
         with timer.stage("endpoint"):
             try:
                 result = self._endpoint.invoke(self._invocation(payload, options, request_id),
@@ -198,11 +183,6 @@ class Predictor:
             received_content_type=result.content_type, attempts=result.attempts,
         )
 
-    def _encode(self, image: Any) -> bytes:
-        if self._settings.encode_format == "png":
-            return imaging.encode_png(image, self._settings.png_compression)
-        return imaging.encode(image, self._settings.encode_format, self._settings.jpeg_quality)
-
     def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
         return Invocation(
             endpoint_name=self._settings.endpoint_name, body=payload,
@@ -213,8 +193,7 @@ class Predictor:
 
     def _top_k(self, result: InvokeResult, k: int) -> list[predictions.Prediction]:
         expected = len(self._labels) if self._labels is not None else None
-        if result.content_type and not result.content_type.startswith(
-                ("application/json", "application/jsonlines")):
+        if result.content_type and not result.content_type.startswith(ENDPOINT_ANSWER_TYPES):
             raise InvalidEndpointResponseError(
                 f"The endpoint answered {result.content_type!r}, not JSON.")
         probabilities = predictions.parse_probabilities(result.body, expected)

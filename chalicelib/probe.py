@@ -12,8 +12,8 @@ import struct
 from collections.abc import Iterator
 
 from chalicelib.errors import InvalidImageError
+from chalicelib.media import JPEG_EOI, JPEG_SOI, PNG_SIGNATURE, ImageFormat
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
                           0xCE, 0xCF})
 _PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
@@ -41,7 +41,7 @@ class ImageInfo:
             is a pass of the decoder over the whole image. 0 for other formats.
     """
 
-    format: str
+    format: ImageFormat
     width: int
     height: int
     orientation: int = 1
@@ -66,7 +66,7 @@ def probe(data: bytes) -> ImageInfo:
     Raises:
         InvalidImageError: not a JPEG, PNG or WebP, or a malformed or truncated one.
     """
-    if data[:3] == b"\xff\xd8\xff":
+    if data[:3] == JPEG_SOI:
         return _probe_jpeg(data)
     if data[:8] == PNG_SIGNATURE:
         return _probe_png(data)
@@ -75,7 +75,7 @@ def probe(data: bytes) -> ImageInfo:
     raise InvalidImageError(f"The data is not a supported image. {_SUPPORTED}")
 
 
-def _checked(fmt: str, width: int, height: int, orientation: int = 1,
+def _checked(fmt: ImageFormat, width: int, height: int, orientation: int = 1,
              progressive: bool = False, scans: int = 0) -> ImageInfo:
     if width <= 0 or height <= 0:
         raise InvalidImageError(f"The {fmt.upper()} header declares an empty image.")
@@ -90,7 +90,7 @@ def _probe_png(data: bytes) -> ImageInfo:
     width, height = struct.unpack(">II", data[16:24])
     if data.rfind(b"IEND") == -1:
         raise InvalidImageError("The PNG image is truncated (no IEND chunk).")
-    return _checked("png", width, height)
+    return _checked(ImageFormat.PNG, width, height)
 
 
 def _probe_webp(data: bytes) -> ImageInfo:
@@ -109,7 +109,7 @@ def _probe_webp(data: bytes) -> ImageInfo:
         height = int.from_bytes(data[28:30], "little") & 0x3FFF
     else:
         raise InvalidImageError("The WebP header is malformed.")
-    return _checked("webp", width, height)
+    return _checked(ImageFormat.WEBP, width, height)
 
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
@@ -126,9 +126,9 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
                 break
             # Entropy-coded data can never hold FF D9 (0xFF is always stuffed), so an EOI
             # after the first scan is the only sign the file is complete.
-            if data.rfind(b"\xff\xd9", end) == -1:
+            if data.rfind(JPEG_EOI, end) == -1:
                 raise InvalidImageError("The JPEG image is truncated (no end-of-image marker).")
-            return _checked("jpeg", size[0], size[1], orientation, progressive,
+            return _checked(ImageFormat.JPEG, size[0], size[1], orientation, progressive,
                             data.count(b"\xff\xda", start - 4))
     raise InvalidImageError("The JPEG header is malformed or truncated.")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
@@ -16,10 +16,12 @@ from botocore.stub import Stubber
 from chalice.test import Client
 
 import app as app_module
+from chalicelib.capture import Capturer
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, RetryPolicy
 from chalicelib.pipeline import Predictor
 from chalicelib.predictions import load_labels
+from chalicelib.services import Services
 
 ENDPOINT = "efficientnet-lite0"
 
@@ -45,6 +47,18 @@ class Harness:
     client: Client
     stubber: Stubber
     sleeps: list[float]
+    endpoint: EndpointClient
+    monkeypatch: pytest.MonkeyPatch = field(repr=False)
+
+    def use(self, settings: Settings | None = None, *, capturer: Capturer | None = None,
+            endpoint: EndpointClient | None = None) -> Services:
+        """Serve with these settings (the current ones when None), a predictor built on the
+        harness's stubbed endpoint client (or ``endpoint``), and ``capturer`` if given."""
+        settings = settings or app_module.services.settings
+        predictor = Predictor(settings, endpoint or self.endpoint, load_labels(settings.labels))
+        services = Services(settings, predictor=predictor, capturer=capturer)
+        self.monkeypatch.setattr(app_module, "services", services)
+        return services
 
     def post(self, path: str, body: bytes | str, content_type: str = "application/json",
              **headers: str) -> Any:
@@ -71,11 +85,10 @@ def harness(monkeypatch: pytest.MonkeyPatch, sm_client: Any) -> Iterator[Harness
     endpoint = EndpointClient(sm_client, RetryPolicy(max_attempts=3, budget_seconds=25,
                                                      attempt_timeout=2.5),
                               sleep=sleeps.append, rng=lambda: 0.5)
-    predictor = Predictor(settings, endpoint, load_labels(settings.labels))
-    monkeypatch.setattr(app_module, "_SETTINGS", settings)
-    monkeypatch.setattr(app_module, "_PREDICTOR", predictor)
     with Stubber(sm_client) as stubber, Client(app_module.app, stage_name="local") as client:
-        yield Harness(client, stubber, sleeps)
+        harness = Harness(client, stubber, sleeps, endpoint, monkeypatch)
+        harness.use(settings)
+        yield harness
         stubber.assert_no_pending_responses()
 
 
@@ -114,8 +127,7 @@ def answering_app() -> Iterator[AnsweringApp]:
     fake = AnsweringEndpoint()
     endpoint = EndpointClient(fake, sleep=lambda _: None)  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(app_module, "_SETTINGS", settings)
-        patch.setattr(app_module, "_PREDICTOR",
-                      Predictor(settings, endpoint, load_labels(settings.labels)))
+        patch.setattr(app_module, "services", Services(
+            settings, predictor=Predictor(settings, endpoint, load_labels(settings.labels))))
         with Client(app_module.app, stage_name="local") as client:
             yield AnsweringApp(client, fake)

@@ -57,7 +57,7 @@ def test_bad_k_in_json_is_400(harness: Harness, k: object) -> None:
 def test_body_over_limit_is_413(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.functional.conftest import make_settings
 
-    monkeypatch.setattr(app_module, "_SETTINGS", make_settings(max_body_bytes=10_000))
+    harness.use(make_settings(max_body_bytes=10_000))
     body = assert_error(harness.post("/predict", b"\xff" * 10_001, "image/jpeg"),
                         413, "PayloadTooLarge")
     assert "smaller" in body["Message"]
@@ -173,35 +173,29 @@ class FailingClient:
         raise self.error
 
 
-def use_client(monkeypatch: pytest.MonkeyPatch, fake: FailingClient) -> None:
+def use_client(harness: Harness, fake: FailingClient) -> None:
     from chalicelib.endpoint import EndpointClient
-    from chalicelib.pipeline import Predictor
-    from chalicelib.predictions import load_labels
-    from tests.functional.conftest import make_settings
 
-    settings = make_settings()
-    endpoint = EndpointClient(fake, sleep=lambda _: None)  # type: ignore[arg-type]
-    monkeypatch.setattr(app_module, "_PREDICTOR",
-                        Predictor(settings, endpoint, load_labels("imagenet1k")))
+    harness.use(endpoint=EndpointClient(fake, sleep=lambda _: None))  # type: ignore[arg-type]
 
 
 def test_timeout_is_504_and_not_retried(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FailingClient(ReadTimeoutError(endpoint_url="http://127.0.0.1:9"))
-    use_client(monkeypatch, fake)
+    use_client(harness, fake)
     assert_error(harness.post("/predict", JPEG, "image/jpeg"), 504, "EndpointTimeout")
     assert fake.calls == 1
 
 
 def test_unreachable_endpoint_is_503(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FailingClient(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
-    use_client(monkeypatch, fake)
+    use_client(harness, fake)
     assert_error(harness.post("/predict", JPEG, "image/jpeg"), 503, "EndpointUnavailable")
     assert fake.calls == 3
 
 
 def test_a_bug_is_a_plain_500_without_traceback(harness: Harness,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    use_client(monkeypatch, FailingClient(KeyError("secret-internal-detail")))
+    use_client(harness, FailingClient(KeyError("secret-internal-detail")))
     response = harness.post("/predict", JPEG, "image/jpeg")
     body = assert_error(response, 500, "InternalServerError")
     assert "secret-internal-detail" not in response.body.decode()
@@ -211,13 +205,12 @@ def test_a_bug_is_a_plain_500_without_traceback(harness: Harness,
 def test_misconfiguration_does_not_leak_details(harness: Harness,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from chalicelib.config import Settings
+    from chalicelib.services import Services
 
     # chalice.test.Client applies the stage's environment on every call, so make the
     # environment itself bad through the stage's own parser instead of deleting a variable
-    original = Settings.from_env
-    monkeypatch.setattr(app_module, "_SETTINGS", None)
-    monkeypatch.setattr(app_module.Settings, "from_env",
-                        staticmethod(lambda: original({"ENDPOINT_NAME": "bad_name!"})))
+    monkeypatch.setattr(app_module, "services", Services(
+        read_settings=lambda: Settings.from_env({"ENDPOINT_NAME": "bad_name!"})))
     body = assert_error(harness.client.http.get("/health"), 500, "ConfigurationError")
     assert "ENDPOINT_NAME" not in body["Message"]
 

@@ -14,9 +14,6 @@ import numpy as np
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-import app as app_module
-from chalicelib.pipeline import Predictor
-from chalicelib.predictions import load_labels
 from tests import imagefactory
 from tests.corpus.generate import _photo, _png_header_only
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
@@ -29,10 +26,7 @@ CAT = probabilities({285: 0.83})
 @pytest.fixture
 def passthrough(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     """Production defaults (passthrough on); yields the bodies the endpoint received."""
-    settings = make_settings(passthrough=True)
-    monkeypatch.setattr(app_module, "_SETTINGS", settings)
-    monkeypatch.setattr(app_module, "_PREDICTOR", Predictor(
-        settings, app_module.get_predictor()._endpoint, load_labels(settings.labels)))
+    harness.use(make_settings(passthrough=True))
     sent: list[bytes] = []
     harness.stubber.client.meta.events.register_first(
         "before-parameter-build.sagemaker-runtime.InvokeEndpoint",
@@ -95,10 +89,7 @@ def test_a_header_claiming_6000x6000_over_451x300_data_is_refused(
 
 def test_allow_corrupt_images_lets_them_through(harness: Harness,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = make_settings(allow_corrupt_images=True)
-    monkeypatch.setattr(app_module, "_SETTINGS", settings)
-    monkeypatch.setattr(app_module, "_PREDICTOR", Predictor(
-        settings, app_module.get_predictor()._endpoint, load_labels(settings.labels)))
+    harness.use(make_settings(allow_corrupt_images=True))
     whole = imagefactory.jpeg(image=_photo(1920, 1080))
     harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
     half = whole[: len(whole) // 2] + b"\xff\xd9"
@@ -221,7 +212,7 @@ def test_failed_requests_leave_no_more_cycles_than_successful_ones(harness: Harn
                                    ReadTimeoutError(endpoint_url="http://127.0.0.1:9")])
 def test_connection_failures_leave_no_cycles(harness: Harness, monkeypatch: pytest.MonkeyPatch,
                                              error: Exception) -> None:
-    use_client(monkeypatch, FailingClient(error))
+    use_client(harness, FailingClient(error))
     assert garbage_per_request(lambda: harness.post("/predict", JPEG, "image/jpeg")) <= 1
 
 

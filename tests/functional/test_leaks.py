@@ -50,7 +50,7 @@ def assert_clean(response: Any) -> dict[str, Any]:
 def test_connection_failures_do_not_reveal_the_endpoint_address(
         harness: Harness, monkeypatch: pytest.MonkeyPatch, error: Exception, status: int) -> None:
     assert INTERNAL_URL in str(error)  # botocore's own message names the address...
-    use_client(monkeypatch, FailingClient(error))
+    use_client(harness, FailingClient(error))
     response = harness.post("/predict", JPEG, "image/jpeg", **{"x-api-key": API_KEY})
     assert response.status_code == status
     assert_clean(response)  # ...the client's answer does not
@@ -69,7 +69,7 @@ def test_access_denied_does_not_reveal_the_role_account_or_endpoint_arn(harness:
 def test_a_bug_quoting_credentials_answers_a_plain_500(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    use_client(monkeypatch, FailingClient(RuntimeError(
+    use_client(harness, FailingClient(RuntimeError(
         f"signing failed with secret {SECRET} for {INTERNAL_URL}")))
     response = harness.post("/predict", JPEG, "image/jpeg", **{"x-api-key": API_KEY})
     assert response.status_code == 500
@@ -80,7 +80,7 @@ def test_error_paths_never_log_the_api_key_or_the_image(
         harness: Harness, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     encoded = base64.b64encode(JPEG).decode()
-    use_client(monkeypatch, FailingClient(EndpointConnectionError(endpoint_url=INTERNAL_URL)))
+    use_client(harness, FailingClient(EndpointConnectionError(endpoint_url=INTERNAL_URL)))
     harness.post("/predict", JPEG, "image/jpeg", **{"x-api-key": API_KEY,
                                                     "Authorization": API_KEY})
     harness.post("/predict", json.dumps({"image": encoded, "k": 0}), **{"x-api-key": API_KEY})

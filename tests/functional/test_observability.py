@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.capture.sinks import DirectorySink
@@ -33,8 +32,8 @@ def emitted(capsys: pytest.CaptureFixture[str]) -> tuple[Documents, Documents]:
 
 
 @pytest.fixture
-def capture_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(app_module, "_CAPTURER", Capturer("both", DirectorySink(tmp_path)))
+def capture_dir(harness: Harness, tmp_path: Path) -> Path:
+    harness.use(capturer=Capturer("both", DirectorySink(tmp_path)))
     return tmp_path
 
 
@@ -151,7 +150,7 @@ class BrokenSink:
 def test_a_capture_failure_never_fails_the_request(
         harness: Harness, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(app_module, "_CAPTURER", Capturer("both", BrokenSink()))
+    harness.use(capturer=Capturer("both", BrokenSink()))
     harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
     response = harness.post("/predict", imagefactory.jpeg(), "image/jpeg")
     assert response.status_code == 200

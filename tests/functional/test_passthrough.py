@@ -6,9 +6,6 @@ from typing import Any
 
 import pytest
 
-import app as app_module
-from chalicelib.pipeline import Predictor
-from chalicelib.predictions import load_labels
 from tests import imagefactory
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
 
@@ -18,11 +15,7 @@ CAT = probabilities({285: 0.83})
 @pytest.fixture
 def sent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """Passthrough on (the default); yields what the endpoint received."""
-    settings = make_settings(passthrough=True)
-    predictor = app_module.get_predictor()
-    monkeypatch.setattr(app_module, "_SETTINGS", settings)
-    monkeypatch.setattr(app_module, "_PREDICTOR", Predictor(
-        settings, predictor._endpoint, load_labels(settings.labels)))
+    harness.use(make_settings(passthrough=True))
     seen: dict[str, Any] = {}
     harness.stubber.client.meta.events.register_first(
         "before-parameter-build.sagemaker-runtime.InvokeEndpoint",

@@ -94,7 +94,7 @@ def test_the_budget_counts_preprocessing(harness: Harness,
     """Budget 2.7 s, an attempt needs 2.5 s: preprocessing that takes 0.5 s leaves too little,
     so the endpoint is not called (main started the budget after preprocessing)."""
     settings = make_settings(request_budget_seconds=2.7, endpoint_read_timeout=2.0)
-    monkeypatch.setattr(app_module, "_SETTINGS", settings)
+    harness.use(settings)
     from chalicelib import imaging
 
     real = imaging.decode_and_resize

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from chalicelib import imaging
 from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.media import ImageFormat
 from chalicelib.probe import probe
 from tests import imagefactory
 
@@ -145,13 +147,32 @@ def test_unknown_mode_and_format() -> None:
     with pytest.raises(InvalidParameterError):
         imaging.plan_resize("zoom", 1, 1)
     with pytest.raises(InvalidParameterError):
-        imaging.encode(imagefactory.gradient(8, 8), "gif")
+        imaging.encode(imagefactory.gradient(8, 8), imaging.Encoding("gif"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("fmt,magic", [("jpeg", b"\xff\xd8"), ("png", b"\x89PNG"),
                                        ("webp", b"RIFF")])
 def test_encode_formats(fmt: str, magic: bytes) -> None:
-    assert imaging.encode(imagefactory.gradient(32, 16), fmt, 80).startswith(magic)
+    encoding = imaging.Encoding(ImageFormat(fmt), 80)
+    assert imaging.encode(imagefactory.gradient(32, 16), encoding).startswith(magic)
+
+
+def test_every_encoding_setting_is_used() -> None:
+    """Quality and PNG level each change the output (no argument is ignored), and PNG is
+    written by one encoder whatever the level."""
+    cat = cv2.imread(str(Path(__file__).parents[2] / "samples" / "cat.jpg"), cv2.IMREAD_COLOR)
+    photo = cv2.resize(cat, (320, 240), interpolation=cv2.INTER_AREA)
+    sizes = {(fmt, quality, level): len(imaging.encode(photo, imaging.Encoding(fmt, quality,
+                                                                               level)))
+             for fmt in ImageFormat for quality in (30, 95) for level in (0, 1, 9)}
+    for fmt in (ImageFormat.JPEG, ImageFormat.WEBP):
+        assert sizes[fmt, 30, 0] < sizes[fmt, 95, 0]
+    assert sizes[ImageFormat.PNG, 30, 0] == sizes[ImageFormat.PNG, 95, 0]  # lossless
+    assert sizes[ImageFormat.PNG, 95, 9] < sizes[ImageFormat.PNG, 95, 1] < \
+        sizes[ImageFormat.PNG, 95, 0]
+    for level in (0, 1, 9):
+        assert imaging.encode(photo, imaging.Encoding(ImageFormat.PNG, 90, level)) == \
+            imaging.encode_png(photo, level)
 
 
 def test_prepare_large_jpeg_matches_full_decode_closely() -> None:

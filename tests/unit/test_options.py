@@ -1,3 +1,4 @@
+"""Reading a request: the body's shape (chalicelib.bodies) and its options (chalicelib.options)."""
 from __future__ import annotations
 
 import base64
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chalicelib import requests
+from chalicelib import bodies, media, options
+from chalicelib.bodies import Source
 from chalicelib.errors import (
     InvalidBase64Error,
     InvalidJSONError,
@@ -22,8 +24,16 @@ LIMIT = 6 * 1024 * 1024
 
 
 def parse(body: bytes, content_type: str | None = "application/json",
-          query: dict[str, str] | None = None) -> requests.ImageRequest:
-    return requests.parse_body(body, content_type, query, max_body_bytes=LIMIT)
+          query: dict[str, str] | None = None) -> bodies.Upload:
+    return bodies.read_upload(body, content_type, query, max_body_bytes=LIMIT)
+
+
+def parse_k(value: object, default: int, name: str = "k") -> int:
+    """k as /predict reads it from a JSON body (``None``: not sent)."""
+    fields = {} if value is None else {name: value}
+    body = json.dumps({"image": "aW1n", **fields}).encode()
+    return options.read_predict(options.HttpRequest(body), max_body_bytes=LIMIT,
+                                default_k=default).options.k
 
 
 def as_json(**fields: object) -> bytes:
@@ -32,15 +42,15 @@ def as_json(**fields: object) -> bytes:
 
 def test_reads_image_and_k_from_json() -> None:
     parsed = parse(as_json(image=base64.b64encode(b"\xff\xd8abc").decode(), k=3))
-    assert parsed.image == b"\xff\xd8abc"
-    assert parsed.options == {"k": 3}
+    assert parsed.data == b"\xff\xd8abc"
+    assert parsed.fields == {"k": 3}
 
 
 def test_accepts_2018_field_names() -> None:
     parsed = parse(as_json(data=base64.b64encode(b"img").decode(), topk=2))
-    assert parsed.image == b"img"
+    assert parsed.data == b"img"
     # "topk" stays as sent: /predict reads it as k, and /resize reports it by its own name
-    assert parsed.options == {"topk": 2}
+    assert parsed.fields == {"topk": 2}
 
 
 def test_rejects_both_image_and_data() -> None:
@@ -50,20 +60,20 @@ def test_rejects_both_image_and_data() -> None:
 
 def test_accepts_data_url() -> None:
     url = "data:image/jpeg;base64," + base64.b64encode(b"jpegbytes").decode()
-    assert parse(as_json(image=url)).image == b"jpegbytes"
+    assert parse(as_json(image=url)).data == b"jpegbytes"
 
 
 def test_tolerates_whitespace_and_newlines() -> None:
     encoded = base64.encodebytes(b"x" * 200).decode()  # MIME style: a newline every 76 chars
     assert "\n" in encoded
-    assert parse(as_json(image="  " + encoded + "\n")).image == b"x" * 200
+    assert parse(as_json(image="  " + encoded + "\n")).data == b"x" * 200
 
 
 def test_accepts_url_safe_alphabet_without_padding() -> None:
     raw = bytes(range(250, 256)) * 3 + b"\xfb"
     encoded = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     assert "-" in encoded or "_" in encoded
-    assert parse(as_json(image=encoded)).image == raw
+    assert parse(as_json(image=encoded)).data == raw
 
 
 @pytest.mark.parametrize("bad", ["not base64!", "abc*def", "====", "a", "ab=c"])
@@ -93,19 +103,19 @@ def test_empty_image_is_missing() -> None:
         parse(as_json(image="   "))
 
 
-@pytest.mark.parametrize("ctype", sorted(requests.BINARY_TYPES))
+@pytest.mark.parametrize("ctype", sorted(media.UPLOAD_TYPES))
 def test_binary_bodies_take_options_from_query(ctype: str) -> None:
     parsed = parse(b"\x89PNG...", ctype, {"k": "3"})
-    assert parsed.image == b"\x89PNG..."
-    assert parsed.options == {"k": "3"}
+    assert parsed.data == b"\x89PNG..."
+    assert parsed.fields == {"k": "3"}
 
 
 def test_content_type_parameters_are_ignored() -> None:
-    assert parse(b"raw", "image/jpeg; charset=binary").image == b"raw"
+    assert parse(b"raw", "image/jpeg; charset=binary").data == b"raw"
 
 
 def test_missing_content_type_means_json() -> None:
-    assert parse(as_json(image="aW1n"), None).image == b"img"
+    assert parse(as_json(image="aW1n"), None).data == b"img"
 
 
 def test_empty_binary_body_is_missing_image() -> None:
@@ -121,33 +131,33 @@ def test_unsupported_content_type() -> None:
 
 def test_body_over_limit_is_413_with_advice() -> None:
     with pytest.raises(PayloadTooLargeError) as caught:
-        requests.parse_body(b"x" * 2049, "image/jpeg", None, max_body_bytes=2048)
+        bodies.read_upload(b"x" * 2049, "image/jpeg", None, max_body_bytes=2048)
     assert "smaller" in caught.value.message
 
 
 @pytest.mark.parametrize("value,expected", [(None, 5), (1, 1), (3, 3), ("7", 7), (10**6, 10**6)])
 def test_parse_k_accepts_whole_numbers(value: object, expected: int) -> None:
-    assert requests.parse_k(value, 5) == expected
+    assert parse_k(value, 5) == expected
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, 3.0, "abc", True, False, "", "2.5", "-3", [3]])
 def test_parse_k_rejects_everything_else(value: object) -> None:
     with pytest.raises(InvalidParameterError):
-        requests.parse_k(value, 5)
+        parse_k(value, 5)
 
 
 @pytest.mark.parametrize("value", ["bad variant", "-x", "a" * 64, 3])
 def test_rejects_bad_variant_names(value: object) -> None:
     with pytest.raises(InvalidParameterError):
-        requests.parse_variant(value)
+        options.parse_variant(value)
 
 
 def test_custom_attributes_limits() -> None:
-    assert requests.parse_custom_attributes("trace=1") == "trace=1"
+    assert options.parse_custom_attributes("trace=1") == "trace=1"
     with pytest.raises(InvalidParameterError):
-        requests.parse_custom_attributes("x" * 1025)
+        options.parse_custom_attributes("x" * 1025)
     with pytest.raises(InvalidParameterError):
-        requests.parse_custom_attributes("line\nbreak")
+        options.parse_custom_attributes("line\nbreak")
 
 
 @given(st.binary(min_size=1, max_size=512), st.sampled_from(["std", "url", "mime", "dataurl"]))
@@ -158,7 +168,7 @@ def test_any_bytes_round_trip_through_every_encoding(raw: bytes, style: str) -> 
         "mime": lambda b: base64.encodebytes(b).decode(),
         "dataurl": lambda b: "data:image/png;base64," + base64.b64encode(b).decode(),
     }
-    assert parse(as_json(image=encoders[style](raw))).image == raw
+    assert parse(as_json(image=encoders[style](raw))).data == raw
 
 
 @given(st.text(max_size=64))
@@ -171,7 +181,7 @@ def test_arbitrary_text_never_escapes_the_error_tree(text: str) -> None:
                  st.none()))
 def test_parse_k_only_returns_positive_ints(value: object) -> None:
     try:
-        k = requests.parse_k(value, 5)
+        k = parse_k(value, 5)
     except InvalidParameterError:
         return
     assert isinstance(k, int) and not isinstance(k, bool) and k >= 1
@@ -205,62 +215,116 @@ def test_without_a_content_type_the_message_says_json_was_assumed() -> None:
 def test_a_5000_digit_number_is_out_of_range_not_bad_json() -> None:
     parsed = parse(b'{"image": "aW1n", "k": ' + b"9" * 5000 + b"}")
     with pytest.raises(InvalidParameterError, match="from 1 to"):
-        requests.parse_k(parsed.options["k"], 5)
+        parse_k(parsed.fields["k"], 5)
 
 
 def test_the_413_advice_fits_the_body() -> None:
     with pytest.raises(PayloadTooLargeError) as binary:
-        requests.parse_body(b"x" * 2049, "image/jpeg", None, max_body_bytes=2048)
+        bodies.read_upload(b"x" * 2049, "image/jpeg", None, max_body_bytes=2048)
     assert "binary" not in binary.value.message and "smaller" in binary.value.message
     with pytest.raises(PayloadTooLargeError) as base64_json:
-        requests.parse_body(b"x" * 2049, "application/json", None, max_body_bytes=2048)
+        bodies.read_upload(b"x" * 2049, "application/json", None, max_body_bytes=2048)
     assert "send it as binary" in base64_json.value.message
 
 
 @pytest.mark.parametrize("ctype", ["image/jpg", "IMAGE/JPG; foo=bar", "image/pjpeg"])
 def test_jpg_is_read_as_jpeg(ctype: str) -> None:
-    assert requests.media_type(ctype) == "image/jpeg"
-    assert parse(b"raw", ctype).image == b"raw"
+    assert media.bare(ctype) == "image/jpeg"
+    assert parse(b"raw", ctype).data == b"raw"
 
 
 def test_binary_options_say_they_came_from_the_query() -> None:
-    assert parse(b"raw", "image/png", {"k": "1"}).source == requests.QUERY
-    assert parse(as_json(image="aW1n")).source == requests.FIELD
+    assert parse(b"raw", "image/png", {"k": "1"}).source == Source.QUERY
+    assert parse(as_json(image="aW1n")).source == Source.FIELD
 
 
 # --- every field's type, the same way on every route --------------------------------------
 
-KINDS = {"k": requests.INT, "name": requests.TEXT}
+KINDS = {"k": options.Kind.INT, "name": options.Kind.TEXT}
 
 
-@pytest.mark.parametrize("options", [{"k": []}, {"k": {}}, {"k": True}, {"k": None, "name": 1},
+@pytest.mark.parametrize("fields", [{"k": []}, {"k": {}}, {"k": True}, {"k": None, "name": 1},
                                      {"name": []}, {"name": {"a": 1}}, {"name": False}])
-def test_wrong_types_are_invalid_parameters(options: dict[str, object]) -> None:
+def test_wrong_types_are_invalid_parameters(fields: dict[str, object]) -> None:
     with pytest.raises(InvalidParameterError, match="must be a"):
-        requests.check_fields(options, KINDS, requests.FIELD)
+        options.check_fields(fields, KINDS, Source.FIELD)
 
 
-@pytest.mark.parametrize("options", [{}, {"k": 3}, {"k": "3"}, {"k": 2.5}, {"name": "x"},
+@pytest.mark.parametrize("fields", [{}, {"k": 3}, {"k": "3"}, {"k": 2.5}, {"name": "x"},
                                      {"k": None}])
-def test_right_types_pass_to_the_value_checks(options: dict[str, object]) -> None:
-    requests.check_fields(options, KINDS, requests.FIELD)
+def test_right_types_pass_to_the_value_checks(fields: dict[str, object]) -> None:
+    options.check_fields(fields, KINDS, Source.FIELD)
 
 
 def test_unknown_names_say_where_they_came_from() -> None:
     with pytest.raises(InvalidParameterError) as query:
-        requests.check_fields({"image": "x"}, KINDS, requests.QUERY)
+        options.check_fields({"image": "x"}, KINDS, Source.QUERY)
     assert query.value.message == "Unknown query parameter(s) 'image'; known: k, name."
     with pytest.raises(InvalidParameterError) as field:
-        requests.check_fields({"K": 1}, KINDS, requests.FIELD)
+        options.check_fields({"K": 1}, KINDS, Source.FIELD)
     assert field.value.message == "Unknown field(s) 'K'; known: image, k, name."
 
 
 def test_a_huge_unknown_name_is_not_echoed_whole() -> None:
     with pytest.raises(InvalidParameterError) as caught:
-        requests.check_fields({"x" * 1_000_000: 1}, KINDS, requests.FIELD)
+        options.check_fields({"x" * 1_000_000: 1}, KINDS, Source.FIELD)
     assert len(caught.value.message) < 200
 
 
 def test_parse_k_names_the_field_as_sent() -> None:
     with pytest.raises(InvalidParameterError, match='"topk"'):
-        requests.parse_k("zero", 5, "topk")
+        parse_k("zero", 5, "topk")
+
+
+# --- the readers: one call per route gives the validated options -------------------------
+
+B64 = base64.b64encode(b"\xff\xd8\xffimg").decode()
+
+
+def read_predict(body: dict[str, object], **headers: str) -> options.PredictRequest:
+    return options.read_predict(
+        options.HttpRequest(json.dumps(body).encode(), "application/json",
+                            {name.lower(): value for name, value in headers.items()}),
+        max_body_bytes=LIMIT, default_k=5)
+
+
+def test_headers_give_the_options_the_body_does_not() -> None:
+    read = read_predict({"image": B64}, **{"X-Target-Variant": "B", "X-Custom-Attributes": "a"})
+    assert read.image == b"\xff\xd8\xffimg"
+    assert read.options == options.PredictOptions(k=5, variant="B", custom_attributes="a")
+
+
+def test_the_body_wins_over_a_header() -> None:
+    read = read_predict({"image": B64, "variant": "A"}, **{"X-Target-Variant": "B"})
+    assert read.options.variant == "A"
+
+
+def test_a_header_is_validated_like_a_field() -> None:
+    with pytest.raises(InvalidParameterError, match="variant"):
+        read_predict({"image": B64}, **{"X-Target-Variant": "not a name"})
+
+
+def test_k_and_topk_together_are_refused() -> None:
+    with pytest.raises(InvalidParameterError, match='"k" or "topk"'):
+        read_predict({"image": B64, "k": 1, "topk": 2})
+
+
+@pytest.mark.parametrize("accept,fmt,binary", [
+    (None, "jpeg", False), ("image/png", "png", True), ("image/webp, */*", "webp", True),
+    ("application/json;q=0.1, image/png", "png", False), ("*/*", "jpeg", False),
+])
+def test_resize_negotiates_the_answer(accept: str | None, fmt: str, binary: bool) -> None:
+    headers = {"accept": accept} if accept else {}
+    read = options.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", headers,
+                                                   {"width": "10", "height": "20"}),
+                               max_body_bytes=LIMIT, max_output_pixels=10_000)
+    assert (read.options.width, read.options.height) == (10, 20)
+    assert (read.options.format, read.options.binary) == (fmt, binary)
+
+
+def test_resize_refuses_the_models_own_mode() -> None:
+    with pytest.raises(InvalidParameterError, match="stretch, fit, fill"):
+        options.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", {},
+                                                {"width": "8", "height": "8",
+                                                 "mode": "shorter-side"}),
+                            max_body_bytes=LIMIT, max_output_pixels=10_000)

@@ -1,0 +1,253 @@
+"""Read a request (body, headers, query) into what a route runs on: validated, once.
+
+Each route has one reader here: :func:`read_predict` for ``/predict``, :func:`read_resize` for
+``/resize``. A reader takes the request as :class:`HttpRequest`, reads the body's shape with
+:mod:`chalicelib.bodies`, refuses unknown options and options of the wrong type, validates
+every value, and returns the upload with the options the pipeline receives
+(:class:`~chalicelib.pipeline.PredictOptions`, :class:`~chalicelib.resizer.ResizeOptions`).
+Nothing downstream reads the request or validates an option again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import heapq
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib import negotiation
+from chalicelib.bodies import Source, echo, read_upload
+from chalicelib.config import SAGEMAKER_NAME
+from chalicelib.errors import ImageTooLargeError, InvalidParameterError, NotAcceptableError
+from chalicelib.imaging import RESIZER_MODES, ResizeMode
+from chalicelib.media import BINARY_TYPES, ImageFormat, MediaType
+from chalicelib.pipeline import PredictOptions
+from chalicelib.resizer import MAX_SIDE, ResizeOptions
+
+# k: a k above the number of classes answers every class; this bounds the text clients send.
+MAX_K = 1_000_000
+MAX_CUSTOM_ATTRIBUTES = 1024  # SageMaker's limit for CustomAttributes
+_INT_TEXT = re.compile(r"^[0-9]{1,9}\Z")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]*\Z")
+
+
+class Kind(enum.StrEnum):
+    """The JSON kind an option takes (the name messages use)."""
+
+    INT = "whole number"
+    TEXT = "string"
+
+
+# Every option of /predict and its kind; "topk" is the 2018 clients' name for "k".
+PREDICT_OPTIONS = {"k": Kind.INT, "topk": Kind.INT, "variant": Kind.TEXT,
+                   "custom_attributes": Kind.TEXT}
+# Options a header may give /predict when the body or query does not (the body wins).
+PREDICT_HEADERS = {"x-target-variant": "variant", "x-custom-attributes": "custom_attributes"}
+RESIZE_OPTIONS = {"width": Kind.INT, "height": Kind.INT, "mode": Kind.TEXT,
+                  "format": Kind.TEXT, "quality": Kind.INT}
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpRequest:
+    """The parts of an HTTP request a reader looks at.
+
+    Attributes:
+        body: the raw body.
+        content_type: the Content-Type header (None when absent).
+        headers: the headers, names lower-cased.
+        query: the query-string parameters.
+    """
+
+    body: bytes
+    content_type: str | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    query: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictRequest:
+    """A ``/predict`` request, read: the upload and its validated options."""
+
+    image: bytes
+    options: PredictOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeRequest:
+    """A ``/resize`` request, read: the upload and its validated options."""
+
+    image: bytes
+    options: ResizeOptions
+
+
+def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int) -> PredictRequest:
+    """Read a ``/predict`` request.
+
+    Options come from the JSON fields (or, for a raw upload, the query string), then from the
+    ``X-Target-Variant`` / ``X-Custom-Attributes`` headers for those not given there.
+
+    Raises:
+        SagegateError: (a 4xx subclass) the body, an option or a header is not acceptable.
+    """
+    upload = read_upload(request.body, request.content_type, request.query,
+                         max_body_bytes=max_body_bytes)
+    check_fields(upload.fields, PREDICT_OPTIONS, upload.source)
+    fields = dict(upload.fields)
+    for header, name in PREDICT_HEADERS.items():
+        value = request.headers.get(header)
+        if value and name not in fields:
+            fields[name] = value
+    k_name = "topk" if "topk" in fields else "k"  # messages name the field as sent
+    if "k" in fields and "topk" in fields:
+        raise InvalidParameterError('Send "k" or "topk", not both.')
+    k = fields.get(k_name)
+    return PredictRequest(upload.data, PredictOptions(
+        k=default_k if k is None else parse_positive_int(k_name, k, maximum=MAX_K),
+        variant=parse_variant(fields.get("variant")),
+        custom_attributes=parse_custom_attributes(fields.get("custom_attributes")),
+    ))
+
+
+def read_resize(request: HttpRequest, *, max_body_bytes: int,
+                max_output_pixels: int) -> ResizeRequest:
+    """Read a ``/resize`` request, choosing the answer's format against its Accept header.
+
+    Raises:
+        InvalidParameterError: unknown field or bad value.
+        ImageTooLargeError: the requested output is over ``max_output_pixels``.
+        NotAcceptableError: Accept allows neither JSON nor the output image type.
+        SagegateError: (a 4xx subclass) the body is not acceptable.
+    """
+    upload = read_upload(request.body, request.content_type, request.query,
+                         max_body_bytes=max_body_bytes)
+    fields = upload.fields
+    check_fields(fields, RESIZE_OPTIONS, upload.source)
+    width, height = _required_side(fields, "width"), _required_side(fields, "height")
+    if width * height > max_output_pixels:
+        raise ImageTooLargeError(
+            f"The output would be {width}x{height}; the limit is {max_output_pixels} pixels.")
+    mode = fields.get("mode", ResizeMode.STRETCH)
+    if mode not in RESIZER_MODES:
+        raise InvalidParameterError(f'"mode" must be one of: {", ".join(RESIZER_MODES)}.')
+    fmt, binary = negotiate_image(fields.get("format"), request.headers.get("accept"))
+    quality = parse_positive_int("quality", fields.get("quality", 90), maximum=100)
+    return ResizeRequest(upload.data, ResizeOptions(width, height, mode, fmt, quality, binary))
+
+
+def check_fields(fields: Mapping[str, Any], kinds: Mapping[str, Kind], source: Source) -> None:
+    """Refuse unknown options and options of the wrong JSON type, on every route alike.
+
+    Values are checked further (ranges, names) by the ``parse_*`` functions; this makes sure
+    they are of a type those can handle at all (``"format": []`` is not hashable).
+
+    Raises:
+        InvalidParameterError: an unknown name or a value of the wrong type.
+    """
+    unknown = heapq.nsmallest(5, (name for name in fields if name not in kinds))
+    if unknown:  # (the first few, in order, however many a hostile body holds)
+        known = sorted(kinds) if source == Source.QUERY else ["image", *sorted(kinds)]
+        shown = ", ".join(echo(name) for name in unknown)
+        raise InvalidParameterError(
+            f"Unknown {source}(s) {shown}; known: {', '.join(known)}.")
+    for name, kind in kinds.items():
+        value = fields.get(name)
+        if value is not None and not _is_kind(value, kind):
+            raise InvalidParameterError(f'"{name}" must be a {kind}, not {_json_type(value)}.')
+
+
+def _is_kind(value: Any, kind: Kind) -> bool:
+    if isinstance(value, str):
+        return True  # query parameters are all text; their content is checked later
+    if kind == Kind.INT:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return False
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", dict: "an object", list: "an array", int: "a number",
+             float: "a number"}
+    return names.get(type(value), "a " + type(value).__name__)
+
+
+def parse_positive_int(name: str, value: Any, *, maximum: int) -> int:
+    """Validate a whole number in ``1..maximum`` given as a JSON int or as decimal text.
+
+    Raises:
+        InvalidParameterError: anything else, booleans and floats included.
+    """
+    if isinstance(value, str) and _INT_TEXT.match(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidParameterError(f'"{name}" must be a whole number from 1 to {maximum}.')
+    return value
+
+
+def parse_variant(value: Any) -> str | None:
+    """Validate a production variant name (SageMaker's naming rule), or None."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not SAGEMAKER_NAME.fullmatch(value):
+        raise InvalidParameterError('"variant" must be a SageMaker production variant name.')
+    return value
+
+
+def parse_custom_attributes(value: Any) -> str | None:
+    """Validate SageMaker CustomAttributes: printable ASCII, at most 1024 characters."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_CUSTOM_ATTRIBUTES or not _PRINTABLE.match(
+        value
+    ):
+        raise InvalidParameterError(
+            f'"custom_attributes" must be printable ASCII of at most {MAX_CUSTOM_ATTRIBUTES} '
+            "characters."
+        )
+    return value
+
+
+def _required_side(fields: Mapping[str, Any], name: str) -> int:
+    if fields.get(name) is None:
+        raise InvalidParameterError(f'"{name}" is required.')
+    return parse_positive_int(name, fields[name], maximum=MAX_SIDE)
+
+
+def negotiate_image(fmt: str | None, accept: str | None) -> tuple[ImageFormat, bool]:
+    """Choose an image answer's format and whether to send it binary (RFC 9110 negotiation).
+
+    Args:
+        fmt: the format the client named, if any.
+        accept: the request's Accept header.
+
+    Returns:
+        The format, and True to answer the image itself, False to answer JSON with base64.
+
+    Raises:
+        InvalidParameterError: an unknown format.
+        NotAcceptableError: Accept allows neither JSON nor the image type.
+    """
+    ranges = negotiation.parse_accept(accept)
+    if fmt is None:  # the image type the client prefers, JPEG if it has no preference
+        preferred = negotiation.choose([f.media_type for f in ImageFormat], ranges)
+        fmt = ImageFormat.for_media_type(preferred) if preferred else ImageFormat.JPEG
+    if fmt not in tuple(ImageFormat):
+        raise InvalidParameterError(f'"format" must be one of: {", ".join(ImageFormat)}.')
+    image_format = ImageFormat(fmt)
+    image_type = image_format.media_type
+    chosen = negotiation.choose([MediaType.JSON, image_type], ranges)
+    if chosen is None:
+        raise NotAcceptableError(f"Accept allows neither {MediaType.JSON} nor {image_type}.")
+    if chosen == image_type and not _gateway_sends_binary(ranges) and \
+            negotiation.quality(MediaType.JSON, ranges)[0] > 0:
+        chosen = MediaType.JSON
+    return image_format, chosen == image_type
+
+
+def _gateway_sends_binary(ranges: tuple[negotiation.MediaRange, ...]) -> bool:
+    """Whether API Gateway would deliver a binary answer: it decodes the function's base64
+    only when the *first* type of the Accept header is one of the API's binary media types
+    (:data:`~chalicelib.media.BINARY_TYPES`), whatever the q-values say. `application/json;
+    q=0.1, image/png` therefore gets JSON, which it accepts, rather than base64 text labelled
+    PNG."""
+    first = min(ranges, key=lambda media_range: media_range.order)
+    return first.type in ("*", "image") or f"{first.type}/{first.subtype}" in BINARY_TYPES
