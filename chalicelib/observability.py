@@ -20,8 +20,9 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "sagegate"
-NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "sagegate"
+from chalicelib.capture import Outcome
+from chalicelib.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_NAME, SERVICE
+
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
                  "capture": "CaptureLatency"}
@@ -48,7 +49,15 @@ class _CurrentStdout:
 
 
 _STDOUT = _CurrentStdout()
-logger = Logger(service=SERVICE, stream=cast(IO[str], _STDOUT))
+# Powertools reads POWERTOOLS_SERVICE_NAME (and the log level) itself; "sagegate" otherwise.
+logger = Logger(service=os.environ.get(POWERTOOLS_SERVICE_NAME) or SERVICE,
+                stream=cast(IO[str], _STDOUT))
+
+
+def _metrics() -> EphemeralMetrics:
+    """A new metric set, named as the environment says now (not as it said at import)."""
+    return EphemeralMetrics(namespace=os.environ.get(POWERTOOLS_METRICS_NAMESPACE) or SERVICE,
+                            service=os.environ.get(POWERTOOLS_SERVICE_NAME) or SERVICE)
 
 
 @dataclasses.dataclass
@@ -89,7 +98,7 @@ class RequestLog:
             logger.warning("metrics not flushed: %s", type(error).__name__)
 
     def _flush_metrics(self) -> None:
-        metrics = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        metrics = _metrics()
         metrics.add_dimension(name="route", value=self.route)
         metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=self.total_ms)
@@ -101,12 +110,12 @@ class RequestLog:
         if self.image_out and "bytes" in self.image_out:
             metrics.add_metric(name="BytesToEndpoint", unit=MetricUnit.Bytes,
                                value=self.image_out["bytes"])
-        if self.capture in ("written", "failed"):
-            name = "CaptureRecords" if self.capture == "written" else "CaptureFailures"
+        if self.capture in (Outcome.WRITTEN, Outcome.FAILED):
+            name = "CaptureRecords" if self.capture == Outcome.WRITTEN else "CaptureFailures"
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
         _publish(metrics)
         if self.error_code:
-            errors = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+            errors = _metrics()
             errors.add_dimension(name="route", value=self.route)
             errors.add_dimension(name="code", value=self.error_code)
             errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)

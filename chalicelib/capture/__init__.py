@@ -4,10 +4,11 @@
 through a sink, before the response returns, within what is left of the request's time
 budget: a sink that does not answer in time is a failed capture, not a late response. A sink
 failure never fails the request: it is logged and counted, and the outcome says so.
-``python -m chalicelib.capture`` reads captures back (see :mod:`chalicelib.capture.reader`).
+``sagegate capture`` reads them back (:mod:`sagegate.captures`, outside the Lambda package).
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
+from chalicelib.config import CaptureMode
 
 __all__ = ["CaptureRecord", "Capturer", "Exchange", "Outcome", "build_record"]
 
@@ -26,7 +28,7 @@ MAX_PENDING_WRITES = 4
 _WRITERS = 16  # threads writing records; concurrent requests beyond that wait their turn
 
 
-class Outcome:
+class Outcome(enum.StrEnum):
     """What happened to one inference's capture (logged and counted per request)."""
 
     OFF = "off"
@@ -49,7 +51,7 @@ class Capturer:
     def __init__(self, mode: str, sink: Sink | None, sampling_percentage: float = 100.0,
                  include_original: bool = False,
                  rng: Callable[[], float] = random.random) -> None:
-        if mode != "off" and sink is None:
+        if mode != CaptureMode.OFF and sink is None:
             raise ValueError("a sink is needed when capture is on")
         self.mode = mode
         self._sink = sink
@@ -65,13 +67,13 @@ class Capturer:
                       include_original: bool, max_bytes: int = 0) -> Capturer:
         """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps a directory
         destination, see :class:`~chalicelib.capture.sinks.DirectorySink`)."""
-        sink = sink_for(destination, max_bytes) if mode != "off" else None
+        sink = sink_for(destination, max_bytes) if mode != CaptureMode.OFF else None
         return cls(mode, sink, sampling_percentage, include_original)
 
     @property
     def wants_original(self) -> bool:
         """Whether records carry the client's upload (so callers keep it)."""
-        return self.mode != "off" and self._include_original
+        return self.mode != CaptureMode.OFF and self._include_original
 
     def close(self) -> None:
         """Drop the sink's pooled connections (see :mod:`chalicelib.lifecycle`)."""
@@ -88,7 +90,7 @@ class Capturer:
         Returns:
             An :class:`Outcome` value.
         """
-        if self.mode == "off" or self._sink is None:
+        if self.mode == CaptureMode.OFF or self._sink is None:
             return Outcome.OFF
         if self._share < 1.0 and self._rng() >= self._share:
             return Outcome.SAMPLED_OUT

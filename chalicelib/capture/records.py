@@ -25,13 +25,16 @@ import json
 import uuid
 from typing import Any
 
-from chalicelib.config import CAPTURE_MODES, SAGEMAKER_NAME
+from chalicelib.config import SAGEMAKER_NAME, CaptureMode
+from chalicelib.media import MediaType
 
 INVALID_NAME = "invalid-name"
 
-MODES = CAPTURE_MODES
+# What a record can hold (capture "off" writes none).
+RECORDED_MODES = (CaptureMode.INPUT, CaptureMode.OUTPUT, CaptureMode.BOTH)
 EVENT_VERSION = "0"
-_TEXT_ENCODINGS = {"application/json": "JSON", "application/jsonlines": "JSON", "text/csv": "CSV"}
+_TEXT_ENCODINGS: dict[str, str] = {MediaType.JSON: "JSON", MediaType.JSONLINES: "JSON",
+                                   MediaType.CSV: "CSV"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +109,15 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
         now: the inference time (UTC); the current time when None.
         event_id: the record's id; a new uuid4 when None.
     """
-    if mode not in MODES[1:]:
-        raise ValueError(f"capture mode must be one of {MODES[1:]}, not {mode!r}")
+    if mode not in RECORDED_MODES:
+        raise ValueError(f"capture mode must be one of {', '.join(RECORDED_MODES)}, not "
+                         f"{mode!r}")
     now = now or datetime.datetime.now(datetime.UTC)
     event_id = event_id or str(uuid.uuid4())
     capture: dict[str, Any] = {}
-    if mode in ("input", "both"):
+    if mode in (CaptureMode.INPUT, CaptureMode.BOTH):
         capture["endpointInput"] = _body(exchange.sent, exchange.sent_content_type, "INPUT")
-    if mode in ("output", "both"):
+    if mode in (CaptureMode.OUTPUT, CaptureMode.BOTH):
         capture["endpointOutput"] = _body(exchange.received, exchange.received_content_type,
                                           "OUTPUT")
     metadata: dict[str, Any] = {
@@ -127,7 +131,7 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
                               "eventVersion": EVENT_VERSION}
     if include_original and exchange.original is not None:
         record["originalInput"] = _body(exchange.original,
-                                        exchange.original_content_type or "application/x-image",
+                                        exchange.original_content_type or MediaType.X_IMAGE,
                                         "INPUT")
     line = json.dumps(record, separators=(",", ":")).encode("utf-8") + b"\n"
     return CaptureRecord(exchange.endpoint, exchange.variant, event_id, now, line)

@@ -162,3 +162,16 @@ def test_a_capture_failure_never_fails_the_request(
     assert line["capture"] == "failed" and line["status"] == 200
     (metrics,) = [d for d in documents if "_aws" in d]
     assert metrics["CaptureFailures"] == [1.0]
+
+
+def test_metrics_are_named_as_the_environment_says_when_they_are_written(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The namespace is read when metrics are flushed, not frozen at import."""
+    harness.client.http.get("/health")
+    _, before = emitted(capsys)
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "shop-classifier")
+    harness.client.http.get("/health")
+    _, after = emitted(capsys)
+    assert {m["_aws"]["CloudWatchMetrics"][0]["Namespace"] for m in before} == {"sagegate"}
+    assert {m["_aws"]["CloudWatchMetrics"][0]["Namespace"] for m in after} == {"shop-classifier"}
