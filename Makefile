@@ -1,4 +1,6 @@
 # sagegate: `make run` serves the API locally against the emulator; `make test` runs every check.
+# The work is done by the `sagegate` console script (sagegate/cli.py; `sagegate --help`); the
+# targets below set up the virtualenvs and pass make variables on as its options.
 # The project's Python is the one .python-version names (pyenv and uv read the same file):
 # the interpreter decides the Lambda runtime Chalice targets (python3.13, Amazon Linux 2023).
 PYTHON_VERSION := $(shell cat .python-version)
@@ -6,25 +8,53 @@ PYTHON ?= $(or $(shell command -v python$(PYTHON_VERSION) 2>/dev/null),python$(P
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-API_PORT ?= 8000
-EMULATOR_PORT ?= 8080
+SAGEGATE := $(VENV)/bin/sagegate
+# The IaC tools (cfn-lint, checkov, AWS's SAM translator) get their own virtualenv: checkov
+# pins an older boto3/botocore than the project uses.
+IAC_VENV := $(VENV)/iac
+IAC_STAMP := $(IAC_VENV)/.installed
 
-.PHONY: help venv lock run test lint typecheck unit functional integration bench bench-coldstart \
-	bench-worstcase \
-	clean
+# Variables users pass, each an option of the sagegate command (empty: the command's default):
+#   STAGE (prod)  BUCKET  REGION  ACCOUNT  PARAMS="Name=Value ..."  PKG_FORMAT (cloudformation)
+#   API_PORT (8000)  EMULATOR_PORT (8080)  LOCK_ARGS (--upgrade, --upgrade-package NAME)  AWS
+opt = $(if $(strip $(2)),$(1) $(strip $(2)))
+STAGE_OPT = $(call opt,--stage,$(STAGE))
+AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(call opt,--aws,$(AWS)) \
+	$(foreach param,$(PARAMS),--param $(param))
+
+.PHONY: help venv iac-tools lock run test lint typecheck unit functional integration fuzz bench \
+	bench-coldstart bench-worstcase layer-zip layer package deploy-check policy deploy \
+	chalice-deploy clean
 
 help:
-	@echo "make run    - emulator + chalice local on 127.0.0.1 (no AWS account needed)"
-	@echo "make test   - ruff, mypy and every test tier"
-	@echo "make bench  - side-by-side benchmarks against the 2018 reference"
-	@echo "make fuzz   - long Hypothesis run over bodies, content types, queries (FUZZ_EXAMPLES=20000)"
-	@echo "make bench-coldstart - Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
-	@echo "make bench-worstcase - the most preprocessing a crafted upload can cost"
-	@echo "make package STAGE=prod - Lambda layer + chalice package (SAM), sizes; docs/DEPLOY.md"
-	@echo "make deploy STAGE=prod BUCKET=... - SAM/CloudFormation deploy (needs AWS)"
-	@echo "make lock   - recompile every requirements*.txt lock (hashes) from its .in file"
+	@echo "Develop (no AWS account needed):"
+	@echo "  make run             emulator + chalice local on 127.0.0.1 (API_PORT, EMULATOR_PORT)"
+	@echo "  make test            ruff, mypy, deploy-check, then every test tier"
+	@echo "  make lint            ruff"
+	@echo "  make typecheck       mypy"
+	@echo "  make unit | functional | integration   one test tier"
+	@echo "  make fuzz            long Hypothesis run (FUZZ_EXAMPLES=20000)"
+	@echo "  make bench           side-by-side benchmarks against the 2018 reference"
+	@echo "  make bench-coldstart Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
+	@echo "  make bench-worstcase the most preprocessing a crafted upload can cost"
+	@echo "  make venv            create $(VENV) and install the project (done by every target)"
+	@echo "  make lock            recompile every requirements*.txt lock (LOCK_ARGS=--upgrade)"
+	@echo "  make clean           remove $(VENV), caches and build/"
+	@echo "Package (offline; docs/DEPLOY.md):"
+	@echo "  make layer-zip       build the Lambda layer zip (skipped when its inputs are unchanged)"
+	@echo "  make package STAGE=prod [PKG_FORMAT=terraform]   layer + chalice package, sizes"
+	@echo "  make deploy-check    package every deploy stage, SAM translator, cfn-lint, checkov"
+	@echo "  make iac-tools       the $(IAC_VENV) virtualenv those checks run in"
+	@echo "Deploy (needs AWS; REGION=, ACCOUNT= override the AWS configuration's):"
+	@echo "  make policy STAGE=prod                 render the stage's IAM policy"
+	@echo "  make deploy STAGE=prod BUCKET=... [PARAMS=...]   SAM/CloudFormation (Path A)"
+	@echo "  make layer STAGE=prod BUCKET=...       publish the layer for chalice-deploy"
+	@echo "  make chalice-deploy STAGE=prod [PARAMS=...]      chalice deploy (Path B)"
+	@echo "Every target runs a sagegate command: $(SAGEGATE) --help lists them."
 
-$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-version
+# --- virtualenvs --------------------------------------------------------------------------
+$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-version \
+		pyproject.toml
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(PYTHON_VERSION)")' \
 	  2>/dev/null || { echo "sagegate needs Python $(PYTHON_VERSION) (.python-version), and" \
 	  "'$(PYTHON)' is not it: install Python $(PYTHON_VERSION) (pyenv install $(PYTHON_VERSION))" \
@@ -35,48 +65,27 @@ $(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-v
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# the lock pins every package with its hashes: nothing unpinned or unchecked is installed
 	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
+	@# the project itself, for the `sagegate` command: editable, in compat mode (the project
+	@# directory on sys.path), built with the locked setuptools, nothing else installed
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation \
+	  --config-settings editable_mode=compat -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-# Locks: each requirements*.in (what a person edits) compiles to the requirements*.txt beside
-# it, every transitive package pinned with --hash lines; pip installs them with
-# --require-hashes, and Chalice's pip download of requirements.txt checks the hashes too.
-# uv rather than pip-tools: pip-compile resolves for the interpreter that runs it, so it cannot
-# lock the function and the layer for Lambda's platform from another machine; uv resolves for a
-# named platform and Python (--python-platform, --python-version) and writes pip's
-# requirements format. uv itself is pinned in requirements-dev.in. --no-config: no uv.toml
-# or environment-specific settings; uv reads no pip configuration either, so it resolves from
-# the default registry by name. Locks carry no index URLs or paths (uv emits none unless asked).
-# The function and layer are locked for the Lambda runtime (x86_64, the runtime's glibc from
-# scripts/lambda_runtime.py: manylinux_2_34 for python3.13); dev and iac for Linux x86_64,
-# dev constrained by the function and layer locks so shared packages get the same versions.
-UV := $(VENV)/bin/uv
-# uv keeps a lock's pins unless its input asks otherwise: make lock LOCK_ARGS=--upgrade moves
-# everything to the newest versions, LOCK_ARGS="--upgrade-package numpy" one package.
-LOCK_ARGS ?=
-UV_COMPILE = $(UV) pip compile --quiet --no-config --generate-hashes \
-	--python-version $(PYTHON_VERSION) --custom-compile-command "make lock" $(LOCK_ARGS)
-LAMBDA_PLATFORM = $(shell $(PY) -c 'from scripts.lambda_runtime import ARCHITECTURE, current; \
-	major, minor = current().glibc; print(f"{ARCHITECTURE}-manylinux_{major}_{minor}")')
-LINUX_PLATFORM := x86_64-unknown-linux-gnu
+$(IAC_STAMP): requirements-iac.txt | $(STAMP)
+	test -x $(IAC_VENV)/bin/python || $(PYTHON) -m venv $(IAC_VENV)
+	$(IAC_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements-iac.txt
+	touch $(IAC_STAMP)
 
-lock: $(STAMP)
-	$(UV_COMPILE) --python-platform $(LAMBDA_PLATFORM) requirements.in -o requirements.txt
-	$(UV_COMPILE) --python-platform $(LAMBDA_PLATFORM) --only-binary :all: \
-	  requirements-layer.in -o requirements-layer.txt
-	$(UV_COMPILE) --python-platform $(LINUX_PLATFORM) -c requirements.txt \
-	  -c requirements-layer.txt requirements-dev.in -o requirements-dev.txt
-	$(UV_COMPILE) --python-platform $(LINUX_PLATFORM) requirements-iac.in -o requirements-iac.txt
+iac-tools: $(IAC_STAMP)
 
-run: $(STAMP)
-	API_PORT=$(API_PORT) EMULATOR_PORT=$(EMULATOR_PORT) $(PY) -m scripts.run_local
-
+# --- checks and tests ----------------------------------------------------------------------
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench
+	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench sagegate
 
 test: lint typecheck deploy-check
 	$(VENV)/bin/pytest -q
@@ -84,22 +93,47 @@ test: lint typecheck deploy-check
 unit functional integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/$@
 
-bench: $(STAMP)
-	$(PY) -m bench
-
 FUZZ_EXAMPLES ?= 20000
-.PHONY: fuzz
 fuzz: $(STAMP)
 	SAGEGATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q --timeout=0 \
 	  tests/functional/test_fuzz.py
 
-bench-coldstart: $(STAMP)
-	$(PY) -m bench.coldstart
-
-bench-worstcase: $(STAMP)
-	$(PY) -m bench.worstcase
-
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .chalice/deployments build
 
-include deploy.mk
+# --- aliases of sagegate commands ------------------------------------------------------------
+run: $(STAMP)
+	$(SAGEGATE) run $(call opt,--api-port,$(API_PORT)) $(call opt,--emulator-port,$(EMULATOR_PORT))
+
+bench: $(STAMP)
+	$(SAGEGATE) bench
+
+bench-coldstart: $(STAMP)
+	$(SAGEGATE) bench-coldstart
+
+bench-worstcase: $(STAMP)
+	$(SAGEGATE) bench-worstcase
+
+lock: $(STAMP)
+	$(SAGEGATE) lock $(LOCK_ARGS)
+
+layer-zip: $(STAMP)
+	$(SAGEGATE) layer
+
+layer: $(STAMP)
+	$(SAGEGATE) layer $(STAGE_OPT) --bucket "$(BUCKET)" $(call opt,--region,$(REGION))
+
+package: $(STAMP)
+	$(SAGEGATE) package $(STAGE_OPT) $(call opt,--format,$(PKG_FORMAT))
+
+deploy-check: $(IAC_STAMP) $(STAMP)
+	$(SAGEGATE) check
+
+policy: $(STAMP)
+	$(SAGEGATE) policy $(STAGE_OPT) $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT))
+
+deploy: $(STAMP)
+	$(SAGEGATE) deploy $(STAGE_OPT) $(call opt,--bucket,$(BUCKET)) $(AWS_OPTS)
+
+chalice-deploy: $(STAMP)
+	$(SAGEGATE) chalice-deploy $(STAGE_OPT) $(AWS_OPTS)

@@ -39,8 +39,9 @@ from typing import Any
 
 from bench import images, table
 from emulator.process import start_emulator
-from scripts import lambda_runtime, lambda_sandbox
-from scripts.lambda_sandbox import LambdaTree
+from sagegate.deploy import runtime as lambda_runtime
+from sagegate.deploy import sandbox as lambda_sandbox
+from sagegate.deploy.sandbox import LambdaTree
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"

@@ -1,8 +1,9 @@
 """Part 2: end-to-end latency through ``chalice local`` and the emulator, both front-ends.
 
 One emulator (the real EfficientNet-Lite0 model) serves both. sagegate runs as ``make run``
-runs it (``scripts.run_local.start_api``, stage ``local``); the 2018 reference is
-``bench/reference_app`` under the same ``scripts/chalice_local.py`` (TCP_NODELAY) launcher.
+runs it (``sagegate.localstack.start_api``, stage ``local``); the 2018 reference is
+``bench/reference_app`` under the same launcher (``sagegate.localstack.start_chalice_local``:
+``chalice local`` with TCP_NODELAY).
 A keep-alive client posts the same JSON body to each, alternately, and times each answer.
 """
 from __future__ import annotations
@@ -14,8 +15,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,16 @@ from bench.images import BenchImage
 from bench.report import Report
 from bench.timing import Budget, ratio
 from chalicelib.config import Settings
-from emulator.process import free_port, start_emulator
-from scripts.run_local import ApiProcess, api_env, start_api
+from sagegate.localstack import (
+    ApiProcess,
+    check_settings,
+    free_port,
+    stage_env,
+    start_api,
+    start_chalice_local,
+    start_emulator,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_APP = Path(__file__).resolve().parent / "reference_app"
 HOST = "127.0.0.1"
 STAGE = "local"
@@ -40,41 +45,15 @@ START_TIMEOUT_S = 60.0
 
 def stage_settings(stage: str = STAGE) -> Settings:
     """The settings ``chalice local --stage <stage>`` gives sagegate (``.chalice/config.json``)."""
-    config = json.loads((ROOT / ".chalice" / "config.json").read_text(encoding="utf-8"))
-    env = {**config.get("environment_variables", {}),
-           **config.get("stages", {}).get(stage, {}).get("environment_variables", {})}
-    return Settings.from_env(env)
+    return check_settings(stage, stage_env(stage, {}))
 
 
 def start_reference(port: int, endpoint_url: str, log: IO[bytes]) -> ApiProcess:
-    """``chalice local`` for the 2018 reference app, ready to answer."""
-    command = [sys.executable, str(ROOT / "scripts" / "chalice_local.py"), "local", "--host",
-               HOST, "--port", str(port), "--no-autoreload"]
-    process = subprocess.Popen(command, cwd=REFERENCE_APP, env=api_env(endpoint_url),
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    api = ApiProcess(process, HOST, port)
-    try:
-        _wait_listening(api)
-    except BaseException:
-        api.stop(timeout=2.0)
-        raise
-    return api
-
-
-def _wait_listening(api: ApiProcess) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if api.process.poll() is not None:
-            raise RuntimeError(f"reference chalice local exited ({api.process.returncode})")
-        connection = http.client.HTTPConnection(HOST, api.port, timeout=2)
-        with contextlib.suppress(OSError):
-            connection.request("GET", "/")
-            connection.getresponse().read()  # any answer (405 here) means it serves
-            connection.close()
-            return
-        connection.close()
-        time.sleep(0.1)
-    raise RuntimeError(f"reference chalice local did not answer within {START_TIMEOUT_S:g} s")
+    """``chalice local`` for the 2018 reference app (its default stage), ready to answer:
+    any answer to ``GET /`` (405 there) from this child means it serves."""
+    return start_chalice_local(port, endpoint_url, project_dir=REFERENCE_APP, stage=None,
+                               host=HOST, log=log, timeout=START_TIMEOUT_S, ready_path="/",
+                               ready_status=None)
 
 
 class Side:

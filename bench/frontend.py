@@ -26,9 +26,9 @@ from bench.images import BenchImage
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare, ratio
 from chalicelib import predictions
-from chalicelib import requests as body_parsing
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient
+from chalicelib.options import HttpRequest, read_predict
 from chalicelib.pipeline import PredictOptions, Predictor, StageTimer
 
 ENDPOINT_NAME = "efficientnet-lite0"
@@ -91,15 +91,15 @@ class Sagegate:
         """One request: body in, the JSON answer's dict out."""
         timer = timer or StageTimer()
         with timer.stage("request"):
-            parsed = body_parsing.parse_body(body, body_parsing.JSON_TYPE, {},
-                                             max_body_bytes=self.settings.max_body_bytes)
-            options = PredictOptions.parse(parsed.options, self.settings.default_k)
-        result = self._predictor.predict(parsed.image, options, "bench", timer)
+            asked = read_predict(HttpRequest(body, "application/json"),
+                                 max_body_bytes=self.settings.max_body_bytes,
+                                 default_k=self.settings.default_k)
+        result = self._predictor.predict(asked.image, asked.options, "bench", timer)
         return result.to_dict("bench")
 
     def bytes_sent(self, image: bytes) -> int:
         """How many bytes sagegate sends the endpoint for ``image``."""
-        options = PredictOptions.parse({}, self.settings.default_k)
+        options = PredictOptions(k=self.settings.default_k)
         return self._predictor.predict(image, options, "bench").bytes_sent
 
 

@@ -89,8 +89,7 @@ PLOT_PATH = Path(__file__).resolve().parent / "load.png"
 def report(quick: bool = False, plot_path: Path | None = PLOT_PATH) -> Report:
     """Start ``make run``'s stack (ports picked free), run every level, print the table and
     save the plot; wrong answers, resets and 5xx are failures of the run."""
-    from emulator.process import free_port, start_emulator
-    from scripts.run_local import start_api
+    from sagegate.localstack import free_port, rss_mb, start_api, start_emulator
 
     out = Report()
     out.say(table.section("Part 3 - load: 1 to 32 keep-alive clients on make run's stack "
@@ -106,7 +105,7 @@ def report(quick: bool = False, plot_path: Path | None = PLOT_PATH) -> Report:
         api = start_api(free_port(), emulator.url, log=quiet_api)
         try:
             expected = calibrate(api.url, valid)
-            rss = functools.partial(_rss_mb, api.process.pid)
+            rss = functools.partial(rss_mb, api.pid)
             run_level(api.url, cases, expected, 4, 8 * len(cases))  # warm-up, not reported
             for clients in levels:
                 requests = max(120, per_client * clients)
@@ -131,9 +130,3 @@ def report(quick: bool = False, plot_path: Path | None = PLOT_PATH) -> Report:
         out.say(f"  plot: {plot_path.relative_to(plot_path.parent.parent)}")
     return out
 
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0

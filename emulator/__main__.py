@@ -1,4 +1,8 @@
-"""Command line: ``python -m emulator --config emulator/config.json --port 8080``."""
+"""Command line: ``python -m emulator --config emulator/config.json --port 8080``.
+
+:func:`main` takes the program name for its usage and help (``python -m emulator`` by
+default), so another command line can run it as one of its subcommands.
+"""
 
 from __future__ import annotations
 
@@ -25,25 +29,37 @@ DEFAULT_CONFIG = Path(__file__).with_name("config.json")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 SHUTDOWN_GRACE_S = 5.0
+PROG = "python -m emulator"
+DESCRIPTION = ("Serve SageMaker runtime endpoints (the InvokeEndpoint wire protocol) on this "
+               "machine from real ONNX models, for development and tests. Prints one ready "
+               "line on stdout once it listens; SIGINT or SIGTERM stops it.")
 LOG = logging.getLogger("emulator")
 
 
-def parse_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None, environ: Mapping[str, str],
+               prog: str = PROG) -> argparse.Namespace:
     """Reads the options; an explicit flag beats its environment variable beats the default.
 
     Args:
         argv: the arguments (None for ``sys.argv[1:]``).
         environ: the environment (``EMULATOR_CONFIG``, ``EMULATOR_HOST``, ``EMULATOR_PORT``,
             ``EMULATOR_SEED``).
+        prog: the program name in usage and error messages.
 
     Returns:
         ``config`` (Path), ``host`` (str), ``port`` (int, 0 = any free port), ``seed``.
     """
-    parser = argparse.ArgumentParser(prog="python -m emulator", description=__doc__)
-    parser.add_argument("--config", type=Path, default=environ.get(ENV_CONFIG, DEFAULT_CONFIG))
-    parser.add_argument("--host", default=environ.get(ENV_HOST, DEFAULT_HOST))
-    parser.add_argument("--port", type=int, default=environ.get(ENV_PORT, DEFAULT_PORT))
-    parser.add_argument("--seed", type=int, default=environ.get(ENV_SEED) or None)
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("--config", type=Path, default=environ.get(ENV_CONFIG, DEFAULT_CONFIG),
+                        help=f"the endpoints and models ({ENV_CONFIG}; default "
+                             "emulator/config.json)")
+    parser.add_argument("--host", default=environ.get(ENV_HOST, DEFAULT_HOST),
+                        help=f"the address to bind ({ENV_HOST}; default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=environ.get(ENV_PORT, DEFAULT_PORT),
+                        help=f"the port, 0 for any free one ({ENV_PORT}; default "
+                             f"{DEFAULT_PORT})")
+    parser.add_argument("--seed", type=int, default=environ.get(ENV_SEED) or None,
+                        help=f"makes traffic split and random faults repeatable ({ENV_SEED})")
     args = parser.parse_args(argv)
     args.config, args.port = Path(args.config), int(args.port)
     args.seed = None if args.seed is None else int(args.seed)
@@ -68,17 +84,18 @@ def _start(args: argparse.Namespace) -> EmulatorServer:
     return EmulatorServer((args.host, args.port), runtime)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Serves until SIGINT or SIGTERM.
 
     Args:
         argv: command-line arguments (None for ``sys.argv[1:]``).
+        prog: the program name in usage and error messages (``sagegate emulator`` there).
 
     Returns:
         0 after a clean shutdown; 2 when the configuration, a model or the port is unusable.
     """
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
-    args = parse_args(argv, os.environ)
+    args = parse_args(argv, os.environ, prog)
     try:
         server = _start(args)
     except (ConfigError, OSError) as error:

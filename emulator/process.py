@@ -1,9 +1,12 @@
-"""Start the emulator as a child process (tests, ``make run``) and stop it cleanly.
+"""Start the emulator as a child process and stop it cleanly (by its PID).
 
     with start_emulator("emulator/config.json") as emulator:
         client = boto3.client("sagemaker-runtime", endpoint_url=emulator.url, ...)
 
-Only the standard library is imported here, so callers do not pay for numpy or OpenCV.
+The emulator's own launcher: the local stack (``sagegate/localstack.py``: ``sagegate run``,
+the integration tests, the benchmarks) starts it through this module, which knows nothing of
+sagegate. Only the standard library is imported here, so callers do not pay for numpy or
+OpenCV.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""Deploy tier: the artifacts a deployment uploads, built by the Makefile, checked offline.
+"""Deploy tier: the artifacts a deployment uploads, built by ``sagegate package``, checked offline.
 
-``make test`` builds them first (``deploy-check``); run alone, the fixtures build them with
-the same ``make package`` (the layer is cached in build/layer, so that costs seconds).
+``make test`` builds them first (``sagegate check``); run alone, the fixtures build them with
+the same ``sagegate package`` (the layer is reused while its inputs are unchanged, so that costs
+seconds).
 """
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ EVENTS = ROOT / "tests" / "events"
 
 @dataclass(frozen=True)
 class Package:
-    """What ``make package STAGE=...`` produced for one stage."""
+    """What ``sagegate package --stage ...`` produced for one stage."""
 
     stage: str
     directory: Path
@@ -42,11 +44,11 @@ class Package:
 
 
 def _make_package(stage: str) -> Package:
-    # -o: never reinstall the virtualenv from inside a test run that is using it
-    done = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "package",
-                           f"STAGE={stage}", "PKG_FORMAT=cloudformation"],
+    done = subprocess.run([sys.executable, "-m", "sagegate.cli", "package", "--stage", stage,
+                           "--format", "cloudformation"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"make package STAGE={stage} failed:\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, \
+        f"sagegate package --stage {stage} failed:\n{done.stdout}{done.stderr}"
     return Package(stage, ROOT / "build" / f"package-{stage}")
 
 

@@ -1,10 +1,10 @@
 """The packaged function runs as Lambda would run it: only its zip, the layer and boto3.
 
-The function zip and the layer zip that ``make package STAGE=prod`` leaves for upload are
-extracted into a Lambda-like tree (``var/task``, ``opt/python``, ``var/runtime``); a bare
-interpreter (``python -I -S -B``, see ``lambda_runtime.py``) imports ``app`` from there with
-the function's environment variables as the SAM template sets them, and replays the API
-Gateway events in ``tests/events`` against the emulator standing in for SageMaker.
+The function zip and the layer zip that ``sagegate package --stage prod`` leaves for upload
+are extracted into a Lambda-like tree (``var/task``, ``opt/python``, ``var/runtime``); a bare
+interpreter (``python -I -S -B``, see ``sagegate/deploy/sandbox_child.py``) imports ``app``
+from there with the function's environment variables as the SAM template sets them, and
+replays the API Gateway events in ``tests/events`` against the emulator standing in for SageMaker.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from emulator.process import free_port, start_emulator
-from scripts import lambda_sandbox
-from scripts.lambda_sandbox import DUMMY_CREDENTIALS, LambdaTree
+from sagegate.deploy import sandbox as lambda_sandbox
+from sagegate.deploy.sandbox import DUMMY_CREDENTIALS, LambdaTree
 from tests.deploy.conftest import ROOT, Package, load_event
 
 pytestmark = pytest.mark.deploy

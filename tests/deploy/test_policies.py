@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 import pytest
 
-from scripts.iam_policy import policy_path, render
-from scripts.stage_config import DEPLOYED_STAGES, Stage, load_stage
+from sagegate.deploy.policy import policy_path, render
+from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_stage
 
 pytestmark = pytest.mark.deploy
 
@@ -27,31 +28,85 @@ def as_list(value: str | list[str]) -> list[str]:
 
 
 def account_and_region(policy: dict[str, Any]) -> tuple[str, str]:
-    """Where the committed (or `make policy`-rendered) file was rendered for."""
+    """Where the committed (or `sagegate policy`-rendered) file was rendered for."""
     arn = next(s["Resource"] for s in statements(policy) if s["Sid"] == "InvokeOwnEndpoint")
     _, _, _, region, account, _ = arn.split(":", 5)
     return account, region
 
 
-def test_prod_policy_has_no_wildcard_resource_or_action() -> None:
-    for statement in statements(load_policy("prod")):
+# The only wildcards a least-privilege resource may hold: the last component, under a parent
+# that is itself named in full.
+SCOPED_WILDCARDS = {
+    "logs": re.compile(r"log-group:[^*:]+:\*"),  # the log streams of one named log group
+    "s3": re.compile(r"[^*/]+(/[^*]+)?/\*"),  # the objects under one named bucket (and prefix)
+}
+
+
+def is_scoped(resource: str) -> bool:
+    """Whether ``resource`` is an ARN that names its service, region, account and resource,
+    with a wildcard at most in the one place :data:`SCOPED_WILDCARDS` allows for its service."""
+    parts = resource.split(":", 5)
+    if len(parts) != 6 or parts[0] != "arn":
+        return False
+    _, partition, service, region, account, path = parts
+    if "*" in partition + service + region + account:
+        return False
+    if "*" not in path and "?" not in path:
+        return True
+    allowed = SCOPED_WILDCARDS.get(service)
+    return allowed is not None and allowed.fullmatch(path) is not None
+
+
+def assert_no_wildcards(policy: dict[str, Any]) -> None:
+    for statement in statements(policy):
         assert statement["Effect"] == "Allow"
         assert "NotResource" not in statement and "NotAction" not in statement
         for resource in as_list(statement["Resource"]):
-            assert resource != "*", statement
-            service_region_account = resource.split(":")[2:5]
-            assert "*" not in "".join(service_region_account), resource
+            assert is_scoped(resource), resource
         for action in as_list(statement["Action"]):
-            assert "*" not in action, statement
+            assert "*" not in action and "?" not in action, statement
 
 
-@pytest.mark.parametrize("stage", DEPLOYED_STAGES)
+def test_prod_policy_has_no_wildcard_resource_or_action() -> None:
+    assert_no_wildcards(load_policy("prod"))
+
+
+@pytest.mark.parametrize("resource", [
+    "*",
+    "arn:aws:sagemaker:us-east-1:123456789012:endpoint/*",
+    "arn:aws:sagemaker:us-east-1:123456789012:endpoint/efficientnet-*",
+    "arn:aws:sagemaker:us-east-1:123456789012:endpoint/efficientnet-lite?",
+    "arn:aws:sagemaker:*:123456789012:endpoint/efficientnet-lite0",
+    "arn:aws:sagemaker:us-east-1:*:endpoint/efficientnet-lite0",
+    "arn:aws:logs:us-east-1:123456789012:log-group:*",
+    "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/*:*",
+    "arn:aws:s3:::*/captures/*",
+    "arn:aws:firehose:us-east-1:123456789012:deliverystream/*",
+])
+def test_the_wildcard_check_refuses_a_wildcard_anywhere_in_the_resource(resource: str) -> None:
+    policy = load_policy("prod")
+    statements(policy)[0]["Resource"] = resource  # a hand-edited InvokeOwnEndpoint, say
+    with pytest.raises(AssertionError):
+        assert_no_wildcards(policy)
+
+
+@pytest.mark.parametrize("resource", [
+    "arn:aws:sagemaker:us-east-1:123456789012:endpoint/efficientnet-lite0",
+    "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/sagegate-prod:*",
+    "arn:aws:s3:::capture-bucket/sagegate/prod/*",
+    "arn:aws:s3:::capture-bucket/*",
+])
+def test_the_wildcard_check_allows_the_functions_own_scoped_resources(resource: str) -> None:
+    assert is_scoped(resource)
+
+
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
 def test_committed_policies_are_what_the_stage_config_renders(stage: str) -> None:
     policy = load_policy(stage)
     assert policy == render(load_stage(stage), *account_and_region(policy))
 
 
-@pytest.mark.parametrize("stage", DEPLOYED_STAGES)
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
 def test_each_action_is_granted_only_on_the_functions_own_resources(stage: str) -> None:
     policy = load_policy(stage)
     account, region = account_and_region(policy)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 from chalice.config import Config
 
-from chalicelib.access import Access
+from chalicelib.access import Access, AuthMode
 from chalicelib.config import API_GATEWAY_TIMEOUT_SECONDS, Settings
-from scripts.stage_config import DEPLOYED_STAGES, load_config, load_stage
+from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
+from sagegate.deploy.templates import merge_template
 
 pytestmark = pytest.mark.deploy
 
@@ -24,7 +25,7 @@ def test_local_dev_prod_and_test_stages_exist() -> None:
     assert set(load_config()["stages"]) == {"local", "dev", "prod", "test"}
 
 
-@pytest.mark.parametrize("stage", DEPLOYED_STAGES)
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
 def test_the_retry_budget_fits_in_lambda_which_fits_in_api_gateway(stage: str) -> None:
     settings = Settings.from_env(load_stage(stage).env)
     timeout = chalice_config(stage).lambda_timeout
@@ -34,7 +35,7 @@ def test_the_retry_budget_fits_in_lambda_which_fits_in_api_gateway(stage: str) -
             <= settings.request_budget_seconds)
 
 
-@pytest.mark.parametrize("stage", DEPLOYED_STAGES)
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
 def test_deployed_stages_get_a_full_vcpu_logs_retention_and_a_concurrency_cap(stage: str) -> None:
     config = chalice_config(stage)
     assert config.lambda_memory_size >= ONE_VCPU_MB
@@ -45,7 +46,7 @@ def test_deployed_stages_get_a_full_vcpu_logs_retention_and_a_concurrency_cap(st
     assert isinstance(config.xray_enabled, bool)
 
 
-@pytest.mark.parametrize("stage", DEPLOYED_STAGES)
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
 def test_deployed_stages_use_their_own_policy_file_not_autogen(stage: str) -> None:
     config = chalice_config(stage)
     assert config.autogen_policy is False
@@ -53,10 +54,19 @@ def test_deployed_stages_use_their_own_policy_file_not_autogen(stage: str) -> No
     assert config.automatic_layer is False
 
 
-def test_prod_requires_authentication_and_names_its_cors_origin() -> None:
-    access = Access.from_env(load_stage("prod").env)
-    assert access.protected
-    assert access.cors_origin != "*"
+def test_prod_requires_an_api_key_and_answers_no_cross_origin_browser() -> None:
+    """docs/DEPLOY.md, Stages: prod is `api-key` with CORS off (no CORS headers at all), as
+    Lambda itself reads it, and API Gateway's own error answers carry no origin either."""
+    stage = load_stage("prod")
+    access = Access.from_env(stage.env, deployed=True)
+    assert access.auth == AuthMode.API_KEY
+    assert access.cors_origin == ""
+    api = merge_template(stage)["Resources"]["RestAPI"]["Properties"]
+    responses = api["DefinitionBody"]["x-amazon-apigateway-gateway-responses"]
+    assert responses  # the check below is not vacuous
+    headers = {header for response in responses.values()
+               for header in response.get("responseParameters", {})}
+    assert not any("Access-Control" in header for header in headers), headers
 
 
 @pytest.mark.parametrize("stage", ["local", "dev", "prod", "test"])

@@ -1,4 +1,4 @@
-"""The SAM templates `make package` generates: what API Gateway and Lambda will be told."""
+"""The SAM templates `sagegate package` generates: what API Gateway and Lambda will be told."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib.imaging import CONTENT_TYPES
-from chalicelib.requests import BINARY_TYPES
-from scripts.iam_policy import policy_path
+from chalicelib.media import BINARY_TYPES, ImageFormat
+from sagegate.deploy.check import SAM_TRANSLATE
+from sagegate.deploy.policy import policy_path
 from tests.deploy.conftest import ROOT, Package
 
 pytestmark = pytest.mark.deploy
@@ -48,7 +48,7 @@ def test_no_cors_preflight_while_no_origin_is_configured(built: Package) -> None
 def test_binary_media_types_cover_every_body_in_and_out(built: Package) -> None:
     binary = set(definition(built)["x-amazon-apigateway-binary-media-types"])
     assert set(BINARY_TYPES) <= binary
-    assert set(CONTENT_TYPES.values()) <= binary
+    assert {fmt.media_type for fmt in ImageFormat} <= binary
 
 
 def test_the_usage_plan_throttles_and_meters_the_stages_key(built: Package) -> None:
@@ -130,11 +130,12 @@ def test_snapstart_serves_published_versions_behind_the_live_alias(built: Packag
 
 
 def sam_transform(pkg: Package) -> dict[str, Any]:
-    """The template expanded by aws-sam-translator (in the IaC virtualenv, ``make iac-tools``)."""
+    """The template expanded by aws-sam-translator (in the IaC virtualenv, ``make iac-tools``),
+    run as ``sagegate check`` runs it."""
     python = ROOT / ".venv" / "iac" / "bin" / "python"
     assert python.exists(), "run `make iac-tools` (make test does) for aws-sam-translator"
     target = pkg.directory / "transformed.json"
-    subprocess.run([str(python), str(ROOT / "scripts" / "sam_translate.py"),
+    subprocess.run([str(python), "-I", str(SAM_TRANSLATE),
                     str(pkg.directory / "sam.json"), str(target)],
                    check=True, capture_output=True, timeout=120)
     return json.loads(target.read_text())  # type: ignore[no-any-return]

@@ -14,27 +14,11 @@ import pytest
 import urllib3
 from skimage import data
 
-from emulator.process import EmulatorProcess, free_port, start_emulator
-from scripts.run_local import ApiProcess, start_api
+from sagegate.localstack import ApiProcess, EmulatorProcess, free_port, start_api, start_emulator
+from sagegate.localstack import peak_rss_mb as peak_rss_mb  # re-exported for the tests
+from sagegate.localstack import rss_mb as rss_mb  # re-exported for the tests
 
 HERE = Path(__file__).resolve().parent
-
-
-def peak_rss_mb(pid: int) -> float:
-    """A process's peak resident memory so far (VmHWM), in MB."""
-    return _status_kb(pid, "VmHWM") / 1024
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident memory now (VmRSS), in MB."""
-    return _status_kb(pid, "VmRSS") / 1024
-
-
-def _status_kb(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 @dataclass

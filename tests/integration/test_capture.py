@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from chalicelib.capture import reader
+from sagegate import captures as reader
 from tests import imagefactory
 from tests.integration.conftest import Stack
 

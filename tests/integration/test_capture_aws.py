@@ -13,9 +13,10 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from chalicelib.capture import Capturer, Exchange, Outcome, reader
+from chalicelib.capture import Capturer, Exchange, Outcome
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
-from emulator.process import free_port
+from sagegate import captures
+from sagegate.localstack import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +68,25 @@ def test_s3_sink_writes_model_monitor_layout_readable_by_the_cli(
     assert len(keys) == 3
     assert all(key.startswith("datacapture/efficientnet-lite0/AllTraffic/") and
                key.endswith(".jsonl") and key.count("/") == 7 for key in keys)
-    assert reader.main(["s3://capture-bucket/datacapture", "--labels", "", "--top-k", "1"]) == 0
+    assert captures.main(["s3://capture-bucket/datacapture", "--labels", "", "--top-k", "1"]) \
+        == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(row["inferenceId"] for row in rows) == ["r0", "r1", "r2"]
     assert all(row["top1_index"] == 1 for row in rows)
+
+
+def test_the_cli_reads_the_prefix_as_a_folder_not_its_neighbours(
+        aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    boto3.client("s3").create_bucket(Bucket="neighbours")
+    for prefix, count in (("capture", 2), ("capture-old", 3)):
+        capturer = Capturer.from_settings("both", f"s3://neighbours/{prefix}", 100, False)
+        assert [capturer.capture(exchange(i)) for i in range(count)] == [Outcome.WRITTEN] * count
+
+    for uri in ("s3://neighbours/capture", "s3://neighbours/capture/"):
+        assert captures.main([uri, "--labels", "", "--top-k", "1"]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 2
+    assert captures.main(["s3://neighbours", "--labels", "", "--top-k", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
 
 
 def test_s3_failure_is_counted_not_raised(aws: str) -> None:

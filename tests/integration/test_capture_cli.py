@@ -1,4 +1,4 @@
-"""The capture reader as users run it (``python -m chalicelib.capture``, a real process) and the
+"""The capture reader as users run it (``sagegate capture``, a real process) and the
 capture directory's size cap on a real file system.
 
 Every refusal is one ``error: ...`` line and a non-zero exit code, never a traceback; the
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from chalicelib.capture import Exchange, build_record, reader
+from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
-from emulator.process import free_port
+from sagegate.captures import read_records
+from sagegate.localstack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -33,10 +34,13 @@ def captures(tmp_path: Path, count: int = 3) -> Path:
     return root
 
 
+READER = [sys.executable, "-m", "sagegate.cli", "capture"]
+"""``sagegate capture`` as a process of its own."""
+
+
 def run_reader(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chalicelib.capture", *args], cwd=ROOT,
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run([*READER, *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], code: int, *says: str) -> None:
@@ -105,11 +109,15 @@ def test_s3_without_credentials_is_one_line(tmp_path: Path) -> None:
                       # loopback only, and nothing listens there
                       "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}"}
     env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-    result = subprocess.run([sys.executable, "-m", "chalicelib.capture", "s3://bucket/prefix"],
-                            cwd=ROOT, env={**env, **no_credentials}, capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run([*READER, "s3://bucket/prefix"], cwd=ROOT,
+                            env={**env, **no_credentials}, capture_output=True, text=True,
+                            timeout=60, check=False)
 
     assert_refused(result, 1, "s3://bucket/prefix", "cannot read from S3")
+
+
+def test_an_s3_uri_without_a_bucket_is_refused_before_any_call() -> None:
+    assert_refused(run_reader("s3:///prefix"), 2, "no bucket")
 
 
 def test_the_capture_directory_stays_under_its_cap_dropping_the_oldest(tmp_path: Path) -> None:
@@ -125,7 +133,7 @@ def test_the_capture_directory_stays_under_its_cap_dropping_the_oldest(tmp_path:
         written += len(line.line)
         assert sum(path.stat().st_size for path in root.rglob("*.jsonl")) <= cap
 
-    kept = [r.event_metadata.inference_id or "" for r in reader.read_records(str(root))]
+    kept = [r.event_metadata.inference_id or "" for r in read_records(str(root))]
     assert written > 5 * cap
     assert "req-199" in kept and "req-0" not in kept  # the newest kept, the oldest dropped
     numbers = [int(rid.split("-")[1]) for rid in kept]

@@ -3,15 +3,13 @@ of the emulator's real model. Every case gets its expected answer, none hangs, a
 never holds more memory than the production function has (1769 MB)."""
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import urllib3
 
-from emulator.process import free_port
-from scripts.run_local import start_api
+from sagegate.localstack import free_port, peak_rss_mb, start_api
 from tests.corpus import generate
 from tests.corpus.generate import Case
 from tests.functional.test_corpus import check_answer
@@ -34,14 +32,6 @@ def send(stack: Stack, case: Case) -> tuple[int, bytes, dict[str, str]]:
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_every_corpus_case_gets_its_answer_over_http(stack: Stack, case: Case) -> None:
     check_answer(case, *send(stack, case))
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's resident-set high-water mark (VmHWM), in MB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-    assert match, "no VmHWM in /proc/<pid>/status"
-    return int(match.group(1)) / 1024
 
 
 def test_the_heaviest_cases_stay_under_the_production_memory_size(stack: Stack) -> None:

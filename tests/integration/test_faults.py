@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from emulator.process import free_port
+from sagegate.localstack import free_port
 from tests import imagefactory
 from tests.integration.conftest import HERE, Stack
 from tests.integration.test_api import CATS, assert_error, top1
@@ -149,7 +149,7 @@ def test_after_every_fault_the_same_process_answers_normally(
 # ---------------------------------------------------------------- make run, emulator killed
 
 class Console:
-    """``python -m scripts.run_local``'s stdout, read line by line in a thread."""
+    """``sagegate run``'s stdout, read line by line in a thread."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -179,7 +179,7 @@ class Console:
 def make_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Console, str]]:
     """``make run``'s stack on free ports with the integration emulator config, stage test."""
     env = {**os.environ, "API_PORT": str(free_port()), "EMULATOR_PORT": str(free_port())}
-    command = [sys.executable, "-m", "scripts.run_local", "--stage", "test",
+    command = [sys.executable, "-m", "sagegate.cli", "run", "--stage", "test",
                "--emulator-config", str(HERE / "emulator-config.json")]
     with open(tmp_path / "stderr.log", "w") as stderr:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
-"""``make run``'s stack as a user meets it: ``python -m scripts.run_local`` in a subprocess
-(bad settings, ports in use, someone else answering /health, a burst of new connections) and
-chalice local's own server.
+"""``make run``'s stack as a user meets it: ``sagegate run`` (:mod:`sagegate.localstack`) in a
+subprocess (bad settings, ports in use, someone else answering /health, a burst of new
+connections) and chalice local's own server.
 
 Every process is started here and stopped by its PID.
 """
@@ -24,9 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator.process import EmulatorProcess, free_port, start_emulator
-from emulator.supervisor import Supervisor
-from scripts.run_local import ApiProcess, ApiStartError, _wait_healthy
+from sagegate.localstack import (
+    ApiProcess,
+    ApiStartError,
+    EmulatorProcess,
+    Supervisor,
+    free_port,
+    start_chalice_local,
+    start_emulator,
+    wait_until_serving,
+)
 from tests import imagefactory
 from tests.integration.conftest import Stack
 from tests.integration.test_emulator import MODEL
@@ -39,10 +46,10 @@ BURST = 64
 which 1 to 6% of 16 clients' requests were reset)."""
 
 
-def run_local(env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def sagegate_run(env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """``make run``'s command, expected to stop by itself (it cannot start). Should it start
     after all, it gets SIGINT (Ctrl-C) so that it stops its own children."""
-    process = subprocess.Popen([sys.executable, "-m", "scripts.run_local"], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, "-m", "sagegate.cli", "run"], cwd=ROOT,
                                env={**os.environ, **env}, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -74,7 +81,7 @@ def assert_one_clear_line(result: subprocess.CompletedProcess[str], *says: str) 
      ("CAPTURE_SAMPLING_PERCENTAGE", "200", "between 0 and 100")],
 )
 def test_a_bad_setting_stops_make_run_with_one_line(name: str, value: str, says: str) -> None:
-    result = run_local({**ports(), name: value})
+    result = sagegate_run({**ports(), name: value})
 
     assert_one_clear_line(result, "cannot start", name, says)
 
@@ -86,13 +93,13 @@ def test_a_port_in_use_stops_make_run_naming_it(variable: str) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run_local({**chosen, variable: str(port)})
+        result = sagegate_run({**chosen, variable: str(port)})
 
     assert_one_clear_line(result, f"port {port}", variable, f"make run {variable}=")
 
 
 def test_a_port_that_is_not_a_number_is_refused() -> None:
-    assert_one_clear_line(run_local({**ports(), "API_PORT": "eighty"}), "API_PORT")
+    assert_one_clear_line(sagegate_run({**ports(), "API_PORT": "eighty"}), "API_PORT")
 
 
 class _Foreign(http.server.BaseHTTPRequestHandler):
@@ -124,7 +131,7 @@ def test_health_from_another_server_is_not_taken_for_our_child(foreign_server: i
     api = ApiProcess(child, "127.0.0.1", foreign_server, instance="our-own-marker")
     try:
         with pytest.raises(ApiStartError, match="did not answer /health"):
-            _wait_healthy(api, timeout=1.5)
+            wait_until_serving(api, timeout=1.5)
     finally:
         api.stop(timeout=2)
 
@@ -135,7 +142,41 @@ def test_health_from_a_dead_child_is_not_taken_either(foreign_server: int) -> No
     api = ApiProcess(child, "127.0.0.1", foreign_server, instance="")
 
     with pytest.raises(ApiStartError, match="exited with code 3"):
-        _wait_healthy(api, timeout=5)
+        wait_until_serving(api, timeout=5)
+
+
+OTHER_APP = """
+from chalice import Chalice
+
+app = Chalice(app_name="other")
+
+
+@app.route("/", methods=["POST"])
+def index():
+    return {"ok": True}
+"""
+
+
+def test_chalice_local_serves_another_project_from_its_own_directory(tmp_path: Path) -> None:
+    """What the benchmark does with the 2018 reference app: another Chalice project, its
+    default stage, ready on any answer from this child (GET / is 405 there)."""
+    (tmp_path / ".chalice").mkdir()
+    (tmp_path / ".chalice" / "config.json").write_text(json.dumps(
+        {"version": "2.0", "app_name": "other", "stages": {"dev": {"api_gateway_stage": "api"}}}))
+    (tmp_path / "app.py").write_text(OTHER_APP)
+
+    with open(tmp_path / "api.log", "wb") as log, start_chalice_local(
+            free_port(), "http://127.0.0.1:9", project_dir=tmp_path, stage=None, log=log,
+            ready_path="/", ready_status=None) as api:
+        connection = http.client.HTTPConnection(api.host, api.port, timeout=10)
+        connection.request("POST", "/", body=b"{}", headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+        connection.close()
+
+    assert (response.status, answer) == (200, {"ok": True})
+    assert response.getheader("X-Sagegate-Instance") == api.instance != ""
+    assert api.process.poll() is not None  # stopped on the way out, by its PID
 
 
 def burst_of_fresh_connections(host: str, port: int, path: str, rounds: int = 3) -> list[str]:

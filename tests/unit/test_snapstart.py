@@ -18,7 +18,8 @@ from botocore.stub import Stubber
 
 from chalicelib import lifecycle
 from chalicelib.endpoint import EndpointClient, Invocation
-from scripts import lambda_runtime, snapstart, stage_config
+from sagegate.deploy import runtime as lambda_runtime
+from sagegate.deploy import snapstart, stages
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = snapstart.Target(function_name="sagegate-prod", rest_api_id="a1b2c3d4e5",
@@ -53,8 +54,8 @@ def test_a_python_lambda_does_not_run_is_refused() -> None:
 
 # --- the stage switch ------------------------------------------------------------------------
 def test_deployed_stages_have_snapstart_on() -> None:
-    for name in stage_config.DEPLOYED_STAGES:
-        assert stage_config.load_stage(name).snapstart is True
+    for name in stages.DEPLOY_STAGES:
+        assert stages.load_stage(name).snapstart is True
 
 
 @pytest.mark.parametrize("value,runtime,message", [
@@ -64,13 +65,13 @@ def test_deployed_stages_have_snapstart_on() -> None:
 def test_a_bad_snapstart_switch_is_refused(value: Any, runtime: str, message: str) -> None:
     config = {"stages": {"prod": {"snapstart": value}}}
     with pytest.raises(ValueError, match=message):
-        stage_config._snapstart(config, "prod", runtime)
+        stages._snapstart(config, "prod", runtime)
 
 
 def test_snapstart_can_be_switched_off_per_stage() -> None:
     config = {"snapstart": True, "stages": {"prod": {"snapstart": False}, "dev": {}}}
-    assert stage_config._snapstart(config, "prod", "python3.13") is False
-    assert stage_config._snapstart(config, "dev", "python3.13") is True
+    assert stages._snapstart(config, "prod", "python3.13") is False
+    assert stages._snapstart(config, "dev", "python3.13") is True
 
 
 # --- the runtime hooks -----------------------------------------------------------------------
@@ -224,7 +225,7 @@ def test_enable_publishes_a_snapstart_version_behind_live_and_repoints_the_api()
                               {"FunctionName": "sagegate-prod"})
         lam_stub.add_response("publish_version", {"Version": "7"}, {
             "FunctionName": "sagegate-prod",
-            "Description": "sagegate: published by make chalice-deploy (SnapStart)"})
+            "Description": "sagegate: published by sagegate chalice-deploy (SnapStart)"})
         lam_stub.add_response("get_function_configuration", {"State": "Active"},
                               {"FunctionName": "sagegate-prod", "Qualifier": "7"})
         lam_stub.add_client_error("update_alias", "ResourceNotFoundException", http_status_code=404)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scripts import stage_config
+from sagegate.deploy import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,31 +38,34 @@ def test_an_implicitly_open_deployed_stage_is_refused(tmp_path: Path, auth: str 
                                                       message: str) -> None:
     path, _ = config_with(tmp_path, SAGEGATE_AUTH=auth)
     with pytest.raises(ValueError, match=message):
-        stage_config.load_stage("prod", path)
+        stages.load_stage("prod", path)
 
 
 def test_an_open_stage_said_so_explicitly_is_allowed(tmp_path: Path) -> None:
     path, _ = config_with(tmp_path, SAGEGATE_AUTH="none", SAGEGATE_OPEN_API="true")
-    stage = stage_config.load_stage("prod", path)
+    stage = stages.load_stage("prod", path)
     assert stage.auth == "none" and stage.open_api
 
 
 @pytest.mark.parametrize("auth", ["api-key", "iam", "API-KEY"])
 def test_a_named_mode_packages(tmp_path: Path, auth: str) -> None:
     path, _ = config_with(tmp_path, SAGEGATE_AUTH=auth)
-    assert stage_config.load_stage("prod", path).auth == auth.lower()
+    assert stages.load_stage("prod", path).auth == auth.lower()
 
 
-def test_make_package_stops_before_chalice_when_the_mode_is_deleted(tmp_path: Path) -> None:
-    """What `make package STAGE=prod` runs first, on a copy of the project without the key."""
+def test_sagegate_package_stops_before_anything_when_the_mode_is_deleted(tmp_path: Path) -> None:
+    """`sagegate package --stage prod` (make package) on a copy of the project without the key:
+    it stops before building the layer or running chalice (the copy has neither's inputs)."""
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "scripts", project / "scripts",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("sagegate", "chalicelib"):
+        shutil.copytree(ROOT / package, project / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "labels"))
     (project / ".chalice").mkdir()
     config_path, _ = config_with(tmp_path, SAGEGATE_AUTH=None)
     shutil.copy(config_path, project / ".chalice" / "config.json")
-    done = subprocess.run([sys.executable, "-m", "scripts.sam_template", "merge", "--stage",
-                           "prod"], cwd=project, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
+    done = subprocess.run([sys.executable, "-m", "sagegate.cli", "package", "--stage", "prod"],
+                          cwd=project, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
     assert "sets no SAGEGATE_AUTH" in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
+    assert not (project / "build").exists()

@@ -4,7 +4,8 @@ Used by the deploy tests (``tests/deploy/test_artifact.py``) and the cold-start 
 (``bench/coldstart.py``): the function zip and the layer zip that a deploy uploads are
 extracted into ``var/task`` and ``opt/python``; ``var/runtime`` gets what Lambda's Python
 runtime provides (boto3 and what it needs, and ``snapshot_restore_py``), linked from this
-environment. :func:`invoke` runs :mod:`scripts.lambda_child` there.
+environment. :func:`invoke` runs ``sandbox_child.py`` there, by its file path, in a bare
+interpreter that cannot import this package.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-CHILD = Path(__file__).resolve().parent / "lambda_child.py"
+CHILD = Path(__file__).resolve().parent / "sandbox_child.py"
 # What Lambda's Python runtimes put on sys.path after the function and its layers.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
                     "snapshot_restore_py")

@@ -13,7 +13,7 @@
   logical id is ``APIHandler``), and the function waits for its log group.
 * A stage-wide throttle on every method, whatever the authentication mode.
 * API Gateway's own errors (413 over 10 MB, throttling, quota, bad key) in sagegate's error
-  shape (:mod:`scripts.gateway_responses`).
+  shape (:mod:`sagegate.deploy.gateway_responses`).
 * With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota; template
   parameters), one API key and the key's membership in the plan. Chalice marks the routes
   ``api_key_required`` but creates none of these, and without them every request is refused.
@@ -26,22 +26,17 @@
 permission point at the ``live`` alias instead of ``$LATEST``, which SnapStart never serves.
 
 :func:`usage_plan_template` is the same usage plan as a stand-alone stack for an API that
-``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``)::
-
-    python -m scripts.sam_template merge --stage prod > build/merge-prod.json
-    python -m scripts.sam_template usage-plan --stage prod > build/usage-plan-prod.json
-    python -m scripts.sam_template snapstart --stage prod --template build/package-prod/sam.json
+``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``).
+``sagegate package`` and ``sagegate check`` write these to ``build/merge-<stage>.json`` and
+``build/usage-plan-<stage>.json`` (:mod:`sagegate.deploy.package`).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from scripts.gateway_responses import gateway_responses
-from scripts.stage_config import DEPLOYED_STAGES, Stage, load_stage
+from chalicelib.access import AuthMode
+from sagegate.deploy.gateway_responses import gateway_responses
+from sagegate.deploy.stages import Stage
 
 LAYER_ZIP = "./layer.zip"
 API = "RestAPI"  # Chalice's logical id for the REST API
@@ -122,7 +117,7 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
     }
     parameters = dict(_STAGE_PARAMETERS)
     outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
-    if stage.auth == "api-key":
+    if stage.auth == AuthMode.API_KEY:
         resources.update(_usage_plan(stage, {"Ref": API}, {"Ref": f"{API}.Stage"}))
         parameters.update(_USAGE_PLAN_PARAMETERS)
         outputs.update(_usage_plan_outputs())
@@ -239,40 +234,3 @@ def _usage_plan_outputs() -> dict[str, Any]:
         "UsagePlanId": {"Value": {"Ref": "ApiUsagePlan"}},
     }
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: print the merge template or the usage-plan stack of a stage."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("merge", "usage-plan", "snapstart"))
-    parser.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
-    parser.add_argument("--layer-zip", default=LAYER_ZIP,
-                        help="the layer zip, relative to the packaged template")
-    parser.add_argument("--template", type=Path,
-                        help="snapstart: the packaged sam.json to edit in place")
-    args = parser.parse_args(argv)
-    try:
-        stage = load_stage(args.stage)
-    except ValueError as error:  # e.g. an implicitly open stage: refuse to package it
-        parser.exit(2, f"error: {error}\n")
-    if args.kind == "snapstart":
-        if args.template is None:
-            parser.error("snapstart needs --template")
-        if not stage.snapstart:
-            print(f"{args.template}: SnapStart is off for {stage.name}, template unchanged")
-            return 0
-        template = json.loads(args.template.read_text(encoding="utf-8"))
-        pointed = apply_snapstart(template)
-        args.template.write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
-        print(f"{args.template}: SnapStart on published versions, {pointed} integration(s) "
-              f"invoke alias {ALIAS!r}")
-        return 0
-    if args.kind == "merge":
-        template = merge_template(stage, args.layer_zip)
-    else:
-        template = usage_plan_template(stage)
-    print(json.dumps(template, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

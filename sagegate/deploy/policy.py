@@ -13,21 +13,22 @@ Instead the role gets exactly what the function does, each action on its own res
   permissions), so X-Ray is opt-in and the prod test refuses it until someone decides to.
 
 ARNs hold the account and region, so the committed files are rendered for the documentation
-account ``123456789012`` / ``us-east-1``; ``make policy`` (and the deploy targets) render them
-for the real account::
+account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy commands)
+render them for the real account::
 
-    python -m scripts.iam_policy --stage prod --account 111122223333 --region eu-west-1
+    sagegate policy --stage prod --account 111122223333 --region eu-west-1
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from scripts.stage_config import DEPLOYED_STAGES, ROOT, Stage, load_stage
+from chalicelib.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
+from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
+from sagegate.deploy.stages import ROOT, Stage
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
@@ -35,9 +36,9 @@ _ACCOUNT_RE = re.compile(r"^[0-9]{12}\Z")
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]\Z")
 
 
-def policy_path(stage: str) -> Path:
+def policy_path(stage: str, root: Path = ROOT) -> Path:
     """Where Chalice looks for the stage's policy (``iam_policy_file`` in the config)."""
-    return ROOT / ".chalice" / f"policy-{stage}.json"
+    return root / ".chalice" / f"policy-{stage}.json"
 
 
 def partition_of(region: str) -> str:
@@ -86,40 +87,63 @@ def _capture_statement(env: dict[str, str], arn: str, account: str,
     if env.get("CAPTURE_MODE", "off") in ("", "off"):
         return None
     destination = env.get("CAPTURE_DESTINATION", "")
-    if destination.startswith("s3://"):
-        bucket, _, prefix = destination[len("s3://"):].partition("/")
-        prefix = prefix.strip("/")
+    if destination.startswith(S3_SCHEME):
+        bucket, prefix = split_s3_uri(destination)
         objects = f"{bucket}/{prefix}/*" if prefix else f"{bucket}/*"
         return _allow("WriteCaptures", ["s3:PutObject"], f"{arn}:s3:::{objects}")
-    if destination.startswith("firehose://"):
-        stream = destination[len("firehose://"):]
+    if destination.startswith(FIREHOSE_SCHEME):
+        stream = destination[len(FIREHOSE_SCHEME):]
         return _allow("WriteCaptures", ["firehose:PutRecordBatch"],
                       f"{arn}:firehose:{region}:{account}:deliverystream/{stream}")
     return None  # a local directory: nothing to grant (only meaningful off Lambda)
 
 
-def write(stage: str, account: str, region: str) -> Path:
-    """Render the stage's policy into ``.chalice/policy-<stage>.json``; return the path."""
-    document = render(load_stage(stage), account, region)
-    path = policy_path(stage)
+def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
+    """Render the stage's policy into ``.chalice/policy-<stage>.json``; return the path.
+
+    Raises:
+        DeployError: (status 2) a malformed account id or region.
+    """
+    try:
+        document = render(stage, account, region)
+    except ValueError as error:
+        raise DeployError(str(error), status=2) from None
+    path = policy_path(stage.name, root)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path.relative_to(root)} for account {account}, region {region}")
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: render one stage's policy file."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
-    parser.add_argument("--account", default=EXAMPLE_ACCOUNT)
-    parser.add_argument("--region", default=EXAMPLE_REGION)
+def render_for_session(stage: Stage, session: Any, account: str | None = None,
+                       root: Path = ROOT) -> Path:
+    """:func:`write` for ``account`` (default: the session's) in the session's region."""
+    from sagegate.deploy.aws import account_of
+
+    chosen = (account or "").strip() or account_of(session.client("sts"))
+    return write(stage, chosen, session.region_name, root)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``sagegate policy``: render a stage's policy file for an account and region."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Render .chalice/policy-<stage>.json, the function's "
+        "least-privilege IAM policy, for an account and region. Without --account it asks "
+        "STS for the credentials' account (needs AWS); with both given it runs offline "
+        f"(the committed files: --account {EXAMPLE_ACCOUNT} --region {EXAMPLE_REGION}).")
+    add_stage_option(parser, default="prod")
+    parser.add_argument("--account", help="12-digit account id (default: the credentials')")
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, "
+                                         "AWS_DEFAULT_REGION or the AWS configuration)")
     args = parser.parse_args(argv)
-    try:
-        path = write(args.stage, args.account.strip(), args.region.strip())
-    except ValueError as error:
-        parser.error(str(error))
-    print(f"wrote {path.relative_to(ROOT)} for account {args.account}, region {args.region}")
-    return 0
 
+    def body() -> None:
+        stage = stage_for(args.stage)
+        if args.account and args.region:
+            write(stage, args.account.strip(), args.region.strip())
+            return
+        from sagegate.deploy.aws import session
 
-if __name__ == "__main__":
-    sys.exit(main())
+        render_for_session(stage, session(args.region), args.account)
+
+    return guarded(body)
+

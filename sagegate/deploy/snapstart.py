@@ -11,12 +11,12 @@ Gateway to the unqualified function. After ``chalice deploy``, :func:`enable`:
    API stage.
 
 Each ``chalice deploy`` resets the integrations to ``$LATEST`` (it re-imports the Swagger
-document), so ``make chalice-deploy`` runs this after every deploy. :func:`disable` undoes it:
-SnapStart off, integrations back on the unqualified function. The SAM path does the same in
-the template (:func:`scripts.sam_template.apply_snapstart`)::
+document), so ``sagegate chalice-deploy`` runs this after every deploy. :func:`disable` undoes
+it: SnapStart off, integrations back on the unqualified function. The SAM path does the same
+in the template (:func:`sagegate.deploy.templates.apply_snapstart`)::
 
-    python -m scripts.snapstart enable --stage prod --region eu-west-1
-    python -m scripts.snapstart disable --stage prod --region eu-west-1
+    sagegate snapstart enable --stage prod --region eu-west-1
+    sagegate snapstart disable --stage prod --region eu-west-1
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from scripts.stage_config import DEPLOYED_STAGES, load_stage, rest_api_id
+from sagegate.deploy.stages import DEPLOY_STAGES, Stage, deploy_stage, rest_api_id
 
 ALIAS = "live"
 STATEMENT_ID = f"sagegate-apigateway-{ALIAS}"
@@ -66,7 +66,7 @@ def enable(lambda_client: Any, apigateway: Any, target: Target) -> str:
     lambda_client.get_waiter("function_updated_v2").wait(FunctionName=target.function_name)
     version = str(lambda_client.publish_version(
         FunctionName=target.function_name,
-        Description="sagegate: published by make chalice-deploy (SnapStart)")["Version"])
+        Description="sagegate: published by sagegate chalice-deploy (SnapStart)")["Version"])
     # the snapshot is taken while the version is Pending; it serves once Active
     lambda_client.get_waiter("published_version_active").wait(
         FunctionName=target.function_name, Qualifier=version)
@@ -125,29 +125,48 @@ def _point_integrations(apigateway: Any, target: Target, old_arn: str, new_arn: 
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``enable`` or ``disable`` for a stage deployed with ``chalice deploy``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def target_for(stage: Stage, session: Any) -> Target:
+    """The function and API ``chalice deploy`` created for ``stage``, in the session's account.
+
+    Raises:
+        ValueError: the stage has not been deployed with ``chalice deploy``.
+    """
+    identity = session.client("sts").get_caller_identity()
+    return Target(function_name=stage.function_name, rest_api_id=rest_api_id(stage.name),
+                  api_stage=stage.api_gateway_stage, region=session.region_name,
+                  account=identity["Account"], partition=identity["Arn"].split(":")[1])
+
+
+def switch(action: str, stage: Stage, session: Any) -> str:
+    """``enable`` or ``disable`` SnapStart for a chalice-deployed stage; returns what changed."""
+    target = target_for(stage, session)
+    lambda_client, apigateway = session.client("lambda"), session.client("apigateway")
+    if action == "enable":
+        version = enable(lambda_client, apigateway, target)
+        return (f"{target.function_name}: version {version} (SnapStart) behind alias "
+                f"{ALIAS!r}; API {target.rest_api_id} invokes {target.alias_arn}")
+    disable(lambda_client, apigateway, target)
+    return f"{target.function_name}: SnapStart off; API {target.rest_api_id} invokes $LATEST"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``sagegate snapstart``: ``enable`` or ``disable`` on a chalice-deployed stage."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="SnapStart for a stage deployed with chalice deploy (Path B): "
+        "enable publishes a version behind the 'live' alias and points the API at it "
+        "(sagegate chalice-deploy does this itself); disable points the API back at $LATEST. "
+        "Needs AWS.")
     parser.add_argument("action", choices=("enable", "disable"))
-    parser.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
+    parser.add_argument("--stage", required=True, choices=DEPLOY_STAGES)
     parser.add_argument("--region", required=True)
     args = parser.parse_args(argv)
     import boto3
 
-    session = boto3.session.Session(region_name=args.region)
-    identity = session.client("sts").get_caller_identity()
-    stage = load_stage(args.stage)
-    target = Target(function_name=stage.function_name, rest_api_id=rest_api_id(args.stage),
-                    api_stage=stage.api_gateway_stage, region=args.region,
-                    account=identity["Account"], partition=identity["Arn"].split(":")[1])
-    lambda_client, apigateway = session.client("lambda"), session.client("apigateway")
-    if args.action == "enable":
-        version = enable(lambda_client, apigateway, target)
-        print(f"{target.function_name}: version {version} (SnapStart) behind alias {ALIAS!r}; "
-              f"API {target.rest_api_id} invokes {target.alias_arn}")
-    else:
-        disable(lambda_client, apigateway, target)
-        print(f"{target.function_name}: SnapStart off; API {target.rest_api_id} invokes $LATEST")
+    try:
+        print(switch(args.action, deploy_stage(args.stage),
+                     boto3.session.Session(region_name=args.region)))
+    except ValueError as error:
+        parser.exit(1, f"error: {error}\n")
     return 0
 
 

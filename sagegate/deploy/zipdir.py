@@ -2,15 +2,11 @@
 
 The same input gives the same bytes, so ``aws cloudformation package`` (which names uploads
 by their MD5) neither uploads an unchanged layer again nor makes CloudFormation publish a new
-layer version for it::
-
-    python -m scripts.zipdir build/layer/layer.zip build/layer python
+layer version for it (:mod:`sagegate.deploy.layer` zips the layer with it).
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import zipfile
 from pathlib import Path
 
@@ -32,18 +28,3 @@ def zip_tree(archive: Path, base: Path, top: str) -> int:
     tmp.replace(archive)
     return len(files)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``ARCHIVE BASE TOP``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("archive", type=Path)
-    parser.add_argument("base", type=Path)
-    parser.add_argument("top")
-    args = parser.parse_args(argv)
-    count = zip_tree(args.archive, args.base, args.top)
-    print(f"{args.archive}: {count} files")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

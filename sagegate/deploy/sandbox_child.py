@@ -1,7 +1,7 @@
 """Run the packaged handler the way a Lambda Python runtime does, in a bare interpreter.
 
-Started by :mod:`scripts.lambda_sandbox` as
-``python -I -S -B lambda_child.py TASK LAYER RUNTIME IN OUT``: no site-packages, no PYTHON*
+Started by :mod:`sagegate.deploy.sandbox` as
+``python -I -S -B sandbox_child.py TASK LAYER RUNTIME IN OUT``: no site-packages, no PYTHON*
 variables, no user site, no .pyc writes. ``sys.path`` becomes what Lambda gives a function:
 the function code (``/var/task``), the layer (``/opt/python``), then the runtime's own
 packages (``/var/runtime``: boto3, snapshot_restore_py), then the standard library. Nothing
@@ -57,6 +57,15 @@ def _snapshot_and_restore() -> dict:
             "restore_ms": (time.perf_counter() - started) * 1000.0}
 
 
+def _built_at_import(app: object) -> bool:
+    """Whether importing ``app`` built the predictor (``app.services``; older zips kept it in
+    ``app._PREDICTOR``), read without building it."""
+    services = getattr(app, "services", None)
+    if services is not None:
+        return getattr(services, "_predictor", None) is not None
+    return getattr(app, "_PREDICTOR", None) is not None
+
+
 def main() -> None:
     task, layer, runtime, events_path, out_path = sys.argv[1:6]
     sys.path[:0] = [task, layer, runtime]
@@ -89,7 +98,7 @@ def main() -> None:
               "python": "{}.{}".format(*sys.version_info[:2]),
               "import_ms": import_ms, "request_ms": request_ms,
               "interpreter_ms": (started - STARTED) * 1000.0,
-              "built_at_import": getattr(app, "_PREDICTOR", None) is not None,
+              "built_at_import": _built_at_import(app),
               "snapstart": snapstart}
     with open(out_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle)

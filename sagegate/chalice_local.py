@@ -8,11 +8,12 @@ so a keep-alive client (boto3, browsers) waits about 40 ms per request. This run
 Two more fixes to the server: a listen backlog of 128 instead of socketserver's 5 (bursts of
 new connections were reset), and one log line instead of a traceback when a client goes away
 before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carries it in
-``X-Sagegate-Instance``, so ``scripts/run_local.py`` knows it is talking to its own child.
+``X-Sagegate-Instance``, so :mod:`sagegate.localstack` knows it is talking to its own child.
 
-Usage (same arguments as ``chalice``)::
+:func:`sagegate.localstack.start_chalice_local` starts it; by hand (same arguments as
+``chalice``, from the Chalice project's directory)::
 
-    python scripts/chalice_local.py local --stage local --port 8000 --no-autoreload
+    python -m sagegate.chalice_local local --stage local --port 8000 --no-autoreload
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from typing import Any
 from chalice import local
 from chalice.cli import main as chalice_main
 
-INSTANCE_ENV = "SAGEGATE_INSTANCE"
-INSTANCE_HEADER = "X-Sagegate-Instance"
+from sagegate.localstack import INSTANCE_ENV, INSTANCE_HEADER
+
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
 

@@ -3,11 +3,10 @@
 The deploy helpers (IAM policy, SAM merge template, layer ARN) read the stage through
 Chalice's own :class:`chalice.config.Config`, so a value set globally, per stage or per
 function resolves here exactly as it does in ``chalice deploy`` and ``chalice package``.
+The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere else::
 
-    python -m scripts.stage_config record-layer --stage prod --arn arn:aws:lambda:...:layer:x:3
-    python -m scripts.stage_config show --stage prod --key auth      # api-key
-    python -m scripts.stage_config rest-api-id --stage prod          # after `chalice deploy`
-    python -m scripts.stage_config terraform-config --stage prod     # see deploy.mk
+    sagegate stage prod                  # every resolved setting of the stage
+    sagegate stage prod --key auth       # one of them: api-key
 """
 from __future__ import annotations
 
@@ -19,9 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from chalicelib.access import AuthMode
+
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
-DEPLOYED_STAGES = ("dev", "prod")
+# The stages that go to AWS (every deploy command, `sagegate check`); the only list of them.
+DEPLOY_STAGES = ("dev", "prod")
 _LAYER_ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+\Z")
 
@@ -101,9 +103,20 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         snapstart=_snapstart(on_disk, name, config.lambda_python_version),
         open_api=config.environment_variables.get("SAGEGATE_OPEN_API", "").strip().lower()
         == "true")
-    if name in DEPLOYED_STAGES:
+    if name in DEPLOY_STAGES:
         check_access(stage)
     return stage
+
+
+def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
+    """:func:`load_stage` for a stage that goes to AWS (one of :data:`DEPLOY_STAGES`).
+
+    Raises:
+        ValueError: ``name`` is not a deploy stage, or :func:`check_access` refuses it.
+    """
+    if name not in DEPLOY_STAGES:
+        raise ValueError(f"{name!r} is not a deploy stage: use one of {', '.join(DEPLOY_STAGES)}")
+    return load_stage(name, path)
 
 
 def check_access(stage: Stage) -> None:
@@ -115,10 +128,11 @@ def check_access(stage: Stage) -> None:
     """
     where = f".chalice/config.json stages.{stage.name}"
     if not stage.auth:
+        named = ", ".join(mode for mode in AuthMode if mode != AuthMode.NONE)
         raise ValueError(f"{where} sets no SAGEGATE_AUTH: a deployed stage must name its "
-                         "authentication (api-key, iam, cognito, or none with "
+                         f"authentication ({named}, or {AuthMode.NONE} with "
                          "SAGEGATE_OPEN_API=true); an unset mode would deploy an open API")
-    if stage.auth == "none" and not stage.open_api:
+    if stage.auth == AuthMode.NONE and not stage.open_api:
         raise ValueError(f"{where} has SAGEGATE_AUTH=none, which deploys /predict and /resize "
                          "to anyone: set SAGEGATE_OPEN_API=true in the stage too if that is "
                          "meant")
@@ -130,7 +144,7 @@ def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:
     Raises:
         ValueError: not a boolean, or on for a runtime that SnapStart does not support.
     """
-    from scripts.lambda_runtime import RUNTIMES
+    from sagegate.deploy.runtime import RUNTIMES
 
     value = on_disk["stages"][stage].get("snapstart", on_disk.get("snapstart", False))
     if not isinstance(value, bool):
@@ -155,16 +169,17 @@ def record_layer(stage: str, arn: str, path: Path = CONFIG_PATH) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def rest_api_id(stage: str) -> str:
-    """The id of the REST API that ``chalice deploy`` created for ``stage``.
+def rest_api_id(stage: str, root: Path = ROOT) -> str:
+    """The id of the REST API that ``chalice deploy`` created for ``stage`` in ``root``.
 
     Raises:
         ValueError: the stage has not been deployed with ``chalice deploy``.
     """
     from chalice.config import Config
 
-    deployed = Config(chalice_stage=stage, config_from_disk=load_config(),
-                      user_provided_params={"project_dir": str(ROOT)}).deployed_resources(stage)
+    config = load_config(root / ".chalice" / "config.json")
+    deployed = Config(chalice_stage=stage, config_from_disk=config,
+                      user_provided_params={"project_dir": str(root)}).deployed_resources(stage)
     try:
         return str(deployed.resource_values("rest_api")["rest_api_id"])
     except (KeyError, ValueError):
@@ -183,45 +198,48 @@ def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
     return config
 
 
-_SHOW_KEYS = ("auth", "function-name", "layers", "python-version", "log-retention", "snapstart")
+KEYS = ("auth", "function-name", "endpoint-name", "layers", "python-version",
+        "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api")
 
 
-def _show(stage: Stage, key: str) -> str:
-    values = {"auth": stage.auth, "function-name": stage.function_name,
-              "layers": " ".join(stage.layers), "python-version": stage.python_version,
-              "log-retention": str(stage.log_retention_in_days or ""),
-              "snapstart": "true" if stage.snapstart else "false"}
-    return values[key]
+def describe(stage: Stage) -> dict[str, str]:
+    """The stage's resolved settings, by the names ``sagegate stage --key`` takes."""
+    return {"auth": stage.auth, "function-name": stage.function_name,
+            "endpoint-name": stage.env.get("ENDPOINT_NAME", ""),
+            "layers": " ".join(stage.layers), "python-version": stage.python_version,
+            "api-gateway-stage": stage.api_gateway_stage,
+            "log-retention": str(stage.log_retention_in_days or ""),
+            "snapstart": "true" if stage.snapstart else "false",
+            "xray": "true" if stage.xray else "false",
+            "open-api": "true" if stage.open_api else "false"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``record-layer``, ``show`` or ``rest-api-id``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    record = commands.add_parser("record-layer", help="set the stage's layers to one ARN")
-    record.add_argument("--arn", required=True)
-    show = commands.add_parser("show", help="print one resolved value of the stage")
-    show.add_argument("--key", required=True, choices=_SHOW_KEYS)
-    api_id = commands.add_parser("rest-api-id", help="the REST API id `chalice deploy` recorded")
-    terraform = commands.add_parser("terraform-config",
-                                    help="print the config for `chalice package --pkg-format "
-                                         "terraform`")
-    for command in (record, show, api_id, terraform):
-        command.add_argument("--stage", required=True, choices=DEPLOYED_STAGES)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``sagegate stage``: print a stage's settings as Chalice resolves them."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Show a stage's settings from .chalice/config.json, resolved "
+        "as Chalice resolves them (global, then stage); deploy stages are also checked for "
+        "explicit authentication.")
+    parser.add_argument("stage", help="a stage of .chalice/config.json (deploy stages: "
+                                      f"{', '.join(DEPLOY_STAGES)})")
+    parser.add_argument("--key", choices=KEYS, help="print this value only")
+    parser.add_argument("--env", action="store_true",
+                        help="print the function's environment variables instead")
     args = parser.parse_args(argv)
     try:
-        if args.command == "record-layer":
-            record_layer(args.stage, args.arn.strip())
-            print(f"{CONFIG_PATH.relative_to(ROOT)}: stages.{args.stage}.layers = "
-                  f"[{args.arn.strip()}]")
-        elif args.command == "show":
-            print(_show(load_stage(args.stage), args.key))
-        elif args.command == "terraform-config":
-            print(json.dumps(terraform_config(args.stage), indent=2))
-        else:
-            print(rest_api_id(args.stage))
+        stage = load_stage(args.stage)
+    except KeyError as error:
+        parser.exit(2, f"error: {error.args[0]}\n")
     except ValueError as error:
-        parser.exit(1, f"error: {error}\n")
+        parser.exit(2, f"error: {error}\n")
+    if args.env:
+        for name, value in sorted(stage.env.items()):
+            print(f"{name}={value}")
+    elif args.key:
+        print(describe(stage)[args.key])
+    else:
+        for key, value in describe(stage).items():
+            print(f"{key:<18} {value}")
     return 0
 
 

@@ -4,14 +4,16 @@ cfn-lint validates SAM templates against SAM's schemas without expanding them, s
 tell whether what SAM generates (the published version, the ``live`` alias, the Swagger body
 that points at it) holds together. This runs the translator CloudFormation itself runs
 (``aws-sam-translator``, installed in the IaC virtualenv beside cfn-lint) and writes the
-result, which ``make deploy-check`` lints again as plain CloudFormation::
+result, which ``sagegate check`` lints again as plain CloudFormation::
 
-    .venv/iac/bin/python scripts/sam_translate.py build/package-prod/sam.json \
+    .venv/iac/bin/python -I sagegate/deploy/sam_translate.py build/package-prod/sam.json \
         build/package-prod/transformed.json
 
 Offline: uploads are stood in for by S3 URIs, pseudo parameters by us-east-1, and no managed
 policy is looked up (sagegate's role has inline policies only). Runs with the IaC
-virtualenv's Python, so it imports nothing from the project.
+virtualenv's Python, by its file path, so it imports nothing from the project; ``-I`` keeps
+its own directory (whose modules are named like ``policy`` and ``templates``) off
+``sys.path``, and so does the guard below when it is run without ``-I``.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
 
 _LOCAL_URIS = {"AWS::Serverless::Function": "CodeUri",
                "AWS::Serverless::LayerVersion": "ContentUri"}

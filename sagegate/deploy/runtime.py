@@ -4,14 +4,11 @@ Chalice names the runtime after the interpreter that runs it (``python3.13`` und
 3.13), and the project's interpreter is the one ``.python-version`` selects. Each Lambda Python
 runtime runs on one Amazon Linux release, whose glibc decides which manylinux wheels load
 there: a wheel tagged ``manylinux_2_X`` needs glibc 2.X or newer. The pip ``--platform`` list
-for the layer is computed from that glibc version instead of being written out by hand::
-
-    python -m scripts.lambda_runtime platforms          # --platform flags for pip
-    python -m scripts.lambda_runtime describe           # python3.13 on Amazon Linux 2023 ...
+for the layer (:mod:`sagegate.deploy.layer`) and the locks (:mod:`sagegate.deploy.lock`) is
+computed from that glibc version instead of being written out by hand.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
@@ -69,22 +66,3 @@ def current() -> Runtime:
     """The runtime of the interpreter running this code (Chalice's choice)."""
     return runtime_for(f"{sys.version_info.major}.{sys.version_info.minor}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``platforms`` or ``describe`` for this interpreter's runtime."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("platforms", "describe", "python"))
-    args = parser.parse_args(argv)
-    runtime = current()
-    if args.what == "platforms":
-        print(" ".join(f"--platform {p}" for p in runtime.manylinux_platforms()))
-    elif args.what == "python":
-        print(runtime.python)
-    else:
-        print(f"{runtime.name} on {runtime.os} (glibc {runtime.glibc[0]}.{runtime.glibc[1]}), "
-              f"{ARCHITECTURE}, SnapStart {'supported' if runtime.snapstart else 'unsupported'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

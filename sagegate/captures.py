@@ -1,11 +1,15 @@
-"""Read capture records back and flatten them, as a Model Monitor record preprocessor does.
+"""``sagegate capture``: read capture records back and flatten them, as a Model Monitor
+record preprocessor does.
 
-``python -m chalicelib.capture SOURCE`` reads every ``.jsonl`` under a directory or an
+``sagegate capture SOURCE`` reads every ``.jsonl`` under a directory or an
 ``s3://bucket/prefix`` and writes one flat row per record (JSON Lines or CSV): the event
 metadata, the top-k and the probabilities as ``prediction0..N``. ``--preprocess-handler
 file.py`` runs a Model Monitor-style ``preprocess_handler(inference_record)`` from that file,
 unchanged, instead (its dict is the row; ``[]`` drops the record), then its
 ``postprocess_handler()`` if it has one.
+
+A developer tool, not part of the Lambda package: the function only writes captures
+(:mod:`chalicelib.capture`).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from types import ModuleType
 from typing import IO, Any
 
 from chalicelib import predictions
+from chalicelib.config import S3_SCHEME, split_s3_uri
 from chalicelib.errors import SagegateError
 
 
@@ -76,7 +81,7 @@ class InferenceRecord:
 
 def read_lines(source: str) -> Iterator[tuple[str, str]]:
     """``(where, line)`` for every line of every ``.jsonl`` under a directory or S3 prefix."""
-    if source.startswith("s3://"):
+    if source.startswith(S3_SCHEME):
         yield from _s3_lines(source)
         return
     root = Path(source)
@@ -91,16 +96,17 @@ def read_lines(source: str) -> Iterator[tuple[str, str]]:
 def _s3_lines(source: str) -> Iterator[tuple[str, str]]:
     import boto3
 
-    bucket, _, prefix = source[len("s3://"):].partition("/")
+    bucket, prefix = split_s3_uri(source)
+    folder = f"{prefix}/" if prefix else ""  # the prefix is a folder, as the S3 sink writes it
     s3 = boto3.client("s3")
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
         for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
             if not item["Key"].endswith(".jsonl"):
                 continue
             body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
             for number, line in enumerate(body.splitlines(), 1):
                 if line.strip():
-                    yield f"s3://{bucket}/{item['Key']}:{number}", line
+                    yield f"{S3_SCHEME}{bucket}/{item['Key']}:{number}", line
 
 
 def read_records(source: str) -> Iterator[InferenceRecord]:
@@ -196,12 +202,16 @@ class SourceError(Exception):
 
 
 def check_source(source: str) -> None:
-    """Refuses a local source that does not exist (S3 is checked when read).
+    """Refuses a local source that does not exist, or an S3 URI without a bucket (S3 itself is
+    checked when read).
 
     Raises:
         SourceError: naming the path.
+        ValueError: ``s3://`` names no bucket.
     """
-    if not source.startswith("s3://") and not Path(source).exists():
+    if source.startswith(S3_SCHEME):
+        split_s3_uri(source)
+    elif not Path(source).exists():
         raise SourceError(f"{source}: no such file or directory")
 
 
@@ -218,7 +228,7 @@ def _positive_int(text: str) -> int:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
     parser = argparse.ArgumentParser(
-        prog="python -m chalicelib.capture",
+        prog="sagegate capture",
         description="Flatten sagegate / SageMaker Model Monitor capture records.")
     parser.add_argument("source", help="a capture directory, a .jsonl file or s3://bucket/prefix")
     parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
@@ -272,7 +282,7 @@ def _read_checked(source: str) -> Iterator[InferenceRecord]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m chalicelib.capture SOURCE [--format csv|jsonl] [--output FILE] ...``.
+    """``sagegate capture SOURCE [--format csv|jsonl] [--output FILE] ...``.
 
     Returns:
         0 on success (``N record(s) from SOURCE`` on stderr); 2 when the arguments, the
@@ -287,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SourceError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1 if args.source.startswith("s3://") else 2
+        return 1 if args.source.startswith(S3_SCHEME) else 2
     except OSError as error:  # the output file
         print(f"error: cannot write {args.output or 'the output'}: {error.strerror}",
               file=sys.stderr)
@@ -297,3 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{count} record(s) from {args.source}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Print the sizes of the deployment artifacts and check them against Lambda's limits.
 
-    python -m scripts.artifact_sizes build/package-prod/deployment.zip build/layer/layer.zip
+``sagegate package`` prints them after each package (:func:`report`).
 
 Limits checked (exit status 1 when one is broken):
 
@@ -10,9 +10,7 @@ Limits checked (exit status 1 when one is broken):
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 import zipfile
 from pathlib import Path
 
@@ -62,19 +60,3 @@ def report(function: ZipSize, layers: list[ZipSize]) -> tuple[list[str], list[st
                       f"{UNZIPPED_LIMIT // MB} MB")
     return lines, broken
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: the function zip, then any layer zips."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("function_zip", type=Path)
-    parser.add_argument("layer_zips", type=Path, nargs="*")
-    args = parser.parse_args(argv)
-    lines, broken = report(ZipSize.of(args.function_zip), [ZipSize.of(p) for p in args.layer_zips])
-    print("\n".join(lines))
-    for problem in broken:
-        print(f"error: {problem}", file=sys.stderr)
-    return 1 if broken else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The AWS calls the deploy commands make themselves, through clients the caller passes.
+
+Simple calls go through boto3 (tested with botocore's Stubber): the region and account,
+uploading and publishing the layer, the function's log group and its retention. The
+CloudFormation deploys and ``chalice deploy`` are external commands (:mod:`sagegate.deploy.shell`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from sagegate.deploy.runtime import ARCHITECTURE
+from sagegate.deploy.shell import DeployError, config_path
+from sagegate.deploy.stages import ROOT, Stage, record_layer
+
+LAYER_DESCRIPTION = "numpy, OpenCV and the other compiled dependencies"
+
+
+def session(region: str | None = None) -> Any:
+    """A boto3 session in ``region``, else AWS_REGION, else boto3's own lookup
+    (AWS_DEFAULT_REGION, the AWS configuration).
+
+    Raises:
+        DeployError: (status 2) no region anywhere.
+    """
+    import boto3
+
+    chosen = (region or "").strip() or os.environ.get("AWS_REGION", "").strip() or None
+    made = boto3.session.Session(region_name=chosen)
+    if not made.region_name:
+        raise DeployError("no AWS region: pass --region (make ... REGION=), set AWS_REGION "
+                          "or configure the AWS CLI", status=2)
+    return made
+
+
+def account_of(sts: Any) -> str:
+    """The account the credentials belong to (``GetCallerIdentity``)."""
+    return str(sts.get_caller_identity()["Account"])
+
+
+def layer_key(stage: Stage, archive: Path) -> str:
+    """Where the layer zip goes in the bucket: named by its content, so unchanged is reused."""
+    digest = hashlib.md5(archive.read_bytes(), usedforsecurity=False).hexdigest()[:12]
+    return f"sagegate/{stage.name}/layer-{digest}.zip"
+
+
+def publish_layer(stage: Stage, archive: Path, bucket: str, s3: Any, lambda_client: Any,
+                  root: Path = ROOT) -> str:
+    """Upload the layer zip, publish it as a layer version, record it as the stage's layer.
+
+    Returns:
+        The new layer version's ARN.
+    """
+    key = layer_key(stage, archive)
+    with open(archive, "rb") as body:
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    print(f"uploaded {archive.name} to s3://{bucket}/{key}")
+    published = lambda_client.publish_layer_version(
+        LayerName=f"{stage.function_name}-dependencies", Description=LAYER_DESCRIPTION,
+        Content={"S3Bucket": bucket, "S3Key": key},
+        CompatibleRuntimes=[stage.python_version], CompatibleArchitectures=[ARCHITECTURE])
+    arn = str(published["LayerVersionArn"])
+    record_layer(stage.name, arn, config_path(root))
+    return arn
+
+
+def log_group(stage: Stage) -> str:
+    """The log group the function writes to (``/aws/lambda/<function>``)."""
+    return f"/aws/lambda/{stage.function_name}"
+
+
+def ensure_log_group(logs: Any, stage: Stage) -> str:
+    """Create the function's log group if missing and give it the stage's retention.
+
+    Chalice 1.34 gives ``log_retention_in_days`` to ``/aws/lambda/<app>-<stage>-api_handler``,
+    not to the function's own group: ``chalice-deploy`` creates that one first.
+    """
+    group = log_group(stage)
+    try:
+        logs.create_log_group(logGroupName=group)
+        print(f"created log group {group}")
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    if stage.log_retention_in_days:
+        logs.put_retention_policy(logGroupName=group,
+                                  retentionInDays=stage.log_retention_in_days)
+        print(f"{group}: retention {stage.log_retention_in_days} days")
+    return group
+
+
+def check_bucket(bucket: str | None, command: str) -> str:
+    """The ``--bucket`` value, or a usage error naming the make variable.
+
+    Raises:
+        DeployError: (status 2) no bucket.
+    """
+    if not (bucket or "").strip():
+        raise DeployError(f"{command} needs an S3 bucket: --bucket NAME "
+                          f"(make {command} STAGE=... BUCKET=...)", status=2)
+    return str(bucket).strip()
+
+
+def parameter(text: str) -> str:
+    """One ``--param`` value: ``Name=Value`` for ``--parameter-overrides``."""
+    import argparse
+
+    name, sep, _ = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected Name=Value, not {text!r}")
+    return text
+
+
+def add_aws_options(parser: Any, params: bool = True) -> None:
+    """``--region``, ``--account``, ``--aws`` and (for stacks) ``--param``."""
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION "
+                                         "or the AWS configuration)")
+    parser.add_argument("--account", help="12-digit account id for the IAM policy (default: "
+                                          "the credentials', from STS)")
+    parser.add_argument("--aws", default="aws", metavar="CLI",
+                        help="the AWS CLI to run (default: aws)")
+    if params:
+        parser.add_argument("--param", dest="params", action="append", default=[],
+                            type=parameter, metavar="NAME=VALUE",
+                            help="a stack parameter, e.g. UsagePlanRateLimit=20 (repeatable; "
+                                 "make PARAMS=\"A=1 B=2\")")
+
+
+def describe_stack(aws_cli: str, region: str, stack: str) -> list[str]:
+    """The AWS CLI command that prints a stack's outputs as a table."""
+    return [aws_cli, "cloudformation", "describe-stacks", "--region", region, "--stack-name",
+            stack, "--query", "Stacks[0].Outputs", "--output", "table"]

@@ -1,0 +1,174 @@
+"""The Lambda layer: numpy, OpenCV and the other compiled dependencies, built for Lambda.
+
+:func:`build` writes ``build/layer/layer.zip``:
+
+1. ``pip install --require-hashes --only-binary=:all: --implementation cp --python-version
+   3.13 --platform ... --target build/layer/python -r requirements-layer.txt``; the
+   ``--platform`` list comes from the runtime's glibc (:mod:`sagegate.deploy.runtime`);
+2. test suites, console scripts (``bin``) and ``RECORD`` files go: never used at run time,
+   and ``RECORD`` hashes the scripts' interpreter path, which would make the zip differ from
+   checkout to checkout;
+3. every module is compiled with ``--invalidation-mode unchecked-hash``: ``/opt`` is read-only
+   on Lambda, and without ``.pyc`` files every cold start compiles numpy again;
+4. a reproducible zip (:mod:`sagegate.deploy.zipdir`).
+
+The build is skipped when the fingerprint of its inputs (``requirements-layer.txt``,
+``.python-version`` and this builder's own source) is the one the last build recorded.
+
+``sagegate layer --stage prod --bucket B`` then publishes it (needs AWS): the zip goes to
+``s3://B/sagegate/prod/layer-<md5>.zip``, ``PublishLayerVersion`` makes it a layer version,
+and its ARN becomes the stage's only entry in ``layers`` (what ``chalice deploy`` uses).
+"""
+from __future__ import annotations
+
+import argparse
+import compileall
+import hashlib
+import py_compile
+import shutil
+import sys
+from pathlib import Path
+
+from sagegate.deploy import runtime, zipdir
+from sagegate.deploy.shell import (
+    DeployError,
+    Runner,
+    add_stage_option,
+    build_dir,
+    guarded,
+    run,
+)
+from sagegate.deploy.stages import ROOT
+
+REQUIREMENTS = "requirements-layer.txt"
+PYTHON_VERSION_FILE = ".python-version"
+# The builder's own source: a change to how the layer is built rebuilds it.
+BUILDER = tuple(Path(__file__).resolve().parent / name
+                for name in ("layer.py", "runtime.py", "zipdir.py"))
+FINGERPRINT = "inputs.sha256"
+
+
+def layer_dir(root: Path = ROOT) -> Path:
+    """``build/layer``: the installed tree (``python/``), the zip and its fingerprint."""
+    return build_dir(root) / "layer"
+
+
+def layer_zip(root: Path = ROOT) -> Path:
+    """``build/layer/layer.zip``."""
+    return layer_dir(root) / "layer.zip"
+
+
+def python_version(root: Path = ROOT) -> str:
+    """The project's Python (``.python-version``), which the layer's wheels and .pyc target."""
+    return (root / PYTHON_VERSION_FILE).read_text(encoding="utf-8").strip()
+
+
+def fingerprint(root: Path = ROOT) -> str:
+    """The sha256 of everything the layer is built from."""
+    digest = hashlib.sha256()
+    for path in (root / REQUIREMENTS, root / PYTHON_VERSION_FILE, *BUILDER):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def pip_command(python: str, version: str, target: Path, requirements: Path) -> list[str]:
+    """``pip install`` of the locked layer requirements, wheels for Lambda's platform only."""
+    platforms = runtime.runtime_for(version).manylinux_platforms()
+    return [python, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
+            "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
+            *[flag for platform in platforms for flag in ("--platform", platform)],
+            "--target", str(target), "-r", str(requirements)]
+
+
+def prune(tree: Path) -> None:
+    """Remove what never runs on Lambda: ``tests`` directories, ``bin``, ``RECORD`` files."""
+    for directory in sorted(tree.rglob("tests"), key=lambda p: len(p.parts), reverse=True):
+        if directory.is_dir():
+            shutil.rmtree(directory)
+    shutil.rmtree(tree / "bin", ignore_errors=True)
+    for record in tree.glob("*.dist-info/RECORD"):
+        record.unlink()
+
+
+def compile_tree(tree: Path) -> None:
+    """Compile every module to ``.pyc`` that Python never re-checks against its source.
+
+    Raises:
+        DeployError: a module does not compile.
+    """
+    if not compileall.compile_dir(tree, quiet=1, workers=0,
+                                  invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH):
+        raise DeployError(f"compileall failed in {tree}")
+
+
+def up_to_date(root: Path = ROOT) -> bool:
+    """Whether ``layer.zip`` exists and was built from the inputs there are now."""
+    stamp = layer_dir(root) / FINGERPRINT
+    return (layer_zip(root).is_file() and stamp.is_file()
+            and stamp.read_text(encoding="utf-8").strip() == fingerprint(root))
+
+
+def build(root: Path = ROOT, runner: Runner = run, force: bool = False) -> Path:
+    """Build ``build/layer/layer.zip`` unless it is up to date; return its path.
+
+    Raises:
+        DeployError: this interpreter is not the project's Python (the .pyc files would not
+            load), or a step failed.
+    """
+    archive = layer_zip(root)
+    if not force and up_to_date(root):
+        print(f"{archive.relative_to(root)}: up to date ({REQUIREMENTS}, {PYTHON_VERSION_FILE} "
+              "and the builder unchanged)")
+        return archive
+    version = python_version(root)
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running != version:
+        raise DeployError(f"the layer's .pyc files need Python {version} "
+                          f"({PYTHON_VERSION_FILE}); this is Python {running}")
+    directory = layer_dir(root)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    tree = directory / "python"
+    runner(pip_command(sys.executable, version, tree, root / REQUIREMENTS), cwd=root)
+    prune(tree)
+    compile_tree(tree)
+    count = zipdir.zip_tree(archive, directory, "python")
+    (directory / FINGERPRINT).write_text(fingerprint(root) + "\n", encoding="utf-8")
+    print(f"{archive.relative_to(root)}: {count} files")
+    return archive
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``sagegate layer``: build the layer zip; with ``--bucket``, publish it (needs AWS)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Build the Lambda layer zip (numpy, OpenCV, ...) for Lambda's "
+        "platform, offline, skipped when its inputs are unchanged. With --stage and --bucket, "
+        "also publish it (needs AWS): upload to S3, PublishLayerVersion, and record the ARN "
+        "as the stage's layer in .chalice/config.json (for chalice-deploy).")
+    add_stage_option(parser, default="prod")
+    parser.add_argument("--bucket", help="S3 bucket to upload the layer to (publishes it)")
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION "
+                                         "or the AWS configuration)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    args = parser.parse_args(argv)
+    if args.bucket is not None and not args.bucket.strip():
+        parser.error("--bucket is empty: name the S3 bucket to publish through "
+                     "(make layer STAGE=prod BUCKET=<bucket>)")
+
+    def body() -> None:
+        if args.bucket is None:
+            build(force=args.force)
+            return
+        from sagegate.deploy import aws
+        from sagegate.deploy.shell import stage_for
+
+        stage = stage_for(args.stage)
+        archive = build(force=args.force)
+        session = aws.session(args.region)
+        arn = aws.publish_layer(stage, archive, args.bucket, session.client("s3"),
+                                session.client("lambda"))
+        print(f".chalice/config.json: stages.{stage.name}.layers = [{arn}]")
+
+    return guarded(body)

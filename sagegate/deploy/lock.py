@@ -1,0 +1,76 @@
+"""``sagegate lock``: recompile every ``requirements*.txt`` lock, with hashes, from its input.
+
+Each ``requirements*.in`` (what a person edits) compiles to the ``requirements*.txt`` beside
+it, every transitive package pinned with ``--hash`` lines. uv rather than pip-tools: it
+resolves for a named platform and Python (``--python-platform``, ``--python-version``), so the
+function and the layer are locked for Lambda from any machine. ``--no-config``: no uv.toml or
+environment-specific settings, so it resolves from the default registry by name and the locks
+carry no index URLs or paths.
+
+* ``requirements.txt`` (the function) and ``requirements-layer.txt`` (wheels only) for the
+  Lambda runtime: x86_64 manylinux up to the runtime's glibc (:mod:`sagegate.deploy.runtime`);
+* ``requirements-dev.txt`` and ``requirements-iac.txt`` for Linux x86_64, the dev lock
+  constrained by the function and layer locks so shared packages get the versions Lambda gets.
+
+uv keeps a lock's pins unless its input asks otherwise: ``--upgrade`` moves everything to the
+newest allowed versions, ``--upgrade-package numpy`` one package.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from sagegate.deploy.layer import python_version
+from sagegate.deploy.runtime import ARCHITECTURE, runtime_for
+from sagegate.deploy.shell import Runner, guarded, run, tool
+from sagegate.deploy.stages import ROOT
+
+LINUX_PLATFORM = "x86_64-unknown-linux-gnu"
+# The header line uv writes into each lock (tests/unit/test_locks.py checks it).
+COMPILE_COMMAND = "make lock"
+
+
+def lambda_platform(version: str) -> str:
+    """uv's ``--python-platform`` for the Lambda runtime of Python ``version``."""
+    major, minor = runtime_for(version).glibc
+    return f"{ARCHITECTURE}-manylinux_{major}_{minor}"
+
+
+def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[list[str]]:
+    """The four ``uv pip compile`` commands, function and layer first (dev is constrained
+    by them)."""
+    base = [uv, "pip", "compile", "--quiet", "--no-config", "--generate-hashes",
+            "--python-version", version, "--custom-compile-command", COMPILE_COMMAND, *extra]
+    lam = lambda_platform(version)
+    return [
+        [*base, "--python-platform", lam, "requirements.in", "-o", "requirements.txt"],
+        [*base, "--python-platform", lam, "--only-binary", ":all:", "requirements-layer.in",
+         "-o", "requirements-layer.txt"],
+        [*base, "--python-platform", LINUX_PLATFORM, "-c", "requirements.txt", "-c",
+         "requirements-layer.txt", "requirements-dev.in", "-o", "requirements-dev.txt"],
+        [*base, "--python-platform", LINUX_PLATFORM, "requirements-iac.in", "-o",
+         "requirements-iac.txt"],
+    ]
+
+
+def lock(extra: Sequence[str] = (), root: Path = ROOT, runner: Runner = run) -> None:
+    """Recompile every lock of the project at ``root``."""
+    for command in commands(python_version(root), extra, tool("uv")):
+        runner(command, cwd=root)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``sagegate lock``: recompile the locks (was the Makefile's ``lock`` recipe)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Recompile every requirements*.txt lock (pins and hashes) from "
+        "its requirements*.in with uv: the function and layer for Lambda's platform, dev and "
+        "iac for Linux x86_64. Pins move only where an input asks, or with --upgrade.")
+    parser.add_argument("--upgrade", action="store_true",
+                        help="move every package to its newest allowed version")
+    parser.add_argument("--upgrade-package", action="append", default=[], metavar="NAME",
+                        help="move this package only (repeatable)")
+    args = parser.parse_args(argv)
+    extra = (["--upgrade"] if args.upgrade else []) + [
+        flag for name in args.upgrade_package for flag in ("--upgrade-package", name)]
+    return guarded(lambda: lock(extra))

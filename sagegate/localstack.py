@@ -1,0 +1,612 @@
+"""The local stack: the SageMaker runtime emulator plus ``chalice local``, no AWS account.
+
+``sagegate run`` (``make run``) starts it; the integration tests and the benchmarks start the
+same processes with the same helpers from this module: :func:`start_emulator` (the emulator's
+own launcher, from :mod:`emulator.process`), :func:`start_api` / :func:`start_chalice_local`
+(``chalice local`` through :mod:`sagegate.chalice_local`, ready once its own child answers),
+:func:`free_port` and :func:`check_port_free`, :func:`terminate` (by PID), and the memory
+readers :func:`rss_mb` / :func:`peak_rss_mb`. Only the standard library (and the emulator's
+process helper, which is standard library only) is imported at module level.
+
+Before starting anything, ``sagegate run`` checks the settings the stage gives sagegate and
+that both ports are free; while it runs, it restarts the emulator if it dies (the API answers
+503 meanwhile).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from email.message import Message
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, TYPE_CHECKING
+
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import (
+    EmulatorProcess,
+    EmulatorStartError,
+    free_port,
+    start_emulator,
+    terminate,
+)
+
+if TYPE_CHECKING:
+    from chalicelib.config import Settings
+
+__all__ = [
+    "DEFAULT_EMULATOR_CONFIG",
+    "DUMMY_AWS_ENV",
+    "HOST",
+    "INSTANCE_ENV",
+    "INSTANCE_HEADER",
+    "PORTS",
+    "ROOT",
+    "ApiProcess",
+    "ApiStartError",
+    "EmulatorProcess",
+    "EmulatorStartError",
+    "StartError",
+    "Supervisor",
+    "api_env",
+    "backoff",
+    "check_port_free",
+    "check_settings",
+    "free_port",
+    "main",
+    "own_answer",
+    "peak_rss_mb",
+    "read_port",
+    "rss_mb",
+    "serve",
+    "stage_env",
+    "start_api",
+    "start_chalice_local",
+    "start_emulator",
+    "terminate",
+    "wait_until_serving",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository: sagegate's Chalice project (``app.py``, ``.chalice/``)."""
+SAMPLES = ROOT / "samples"
+DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+}
+HOST = "127.0.0.1"
+PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080}
+"""The port variables ``sagegate run`` reads, with their defaults."""
+INSTANCE_ENV = "SAGEGATE_INSTANCE"
+"""The variable giving a ``chalice local`` child the marker it puts in its answers."""
+INSTANCE_HEADER = "X-Sagegate-Instance"
+"""The header carrying that marker (see :mod:`sagegate.chalice_local`)."""
+_POLL_SECONDS = 0.1
+
+
+class ApiStartError(RuntimeError):
+    """``chalice local`` exited or did not answer in time."""
+
+
+class StartError(Exception):
+    """``sagegate run`` cannot start; the message says why and what to change."""
+
+
+# ---------------------------------------------------------------- processes
+
+class ApiProcess:
+    """A running ``chalice local`` (with TCP_NODELAY) child process; a context manager that
+    stops it on exit."""
+
+    def __init__(self, process: subprocess.Popen[bytes], host: str, port: int,
+                 instance: str = "") -> None:
+        self.process = process
+        self.host = host
+        self.port = port
+        self.instance = instance
+        """The marker this child puts in ``X-Sagegate-Instance``."""
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self.process.pid
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM the child (by its PID), then SIGKILL if it does not exit in time."""
+        return terminate(self.process, timeout)
+
+    def __enter__(self) -> ApiProcess:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def api_env(endpoint_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment ``chalice local`` needs to reach the emulator with boto3."""
+    env = {**os.environ, **DUMMY_AWS_ENV, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint_url}
+    env.pop("AWS_PROFILE", None)
+    env.update(extra or {})
+    return env
+
+
+def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROOT,
+                        stage: str | None = "local", host: str = HOST,
+                        env: Mapping[str, str] | None = None, log: IO[bytes] | None = None,
+                        timeout: float = 60.0, ready_path: str = "/health",
+                        ready_status: int | None = 200) -> ApiProcess:
+    """Start ``chalice local`` (TCP_NODELAY, backlog 128, instance marker) for the Chalice app
+    in ``project_dir`` and wait until this child itself answers ``ready_path``.
+
+    Args:
+        port: the port to listen on.
+        endpoint_url: the SageMaker runtime URL (the emulator's).
+        project_dir: the Chalice project (default: sagegate's).
+        stage: the Chalice stage (None: chalice's default).
+        host: the address to bind.
+        env: extra environment variables for the process (the stage's own still win: chalice
+            local applies them over the process environment).
+        log: where the child's output goes (default: this process's stdout/stderr).
+        timeout: seconds to wait for the answer.
+        ready_path: the path to GET until it answers.
+        ready_status: the status that means ready (None: any answer from this child).
+
+    Raises:
+        ApiStartError: the child exited or never answered (it is then stopped).
+    """
+    instance = secrets.token_hex(8)
+    command = [sys.executable, "-m", "sagegate.chalice_local", "local",
+               *(("--stage", stage) if stage else ()),
+               "--host", host, "--port", str(port), "--no-autoreload"]
+    child_env = api_env(endpoint_url, {**(env or {}), INSTANCE_ENV: instance})
+    # sagegate.chalice_local is found from any project directory
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))])
+    process = subprocess.Popen(command, cwd=project_dir, env=child_env,
+                               stdin=subprocess.DEVNULL, stdout=log,
+                               stderr=subprocess.STDOUT if log else None)
+    api = ApiProcess(process, host, port, instance)
+    try:
+        wait_until_serving(api, timeout, ready_path, ready_status)
+    except BaseException:
+        api.stop(timeout=2.0)
+        raise
+    return api
+
+
+def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "local",
+              env: Mapping[str, str] | None = None, log: IO[bytes] | None = None,
+              timeout: float = 60.0) -> ApiProcess:
+    """Start sagegate under ``chalice local`` for ``stage`` and wait until it answers
+    ``/health`` (200) itself. Arguments as :func:`start_chalice_local`.
+
+    Raises:
+        ApiStartError: the child exited or never answered (it is then stopped).
+    """
+    return start_chalice_local(port, endpoint_url, stage=stage, host=host, env=env, log=log,
+                               timeout=timeout)
+
+
+def own_answer(api: ApiProcess, path: str = "/health") -> int | None:
+    """The status of this child's answer to ``GET path``; None when nothing answered or
+    another server did (its answer lacks the child's marker)."""
+    headers: Message
+    try:
+        with urllib.request.urlopen(api.url + path, timeout=2) as response:
+            status, headers = response.status, response.headers
+    except urllib.error.HTTPError as error:  # an answer all the same (403, 405 ...)
+        status, headers = error.code, error.headers
+        error.close()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+    return int(status) if headers.get(INSTANCE_HEADER) == api.instance else None
+
+
+def wait_until_serving(api: ApiProcess, timeout: float, path: str = "/health",
+                       status: int | None = 200) -> None:
+    """Wait until ``api``'s own child answers ``GET path`` (with ``status``, None: any).
+
+    Raises:
+        ApiStartError: the child exited first, or did not answer within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if api.process.poll() is not None:
+            raise ApiStartError(f"chalice local exited with code {api.process.returncode}")
+        answered = own_answer(api, path)
+        if (answered is not None and (status is None or answered == status)
+                and api.process.poll() is None):
+            return
+        time.sleep(_POLL_SECONDS)
+    raise ApiStartError(f"chalice local did not answer {path} within {timeout:g} s")
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now (VmRSS), in MB."""
+    return _status_kb(pid, "VmRSS") / 1024
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory so far (VmHWM), in MB."""
+    return _status_kb(pid, "VmHWM") / 1024
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise ValueError(f"no {field} in /proc/{pid}/status (has it exited?)")
+
+
+# ---------------------------------------------------------------- preflight
+
+def read_port(environ: Mapping[str, str], name: str) -> int:
+    """The port in ``API_PORT`` or ``EMULATOR_PORT`` (or its default).
+
+    Raises:
+        StartError: not a port number.
+    """
+    raw = environ.get(name, "").strip() or str(PORTS[name])
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise StartError(f"{name} must be a port number 1..65535, got {raw!r}")
+    return int(raw)
+
+
+def check_port_free(port: int, name: str, host: str = HOST) -> None:
+    """Fails early, and clearly, when something already listens on ``host:port``.
+
+    Binds as the servers do (SO_REUSEADDR, so connections lingering in TIME_WAIT are no
+    obstacle) and lets go at once.
+
+    Raises:
+        StartError: naming the port, its variable and how to pick another.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            other = 9000 if port != 9000 else 9001
+            raise StartError(
+                f"port {port} on {host} ({name}) is not available ({error.strerror}): "
+                f"stop what uses it or pick another port, e.g. make run {name}={other}"
+            ) from None
+
+
+def stage_env(stage: str, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment sagegate sees under ``chalice local --stage <stage>``: ``base``,
+    overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order).
+
+    Raises:
+        StartError: the config has no such stage or cannot be read.
+    """
+    from sagegate.deploy.stages import load_stage
+
+    try:
+        return {**base, **load_stage(stage).env}
+    except (KeyError, OSError, ValueError) as error:
+        raise StartError(f"cannot read stage {stage!r} of .chalice/config.json: "
+                         f"{error}") from None
+
+
+def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
+    """Validates the settings exactly as sagegate will read them.
+
+    Raises:
+        StartError: a variable has a bad value; the message names it.
+    """
+    from chalicelib.config import Settings
+    from chalicelib.errors import ConfigurationError
+
+    try:
+        return Settings.from_env(env)
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (set in the environment or in stage "
+                         f"{stage!r} of .chalice/config.json)") from None
+
+
+# ---------------------------------------------------------------- sagegate run
+
+def write_samples() -> dict[str, Path]:
+    """Write sample photos (from scikit-image's public-domain data) for the curl examples."""
+    import cv2
+    from skimage import data
+
+    SAMPLES.mkdir(exist_ok=True)
+    paths = {}
+    for name, image in (("cat", data.chelsea()), ("coffee", data.coffee())):
+        path = SAMPLES / f"{name}.jpg"
+        if not path.exists():
+            cv2.imwrite(str(path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
+                        [cv2.IMWRITE_JPEG_QUALITY, 95])
+        paths[name] = path
+    return paths
+
+
+def describe_capture(settings: Settings) -> str:
+    """One line on what data capture does, for the ready banner."""
+    if settings.capture_mode == "off":
+        return "data capture off"
+    where = settings.capture_destination
+    line = f"capturing {settings.capture_mode} of each prediction to {where}"
+    if "://" in where:
+        return line
+    cap = settings.capture_max_bytes
+    if not cap:
+        return line + " (no size cap: set CAPTURE_MAX_BYTES)"
+    return line + f" (at most {cap / 1e6:g} MB, oldest files dropped; CAPTURE_MAX_BYTES)"
+
+
+def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings) -> str:
+    return "\n".join([
+        f"sagegate: ready on {api.url} (pid {api.pid}; endpoint "
+        f"{settings.endpoint_name} on emulator {emulator.url}, pid {emulator.pid}); "
+        f"{describe_capture(settings)}",
+        "try:",
+        f"  curl -s {api.url}/predict -H 'Content-Type: image/jpeg' "
+        "--data-binary @samples/cat.jpg",
+        f"  curl -s '{api.url}/predict?k=3' -H 'Content-Type: image/jpeg' "
+        "--data-binary @samples/coffee.jpg",
+        f"  curl -s {api.url}/health",
+        "Ctrl-C stops both.",
+    ])
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[list[int]]:
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+# --- keeping the emulator running (make run) ------------------------------------------
+
+MAX_RESTARTS = 5
+"""Consecutive failed lives (a death or a failed start) tolerated before giving up."""
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 8.0
+STABLE_AFTER_S = 30.0
+"""An emulator that has served this long is healthy again: the failure count restarts at 0."""
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before restart number ``failures`` (1, 2, ...): 0.5, 1, 2, 4, 8, 8 ..."""
+    return float(min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (failures - 1)))
+
+
+class Supervisor:
+    """Restarts an emulator child when it exits, until it has failed too often in a row."""
+
+    def __init__(
+        self,
+        start: Callable[[], EmulatorProcess],
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        max_restarts: int = MAX_RESTARTS,
+    ) -> None:
+        """Prepares the supervisor; :meth:`start` starts the first child.
+
+        Args:
+            start: starts one emulator and waits until it serves (raises
+                :class:`EmulatorStartError` when it cannot).
+            say: prints one console line.
+            clock: monotonic seconds (injected for tests).
+            max_restarts: consecutive failures tolerated.
+        """
+        self._start = start
+        self._say = say
+        self._clock = clock
+        self._max_restarts = max_restarts
+        self.current: EmulatorProcess | None = None
+        self.failures = 0
+        self.restarts = 0
+        self.gave_up = False
+        self._started_at = 0.0
+        self._restart_at = 0.0
+
+    def start(self) -> EmulatorProcess:
+        """Starts the first child (its failure is the caller's: nothing was serving yet)."""
+        self.current = self._start()
+        self._started_at = self._clock()
+        return self.current
+
+    def check(self) -> bool:
+        """Notices a dead child and restarts it when its backoff has passed.
+
+        Returns:
+            False once the child has failed ``max_restarts`` times in a row (given up).
+        """
+        if self.gave_up:
+            return False
+        now = self._clock()
+        current = self.current
+        if current is not None and current.process.poll() is None:
+            if self.failures and now - self._started_at >= STABLE_AFTER_S:
+                self.failures = 0
+            return True
+        if current is not None:
+            code = current.stop(timeout=2.0)
+            self.current = None
+            return self._failed(f"the emulator (pid {current.pid}) exited with code {code}")
+        if now < self._restart_at:
+            return True
+        return self._restart(now)
+
+    def _restart(self, now: float) -> bool:
+        try:
+            self.current = self._start()
+        except EmulatorStartError as error:
+            return self._failed(f"the emulator did not restart: {str(error).splitlines()[0]}")
+        self._started_at = now
+        self.restarts += 1
+        self._say(f"sagegate: emulator restarted (pid {self.current.pid}) on {self.current.url}")
+        return True
+
+    def _failed(self, what: str) -> bool:
+        self.failures += 1
+        if self.failures > self._max_restarts:
+            self.gave_up = True
+            self._say(f"sagegate: {what}; giving up after {self._max_restarts} restarts in a row")
+            return False
+        delay = backoff(self.failures)
+        self._restart_at = self._clock() + delay
+        self._say(
+            f"sagegate: {what}; the API answers 503 EndpointUnavailable meanwhile; "
+            f"restarting it in {delay:g} s (attempt {self.failures}/{self._max_restarts})"
+        )
+        return True
+
+    def stop(self) -> None:
+        """Stops the current child, if any (by its PID)."""
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+
+def serve(api: ApiProcess, supervisor: Supervisor) -> int:
+    """Block until Ctrl-C/SIGTERM (0), chalice local exits, or the emulator cannot be kept
+    running (1). A dead emulator is restarted meanwhile (by ``supervisor``); the API stays
+    up."""
+    with _stop_on_signals() as received:
+        while not received:
+            if api.process.poll() is not None:
+                _say(f"sagegate: chalice local exited with code {api.process.returncode}")
+                return 1
+            if not supervisor.check():
+                return 1
+            time.sleep(0.2)
+    return 0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 1..65535, not {text!r}")
+    return int(text)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
+    parser = argparse.ArgumentParser(
+        prog="sagegate run",
+        description="Serve sagegate on this machine, no AWS account: the SageMaker runtime "
+                    "emulator, then `chalice local` for a stage with boto3 pointed at it. "
+                    "Checks the stage's settings and both ports first; restarts the emulator "
+                    "if it dies; Ctrl-C stops both.",
+        epilog="Ports: an option beats API_PORT / EMULATOR_PORT in the environment, which "
+               f"beat the defaults ({PORTS['API_PORT']} and {PORTS['EMULATOR_PORT']}). Exit "
+               "codes: 0 after Ctrl-C, 1 when a child cannot be kept running, 2 when the "
+               "stack cannot start (the one line on stderr says why).")
+    parser.add_argument("--stage", default="local",
+                        help="the Chalice stage of .chalice/config.json (default local)")
+    parser.add_argument("--emulator-config", type=Path, default=DEFAULT_EMULATOR_CONFIG,
+                        metavar="FILE",
+                        help="the emulator's configuration (default emulator/config.json)")
+    parser.add_argument("--api-port", type=_port, metavar="PORT",
+                        help=f"chalice local's port (API_PORT, default {PORTS['API_PORT']})")
+    parser.add_argument("--emulator-port", type=_port, metavar="PORT",
+                        help="the emulator's port "
+                             f"(EMULATOR_PORT, default {PORTS['EMULATOR_PORT']})")
+    return parser.parse_args(argv)
+
+
+def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int, int, Settings]:
+    """Every check that needs no child process: ports, then settings.
+
+    Returns:
+        ``(api_port, emulator_port, settings)``.
+
+    Raises:
+        StartError: the first problem found.
+    """
+    api_port = args.api_port or read_port(environ, "API_PORT")
+    emulator_port = args.emulator_port or read_port(environ, "EMULATOR_PORT")
+    if api_port == emulator_port:
+        raise StartError(f"API_PORT and EMULATOR_PORT are both {api_port}: pick two ports")
+    check_port_free(api_port, "API_PORT")
+    check_port_free(emulator_port, "EMULATOR_PORT")
+    url = f"http://{HOST}:{emulator_port}"
+    settings = check_settings(args.stage, stage_env(args.stage, api_env(url)))
+    return api_port, emulator_port, settings
+
+
+def _run(args: argparse.Namespace) -> int:
+
+    api_port, emulator_port, settings = preflight(args, os.environ)
+    write_samples()
+    supervisor = Supervisor(lambda: start_emulator(args.emulator_config, port=emulator_port,
+                                                   echo_stderr=sys.stderr), _say)
+    try:
+        try:
+            emulator = supervisor.start()
+        except EmulatorStartError as error:
+            raise StartError(f"the emulator did not start: {error}") from None
+        try:
+            api = start_api(api_port, emulator.url, stage=args.stage)
+        except ApiStartError as error:
+            raise StartError(str(error)) from None
+        try:
+            _say(_banner(api, emulator, settings))
+            return serve(api, supervisor)
+        finally:
+            api.stop()
+    finally:
+        supervisor.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``sagegate run``: the emulator and the API in the foreground until Ctrl-C.
+
+    Returns:
+        0 after Ctrl-C/SIGTERM; 1 when a child could not be kept running; 2 when the stack
+        cannot start (bad setting, port in use ...), with one line saying why.
+    """
+    args = parse_args(argv)
+    # Until the stack serves, SIGTERM stops it as Ctrl-C does: children stopped, no traceback.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        code = _run(args)
+    except StartError as error:
+        print(f"sagegate: cannot start: {error}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("sagegate: interrupted while starting", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _say("sagegate: stopped")
+    return code
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
