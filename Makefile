@@ -22,7 +22,8 @@ STAGE_OPT = $(call opt,--stage,$(STAGE))
 AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(call opt,--aws,$(AWS)) \
 	$(foreach param,$(PARAMS),--param $(param))
 
-.PHONY: help venv iac-tools lock run test lint typecheck unit functional integration fuzz bench \
+.PHONY: help venv iac-tools lock run test lint typecheck unit functional integration docs-check \
+	fuzz bench \
 	bench-coldstart bench-worstcase layer-zip layer package deploy-check policy deploy \
 	chalice-deploy clean
 
@@ -33,6 +34,7 @@ help:
 	@echo "  make lint            ruff"
 	@echo "  make typecheck       mypy"
 	@echo "  make unit | functional | integration   one test tier"
+	@echo "  make docs-check      run every example of README.md against make run's stack"
 	@echo "  make fuzz            long Hypothesis run (FUZZ_EXAMPLES=20000)"
 	@echo "  make bench           side-by-side benchmarks against the 2018 reference"
 	@echo "  make bench-coldstart Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
@@ -92,6 +94,10 @@ test: lint typecheck deploy-check
 
 unit functional integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/$@
+
+# every example in README.md, run (also part of the integration tier)
+docs-check: $(STAMP)
+	$(VENV)/bin/pytest -q tests/integration/test_readme.py
 
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(STAMP)

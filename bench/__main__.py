@@ -18,9 +18,9 @@ from bench.timing import Budgets
 PARTS = ("frontend", "e2e", "load", "all")
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Read the command line."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
+    """Read the command line (``prog``: the program name its help shows)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--part", choices=PARTS, default="all",
                         help="frontend: CPU per request and cold import; e2e: through "
                              "chalice local and the emulator; load: 1 to 32 clients on make "
@@ -55,9 +55,9 @@ def _summary(out: Report) -> None:
         out.say(f"  FAILED: {failure}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> int:
     """Run the chosen parts; exit 1 only if the two sides disagree on an answer."""
-    args = parse_args(argv)
+    args = parse_args(argv, prog)
     budgets = Budgets.quick() if args.quick else Budgets.full()
     out = Report()
     out.say(_banner(args))

@@ -1,8 +1,8 @@
 """Cold start the way Lambda pays it: the packaged function and layer in a bare interpreter.
 
-``python -m bench.coldstart [--runs N]`` (it runs ``make package STAGE=prod`` first, so the
+``sagegate bench-coldstart [--runs N]`` (it runs ``sagegate package --stage prod`` first, so the
 function zip is the code as it is now). Each run is a fresh ``python -I -S -B`` over a Lambda-
-like tree (:mod:`scripts.lambda_sandbox`): the function zip as ``/var/task``, a layer as
+like tree (:mod:`sagegate.deploy.sandbox`): the function zip as ``/var/task``, a layer as
 ``/opt/python``, boto3 and ``snapshot_restore_py`` as the runtime's own packages, all compiled
 for that Python as Lambda's read-only directories are. It imports ``app`` and serves two
 requests (a 1080p JPEG as a binary API Gateway event) against the emulator. Rows:
@@ -142,9 +142,9 @@ def _row(label: str, reports: list[dict[str, Any]]) -> list[str]:
             table.ms(imported + first)]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m bench.coldstart") -> int:
     """Build the trees, time each configuration, print the table."""
-    parser = argparse.ArgumentParser(prog="python -m bench.coldstart", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per row")
     args = parser.parse_args(argv)
     # the function zip of the code as it is now (the layer is rebuilt only when it changed)

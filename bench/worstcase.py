@@ -81,9 +81,9 @@ def measure(predictor: Predictor, data: bytes, runs: int) -> tuple[str, float]:
     return outcome, statistics.median(times)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m bench.worstcase") -> int:
     """Build each crafted input, time it, print the table."""
-    parser = argparse.ArgumentParser(prog="python -m bench.worstcase", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     cv2.setNumThreads(1)

@@ -18,7 +18,7 @@ Modes (``SAGEGATE_AUTH``):
 
 On Lambda the mode must be set explicitly: a function whose ``SAGEGATE_AUTH`` is missing or
 blank refuses to start (its import fails, so every request is an error and nothing is open),
-and packaging (``scripts/stage_config.py``) refuses such a stage before it is deployed.
+and packaging (:mod:`sagegate.deploy.stages`) refuses such a stage before it is deployed.
 
 ``/health`` stays open in every mode. ``CORS_ALLOW_ORIGIN`` is one origin
 (``https://app.example.com``), empty for no CORS headers at all, or ``*``, which is refused

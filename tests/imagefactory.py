@@ -101,3 +101,70 @@ def corrupt_jpeg() -> bytes:
     dht = data.find(b"\xff\xc4")
     data[dht + 4] = 0x55  # table class 5 does not exist
     return bytes(data)
+
+
+# Phone-sized photos, for the fidelity tests. scikit-image ships small public-domain photos;
+# enlarged with bicubic interpolation alone they lack the fine detail of a real camera picture
+# (and compress far better), so a little seeded Gaussian noise is added, as bench/images.py
+# does. Everything is deterministic: every run sends the same bytes.
+PHOTO_NOISE_SIGMA = 6.0
+PHOTO_SEED = 2018
+
+
+def photo(name: str, width: int | None = None, height: int | None = None,
+          noise: float = PHOTO_NOISE_SIGMA, seed: int = PHOTO_SEED) -> np.ndarray:
+    """A scikit-image photo (``chelsea``, ``coffee``, ``rocket``, ...) as BGR: as shipped when
+    no size is given, else centre-cropped to the aspect of ``width`` x ``height``, enlarged
+    bicubically to it and given seeded noise of ``noise`` grey levels (0 for none)."""
+    from skimage import data  # deferred: only the photo tests need scikit-image
+
+    image = cv2.cvtColor(getattr(data, name)(), cv2.COLOR_RGB2BGR)
+    if width is None or height is None:
+        return np.ascontiguousarray(image)
+    rows, cols = image.shape[:2]
+    if cols * height > rows * width:
+        keep = round(rows * width / height)
+        image = image[:, (cols - keep) // 2:(cols - keep) // 2 + keep]
+    else:
+        keep = round(cols * height / width)
+        image = image[(rows - keep) // 2:(rows - keep) // 2 + keep]
+    image = cv2.resize(image, (width, height), interpolation=cv2.INTER_CUBIC)
+    if noise:
+        grain = np.empty(image.shape, np.int16)
+        cv2.setRNGSeed(seed)
+        cv2.randn(grain, np.zeros(3), np.full(3, noise))
+        image = cv2.add(image, grain, dtype=cv2.CV_8U)
+    return image
+
+
+def png_at(image: np.ndarray, level: int) -> bytes:
+    """A PNG at zlib ``level`` (0-9): a 12 MP photo fits under 6 MB only well compressed."""
+    ok, buf = cv2.imencode(".png", image, [cv2.IMWRITE_PNG_COMPRESSION, level])
+    assert ok
+    return buf.tobytes()
+
+
+def webp_of(image: np.ndarray, quality: int = 80) -> bytes:
+    """A lossy WebP of ``image`` (101 for lossless)."""
+    ok, buf = cv2.imencode(".webp", image, [cv2.IMWRITE_WEBP_QUALITY, quality])
+    assert ok
+    return buf.tobytes()
+
+
+# how each EXIF orientation's stored pixels are made from the upright picture (the inverse of
+# the rotation a viewer applies)
+_STORED_FOR_ORIENTATION = {3: cv2.ROTATE_180, 6: cv2.ROTATE_90_COUNTERCLOCKWISE,
+                           8: cv2.ROTATE_90_CLOCKWISE}
+
+
+def jpeg_rotated_by_exif(upright_bgr: np.ndarray, orientation: int, quality: int = 90) -> bytes:
+    """A JPEG that shows ``upright_bgr`` once its EXIF ``orientation`` (3, 6 or 8) is applied:
+    the pixels are stored rotated, as a camera held sideways stores them, and encoded as any
+    other test JPEG (OpenCV), with an APP1 EXIF segment holding the tag right after SOI."""
+    stored = cv2.rotate(upright_bgr, _STORED_FOR_ORIENTATION[orientation])
+    data = jpeg(image=stored, quality=quality)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    payload = exif.tobytes()  # b"Exif\0\0" + the TIFF structure
+    segment = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+    return data[:2] + segment + data[2:]

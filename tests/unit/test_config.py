@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from chalicelib.config import Settings
+from chalicelib.access import Access
+from chalicelib.config import (
+    API_GATEWAY_TIMEOUT_SECONDS,
+    COGNITO_USER_POOL_ARNS,
+    CORS_ALLOW_ORIGIN,
+    POWERTOOLS_METRICS_NAMESPACE,
+    POWERTOOLS_SERVICE_NAME,
+    SAGEGATE_AUTH,
+    SAGEGATE_OPEN_API,
+    Settings,
+)
 from chalicelib.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,13 +62,77 @@ def test_settings_are_frozen() -> None:
         settings.default_k = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("stage", ["local", "dev", "prod"])
+CONFIG = json.loads((ROOT / ".chalice" / "config.json").read_text())
+STAGES = sorted(CONFIG["stages"])
+LOCAL_STAGES = {"local", "test"}  # served by chalice local, never deployed
+SETTINGS_FIELDS = {field.name.upper(): field for field in dataclasses.fields(Settings)}
+ACCESS_VARIABLES = {SAGEGATE_AUTH, SAGEGATE_OPEN_API, CORS_ALLOW_ORIGIN, COGNITO_USER_POOL_ARNS}
+# read by libraries, not by sagegate's own code: botocore's region, Powertools' names
+LIBRARY_VARIABLES = {"AWS_DEFAULT_REGION", "POWERTOOLS_LOG_LEVEL", POWERTOOLS_SERVICE_NAME,
+                     POWERTOOLS_METRICS_NAMESPACE}
+
+
+def stage_env(stage: str) -> dict[str, str]:
+    """What a stage's function sees: the top-level variables, then the stage's over them."""
+    return {**CONFIG["environment_variables"],
+            **CONFIG["stages"][stage].get("environment_variables", {})}
+
+
+def test_the_stages_are_the_ones_the_project_uses() -> None:
+    assert set(STAGES) == {"local", "test", "dev", "prod"}
+    assert CONFIG["environment_variables"]["ENDPOINT_NAME"] == "efficientnet-lite0"
+
+
+@pytest.mark.parametrize("where", ["top level", *STAGES])
+def test_every_variable_is_one_that_is_read(where: str) -> None:
+    """A misspelt name (``REQUEST_BUDGET_SECOND``) would be ignored without a word."""
+    variables = (CONFIG["environment_variables"] if where == "top level"
+                 else CONFIG["stages"][where].get("environment_variables", {}))
+    unknown = set(variables) - set(SETTINGS_FIELDS) - ACCESS_VARIABLES - LIBRARY_VARIABLES
+    assert not unknown, f"{where}: no setting is called {sorted(unknown)}"
+
+
+def test_no_top_level_value_repeats_a_settings_default() -> None:
+    """The top level holds only what differs from the defaults in chalicelib/config.py."""
+    top = Settings.from_env(CONFIG["environment_variables"])
+    for name, value in CONFIG["environment_variables"].items():
+        field = SETTINGS_FIELDS.get(name)
+        if field is not None and field.default is not dataclasses.MISSING:
+            assert getattr(top, field.name) != field.default, f"{name}={value!r} is the default"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_stage_value_repeats_what_the_stage_gets_anyway(stage: str) -> None:
+    inherited = Settings.from_env(CONFIG["environment_variables"])
+    settings = Settings.from_env(stage_env(stage))
+    for name, value in CONFIG["stages"][stage].get("environment_variables", {}).items():
+        if name in SETTINGS_FIELDS:
+            assert getattr(settings, name.lower()) != getattr(inherited, name.lower()), \
+                f"{stage}: {name}={value!r} is what the stage gets without it"
+
+
+@pytest.mark.parametrize("stage", STAGES)
 def test_every_stage_config_is_valid(stage: str) -> None:
-    config = json.loads((ROOT / ".chalice" / "config.json").read_text())
-    env = {**config["environment_variables"],
-           **config["stages"][stage].get("environment_variables", {})}
-    Settings.from_env(env)
-    assert config["stages"][stage]["lambda_timeout"] < 29 if stage != "local" else True
+    """The settings and access rules each stage's function reads are valid (a deployed one
+    with its authentication named), and a capture directory has a size cap."""
+    env = stage_env(stage)
+    settings = Settings.from_env(env)
+    access = Access.from_env(env, deployed=stage not in LOCAL_STAGES)
+    assert settings.endpoint_name == env["ENDPOINT_NAME"]
+    assert access.auth == env.get(SAGEGATE_AUTH, "none")
+    if settings.capture_mode != "off" and "://" not in settings.capture_destination:
+        assert settings.capture_max_bytes > 0, f"{stage}: a capture directory without a cap"
+
+
+@pytest.mark.parametrize("stage", sorted(set(STAGES) - LOCAL_STAGES))
+def test_a_deployed_request_is_ended_by_its_budget_not_by_lambda_or_api_gateway(
+        stage: str) -> None:
+    """The budget answers 504 in time only if Lambda lets the function run past it, and API
+    Gateway (29 s) waits for Lambda. Chalice's default Lambda timeout is 60 s."""
+    settings = Settings.from_env(stage_env(stage))
+    timeout = CONFIG["stages"][stage].get("lambda_timeout")
+    assert timeout is not None, f"{stage} has no lambda_timeout (Chalice's default is 60 s)"
+    assert settings.request_budget_seconds < timeout < API_GATEWAY_TIMEOUT_SECONDS
 
 
 def test_new_limits_have_documented_defaults() -> None:

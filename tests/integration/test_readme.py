@@ -1,0 +1,192 @@
+"""Every example in README.md runs (``make docs-check`` runs this file alone).
+
+The stack is `make run`'s: the emulator with its default configuration and ``chalice local
+--stage local``, in a copy of the project, so the examples' files (``samples/``, ``captures/``)
+are the copy's. Each command of a ``sh`` block is run:
+
+* ``curl``: against the stack; an answer documented in the ``#`` lines below it must be the
+  answer given (the first prediction's index, label and probability to the digits shown);
+* ``sagegate`` / ``.venv/bin/sagegate``: the installed console script, in the copy;
+* ``make``: the target must exist (``make -n``: ``make run`` and ``make test`` are what CI and
+  this very test run).
+
+``json`` blocks that show an answer or a log line must have exactly the keys the real ones have.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagegate.localstack import (
+    DEFAULT_EMULATOR_CONFIG,
+    ROOT,
+    ApiProcess,
+    free_port,
+    start_chalice_local,
+    start_emulator,
+    write_samples,
+)
+
+README = ROOT / "README.md"
+VENV_BIN = Path(sys.executable).parent
+LOCAL_URL = re.compile(r"(https?://)?localhost:8000")
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_PREDICTION = re.compile(r'"index": (\d+), "label": "([^"]+)", "probability": ([0-9.]+)')
+
+
+@dataclass(frozen=True)
+class Example:
+    line: int
+    command: str
+    documented: str
+    """The ``#`` lines that follow the command: its documented output."""
+
+
+def examples(language: str) -> list[Example]:
+    """The commands (``sh``) or documents (``json``) of README's fenced blocks."""
+    text = README.read_text()
+    found: list[Example] = []
+    for block in _FENCE.finditer(text):
+        if block.group(1) != language:
+            continue
+        first_line = text.count("\n", 0, block.start(2)) + 1
+        if language != "sh":
+            found.append(Example(first_line, block.group(2), ""))
+            continue
+        lines = block.group(2).splitlines()
+        for index, line in enumerate(lines):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            documented = []
+            for following in lines[index + 1:]:
+                if not following.startswith("#"):
+                    break
+                documented.append(following[1:].strip())
+            command = line.split(" # ", 1)[0].strip()  # a trailing comment is not the command
+            found.append(Example(first_line + index, command, " ".join(documented)))
+    return found
+
+
+COMMANDS = examples("sh")
+
+
+@dataclass
+class Copy:
+    root: Path
+    api: ApiProcess
+
+
+@pytest.fixture(scope="module")
+def project() -> Iterator[Copy]:
+    write_samples()
+    with tempfile.TemporaryDirectory(prefix="sagegate-readme-") as tmp:
+        root = Path(tmp)
+        for name in ("app.py", "chalicelib", ".chalice", "samples", "docs"):
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, root / name,
+                                ignore=shutil.ignore_patterns("__pycache__", "deployments"))
+            else:
+                shutil.copy2(source, root / name)
+        with start_emulator(DEFAULT_EMULATOR_CONFIG) as emulator, \
+                open(root / "api.log", "wb") as log:
+            api = start_chalice_local(free_port(), emulator.url, project_dir=root, log=log)
+            try:
+                yield Copy(root, api)
+            finally:
+                api.stop()
+
+
+def test_the_readme_has_examples_of_every_kind() -> None:
+    kinds = {example.command.split()[0] for example in COMMANDS}
+    assert {"make", "curl", ".venv/bin/sagegate"} <= kinds, kinds
+
+
+def run(project: Copy, command: str) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(LOCAL_URL.sub(project.api.url, command))
+    if argv[0] in ("sagegate", ".venv/bin/sagegate"):
+        argv[0] = str(VENV_BIN / "sagegate")
+    return subprocess.run(argv, cwd=project.root, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.mark.parametrize("example", [e for e in COMMANDS if e.command.startswith("curl")],
+                         ids=lambda e: f"README.md:{e.line}")
+def test_curl_examples_answer_what_the_readme_says(project: Copy, example: Example) -> None:
+    done = run(project, example.command)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert "Code" not in answer, answer
+    documented = _PREDICTION.search(example.documented)
+    if documented is None:
+        return
+    index, label, probability = documented.groups()
+    first = answer["predictions"][0]
+    digits = len(probability.split(".")[1])
+    assert (first["index"], first["label"], round(first["probability"], digits)) == \
+        (int(index), label, float(probability)), f"README.md:{example.line}: {first}"
+
+
+@pytest.mark.parametrize("example", [e for e in COMMANDS if "sagegate" in e.command.split()[0]],
+                         ids=lambda e: f"README.md:{e.line}")
+def test_sagegate_examples_run(project: Copy, example: Example) -> None:
+    # the curl examples made the captures the capture examples read
+    for curl in (e for e in COMMANDS if e.command.startswith("curl")):
+        run(project, curl.command)
+    done = run(project, example.command)
+    assert done.returncode == 0, f"README.md:{example.line}: {done.stderr}"
+
+
+@pytest.mark.parametrize("example", [e for e in COMMANDS if e.command.startswith("make")],
+                         ids=lambda e: f"README.md:{e.line}")
+def test_make_examples_name_real_targets(example: Example) -> None:
+    argv = shlex.split(example.command)
+    done = subprocess.run(["make", "-n", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, f"README.md:{example.line}: {done.stderr}"
+
+
+def test_json_examples_have_the_real_keys(project: Copy) -> None:
+    documents = [json.loads(re.sub(r'"\.\.\."', '""', e.command)) for e in examples("json")]
+    run(project, "curl -s localhost:8000/predict -H 'Content-Type: image/jpeg' "
+                 "--data-binary @samples/cat.jpg")
+    answer = json.loads(run(project, "curl -s 'localhost:8000/predict?k=1' -H "
+                                     "'Content-Type: image/jpeg' --data-binary "
+                                     "@samples/cat.jpg").stdout)
+    log_lines = [json.loads(line) for line in (project.root / "api.log").read_text().splitlines()
+                 if line.startswith('{"level"')]
+    real_log = next(line for line in reversed(log_lines) if line.get("route") == "/predict")
+    checked = 0
+    for document in documents:
+        if "predictions" in document:
+            assert _keys(document) == _keys(answer)
+            checked += 1
+        elif document.get("message") == "request":
+            assert _keys(document) <= _keys(real_log) | {"timestamp", "location"}
+            assert set(document) >= {"request_id", "route", "status", "stages_ms"}
+            checked += 1
+    assert checked >= 2
+
+
+def _keys(document: Any, prefix: str = "") -> set[str]:
+    """Every key path of a JSON document (lists: their first element)."""
+    if isinstance(document, list):
+        return _keys(document[0], prefix + "[]") if document else set()
+    if not isinstance(document, dict):
+        return set()
+    keys = set()
+    for key, value in document.items():
+        keys.add(prefix + key)
+        keys |= _keys(value, prefix + key + ".")
+    return keys

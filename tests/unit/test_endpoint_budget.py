@@ -1,0 +1,141 @@
+"""EndpointClient's time budget, on an injected clock: no attempt starts unless a whole one
+(connect and read timeouts) still fits before the deadline, and the backoff sleeps count.
+
+A real botocore client with a Stubber answers; the clock is a fake that moves only when an
+attempt is made (each takes ``ATTEMPT_SECONDS``) or when the client sleeps, so every figure
+below is exact and no test waits.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from io import BytesIO
+from typing import Any
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
+from chalicelib.errors import EndpointTimeoutError, EndpointUnavailableError
+
+ATTEMPT_SECONDS = 0.5  # what one failed attempt takes on the fake clock
+START = 1000.0
+INVOCATION = Invocation("efficientnet-lite0", b"x", "image/png", "application/json")
+
+
+@dataclass
+class FakeClock:
+    now: float = START
+    sleeps: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    """The clock's time as each attempt began."""
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def attempt(self, **_: Any) -> None:
+        self.starts.append(self.now)
+        self.now += ATTEMPT_SECONDS
+
+
+@dataclass
+class Budgeted:
+    clock: FakeClock
+    stubber: Stubber
+    client: Any
+
+    def endpoint(self, policy: RetryPolicy, delay: float) -> EndpointClient:
+        """The client under test; every backoff is ``delay`` (full jitter drawn at its top)."""
+        assert policy.base_delay == policy.max_delay == delay
+        return EndpointClient(self.client, policy, sleep=self.clock.sleep, clock=self.clock,
+                              rng=lambda: 1.0)
+
+    def throttle(self, times: int) -> None:
+        for _ in range(times):
+            self.stubber.add_client_error("invoke_endpoint", "ThrottlingException",
+                                          "Rate exceeded", 400)
+
+
+@pytest.fixture
+def budgeted() -> Iterator[Budgeted]:
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    clock = FakeClock()
+    # emitted for every call the client makes, stubbed or not
+    client.meta.events.register("before-parameter-build.sagemaker-runtime.InvokeEndpoint",
+                                clock.attempt)
+    with Stubber(client) as stubber:
+        yield Budgeted(clock, stubber, client)
+
+
+@pytest.mark.parametrize("remaining", [2.99, 0.0, -1.0])
+def test_no_attempt_starts_when_the_budget_cannot_hold_one(budgeted: Budgeted,
+                                                           remaining: float) -> None:
+    endpoint = budgeted.endpoint(RetryPolicy(attempt_timeout=3.0, base_delay=0.1,
+                                             max_delay=0.1), 0.1)
+    with pytest.raises(EndpointTimeoutError, match="time budget"):
+        endpoint.invoke(INVOCATION, deadline=START + remaining)
+    assert budgeted.clock.starts == []  # nothing was queued: the endpoint was never called
+
+
+def test_an_attempt_starts_when_exactly_one_fits(budgeted: Budgeted) -> None:
+    budgeted.throttle(1)
+    endpoint = budgeted.endpoint(RetryPolicy(max_attempts=5, attempt_timeout=3.0,
+                                             base_delay=0.1, max_delay=0.1), 0.1)
+    with pytest.raises(EndpointUnavailableError):
+        endpoint.invoke(INVOCATION, deadline=START + 3.0)
+    assert budgeted.clock.starts == [START]  # and no retry: 2.5 s left after it
+    assert budgeted.clock.sleeps == []
+
+
+def test_retries_stop_when_the_budget_cannot_hold_one_more_attempt(budgeted: Budgeted) -> None:
+    """Budget 10 s (the policy's, from the injected clock), an attempt needs 3 s, each failed
+    attempt takes 0.5 s and each backoff 1 s: attempts start at 0, 1.5, 3, 4.5 and 6 s; after
+    the fifth, 3.5 s are left, less than a backoff and an attempt (4 s). Max attempts (10) is
+    not what stops it."""
+    policy = RetryPolicy(max_attempts=10, budget_seconds=10.0, attempt_timeout=3.0,
+                         base_delay=1.0, max_delay=1.0)
+    budgeted.throttle(policy.max_attempts)
+    endpoint = budgeted.endpoint(policy, 1.0)
+    with pytest.raises(EndpointUnavailableError) as raised:
+        endpoint.invoke(INVOCATION)
+    # the endpoint's own last answer, as a 503 the client may retry later
+    assert raised.value.details == {"endpoint_error": "ThrottlingException"}
+    assert [start - START for start in budgeted.clock.starts] == [0.0, 1.5, 3.0, 4.5, 6.0]
+    assert budgeted.clock.sleeps == [1.0] * 4
+    deadline = START + policy.budget_seconds
+    assert all(deadline - start >= policy.attempt_timeout for start in budgeted.clock.starts)
+
+
+def test_the_backoff_sleep_counts_against_the_budget(budgeted: Budgeted) -> None:
+    """After the first attempt 4.5 s are left: an attempt (3 s) would fit, but not after the
+    2 s backoff, so there is no sleep and no second attempt (it would have started with 2.5 s
+    left and outlived the budget)."""
+    budgeted.throttle(3)
+    endpoint = budgeted.endpoint(RetryPolicy(max_attempts=3, attempt_timeout=3.0,
+                                             base_delay=2.0, max_delay=2.0), 2.0)
+    with pytest.raises(EndpointUnavailableError):
+        endpoint.invoke(INVOCATION, deadline=START + 5.0)
+    assert budgeted.clock.starts == [START]
+    assert budgeted.clock.sleeps == []
+
+
+def test_a_retry_that_fits_is_made(budgeted: Budgeted) -> None:
+    """The same, with 0.5 s more: backoff and attempt fit, and the second attempt answers."""
+    budgeted.throttle(1)
+    body = b"[0.25, 0.75]"
+    budgeted.stubber.add_response("invoke_endpoint", {
+        "Body": StreamingBody(BytesIO(body), len(body)), "ContentType": "application/json"})
+    endpoint = budgeted.endpoint(RetryPolicy(max_attempts=3, attempt_timeout=3.0,
+                                             base_delay=2.0, max_delay=2.0), 2.0)
+    result = endpoint.invoke(INVOCATION, deadline=START + 5.5)
+    assert (result.body, result.attempts) == (body, 2)
+    assert budgeted.clock.starts == [START, START + 2.5]
+    assert budgeted.clock.sleeps == [2.0]
+    budgeted.stubber.assert_no_pending_responses()
