@@ -28,6 +28,13 @@ class SagegateError(Exception):
         return {}
 
 
+class HandlerError(SagegateError):
+    """A user's handler file raised at request time: a generic message for the client, the
+    traceback in the log only."""
+
+    CODE = "HandlerError"
+
+
 class ConfigurationError(SagegateError):
     """A setting is missing or invalid: raised when settings are built, never per request."""
 
@@ -64,6 +71,26 @@ class InvalidParameterError(BadRequestError):
 
 class InvalidVariantError(BadRequestError):
     CODE = "InvalidVariant"
+
+
+class SignatureMismatchError(BadRequestError):
+    """The request's data does not fit the model's declared signature (dtype, shape, names)."""
+
+    CODE = "SignatureMismatch"
+
+
+class InvalidInputError(BadRequestError):
+    """A user handler's input_handler / pre_inference refused the request (ValueError,
+    TypeError): its message is the answer."""
+
+    CODE = "InvalidInput"
+
+
+class ModelNotFoundError(SagegateError):
+    """No model of that name is registered."""
+
+    STATUS_CODE = 404
+    CODE = "ModelNotFound"
 
 
 class NotAcceptableError(SagegateError):

@@ -1,0 +1,395 @@
+"""The model registry: one folder per model under ``chalicelib/models/``, read at start-up.
+
+A model is a folder ``chalicelib/models/<name>/`` (packaged with the function; the folder name
+is the model's name) holding ``model.json`` and, as its pipeline needs, ``inference.py`` (the
+SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) and
+``labels.txt`` (one class per line). ``model.json``::
+
+    {"endpoint": "iris",                 # or "$IRIS_ENDPOINT": read from the stage's environment
+     "pipeline": "tensor",               # image-classification | tensor | sagemaker-tfs | cortex
+     "content_type": "application/json", # sent to the endpoint
+     "accept": "application/json",
+     "signature": {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
+                   "outputs": [{"name": "probabilities", "dtype": "float32", "shape": [-1, 3]}]},
+     "target_model": null, "variant": null,    # SageMaker TargetModel / TargetVariant defaults
+     "metadata": {},                      # handed to Cortex handlers
+     "default_k": 3,
+     "image": {"resize_mode": "fill", "input_width": 299, ...}}   # image-classification only
+
+Every file is validated when the registry is built: an unknown or badly typed key, a missing
+variable, a handler file the pipeline needs and lacks stop start-up with a
+:class:`~chalicelib.errors.ConfigurationError` naming the file and the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from chalicelib.config import SAGEMAKER_NAME, Settings
+from chalicelib.errors import ConfigurationError
+from chalicelib.media import ENDPOINT_ANSWER_TYPES, MediaType
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODEL_FILE = "model.json"
+LABELS_FILE = "labels.txt"
+DEFAULT_MODEL = "DEFAULT_MODEL"
+"""The environment variable naming the model ``/predict`` serves."""
+DEFAULT_MODEL_NAME = "efficientnet-lite0"
+_MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?\Z")
+_ENV_REFERENCE = re.compile(r"^\$([A-Z_][A-Z0-9_]*)\Z")
+# Settings an image-classification model.json may give in "image" (the flat variables give the
+# default model's).
+IMAGE_KEYS = frozenset({"resize_mode", "resize_shorter_side", "input_width", "input_height",
+                        "upscale", "encode_format", "jpeg_quality", "png_compression",
+                        "passthrough"})
+
+
+class Pipeline(enum.StrEnum):
+    """How a model's requests are turned into endpoint calls and answers."""
+
+    IMAGE_CLASSIFICATION = "image-classification"
+    TENSOR = "tensor"
+    SAGEMAKER_TFS = "sagemaker-tfs"
+    CORTEX = "cortex"
+
+
+HANDLER_FILES = {Pipeline.SAGEMAKER_TFS: "inference.py", Pipeline.CORTEX: "handler.py"}
+
+
+class DType(enum.StrEnum):
+    """The tensor element types a signature may declare (numpy's names)."""
+
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    UINT8 = "uint8"
+    BOOL = "bool"
+    STRING = "string"
+
+    @property
+    def onnx_type(self) -> str:
+        """The ONNX type string (``tensor(float)``...), as Cortex's ONNX signature shows it."""
+        return f"tensor({_ONNX_NAMES.get(self, self.value)})"
+
+
+_ONNX_NAMES = {DType.FLOAT32: "float", DType.FLOAT64: "double", DType.FLOAT16: "float16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model's signature; -1 in ``shape`` is any length."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        """``float32 of shape (-1, 4)``."""
+        shape = "(" + ", ".join(str(d) for d in self.shape) + ("," if len(self.shape) == 1
+                                                                 else "") + ")"
+        return f"{self.dtype} of shape {shape}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``model.json`` and ``GET /models`` write it."""
+        return {"name": self.name, "dtype": str(self.dtype), "shape": list(self.shape)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """A model's declared inputs and outputs, in order."""
+
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``model.json`` and ``GET /models`` write it."""
+        return {"inputs": [spec.to_dict() for spec in self.inputs],
+                "outputs": [spec.to_dict() for spec in self.outputs]}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One registered model, validated.
+
+    Attributes:
+        name: the folder's name.
+        folder: the folder.
+        endpoint: the SageMaker endpoint name (``$VAR`` resolved).
+        pipeline: how requests are handled.
+        content_type, accept: what is sent to the endpoint and asked of it.
+        signature: declared inputs and outputs (empty for image-classification).
+        target_model, variant: default TargetModel / TargetVariant (a request may override).
+        metadata: the user's dict, handed to Cortex handlers.
+        default_k: top-k when a request does not say.
+        labels: class names in index order, or None.
+        settings: the image settings (image-classification): the flat variables, overridden
+            by ``image`` in ``model.json``.
+    """
+
+    name: str
+    folder: Path
+    endpoint: str
+    pipeline: Pipeline
+    content_type: str
+    accept: str
+    signature: Signature
+    target_model: str | None = None
+    variant: str | None = None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    default_k: int = 5
+    labels: tuple[str, ...] | None = None
+    settings: Settings | None = None
+
+    @property
+    def handler_file(self) -> Path | None:
+        """The user's handler file this pipeline runs, if any."""
+        name = HANDLER_FILES.get(self.pipeline)
+        return self.folder / name if name else None
+
+
+class Registry:
+    """Every model of a deployment, by name, and the default one."""
+
+    def __init__(self, models: Mapping[str, ModelSpec], default: str) -> None:
+        if default not in models:
+            raise ConfigurationError(
+                f"{DEFAULT_MODEL}={default!r} names no model; registered: {', '.join(models)}")
+        self.models = dict(models)
+        self.default = default
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self.models)
+
+    def get(self, name: str | None = None) -> ModelSpec:
+        """The model called ``name`` (the default one when None).
+
+        Raises:
+            ModelNotFoundError: no such model (the message lists the known ones).
+        """
+        from chalicelib.errors import ModelNotFoundError
+
+        model = self.models.get(self.default if name is None else name)
+        if model is None:
+            shown = name if len(name or "") <= 64 else (name or "")[:64] + "..."
+            raise ModelNotFoundError(
+                f"No model {shown!r}; the models are: {', '.join(self.names())}.",
+                details={"models": self.names()})
+        return model
+
+
+def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODELS_DIR,
+                  labels: Sequence[str] | None = None) -> Registry:
+    """Read and validate every model folder under ``root``.
+
+    Args:
+        settings: the flat settings (they describe the default model, and any
+            image-classification model's settings start from them).
+        env: the environment ``$VAR`` endpoints are read from.
+        root: the models folder.
+        labels: the flat ``LABELS`` file's classes, for image models without a labels.txt.
+
+    Raises:
+        ConfigurationError: a folder, file or key is not valid; the message names it.
+    """
+    if not root.is_dir():
+        raise ConfigurationError(f"{root.name}/ is missing: no models are registered")
+    models = {}
+    for folder in sorted(path for path in root.iterdir() if path.is_dir()
+                         and not path.name.startswith((".", "_"))):
+        models[folder.name] = load_model(folder, settings, env, labels)
+    default = env.get(DEFAULT_MODEL, "").strip() or DEFAULT_MODEL_NAME
+    return Registry(models, default)
+
+
+def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
+               flat_labels: Sequence[str] | None = None) -> ModelSpec:
+    """Read one model folder.
+
+    Raises:
+        ConfigurationError: naming the file and the key that is wrong.
+    """
+    where = f"models/{folder.name}/{MODEL_FILE}"
+    if not _MODEL_NAME.match(folder.name):
+        raise ConfigurationError(f"models/{folder.name}: a model's folder name is lower-case "
+                                 "letters, digits and inner hyphens (it is the URL's name)")
+    try:
+        document = json.loads((folder / MODEL_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"{where} is missing") from None
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"{where} is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise ConfigurationError(f"{where} must hold a JSON object")
+    return _ModelReader(where, folder, document, settings, env, flat_labels).read()
+
+
+_KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
+         "variant", "metadata", "default_k", "image", "description"}
+
+
+class _ModelReader:
+    """Validates one model.json, key by key, naming the file and key on every failure."""
+
+    def __init__(self, where: str, folder: Path, document: dict[str, Any], settings: Settings,
+                 env: Mapping[str, str], flat_labels: Sequence[str] | None) -> None:
+        self.where = where
+        self.folder = folder
+        self.doc = document
+        self.settings = settings
+        self.env = env
+        self.flat_labels = flat_labels
+
+    def fail(self, key: str, requirement: str) -> ConfigurationError:
+        return ConfigurationError(f"{self.where}: key {key!r} {requirement}")
+
+    def read(self) -> ModelSpec:
+        unknown = sorted(set(self.doc) - _KEYS)
+        if unknown:
+            raise self.fail(unknown[0],
+                            f"is not a model.json key (known: {', '.join(sorted(_KEYS))})")
+        pipeline = self._pipeline()
+        image = pipeline == Pipeline.IMAGE_CLASSIFICATION
+        signature = self._signature(required=pipeline == Pipeline.TENSOR)
+        labels = self._labels(image)
+        endpoint = self._endpoint()
+        settings = self._image_settings(endpoint) if image else None
+        model = ModelSpec(
+            name=self.folder.name, folder=self.folder, endpoint=endpoint, pipeline=pipeline,
+            content_type=self._media_type("content_type", settings.endpoint_content_type
+                                          if settings else MediaType.JSON),
+            accept=self._media_type("accept", settings.endpoint_accept if settings
+                                    else MediaType.JSON),
+            signature=signature, target_model=self._optional_text("target_model"),
+            variant=self._name("variant"), metadata=self._metadata(),
+            default_k=self._default_k(settings), labels=labels, settings=settings)
+        handler = model.handler_file
+        if handler is not None and not handler.is_file():
+            raise self.fail("pipeline", f"is {pipeline!r}, which runs {handler.name}: "
+                            f"models/{self.folder.name}/{handler.name} is missing")
+        return model
+
+    def _pipeline(self) -> Pipeline:
+        value = self.doc.get("pipeline")
+        try:
+            return Pipeline(str(value))
+        except ValueError:
+            raise self.fail("pipeline", f"must be one of {', '.join(Pipeline)}, not "
+                            f"{value!r}") from None
+
+    def _endpoint(self) -> str:
+        value = self.doc.get("endpoint")
+        if not isinstance(value, str) or not value:
+            raise self.fail("endpoint", "must name the SageMaker endpoint (or \"$VARIABLE\")")
+        reference = _ENV_REFERENCE.match(value)
+        if reference:
+            value = self.env.get(reference.group(1), "").strip()
+            if not value:
+                raise self.fail("endpoint", f"reads ${reference.group(1)}, which is not set in "
+                                "the stage's environment")
+        if not SAGEMAKER_NAME.fullmatch(value):
+            raise self.fail("endpoint", f"must be a SageMaker endpoint name, not {value!r}")
+        return value
+
+    def _media_type(self, key: str, default: str) -> str:
+        value = self.doc.get(key, default)
+        if not isinstance(value, str) or not re.match(r"^[\w.+-]+/[\w.+-]+\Z", value):
+            raise self.fail(key, f"must be a media type, not {value!r}")
+        if key == "accept" and self.doc.get("pipeline") != Pipeline.IMAGE_CLASSIFICATION \
+                and value not in ENDPOINT_ANSWER_TYPES:
+            raise self.fail(key, f"must be one of {', '.join(ENDPOINT_ANSWER_TYPES)}")
+        return value
+
+    def _optional_text(self, key: str) -> str | None:
+        value = self.doc.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value or len(value) > 1024:
+            raise self.fail(key, "must be a string (at most 1024 characters) or null")
+        return value
+
+    def _name(self, key: str) -> str | None:
+        value = self._optional_text(key)
+        if value is not None and not SAGEMAKER_NAME.fullmatch(value):
+            raise self.fail(key, f"must be a SageMaker name, not {value!r}")
+        return value
+
+    def _metadata(self) -> dict[str, Any]:
+        value = self.doc.get("metadata", {})
+        if not isinstance(value, dict):
+            raise self.fail("metadata", "must be a JSON object")
+        return value
+
+    def _default_k(self, settings: Settings | None) -> int:
+        value = self.doc.get("default_k", settings.default_k if settings else 5)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+            raise self.fail("default_k", "must be a whole number from 1 to 100000")
+        return value
+
+    def _signature(self, required: bool) -> Signature:
+        value = self.doc.get("signature")
+        if value is None:
+            if required:
+                raise self.fail("signature", "is required by the tensor pipeline")
+            return Signature()
+        if not isinstance(value, dict) or set(value) - {"inputs", "outputs"}:
+            raise self.fail("signature", 'must be {"inputs": [...], "outputs": [...]}')
+        inputs = self._specs(value.get("inputs", []), "signature.inputs")
+        if required and not inputs:
+            raise self.fail("signature.inputs", "must declare at least one input")
+        return Signature(inputs, self._specs(value.get("outputs", []), "signature.outputs"))
+
+    def _specs(self, value: Any, key: str) -> tuple[TensorSpec, ...]:
+        if not isinstance(value, list):
+            raise self.fail(key, "must be a list of {\"name\", \"dtype\", \"shape\"}")
+        specs = tuple(self._spec(item, f"{key}[{index}]") for index, item in enumerate(value))
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise self.fail(key, "declares a name twice")
+        return specs
+
+    def _spec(self, item: Any, key: str) -> TensorSpec:
+        if not isinstance(item, dict) or set(item) != {"name", "dtype", "shape"}:
+            raise self.fail(key, 'must be {"name": ..., "dtype": ..., "shape": [...]}')
+        name, dtype, shape = item["name"], item["dtype"], item["shape"]
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][\w.:/-]{0,127}\Z", name):
+            raise self.fail(key + ".name", f"must be a tensor name, not {name!r}")
+        try:
+            kind = DType(dtype)
+        except ValueError:
+            raise self.fail(key + ".dtype", f"must be one of {', '.join(DType)}") from None
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 8 or not all(
+                isinstance(d, int) and not isinstance(d, bool) and (d == -1 or d >= 1)
+                for d in shape):
+            raise self.fail(key + ".shape", "must be a list of 1 to 8 sizes, -1 for any")
+        return TensorSpec(name, kind, tuple(shape))
+
+    def _labels(self, image: bool) -> tuple[str, ...] | None:
+        path = self.folder / LABELS_FILE
+        if path.is_file():
+            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+            labels = tuple(line for line in lines if line)
+            if not labels:
+                raise ConfigurationError(f"models/{self.folder.name}/{LABELS_FILE} is empty")
+            return labels
+        if image and self.flat_labels is not None:
+            return tuple(self.flat_labels)
+        return None
+
+    def _image_settings(self, endpoint: str) -> Settings:
+        value = self.doc.get("image", {})
+        if not isinstance(value, dict) or set(value) - IMAGE_KEYS:
+            raise self.fail("image", f"must be an object of: {', '.join(sorted(IMAGE_KEYS))}")
+        try:
+            return dataclasses.replace(self.settings, endpoint_name=endpoint, **value)
+        except (ConfigurationError, TypeError) as error:
+            raise self.fail("image", str(error)) from None

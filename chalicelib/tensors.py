@@ -1,0 +1,405 @@
+"""Requests as tensors: a body read against a model's signature, and TF Serving's REST bodies.
+
+The most common failure in front of an endpoint is a request that does not match the model's
+signature: a string where float32 is needed, ``[1, 2, 3, 4]`` where ``(batch, 4)`` is. This
+module reads what clients send (``{"instances": [...]}`` rows, ``{"inputs": {...}}`` columns,
+a bare list, ``{"<input name>": ...}``, CSV rows, ``.npy``), coerces it to the declared dtype
+and shape where the intent is unambiguous (numbers sent as strings, one row for a ``(-1, N)``
+input, a missing batch axis), and refuses anything else with a
+:class:`~chalicelib.errors.SignatureMismatchError` naming the input, what was expected and what
+arrived. The endpoint then gets TF Serving's REST body and its answer is read back per output.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from chalicelib.errors import (
+    InvalidEndpointResponseError,
+    InvalidJSONError,
+    SignatureMismatchError,
+    UnsupportedMediaTypeError,
+)
+from chalicelib.media import MediaType, bare
+from chalicelib.registry import DType, Signature, TensorSpec
+
+MAX_INSTANCES = 1024
+"""Rows one request may carry (the emulator's TF Serving bound is the same)."""
+MAX_ELEMENTS = 4_000_000
+"""Values one input may carry, whatever its shape."""
+NPY = "application/x-npy"
+READABLE_TYPES = (MediaType.JSON, MediaType.JSONLINES, MediaType.CSV, NPY)
+_NUMPY_TYPES: dict[DType, Any] = {
+    DType.FLOAT16: np.float16, DType.FLOAT32: np.float32, DType.FLOAT64: np.float64,
+    DType.INT8: np.int8, DType.INT16: np.int16, DType.INT32: np.int32, DType.INT64: np.int64,
+    DType.UINT8: np.uint8, DType.BOOL: np.bool_, DType.STRING: np.object_,
+}
+_INTEGER = (DType.INT8, DType.INT16, DType.INT32, DType.INT64, DType.UINT8)
+_ENVELOPES = ("instances", "inputs", "signature_name")
+
+
+def read_tensors(body: bytes, content_type: str | None, signature: Signature
+                 ) -> dict[str, np.ndarray]:
+    """Read a request body into one array per declared input, each coerced to its spec.
+
+    Raises:
+        SignatureMismatchError: the data does not fit the signature (the message says how).
+        InvalidJSONError: a JSON body that does not parse.
+        UnsupportedMediaTypeError: a content type this reader does not take.
+    """
+    kind = bare(content_type)
+    if kind in (MediaType.JSON, MediaType.JSONLINES):
+        raw = _from_json(_load(body, kind), signature)
+    elif kind == MediaType.CSV:
+        raw = {_only_input(signature, "CSV rows").name: _csv_rows(body)}
+    elif kind == NPY:
+        raw = {_only_input(signature, "an .npy array").name: _npy(body)}
+    else:
+        raise UnsupportedMediaTypeError(
+            f"Unsupported Content-Type {kind[:64]!r}; this model reads "
+            f"{', '.join(READABLE_TYPES)}.")
+    return {spec.name: coerce(spec, raw[spec.name]) for spec in signature.inputs}
+
+
+def _load(body: bytes, kind: str) -> Any:
+    from chalicelib.bodies import load_json
+
+    if kind == MediaType.JSON:
+        return load_json(body)
+    lines = [line for line in body.splitlines() if line.strip()]
+    if len(lines) > MAX_INSTANCES:
+        raise SignatureMismatchError(
+            f"The body has {len(lines)} JSON lines; at most {MAX_INSTANCES} instances.")
+    return {"instances": [load_json(line) for line in lines]}
+
+
+def _from_json(document: Any, signature: Signature) -> dict[str, Any]:
+    names = [spec.name for spec in signature.inputs]
+    if isinstance(document, list):  # a bare list: the single input's value (rows)
+        return {_only_input(signature, "a bare list").name: document}
+    if not isinstance(document, dict):
+        raise SignatureMismatchError(
+            f"The body must be a JSON object or list, not {_describe(document)}.")
+    if "instances" in document or "inputs" in document:
+        extra = sorted(set(document) - set(_ENVELOPES))
+        if extra or ("instances" in document and "inputs" in document):
+            raise SignatureMismatchError(
+                'Send {"instances": [...]} (rows) or {"inputs": {...}} (columns), with '
+                f'"signature_name" at most; got the fields {", ".join(sorted(document))}.')
+        if "instances" in document:
+            return _rows(document["instances"], signature)
+        return _columns(document["inputs"], signature)
+    return _named(document, names, "field")
+
+
+def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
+    """TF Serving's row format: each instance the single input's value, or an object."""
+    if isinstance(instances, str):  # a JSON-encoded list sent as a string, a classic mistake
+        instances = _json_in_a_string(instances, '"instances"')
+    if not isinstance(instances, list) or not instances:
+        raise SignatureMismatchError(
+            f'"instances" must be a non-empty list of rows, not {_describe(instances)}.')
+    if len(instances) > MAX_INSTANCES:
+        raise SignatureMismatchError(
+            f'"instances" has {len(instances)} rows; at most {MAX_INSTANCES}.')
+    if len(signature.inputs) == 1 and not all(isinstance(row, dict) for row in instances):
+        return {signature.inputs[0].name: instances}
+    if not all(isinstance(row, dict) for row in instances):
+        names = ", ".join(repr(spec.name) for spec in signature.inputs)
+        raise SignatureMismatchError(
+            f"This model has {len(signature.inputs)} inputs ({names}): each instance must be "
+            "an object keyed by input name.")
+    columns: dict[str, list[Any]] = {}
+    for index, row in enumerate(instances):
+        named = _named(row, [spec.name for spec in signature.inputs], f"instance {index}'s key")
+        for name, value in named.items():
+            columns.setdefault(name, []).append(value)
+    return columns
+
+
+def _columns(inputs: Any, signature: Signature) -> dict[str, Any]:
+    """TF Serving's columnar format: ``{"inputs": {name: value}}`` or the single input."""
+    if isinstance(inputs, dict):
+        return _named(inputs, [spec.name for spec in signature.inputs], '"inputs" key')
+    return {_only_input(signature, 'a list in "inputs"').name: inputs}
+
+
+def _named(fields: Mapping[str, Any], names: Sequence[str], what: str) -> dict[str, Any]:
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        shown = ", ".join(repr(name[:64]) for name in unknown[:5])
+        raise SignatureMismatchError(
+            f"Unknown {what} {shown}; the model's inputs are: {', '.join(names)}.")
+    missing = [name for name in names if name not in fields]
+    if missing:
+        raise SignatureMismatchError(
+            f"Missing input {missing[0]!r}; the model's inputs are: {', '.join(names)}.")
+    return dict(fields)
+
+
+def _only_input(signature: Signature, what: str) -> TensorSpec:
+    if len(signature.inputs) != 1:
+        names = ", ".join(repr(spec.name) for spec in signature.inputs)
+        raise SignatureMismatchError(
+            f"This model has {len(signature.inputs)} inputs ({names}): {what} cannot say "
+            'which is which; send {"instances": [{"<input>": ...}, ...]} or '
+            '{"inputs": {"<input>": ...}}.')
+    return signature.inputs[0]
+
+
+def _csv_rows(body: bytes) -> list[list[str]]:
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SignatureMismatchError("The CSV body is not UTF-8 text.") from None
+    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+    if not rows:
+        raise SignatureMismatchError("The CSV body has no rows.")
+    if len(rows) > MAX_INSTANCES:
+        raise SignatureMismatchError(f"The CSV body has {len(rows)} rows; at most "
+                                     f"{MAX_INSTANCES}.")
+    return rows
+
+
+def _npy(body: bytes) -> np.ndarray:
+    try:
+        array = np.load(io.BytesIO(body), allow_pickle=False)
+    except Exception:  # ValueError, EOFError, OSError: whatever a damaged file raises
+        raise SignatureMismatchError("The body is not a valid .npy array.") from None
+    if not isinstance(array, np.ndarray):
+        raise SignatureMismatchError("The body must be one .npy array, not an .npz archive.")
+    return array
+
+
+def _json_in_a_string(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise SignatureMismatchError(
+            f"{where} is a string that is not JSON; send the list itself.") from None
+
+
+def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
+    """``value`` as an array of ``spec``'s dtype and shape.
+
+    Accepted beyond an exact match: numbers sent as strings, a JSON list sent as a string, a
+    single sample without the batch axis (``[5.1, 3.5, 1.4, 0.2]`` for ``(-1, 4)``).
+
+    Raises:
+        SignatureMismatchError: "input 'features': expected float32 of shape (-1, 4), got a
+            list of 3 numbers".
+    """
+    def mismatch(got: str) -> SignatureMismatchError:
+        return SignatureMismatchError(
+            f"input {spec.name!r}: expected {spec.describe()}, got {got}",
+            details={"input": spec.name, "expected": {"dtype": str(spec.dtype),
+                                                      "shape": list(spec.shape)}})
+
+    if isinstance(value, str) and spec.dtype != DType.STRING and value.lstrip()[:1] in "[{":
+        value = _json_in_a_string(value, f"input {spec.name!r}")
+    array = _as_array(value, spec, mismatch)
+    if array.ndim == len(spec.shape) - 1 and spec.shape[0] == -1:
+        array = array[np.newaxis, ...]  # one sample, without the batch axis
+    if array.ndim != len(spec.shape) or any(
+            want not in (-1, have) for want, have in zip(spec.shape, array.shape, strict=True)):
+        raise mismatch(_describe(value if not isinstance(value, np.ndarray) else array))
+    if array.shape[0] == 0:
+        raise mismatch("an empty batch")
+    return array
+
+
+def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        size = _count(value)
+        if size > MAX_ELEMENTS:
+            raise mismatch(f"{size} values (at most {MAX_ELEMENTS})")
+        try:
+            array = np.array(value, dtype=object)
+        except ValueError:
+            raise mismatch(_describe(value)) from None
+        if array.dtype == object and array.ndim and any(
+                isinstance(item, list) for item in array.reshape(-1)):
+            raise mismatch(_describe(value))  # ragged rows
+    if spec.dtype == DType.STRING:
+        if not all(isinstance(item, str) for item in array.reshape(-1)):
+            raise mismatch(_describe(value))
+        return array.astype(object)
+    return _numbers(array, spec, value, mismatch)
+
+
+def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
+    target = _NUMPY_TYPES[spec.dtype]
+    flat = array.reshape(-1)
+    try:
+        numbers = np.array([_number(item, spec.dtype) for item in flat], dtype=np.float64) \
+            if array.dtype == object else flat.astype(np.float64)
+    except (ValueError, TypeError):
+        raise mismatch(f"{_describe(value)} holding a value that is not a number") from None
+    if not np.all(np.isfinite(numbers)):
+        raise mismatch("a value that is not a finite number")
+    if spec.dtype in _INTEGER or spec.dtype == DType.BOOL:
+        if not np.all(numbers == np.round(numbers)):
+            raise mismatch("a number that is not whole")
+        info = np.iinfo(target) if spec.dtype != DType.BOOL else None
+        if info is not None and (numbers.min() < info.min or numbers.max() > info.max):
+            raise mismatch(f"a number outside {spec.dtype}'s range")
+    return numbers.astype(target).reshape(array.shape)
+
+
+def _number(item: Any, dtype: DType) -> float:
+    if isinstance(item, bool):
+        if dtype == DType.BOOL:
+            return float(item)
+        raise TypeError("a boolean is not a number")
+    if isinstance(item, (int, float)):
+        return float(item)
+    if isinstance(item, str):
+        text = item.strip()
+        if not text or text.lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+            raise ValueError(item)
+        return float(text)  # "5.1" -> 5.1: numbers sent as strings
+    raise TypeError(type(item).__name__)
+
+
+def _count(value: Any, limit: int = MAX_ELEMENTS + 1) -> int:
+    """How many leaves a nested list holds (stopping past ``limit``)."""
+    if not isinstance(value, list):
+        return 1
+    total = 0
+    for item in value:
+        total += _count(item, limit - total)
+        if total >= limit:
+            break
+    return total
+
+
+def _describe(value: Any) -> str:
+    """What arrived, in a few words: "a list of 3 numbers", "a string", "2 rows of 3"."""
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {tuple(value.shape)} ({value.dtype})"
+    if isinstance(value, list):
+        return _describe_list(value)
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {str: "a string", int: "a number", float: "a number", dict: "an object",
+             type(None): "null"}
+    return names.get(type(value), "a " + type(value).__name__)
+
+
+def _describe_list(value: list[Any]) -> str:
+    if not value:
+        return "an empty list"
+    if all(isinstance(item, list) for item in value):
+        lengths = sorted({len(item) for item in value})
+        rows = f"{len(value)} row{'s' if len(value) > 1 else ''}"
+        if len(lengths) == 1:
+            return f"{rows} of {lengths[0]}"
+        return f"{rows} of different lengths ({lengths[0]} to {lengths[-1]})"
+    kinds = {_describe(item).split(" ", 1)[-1] for item in value}
+    if len(kinds) == 1 and kinds <= {"number", "string"}:
+        return f"a list of {len(value)} {kinds.pop()}s"
+    return f"a list of {len(value)} mixed values"
+
+
+# --- TF Serving's REST bodies ------------------------------------------------------------
+
+
+def _json_values(array: np.ndarray) -> Any:
+    """An array as JSON values; float32 and float16 as their shortest decimal (5.1, not
+    5.099999904632568: the same number once the server reads it back as float32)."""
+    if array.dtype in (np.float32, np.float16):
+        return array.astype(str).astype(np.float64).tolist()
+    return array.tolist()
+
+
+def tfs_request(arrays: Mapping[str, np.ndarray], signature: Signature) -> bytes:
+    """TF Serving's row-format predict body for ``arrays`` (one per declared input)."""
+    if len(signature.inputs) == 1:
+        instances: list[Any] = _json_values(arrays[signature.inputs[0].name])
+    else:
+        batch = {len(array) for array in arrays.values()}
+        if len(batch) != 1:
+            raise SignatureMismatchError(
+                "The inputs have different batch sizes: "
+                + ", ".join(f"{name} {len(array)}" for name, array in arrays.items()))
+        columns = {spec.name: _json_values(arrays[spec.name]) for spec in signature.inputs}
+        instances = [{name: column[index] for name, column in columns.items()}
+                     for index in range(batch.pop())]
+    return json.dumps({"signature_name": "serving_default", "instances": instances},
+                      separators=(",", ":")).encode()
+
+
+def tfs_outputs(body: bytes, signature: Signature) -> list[np.ndarray]:
+    """An endpoint's TF Serving answer as one array per output, in the signature's order,
+    each with the batch axis (what onnxruntime's ``session.run()`` returns).
+
+    A model declaring no outputs gives one array, the predictions as they came.
+
+    Raises:
+        InvalidEndpointResponseError: not TF Serving's answer, or not the declared outputs.
+    """
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise InvalidEndpointResponseError("The endpoint's answer is not JSON.") from None
+    names = [spec.name for spec in signature.outputs]
+    if isinstance(document, dict) and "predictions" in document:
+        rows = document["predictions"]
+        if not isinstance(rows, list):
+            raise InvalidEndpointResponseError('"predictions" is not a list.')
+        if len(names) > 1:
+            try:
+                return [np.array([row[name] for row in rows]) for name in names]
+            except (KeyError, TypeError, ValueError):
+                raise InvalidEndpointResponseError(
+                    f"The endpoint's predictions lack the outputs {', '.join(names)}.") from None
+        return [_array(rows)]
+    if isinstance(document, dict) and "outputs" in document:
+        outputs = document["outputs"]
+        if isinstance(outputs, dict):
+            try:
+                return [_array(outputs[name]) for name in names] if names else \
+                    [_array(value) for value in outputs.values()]
+            except KeyError as missing:
+                raise InvalidEndpointResponseError(
+                    f"The endpoint's outputs lack {missing}.") from None
+        return [_array(outputs)]
+    raise InvalidEndpointResponseError(
+        'The endpoint did not answer TF Serving\'s {"predictions": ...} or {"outputs": ...}.')
+
+
+def _array(value: Any) -> np.ndarray:
+    try:
+        array = np.array(value)
+    except ValueError:
+        raise InvalidEndpointResponseError("The endpoint's outputs are ragged.") from None
+    if array.dtype.kind in "fc" and not np.all(np.isfinite(array)):
+        raise InvalidEndpointResponseError("The endpoint's outputs hold non-finite values.")
+    return array
+
+
+def to_json(value: Any) -> Any:
+    """Numpy arrays and scalars (as handlers return them) as plain JSON values."""
+    if isinstance(value, np.ndarray):
+        return to_json(value.tolist())
+    if isinstance(value, np.generic):
+        return to_json(value.item())
+    if isinstance(value, dict):
+        return {str(key): to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+__all__ = ["MAX_INSTANCES", "NPY", "InvalidJSONError", "coerce", "read_tensors",
+           "tfs_outputs", "tfs_request", "to_json"]
