@@ -1,6 +1,7 @@
 """sagegate: HTTP routes only. Each view reads the request, calls chalicelib, renders."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import threading
@@ -12,15 +13,17 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
-from chalicelib import lifecycle, options
+from chalicelib import catalog, lifecycle, media, options
 from chalicelib.access import Access, AuthMode
 from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
 from chalicelib.media import BINARY_TYPES
 from chalicelib.observability import RequestLog, logger
-from chalicelib.pipeline import PredictResult, StageTimer, limits_from
+from chalicelib.pipeline import StageTimer, limits_from
+from chalicelib.registry import ModelSpec, Pipeline
 from chalicelib.resizer import resize_image
 from chalicelib.services import Services
+from chalicelib.serving import Call
 
 # Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
 app = Chalice(app_name="sagegate", configure_logs=False)
@@ -127,12 +130,12 @@ def error_response(error: SagegateError) -> Response:
     return Response(body=body, status_code=error.STATUS_CODE, headers=dict(error.headers))
 
 
-def renders_errors(view: Callable[[], Response]) -> Callable[[], Response]:
+def renders_errors(view: Callable[..., Response]) -> Callable[..., Response]:
     """Turn sagegate's errors raised by a view into their HTTP answers."""
     @functools.wraps(view)
-    def wrapper() -> Response:
+    def wrapper(*args: str) -> Response:  # (a route's path parameters)
         try:
-            return view()
+            return view(*args)
         except SagegateError as error:
             return error_response(error)
     return wrapper
@@ -181,41 +184,111 @@ def _server_timing(durations: dict[str, float]) -> str:
 @app.route("/predict", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
 @renders_errors
 def predict() -> Response:
-    """Classify one image: JSON (base64 or data URL) or a binary body."""
+    """Run the default model (``DEFAULT_MODEL``): for the image classifier, one image as JSON
+    (base64 or data URL) or a binary body."""
+    return _predict(services.registry.get())
+
+
+@app.route("/models", methods=["GET"], **_PROTECTED)
+@renders_errors
+def list_models() -> Response:
+    """Every registered model: pipeline, accepted content types, signature."""
+    registry = services.registry
+    return Response(body={"default": registry.default,
+                          "models": [catalog.describe(registry.models[name])
+                                     for name in registry.names()]})
+
+
+@app.route("/models/{name}", methods=["GET"], **_PROTECTED)
+@renders_errors
+def describe_model(name: str) -> Response:
+    """One model, with an example request body a client can copy."""
+    return Response(body=catalog.describe(services.registry.get(name), example=True))
+
+
+@app.route("/models/{name}/predict", methods=["POST"], content_types=_ANY_CONTENT_TYPE,
+           **_PROTECTED)
+@renders_errors
+def predict_model(name: str) -> Response:
+    """Run one registered model on the request's body."""
+    return _predict(services.registry.get(name))
+
+
+def _predict(model: ModelSpec) -> Response:
     # the request's time budget runs from here: preprocessing, the endpoint and the capture
     settings = services.settings
     deadline = time.monotonic() + settings.request_budget_seconds
     timer = StageTimer()
     log = request_log()
+    log.model = model.name
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
+    if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+        return _predict_image(model, timer, deadline)
     with timer.stage("parse"):
-        asked = options.read_predict(_http_request(), max_body_bytes=settings.max_body_bytes,
-                                     default_k=settings.default_k)
-    result = services.predictor.predict(asked.image, asked.options, request_id(), timer,
-                                        deadline)
+        request = _http_request()
+        asked = options.read_model_options(request, max_body_bytes=settings.max_body_bytes)
+    call = Call(request.body, media.bare(request.content_type), request.headers.get("accept"),
+                asked.custom_attributes)
+    with timer.stage("model"):
+        served = services.server.serve(model, call, asked, request_id(), deadline)
+    log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, served.attempts
+    if served.invoked:
+        with timer.stage("capture"):
+            log.capture = _capture(Exchange(
+                endpoint=served.endpoint, variant=served.variant or "AllTraffic",
+                inference_id=request_id(), sent=served.sent,
+                sent_content_type=served.sent_content_type, received=served.received,
+                received_content_type=served.received_content_type,
+                custom_attributes=asked.custom_attributes, original=request.body,
+                original_content_type=call.content_type), deadline)
+    headers = _answer_headers(timer, served.custom_attributes)
+    headers["Content-Type"] = served.answer.content_type
+    body: str | bytes = served.answer.body
+    if not media.is_binary(served.answer.content_type):
+        body = served.answer.body.decode("utf-8", errors="replace")
+    return Response(body=body, headers=headers)
+
+
+def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float) -> Response:
+    log = request_log()
+    with timer.stage("parse"):
+        asked = options.read_predict(_http_request(),
+                                     max_body_bytes=services.settings.max_body_bytes,
+                                     default_k=model.default_k)
+    result = services.predictor_for(model).predict(asked.image, asked.options, request_id(),
+                                                   timer, deadline)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
     log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
                     "height": result.image_in.height, "bytes": len(asked.image)}
     log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
                      "bytes": result.bytes_sent, "passthrough": result.passthrough}
     with timer.stage("capture"):
-        log.capture = _capture(result, asked.image, asked.options.custom_attributes,
-                               deadline - time.monotonic())
+        log.capture = _capture(Exchange(
+            endpoint=result.endpoint, variant=result.variant or "AllTraffic",
+            inference_id=request_id(), sent=result.sent,
+            sent_content_type=result.sent_content_type, received=result.received,
+            received_content_type=result.received_content_type,
+            custom_attributes=asked.options.custom_attributes, original=asked.image,
+            original_content_type=f"image/{result.image_in.format}"), deadline)
+    return Response(body=result.to_dict(request_id()),
+                    headers=_answer_headers(timer, result.custom_attributes))
+
+
+def _answer_headers(timer: StageTimer,
+                    custom_attributes: str | None) -> dict[str, str | list[str]]:
     headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
-    if result.custom_attributes:
-        headers["X-Custom-Attributes"] = result.custom_attributes
-    return Response(body=result.to_dict(request_id()), headers=headers)
+    if custom_attributes:
+        headers["X-Custom-Attributes"] = custom_attributes
+    return headers
 
 
-def _capture(result: PredictResult, upload: bytes, custom_attributes: str | None,
-             timeout: float) -> str:
+def _capture(exchange: Exchange, deadline: float) -> str:
+    """Capture one inference within what is left of the request's budget; the upload goes
+    along only when the capture asks for originals."""
     capturer = services.capturer
-    return capturer.capture(Exchange(
-        endpoint=result.endpoint, variant=result.variant or "AllTraffic",
-        inference_id=request_id(), sent=result.sent, sent_content_type=result.sent_content_type,
-        received=result.received, received_content_type=result.received_content_type,
-        custom_attributes=custom_attributes, original=upload if capturer.wants_original else None,
-        original_content_type=f"image/{result.image_in.format}"), timeout)
+    if not capturer.wants_original:
+        exchange = dataclasses.replace(exchange, original=None)
+    return capturer.capture(exchange, deadline - time.monotonic())
 
 
 @app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)

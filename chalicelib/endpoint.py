@@ -69,6 +69,8 @@ class Invocation:
     target_variant: str | None = None
     custom_attributes: str | None = None
     inference_id: str | None = None
+    target_model: str | None = None
+    """SageMaker's TargetModel: the model of a multi-model endpoint to run."""
 
     def to_kwargs(self) -> dict[str, Any]:
         """The boto3 keyword arguments, leaving out the unset optional ones."""
@@ -77,6 +79,7 @@ class Invocation:
             "ContentType": self.content_type, "Accept": self.accept,
         }
         optional = {"TargetVariant": self.target_variant,
+                    "TargetModel": self.target_model,
                     "CustomAttributes": self.custom_attributes,
                     "InferenceId": self.inference_id}
         kwargs.update({key: value for key, value in optional.items() if value})

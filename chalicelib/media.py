@@ -65,6 +65,12 @@ JPEG_SOI = b"\xff\xd8\xff"
 JPEG_EOI = b"\xff\xd9"
 
 
+def is_binary(content_type: str) -> bool:
+    """Whether an answer of this type is bytes to the API (not text): images and octets."""
+    kind = bare(content_type, "")
+    return kind.startswith("image/") or kind in (MediaType.OCTET_STREAM, "application/x-npy")
+
+
 def bare(content_type: str | None, default: str = MediaType.JSON) -> str:
     """The bare, lower-cased media type of a Content-Type header (``default`` if absent).
 

@@ -25,7 +25,7 @@ from chalicelib.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_N
 
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
-                 "capture": "CaptureLatency"}
+                 "model": "ModelLatency", "capture": "CaptureLatency"}
 
 
 class _CurrentStdout:
@@ -69,6 +69,8 @@ class RequestLog:
     route: str
     correlation_id: str | None = None
     """The client's own id (``X-Correlation-Id`` / ``X-Request-Id``), when it sent one."""
+    model: str | None = None
+    """The registered model the request ran (model routes and /predict)."""
     body_bytes: int = 0
     status: int = 0
     error_code: str | None = None
@@ -100,6 +102,8 @@ class RequestLog:
     def _flush_metrics(self) -> None:
         metrics = _metrics()
         metrics.add_dimension(name="route", value=self.route)
+        if self.model:
+            metrics.add_dimension(name="model", value=self.model)
         metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=self.total_ms)
         for stage, ms in self.stages_ms.items():

@@ -19,11 +19,17 @@ from typing import Any
 from chalicelib import negotiation
 from chalicelib.bodies import Source, echo, read_upload
 from chalicelib.config import SAGEMAKER_NAME
-from chalicelib.errors import ImageTooLargeError, InvalidParameterError, NotAcceptableError
+from chalicelib.errors import (
+    ImageTooLargeError,
+    InvalidParameterError,
+    NotAcceptableError,
+    PayloadTooLargeError,
+)
 from chalicelib.imaging import RESIZER_MODES, ResizeMode
 from chalicelib.media import BINARY_TYPES, ImageFormat, MediaType
 from chalicelib.pipeline import PredictOptions
 from chalicelib.resizer import MAX_SIDE, ResizeOptions
+from chalicelib.serving import ModelOptions
 
 # k: a k above the number of classes answers every class; this bounds the text clients send.
 MAX_K = 1_000_000
@@ -41,9 +47,15 @@ class Kind(enum.StrEnum):
 
 # Every option of /predict and its kind; "topk" is the 2018 clients' name for "k".
 PREDICT_OPTIONS = {"k": Kind.INT, "topk": Kind.INT, "variant": Kind.TEXT,
-                   "custom_attributes": Kind.TEXT}
+                   "target_model": Kind.TEXT, "custom_attributes": Kind.TEXT}
 # Options a header may give /predict when the body or query does not (the body wins).
-PREDICT_HEADERS = {"x-target-variant": "variant", "x-custom-attributes": "custom_attributes"}
+PREDICT_HEADERS = {"x-target-variant": "variant", "x-target-model": "target_model",
+                   "x-custom-attributes": "custom_attributes"}
+# A model route's options: the body is the model's, so they come from the query and headers.
+MODEL_OPTIONS = {"k": Kind.INT, "variant": Kind.TEXT, "target_model": Kind.TEXT,
+                 "custom_attributes": Kind.TEXT}
+MAX_TARGET_MODEL = 1024  # SageMaker's limit for TargetModel
+_TARGET_MODEL = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,1023}\Z")  # SageMaker: \A\S[\p{Print}]*\z
 RESIZE_OPTIONS = {"width": Kind.INT, "height": Kind.INT, "mode": Kind.TEXT,
                   "format": Kind.TEXT, "quality": Kind.INT}
 
@@ -106,7 +118,45 @@ def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int) -
         k=default_k if k is None else parse_positive_int(k_name, k, maximum=MAX_K),
         variant=parse_variant(fields.get("variant")),
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")),
+        target_model=parse_target_model(fields.get("target_model")),
     ))
+
+
+def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOptions:
+    """Read a model route's options: the query string, then the ``X-Target-Variant``,
+    ``X-Target-Model`` and ``X-Custom-Attributes`` headers for those it does not give. The body
+    is the model's own and is read by its pipeline; only its size is checked here.
+
+    Raises:
+        PayloadTooLargeError: the body is over ``max_body_bytes``.
+        InvalidParameterError: an unknown query parameter or a bad value.
+    """
+    if len(request.body) > max_body_bytes:
+        raise PayloadTooLargeError(f"Request body is {len(request.body)} bytes; the limit is "
+                                   f"{max_body_bytes}.")
+    check_fields(request.query, MODEL_OPTIONS, Source.QUERY)
+    fields = dict(request.query)
+    for header, name in PREDICT_HEADERS.items():
+        value = request.headers.get(header)
+        if value and name not in fields:
+            fields[name] = value
+    k = fields.get("k")
+    return ModelOptions(
+        k=None if k is None else parse_positive_int("k", k, maximum=MAX_K),
+        variant=parse_variant(fields.get("variant")),
+        target_model=parse_target_model(fields.get("target_model")),
+        custom_attributes=parse_custom_attributes(fields.get("custom_attributes")))
+
+
+def parse_target_model(value: Any) -> str | None:
+    """Validate SageMaker TargetModel (a multi-model endpoint's model path), or None."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _TARGET_MODEL.match(value):
+        raise InvalidParameterError(
+            f'"target_model" must be 1 to {MAX_TARGET_MODEL} printable ASCII characters, '
+            "not starting with a space.")
+    return value
 
 
 def read_resize(request: HttpRequest, *, max_body_bytes: int,

@@ -59,11 +59,13 @@ class PredictOptions:
         k: how many classes to answer (all of them when k is larger).
         variant: the production variant to invoke (``TargetVariant``), or None.
         custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
+        target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model), or None.
     """
 
     k: int
     variant: str | None = None
     custom_attributes: str | None = None
+    target_model: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +126,16 @@ class Predictor:
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = (settings.passthrough
                                      and settings.endpoint_content_type in PASSTHROUGH_TYPES)
+
+    @property
+    def endpoint(self) -> EndpointClient:
+        """The endpoint client this pipeline calls."""
+        return self._endpoint
+
+    @property
+    def labels(self) -> Sequence[str] | None:
+        """The class names, in index order (None: indices)."""
+        return self._labels
 
     def close(self) -> None:
         """Drop the endpoint client's pooled connections (see :mod:`chalicelib.lifecycle`)."""
@@ -188,6 +200,7 @@ class Predictor:
             endpoint_name=self._settings.endpoint_name, body=payload,
             content_type=self._settings.endpoint_content_type,
             accept=self._settings.endpoint_accept, target_variant=options.variant,
+            target_model=options.target_model,
             custom_attributes=options.custom_attributes, inference_id=request_id[:64],
         )
 

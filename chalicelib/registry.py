@@ -14,7 +14,8 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
      "target_model": null, "variant": null,    # SageMaker TargetModel / TargetVariant defaults
      "metadata": {},                      # handed to Cortex handlers
      "default_k": 3,
-     "image": {"resize_mode": "fill", "input_width": 299, ...}}   # image-classification only
+     "image": {"resize_mode": "fill", "input_width": 299, ...},  # image-classification only
+     "description": "...", "example": {...}}   # shown by GET /models/{name}
 
 Every file is validated when the registry is built: an unknown or badly typed key, a missing
 variable, a handler file the pipeline needs and lacks stop start-up with a
@@ -148,6 +149,9 @@ class ModelSpec:
     default_k: int = 5
     labels: tuple[str, ...] | None = None
     settings: Settings | None = None
+    description: str | None = None
+    example: Any = None
+    """A request body ``GET /models/{name}`` shows (model.json's ``example``)."""
 
     @property
     def handler_file(self) -> Path | None:
@@ -234,7 +238,7 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
 
 
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
-         "variant", "metadata", "default_k", "image", "description"}
+         "variant", "metadata", "default_k", "image", "description", "example"}
 
 
 class _ModelReader:
@@ -271,7 +275,8 @@ class _ModelReader:
                                     else MediaType.JSON),
             signature=signature, target_model=self._optional_text("target_model"),
             variant=self._name("variant"), metadata=self._metadata(),
-            default_k=self._default_k(settings), labels=labels, settings=settings)
+            default_k=self._default_k(settings), labels=labels, settings=settings,
+            description=self._optional_text("description"), example=self.doc.get("example"))
         handler = model.handler_file
         if handler is not None and not handler.is_file():
             raise self.fail("pipeline", f"is {pipeline!r}, which runs {handler.name}: "

@@ -8,33 +8,48 @@ whatever it is not given, it builds from the settings as the real one does.
 """
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from chalicelib import lifecycle
 from chalicelib.capture import Capturer
-from chalicelib.config import Settings
+from chalicelib.config import ENDPOINT_NAME, Settings
+from chalicelib.endpoint import EndpointClient
 from chalicelib.pipeline import Predictor
+from chalicelib.registry import ModelSpec, Pipeline, Registry, load_registry
+from chalicelib.serving import ModelServer
 
 
 class Services:
-    """Settings, predictor and capturer: each built on first use, once, then kept.
+    """Settings, registry, endpoint client, predictors and capturer: each built on first use,
+    once, then kept.
 
     Args:
         settings: the settings; read from the environment on first use when None.
-        predictor: a ready predictor; built from the settings when None.
+        predictor: a ready predictor for the default image model; built when None.
         capturer: a ready capturer; built from the settings when None.
+        endpoint: a ready endpoint client (every model's); the predictor's, or built, when None.
+        registry: a ready model registry; read from ``chalicelib/models/`` when None.
         read_settings: how settings are read when not given (``Settings.from_env``).
+        env: the environment model.json's ``$VARIABLE`` endpoints are read from.
     """
 
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
-                 capturer: Capturer | None = None,
-                 read_settings: Callable[[], Settings] = Settings.from_env) -> None:
+                 capturer: Capturer | None = None, endpoint: EndpointClient | None = None,
+                 registry: Registry | None = None,
+                 read_settings: Callable[[], Settings] = Settings.from_env,
+                 env: Mapping[str, str] | None = None) -> None:
         self._settings = settings
         self._predictor = predictor
         self._capturer = capturer
+        self._endpoint = endpoint or (predictor.endpoint if predictor else None)
+        self._registry = registry
         self._read_settings = read_settings
-        self._lock = threading.Lock()  # one object is built at a time, and only once
+        self._env = env
+        self._predictors: dict[str, Predictor] = {}
+        self._server: ModelServer | None = None
+        self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
     def settings(self) -> Settings:
@@ -44,12 +59,57 @@ class Services:
         return self._settings
 
     @property
+    def endpoint(self) -> EndpointClient:
+        """The boto3 client every model's endpoint is called through."""
+        with self._lock:
+            if self._endpoint is None:
+                self._endpoint = build_endpoint(self.settings)
+            return self._endpoint
+
+    @property
+    def registry(self) -> Registry:
+        """Every registered model (``chalicelib/models/``), validated."""
+        with self._lock:
+            if self._registry is None:
+                from chalicelib.predictions import load_labels
+
+                settings = self.settings
+                # the flat settings describe the default model: its "$ENDPOINT_NAME" is theirs
+                env = {**(os.environ if self._env is None else self._env),
+                       ENDPOINT_NAME: settings.endpoint_name}
+                self._registry = load_registry(settings, env, labels=load_labels(settings.labels))
+            return self._registry
+
+    @property
     def predictor(self) -> Predictor:
-        """The prediction pipeline with its boto3 client."""
+        """The image pipeline of the flat settings (the default model's)."""
         with self._lock:
             if self._predictor is None:
-                self._predictor = build_predictor(self.settings)
+                from chalicelib.predictions import load_labels
+
+                settings = self.settings
+                self._predictor = Predictor(settings, self.endpoint,
+                                            load_labels(settings.labels))
             return self._predictor
+
+    def predictor_for(self, model: ModelSpec) -> Predictor:
+        """The image pipeline of an image-classification model."""
+        assert model.pipeline == Pipeline.IMAGE_CLASSIFICATION and model.settings is not None
+        if model.settings == self.settings and model.labels == self.predictor.labels:
+            return self.predictor
+        with self._lock:
+            if model.name not in self._predictors:
+                self._predictors[model.name] = Predictor(model.settings, self.endpoint,
+                                                         model.labels)
+            return self._predictors[model.name]
+
+    @property
+    def server(self) -> ModelServer:
+        """The runner of the tensor, sagemaker-tfs and cortex pipelines."""
+        with self._lock:
+            if self._server is None:
+                self._server = ModelServer(self.endpoint)
+            return self._server
 
     @property
     def capturer(self) -> Capturer:
@@ -73,18 +133,21 @@ class Services:
         """
         predictor = self.predictor
         _ = self.capturer
+        for model in self.registry.models.values():  # a broken handler file fails init
+            if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+                self.predictor_for(model)
+            else:
+                self.server.load(model)
         if prime_codecs:
             predictor.warm_up()
 
     def connection_holders(self) -> list[lifecycle.Closable]:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""
-        return [holder for holder in (self._predictor, self._capturer) if holder is not None]
+        return [holder for holder in (self._endpoint, self._capturer) if holder is not None]
 
 
-def build_predictor(settings: Settings) -> Predictor:
-    """The predictor the settings describe: a boto3 client for the endpoint, the labels."""
-    from chalicelib.endpoint import EndpointClient, make_client, policy_from
-    from chalicelib.predictions import load_labels
+def build_endpoint(settings: Settings) -> EndpointClient:
+    """The endpoint client the settings describe (timeouts, retries, pool size)."""
+    from chalicelib.endpoint import make_client, policy_from
 
-    client = EndpointClient(make_client(settings), policy_from(settings))
-    return Predictor(settings, client, load_labels(settings.labels))
+    return EndpointClient(make_client(settings), policy_from(settings))

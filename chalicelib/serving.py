@@ -8,10 +8,17 @@ the same per-request options (variant, target model, custom attributes).
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib.endpoint import InvokeResult
+import numpy as np
+
+from chalicelib import predictions, tensors
+from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
+from chalicelib.errors import UnsupportedMediaTypeError
+from chalicelib.media import MediaType, bare
+from chalicelib.registry import ModelSpec, Pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +63,149 @@ class Answer:
         import json
 
         return cls(json.dumps(document, separators=(",", ":")).encode(), "application/json")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """A model request's options: from headers and the query string (the body is the model's).
+
+    Attributes:
+        k: top-k for models with labels (None: the model's default).
+        variant: TargetVariant (None: the model's, if any).
+        target_model: TargetModel for multi-model endpoints (None: the model's, if any).
+        custom_attributes: CustomAttributes passed to the endpoint.
+    """
+
+    k: int | None = None
+    variant: str | None = None
+    target_model: str | None = None
+    custom_attributes: str | None = None
+
+
+@dataclasses.dataclass
+class Served:
+    """A model's answer and the endpoint exchange behind it (for logs and data capture)."""
+
+    answer: Answer
+    endpoint: str
+    variant: str | None = None
+    attempts: int = 0
+    sent: bytes = b""
+    sent_content_type: str = ""
+    received: bytes = b""
+    received_content_type: str = ""
+    custom_attributes: str | None = None
+    """The endpoint's CustomAttributes answer, passed back to the client."""
+
+    @property
+    def invoked(self) -> bool:
+        """Whether the endpoint answered (a handler may answer without calling it)."""
+        return self.attempts > 0
+
+    def record(self, body: bytes, content_type: str, result: InvokeResult) -> None:
+        """Note one endpoint exchange (the last one is what capture and logs see)."""
+        self.sent, self.sent_content_type = body, content_type
+        self.received, self.received_content_type = result.body, result.content_type
+        self.variant, self.attempts = result.variant, self.attempts + result.attempts
+        self.custom_attributes = result.custom_attributes
+
+
+class ModelServer:
+    """Runs the ``tensor``, ``sagemaker-tfs`` and ``cortex`` pipelines on one endpoint client.
+
+    Handler files are loaded once per model (:meth:`load`, at start-up) and kept.
+    """
+
+    def __init__(self, endpoint: EndpointClient) -> None:
+        self._endpoint = endpoint
+        self._handlers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def load(self, model: ModelSpec) -> None:
+        """Load (and check) the model's handler file, if its pipeline has one.
+
+        Raises:
+            ConfigurationError: the file does not load or lacks the contract's functions.
+        """
+        self._handler(model)
+
+    def _handler(self, model: ModelSpec) -> Any:
+        from chalicelib import handlers
+
+        with self._lock:
+            if model.name not in self._handlers:
+                kind = (handlers.TfsHandler if model.pipeline == Pipeline.SAGEMAKER_TFS
+                        else handlers.CortexHandler)
+                self._handlers[model.name] = kind.load(model)
+            return self._handlers[model.name]
+
+    def serve(self, model: ModelSpec, call: Call, options: ModelOptions, request_id: str,
+              deadline: float | None = None) -> Served:
+        """Run one request through the model's pipeline.
+
+        Raises:
+            SagegateError: (a subclass) the request does not fit the model, the handler
+                refused it or failed, or the endpoint did.
+        """
+        served = Served(Answer(b"", ""), model.endpoint)
+
+        def invoke(body: bytes, content_type: str, accept: str) -> InvokeResult:
+            result = self._endpoint.invoke(Invocation(
+                endpoint_name=model.endpoint, body=body, content_type=content_type,
+                accept=accept, target_variant=options.variant or model.variant,
+                target_model=options.target_model or model.target_model,
+                custom_attributes=options.custom_attributes, inference_id=request_id[:64]),
+                deadline)
+            served.record(body, content_type, result)
+            return result
+
+        if model.pipeline == Pipeline.TENSOR:
+            served.answer = self._tensor(model, call, options, invoke, served)
+        elif model.pipeline == Pipeline.SAGEMAKER_TFS:
+            served.answer = self._handler(model)(call, invoke, model)
+        elif model.pipeline == Pipeline.CORTEX:
+            served.answer = Answer.json(self._handler(model)(_sample(call), invoke, model))
+        else:
+            raise ValueError(f"{model.pipeline} is served by the image pipeline")
+        return served
+
+    def _tensor(self, model: ModelSpec, call: Call, options: ModelOptions, invoke: Invoke,
+                served: Served) -> Answer:
+        arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
+        result = invoke(tensors.tfs_request(arrays, model.signature), MediaType.JSON,
+                        MediaType.JSON)
+        outputs = tensors.tfs_outputs(result.body, model.signature)
+        names = [spec.name for spec in model.signature.outputs] or ["predictions"]
+        document: dict[str, Any] = {
+            "model": model.name,
+            "outputs": {name: tensors.to_json(array) for name, array in zip(names, outputs,
+                                                                            strict=False)}}
+        labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
+        if labelled is not None:
+            document["predictions"] = labelled
+        document.update(endpoint=model.endpoint, variant=served.variant)
+        return Answer.json(document)
+
+
+def _sample(call: Call) -> Any:
+    """A Cortex handler's ``sample``: the parsed JSON body."""
+    from chalicelib.bodies import load_json
+
+    if bare(call.content_type) not in (MediaType.JSON, ""):
+        raise UnsupportedMediaTypeError(
+            f"Unsupported Content-Type {call.content_type[:64]!r}; this model reads "
+            f"{MediaType.JSON}.")
+    return load_json(call.body)
+
+
+def _labelled(scores: np.ndarray, labels: tuple[str, ...] | None,
+              k: int) -> list[list[dict[str, Any]]] | None:
+    """Per row, the top-k labelled classes, when the first output is one score per label."""
+    if labels is None or scores.ndim != 2 or scores.shape[1] != len(labels) \
+            or scores.dtype.kind not in "fiu":
+        return None
+    rows = []
+    for row in scores.astype(np.float64):
+        indices = predictions.top_k(row, k)
+        rows.append([p.to_dict() for p in predictions.label_predictions(row, indices, labels)])
+    return rows
