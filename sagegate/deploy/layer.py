@@ -74,9 +74,13 @@ def fingerprint(root: Path = ROOT) -> str:
 
 
 def pip_command(python: str, version: str, target: Path, requirements: Path) -> list[str]:
-    """``pip install`` of the locked layer requirements, wheels for Lambda's platform only."""
+    """``pip install`` of the locked layer requirements, wheels for Lambda's platform only.
+
+    ``--no-deps``: the lock is the whole layer, packages it leaves out on purpose included
+    (``requirements-layer.exclude``)."""
     platforms = runtime.runtime_for(version).manylinux_platforms()
     return [python, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
+            "--no-deps",
             "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
             *[flag for platform in platforms for flag in ("--platform", platform)],
             "--target", str(target), "-r", str(requirements)]

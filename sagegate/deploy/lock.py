@@ -45,7 +45,8 @@ def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[li
     lam = lambda_platform(version)
     return [
         [*base, "--python-platform", lam, "requirements.in", "-o", "requirements.txt"],
-        [*base, "--python-platform", lam, "--only-binary", ":all:", "requirements-layer.in",
+        [*base, "--python-platform", lam, "--only-binary", ":all:", "--excludes",
+         "requirements-layer.exclude", "requirements-layer.in",
          "-o", "requirements-layer.txt"],
         [*base, "--python-platform", LINUX_PLATFORM, "-c", "requirements.txt", "-c",
          "requirements-layer.txt", "requirements-dev.in", "-o", "requirements-dev.txt"],

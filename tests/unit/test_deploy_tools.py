@@ -230,7 +230,7 @@ def test_the_pip_command_pins_hashes_wheels_and_lambdas_platforms(tmp_path: Path
                                             for minor in range(17, 35)]
     assert command == [
         "py", "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", "3.13",
+        "--no-deps", "--only-binary=:all:", "--implementation", "cp", "--python-version", "3.13",
         *[flag for platform in platforms for flag in ("--platform", platform)],
         "--target", str(tmp_path / "python"), "-r", str(tmp_path / "req.txt")]
 
@@ -426,7 +426,8 @@ def test_lock_compiles_function_and_layer_for_lambda_dev_and_iac_for_linux() -> 
         [*base, "--python-platform", "x86_64-manylinux_2_34", "requirements.in", "-o",
          "requirements.txt"],
         [*base, "--python-platform", "x86_64-manylinux_2_34", "--only-binary", ":all:",
-         "requirements-layer.in", "-o", "requirements-layer.txt"],
+         "--excludes", "requirements-layer.exclude", "requirements-layer.in", "-o",
+         "requirements-layer.txt"],
         [*base, "--python-platform", "x86_64-unknown-linux-gnu", "-c", "requirements.txt", "-c",
          "requirements-layer.txt", "requirements-dev.in", "-o", "requirements-dev.txt"],
         [*base, "--python-platform", "x86_64-unknown-linux-gnu", "requirements-iac.in", "-o",

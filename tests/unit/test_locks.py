@@ -170,3 +170,16 @@ def test_every_input_has_its_lock_and_every_lock_its_input() -> None:
     locks = {path.name for path in ROOT.glob("requirements*.txt")}
     assert inputs == set(LOCKS), f"inputs without a lock rule: {inputs ^ set(LOCKS)}"
     assert locks == set(LOCKS.values()), f"locks without an input: {locks ^ set(LOCKS.values())}"
+
+
+def test_every_models_requirements_are_locked_into_the_layer() -> None:
+    """A model folder's requirements.txt (the TF Serving container's code/requirements.txt)
+    reaches Lambda only through the layer's lock: requirements-layer.in must include it."""
+    root = Path(__file__).resolve().parents[2]
+    included = {line.split(None, 1)[1].strip() for line in
+                (root / "requirements-layer.in").read_text().splitlines()
+                if line.startswith("-r ")}
+    wanted = {str(path.relative_to(root))
+              for path in (root / "chalicelib" / "models").glob("*/requirements.txt")}
+    assert wanted, "the sentiment model has a requirements.txt"
+    assert wanted <= included
