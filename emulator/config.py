@@ -16,12 +16,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from emulator import faults, imaging
+from emulator import faults, imaging, tensors
 
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 NAME_MAX = 63
+IMAGE_CLASSIFIER = "image-classifier"
+"""The model kind of SageMaker's built-in image classifier (the default)."""
+TENSOR = "tensor"
+"""The model kind that serves any ONNX graph by its signature, as TF Serving would."""
+KINDS = (IMAGE_CLASSIFIER, TENSOR)
+COMMON_MODEL_KEYS = frozenset({"path", "kind", "threads"})
+MODEL_KEYS = {
+    IMAGE_CLASSIFIER: COMMON_MODEL_KEYS | {"resize", "crop", "normalize", "max_pixels", "classes",
+                                           "max_aspect_ratio", "max_resized_pixels"},
+    TENSOR: COMMON_MODEL_KEYS | {"max_instances"},
+}  # fmt: skip
+"""The keys a model of each kind may have."""
 
 
 class ConfigError(ValueError):
@@ -30,13 +42,20 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model file and how its inputs are prepared."""
+    """A model file, its kind and how its inputs are prepared.
+
+    Attributes:
+        kind: :data:`IMAGE_CLASSIFIER` (``preprocess`` and ``classes`` apply) or
+            :data:`TENSOR` (``max_instances`` applies).
+    """
 
     name: str
     path: Path
     preprocess: imaging.PreprocessSpec = field(default_factory=imaging.PreprocessSpec)
     threads: int | None = None
     classes: int | None = None
+    kind: str = IMAGE_CLASSIFIER
+    max_instances: int = tensors.DEFAULT_MAX_INSTANCES
 
 
 @dataclass(frozen=True)
@@ -204,16 +223,25 @@ def _variant(
 
 def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
     section = _mapping(raw, where)
-    _check_keys(section, {"path", "resize", "crop", "normalize", "max_pixels", "threads",
-                          "classes", "max_aspect_ratio", "max_resized_pixels"}, where)  # fmt: skip
+    kind = _string(section.get("kind", IMAGE_CLASSIFIER), f"{where}.kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.kind: must be one of {list(KINDS)}, got {kind!r}")
+    _check_keys(section, set(MODEL_KEYS[kind]), where)
     path = Path(_string(section.get("path"), f"{where}.path"))
     threads = section.get("threads")
-    classes = section.get("classes")
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         path=path if path.is_absolute() else base_dir / path,
-        preprocess=_preprocess(section, where),
         threads=None if threads is None else _integer(threads, f"{where}.threads", 1),
+        kind=kind,
+    )
+    if kind == TENSOR:
+        limit = section.get("max_instances", tensors.DEFAULT_MAX_INSTANCES)
+        return replace(spec, max_instances=_integer(limit, f"{where}.max_instances", 1))
+    classes = section.get("classes")
+    return replace(
+        spec,
+        preprocess=_preprocess(section, where),
         classes=None if classes is None else _integer(classes, f"{where}.classes", 1),
     )
 

@@ -70,10 +70,25 @@ def _html(body: bytes) -> bytes:
 
 def _nan_first(body: bytes) -> bytes:
     data = json.loads(body)
-    values = data.get("prediction") if isinstance(data, dict) else data
-    if isinstance(values, list) and values:
-        values[0] = float("nan")
+    _first_float_to_nan(data)
     return json.dumps(data).encode()  # json writes NaN, as a careless container would
+
+
+def _first_float_to_nan(value: object) -> bool:
+    """Replaces the first float of a JSON document (depth first) with NaN: the first
+    probability of a classifier's answer, the first value of a tensor model's predictions."""
+    items: list[tuple[object, object]] = []
+    if isinstance(value, list):
+        items = list(enumerate(value))
+    elif isinstance(value, dict):
+        items = list(value.items())
+    for key, item in items:
+        if isinstance(item, float):
+            value[key] = float("nan")  # type: ignore[index]
+            return True
+        if _first_float_to_nan(item):
+            return True
+    return False
 
 
 REQUESTED_MALFORMED_KINDS: dict[str, Callable[[bytes], bytes]] = {

@@ -1,4 +1,4 @@
-"""Builds the runtime a configuration describes: each ONNX file loaded once."""
+"""Builds the runtime a configuration describes: each ONNX file loaded once per kind."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import random
 from pathlib import Path
 
 from emulator import imaging
-from emulator.config import ConfigError, EmulatorConfig, ModelSpec
+from emulator.config import TENSOR, ConfigError, EmulatorConfig, ModelSpec
 from emulator.container import Container, ImageClassifier
-from emulator.models import ModelLoadError, OnnxModel
+from emulator.models import ModelLoadError, OnnxGraph, OnnxModel
 from emulator.runtime import Runtime
+from emulator.tensors import TensorContainer
+
+Loaded = OnnxModel | OnnxGraph
 
 
 def load_containers(config: EmulatorConfig) -> dict[str, Container]:
@@ -19,30 +22,38 @@ def load_containers(config: EmulatorConfig) -> dict[str, Container]:
         config: the validated configuration.
 
     Returns:
-        One image classifier container per key of ``config.models``.
+        One container per key of ``config.models``: an image classifier, or a TF Serving
+        style tensor container for ``kind: tensor``.
 
     Raises:
         ConfigError: a model file is missing or unusable, or does not fit its settings.
     """
     imaging.warm_up()
-    sessions: dict[tuple[Path, int | None], OnnxModel] = {}
+    sessions: dict[tuple[Path, int | None, str], Loaded] = {}
     containers: dict[str, Container] = {}
     for name, spec in config.models.items():
-        key = (spec.path.resolve(), spec.threads)
+        key = (spec.path.resolve(), spec.threads, spec.kind)
         if key not in sessions:
             sessions[key] = _load(spec)
         containers[name] = _container(spec, sessions[key])
     return containers
 
 
-def _load(spec: ModelSpec) -> OnnxModel:
+def _load(spec: ModelSpec) -> Loaded:
+    kind = OnnxGraph if spec.kind == TENSOR else OnnxModel
     try:
-        return OnnxModel.load(spec.path, spec.threads)
+        return kind.load(spec.path, spec.threads)
     except ModelLoadError as error:
         raise ConfigError(f"models.{spec.name}.path: {error}") from error
 
 
-def _container(spec: ModelSpec, model: OnnxModel) -> ImageClassifier:
+def _container(spec: ModelSpec, model: Loaded) -> Container:
+    if isinstance(model, OnnxGraph):
+        return TensorContainer(model, spec.max_instances)
+    return _image_classifier(spec, model)
+
+
+def _image_classifier(spec: ModelSpec, model: OnnxModel) -> ImageClassifier:
     size = model.input_size()
     if size is not None and size != spec.preprocess.crop:
         raise ConfigError(

@@ -1,0 +1,147 @@
+"""The model registry: the packaged folders load, and every bad model.json stops start-up with
+a message naming the file and the key."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chalicelib.config import Settings
+from chalicelib.errors import ConfigurationError, ModelNotFoundError
+from chalicelib.registry import (
+    MODELS_DIR,
+    DType,
+    Pipeline,
+    load_model,
+    load_registry,
+)
+
+SETTINGS = Settings(endpoint_name="efficientnet-lite0")
+ENV = {"ENDPOINT_NAME": "efficientnet-lite0"}
+IRIS = {"endpoint": "iris", "pipeline": "tensor",
+        "signature": {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
+                      "outputs": [{"name": "probabilities", "dtype": "float32",
+                                   "shape": [-1, 3]}]}}
+
+
+def folder(tmp_path: Path, document: Any, name: str = "model-a", **files: str) -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    (path / "model.json").write_text(document if isinstance(document, str)
+                                     else json.dumps(document))
+    for file_name, text in files.items():
+        (path / file_name.replace("_", ".")).write_text(text)
+    return path
+
+
+def test_the_packaged_models_load() -> None:
+    registry = load_registry(SETTINGS, ENV)
+    assert registry.default == "efficientnet-lite0"
+    assert {"efficientnet-lite0", "iris", "iris-cortex", "sentiment"} <= set(registry.names())
+    default = registry.get()
+    assert default.pipeline == Pipeline.IMAGE_CLASSIFICATION
+    assert default.settings == SETTINGS  # the flat variables describe the default model
+    iris = registry.get("iris")
+    assert iris.labels == ("setosa", "versicolor", "virginica")
+    assert iris.signature.inputs[0].describe() == "float32 of shape (-1, 4)"
+    assert registry.get("sentiment").signature.inputs[1].dtype == DType.INT32
+
+
+def test_an_unknown_model_is_404_listing_the_known_ones() -> None:
+    registry = load_registry(SETTINGS, ENV)
+    with pytest.raises(ModelNotFoundError) as caught:
+        registry.get("resnet")
+    assert caught.value.STATUS_CODE == 404
+    assert "iris" in caught.value.message and "resnet" in caught.value.message
+
+
+def test_default_model_names_a_registered_one() -> None:
+    assert load_registry(SETTINGS, {**ENV, "DEFAULT_MODEL": "iris"}).default == "iris"
+    with pytest.raises(ConfigurationError, match="DEFAULT_MODEL='nope' names no model"):
+        load_registry(SETTINGS, {**ENV, "DEFAULT_MODEL": "nope"})
+
+
+def test_an_endpoint_can_come_from_the_stage(tmp_path: Path) -> None:
+    path = folder(tmp_path, {**IRIS, "endpoint": "$IRIS_ENDPOINT"})
+    assert load_model(path, SETTINGS, {"IRIS_ENDPOINT": "iris-prod"}).endpoint == "iris-prod"
+    with pytest.raises(ConfigurationError, match=r"model-a/model.json: key 'endpoint' reads "
+                                                 r"\$IRIS_ENDPOINT, which is not set"):
+        load_model(path, SETTINGS, {})
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"pipeline": "pytorch"}, "pipeline"),
+    ({"endpoint": "bad name!"}, "endpoint"),
+    ({"endpoint": 3}, "endpoint"),
+    ({"colour": "red"}, "colour"),
+    ({"signature": None}, "signature"),
+    ({"signature": {"inputs": []}}, "signature.inputs"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "complex", "shape": [-1]}]}},
+     "signature.inputs[0].dtype"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "float32", "shape": [0]}]}},
+     "signature.inputs[0].shape"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "float32"}]}}, "signature.inputs[0]"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1]}] * 2}},
+     "signature.inputs"),
+    ({"accept": "text/html"}, "accept"),
+    ({"default_k": 0}, "default_k"),
+    ({"default_k": True}, "default_k"),
+    ({"metadata": []}, "metadata"),
+    ({"variant": "no way"}, "variant"),
+])
+def test_a_bad_key_stops_start_up_naming_the_file_and_the_key(
+        tmp_path: Path, change: dict[str, Any], key: str) -> None:
+    document = {**IRIS, **change}
+    if change.get("signature", 0) is None:
+        del document["signature"]
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder(tmp_path, document), SETTINGS, ENV)
+    assert caught.value.message.startswith(f"models/model-a/model.json: key {key!r} ")
+
+
+def test_an_image_model_gets_its_own_image_settings(tmp_path: Path) -> None:
+    path = folder(tmp_path, {"endpoint": "inception", "pipeline": "image-classification",
+                             "image": {"resize_mode": "fill", "input_width": 299,
+                                       "input_height": 299}},
+                  labels_txt="cat\ndog\n")
+    model = load_model(path, SETTINGS, ENV)
+    assert model.settings is not None
+    assert (model.settings.resize_mode, model.settings.input_width) == ("fill", 299)
+    assert model.settings.endpoint_name == "inception" and model.labels == ("cat", "dog")
+    bad = folder(tmp_path, {"endpoint": "x", "pipeline": "image-classification",
+                            "image": {"resize_mode": "zoom"}}, name="model-b")
+    with pytest.raises(ConfigurationError, match=r"model-b/model\.json: key 'image' RESIZE_MODE"):
+        load_model(bad, SETTINGS, ENV)
+
+
+@pytest.mark.parametrize("pipeline,handler", [("sagemaker-tfs", "inference.py"),
+                                              ("cortex", "handler.py")])
+def test_a_handler_pipeline_without_its_file_stops_start_up(
+        tmp_path: Path, pipeline: str, handler: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"models/model-a/{handler} is missing"):
+        load_model(folder(tmp_path, {**IRIS, "pipeline": pipeline}), SETTINGS, ENV)
+
+
+@pytest.mark.parametrize("text,says", [("{", "is not valid JSON"), ("[]", "JSON object")])
+def test_a_file_that_is_not_a_json_object(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"models/model-a/model.json {says}|"
+                                                 f"model.json must hold a {says}"):
+        load_model(folder(tmp_path, text), SETTINGS, ENV)
+
+
+def test_a_folder_name_is_a_url_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="folder name"):
+        load_model(folder(tmp_path, IRIS, name="Bad_Name"), SETTINGS, ENV)
+
+
+def test_a_missing_model_json_is_named(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigurationError, match=r"models/empty/model\.json is missing"):
+        load_registry(SETTINGS, ENV, root=tmp_path)
+
+
+def test_every_packaged_model_json_uses_only_known_keys() -> None:
+    for path in MODELS_DIR.glob("*/model.json"):
+        load_model(path.parent, SETTINGS, ENV)  # raises on any problem
