@@ -133,9 +133,9 @@ def error_response(error: SagegateError) -> Response:
 def renders_errors(view: Callable[..., Response]) -> Callable[..., Response]:
     """Turn sagegate's errors raised by a view into their HTTP answers."""
     @functools.wraps(view)
-    def wrapper(*args: str) -> Response:  # (a route's path parameters)
+    def wrapper(**params: str) -> Response:  # (a route's path parameters, by name)
         try:
-            return view(*args)
+            return view(**params)
         except SagegateError as error:
             return error_response(error)
     return wrapper

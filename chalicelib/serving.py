@@ -160,7 +160,7 @@ class ModelServer:
             return result
 
         if model.pipeline == Pipeline.TENSOR:
-            served.answer = self._tensor(model, call, options, invoke, served)
+            served.answer = self._tensor(model, call, options, invoke, served, request_id)
         elif model.pipeline == Pipeline.SAGEMAKER_TFS:
             served.answer = self._handler(model)(call, invoke, model)
         elif model.pipeline == Pipeline.CORTEX:
@@ -170,7 +170,7 @@ class ModelServer:
         return served
 
     def _tensor(self, model: ModelSpec, call: Call, options: ModelOptions, invoke: Invoke,
-                served: Served) -> Answer:
+                served: Served, request_id: str) -> Answer:
         arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
         result = invoke(tensors.tfs_request(arrays, model.signature), MediaType.JSON,
                         MediaType.JSON)
@@ -183,7 +183,7 @@ class ModelServer:
         labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
         if labelled is not None:
             document["predictions"] = labelled
-        document.update(endpoint=model.endpoint, variant=served.variant)
+        document.update(endpoint=model.endpoint, variant=served.variant, request_id=request_id)
         return Answer.json(document)
 
 
