@@ -127,16 +127,15 @@ class ModelServer:
         Raises:
             ConfigurationError: the file does not load or lacks the contract's functions.
         """
-        self._handler(model)
+        if model.handler_file is not None:
+            self._handler(model)
 
     def _handler(self, model: ModelSpec) -> Any:
-        from chalicelib import handlers
+        from chalicelib.handlers import load_handler
 
         with self._lock:
             if model.name not in self._handlers:
-                kind = (handlers.TfsHandler if model.pipeline == Pipeline.SAGEMAKER_TFS
-                        else handlers.CortexHandler)
-                self._handlers[model.name] = kind.load(model)
+                self._handlers[model.name] = load_handler(model)
             return self._handlers[model.name]
 
     def serve(self, model: ModelSpec, call: Call, options: ModelOptions, request_id: str,

@@ -320,6 +320,29 @@ def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
                          f"{stage!r} of .chalice/config.json)") from None
 
 
+def check_models(settings: Settings, env: Mapping[str, str],
+                 root: Path | None = None) -> list[str]:
+    """Load every registered model as the function will at start-up: each model.json, and
+    each handler file its pipeline runs. Returns the model names.
+
+    Raises:
+        StartError: a model.json key or a handler file is wrong; the message names the file.
+    """
+    from chalicelib.errors import ConfigurationError
+    from chalicelib.handlers import load_handler
+    from chalicelib.predictions import load_labels
+    from chalicelib.registry import MODELS_DIR, load_registry
+
+    try:
+        registry = load_registry(settings, {**env, "ENDPOINT_NAME": settings.endpoint_name},
+                                 root or MODELS_DIR, labels=load_labels(settings.labels))
+        for model in registry.models.values():
+            load_handler(model)
+    except ConfigurationError as error:
+        raise StartError(f"bad model: {error.message}") from None
+    return registry.names()
+
+
 # ---------------------------------------------------------------- sagegate run
 
 def write_samples() -> dict[str, Path]:
@@ -552,7 +575,9 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int
     check_port_free(api_port, "API_PORT")
     check_port_free(emulator_port, "EMULATOR_PORT")
     url = f"http://{HOST}:{emulator_port}"
-    settings = check_settings(args.stage, stage_env(args.stage, api_env(url)))
+    env = stage_env(args.stage, api_env(url))
+    settings = check_settings(args.stage, env)
+    check_models(settings, env)
     return api_port, emulator_port, settings
 
 

@@ -85,9 +85,9 @@ def main() -> None:
         request_ms.append((time.perf_counter() - began) * 1000.0)
     origins = {name: getattr(sys.modules.get(name), "__file__", None)
                for name in ("app", "chalice", "chalicelib", "numpy", "cv2", "boto3", "botocore",
-                            "snapshot_restore_py")}
+                            "snapshot_restore_py", "tokenizers")}
     importable = {}
-    for name in ("onnxruntime", "skimage", "pytest", "PIL"):
+    for name in ("onnxruntime", "skimage", "pytest", "PIL", "huggingface_hub"):
         try:
             __import__(name)
             importable[name] = True

@@ -9,6 +9,7 @@ replays the API Gateway events in ``tests/events`` against the emulator standing
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import zipfile
 from collections.abc import Callable, Iterator
@@ -82,6 +83,58 @@ def restored(prod: Package, tree: LambdaTree,
                      ("predict-binary", "health"), tmp_path_factory.mktemp("restored"))
 
 
+def model_event(name: str, document: Any, content_type: str = "application/json") -> dict[str, Any]:
+    """An API Gateway event for ``POST /models/{name}/predict``."""
+    event = copy.deepcopy(load_event("predict-json"))
+    event.update(resource="/models/{name}/predict", path=f"/models/{name}/predict",
+                 pathParameters={"name": name}, isBase64Encoded=False,
+                 body=document if isinstance(document, str) else json.dumps(document))
+    event["headers"]["Content-Type"] = content_type
+    event["multiValueHeaders"]["Content-Type"] = [content_type]
+    event["requestContext"].update(resourcePath="/models/{name}/predict",
+                                   path=f"/api/models/{name}/predict")
+    return event
+
+
+MODEL_EVENTS = {
+    "iris": model_event("iris", {"instances": "[[6.7, 3.0, 5.2, 2.3]]"}),
+    "iris-cortex": model_event("iris-cortex", {"sepal_length": 5.1, "sepal_width": 3.5,
+                                               "petal_length": 1.4, "petal_width": 0.2}),
+    "sentiment-positive": model_event("sentiment", {"text": "I loved this film"}),
+    "sentiment-negative": model_event("sentiment", {"text": "This was awful and boring"}),
+    "sentiment-refused": model_event("sentiment", "plain text", "text/plain"),
+}
+
+
+@pytest.fixture(scope="module")
+def models_run(prod: Package, tree: LambdaTree,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Every pipeline's handler files as packaged, through the layer's dependencies."""
+    with start_emulator(EMULATOR_CONFIG) as emulator:
+        run = lambda_sandbox.invoke(tree, function_env(prod, emulator.url),
+                                    list(MODEL_EVENTS.values()),
+                                    tmp_path_factory.mktemp("models"))
+        yield Run(dict(zip(MODEL_EVENTS, run.answers, strict=True)), run.report, run.logs)
+
+
+def test_every_pipeline_runs_from_the_packaged_artifact(models_run: Run, tree: LambdaTree) -> None:
+    answers = {name: (answer["statusCode"], json.loads(answer["body"]))
+               for name, answer in models_run.answers.items()}
+    assert answers["iris"][0] == 200, answers["iris"]
+    assert answers["iris"][1]["predictions"][0][0]["label"] == "virginica"
+    assert answers["iris-cortex"] == (200, answers["iris-cortex"][1])
+    assert answers["iris-cortex"][1]["class"] == "setosa"
+    positive, negative = (answers[f"sentiment-{kind}"] for kind in ("positive", "negative"))
+    assert positive[0] == negative[0] == 200, (positive, negative)
+    assert positive[1]["predictions"][0][0] > 0.5 > negative[1]["predictions"][0][0]
+    status, refused = answers["sentiment-refused"]
+    assert (status, refused["Code"]) == (400, "InvalidInput")
+    # the TF Serving handler's tokenizer came from the layer, without huggingface-hub
+    assert models_run.report["modules"]["tokenizers"].startswith(str(tree.layer / "python"))
+    assert models_run.report["dev_packages"]["huggingface_hub"] is False
+    assert "Traceback" not in models_run.logs
+
+
 def body_of(answer: dict[str, Any]) -> dict[str, Any]:
     # Chalice leaves out Content-Type for JSON bodies; API Gateway then sends application/json
     assert answer["headers"].get("Content-Type", "application/json") == "application/json"
@@ -98,7 +151,8 @@ def test_the_handler_imports_only_from_the_zips_and_the_runtime(run: Run, tree: 
     for name in ("boto3", "botocore", "snapshot_restore_py"):
         assert modules[name].startswith(str(tree.runtime)), (name, modules[name])
     assert run.report["dev_packages"] == {"onnxruntime": False, "skimage": False,
-                                          "pytest": False, "PIL": False}
+                                          "pytest": False, "PIL": False,
+                                          "huggingface_hub": False}
     assert not run.report["site_loaded"]
     assert not any("site-packages" in entry for entry in run.report["sys_path"])
 

@@ -13,6 +13,7 @@ from botocore.stub import ANY
 import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
+from chalicelib.errors import ConfigurationError
 from chalicelib.registry import load_model, load_registry
 from chalicelib.services import Services
 from tests.functional.conftest import Harness, endpoint_response, make_settings
@@ -209,3 +210,23 @@ def test_a_tensor_inference_is_captured_and_counted_per_model(
     assert metrics[0]["model"] == "iris"
     assert ["route", "model", "service"] in metrics[0]["_aws"]["CloudWatchMetrics"][0][
         "Dimensions"]
+
+
+def test_a_broken_handler_file_fails_start_up_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Lambda the import builds everything (services.warm_up): a handler file that does
+    not load stops the init, with the file named, before any request."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "model.json").write_text(json.dumps(
+        {"endpoint": "iris", "pipeline": "sagemaker-tfs"}))
+    (folder / "inference.py").write_text("def input_handler(data):\n    return data\n")
+    settings = make_settings()
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    registry.models["broken"] = load_model(folder, settings, {})
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # as the stage sets it
+    services = Services(settings, registry=registry)
+    with pytest.raises(ConfigurationError) as caught:
+        services.warm_up(prime_codecs=False)
+    assert "models/broken/inference.py" in caught.value.message
+    assert str(tmp_path) not in caught.value.message

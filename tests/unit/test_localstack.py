@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -312,3 +313,21 @@ def settings(**env: str) -> Settings:
 ])
 def test_the_ready_banner_says_what_data_capture_does(env: dict[str, str], line: str) -> None:
     assert describe_capture(settings(**env)) == line
+
+
+def test_sagegate_run_refuses_to_start_on_a_broken_model(tmp_path: Path) -> None:
+    """Every model.json and handler file is loaded before anything starts, as on Lambda."""
+    import shutil
+
+    from chalicelib.config import Settings
+    from chalicelib.registry import MODELS_DIR
+
+    settings = Settings(endpoint_name="efficientnet-lite0")
+    shutil.copytree(MODELS_DIR, tmp_path / "models")
+    assert "iris-cortex" in localstack.check_models(settings, {}, tmp_path / "models")
+    handler = tmp_path / "models" / "iris-cortex" / "handler.py"
+    handler.write_text(handler.read_text().replace("def post_inference", "def post_inferenc"))
+    with pytest.raises(localstack.StartError) as caught:
+        localstack.check_models(settings, {}, tmp_path / "models")
+    assert "models/iris-cortex/handler.py" in str(caught.value)
+    assert "post_inference" in str(caught.value)
