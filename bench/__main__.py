@@ -1,5 +1,6 @@
-"""``python -m bench [--part frontend|e2e|load|all] [--quick]``: sagegate beside the 2018
-reference (parts 1 and 2) and under load beside the emulator alone (part 3)."""
+"""``python -m bench [--part frontend|e2e|load|pipelines|all] [--quick]``: sagegate beside the
+2018 reference (parts 1 and 2), under load beside the emulator alone (part 3) and, for the
+non-image models, beside a bare endpoint call (pipelines)."""
 from __future__ import annotations
 
 import argparse
@@ -11,11 +12,11 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from bench import e2e, frontend, images, imports, load_report, table
+from bench import e2e, frontend, images, imports, load_report, pipelines, table
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "load", "all")
+PARTS = ("frontend", "e2e", "load", "pipelines", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -24,7 +25,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
     parser.add_argument("--part", choices=PARTS, default="all",
                         help="frontend: CPU per request and cold import; e2e: through "
                              "chalice local and the emulator; load: 1 to 32 clients on make "
-                             "run's stack, plot in bench/load.png; all (default): the three")
+                             "run's stack, plot in bench/load.png; pipelines: the non-image "
+                             "models' per-request overhead over a bare endpoint call; all "
+                             "(default): the four")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -69,6 +72,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> in
         # a smoke run does not overwrite the plot the README shows
         out.merge(load_report.report(quick=args.quick,
                                      plot_path=None if args.quick else load_report.PLOT_PATH))
+    if args.part in ("pipelines", "all"):
+        out.merge(pipelines.report(budgets))
     _summary(out)
     return 1 if out.failures else 0
 
