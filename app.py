@@ -36,6 +36,8 @@ for _media_type in BINARY_TYPES:
         app.api.binary_types.append(_media_type)
 
 _ANY_CONTENT_TYPE = ["*/*"]  # sagegate checks the type itself, answering its own 415
+# The production variant that answered a model request (SageMaker's own response header name).
+VARIANT_HEADER = "X-Amzn-Invoked-Production-Variant"
 
 
 def _cors(access: Access) -> CORSConfig | bool:
@@ -45,9 +47,9 @@ def _cors(access: Access) -> CORSConfig | bool:
     return CORSConfig(
         allow_origin=access.cors_origin,
         allow_headers=["X-Request-Id", "X-Correlation-Id", "X-Target-Variant",
-                       "X-Custom-Attributes"],
+                       "X-Target-Model", "X-Custom-Attributes"],
         expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
-                        "X-Custom-Attributes"],
+                        "X-Custom-Attributes", VARIANT_HEADER],
         max_age=600)
 
 
@@ -243,6 +245,8 @@ def _predict(model: ModelSpec) -> Response:
                 original_content_type=call.content_type), deadline)
     headers = _answer_headers(timer, served.custom_attributes)
     headers["Content-Type"] = served.answer.content_type
+    if served.variant:  # the handler's answer is its own: the variant goes in a header
+        headers[VARIANT_HEADER] = served.variant
     body: str | bytes = served.answer.body
     if not media.is_binary(served.answer.content_type):
         body = served.answer.body.decode("utf-8", errors="replace")

@@ -277,6 +277,9 @@ class _ModelReader:
             variant=self._name("variant"), metadata=self._metadata(),
             default_k=self._default_k(settings), labels=labels, settings=settings,
             description=self._optional_text("description"), example=self.doc.get("example"))
+        if pipeline == Pipeline.TENSOR and model.content_type != MediaType.JSON:
+            raise self.fail("content_type", "must be application/json for the tensor pipeline "
+                            "(it sends TF Serving's REST body)")
         handler = model.handler_file
         if handler is not None and not handler.is_file():
             raise self.fail("pipeline", f"is {pipeline!r}, which runs {handler.name}: "

@@ -132,6 +132,7 @@ def test_the_cortex_handler_runs_unchanged(harness: Harness) -> None:
     answer = json.loads(response.body)
     assert answer["class"] == "setosa"
     assert answer["probabilities"]["setosa"] == pytest.approx(0.97)
+    assert response.headers["X-Amzn-Invoked-Production-Variant"] == "AllTraffic"
 
 
 def test_the_tf_serving_inference_py_runs_unchanged(harness: Harness) -> None:

@@ -90,6 +90,7 @@ def test_an_endpoint_can_come_from_the_stage(tmp_path: Path) -> None:
     ({"default_k": True}, "default_k"),
     ({"metadata": []}, "metadata"),
     ({"variant": "no way"}, "variant"),
+    ({"content_type": "text/csv"}, "content_type"),
 ])
 def test_a_bad_key_stops_start_up_naming_the_file_and_the_key(
         tmp_path: Path, change: dict[str, Any], key: str) -> None:
