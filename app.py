@@ -13,7 +13,7 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
-from chalicelib import catalog, lifecycle, media, options
+from chalicelib import catalog, lifecycle, media, options, static
 from chalicelib.access import Access, AuthMode
 from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
@@ -306,6 +306,31 @@ def resize() -> Response:
     if asked.options.binary:
         return Response(body=resized.data, headers={"Content-Type": asked.options.content_type})
     return Response(body=resized.to_dict())
+
+
+@app.route("/", methods=["GET"])  # open: the page itself holds nothing secret
+@renders_errors
+def web_page() -> Response:
+    """The web page: pick, drop, paste or photograph an image; see the top-k."""
+    return _static_answer(*static.web_file("index.html"))
+
+
+@app.route("/static/{name}", methods=["GET"])  # open, as the page
+@renders_errors
+def web_asset(name: str) -> Response:
+    """The page's script, style sheet and icons."""
+    return _static_answer(*static.web_file(name))
+
+
+@app.route("/openapi.yaml", methods=["GET"])  # open: it says how to call the API, not with what
+@renders_errors
+def openapi_description() -> Response:
+    """The OpenAPI 3.1 description of every route."""
+    return _static_answer(static.openapi(), "application/yaml")
+
+
+def _static_answer(body: str, content_type: str) -> Response:
+    return Response(body=body, headers={"Content-Type": content_type, **static.SECURITY_HEADERS})
 
 
 @app.route("/health", methods=["GET"])  # open: no auth

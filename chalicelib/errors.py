@@ -86,6 +86,13 @@ class InvalidInputError(BadRequestError):
     CODE = "InvalidInput"
 
 
+class NotFoundError(SagegateError):
+    """No such resource (a file of the web page)."""
+
+    STATUS_CODE = 404
+    CODE = "NotFound"
+
+
 class ModelNotFoundError(SagegateError):
     """No model of that name is registered."""
 
