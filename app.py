@@ -1,7 +1,6 @@
 """sagegate: HTTP routes only. Each view reads the request, calls chalicelib, renders."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import threading
@@ -19,11 +18,11 @@ from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
 from chalicelib.media import BINARY_TYPES
 from chalicelib.observability import RequestLog, logger
-from chalicelib.pipeline import StageTimer, limits_from
+from chalicelib.pipeline import PredictResult, StageTimer, limits_from
 from chalicelib.registry import ModelSpec, Pipeline
 from chalicelib.resizer import resize_image
 from chalicelib.services import Services
-from chalicelib.serving import Call
+from chalicelib.serving import Call, Served
 
 # Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
 app = Chalice(app_name="sagegate", configure_logs=False)
@@ -236,13 +235,8 @@ def _predict(model: ModelSpec) -> Response:
     log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, served.attempts
     if served.invoked:
         with timer.stage("capture"):
-            log.capture = _capture(Exchange(
-                endpoint=served.endpoint, variant=served.variant or "AllTraffic",
-                inference_id=request_id(), sent=served.sent,
-                sent_content_type=served.sent_content_type, received=served.received,
-                received_content_type=served.received_content_type,
-                custom_attributes=asked.custom_attributes, original=request.body,
-                original_content_type=call.content_type), deadline)
+            log.capture = _capture(served, asked.custom_attributes, request.body,
+                                   call.content_type, deadline)
     headers = _answer_headers(timer, served.custom_attributes)
     headers["Content-Type"] = served.answer.content_type
     if served.variant:  # the handler's answer is its own: the variant goes in a header
@@ -267,13 +261,8 @@ def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float) -> Resp
     log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
                      "bytes": result.bytes_sent, "passthrough": result.passthrough}
     with timer.stage("capture"):
-        log.capture = _capture(Exchange(
-            endpoint=result.endpoint, variant=result.variant or "AllTraffic",
-            inference_id=request_id(), sent=result.sent,
-            sent_content_type=result.sent_content_type, received=result.received,
-            received_content_type=result.received_content_type,
-            custom_attributes=asked.options.custom_attributes, original=asked.image,
-            original_content_type=f"image/{result.image_in.format}"), deadline)
+        log.capture = _capture(result, asked.options.custom_attributes, asked.image,
+                               f"image/{result.image_in.format}", deadline)
     return Response(body=result.to_dict(request_id()),
                     headers=_answer_headers(timer, result.custom_attributes))
 
@@ -286,13 +275,19 @@ def _answer_headers(timer: StageTimer,
     return headers
 
 
-def _capture(exchange: Exchange, deadline: float) -> str:
-    """Capture one inference within what is left of the request's budget; the upload goes
-    along only when the capture asks for originals."""
+def _capture(answered: PredictResult | Served, custom_attributes: str | None, upload: bytes,
+             upload_type: str, deadline: float) -> str:
+    """Capture one inference (what was sent to the endpoint and what it answered) within what
+    is left of the request's budget; the upload goes along only when originals are asked for."""
     capturer = services.capturer
-    if not capturer.wants_original:
-        exchange = dataclasses.replace(exchange, original=None)
-    return capturer.capture(exchange, deadline - time.monotonic())
+    return capturer.capture(Exchange(
+        endpoint=answered.endpoint, variant=answered.variant or "AllTraffic",
+        inference_id=request_id(), sent=answered.sent,
+        sent_content_type=answered.sent_content_type, received=answered.received,
+        received_content_type=answered.received_content_type,
+        custom_attributes=custom_attributes,
+        original=upload if capturer.wants_original else None,
+        original_content_type=upload_type), deadline - time.monotonic())
 
 
 @app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)

@@ -105,11 +105,7 @@ def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int) -
     upload = read_upload(request.body, request.content_type, request.query,
                          max_body_bytes=max_body_bytes)
     check_fields(upload.fields, PREDICT_OPTIONS, upload.source)
-    fields = dict(upload.fields)
-    for header, name in PREDICT_HEADERS.items():
-        value = request.headers.get(header)
-        if value and name not in fields:
-            fields[name] = value
+    fields = _with_headers(upload.fields, request.headers)
     k_name = "topk" if "topk" in fields else "k"  # messages name the field as sent
     if "k" in fields and "topk" in fields:
         raise InvalidParameterError('Send "k" or "topk", not both.')
@@ -135,17 +131,23 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOpt
         raise PayloadTooLargeError(f"Request body is {len(request.body)} bytes; the limit is "
                                    f"{max_body_bytes}.")
     check_fields(request.query, MODEL_OPTIONS, Source.QUERY)
-    fields = dict(request.query)
-    for header, name in PREDICT_HEADERS.items():
-        value = request.headers.get(header)
-        if value and name not in fields:
-            fields[name] = value
+    fields = _with_headers(request.query, request.headers)
     k = fields.get("k")
     return ModelOptions(
         k=None if k is None else parse_positive_int("k", k, maximum=MAX_K),
         variant=parse_variant(fields.get("variant")),
         target_model=parse_target_model(fields.get("target_model")),
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")))
+
+
+def _with_headers(fields: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    """The options, plus those the headers give that the body or query does not."""
+    merged = dict(fields)
+    for header, name in PREDICT_HEADERS.items():
+        value = headers.get(header)
+        if value and name not in merged:
+            merged[name] = value
+    return merged
 
 
 def parse_target_model(value: Any) -> str | None:
