@@ -1,6 +1,7 @@
-"""``python -m bench [--part frontend|e2e|load|pipelines|all] [--quick]``: sagegate beside the
-2018 reference (parts 1 and 2), under load beside the emulator alone (part 3) and, for the
-non-image models, beside a bare endpoint call (pipelines)."""
+"""``python -m bench [--part frontend|e2e|load|pipelines|clients|all] [--quick]``: sagegate
+beside the 2018 reference (parts 1 and 2), under load beside the emulator alone (part 3), for
+the non-image models beside a bare endpoint call (pipelines) and, shrinking on the client,
+beside sending the original (clients)."""
 from __future__ import annotations
 
 import argparse
@@ -12,11 +13,11 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from bench import e2e, frontend, images, imports, load_report, pipelines, table
+from bench import clients, e2e, frontend, images, imports, load_report, pipelines, table
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "load", "pipelines", "all")
+PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -26,8 +27,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                         help="frontend: CPU per request and cold import; e2e: through "
                              "chalice local and the emulator; load: 1 to 32 clients on make "
                              "run's stack, plot in bench/load.png; pipelines: the non-image "
-                             "models' per-request overhead over a bare endpoint call; all "
-                             "(default): the four")
+                             "models' per-request overhead over a bare endpoint call; clients: "
+                             "what shrinking on the client saves; all (default): the five")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -74,6 +75,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> in
                                      plot_path=None if args.quick else load_report.PLOT_PATH))
     if args.part in ("pipelines", "all"):
         out.merge(pipelines.report(budgets))
+    if args.part in ("clients", "all"):
+        out.merge(clients.report(budgets.e2e))
     _summary(out)
     return 1 if out.failures else 0
 

@@ -31,6 +31,10 @@ COMMANDS: dict[str, Command] = {
                         "Develop"),
     "capture": Command("sagegate.captures", "read data capture records (directory, file or "
                        "s3://) as JSON Lines or CSV", "Develop"),
+    "predict": Command("sagegate.predict_cli", "classify image files and directories, "
+                       "shrinking each photo here before it is sent", "Use"),
+    "resize": Command("sagegate.predict_cli", "resize one image to an exact size with POST "
+                      "/resize", "Use"),
     "bench": Command("bench.__main__", "side-by-side benchmarks against the 2018 reference",
                      "Measure"),
     "bench-coldstart": Command("bench.coldstart", "Lambda cold start: python3.11 vs 3.13, "

@@ -1,0 +1,315 @@
+"""``sagegate predict`` and ``sagegate resize``: the HTTP client (:mod:`sagegate.client`) from
+the command line.
+
+``sagegate predict PATH...`` classifies image files and directories (searched recursively),
+shrinking each photo on this machine by the model's own rule before it is uploaded, several at
+a time over one client's keep-alive connections; a file that fails gets a row with its error
+code and the batch goes on. ``sagegate resize PATH --width W --height H`` asks ``POST /resize``
+for one image at an exact size. One module serves both commands: ``main`` reads which from
+``prog`` (``sagegate predict`` or ``sagegate resize``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sagegate.client import DEFAULT_ENCODING, DEFAULT_URL, Client, ClientError, Encoding
+
+URL_ENV = "SAGEGATE_URL"
+API_KEY_ENV = "SAGEGATE_API_KEY"
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp"})
+IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
+PROGRESS_FROM = 4
+"""Runs of at least this many files show a progress bar."""
+MAX_K = 1_000_000
+
+
+class UsageError(Exception):
+    """A command line that cannot run (exit code 2)."""
+
+
+def looks_like_image(path: Path) -> bool:
+    """Whether a file found in a directory is taken: an image's extension, or an image's
+    first bytes (JPEG, PNG, WebP)."""
+    if path.suffix.lower() in IMAGE_EXTENSIONS:
+        return True
+    try:
+        with open(path, "rb") as file:
+            head = file.read(12)
+    except OSError:
+        return False
+    return head.startswith(IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def collect(paths: Iterable[str]) -> list[Path]:
+    """The files to classify: each file named, and the image files under each directory
+    named (recursively, sorted). A file named on the command line is always taken.
+
+    Raises:
+        UsageError: a path does not exist, or nothing is left to classify.
+    """
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and looks_like_image(p))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UsageError(f"{name}: no such file or directory")
+    if not found:
+        raise UsageError("no image files found in " + ", ".join(paths))
+    return list(dict.fromkeys(found))
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One file's result."""
+
+    path: str
+    ok: bool
+    bytes_original: int = 0
+    bytes_sent: int = 0
+    predictions: list[dict[str, Any]] | None = None
+    error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's entry in ``--format json``."""
+        entry: dict[str, Any] = {"path": self.path, "ok": self.ok,
+                                 "bytes_original": self.bytes_original,
+                                 "bytes_sent": self.bytes_sent}
+        if self.ok:
+            entry["predictions"] = self.predictions
+        else:
+            entry["error"] = self.error
+        return entry
+
+
+def classify(client: Client, path: Path, args: argparse.Namespace) -> Outcome:
+    """Shrink (unless ``--no-shrink``) and classify one file; errors become the outcome."""
+    outcome = Outcome(str(path), False)
+    try:
+        data = path.read_bytes()
+        outcome.bytes_original = len(data)
+        upload = client.prepare(data, args.model, shrink=not args.no_shrink)
+        outcome.bytes_sent = len(upload.data)
+        answer = client.send(upload, args.k, args.model)
+    except ClientError as error:
+        outcome.error = {"status": error.status, "code": error.code, "message": error.message}
+        return outcome
+    except OSError as error:
+        outcome.error = {"status": 0, "code": "ReadError", "message": str(error)}
+        return outcome
+    outcome.ok = True
+    outcome.predictions = answer.get("predictions", answer)
+    return outcome
+
+
+def run_all(client: Client, files: Sequence[Path], args: argparse.Namespace,
+            advance: Callable[[], None]) -> list[Outcome]:
+    """Classify every file with ``args.concurrency`` threads; outcomes in the files' order."""
+    def one(path: Path) -> Outcome:
+        try:
+            return classify(client, path, args)
+        finally:
+            advance()
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        return list(pool.map(one, files))
+
+
+def _top(prediction: dict[str, Any]) -> str:
+    label = prediction.get("label", prediction.get("index", "?"))
+    probability = prediction.get("probability")
+    return f"{label} ({probability:.3f})" if isinstance(probability, float) else str(label)
+
+
+def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
+    """A rich table: one row per file, its predictions or its error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(show_lines=False)
+    for column, justify in (("file", "left"), ("sent / original", "right"),
+                            ("result", "left")):
+        grid.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for outcome in outcomes:
+        sizes = f"{outcome.bytes_sent:,} / {outcome.bytes_original:,}"
+        if outcome.ok:
+            preds = outcome.predictions
+            result = "; ".join(_top(p) for p in preds) if isinstance(preds, list) \
+                else json.dumps(preds)
+        else:
+            error = outcome.error or {}
+            result = f"[red]{error.get('code')}[/red]: {error.get('message')}"
+        grid.add_row(outcome.path, sizes, result)
+    Console(file=out, soft_wrap=False).print(grid)
+
+
+def render_csv(outcomes: Sequence[Outcome], out: Any) -> None:
+    """One row per prediction (rank 1..k), one per failed file."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["path", "ok", "bytes_original", "bytes_sent", "rank", "index", "label",
+                     "probability", "error_code", "error_message"])
+    for o in outcomes:
+        head = [o.path, str(o.ok).lower(), o.bytes_original, o.bytes_sent]
+        if not o.ok:
+            error = o.error or {}
+            writer.writerow([*head, "", "", "", "", error.get("code"), error.get("message")])
+            continue
+        for rank, p in enumerate(o.predictions or [], start=1):
+            writer.writerow([*head, rank, p.get("index"), p.get("label"),
+                             p.get("probability"), "", ""])
+
+
+def _progress(total: int, show: bool) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A rich progress bar on stderr (start it; advance, stop), or two no-ops."""
+    if not show:
+        return (lambda: None), (lambda: None)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(console=Console(stderr=True), transient=True)
+    task = progress.add_task("classifying", total=total)
+    progress.start()
+    return (lambda: progress.advance(task)), progress.stop
+
+
+def _positive(limit: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= limit:
+            raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {limit}")
+        return int(text)
+    return parse
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
+                        help=f"the API (default ${URL_ENV}, else {DEFAULT_URL}: make run)")
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                        help=f"sent as x-api-key (default ${API_KEY_ENV})")
+
+
+def predict_parser(prog: str) -> argparse.ArgumentParser:
+    """``sagegate predict``'s command line."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Classify image files (directories are searched recursively "
+        "for JPEG, PNG and WebP files). Each photo is shrunk here by the model's own rule "
+        "before it is sent, unless the server would take it as it is.",
+        epilog="Exit codes: 0 every file classified, 1 some failed (each has a row with its "
+        "error code), 2 a usage error.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="image files or directories")
+    _common(parser)
+    parser.add_argument("--model", help="a model of GET /models (default: the default model, "
+                        "POST /predict)")
+    parser.add_argument("--k", type=_positive(MAX_K), default=5, help="top-k (default 5)")
+    parser.add_argument("--concurrency", type=_positive(64), default=4,
+                        help="requests in flight (default 4)")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="send every file as it is")
+    parser.add_argument("--encoding", choices=[str(e) for e in Encoding],
+                        default=str(DEFAULT_ENCODING),
+                        help="how a shrunk photo is encoded (default %(default)s: the smallest "
+                        "lossless; png costs half the CPU, jpeg is not faithful)")
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                        help="table (default), json (one document) or csv")
+    return parser
+
+
+def predict(argv: Sequence[str], prog: str) -> int:
+    """``sagegate predict``."""
+    parser = predict_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        files = collect(args.paths)
+    except UsageError as error:
+        parser.error(str(error))
+    show = len(files) >= PROGRESS_FROM and (args.format == "table" or sys.stdout.isatty())
+    advance, stop = _progress(len(files), show)
+    with Client(args.url, args.api_key, pool=args.concurrency,
+                encoding=args.encoding) as client:
+        try:
+            outcomes = run_all(client, files, args, advance)
+        finally:
+            stop()
+    if args.format == "json":
+        json.dump([o.to_json() for o in outcomes], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.format == "csv":
+        render_csv(outcomes, sys.stdout)
+    else:
+        render_table(outcomes, sys.stdout)
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def resize_parser(prog: str) -> argparse.ArgumentParser:
+    """``sagegate resize``'s command line."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Resize one image to exactly WIDTH x HEIGHT with POST /resize.",
+        epilog="Exit codes: 0 written, 1 the server refused (its error code on stderr), 2 a "
+        "usage error.")
+    parser.add_argument("path", metavar="PATH", help="the image file")
+    parser.add_argument("--width", type=_positive(8192), required=True)
+    parser.add_argument("--height", type=_positive(8192), required=True)
+    parser.add_argument("--mode", choices=("stretch", "fit", "fill"), default="stretch",
+                        help="stretch (default), fit (letterbox) or fill (crop)")
+    parser.add_argument("--format", choices=("jpeg", "png", "webp"), default="jpeg",
+                        help="the output format (default jpeg)")
+    parser.add_argument("--quality", type=_positive(100), help="JPEG/WebP quality")
+    parser.add_argument("-o", "--output", metavar="OUT",
+                        help="where to write it (default PATH's name with -WxH and the "
+                        "format's extension, beside it; - for stdout)")
+    _common(parser)
+    return parser
+
+
+def default_output(path: Path, width: int, height: int, fmt: str) -> Path:
+    """``samples/cat.jpg`` at 224x224 as PNG -> ``samples/cat-224x224.png``."""
+    return path.with_name(f"{path.stem}-{width}x{height}.{'jpg' if fmt == 'jpeg' else fmt}")
+
+
+def resize(argv: Sequence[str], prog: str) -> int:
+    """``sagegate resize``."""
+    parser = resize_parser(prog)
+    args = parser.parse_args(argv)
+    source = Path(args.path)
+    if not source.is_file():
+        parser.error(f"{args.path}: no such file")
+    try:
+        with Client(args.url, args.api_key, pool=1) as client:
+            image = client.resize(source, args.width, args.height, args.mode, args.format,
+                                  args.quality)
+    except ClientError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    if args.output == "-":
+        sys.stdout.buffer.write(image)
+        sys.stdout.flush()
+        return 0
+    target = Path(args.output) if args.output else \
+        default_output(source, args.width, args.height, args.format)
+    target.write_bytes(image)
+    print(f"{target} ({args.width}x{args.height} {args.format}, {len(image):,} bytes)")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[Sequence[str], str], int]] = {"predict": predict,
+                                                            "resize": resize}
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "sagegate predict") -> int:
+    """Run ``sagegate predict`` or ``sagegate resize``, whichever ``prog`` names."""
+    command = COMMANDS.get(prog.rsplit(" ", 1)[-1], predict)
+    return command(list(sys.argv[1:] if argv is None else argv), prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
