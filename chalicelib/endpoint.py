@@ -32,6 +32,7 @@ from chalicelib.errors import (
     EndpointNotFoundError,
     EndpointTimeoutError,
     EndpointUnavailableError,
+    InvalidParameterError,
     InvalidVariantError,
     ModelError,
     SagegateError,
@@ -260,6 +261,12 @@ def _validation_error(message: str, invocation: Invocation) -> SagegateError:
     if invocation.target_variant and "variant" in lowered:
         return InvalidVariantError(
             f"The endpoint has no production variant {invocation.target_variant!r}.")
+    if invocation.target_model and "target model" in lowered:
+        # SageMaker: "Endpoint X is not a multi-model endpoint and does not support target
+        # model header." The client asked for something this endpoint cannot do.
+        return InvalidParameterError(
+            f"The endpoint {invocation.endpoint_name!r} is not a multi-model endpoint: send no "
+            '"target_model" (X-Target-Model).')
     if "not found" in lowered and "endpoint" in lowered:
         return EndpointNotFoundError(
             f"The SageMaker endpoint {invocation.endpoint_name!r} does not exist.")

@@ -29,7 +29,8 @@ _RESPONSES: dict[str, tuple[int | None, str, str]] = {
     "MISSING_AUTHENTICATION_TOKEN": (
         403, "Forbidden",
         "No such route, or the request is not authenticated. Routes: POST /predict, "
-        "POST /resize, GET /health."),
+        "POST /models/{name}/predict, GET /models, POST /resize, GET /health, GET / "
+        "(the web page), GET /openapi.yaml."),
     "DEFAULT_5XX": (
         None, "GatewayError",
         "API Gateway got no answer from sagegate ($context.error.responseType). A request "
