@@ -15,7 +15,10 @@ from tests.deploy.conftest import ROOT, Package
 
 pytestmark = pytest.mark.deploy
 
-OPEN_ROUTES = {("/health", "get")}
+# Open in every stage: liveness, and the web page with its files and the API's description
+# (they hold nothing secret; the page asks for the API key itself).
+OPEN_ROUTES = {("/health", "get"), ("/", "get"), ("/static/{name}", "get"),
+               ("/openapi.yaml", "get")}
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
@@ -32,13 +35,24 @@ def methods(pkg: Package) -> list[tuple[str, str, dict[str, Any]]]:
             for verb, spec in verbs.items()]
 
 
-def test_every_route_but_health_requires_an_api_key(built: Package) -> None:
+def test_every_route_but_the_open_ones_requires_an_api_key(built: Package) -> None:
     for path, verb, spec in methods(built):
         if (path, verb) in OPEN_ROUTES or verb == "options":
             assert "security" not in spec, (path, verb)
         else:
             assert spec.get("security") == [{"api_key": []}], (path, verb)
     assert definition(built)["securityDefinitions"]["api_key"]["name"] == "x-api-key"
+
+
+def test_the_openapi_description_opens_the_same_routes(built: Package) -> None:
+    import yaml
+
+    document = yaml.safe_load((ROOT / "chalicelib" / "openapi.yaml").read_text())
+    described_open = {(path, verb) for path, verbs in document["paths"].items()
+                      for verb, spec in verbs.items() if spec.get("security") == []}
+    assert described_open == OPEN_ROUTES
+    assert {(path, verb) for path, verb, _ in methods(built) if verb != "options"} == {
+        (path, verb) for path, verbs in document["paths"].items() for verb in verbs}
 
 
 def test_no_cors_preflight_while_no_origin_is_configured(built: Package) -> None:
