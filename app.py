@@ -307,6 +307,9 @@ def resize() -> Response:
 @renders_errors
 def web_page() -> Response:
     """The web page: pick, drop, paste or photograph an image; see the top-k."""
+    path = str(current_request().context.get("path") or "/")
+    if not path.endswith("/"):  # /api -> /api/: the page's relative URLs need the stage's slash
+        return Response(body="", status_code=301, headers={"Location": path + "/"})
     return _static_answer(*static.web_file("index.html"))
 
 
