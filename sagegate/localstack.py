@@ -380,12 +380,15 @@ def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings) -> s
         f"sagegate: ready on {api.url} (pid {api.pid}; endpoint "
         f"{settings.endpoint_name} on emulator {emulator.url}, pid {emulator.pid}); "
         f"{describe_capture(settings)}",
+        f"web page: {api.url}/   models: {api.url}/models   API: {api.url}/openapi.yaml",
         "try:",
         f"  curl -s {api.url}/predict -H 'Content-Type: image/jpeg' "
         "--data-binary @samples/cat.jpg",
         f"  curl -s '{api.url}/predict?k=3' -H 'Content-Type: image/jpeg' "
         "--data-binary @samples/coffee.jpg",
-        f"  curl -s {api.url}/health",
+        f"  curl -s {api.url}/models/iris/predict -H 'Content-Type: application/json' "
+        "-d '{\"instances\": [[5.1, 3.5, 1.4, 0.2]]}'",
+        f"  .venv/bin/sagegate predict samples/ --url {api.url}",
         "Ctrl-C stops both.",
     ])
 
