@@ -61,11 +61,10 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
     if not _REGION_RE.match(region):
         raise ValueError(f"not an AWS region: {region!r}")
     arn = f"arn:{partition_of(region)}"
-    # SageMaker lower-cases resource names in its ARNs; IAM compares ARNs case-sensitively.
-    endpoint = stage.endpoint_name.lower()
+    endpoint_arns = [f"{arn}:sagemaker:{region}:{account}:endpoint/{endpoint}"
+                     for endpoint in endpoints(stage)]
     statements = [
-        _allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"],
-               f"{arn}:sagemaker:{region}:{account}:endpoint/{endpoint}"),
+        _allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], endpoint_arns),
         _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
                f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/{stage.function_name}:*"),
     ]
@@ -78,7 +77,28 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def _allow(sid: str, actions: list[str], resource: str) -> dict[str, Any]:
+def endpoints(stage: Stage) -> list[str]:
+    """Every endpoint the stage's function calls: each registered model's (``chalicelib/
+    models/``, ``$VARIABLE`` endpoints read from the stage), the flat ``ENDPOINT_NAME``'s.
+    SageMaker lower-cases resource names in its ARNs; IAM compares ARNs case-sensitively.
+
+    Raises:
+        ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
+    """
+    from chalicelib.config import Settings
+    from chalicelib.errors import ConfigurationError
+    from chalicelib.registry import load_registry
+
+    try:
+        settings = Settings.from_env(stage.env)
+        registry = load_registry(settings, stage.env)
+    except ConfigurationError as error:
+        raise ValueError(f"stage {stage.name!r}: {error.message}") from None
+    return sorted({stage.endpoint_name.lower(),
+                   *(model.endpoint.lower() for model in registry.models.values())})
+
+
+def _allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:
     return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
 
 

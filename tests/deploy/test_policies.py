@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from chalicelib.config import Settings
+from chalicelib.registry import load_registry
 from sagegate.deploy.policy import policy_path, render
 from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_stage
 
@@ -29,7 +31,8 @@ def as_list(value: str | list[str]) -> list[str]:
 
 def account_and_region(policy: dict[str, Any]) -> tuple[str, str]:
     """Where the committed (or `sagegate policy`-rendered) file was rendered for."""
-    arn = next(s["Resource"] for s in statements(policy) if s["Sid"] == "InvokeOwnEndpoint")
+    arn = next(as_list(s["Resource"])[0] for s in statements(policy)
+               if s["Sid"] == "InvokeOwnEndpoint")
     _, _, _, region, account, _ = arn.split(":", 5)
     return account, region
 
@@ -113,8 +116,12 @@ def test_each_action_is_granted_only_on_the_functions_own_resources(stage: str) 
     config = load_stage(stage)
     granted = {action: statement["Resource"] for statement in statements(policy)
                for action in as_list(statement["Action"])}
-    assert granted["sagemaker:InvokeEndpoint"] == \
-        f"arn:aws:sagemaker:{region}:{account}:endpoint/{config.endpoint_name.lower()}"
+    # every registered model's endpoint (chalicelib/models/), and nothing else
+    registry = load_registry(Settings.from_env(config.env), config.env)
+    wanted = {config.endpoint_name, *(model.endpoint for model in registry.models.values())}
+    assert sorted(granted["sagemaker:InvokeEndpoint"]) == sorted(
+        f"arn:aws:sagemaker:{region}:{account}:endpoint/{name.lower()}" for name in wanted)
+    assert {"iris", "sentiment"} <= wanted
     own_logs = f"arn:aws:logs:{region}:{account}:log-group:/aws/lambda/sagegate-{stage}:*"
     assert granted["logs:CreateLogStream"] == granted["logs:PutLogEvents"] == own_logs
     assert "logs:CreateLogGroup" not in granted  # the deployment creates it, with retention
@@ -159,8 +166,8 @@ def test_xray_is_the_only_wildcard_and_only_when_opted_in() -> None:
 def test_arns_follow_the_regions_partition_and_sagemakers_lower_case() -> None:
     stage = with_env(load_stage("prod"), ENDPOINT_NAME="My-Endpoint")
     policy = render(stage, "111122223333", "cn-north-1")
-    assert statements(policy)[0]["Resource"] == \
-        "arn:aws-cn:sagemaker:cn-north-1:111122223333:endpoint/my-endpoint"
+    assert "arn:aws-cn:sagemaker:cn-north-1:111122223333:endpoint/my-endpoint" in \
+        statements(policy)[0]["Resource"]
 
 
 @pytest.mark.parametrize("account,region", [("12345", "us-east-1"), ("123456789012", "mars-1"),
