@@ -14,6 +14,7 @@ from chalice.app import Request
 
 from chalicelib import catalog, lifecycle, media, options, static
 from chalicelib.access import Access, AuthMode
+from chalicelib.cache import CacheControl, CacheUse
 from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
 from chalicelib.media import BINARY_TYPES
@@ -37,6 +38,7 @@ for _media_type in BINARY_TYPES:
 _ANY_CONTENT_TYPE = ["*/*"]  # sagegate checks the type itself, answering its own 415
 # The production variant that answered a model request (SageMaker's own response header name).
 VARIANT_HEADER = "X-Amzn-Invoked-Production-Variant"
+CACHE_HEADER = "X-Cache"  # hit | miss | bypass: whether the prediction cache answered
 
 
 def _cors(access: Access) -> CORSConfig | bool:
@@ -46,9 +48,9 @@ def _cors(access: Access) -> CORSConfig | bool:
     return CORSConfig(
         allow_origin=access.cors_origin,
         allow_headers=["X-Request-Id", "X-Correlation-Id", "X-Target-Variant",
-                       "X-Target-Model", "X-Custom-Attributes"],
+                       "X-Target-Model", "X-Custom-Attributes", "Cache-Control"],
         expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
-                        "X-Custom-Attributes", VARIANT_HEADER],
+                        "X-Custom-Attributes", VARIANT_HEADER, CACHE_HEADER],
         max_age=600)
 
 
@@ -223,21 +225,49 @@ def _predict(model: ModelSpec) -> Response:
     log = request_log()
     log.model = model.name
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
-    if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
-        return _predict_image(model, timer, deadline)
+    cache = _cache_use(model)
+    try:
+        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+            return _predict_image(model, timer, deadline, cache)
+        return _serve_model(model, timer, deadline, cache)
+    finally:
+        _note_cache(cache, timer)  # (again: an error answer's log says it too)
+
+
+def _cache_use(model: ModelSpec) -> CacheUse:
+    """This request's use of the prediction cache: the client's ``Cache-Control``
+    (``no-cache``: no read, ``no-store``: no write), unless the model is never cached."""
+    control = CacheControl.parse(current_request().headers.get("cache-control"))
+    return services.cache.request(control, enabled=model.cache, scope={"model": model.name})
+
+
+def _note_cache(cache: CacheUse, timer: StageTimer) -> None:
+    """The cache's outcome in the log line and, as the ``cache`` stage, Server-Timing."""
+    log = request_log()
+    log.cache, log.cache_tier = cache.status, cache.tier
+    log.cache_errors = cache.errors or None
+    log.cache_skipped_too_large = cache.skipped_too_large or None
+    if cache.active:
+        timer.durations["cache"] = cache.lookup_ms
+
+
+def _serve_model(model: ModelSpec, timer: StageTimer, deadline: float,
+                 cache: CacheUse) -> Response:
+    log = request_log()
     with timer.stage("parse"):
         request = _http_request()
-        asked = options.read_model_options(request, max_body_bytes=settings.max_body_bytes)
+        asked = options.read_model_options(request, max_body_bytes=services.settings
+                                           .max_body_bytes)
     call = Call(request.body, media.bare(request.content_type), request.headers.get("accept"),
                 asked.custom_attributes)
     with timer.stage("model"):
-        served = services.server.serve(model, call, asked, request_id(), deadline)
+        served = services.server.serve(model, call, asked, request_id(), deadline, cache=cache)
     log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, served.attempts
-    if served.invoked:
+    if served.invoked:  # a cached answer is no inference: nothing to capture
         with timer.stage("capture"):
             log.capture = _capture(served, asked.custom_attributes, request.body,
                                    call.content_type, deadline)
-    headers = _answer_headers(timer, served.custom_attributes)
+    headers = _answer_headers(timer, served.custom_attributes, cache)
     headers["Content-Type"] = served.answer.content_type
     if served.variant:  # the handler's answer is its own: the variant goes in a header
         headers[VARIANT_HEADER] = served.variant
@@ -247,29 +277,38 @@ def _predict(model: ModelSpec) -> Response:
     return Response(body=body, headers=headers)
 
 
-def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float) -> Response:
+def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float,
+                   cache: CacheUse) -> Response:
     log = request_log()
     with timer.stage("parse"):
         asked = options.read_predict(_http_request(),
                                      max_body_bytes=services.settings.max_body_bytes,
                                      default_k=model.default_k)
     result = services.predictor_for(model).predict(asked.image, asked.options, request_id(),
-                                                   timer, deadline)
+                                                   timer, deadline, cache=cache)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
-    log.image_in = {"format": result.image_in.format, "width": result.image_in.width,
-                    "height": result.image_in.height, "bytes": len(asked.image)}
-    log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
-                     "bytes": result.bytes_sent, "passthrough": result.passthrough}
-    with timer.stage("capture"):
-        log.capture = _capture(result, asked.options.custom_attributes, asked.image,
-                               f"image/{result.image_in.format}", deadline)
+    log.image_in = {"bytes": len(asked.image)}  # a cached answer read no header
+    if result.image_in is not None:
+        log.image_in.update(format=result.image_in.format, width=result.image_in.width,
+                            height=result.image_in.height)
+    if result.image_out is not None:
+        log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
+                         "bytes": result.bytes_sent, "passthrough": result.passthrough}
+    if not result.cached and result.image_in is not None:
+        with timer.stage("capture"):
+            log.capture = _capture(result, asked.options.custom_attributes, asked.image,
+                                   f"image/{result.image_in.format}", deadline)
     return Response(body=result.to_dict(request_id()),
-                    headers=_answer_headers(timer, result.custom_attributes))
+                    headers=_answer_headers(timer, result.custom_attributes, cache))
 
 
-def _answer_headers(timer: StageTimer,
-                    custom_attributes: str | None) -> dict[str, str | list[str]]:
+def _answer_headers(timer: StageTimer, custom_attributes: str | None,
+                    cache: CacheUse | None = None) -> dict[str, str | list[str]]:
+    if cache is not None:
+        _note_cache(cache, timer)
     headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
+    if cache is not None:
+        headers[CACHE_HEADER] = cache.status
     if custom_attributes:
         headers["X-Custom-Attributes"] = custom_attributes
     return headers

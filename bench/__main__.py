@@ -1,7 +1,7 @@
-"""``python -m bench [--part frontend|e2e|load|pipelines|clients|all] [--quick]``: sagegate
+"""``python -m bench [--part frontend|e2e|load|pipelines|clients|cache|all] [--quick]``: sagegate
 beside the 2018 reference (parts 1 and 2), under load beside the emulator alone (part 3), for
 the non-image models beside a bare endpoint call (pipelines) and, shrinking on the client,
-beside sending the original (clients)."""
+beside sending the original (clients), and a prediction cache hit beside a miss (cache)."""
 from __future__ import annotations
 
 import argparse
@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from bench import clients, e2e, frontend, images, imports, load_report, pipelines, table
+from bench import cache, clients, e2e, frontend, images, imports, load_report, pipelines, table
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "all")
+PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -28,7 +28,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "chalice local and the emulator; load: 1 to 32 clients on make "
                              "run's stack, plot in bench/load.png; pipelines: the non-image "
                              "models' per-request overhead over a bare endpoint call; clients: "
-                             "what shrinking on the client saves; all (default): the five")
+                             "what shrinking on the client saves; cache: a cache hit against a "
+                             "miss; all (default): the six")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -77,6 +78,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> in
         out.merge(pipelines.report(budgets))
     if args.part in ("clients", "all"):
         out.merge(clients.report(budgets.e2e))
+    if args.part in ("cache", "all"):
+        out.merge(cache.report(budgets.e2e))
     _summary(out)
     return 1 if out.failures else 0
 

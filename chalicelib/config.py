@@ -52,6 +52,9 @@ CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
 CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
+CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
+CACHE_TABLE = "CACHE_TABLE"
+CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
 # Read at import by chalicelib.access (see the module docstring).
 SAGEGATE_AUTH = "SAGEGATE_AUTH"
 CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
@@ -84,6 +87,7 @@ API_GATEWAY_TIMEOUT_SECONDS = 29.0
 # most. Whole-string use only (fullmatch): names go into headers, paths and logs.
 SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
+_TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rule
 
 T = TypeVar("T")
 
@@ -131,6 +135,12 @@ class Settings:
     capture_original: bool = False
     capture_max_bytes: int = 0
     """A directory destination's size cap (oldest files dropped); 0 for none."""
+    cache_memory_bytes: int = 4 * 1024 * 1024
+    """The in-process prediction cache's bound (bodies and keys); 0 turns that tier off."""
+    cache_table: str = ""
+    """The DynamoDB table of the shared prediction cache tier; empty for none."""
+    cache_ttl_seconds: int = 86_400
+    """How long a cached endpoint answer is served (both tiers)."""
 
     def __post_init__(self) -> None:
         _check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
@@ -154,6 +164,8 @@ class Settings:
         _check(self.endpoint_read_timeout < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
                f"must be below {REQUEST_BUDGET_SECONDS}")
         self._check_capture()
+        _check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
+               "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
 
     def _check_capture(self) -> None:
         _check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
@@ -195,6 +207,8 @@ class Settings:
              API_GATEWAY_TIMEOUT_SECONDS),
             (CAPTURE_SAMPLING_PERCENTAGE, self.capture_sampling_percentage, 0, 100),
             (CAPTURE_MAX_BYTES, self.capture_max_bytes, 0, 2**50),
+            (CACHE_MEMORY_BYTES, self.cache_memory_bytes, 0, 2**40),
+            (CACHE_TTL_SECONDS, self.cache_ttl_seconds, 60, 31_536_000),
         ]
 
     @property

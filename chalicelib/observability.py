@@ -25,7 +25,9 @@ from chalicelib.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_N
 
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
-                 "model": "ModelLatency", "capture": "CaptureLatency"}
+                 "model": "ModelLatency", "capture": "CaptureLatency", "cache": "CacheLatency"}
+# the prediction cache's outcomes (the log line's "cache") and the metric each one counts
+CACHE_METRICS = {"hit": "CacheHits", "miss": "CacheMisses"}
 
 
 class _CurrentStdout:
@@ -80,6 +82,14 @@ class RequestLog:
     variant: str | None = None
     attempts: int | None = None
     capture: str | None = None
+    cache: str | None = None
+    """The prediction cache: ``hit``, ``miss`` or ``bypass`` (model routes and /predict)."""
+    cache_tier: str | None = None
+    """Where a hit came from: ``memory``, ``dynamodb`` or ``in-flight``."""
+    cache_errors: int | None = None
+    """Failures of the cache's table tier (each one fell through to the endpoint)."""
+    cache_skipped_too_large: int | None = None
+    """Answers not stored in the table: over DynamoDB's 400 KB item limit."""
     stages_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     total_ms: float = 0.0
 
@@ -117,6 +127,7 @@ class RequestLog:
         if self.capture in (Outcome.WRITTEN, Outcome.FAILED):
             name = "CaptureRecords" if self.capture == Outcome.WRITTEN else "CaptureFailures"
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+        self._cache_metrics(metrics)
         _publish(metrics)
         if self.error_code:
             errors = _metrics()
@@ -124,6 +135,16 @@ class RequestLog:
             errors.add_dimension(name="code", value=self.error_code)
             errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
             _publish(errors)
+
+    def _cache_metrics(self, metrics: EphemeralMetrics) -> None:
+        if self.cache in CACHE_METRICS:
+            metrics.add_metric(name=CACHE_METRICS[self.cache], unit=MetricUnit.Count, value=1)
+        if self.cache_errors:
+            metrics.add_metric(name="CacheErrors", unit=MetricUnit.Count,
+                               value=self.cache_errors)
+        if self.cache_skipped_too_large:
+            metrics.add_metric(name="CacheSkippedTooLarge", unit=MetricUnit.Count,
+                               value=self.cache_skipped_too_large)
 
 
 def _publish(metrics: EphemeralMetrics) -> None:

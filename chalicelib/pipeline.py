@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from chalicelib import imaging, predictions
+from chalicelib.cache import CacheUse
 from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
 from chalicelib.errors import (
@@ -76,8 +77,10 @@ class PredictResult:
     endpoint: str
     variant: str | None
     custom_attributes: str | None
-    image_in: imaging.ImageInfo
-    image_out: tuple[int, int]
+    image_in: imaging.ImageInfo | None
+    """The upload's header (None: answered from the cache, which reads none)."""
+    image_out: tuple[int, int] | None
+    """The size sent to the endpoint (None: answered from the cache)."""
     sent: bytes = dataclasses.field(repr=False)
     """The body sent to the endpoint (the resized, re-encoded image)."""
     sent_content_type: str
@@ -87,6 +90,8 @@ class PredictResult:
     attempts: int = 1
     passthrough: bool = False
     """The upload went to the endpoint untouched (see :func:`imaging.can_pass_through`)."""
+    cached: bool = False
+    """The endpoint's answer came from the prediction cache: nothing was sent."""
 
     @property
     def bytes_sent(self) -> int:
@@ -101,6 +106,29 @@ class PredictResult:
             "variant": self.variant,
             "request_id": request_id,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """An upload made ready for the endpoint."""
+
+    info: imaging.ImageInfo
+    payload: bytes
+    size: tuple[int, int]
+    passthrough: bool
+
+
+def _pipeline_fields(settings: Settings, passthrough: bool) -> dict[str, Any]:
+    """The settings that change what an image model's endpoint is sent or answers, or which
+    uploads get through (the cache key's, besides the upload's bytes)."""
+    s = settings
+    return {"endpoint": s.endpoint_name, "resize_mode": s.resize_mode,
+            "shorter_side": s.resize_shorter_side, "size": [s.input_width, s.input_height],
+            "upscale": s.upscale, "encode": [s.encode_format, s.jpeg_quality, s.png_compression],
+            "passthrough": passthrough, "content_type": s.endpoint_content_type,
+            "accept": s.endpoint_accept,
+            "limits": [s.max_image_pixels, s.max_aspect_ratio, s.allow_corrupt_images,
+                       s.max_jpeg_scans, s.max_body_bytes]}
 
 
 class Predictor:
@@ -126,6 +154,7 @@ class Predictor:
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = (settings.passthrough
                                      and settings.endpoint_content_type in PASSTHROUGH_TYPES)
+        self._pipeline_fields = _pipeline_fields(settings, self._passthrough_allowed)
 
     @property
     def endpoint(self) -> EndpointClient:
@@ -151,16 +180,45 @@ class Predictor:
         imaging.encode(resized, self._encoding)
 
     def predict(self, image: bytes, options: PredictOptions, request_id: str,
-                timer: StageTimer | None = None, deadline: float | None = None) -> PredictResult:
+                timer: StageTimer | None = None, deadline: float | None = None,
+                cache: CacheUse | None = None) -> PredictResult:
         """Resize ``image``, invoke the endpoint and return the labelled top-k.
 
         ``deadline`` (``time.monotonic()``) is when the request's budget ends, counted from
         its start: the endpoint is only called while a whole attempt still fits before it.
+        With ``cache``, an answer cached for these exact bytes (and this pipeline, model and
+        variant) is used without decoding anything or calling the endpoint; top-k is always
+        computed here, per request.
 
         Raises:
             SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
         """
         timer = timer or StageTimer()
+        prepared: list[_Prepared] = []
+
+        def compute() -> InvokeResult:
+            prepared.append(self._prepare(image, timer))
+            with timer.stage("endpoint"):
+                return self._call(prepared[0], options, request_id, deadline)
+
+        if cache is None:
+            result = compute()
+        else:
+            result = cache.fetch(self._key_fields(options, cache), image, compute, deadline)
+        with timer.stage("postprocess"):
+            top = self._top_k(result, options.k)
+        done = prepared[0] if prepared else None
+        return PredictResult(
+            predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
+            custom_attributes=result.custom_attributes,
+            image_in=done.info if done else None, image_out=done.size if done else None,
+            sent=done.payload if done else b"", passthrough=done.passthrough if done else False,
+            sent_content_type=self._settings.endpoint_content_type, received=result.body,
+            received_content_type=result.content_type, attempts=result.attempts,
+            cached=done is None,
+        )
+
+    def _prepare(self, image: bytes, timer: StageTimer) -> _Prepared:
         with timer.stage("preprocess"):
             # every limit, on the header, whether or not the upload is passed through
             info = imaging.inspect(image, self._plan, self._limits)
@@ -168,32 +226,31 @@ class Predictor:
                 image, info, self._plan)
             if passthrough:
                 imaging.check_forwardable(image, info, self._limits)
-                payload, size = image, (info.width, info.height)
-            else:
-                resized = imaging.decode_and_resize(image, info, self._plan, self._limits)
-                payload = imaging.encode(resized, self._encoding)
-                size = resized.shape[1], resized.shape[0]
-        with timer.stage("endpoint"):
-            try:
-                result = self._endpoint.invoke(self._invocation(payload, options, request_id),
-                                               deadline)
-            except ModelError as error:
-                status = error.details.get("original_status_code")
-                if passthrough and isinstance(status, int) and 400 <= status < 500:
-                    # sagegate forwarded the client's bytes: the model refusing them is the
-                    # client's error, not a failure of the endpoint.
-                    raise InvalidImageError(
-                        "The image could not be decoded by the model.") from None
-                raise
-        with timer.stage("postprocess"):
-            top = self._top_k(result, options.k)
-        return PredictResult(
-            predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
-            custom_attributes=result.custom_attributes, image_in=info,
-            image_out=size, sent=payload, passthrough=passthrough,
-            sent_content_type=self._settings.endpoint_content_type, received=result.body,
-            received_content_type=result.content_type, attempts=result.attempts,
-        )
+                return _Prepared(info, image, (info.width, info.height), True)
+            resized = imaging.decode_and_resize(image, info, self._plan, self._limits)
+            return _Prepared(info, imaging.encode(resized, self._encoding),
+                             (resized.shape[1], resized.shape[0]), False)
+
+    def _call(self, prepared: _Prepared, options: PredictOptions, request_id: str,
+              deadline: float | None) -> InvokeResult:
+        try:
+            return self._endpoint.invoke(
+                self._invocation(prepared.payload, options, request_id), deadline)
+        except ModelError as error:
+            status = error.details.get("original_status_code")
+            if prepared.passthrough and isinstance(status, int) and 400 <= status < 500:
+                # sagegate forwarded the client's bytes: the model refusing them is the
+                # client's error, not a failure of the endpoint.
+                raise InvalidImageError(
+                    "The image could not be decoded by the model.") from None
+            raise
+
+    def _key_fields(self, options: PredictOptions, cache: CacheUse) -> dict[str, Any]:
+        """Everything besides the upload's bytes that changes the endpoint's answer (and
+        whether the upload passes the checks at all)."""
+        return {**cache.scope, **self._pipeline_fields, "variant": options.variant,
+                "target_model": options.target_model,
+                "custom_attributes": options.custom_attributes}
 
     def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
         return Invocation(

@@ -14,6 +14,7 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
      "target_model": null, "variant": null,    # SageMaker TargetModel / TargetVariant defaults
      "metadata": {},                      # handed to Cortex handlers
      "default_k": 3,
+     "cache": true,                       # false: never cache this model's answers
      "image": {"resize_mode": "fill", "input_width": 299, ...},  # image-classification only
      "description": "...", "example": {...}}   # shown by GET /models/{name}
 
@@ -152,6 +153,8 @@ class ModelSpec:
     description: str | None = None
     example: Any = None
     """A request body ``GET /models/{name}`` shows (model.json's ``example``)."""
+    cache: bool = True
+    """Whether the prediction cache may answer for this model (model.json's ``cache``)."""
 
     @property
     def handler_file(self) -> Path | None:
@@ -238,7 +241,7 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
 
 
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
-         "variant", "metadata", "default_k", "image", "description", "example"}
+         "variant", "metadata", "default_k", "image", "description", "example", "cache"}
 
 
 class _ModelReader:
@@ -276,7 +279,8 @@ class _ModelReader:
             signature=signature, target_model=self._optional_text("target_model"),
             variant=self._name("variant"), metadata=self._metadata(),
             default_k=self._default_k(settings), labels=labels, settings=settings,
-            description=self._optional_text("description"), example=self.doc.get("example"))
+            description=self._optional_text("description"), example=self.doc.get("example"),
+            cache=self._cache())
         if pipeline == Pipeline.TENSOR and model.content_type != MediaType.JSON:
             raise self.fail("content_type", "must be application/json for the tensor pipeline "
                             "(it sends TF Serving's REST body)")
@@ -335,6 +339,12 @@ class _ModelReader:
         value = self.doc.get("metadata", {})
         if not isinstance(value, dict):
             raise self.fail("metadata", "must be a JSON object")
+        return value
+
+    def _cache(self) -> bool:
+        value = self.doc.get("cache", True)
+        if not isinstance(value, bool):
+            raise self.fail("cache", "must be true or false")
         return value
 
     def _default_k(self, settings: Settings | None) -> int:

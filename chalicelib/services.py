@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from chalicelib import lifecycle
+from chalicelib.cache import PredictionCache
 from chalicelib.capture import Capturer
 from chalicelib.config import ENDPOINT_NAME, Settings
 from chalicelib.endpoint import EndpointClient
@@ -22,8 +23,8 @@ from chalicelib.serving import ModelServer
 
 
 class Services:
-    """Settings, registry, endpoint client, predictors and capturer: each built on first use,
-    once, then kept.
+    """Settings, registry, endpoint client, predictors, capturer and prediction cache: each
+    built on first use, once, then kept.
 
     Args:
         settings: the settings; read from the environment on first use when None.
@@ -31,13 +32,14 @@ class Services:
         capturer: a ready capturer; built from the settings when None.
         endpoint: a ready endpoint client (every model's); the predictor's, or built, when None.
         registry: a ready model registry; read from ``chalicelib/models/`` when None.
+        cache: a ready prediction cache; built from the settings (``CACHE_*``) when None.
         read_settings: how settings are read when not given (``Settings.from_env``).
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
     """
 
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
                  capturer: Capturer | None = None, endpoint: EndpointClient | None = None,
-                 registry: Registry | None = None,
+                 registry: Registry | None = None, cache: PredictionCache | None = None,
                  read_settings: Callable[[], Settings] = Settings.from_env,
                  env: Mapping[str, str] | None = None) -> None:
         self._settings = settings
@@ -45,6 +47,7 @@ class Services:
         self._capturer = capturer
         self._endpoint = endpoint or (predictor.endpoint if predictor else None)
         self._registry = registry
+        self._cache = cache
         self._read_settings = read_settings
         self._env = env
         self._predictors: dict[str, Predictor] = {}
@@ -112,6 +115,14 @@ class Services:
             return self._server
 
     @property
+    def cache(self) -> PredictionCache:
+        """The prediction cache as configured (``CACHE_*``); either tier may be off."""
+        with self._lock:
+            if self._cache is None:
+                self._cache = PredictionCache.from_settings(self.settings)
+            return self._cache
+
+    @property
     def capturer(self) -> Capturer:
         """Data capture as configured (``CAPTURE_*``)."""
         with self._lock:
@@ -132,7 +143,7 @@ class Services:
         first request's wait even when that request needs less (a JPEG passed through).
         """
         predictor = self.predictor
-        _ = self.capturer
+        _ = self.capturer, self.cache
         for model in self.registry.models.values():  # a broken handler file fails init
             if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
                 self.predictor_for(model)
@@ -143,7 +154,8 @@ class Services:
 
     def connection_holders(self) -> list[lifecycle.Closable]:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""
-        return [holder for holder in (self._endpoint, self._capturer) if holder is not None]
+        return [holder for holder in (self._endpoint, self._capturer, self._cache)
+                if holder is not None]
 
 
 def build_endpoint(settings: Settings) -> EndpointClient:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from chalicelib import predictions, tensors
+from chalicelib.cache import CacheUse, file_digest
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
 from chalicelib.errors import UnsupportedMediaTypeError
 from chalicelib.media import MediaType, bare
@@ -119,6 +120,7 @@ class ModelServer:
     def __init__(self, endpoint: EndpointClient) -> None:
         self._endpoint = endpoint
         self._handlers: dict[str, Any] = {}
+        self._digests: dict[str, str] = {}  # the handler files' content, as loaded
         self._lock = threading.Lock()
 
     def load(self, model: ModelSpec) -> None:
@@ -135,12 +137,30 @@ class ModelServer:
 
         with self._lock:
             if model.name not in self._handlers:
+                if model.handler_file is not None:
+                    self._digests[model.name] = file_digest(model.handler_file)
                 self._handlers[model.name] = load_handler(model)
             return self._handlers[model.name]
 
+    def _key_fields(self, model: ModelSpec, options: ModelOptions, content_type: str,
+                    accept: str, cache: CacheUse) -> dict[str, Any]:
+        """Besides the body sent, everything that changes the endpoint's answer, and the
+        handler file that turns it into the client's (an edited one is a new key)."""
+        if model.handler_file is not None:
+            self._handler(model)  # its digest is taken as it is loaded
+        return {**cache.scope, "endpoint": model.endpoint, "content_type": content_type,
+                "accept": accept, "variant": options.variant or model.variant,
+                "target_model": options.target_model or model.target_model,
+                "custom_attributes": options.custom_attributes,
+                "handler": self._digests.get(model.name)}
+
     def serve(self, model: ModelSpec, call: Call, options: ModelOptions, request_id: str,
-              deadline: float | None = None) -> Served:
+              deadline: float | None = None, cache: CacheUse | None = None) -> Served:
         """Run one request through the model's pipeline.
+
+        With ``cache``, every endpoint call the pipeline makes is looked up first: a cached
+        answer goes to the tensor reader or the user's handler as the endpoint's would
+        (``Served.invoked`` stays False when nothing reached the endpoint).
 
         Raises:
             SagegateError: (a subclass) the request does not fit the model, the handler
@@ -149,12 +169,19 @@ class ModelServer:
         served = Served(Answer(b"", ""), model.endpoint)
 
         def invoke(body: bytes, content_type: str, accept: str) -> InvokeResult:
-            result = self._endpoint.invoke(Invocation(
-                endpoint_name=model.endpoint, body=body, content_type=content_type,
-                accept=accept, target_variant=options.variant or model.variant,
-                target_model=options.target_model or model.target_model,
-                custom_attributes=options.custom_attributes, inference_id=request_id[:64]),
-                deadline)
+            def call() -> InvokeResult:
+                return self._endpoint.invoke(Invocation(
+                    endpoint_name=model.endpoint, body=body, content_type=content_type,
+                    accept=accept, target_variant=options.variant or model.variant,
+                    target_model=options.target_model or model.target_model,
+                    custom_attributes=options.custom_attributes, inference_id=request_id[:64]),
+                    deadline)
+
+            if cache is None:
+                result = call()
+            else:
+                result = cache.fetch(self._key_fields(model, options, content_type, accept,
+                                                      cache), body, call, deadline)
             served.record(body, content_type, result)
             return result
 

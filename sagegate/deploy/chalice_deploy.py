@@ -2,31 +2,32 @@
 
 1. refuses a stage without a layer ARN (publish it first: ``sagegate layer --bucket``);
 2. renders the stage's IAM policy for the account and region;
-3. creates the function's log group ``/aws/lambda/sagegate-<stage>`` with the stage's
+3. with ``CACHE_TABLE``: the cache table as a small stack, ``sagegate-<stage>-cache``
+   (``build/cache-<stage>.json``, :func:`~sagegate.deploy.templates.cache_template`), since
+   Chalice creates no DynamoDB table and the function should not find it missing;
+4. creates the function's log group ``/aws/lambda/sagegate-<stage>`` with the stage's
    retention: Chalice 1.34 gives ``log_retention_in_days`` to a group named after
    ``...-api_handler``, which nothing writes to, and without its own group the function would
    need ``logs:CreateLogGroup`` and keep its logs forever;
-4. ``chalice deploy --stage S`` (``.chalice/deployments`` is removed if it fails);
-5. with ``"snapstart": true``: a version behind the ``live`` alias, the API pointed at it
+5. ``chalice deploy --stage S`` (``.chalice/deployments`` is removed if it fails);
+6. with ``"snapstart": true``: a version behind the ``live`` alias, the API pointed at it
    (:mod:`sagegate.deploy.snapstart`), since ``chalice deploy`` wires the API to ``$LATEST``;
-6. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack,
+7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack,
    ``sagegate-<stage>-usage-plan``, for the API id Chalice recorded.
 """
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chalicelib.access import AuthMode
-from sagegate.deploy import aws, check, package, policy, snapstart, templates
+from sagegate.deploy import aws, check, package, policy, snapstart
 from sagegate.deploy.shell import (
     DeployError,
     Runner,
     add_stage_option,
-    build_dir,
     guarded,
     remove_bytecode,
     run,
@@ -49,6 +50,18 @@ def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence
     ]
 
 
+def cache_commands(stage: Stage, region: str, aws_cli: str = "aws",
+                   root: Path = ROOT) -> list[list[str]]:
+    """Deploy the cache-table stack (before ``chalice deploy``), then print its outputs."""
+    stack = f"{stage.function_name}-cache"
+    return [
+        [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
+         "--template-file", str(check.cache_stack_path(stage.name, root).relative_to(root)),
+         "--no-fail-on-empty-changeset"],
+        aws.describe_stack(aws_cli, region, stack),
+    ]
+
+
 def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
                    params: Sequence[str] = (), aws_cli: str = "aws", root: Path = ROOT,
                    runner: Runner = run) -> None:
@@ -62,6 +75,10 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
                           f"{stage.name} --bucket ... (make layer STAGE={stage.name} "
                           "BUCKET=...) first", status=2)
     policy.render_for_session(stage, session, account, root)
+    check.write_stacks(stage, root)  # build/cache-<stage>.json, build/usage-plan-<stage>.json
+    if stage.cache_table:
+        for command in cache_commands(stage, session.region_name, aws_cli, root):
+            runner(command, cwd=root)
     aws.ensure_log_group(session.client("logs"), stage)
     remove_bytecode(root)
     package.run_chalice([tool("chalice"), "deploy", "--stage", stage.name], project=root,
@@ -69,10 +86,6 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
     if stage.snapstart:
         print(snapstart.switch("enable", stage, session))
     if stage.auth == AuthMode.API_KEY:
-        plan = check.usage_plan_path(stage.name, root)
-        build_dir(root).mkdir(parents=True, exist_ok=True)
-        plan.write_text(json.dumps(templates.usage_plan_template(stage), indent=2) + "\n",
-                        encoding="utf-8")
         for command in usage_plan_commands(stage, rest_api_id(stage.name, root),
                                            session.region_name, params, aws_cli, root):
             runner(command, cwd=root)
@@ -82,9 +95,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``sagegate chalice-deploy``: ``chalice deploy`` of one stage and what it leaves out."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage with chalice deploy (Path B, needs AWS): the "
-        "layer is the ARN sagegate layer recorded; renders the IAM policy, creates the log "
-        "group with its retention, runs chalice deploy, enables SnapStart and deploys the "
-        "usage plan stack (api-key stages).")
+        "layer is the ARN sagegate layer recorded; renders the IAM policy, deploys the cache "
+        "table stack (stages with CACHE_TABLE), creates the log group with its retention, "
+        "runs chalice deploy, enables SnapStart and deploys the usage plan stack (api-key "
+        "stages).")
     add_stage_option(parser, default="prod")
     aws.add_aws_options(parser)
     args = parser.parse_args(argv)

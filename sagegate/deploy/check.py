@@ -1,16 +1,25 @@
 """The offline deploy checks ``make test`` runs: package every deploy stage, lint, scan.
 
 For each of :data:`~sagegate.deploy.stages.DEPLOY_STAGES`: the SAM package
-(:mod:`sagegate.deploy.package`) and the stand-alone usage-plan stack
-(``build/usage-plan-<stage>.json``); then, with the tools of the IaC virtualenv
+(:mod:`sagegate.deploy.package`), the stand-alone usage-plan stack
+(``build/usage-plan-<stage>.json``) and, for a stage with ``CACHE_TABLE``, the stand-alone
+cache-table stack (``build/cache-<stage>.json``) that ``sagegate chalice-deploy`` deploys;
+then, with the tools of the IaC virtualenv
 (``.venv/iac``, ``make iac-tools``; its own because checkov pins an older boto3):
 
 * AWS's SAM translator expands each ``sam.json`` into plain CloudFormation
   (``transformed.json``, :mod:`sagegate.deploy.sam_translate`, run by file path under the IaC
   Python so that it imports nothing from the project);
-* cfn-lint on every SAM template, expansion and usage-plan stack;
+* cfn-lint on every SAM template, expansion and stand-alone stack;
 * checkov (``--skip-download``: offline, no Prisma Cloud severities, so every finding counts)
-  on the SAM templates and usage-plan stacks.
+  on the SAM templates and stand-alone stacks.
+
+Accepted findings are not skipped here but in the templates, on the resource they concern
+(``Metadata.checkov.skip``, each with its reason: :mod:`sagegate.deploy.templates`): the
+function's CKV_AWS_116/117/173, the API's CKV_AWS_120/76 (and CKV_AWS_73 while X-Ray is off),
+the log group's CKV_AWS_158, and the cache table's CKV_AWS_28 (no point-in-time recovery for
+a cache of answers the endpoint gives again) and CKV_AWS_119 (the AWS managed key, not a
+customer managed one, for those answers).
 """
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ from sagegate.deploy.shell import (
     run,
     stage_for,
 )
-from sagegate.deploy.stages import DEPLOY_STAGES, ROOT
+from sagegate.deploy.stages import DEPLOY_STAGES, ROOT, Stage
 
 SAM_TRANSLATE = Path(__file__).resolve().parent / "sam_translate.py"
 
@@ -51,6 +60,22 @@ def usage_plan_path(stage: str, root: Path = ROOT) -> Path:
     return build_dir(root) / f"usage-plan-{stage}.json"
 
 
+def cache_stack_path(stage: str, root: Path = ROOT) -> Path:
+    """``build/cache-<stage>.json``."""
+    return build_dir(root) / f"cache-{stage}.json"
+
+
+def write_stacks(stage: Stage, root: Path = ROOT) -> list[Path]:
+    """Write the stage's stand-alone stacks (usage plan; cache table if the stage has one)."""
+    build_dir(root).mkdir(parents=True, exist_ok=True)
+    written = {usage_plan_path(stage.name, root): templates.usage_plan_template(stage)}
+    if stage.cache_table:
+        written[cache_stack_path(stage.name, root)] = templates.cache_template(stage)
+    for path, template in written.items():
+        path.write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
+    return list(written)
+
+
 def check(stages: Sequence[str] = DEPLOY_STAGES, root: Path = ROOT,
           runner: Runner = run) -> None:
     """Package every stage and run the translator, cfn-lint and checkov on the templates.
@@ -62,20 +87,19 @@ def check(stages: Sequence[str] = DEPLOY_STAGES, root: Path = ROOT,
                                                                    "checkov"))
     archive = layer.build(root, runner)
     expansions: list[tuple[Path, Path]] = []
-    plans: list[Path] = []
+    stacks: list[list[Path]] = []
     for name in stages:
         stage = stage_for(name, root)
         directory = package.package_sam(stage, root, runner, layer_zip=archive)
         expansions.append((directory / "sam.json", directory / "transformed.json"))
-        plans.append(usage_plan_path(name, root))
-        plans[-1].write_text(json.dumps(templates.usage_plan_template(stage), indent=2) + "\n",
-                             encoding="utf-8")
+        stacks.append(write_stacks(stage, root))
     for sam, transformed in expansions:
         runner([str(python), "-I", str(SAM_TRANSLATE), _rel(sam, root), _rel(transformed, root)],
                cwd=root)
-    linted = [path for pair, plan in zip(expansions, plans, strict=True) for path in (*pair, plan)]
-    scanned = [path for (sam, _), plan in zip(expansions, plans, strict=True)
-               for path in (sam, plan)]
+    linted = [path for pair, own in zip(expansions, stacks, strict=True)
+              for path in (*pair, *own)]
+    scanned = [path for (sam, _), own in zip(expansions, stacks, strict=True)
+               for path in (sam, *own)]
     runner([str(cfn_lint), *(_rel(path, root) for path in linted)], cwd=root)
     runner([str(checkov), "--quiet", "--compact", "--skip-download", "--framework",
             "cloudformation", *(flag for path in scanned for flag in ("-f", _rel(path, root)))],
@@ -92,8 +116,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Offline deploy checks (make deploy-check, part of make "
         f"test): package every deploy stage ({', '.join(DEPLOY_STAGES)}) as SAM, write the "
-        "usage-plan stacks, expand the templates with AWS's SAM translator, then cfn-lint and "
-        "checkov. Needs the IaC virtualenv (make iac-tools).")
+        "usage-plan and cache-table stacks, expand the templates with AWS's SAM translator, "
+        "then cfn-lint and checkov. Needs the IaC virtualenv (make iac-tools).")
     parser.add_argument("--stage", dest="stages", action="append", choices=DEPLOY_STAGES,
                         help="check only this stage (repeatable; default: every deploy stage)")
     args = parser.parse_args(argv)

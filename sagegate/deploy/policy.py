@@ -6,6 +6,9 @@ Instead the role gets exactly what the function does, each action on its own res
 * ``sagemaker:InvokeEndpoint`` on the stage's endpoint (``ENDPOINT_NAME``) only;
 * ``logs:CreateLogStream`` / ``logs:PutLogEvents`` in the function's own log group only
   (the group itself is created by the deployment, with its retention, not by the function);
+* with a shared prediction cache (``CACHE_TABLE``): ``dynamodb:GetItem`` and
+  ``dynamodb:PutItem`` on that table only (no index, no other action: the function reads
+  one item by its key and writes one, and DynamoDB's TTL deletes the expired ones);
 * with data capture on (``CAPTURE_MODE`` not ``off``): ``s3:PutObject`` under the
   ``CAPTURE_DESTINATION`` bucket/prefix, or ``firehose:PutRecordBatch`` on its delivery stream;
 * with X-Ray on (the stage's ``xray``): ``xray:PutTraceSegments`` and
@@ -68,6 +71,10 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
         _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
                f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/{stage.function_name}:*"),
     ]
+    if stage.cache_table:
+        statements.append(_allow("ReadWritePredictionCache",
+                                 ["dynamodb:GetItem", "dynamodb:PutItem"],
+                                 f"{arn}:dynamodb:{region}:{account}:table/{stage.cache_table}"))
     capture = _capture_statement(stage.env, arn, account, region)
     if capture is not None:
         statements.append(capture)

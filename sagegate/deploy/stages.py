@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
 # The stages that go to AWS (every deploy command, `sagegate check`); the only list of them.
 DEPLOY_STAGES = ("dev", "prod")
+# DynamoDB's rule for table names (so no wildcard, no ARN separator, can reach the policy)
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 _LAYER_ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+\Z")
 
@@ -47,6 +49,8 @@ class Stage:
         open_api: the stage deploys without authentication on purpose
             (``SAGEGATE_OPEN_API=true`` beside ``SAGEGATE_AUTH=none``, which the function
             itself checks again on Lambda).
+        tags: the function's tags as Chalice resolves them (the stage's ``tags`` and
+            Chalice's own ``aws-chalice``), given to the resources sagegate adds beside it.
     """
 
     name: str
@@ -60,6 +64,13 @@ class Stage:
     log_retention_in_days: int | None = None
     snapstart: bool = False
     open_api: bool = False
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def cache_table(self) -> str:
+        """The DynamoDB table of the shared prediction cache (``CACHE_TABLE``; empty: the
+        function keeps its in-process cache only, and no table is deployed or granted)."""
+        return self.env.get("CACHE_TABLE", "").strip()
 
     @property
     def endpoint_name(self) -> str:
@@ -84,8 +95,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
 
     Raises:
         KeyError: the config has no such stage.
-        ValueError: the stage would deploy an API nobody chose to leave open, or has a bad
-            ``snapstart`` switch.
+        ValueError: the stage would deploy an API nobody chose to leave open, has a bad
+            ``snapstart`` switch, or a ``CACHE_TABLE`` DynamoDB would refuse.
     """
     from chalice.config import Config
 
@@ -102,7 +113,11 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         log_retention_in_days=config.log_retention_in_days,
         snapstart=_snapstart(on_disk, name, config.lambda_python_version),
         open_api=config.environment_variables.get("SAGEGATE_OPEN_API", "").strip().lower()
-        == "true")
+        == "true",
+        tags=dict(config.tags))
+    if stage.cache_table and not _TABLE_NAME_RE.match(stage.cache_table):
+        raise ValueError(f"stages.{name}: CACHE_TABLE {stage.cache_table!r} is not a DynamoDB "
+                         "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
     if name in DEPLOY_STAGES:
         check_access(stage)
     return stage
@@ -199,7 +214,7 @@ def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
 
 
 KEYS = ("auth", "function-name", "endpoint-name", "layers", "python-version",
-        "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api")
+        "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api", "cache-table")
 
 
 def describe(stage: Stage) -> dict[str, str]:
@@ -211,7 +226,8 @@ def describe(stage: Stage) -> dict[str, str]:
             "log-retention": str(stage.log_retention_in_days or ""),
             "snapstart": "true" if stage.snapstart else "false",
             "xray": "true" if stage.xray else "false",
-            "open-api": "true" if stage.open_api else "false"}
+            "open-api": "true" if stage.open_api else "false",
+            "cache-table": stage.cache_table}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

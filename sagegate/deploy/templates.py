@@ -1,4 +1,4 @@
-"""CloudFormation that Chalice does not generate: the layer, the usage plan, fixes, throttles.
+"""CloudFormation that Chalice does not generate: the layer, usage plan, cache table, fixes.
 
 ``chalice package --merge-template`` deep-merges a template into the SAM template it writes.
 :func:`merge_template` builds that template for one stage:
@@ -17,6 +17,11 @@
 * With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota; template
   parameters), one API key and the key's membership in the plan. Chalice marks the routes
   ``api_key_required`` but creates none of these, and without them every request is refused.
+* With ``CACHE_TABLE`` in the stage's environment: ``PredictionCache``, the shared tier of
+  the prediction cache (:func:`cache_table`): an on-demand DynamoDB table of that name, keyed
+  by ``key``, whose items expire through the TTL attribute ``expires_at``, encrypted at rest,
+  deleted with the stack (it only holds answers the endpoint can give again). The function
+  waits for it, so no request finds the table missing.
 * ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
 
 :func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
@@ -26,9 +31,11 @@
 permission point at the ``live`` alias instead of ``$LATEST``, which SnapStart never serves.
 
 :func:`usage_plan_template` is the same usage plan as a stand-alone stack for an API that
-``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``).
-``sagegate package`` and ``sagegate check`` write these to ``build/merge-<stage>.json`` and
-``build/usage-plan-<stage>.json`` (:mod:`sagegate.deploy.package`).
+``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``), and
+:func:`cache_template` the same cache table as a stand-alone stack, deployed before
+``chalice deploy``. ``sagegate package`` and ``sagegate check`` write these to
+``build/merge-<stage>.json``, ``build/usage-plan-<stage>.json`` and
+``build/cache-<stage>.json`` (:mod:`sagegate.deploy.package`, :mod:`sagegate.deploy.check`).
 """
 from __future__ import annotations
 
@@ -43,6 +50,9 @@ API = "RestAPI"  # Chalice's logical id for the REST API
 FUNCTION = "APIHandler"  # ... for its Lambda function
 LOG_GROUP = "ApiHandlerLogGroup"  # ... for the function's log group (log_retention_in_days)
 PERMISSION = "APIHandlerInvokePermission"  # ... for API Gateway's permission to invoke it
+CACHE = "PredictionCache"  # sagegate's logical id for the cache's DynamoDB table
+CACHE_KEY = "key"  # the table's partition key (S): the function's cache key
+CACHE_TTL_ATTRIBUTE = "expires_at"  # the item's expiry (N, epoch seconds): DynamoDB's TTL
 ALIAS = "live"  # the alias API Gateway invokes when SnapStart is on
 _UNQUALIFIED = "${" + FUNCTION + ".Arn}"
 # SAM resolves ``Ref: APIHandler.Alias`` but not ``${APIHandler.Alias}`` inside a Swagger
@@ -83,6 +93,16 @@ _API_SKIPS = [
     ("CKV_AWS_120", "Responses are per-image predictions: caching by path would serve one "
                     "client's answer to another."),
 ]
+_CACHE_SKIPS = [
+    ("CKV_AWS_28", "A cache, not a record: every item is an endpoint answer that the next miss "
+                   "recomputes, and expires within CACHE_TTL_SECONDS; point-in-time recovery "
+                   "would bill for backups of data nobody restores."),
+    ("CKV_AWS_119", "Encrypted at rest with the AWS managed key (SSEEnabled, alias/aws/dynamodb)."
+                    " Items hold predictions, answers the API gives any caller of the same "
+                    "image, keyed by a hash; a customer managed key adds a key, its policy and "
+                    "a monthly fee to own and protects nothing more. Set KMSMasterKeyId for a "
+                    "stricter policy."),
+]
 _LOG_GROUP_SKIPS = [
     ("CKV_AWS_158", "Logs hold request metadata, never images or keys; CloudWatch Logs "
                     "encrypts at rest by default. Add a KMS key for a stricter policy."),
@@ -117,6 +137,10 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
     }
     parameters = dict(_STAGE_PARAMETERS)
     outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
+    if stage.cache_table:
+        resources[CACHE] = cache_table(stage)
+        resources[FUNCTION]["DependsOn"].append(CACHE)
+        outputs.update(_cache_outputs())
     if stage.auth == AuthMode.API_KEY:
         resources.update(_usage_plan(stage, {"Ref": API}, {"Ref": f"{API}.Stage"}))
         parameters.update(_USAGE_PLAN_PARAMETERS)
@@ -168,6 +192,54 @@ def usage_plan_template(stage: Stage) -> dict[str, Any]:
         "Resources": _usage_plan(stage, {"Ref": "RestApiId"}, {"Ref": "StageName"}),
         "Outputs": _usage_plan_outputs(),
     }
+
+
+def cache_table(stage: Stage) -> dict[str, Any]:
+    """The shared prediction cache: the DynamoDB table named by the stage's ``CACHE_TABLE``.
+
+    On demand (``PAY_PER_REQUEST``): the function only does ``GetItem`` and ``PutItem``, as
+    bursty as its traffic, and an idle cache costs its storage alone. Items expire through
+    DynamoDB's TTL on ``expires_at`` (the function also ignores an expired item it reads, as
+    TTL deletion lags). Deleted with its stack: it holds nothing the endpoint cannot answer
+    again.
+
+    Raises:
+        ValueError: the stage sets no ``CACHE_TABLE``.
+    """
+    if not stage.cache_table:
+        raise ValueError(f"stage {stage.name!r} sets no CACHE_TABLE: it has no cache table")
+    return {
+        "Type": "AWS::DynamoDB::Table",
+        "DeletionPolicy": "Delete",
+        "UpdateReplacePolicy": "Delete",
+        "Properties": {
+            "TableName": stage.cache_table,
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{"AttributeName": CACHE_KEY, "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": CACHE_KEY, "KeyType": "HASH"}],
+            "TimeToLiveSpecification": {"AttributeName": CACHE_TTL_ATTRIBUTE, "Enabled": True},
+            "SSESpecification": {"SSEEnabled": True},
+            "Tags": [{"Key": key, "Value": value} for key, value in sorted(stage.tags.items())],
+        },
+        "Metadata": _skips(_CACHE_SKIPS),
+    }
+
+
+def cache_template(stage: Stage) -> dict[str, Any]:
+    """A stand-alone stack, ``sagegate-<stage>-cache``: the cache table for ``chalice deploy``,
+    which creates no table itself."""
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": f"sagegate {stage.name}: the shared prediction cache (DynamoDB)",
+        "Resources": {CACHE: cache_table(stage)},
+        "Outputs": _cache_outputs(),
+    }
+
+
+def _cache_outputs() -> dict[str, Any]:
+    return {"PredictionCacheTable": {"Description": "The function's CACHE_TABLE",
+                                     "Value": {"Ref": CACHE}},
+            "PredictionCacheArn": {"Value": {"Fn::GetAtt": [CACHE, "Arn"]}}}
 
 
 def _layer(stage: Stage, layer_zip: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from chalicelib.config import Settings
 from chalicelib.registry import load_registry
 from sagegate.deploy.policy import policy_path, render
-from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_stage
+from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_config, load_stage
 
 pytestmark = pytest.mark.deploy
 
@@ -85,6 +86,9 @@ def test_prod_policy_has_no_wildcard_resource_or_action() -> None:
     "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/*:*",
     "arn:aws:s3:::*/captures/*",
     "arn:aws:firehose:us-east-1:123456789012:deliverystream/*",
+    "arn:aws:dynamodb:us-east-1:123456789012:table/*",
+    "arn:aws:dynamodb:us-east-1:123456789012:table/sagegate-prod-*",
+    "arn:aws:dynamodb:us-east-1:123456789012:table/sagegate-prod-prediction-cache/index/*",
 ])
 def test_the_wildcard_check_refuses_a_wildcard_anywhere_in_the_resource(resource: str) -> None:
     policy = load_policy("prod")
@@ -98,6 +102,7 @@ def test_the_wildcard_check_refuses_a_wildcard_anywhere_in_the_resource(resource
     "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/sagegate-prod:*",
     "arn:aws:s3:::capture-bucket/sagegate/prod/*",
     "arn:aws:s3:::capture-bucket/*",
+    "arn:aws:dynamodb:us-east-1:123456789012:table/sagegate-prod-prediction-cache",
 ])
 def test_the_wildcard_check_allows_the_functions_own_scoped_resources(resource: str) -> None:
     assert is_scoped(resource)
@@ -149,10 +154,66 @@ def test_firehose_capture_adds_put_record_batch_on_its_stream_only() -> None:
 
 
 def test_capture_off_grants_nothing_for_it() -> None:
-    stage = with_env(load_stage("prod"), CAPTURE_MODE="off", CAPTURE_DESTINATION="s3://b/p")
+    stage = with_env(load_stage("prod"), CAPTURE_MODE="off", CAPTURE_DESTINATION="s3://b/p",
+                     CACHE_TABLE="")
     actions = {a for s in statements(render(stage, "111122223333", "eu-west-1"))
                for a in s["Action"]}
     assert actions == {"sagemaker:InvokeEndpoint", "logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+CACHE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem"]
+
+
+def cache_statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in statements(policy) if s["Sid"] == "ReadWritePredictionCache"]
+
+
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
+def test_the_stages_cache_table_is_read_and_written_by_key_only(stage: str) -> None:
+    """dev and prod share a cache table: GetItem and PutItem on that table's ARN, nothing
+    else of DynamoDB (no Query, Scan, Delete, no index), and no wildcard."""
+    policy = load_policy(stage)
+    account, region = account_and_region(policy)
+    table = load_stage(stage).cache_table
+    assert table == f"sagegate-{stage}-prediction-cache"
+    [statement] = cache_statements(policy)
+    assert statement["Action"] == CACHE_ACTIONS
+    assert statement["Resource"] == f"arn:aws:dynamodb:{region}:{account}:table/{table}"
+    assert is_scoped(statement["Resource"])
+    dynamodb = [a for s in statements(policy) for a in as_list(s["Action"])
+                if a.startswith("dynamodb:")]
+    assert dynamodb == CACHE_ACTIONS
+
+
+def test_no_cache_table_grants_no_dynamodb() -> None:
+    stage = with_env(load_stage("prod"), CACHE_TABLE="")
+    policy = render(stage, "111122223333", "eu-west-1")
+    assert not cache_statements(policy)
+    assert not [a for s in statements(policy) for a in as_list(s["Action"])
+                if a.startswith("dynamodb:")]
+
+
+@pytest.mark.parametrize("stage", ["local", "test"])
+def test_local_stages_keep_the_in_process_cache_only(stage: str) -> None:
+    assert load_stage(stage).cache_table == ""
+
+
+def test_the_cache_grant_follows_the_stages_table_account_region_and_partition() -> None:
+    stage = with_env(load_stage("prod"), CACHE_TABLE="team.predictions_v2")
+    [statement] = cache_statements(render(stage, "111122223333", "cn-north-1"))
+    assert statement["Resource"] == \
+        "arn:aws-cn:dynamodb:cn-north-1:111122223333:table/team.predictions_v2"
+    assert_no_wildcards(render(stage, "111122223333", "cn-north-1"))
+
+
+@pytest.mark.parametrize("table", ["*", "sagegate-*", "a", "t/index/x", "x:y"])
+def test_a_table_name_dynamodb_would_refuse_stops_the_stage(table: str, tmp_path: Path) -> None:
+    config = load_config()
+    config["stages"]["prod"]["environment_variables"]["CACHE_TABLE"] = table
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="not a DynamoDB table name"):
+        load_stage("prod", path)
 
 
 def test_xray_is_the_only_wildcard_and_only_when_opted_in() -> None:

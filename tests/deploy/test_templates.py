@@ -11,6 +11,8 @@ import pytest
 from chalicelib.media import BINARY_TYPES, ImageFormat
 from sagegate.deploy.check import SAM_TRANSLATE
 from sagegate.deploy.policy import policy_path
+from sagegate.deploy.stages import load_stage
+from sagegate.deploy.templates import cache_template
 from tests.deploy.conftest import ROOT, Package
 
 pytestmark = pytest.mark.deploy
@@ -92,7 +94,7 @@ def test_the_function_is_named_for_its_policy_and_log_group(built: Package) -> N
     name = f"sagegate-{built.stage}"
     function = built.resource("APIHandler")
     assert function["Properties"]["FunctionName"] == name
-    assert function["DependsOn"] == ["ApiHandlerLogGroup"]
+    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache"]
     group = built.resource("ApiHandlerLogGroup")["Properties"]
     assert group["LogGroupName"] == f"/aws/lambda/{name}"
     assert group["RetentionInDays"] > 0
@@ -103,6 +105,48 @@ def test_the_role_carries_the_committed_policy_and_nothing_else(built: Package) 
     assert [p["PolicyDocument"] for p in role["Policies"]] == \
         [json.loads(policy_path(built.stage).read_text())]
     assert "ManagedPolicyArns" not in role
+
+
+def test_the_shared_cache_table_is_the_one_the_function_and_its_policy_name(
+        built: Package) -> None:
+    """dev and prod: an on-demand DynamoDB table, keyed by ``key``, items expiring on
+    ``expires_at``, encrypted, named as the function's CACHE_TABLE, which is the table the
+    role may read and write."""
+    name = f"sagegate-{built.stage}-prediction-cache"
+    table = built.resource("PredictionCache")
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Delete"
+    props = table["Properties"]
+    assert props["TableName"] == name
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert "ProvisionedThroughput" not in props
+    assert props["KeySchema"] == [{"AttributeName": "key", "KeyType": "HASH"}]
+    assert props["AttributeDefinitions"] == [{"AttributeName": "key", "AttributeType": "S"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    tags = {tag["Key"]: tag["Value"] for tag in props["Tags"]}
+    assert tags == built.resource("APIHandler")["Properties"]["Tags"]
+    assert tags["stage"] == built.stage and tags["project"] == "sagegate"
+    variables = built.resource("APIHandler")["Properties"]["Environment"]["Variables"]
+    assert variables["CACHE_TABLE"] == name
+    role = built.resource("ApiHandlerRole")["Properties"]
+    granted = [statement for policy in role["Policies"]
+               for statement in policy["PolicyDocument"]["Statement"]
+               if any(action.startswith("dynamodb:") for action in statement["Action"])]
+    assert [(g["Action"], g["Resource"].rsplit(":", 1)[-1]) for g in granted] == [
+        (["dynamodb:GetItem", "dynamodb:PutItem"], f"table/{name}")]
+    assert built.template["Outputs"]["PredictionCacheTable"] == {
+        "Description": "The function's CACHE_TABLE", "Value": {"Ref": "PredictionCache"}}
+
+
+def test_the_stand_alone_cache_stack_is_the_same_table(built: Package) -> None:
+    """`sagegate chalice-deploy` deploys the table as its own stack: the very resource
+    `sagegate package` merges (`sagegate check` writes, lints and scans that stack too)."""
+    template = cache_template(load_stage(built.stage))
+    assert template["Resources"] == {"PredictionCache": built.resource("PredictionCache")}
+    written = ROOT / "build" / f"cache-{built.stage}.json"
+    if written.is_file():  # `sagegate check` ran (make test runs it first)
+        assert json.loads(written.read_text()) == json.loads(json.dumps(template))
 
 
 def test_timeouts_and_throttles_protect_the_endpoint(built: Package) -> None:

@@ -188,6 +188,8 @@ def garbage_per_request(run: Callable[[], None], requests: int = 20) -> float:
 
 
 def test_failed_requests_leave_no_more_cycles_than_successful_ones(harness: Harness) -> None:
+    harness.use(make_settings(cache_memory_bytes=0))  # every request reaches the endpoint
+
     def ok() -> None:
         harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
         assert harness.post("/predict", JPEG, "image/jpeg").status_code == 200

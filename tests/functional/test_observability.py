@@ -58,8 +58,8 @@ def test_a_prediction_logs_one_line_with_every_stage(
                                 "bytes": len(image)}
     assert line["image_out"]["width"] == 455 and line["image_out"]["height"] == 256
     assert (line["endpoint"], line["variant"], line["attempts"]) == (ENDPOINT, "AllTraffic", 1)
-    assert set(line["stages_ms"]) == {"parse", "preprocess", "endpoint", "postprocess",
-                                      "capture"}
+    assert set(line["stages_ms"]) == {"parse", "cache", "preprocess", "endpoint",
+                                      "postprocess", "capture"}
     assert line["total_ms"] >= sum(line["stages_ms"].values()) - 0.1
     assert "error_code" not in line
 

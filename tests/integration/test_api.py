@@ -267,7 +267,9 @@ def test_variant_routing(stack: Stack, photos: dict[str, bytes]) -> None:
 
 def test_unweighted_traffic_reaches_both_variants(stack: Stack) -> None:
     image = imagefactory.jpeg(64, 64)
-    seen = {stack.predict(image)[1]["variant"] for _ in range(24)}
+    # no-cache: every request reaches the endpoint (a cached answer keeps its variant)
+    seen = {stack.predict(image, **{"Cache-Control": "no-cache"})[1]["variant"]
+            for _ in range(24)}
     assert seen == {"Primary", "Challenger"}  # 0.5/0.5: both missing in 24 draws is ~1e-7
 
 

@@ -54,8 +54,9 @@ def test_exactly_one_record_per_successful_inference_under_load(
     bodies = [photos["chelsea"], photos["coffee"], imagefactory.jpeg(320, 240), bad] * 30
 
     def one(i: int) -> tuple[int, str]:
+        # no-cache: every request is a real inference (a cache hit is captured nowhere)
         response = stack.post("/predict", bodies[i], "image/jpeg",
-                              **{"X-Request-Id": f"load-{i}"})
+                              **{"X-Request-Id": f"load-{i}", "Cache-Control": "no-cache"})
         return response.status, response.headers["X-Request-Id"]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -95,8 +96,9 @@ def test_a_record_holds_what_the_model_received_and_answered(
 
 def test_a_small_jpeg_is_captured_as_it_was_uploaded(
         stack: Stack, photos: dict[str, bytes]) -> None:
+    # (no-cache: the session's stack may hold this photo's answer; a hit writes no capture)
     response = stack.post("/predict", photos["chelsea"], "image/jpeg",
-                          **{"X-Request-Id": "capture-passthrough"})
+                          **{"X-Request-Id": "capture-passthrough", "Cache-Control": "no-cache"})
     assert response.status == 200
     (record,) = [r for r in reader.read_records(str(stack.captures))
                  if r.event_metadata.inference_id == response.headers["X-Request-Id"]]
@@ -108,7 +110,8 @@ def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, byte
     image = photos["coffee"]
     encoded = base64.b64encode(image).decode()
     good = stack.post("/predict", json.dumps({"image": encoded}).encode(),
-                      **{"X-Request-Id": "log-ok", "x-api-key": "s3cr3t-api-key-value"})
+                      **{"X-Request-Id": "log-ok", "x-api-key": "s3cr3t-api-key-value",
+                         "Cache-Control": "no-cache"})
     bad = stack.post("/predict", b"{}", **{"X-Request-Id": "log-bad"})
     assert (good.status, bad.status) == (200, 400)
     ids = good.headers["X-Request-Id"], bad.headers["X-Request-Id"]

@@ -214,8 +214,10 @@ def test_make_run_survives_its_emulator_being_killed_under_load(
     def client() -> None:
         while not stop.is_set():
             try:
+                # no-cache: the load must reach the emulator being killed
                 response = http.request("POST", api_url + "/predict", body=image,
-                                        headers={"Content-Type": "image/jpeg"})
+                                        headers={"Content-Type": "image/jpeg",
+                                                 "Cache-Control": "no-cache"})
             except urllib3.exceptions.HTTPError as error:
                 outcomes[type(error).__name__] += 1
                 continue

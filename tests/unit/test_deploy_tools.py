@@ -110,6 +110,41 @@ def test_merge_template_adds_the_usage_plan_only_for_api_keys() -> None:
     assert "UsagePlanRateLimit" not in template["Parameters"]
 
 
+def test_merge_template_adds_the_cache_table_only_for_a_stage_that_names_one() -> None:
+    prod = load_stage("prod")
+    template = templates.merge_template(prod)
+    table = template["Resources"]["PredictionCache"]
+    assert table == templates.cache_table(prod)
+    assert table["Properties"]["TableName"] == prod.cache_table == "sagegate-prod-prediction-cache"
+    assert template["Resources"]["APIHandler"]["DependsOn"] == ["ApiHandlerLogGroup",
+                                                                "PredictionCache"]
+    assert {"PredictionCacheTable", "PredictionCacheArn"} <= set(template["Outputs"])
+    none = dataclasses.replace(prod, env={**prod.env, "CACHE_TABLE": " "})
+    template = templates.merge_template(none)
+    assert "PredictionCache" not in template["Resources"]
+    assert template["Resources"]["APIHandler"]["DependsOn"] == ["ApiHandlerLogGroup"]
+    assert not {"PredictionCacheTable", "PredictionCacheArn"} & set(template["Outputs"])
+    with pytest.raises(ValueError, match="sets no CACHE_TABLE"):
+        templates.cache_template(none)
+
+
+def test_the_cache_table_is_on_demand_expiring_encrypted_and_tagged_like_the_function() -> None:
+    stage = dataclasses.replace(load_stage("dev"), env={**load_stage("dev").env,
+                                                        "CACHE_TABLE": "team-cache"})
+    table = templates.cache_template(stage)["Resources"]["PredictionCache"]
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Delete"
+    props = table["Properties"]
+    assert props["TableName"] == "team-cache"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [{"AttributeName": "key", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+    assert {tag["Key"]: tag["Value"] for tag in props["Tags"]} == stage.tags
+    assert stage.tags["stage"] == "dev" and "aws-chalice" in stage.tags
+    skipped = {skip["id"] for skip in table["Metadata"]["checkov"]["skip"]}
+    assert skipped == {"CKV_AWS_28", "CKV_AWS_119"}
+
+
 def test_the_usage_plan_stack_points_at_a_chalice_deployed_api() -> None:
     template = templates.usage_plan_template(load_stage("prod"))
     plan = template["Resources"]["ApiUsagePlan"]["Properties"]
@@ -390,19 +425,35 @@ def test_check_packages_every_stage_then_translates_lints_and_scans(
     runner = Recorder(fake_chalice_package(project))
     check.check(root=project, runner=runner)
     files = {stage: (f"build/package-{stage}/sam.json", f"build/package-{stage}/transformed.json",
-                     f"build/usage-plan-{stage}.json") for stage in ("dev", "prod")}
+                     f"build/usage-plan-{stage}.json", f"build/cache-{stage}.json")
+             for stage in ("dev", "prod")}
     assert runner.commands[2:] == [
         [str(iac_tools / "python"), "-I", str(check.SAM_TRANSLATE), *files["dev"][:2]],
         [str(iac_tools / "python"), "-I", str(check.SAM_TRANSLATE), *files["prod"][:2]],
         [str(iac_tools / "cfn-lint"), *files["dev"], *files["prod"]],
         [str(iac_tools / "checkov"), "--quiet", "--compact", "--skip-download", "--framework",
-         "cloudformation", "-f", files["dev"][0], "-f", files["dev"][2],
-         "-f", files["prod"][0], "-f", files["prod"][2]],
+         "cloudformation", "-f", files["dev"][0], "-f", files["dev"][2], "-f", files["dev"][3],
+         "-f", files["prod"][0], "-f", files["prod"][2], "-f", files["prod"][3]],
     ]
     assert [c[:4] for c in runner.commands[:2]] == [[CHALICE, "package", "--stage", "dev"],
                                                     [CHALICE, "package", "--stage", "prod"]]
     plan = json.loads((project / files["prod"][2]).read_text())
     assert plan == json.loads(json.dumps(templates.usage_plan_template(load_stage("prod"))))
+    cache = json.loads((project / files["dev"][3]).read_text())
+    assert cache == json.loads(json.dumps(templates.cache_template(load_stage("dev"))))
+
+
+def test_check_lints_no_cache_stack_for_a_stage_without_a_table(project: Path,
+                                                                iac_tools: Path) -> None:
+    config = json.loads((project / ".chalice" / "config.json").read_text())
+    del config["stages"]["dev"]["environment_variables"]["CACHE_TABLE"]
+    (project / ".chalice" / "config.json").write_text(json.dumps(config))
+    runner = Recorder(fake_chalice_package(project))
+    check.check(("dev",), root=project, runner=runner)
+    assert runner.commands[-2][1:] == ["build/package-dev/sam.json",
+                                       "build/package-dev/transformed.json",
+                                       "build/usage-plan-dev.json"]
+    assert not (project / "build" / "cache-dev.json").exists()
 
 
 def test_check_needs_the_iac_virtualenv(project: Path) -> None:
@@ -574,10 +625,19 @@ def test_chalice_deploy_sets_up_logs_deploys_snapstart_and_the_usage_plan(
                                       runner=runner)
     logs_stub.assert_no_pending_responses()
     assert not (project / "chalicelib" / "__pycache__").exists()
-    assert runner.calls[0] == Call([CHALICE, "deploy", "--stage", "prod"], {
+    assert runner.commands[:2] == [  # the cache table exists before the function
+        ["aws", "cloudformation", "deploy", "--region", "eu-west-1", "--stack-name",
+         "sagegate-prod-cache", "--template-file", "build/cache-prod.json",
+         "--no-fail-on-empty-changeset"],
+        ["aws", "cloudformation", "describe-stacks", "--region", "eu-west-1", "--stack-name",
+         "sagegate-prod-cache", "--query", "Stacks[0].Outputs", "--output", "table"],
+    ]
+    assert json.loads((project / "build" / "cache-prod.json").read_text()) == \
+        json.loads(json.dumps(templates.cache_template(stage)))
+    assert runner.calls[2] == Call([CHALICE, "deploy", "--stage", "prod"], {
         "PYTHONDONTWRITEBYTECODE": "1", "AWS_DEFAULT_REGION": "eu-west-1"}, project)
     assert switched == [("enable", "prod")]
-    assert runner.commands[1:] == [
+    assert runner.commands[3:] == [
         ["aws", "cloudformation", "deploy", "--region", "eu-west-1", "--stack-name",
          "sagegate-prod-usage-plan", "--template-file", "build/usage-plan-prod.json",
          "--no-fail-on-empty-changeset", "--parameter-overrides", "RestApiId=a1b2c3d4e5",
@@ -588,12 +648,12 @@ def test_chalice_deploy_sets_up_logs_deploys_snapstart_and_the_usage_plan(
     assert (project / ".chalice" / "policy-prod.json").is_file()
 
 
-def test_chalice_deploy_with_iam_auth_deploys_no_usage_plan(
+def test_chalice_deploy_with_iam_auth_and_no_cache_table_deploys_no_stack(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = load_stage("prod", project / ".chalice" / "config.json")
     stage = dataclasses.replace(base, layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",),
-                                env={**base.env, "SAGEGATE_AUTH": "iam"}, snapstart=False,
-                                log_retention_in_days=None)
+                                env={**base.env, "SAGEGATE_AUTH": "iam", "CACHE_TABLE": ""},
+                                snapstart=False, log_retention_in_days=None)
     sts, sts_stub = caller()
     logs, logs_stub = stubbed("logs")
     logs_stub.add_response("create_log_group", {}, {"logGroupName": "/aws/lambda/sagegate-prod"})
@@ -602,6 +662,20 @@ def test_chalice_deploy_with_iam_auth_deploys_no_usage_plan(
         chalice_deploy.chalice_deploy(stage, FakeSession(sts=sts, logs=logs), root=project,
                                       runner=runner)
     assert runner.commands == [[CHALICE, "deploy", "--stage", "prod"]]
+    assert not (project / "build" / "cache-prod.json").exists()
+    policy_file = json.loads((project / ".chalice" / "policy-prod.json").read_text())
+    assert "dynamodb" not in json.dumps(policy_file)
+
+
+def test_the_cache_stack_commands_name_the_stage_region_and_cli(project: Path) -> None:
+    stage = load_stage("dev", project / ".chalice" / "config.json")
+    assert chalice_deploy.cache_commands(stage, "ap-south-1", "aws2", project) == [
+        ["aws2", "cloudformation", "deploy", "--region", "ap-south-1", "--stack-name",
+         "sagegate-dev-cache", "--template-file", "build/cache-dev.json",
+         "--no-fail-on-empty-changeset"],
+        ["aws2", "cloudformation", "describe-stacks", "--region", "ap-south-1", "--stack-name",
+         "sagegate-dev-cache", "--query", "Stacks[0].Outputs", "--output", "table"],
+    ]
 
 
 def test_chalice_deploy_refuses_a_stage_without_its_layer(project: Path) -> None:

@@ -1,0 +1,212 @@
+"""The prediction cache through the real app and a stubbed botocore client: a repeated input
+never reaches the endpoint twice (the Stubber has no second response queued), top-k and
+handlers still run per request, Cache-Control, per-model bypass, variants, errors, capture,
+the log line and metrics."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.stub import ANY
+
+import app as app_module
+from chalicelib.cache import MemoryTier, PredictionCache
+from chalicelib.capture import Capturer
+from chalicelib.capture.sinks import DirectorySink
+from chalicelib.registry import MODELS_DIR, load_model, load_registry
+from tests import imagefactory
+from tests.functional.conftest import ENDPOINT, Harness, endpoint_response, probabilities
+from tests.functional.test_models import IRIS_ROW, expect_iris, post_json
+from tests.functional.test_observability import emitted
+
+CAT = probabilities({285: 0.83, 281: 0.1, 282: 0.05})
+JPEG = imagefactory.jpeg(640, 480)
+
+
+def expect_invoke(harness: Harness, body: Any = CAT, variant: str = "AllTraffic",
+                  **params: Any) -> None:
+    harness.stubber.add_response(
+        "invoke_endpoint", endpoint_response(body, variant=variant),
+        {"EndpointName": ENDPOINT, "Body": ANY, "ContentType": "application/x-image",
+         "Accept": "application/json", "InferenceId": ANY, **params})
+
+
+def predict(harness: Harness, query: str = "", **headers: str) -> Any:
+    return harness.post("/predict" + query, JPEG, "image/jpeg", **headers)
+
+
+def test_a_repeated_image_is_answered_from_the_cache_with_top_k_per_request(
+        harness: Harness) -> None:
+    expect_invoke(harness)
+    first = predict(harness, "?k=1")
+    assert first.status_code == 200 and first.headers["X-Cache"] == "miss"
+    second = predict(harness, "?k=5")  # nothing queued: an endpoint call would fail
+    assert second.status_code == 200, second.body
+    assert second.headers["X-Cache"] == "hit"
+    assert [p["index"] for p in first.json_body["predictions"]] == [285]
+    assert [p["index"] for p in second.json_body["predictions"]][:3] == [285, 281, 282]
+    assert len(second.json_body["predictions"]) == 5
+    assert second.json_body["variant"] == "AllTraffic"
+    assert "cache;dur=" in second.headers["Server-Timing"]
+    assert "preprocess" not in second.headers["Server-Timing"]  # a hit decodes nothing
+    assert "endpoint" not in second.headers["Server-Timing"]
+
+
+def test_the_same_image_as_json_base64_is_the_same_upload(harness: Harness) -> None:
+    import base64
+
+    expect_invoke(harness)
+    assert predict(harness).headers["X-Cache"] == "miss"
+    response = harness.post("/predict", json.dumps({"image": base64.b64encode(JPEG).decode()}))
+    assert response.headers["X-Cache"] == "hit"
+
+
+def test_no_cache_skips_the_read_and_still_writes(harness: Harness) -> None:
+    expect_invoke(harness)
+    expect_invoke(harness, probabilities({7: 0.9}))
+    assert predict(harness).headers["X-Cache"] == "miss"
+    fresh = predict(harness, **{"Cache-Control": "no-cache"})
+    assert fresh.headers["X-Cache"] == "miss"
+    assert fresh.json_body["predictions"][0]["index"] == 7
+    cached = predict(harness)
+    assert cached.headers["X-Cache"] == "hit"
+    assert cached.json_body["predictions"][0]["index"] == 7  # no-cache's answer was stored
+
+
+def test_no_store_writes_nothing_but_may_read(harness: Harness) -> None:
+    expect_invoke(harness)
+    expect_invoke(harness)
+    assert predict(harness, **{"Cache-Control": "no-store"}).headers["X-Cache"] == "miss"
+    assert predict(harness).headers["X-Cache"] == "miss"  # nothing was stored
+    assert predict(harness, **{"Cache-Control": "no-store"}).headers["X-Cache"] == "hit"
+
+
+def test_a_variant_asked_for_only_hits_answers_of_that_variant(harness: Harness) -> None:
+    expect_invoke(harness)
+    expect_invoke(harness, probabilities({9: 0.9}), variant="Challenger",
+                  TargetVariant="Challenger")
+    assert predict(harness).headers["X-Cache"] == "miss"
+    challenger = predict(harness, **{"X-Target-Variant": "Challenger"})
+    assert challenger.headers["X-Cache"] == "miss"
+    again = predict(harness, **{"X-Target-Variant": "Challenger"})
+    assert again.headers["X-Cache"] == "hit"
+    assert again.json_body["variant"] == "Challenger"
+    assert again.json_body["predictions"][0]["index"] == 9
+    assert predict(harness).json_body["variant"] == "AllTraffic"
+
+
+def test_errors_are_never_cached(harness: Harness) -> None:
+    harness.stubber.add_client_error("invoke_endpoint", "ModelError", "boom", 424,
+                                     response_meta={"OriginalStatusCode": 500})
+    expect_invoke(harness)
+    assert predict(harness).status_code == 502
+    answered = predict(harness)
+    assert answered.status_code == 200 and answered.headers["X-Cache"] == "miss"
+
+
+def test_a_hit_writes_no_capture_record(harness: Harness, tmp_path: Path) -> None:
+    harness.use(capturer=Capturer("both", DirectorySink(tmp_path)))
+    expect_invoke(harness)
+    predict(harness)
+    predict(harness)
+    lines = [line for path in tmp_path.rglob("*.jsonl") for line in path.open()]
+    assert len(lines) == 1
+
+
+def test_the_log_line_and_metrics_say_what_the_cache_did(
+        harness: Harness, capsys: pytest.CaptureFixture[str]) -> None:
+    expect_invoke(harness)
+    predict(harness)
+    predict(harness)
+    logs, metrics = emitted(capsys)
+    assert [(line["cache"], line.get("cache_tier")) for line in logs] == [
+        ("miss", None), ("hit", "memory")]
+    assert logs[1]["attempts"] == 0 and "image_out" not in logs[1]
+    assert logs[1]["image_in"] == {"bytes": len(JPEG)} and "capture" not in logs[1]
+    assert "cache" in logs[1]["stages_ms"]
+    counted = [{name for name in ("CacheHits", "CacheMisses", "CacheErrors") if name in m}
+               for m in metrics if "Requests" in m]
+    assert counted == [{"CacheMisses"}, {"CacheHits"}]
+    assert metrics[1]["model"] == ENDPOINT and metrics[1]["route"] == "/predict"
+
+
+def test_a_model_with_cache_false_is_a_bypass(harness: Harness, tmp_path: Path) -> None:
+    folder = tmp_path / "fresh-iris"
+    shutil.copytree(MODELS_DIR / "iris", folder)
+    document = json.loads((folder / "model.json").read_text())
+    (folder / "model.json").write_text(json.dumps({**document, "cache": False}))
+    settings = app_module.services.settings
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    registry.models["fresh-iris"] = load_model(folder, settings, {})
+    assert registry.models["fresh-iris"].cache is False
+    app_module.services._registry = registry
+    for _ in range(2):
+        expect_iris(harness)
+        response = post_json(harness, "/models/fresh-iris/predict", [IRIS_ROW])
+        assert response.status_code == 200 and response.headers["X-Cache"] == "bypass"
+
+
+def test_the_tensor_pipeline_hits_the_cache(
+        harness: Harness, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    harness.use(capturer=Capturer("both", DirectorySink(tmp_path)))
+    expect_iris(harness)
+    first = post_json(harness, "/models/iris/predict", [IRIS_ROW])
+    # the same tensor, another spelling: the same body sent, so the same key
+    second = post_json(harness, "/models/iris/predict?k=1", {"instances": [IRIS_ROW]})
+    assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("miss", "hit")
+    assert len(json.loads(first.body)["predictions"][0]) == 3
+    assert len(json.loads(second.body)["predictions"][0]) == 1  # top-k computed per request
+    assert json.loads(second.body)["request_id"] == second.headers["X-Request-Id"]
+    assert second.headers["X-Amzn-Invoked-Production-Variant"] == "AllTraffic"
+    assert len(list(tmp_path.rglob("*.jsonl"))) == 1  # only the real inference captured
+    logs, _ = emitted(capsys)
+    assert logs[-1]["cache"] == "hit" and logs[-1].get("capture") is None
+
+
+def test_the_inference_py_runs_on_a_cached_answer(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    harness.stubber.add_response("invoke_endpoint",
+                                 endpoint_response(b'{"predictions": [[0.93]]}'))
+    outputs: list[Any] = []
+    first = post_json(harness, "/models/sentiment/predict", {"text": "I loved this film"})
+    server = app_module.services.server
+    handler = server._handler(app_module.services.registry.get("sentiment"))
+    original = handler.output_handler
+
+    def counting(response: Any, context: Any) -> Any:
+        outputs.append(response.content)
+        return original(response, context)
+
+    monkeypatch.setitem(server._handlers, "sentiment",
+                        dataclasses.replace(handler, output_handler=counting))
+    second = post_json(harness, "/models/sentiment/predict", {"text": "I loved this film"})
+    assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("miss", "hit")
+    assert json.loads(second.body) == {"predictions": [[0.93]]}
+    assert outputs == [b'{"predictions": [[0.93]]}']  # the handler ran on the cached answer
+
+
+def test_an_edited_handler_file_is_a_new_key(harness: Harness, tmp_path: Path) -> None:
+    settings = app_module.services.settings
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    cache = PredictionCache(MemoryTier(1 << 20), None)  # one cache, shared by both versions
+    seen = []
+    for version in ("v1", "v1", "v2"):
+        folder = tmp_path / version / "sentiment"
+        if not folder.exists():
+            shutil.copytree(MODELS_DIR / "sentiment", folder)
+        if version == "v2":
+            with (folder / "inference.py").open("a") as handle:
+                handle.write("\n# edited: the same request body, maybe another answer\n")
+        registry.models["sentiment"] = load_model(folder, settings, {})
+        services = harness.use(settings)
+        services._registry, services._cache = registry, cache
+        if (version == "v1" and not seen) or version == "v2":
+            harness.stubber.add_response("invoke_endpoint",
+                                         endpoint_response(b'{"predictions": [[0.5]]}'))
+        response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
+        seen.append(response.headers["X-Cache"])
+    assert seen == ["miss", "hit", "miss"]
