@@ -98,3 +98,18 @@ def stack() -> Iterator[Stack]:
 def stack_without_endpoint() -> Iterator[Stack]:
     with tempfile.TemporaryDirectory(prefix="sagegate-it-") as logs:
         yield from _start_stack(HERE / "emulator-other-endpoint.json", Path(logs))
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    """moto's server on 127.0.0.1, for the AWS services that cannot run here otherwise (S3,
+    Firehose, DynamoDB): tests point boto3 at it with AWS_ENDPOINT_URL_<SERVICE>."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

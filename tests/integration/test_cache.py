@@ -7,19 +7,16 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import cv2
 import numpy as np
 import pytest
-from moto.server import ThreadedMotoServer
 from skimage import data
 
 from chalicelib.cache import HIT, MISS, TABLE, MemoryTier, PredictionCache, TableTier
 from chalicelib.endpoint import InvokeResult
-from sagegate.localstack import free_port
 from tests.integration.conftest import Stack, jpeg_of
 
 pytestmark = pytest.mark.integration
@@ -86,17 +83,6 @@ def test_a_tensor_model_hits_the_cache(stack: Stack) -> None:
 
 
 # -- the DynamoDB tier against moto's server -------------------------------------------------
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
 
 @pytest.fixture
 def table(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:

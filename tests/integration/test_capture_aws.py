@@ -6,30 +6,16 @@ the emulator.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from chalicelib.capture import Capturer, Exchange, Outcome
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
 from sagegate import captures
-from sagegate.localstack import free_port
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture
