@@ -36,7 +36,7 @@ from typing import Any
 from bench import images, table
 from bench.report import Report
 from bench.timing import Budget
-from sagegate.localstack import free_port, start_api, start_emulator
+from sagegate.localstack import quiet_stack
 
 HOST = "127.0.0.1"
 STAGE = "local"
@@ -180,16 +180,12 @@ def measure(poster: Poster, image: images.BenchImage, budget: Budget, nonce: str
 def running_poster() -> Iterator[Poster]:
     """``make run``'s stack on free ports and a connection to it, stopped (by PID) on the way
     out."""
-    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
-        api = start_api(free_port(HOST), emulator.url, host=HOST, stage=STAGE, log=log)
+    with quiet_stack(STAGE) as (api, _):
+        poster = Poster(api.port)
         try:
-            poster = Poster(api.port)
-            try:
-                yield poster
-            finally:
-                poster.close()
+            yield poster
         finally:
-            api.stop()
+            poster.close()
 
 
 def report(budget: Budget) -> Report:

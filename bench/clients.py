@@ -20,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import cv2
 import numpy as np
@@ -33,14 +31,13 @@ from bench import images, table
 from bench.report import Report
 from bench.timing import Budget
 from sagegate.client import Client, Encoding, ShrinkRule, Upload, content_type_of, shrink
-from sagegate.localstack import free_port, start_api, start_emulator
+from sagegate.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
+from sagegate.localstack import quiet_stack
 
-HOST = "127.0.0.1"
 STAGE = "local"
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 SIZES = ((640, 480), (1920, 1080), (4032, 3024))
 UPLINKS_MBIT = (10, 50)
-FIDELITY_BOUND = 0.03
 Q90 = "jpeg q90 4:2:0"
 CANDIDATES: tuple[str, ...] = (*(str(e) for e in Encoding), Q90)
 TRANSFER_ENCODINGS = (str(Encoding.WEBP), str(Encoding.PNG))
@@ -57,20 +54,6 @@ def fixture_photo(name: str, width: int, height: int) -> bytes:
                               [cv2.IMWRITE_JPEG_QUALITY, 90])
     assert ok
     return bytes(buffer.tobytes())
-
-
-def probabilities(answer: dict[str, Any]) -> np.ndarray:
-    """An answer's ``predictions`` (``k=1000``) as the probability vector."""
-    vector = np.zeros(1000)
-    for p in answer["predictions"]:
-        vector[p["index"]] = p["probability"]
-    return vector
-
-
-def deviation(reference: np.ndarray, other: np.ndarray) -> float:
-    """Worst absolute deviation over the reference's top 5 (as the fidelity test measures)."""
-    top5 = np.argsort(-reference, kind="stable")[:5]
-    return float(np.abs(other[top5] - reference[top5]).max())
 
 
 def shrunk_as(data: bytes, rule: ShrinkRule, candidate: str) -> tuple[bytes, str]:
@@ -122,17 +105,19 @@ def encodings_table(client: Client, rule: ShrinkRule) -> tuple[str, dict[str, Fi
         figures = {candidate: Figures() for candidate in CANDIDATES}
         for name in PHOTOS:
             data = fixture_photo(name, width, height)
-            original = probabilities(client.send(Upload(data, "image/jpeg", len(data)), 1000))
+            original = probability_vector(
+                client.send(Upload(data, "image/jpeg", len(data)), 1000))
             for candidate in CANDIDATES:
                 start = time.process_time()
                 body, content_type = shrunk_as(data, rule, candidate)
                 cpu_ms = (time.process_time() - start) * 1000.0
-                answer = probabilities(client.send(Upload(body, content_type, len(data)), 1000))
+                answer = probability_vector(
+                    client.send(Upload(body, content_type, len(data)), 1000))
                 for bucket in (figures[candidate], overall[candidate]):
                     bucket.sent.append(len(body))
                     bucket.original.append(len(data))
                     bucket.cpu_ms.append(cpu_ms)
-                    bucket.deviations.append(deviation(original, answer))
+                    bucket.deviations.append(top5_deviation(original, answer))
                     bucket.flips += int(np.argmax(answer) != np.argmax(original))
                     bucket.passed_through += int(body == data)
         rows += [figures[c].cells(f"{width}x{height}", c) for c in CANDIDATES]
@@ -224,13 +209,8 @@ def measure_transfer(client: Client, image: images.BenchImage, rule: ShrinkRule,
 def running_client() -> Iterator[Client]:
     """``make run``'s stack on free ports and a client of it, stopped (by PID) on the way
     out."""
-    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
-        api = start_api(free_port(HOST), emulator.url, host=HOST, stage=STAGE, log=log)
-        try:
-            with Client(api.url, timeout=60) as client:
-                yield client
-        finally:
-            api.stop()
+    with quiet_stack(STAGE) as (api, _), Client(api.url, timeout=60) as client:
+        yield client
 
 
 def choose(overall: dict[str, Figures]) -> str:

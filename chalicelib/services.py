@@ -98,12 +98,12 @@ class Services:
     def predictor_for(self, model: ModelSpec) -> Predictor:
         """The image pipeline of an image-classification model."""
         assert model.pipeline == Pipeline.IMAGE_CLASSIFICATION and model.settings is not None
-        if model.settings == self.settings and model.labels == self.predictor.labels:
-            return self.predictor
-        with self._lock:
+        with self._lock:  # decided once per model, not compared on every request
             if model.name not in self._predictors:
-                self._predictors[model.name] = Predictor(model.settings, self.endpoint,
-                                                         model.labels)
+                default = self.predictor  # the flat settings' (the default model's)
+                same = model.settings == self.settings and model.labels == default.labels
+                self._predictors[model.name] = default if same else Predictor(
+                    model.settings, self.endpoint, model.labels)
             return self._predictors[model.name]
 
     @property

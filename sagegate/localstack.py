@@ -202,6 +202,19 @@ def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "l
                                timeout=timeout)
 
 
+@contextlib.contextmanager
+def quiet_stack(stage: str = "local") -> Iterator[tuple[ApiProcess, EmulatorProcess]]:
+    """``make run``'s stack (the default emulator, chalice local for ``stage``) on free ports,
+    its output discarded, both stopped by their PIDs on the way out: what the benchmarks run
+    against."""
+    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
+        api = start_api(free_port(HOST), emulator.url, host=HOST, stage=stage, log=log)
+        try:
+            yield api, emulator
+        finally:
+            api.stop()
+
+
 def own_answer(api: ApiProcess, path: str = "/health") -> int | None:
     """The status of this child's answer to ``GET path``; None when nothing answered or
     another server did (its answer lacks the child's marker)."""

@@ -16,6 +16,7 @@ import boto3
 import numpy as np
 import pytest
 
+from sagegate.fidelity import probability_vector, top5_deviation
 from sagegate.localstack import free_port, start_api
 from tests import imagefactory
 from tests.integration.conftest import Stack
@@ -188,19 +189,6 @@ def direct_answer(stack: Stack, name: str) -> np.ndarray:
     return _DIRECT[name]
 
 
-def probabilities_of(body: dict[str, Any]) -> np.ndarray:
-    """sagegate's answer (``k=1000``) as the probability array."""
-    via = np.zeros(1000)
-    for p in body["predictions"]:
-        via[p["index"]] = p["probability"]
-    return via
-
-
-def worst_top5_deviation(direct: np.ndarray, via: np.ndarray) -> float:
-    top5 = np.argsort(-direct, kind="stable")[:5]
-    return float(np.abs(via[top5] - direct[top5]).max())
-
-
 @pytest.mark.parametrize("name", FIDELITY_CASES)
 def test_fidelity_the_model_sees_what_it_would_have_seen(stack: Stack, name: str) -> None:
     case = FIDELITY_CASES[name]
@@ -209,7 +197,7 @@ def test_fidelity_the_model_sees_what_it_would_have_seen(stack: Stack, name: str
     direct = direct_answer(stack, name)
     status, body = stack.predict(image, **{"X-Target-Variant": "Primary"})
     assert status == 200, body
-    deviation = worst_top5_deviation(direct, probabilities_of(body))
+    deviation = top5_deviation(direct, probability_vector(body))
     print(f"fidelity {name}: top-1 {top1(body)} worst top-5 deviation {deviation:.4f}")
     assert deviation <= case.bound, f"{name}: deviation {deviation:.4f} > {case.bound}"
     assert top1(body) == int(np.argmax(direct))
@@ -248,7 +236,7 @@ def test_a_jpeg_re_encode_at_quality_90_is_not_faithful(stack: Stack, jpeg_q90_a
             headers={"Content-Type": "image/jpeg", "X-Target-Variant": "Primary"})
         body = json.loads(response.data)
         assert response.status == 200, body
-        deviations[name] = worst_top5_deviation(direct, probabilities_of(body))
+        deviations[name] = top5_deviation(direct, probability_vector(body))
         if top1(body) != int(np.argmax(direct)):
             changed.append(name)
         print(f"jpeg q90 {name}: worst top-5 deviation {deviations[name]:.4f}"

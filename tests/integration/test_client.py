@@ -15,6 +15,7 @@ import pytest
 
 from sagegate import cli
 from sagegate.client import Client
+from sagegate.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
 from tests import imagefactory
 from tests.integration.conftest import Stack, jpeg_of
 
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.integration
 
 CATS = {281, 282, 283, 284, 285, 287}
 CUPS = {504, 967, 968}
-FIDELITY_BOUND = 0.03  # the server's promise: what sending the original would have given
 
 
 @pytest.fixture
@@ -111,13 +111,6 @@ def test_resize_command_writes_the_image(stack: Stack, folder: Path,
     assert code == 1 and "InvalidImage" in capsys.readouterr().err
 
 
-def probabilities(answer: dict[str, Any]) -> np.ndarray:
-    vector = np.zeros(1000)
-    for p in answer["predictions"]:
-        vector[p["index"]] = p["probability"]
-    return vector
-
-
 def upscaled(photo: bytes, size: tuple[int, int]) -> bytes:
     """A fixture photo enlarged as the ``photos`` fixture enlarges them."""
     rgb = cv2.cvtColor(cv2.imdecode(np.frombuffer(photo, np.uint8), cv2.IMREAD_COLOR),
@@ -138,9 +131,8 @@ def test_shrinking_on_the_client_keeps_the_servers_answer(
     upload = client.prepare(original)
     as_is = client.send(client.prepare(original, shrink=False), 1000, headers=headers)
     shrunk = client.send(upload, 1000, headers=headers)
-    direct, via = probabilities(as_is), probabilities(shrunk)
-    top5 = np.argsort(-direct, kind="stable")[:5]
-    deviation = float(np.abs(via[top5] - direct[top5]).max())
+    direct, via = probability_vector(as_is), probability_vector(shrunk)
+    deviation = top5_deviation(direct, via)
     print(f"client shrink {name} {size}: {len(original)} -> {len(upload.data)} bytes "
           f"({upload.content_type}), worst top-5 deviation {deviation:.4f}")
     assert int(np.argmax(via)) == int(np.argmax(direct))
