@@ -22,15 +22,16 @@ STAGE_OPT = $(call opt,--stage,$(STAGE))
 AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(call opt,--aws,$(AWS)) \
 	$(foreach param,$(PARAMS),--param $(param))
 
-.PHONY: help venv iac-tools lock run test lint typecheck unit functional integration docs-check \
-	fuzz bench \
+.PHONY: help venv iac-tools lock run browser test lint typecheck unit functional integration \
+	docs-check fuzz bench \
 	bench-coldstart bench-worstcase layer-zip layer package deploy-check policy deploy \
 	chalice-deploy clean
 
 help:
 	@echo "Develop (no AWS account needed):"
 	@echo "  make run             emulator + chalice local on 127.0.0.1 (API_PORT, EMULATOR_PORT)"
-	@echo "  make test            ruff, mypy, deploy-check, then every test tier"
+	@echo "  make test            ruff, mypy, deploy-check, a Chromium, then every test tier"
+	@echo "  make browser         find (or install) the Chromium the web page's tests drive"
 	@echo "  make lint            ruff"
 	@echo "  make typecheck       mypy"
 	@echo "  make unit | functional | integration   one test tier"
@@ -89,11 +90,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench sagegate
 
-test: lint typecheck deploy-check
+# the web page's tests drive a Chromium: `sagegate browser` finds one or installs it first
+test: lint typecheck deploy-check browser
 	$(VENV)/bin/pytest -q
 
 unit functional integration: $(STAMP)
 	$(VENV)/bin/pytest -q tests/$@
+
+integration: browser
 
 # every example in README.md, run (also part of the integration tier)
 docs-check: $(STAMP)
@@ -110,6 +114,9 @@ clean:
 # --- aliases of sagegate commands ------------------------------------------------------------
 run: $(STAMP)
 	$(SAGEGATE) run $(call opt,--api-port,$(API_PORT)) $(call opt,--emulator-port,$(EMULATOR_PORT))
+
+browser: $(STAMP)
+	$(SAGEGATE) browser
 
 bench: $(STAMP)
 	$(SAGEGATE) bench

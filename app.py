@@ -14,7 +14,7 @@ from chalice.app import Request
 
 from chalicelib import catalog, lifecycle, media, options, static
 from chalicelib.access import Access, AuthMode
-from chalicelib.cache import CacheControl, CacheUse
+from chalicelib.cache import CacheUse, request_cache_control
 from chalicelib.capture import Exchange
 from chalicelib.errors import ConfigurationError, SagegateError
 from chalicelib.media import BINARY_TYPES
@@ -48,7 +48,8 @@ def _cors(access: Access) -> CORSConfig | bool:
     return CORSConfig(
         allow_origin=access.cors_origin,
         allow_headers=["X-Request-Id", "X-Correlation-Id", "X-Target-Variant",
-                       "X-Target-Model", "X-Custom-Attributes", "Cache-Control"],
+                       "X-Target-Model", "X-Target-Inference-Component", "X-Custom-Attributes",
+                       "Cache-Control"],
         expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
                         "X-Custom-Attributes", VARIANT_HEADER, CACHE_HEADER],
         max_age=600)
@@ -235,9 +236,12 @@ def _predict(model: ModelSpec) -> Response:
 
 
 def _cache_use(model: ModelSpec) -> CacheUse:
-    """This request's use of the prediction cache: the client's ``Cache-Control``
-    (``no-cache``: no read, ``no-store``: no write), unless the model is never cached."""
-    control = CacheControl.parse(current_request().headers.get("cache-control"))
+    """This request's use of the prediction cache: the client's ``Cache-Control`` and
+    ``Pragma``, every line of them (:class:`chalicelib.cache.CacheControl`), unless the model
+    is never cached."""
+    request = current_request()
+    control = request_cache_control(
+        request.headers, request.to_original_event().get("multiValueHeaders"))
     return services.cache.request(control, enabled=model.cache, scope={"model": model.name})
 
 
@@ -283,7 +287,7 @@ def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float,
     with timer.stage("parse"):
         asked = options.read_predict(_http_request(),
                                      max_body_bytes=services.settings.max_body_bytes,
-                                     default_k=model.default_k)
+                                     default_k=model.default_k, model=model)
     result = services.predictor_for(model).predict(asked.image, asked.options, request_id(),
                                                    timer, deadline, cache=cache)
     log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts

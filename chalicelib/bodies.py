@@ -7,6 +7,9 @@ This is the body's *shape* only: which fields are known and what values they may
   ``{"data": ..., "topk": ...}``, or a data URL (``data:image/jpeg;base64,...``) as the image.
 * raw binary (``image/jpeg``, ``image/png``, ``image/webp``, ``application/x-image``,
   ``application/octet-stream``) with options in the query string (``?k=3``).
+
+The query string's options apply to JSON bodies too; :func:`chalicelib.options.read_options`
+joins them with the fields.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ class Source(enum.StrEnum):
     FIELD = "field"
     """A JSON body's fields."""
     QUERY = "query parameter"
-    """The query string, for a raw upload."""
+    """The query string (a raw upload's only options; a JSON body's besides its fields)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +87,8 @@ def read_upload(
     Args:
         body: the raw HTTP body.
         content_type: the request's Content-Type header.
-        query: the query-string parameters (options for binary bodies).
+        query: the query-string parameters (a raw body's options; a JSON body's are joined with
+            them by :func:`chalicelib.options.read_options`).
         max_body_bytes: largest body accepted.
         field: the JSON field holding the base64 upload.
         legacy_field: the 2018 clients' name for it (one or the other, not both).

@@ -161,8 +161,12 @@ class Settings:
                "must be a file name in chalicelib/labels")
         for name, value, low, high in self._ranges():
             _check(low <= value <= high, name, f"must be between {low} and {high}")
-        _check(self.endpoint_read_timeout < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
-               f"must be below {REQUEST_BUDGET_SECONDS}")
+        # one whole endpoint attempt must fit in the budget with time left before it: that
+        # rest is preprocessing's share (see endpoint.RetryPolicy.preprocessing_deadline)
+        _check(self.endpoint_connect_timeout + self.endpoint_read_timeout
+               < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
+               f"plus {ENDPOINT_CONNECT_TIMEOUT} must be below {REQUEST_BUDGET_SECONDS} (what is "
+               "left of the budget is the time to preprocess a request)")
         self._check_capture()
         _check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
                "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")

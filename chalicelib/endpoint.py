@@ -35,6 +35,7 @@ from chalicelib.errors import (
     InvalidParameterError,
     InvalidVariantError,
     ModelError,
+    PreprocessingTimeoutError,
     SagegateError,
 )
 
@@ -72,6 +73,8 @@ class Invocation:
     inference_id: str | None = None
     target_model: str | None = None
     """SageMaker's TargetModel: the model of a multi-model endpoint to run."""
+    inference_component: str | None = None
+    """SageMaker's InferenceComponentName: the component of an endpoint to run."""
 
     def to_kwargs(self) -> dict[str, Any]:
         """The boto3 keyword arguments, leaving out the unset optional ones."""
@@ -81,6 +84,7 @@ class Invocation:
         }
         optional = {"TargetVariant": self.target_variant,
                     "TargetModel": self.target_model,
+                    "InferenceComponentName": self.inference_component,
                     "CustomAttributes": self.custom_attributes,
                     "InferenceId": self.inference_id}
         kwargs.update({key: value for key, value in optional.items() if value})
@@ -112,6 +116,11 @@ class RetryPolicy:
         """Full-jitter backoff after failed attempt ``attempt`` (1-based): up to base, 2x, 4x..."""
         return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
 
+    def preprocessing_deadline(self, deadline: float) -> float:
+        """When what comes before the endpoint call must be done: the budget's end less one
+        whole attempt, which the endpoint is then always given."""
+        return deadline - self.attempt_timeout
+
 
 class EndpointClient:
     """Calls a SageMaker runtime client and translates its failures.
@@ -140,26 +149,45 @@ class EndpointClient:
         """Drop the client's pooled connections (they reopen on the next call)."""
         self._client.close()
 
+    def check_time_left(self, deadline: float | None) -> None:
+        """Refuse to go on when a whole endpoint attempt no longer fits before ``deadline``
+        (the clock's time; None: no deadline): the work before the call has had its share.
+
+        Raises:
+            PreprocessingTimeoutError: past :meth:`RetryPolicy.preprocessing_deadline`.
+        """
+        if deadline is None:
+            return
+        now = self._clock()
+        if now <= self._policy.preprocessing_deadline(deadline):
+            return
+        logger.warning("preprocessing used up the time budget: %.2f s left, an attempt "
+                       "needs %.2f s", deadline - now, self._policy.attempt_timeout)
+        raise PreprocessingTimeoutError(
+            "Preparing the request used up its time budget before the endpoint could be "
+            f"called ({max(0.0, deadline - now):.1f} s were left; a call needs "
+            f"{self._policy.attempt_timeout:.1f} s). The endpoint was not called: retry "
+            "later, or send a smaller input.")
+
     def invoke(self, invocation: Invocation, deadline: float | None = None) -> InvokeResult:
         """Invoke the endpoint, retrying what is retryable while the budget allows.
 
         Every attempt, the first included, starts only if a whole attempt (connect and read
         timeouts) still fits before ``deadline`` (the clock's time; by default the policy's
-        budget from now), so the call never outlives the request's budget.
+        budget from now), so the call never outlives the request's budget: whatever came
+        before it (preprocessing) had until :meth:`RetryPolicy.preprocessing_deadline`, and
+        when it finished by then the first attempt always gets its whole time.
 
         Returns:
             The endpoint's body, content type, invoked variant and custom attributes.
 
         Raises:
             EndpointError: (or a subclass) anything the endpoint did not answer 2xx to.
-            EndpointTimeoutError: the budget ran out before a first attempt could start.
+            PreprocessingTimeoutError: the budget ran out before a first attempt could start.
         """
         if deadline is None:
             deadline = self._clock() + self._policy.budget_seconds
-        if deadline - self._clock() < self._policy.attempt_timeout:
-            raise EndpointTimeoutError(
-                "The request used up its time budget before the endpoint could be called. "
-                "Send a smaller image.")
+        self.check_time_left(deadline)
         attempt = 0
         while True:
             attempt += 1
@@ -267,11 +295,27 @@ def _validation_error(message: str, invocation: Invocation) -> SagegateError:
         return InvalidParameterError(
             f"The endpoint {invocation.endpoint_name!r} is not a multi-model endpoint: send no "
             '"target_model" (X-Target-Model).')
+    if "inference component" in lowered:
+        return _inference_component_error(invocation)
     if "not found" in lowered and "endpoint" in lowered:
         return EndpointNotFoundError(
             f"The SageMaker endpoint {invocation.endpoint_name!r} does not exist.")
     return EndpointError("The endpoint rejected the request (ValidationError).",
                          details={"endpoint_error": "ValidationError"})
+
+
+def _inference_component_error(invocation: Invocation) -> InvalidParameterError:
+    # SageMaker, without the name: "Inference Component Name header is required for endpoints
+    # to which you plan to deploy inference components. ..."; with a name the endpoint does
+    # not host, a ValidationError that names the component.
+    if invocation.inference_component is None:
+        return InvalidParameterError(
+            f"The endpoint {invocation.endpoint_name!r} hosts inference components: name one "
+            'with "inference_component" (X-Target-Inference-Component), or set '
+            '"inference_component" in the model\'s model.json.')
+    return InvalidParameterError(
+        f"The endpoint {invocation.endpoint_name!r} has no inference component "
+        f"{invocation.inference_component!r}.")
 
 
 def make_client(settings: Settings) -> SageMakerRuntimeClient:

@@ -120,6 +120,27 @@ class UnsupportedMediaTypeError(SagegateError):
     CODE = "UnsupportedMediaType"
 
 
+# --- 5xx: sagegate itself, busy -----------------------------------------------------------
+
+
+class PreprocessingTimeoutError(SagegateError):
+    """Preparing the request (decode and resize, a handler's input_handler) used up the
+    request's time budget before the endpoint could be called: nothing was sent to it.
+
+    A 503 with ``Retry-After``, not a 504: no upstream was waited for; sagegate was too busy
+    (concurrent large images on few cores) and retrying, which is safe as nothing happened,
+    is what the client should do, or send a smaller input.
+    """
+
+    STATUS_CODE = 503
+    CODE = "PreprocessingTimeout"
+    RETRY_AFTER = 2
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER)}
+
+
 # --- 5xx: the endpoint behind us ----------------------------------------------------------
 
 

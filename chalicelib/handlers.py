@@ -9,22 +9,44 @@ Two contracts people already have files for (CONTRACTS.md section 5):
   ``context`` the container's ``Context`` namedtuple, ``response`` an object shaped like
   ``requests.Response``; their ``(body, content_type)`` is the answer. A ``handler`` posts to
   ``context.rest_uri`` itself (with ``requests``, as in the container): that URL is a loopback
-  forwarder in this process which calls the endpoint (:class:`_Forwarder`).
-* ``cortex``: Cortex's ``handler.py`` with ``pre_inference(sample, signature, metadata)`` and
-  ``post_inference(prediction, signature, metadata)``, in Cortex's ONNX runtime conventions
-  (:class:`CortexHandler`).
+  forwarder in this process which calls the endpoint (:class:`_Forwarder`). ``data`` is a
+  stream in every release of the container that runs ``inference.py`` (v1.2.0 of April 2019,
+  the first, to v1.8.4, the last tag): its ``python_service.py`` always passed the request's
+  stream, though the README's ``input_handler`` docstring (v1.3.1.post1 on) calls ``data``
+  "the request data, in format of dict or string" while its code calls ``data.read()``. A file
+  that treats ``data`` as ``bytes`` never ran there and is not accepted here either: its
+  failure is logged with the advice to read the stream.
+* ``cortex``: Cortex's ``handler.py`` for its ONNX runtime (:class:`CortexHandler`), in both
+  forms Cortex ran: ``pre_inference(sample, signature, metadata)`` and
+  ``post_inference(prediction, signature, metadata)`` (v0.10 and v0.11; ``metadata`` the API's
+  own dict, ``signature`` the model's input ``NodeArg`` list for ``pre_inference`` and its
+  output list for ``post_inference``), and the earlier ``pre_inference(sample, metadata)`` and
+  ``post_inference(prediction, metadata)`` (v0.6, the first with ONNX, to v0.9; ``metadata``
+  then the input, resp. output, ``NodeArg`` list). Which form a function has is read from its
+  signature when the file is loaded. Each function is optional, as in Cortex: without
+  ``pre_inference`` the body goes to the model as it came, without ``post_inference`` the
+  model's outputs are the answer. From v0.12 Cortex replaced these functions by predictor
+  classes, which are not read here.
 
 Failures: a file that does not import or lacks a function stops start-up with a
 :class:`~chalicelib.errors.ConfigurationError` naming the file. At request time a
 ``ValueError``/``TypeError`` from the input side (``input_handler``, ``pre_inference``, a
 ``handler`` before it called the model) is the client's :class:`InvalidInputError` (400) with its
-message; anything else the user's code raises is a :class:`HandlerError` (500) with a generic
-message and the traceback in the log only. sagegate's own errors (the endpoint's) pass through
-unchanged.
+message, a ``RecursionError`` there a 400 and a ``MemoryError`` a 413; anything else the user's
+code raises is a :class:`HandlerError` (500) saying that the log has the traceback under the
+answer's ``request_id``, with the exception's type and message only for a model whose
+``model.json`` says ``"expose_handler_errors": true``. sagegate's own errors (the endpoint's)
+pass through unchanged.
+
+Hostile bodies are bounded before user code runs and after it: a JSON body nesting deeper than
+:data:`MAX_JSON_DEPTH` is refused before a handler sees it, and a request the user's code builds
+for the endpoint may hold at most :data:`~chalicelib.tensors.MAX_INSTANCES` instances, as the
+tensor pipeline's.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import importlib.util
@@ -48,8 +70,12 @@ from chalicelib.errors import (
     ConfigurationError,
     HandlerError,
     InvalidInputError,
+    InvalidJSONError,
+    PayloadTooLargeError,
     SagegateError,
+    SignatureMismatchError,
 )
+from chalicelib.media import MediaType, bare
 from chalicelib.registry import DType, ModelSpec, Pipeline, TensorSpec
 from chalicelib.serving import Answer, Call, Invoke
 
@@ -58,9 +84,14 @@ logger = logging.getLogger("sagegate.handlers")
 JSON = "application/json"
 MODULE_PREFIX = "sagegate_models"
 """User files are imported as ``sagegate_models.<model name, hyphens as _>.<file stem>``."""
-HANDLER_FAILED = "The model's handler failed."
+HANDLER_FAILED = ("The model's handler failed; the service's log has the details under this "
+                  "answer's request_id.")
 MAX_MESSAGE = 512
-"""The longest InvalidInput message taken from a user's ValueError / TypeError."""
+"""The longest message taken from a user's exception (InvalidInput, or an exposed failure)."""
+MAX_JSON_DEPTH = 512
+"""The deepest JSON nesting a handler model's body may have: below every common parser's own
+limit (orjson's 1024, a pure-Python parser's 1000 frames), so a handler parsing the body
+itself never meets a RecursionError for it."""
 FREE_AXIS = "N"
 """What a Cortex signature's shape shows for a free (-1) axis; ONNX shows a symbolic name."""
 MAX_FORWARD_BYTES = 10 * 1024 * 1024
@@ -68,6 +99,19 @@ MAX_FORWARD_BYTES = 10 * 1024 * 1024
 FORWARD_SOCKET_TIMEOUT = 30.0
 """Seconds the forwarder waits on a silent connection (the endpoint call has its own budget)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("sagegate_handler_request",
+                                                                  default="")
+
+
+@contextlib.contextmanager
+def request_scope(request_id: str) -> Iterator[None]:
+    """Name the request the user's code runs for: a failure's log line carries its id, the
+    one the client's answer shows (Lambda's own request id is another)."""
+    token = _REQUEST_ID.set(request_id)
+    try:
+        yield
+    finally:
+        _REQUEST_ID.reset(token)
 
 
 # --- importing user files -----------------------------------------------------------------
@@ -113,22 +157,37 @@ def import_user_file(model: ModelSpec, filename: str) -> types.ModuleType:
 def _function(module: types.ModuleType, name: str, arguments: str, where: str
               ) -> Callable[..., Any] | None:
     """``module.name`` if defined, checked to take ``arguments`` positionally; else None."""
+    found = _form(module, name, (arguments,), where)
+    return found[0] if found else None
+
+
+def _form(module: types.ModuleType, name: str, forms: tuple[str, ...], where: str
+          ) -> tuple[Callable[..., Any], int] | None:
+    """``module.name`` and how many arguments it takes: the first of ``forms`` (argument lists,
+    most arguments first) its signature accepts positionally; None when it is not defined.
+
+    Raises:
+        ConfigurationError: it is not a function, or takes none of the forms.
+    """
     function = getattr(module, name, None)
     if function is None:
         return None
+    accepted = " or ".join(f"{name}({arguments})" for arguments in forms)
     if not callable(function):
-        raise ConfigurationError(f"{where}: {name} must be a function {name}({arguments})")
+        raise ConfigurationError(f"{where}: {name} must be a function {accepted}")
     try:
         signature = inspect.signature(function)
-    except (TypeError, ValueError):  # a builtin without a signature: trust it
-        return function
-    try:
-        signature.bind(*arguments.split(", "))
-    except TypeError:
-        raise ConfigurationError(
-            f"{where}: {name} must take {arguments.count(',') + 1} positional arguments "
-            f"{name}({arguments}), not {name}{signature}") from None
-    return function
+    except (TypeError, ValueError):  # a builtin without a signature: trust the first form
+        return function, forms[0].count(",") + 1
+    for arguments in forms:
+        try:
+            signature.bind(*arguments.split(", "))
+        except TypeError:
+            continue
+        return function, arguments.count(",") + 1
+    counts = " or ".join(str(arguments.count(",") + 1) for arguments in forms)
+    raise ConfigurationError(f"{where}: {name} must take {counts} positional arguments "
+                             f"{accepted}, not {name}{signature}")
 
 
 def _required(module: types.ModuleType, name: str, arguments: str, where: str
@@ -143,11 +202,12 @@ def _required(module: types.ModuleType, name: str, arguments: str, where: str
 
 
 def _run(where: str, name: str, function: Callable[..., Any], *args: Any,
-         refusal: Callable[[], bool] = lambda: False) -> Any:
+         refusal: Callable[[], bool] = lambda: False, expose: bool = False) -> Any:
     """``function(*args)``, its failures translated (see the module docstring).
 
     Args:
-        refusal: whether a ValueError / TypeError raised now is the client's (400).
+        refusal: whether an error raised now is the client's (the input side).
+        expose: whether a HandlerError shows the exception's type and message.
     """
     try:
         return function(*args)
@@ -155,14 +215,113 @@ def _run(where: str, name: str, function: Callable[..., Any], *args: Any,
         raise
     except (ValueError, TypeError) as error:
         if refusal():
-            message = str(error).strip()[:MAX_MESSAGE] or f"The model's {name} refused the input."
+            message = _text(error) or f"The model's {name} refused the input."
             logger.info("%s: %s refused the request: %s", where, name, message)
             raise InvalidInputError(message) from None
-        logger.exception("%s: %s raised", where, name)
-        raise HandlerError(HANDLER_FAILED) from None
-    except (Exception, SystemExit):
-        logger.exception("%s: %s raised", where, name)
-        raise HandlerError(HANDLER_FAILED) from None
+        raise _failed(where, name, error, expose) from None
+    except (RecursionError, MemoryError) as error:
+        if refusal():  # the request's size or depth: the client's
+            logger.warning("%s: %s raised %s (request_id %s)", where, name,
+                           type(error).__name__, _REQUEST_ID.get() or "unknown")
+            raise _too_complex(name, error) from None
+        raise _failed(where, name, error, expose) from None
+    except (Exception, SystemExit) as error:
+        raise _failed(where, name, error, expose) from None
+
+
+def _text(error: BaseException) -> str:
+    """An exception's message, bounded (a broken ``__str__`` gives none)."""
+    try:
+        return str(error).strip()[:MAX_MESSAGE]
+    except Exception:
+        return ""
+
+
+def _failed(where: str, name: str, error: BaseException, expose: bool) -> HandlerError:
+    """The HandlerError for an exception the user's code raised, logged with its traceback
+    (call it in the ``except`` block)."""
+    request_id = _REQUEST_ID.get()
+    logger.exception("%s: %s raised (request_id %s)%s", where, name, request_id or "unknown",
+                     _advice(error), extra={"request_id": request_id})
+    details: dict[str, object] = {"function": name}
+    if expose:  # the model's owner chose to show it: type and message only, never a traceback
+        details["exception"] = {"type": type(error).__name__, "message": _text(error)}
+    return HandlerError(HANDLER_FAILED, details=details)
+
+
+def _advice(error: BaseException) -> str:
+    """For the log: the container's ``data`` is a stream, not the ``bytes`` a file expected."""
+    if isinstance(error, AttributeError) and "'_io.BytesIO' object" in _text(error):
+        return (" (data is a stream, as in every release of the SageMaker TF Serving "
+                "container: read the body with data.read())")
+    return ""
+
+
+def _too_complex(name: str, error: BaseException) -> SagegateError:
+    if isinstance(error, MemoryError):
+        return PayloadTooLargeError(f"The model's {name} ran out of memory reading the "
+                                    "request: send a smaller one.")
+    return InvalidInputError(f"The model's {name} could not read the request: it is nested "
+                             "too deeply.")
+
+
+def bound_json_depth(body: bytes) -> None:
+    """Refuse a JSON (or JSON lines) body nesting deeper than :data:`MAX_JSON_DEPTH`, without
+    parsing it: strings are cut out, the brackets left are counted (no recursion, no Python
+    loop over the body).
+
+    Raises:
+        InvalidJSONError: it nests deeper (the image route's error for a body too deep).
+    """
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    if len(brackets) <= MAX_JSON_DEPTH:
+        return
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    # an opening bracket goes one level down, a closing one up: the deepest point is the peak
+    opening = (codes == ord("[")) | (codes == ord("{"))
+    steps = opening.astype(np.int32) * 2 - 1
+    if int(np.cumsum(steps, dtype=np.int32).max()) > MAX_JSON_DEPTH:
+        raise InvalidJSONError(f"The request body is not valid JSON for this model: it nests "
+                               f"deeper than {MAX_JSON_DEPTH} levels.")
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(code for code in range(256) if code not in b"[]{}")
+
+
+def _check_batch(body: bytes, content_type: str, name: str) -> None:
+    """Refuse a TF Serving REST body the user's code built with more than
+    :data:`~chalicelib.tensors.MAX_INSTANCES` instances (the endpoint's own bound).
+
+    Raises:
+        SignatureMismatchError: it has more.
+    """
+    if bare(content_type) != MediaType.JSON or body.lstrip()[:1] != b"{":
+        return
+    try:
+        document = json.loads(body)
+    except Exception:  # not JSON (or too deep to read): the endpoint's to refuse
+        return
+    count = _batch_size(document)
+    if count > tensors.MAX_INSTANCES:
+        raise SignatureMismatchError(
+            f"The model's {name} made a request of {count} instances; at most "
+            f"{tensors.MAX_INSTANCES} per request: send fewer records.")
+
+
+def _batch_size(document: Any) -> int:
+    """How many instances a TF Serving REST body holds (``instances`` rows, or ``inputs``
+    columns' first axis); 0 when it is not one."""
+    if not isinstance(document, dict):
+        return 0
+    for key in ("instances", "inputs"):
+        value = document.get(key)
+        if isinstance(value, list):
+            return len(value)
+        if isinstance(value, dict):
+            return max((len(column) for column in value.values()
+                        if isinstance(column, list)), default=0)
+    return 0
 
 
 def _shape(value: Any) -> str:
@@ -174,7 +333,7 @@ def _shape(value: Any) -> str:
 
 def _wrong_return(where: str, name: str, value: Any, required: str) -> HandlerError:
     logger.error("%s: %s returned %s; it must return %s", where, name, _shape(value), required)
-    return HandlerError(HANDLER_FAILED)
+    return HandlerError(HANDLER_FAILED, details={"function": name})
 
 
 # --- sagemaker-tfs ------------------------------------------------------------------------
@@ -255,7 +414,7 @@ def _request_body(value: Any, where: str) -> bytes:
     if isinstance(value, (dict, list)):
         try:
             return json.dumps(tensors.to_json(value), separators=(",", ":")).encode()
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass
     raise _wrong_return(where, "input_handler", value, "the request body (str or bytes)")
 
@@ -321,24 +480,30 @@ class TfsHandler:
             HandlerError: the user's code failed or returned the wrong shape.
             SagegateError: the endpoint's errors, unchanged.
         """
+        if "json" in bare(call.content_type):
+            bound_json_depth(call.body)
+        expose = model.expose_handler_errors
         with FORWARDER.session(invoke, model) as session:
             context = make_context(call, model, session.rest_uri)
             data = io.BytesIO(call.body)
             if self.handler is not None:
-                return self._handler(self.handler, data, context, session)
+                return self._handler(self.handler, data, context, session, expose)
             assert self.input_handler is not None and self.output_handler is not None
-            body = _run(self.where, "input_handler", self.input_handler, data, context,
-                        refusal=lambda: True)
-            result = invoke(_request_body(body, self.where), model.content_type, model.accept)
+            returned = _run(self.where, "input_handler", self.input_handler, data, context,
+                            refusal=lambda: True, expose=expose)
+            body = _request_body(returned, self.where)
+            _check_batch(body, model.content_type, "input_handler")
+            result = invoke(body, model.content_type, model.accept)
             response = Response(result.body, result.content_type)
-            returned = _run(self.where, "output_handler", self.output_handler, response, context)
+            returned = _run(self.where, "output_handler", self.output_handler, response, context,
+                            expose=expose)
             return _answer(returned, self.where, "output_handler")
 
     def _handler(self, handler: Callable[..., Any], data: io.BytesIO, context: Context,
-                 session: _Session) -> Answer:
+                 session: _Session, expose: bool) -> Answer:
         try:
             returned = _run(self.where, "handler", handler, data, context,
-                            refusal=lambda: session.forwarded == 0)
+                            refusal=lambda: session.forwarded == 0, expose=expose)
         except (HandlerError, InvalidInputError):
             if session.error is not None:  # the endpoint failed first: that is the answer
                 raise session.error from None
@@ -467,6 +632,7 @@ class _ForwardRequest(BaseHTTPRequestHandler):
         session.forwarded += 1
         model = session.model
         try:
+            _check_batch(body, model.content_type, "handler")
             result = session.invoke(body, model.content_type, model.accept)
         except SagegateError as error:
             session.error = error
@@ -498,7 +664,7 @@ class _ForwardRequest(BaseHTTPRequestHandler):
 
 @dataclasses.dataclass(frozen=True)
 class InputSignature:
-    """One model input as Cortex's ONNX runtime shows it (onnxruntime's ``NodeArg``):
+    """One model input (or output) as Cortex's ONNX runtime shows it (onnxruntime's ``NodeArg``):
     ``name``, ``shape`` (a list; a free axis, -1 in ``model.json``, shows as ``"N"``) and
     ``type`` (``tensor(float)``...)."""
 
@@ -514,30 +680,45 @@ class InputSignature:
 
 @dataclasses.dataclass(frozen=True)
 class CortexHandler:
-    """A model's ``handler.py``, loaded (pipeline ``cortex``)."""
+    """A model's ``handler.py``, loaded (pipeline ``cortex``).
+
+    Attributes:
+        where: ``models/<name>/handler.py``.
+        pre_inference, post_inference: the functions (None when the file lacks one).
+        pre_arguments, post_arguments: how many arguments each takes: 3 (Cortex v0.10 to
+            v0.11: ``(value, signature, metadata)``) or 2 (v0.6 to v0.9: ``(value,
+            metadata)``, ``metadata`` then the signature).
+    """
 
     where: str
-    pre_inference: Callable[..., Any]
-    post_inference: Callable[..., Any]
+    pre_inference: Callable[..., Any] | None
+    post_inference: Callable[..., Any] | None
+    pre_arguments: int = 3
+    post_arguments: int = 3
 
     @classmethod
     def load(cls, model: ModelSpec) -> CortexHandler:
-        """Import and check ``models/<name>/handler.py``.
+        """Import and check ``models/<name>/handler.py``, reading each function's form.
 
         Raises:
-            ConfigurationError: it does not import, lacks ``pre_inference(sample, signature,
-                metadata)`` or ``post_inference(prediction, signature, metadata)``, or the
-                model declares no inputs.
+            ConfigurationError: it does not import, defines neither function, one takes
+                neither form's arguments, or the model declares no inputs.
         """
         where = _where(model, "handler.py")
         if not model.signature.inputs:
             raise ConfigurationError(f"models/{model.name}/model.json: the cortex pipeline "
                                      "needs signature.inputs (the handler's signature)")
         module = import_user_file(model, "handler.py")
-        return cls(where,
-                   _required(module, "pre_inference", "sample, signature, metadata", where),
-                   _required(module, "post_inference", "prediction, signature, metadata",
-                             where))
+        pre = _form(module, "pre_inference", ("sample, signature, metadata",
+                                              "sample, metadata"), where)
+        post = _form(module, "post_inference", ("prediction, signature, metadata",
+                                                "prediction, metadata"), where)
+        if pre is None and post is None:
+            raise ConfigurationError(
+                f"{where} defines neither pre_inference(sample, signature, metadata) nor "
+                "post_inference(prediction, signature, metadata)")
+        return cls(where, pre[0] if pre else None, post[0] if post else None,
+                   pre[1] if pre else 3, post[1] if post else 3)
 
     def __call__(self, sample: Any, invoke: Invoke, model: ModelSpec) -> Any:
         """One parsed request body through ``pre_inference``, the endpoint (TF Serving's REST
@@ -545,24 +726,31 @@ class CortexHandler:
 
         Raises:
             InvalidInputError: pre_inference raised ValueError / TypeError (its message).
-            SignatureMismatchError: what pre_inference returned does not fit an input.
+            SignatureMismatchError: what pre_inference returned does not fit an input, or
+                holds more than ``MAX_INSTANCES`` instances.
             HandlerError: the user's code failed or returned something unusable.
             SagegateError: the endpoint's errors, unchanged.
         """
-        signature = [InputSignature.of(spec) for spec in model.signature.inputs]
+        inputs = [InputSignature.of(spec) for spec in model.signature.inputs]
+        outputs = [InputSignature.of(spec) for spec in model.signature.outputs]
         metadata = copy.deepcopy(dict(model.metadata))
-        returned = _run(self.where, "pre_inference", self.pre_inference, sample, signature,
-                        metadata, refusal=lambda: True)
+        returned = sample
+        if self.pre_inference is not None:
+            returned = _run(self.where, "pre_inference", self.pre_inference,
+                            *_arguments(sample, inputs, metadata, self.pre_arguments),
+                            refusal=lambda: True, expose=model.expose_handler_errors)
         arrays = self._arrays(returned, model)
         result = invoke(tensors.tfs_request(arrays, model.signature), model.content_type,
                         model.accept)
-        prediction = _prediction(result.body, model)
-        returned = _run(self.where, "post_inference", self.post_inference, prediction,
-                        signature, metadata)
+        returned = prediction = _prediction(result.body, model)
+        if self.post_inference is not None:
+            returned = _run(self.where, "post_inference", self.post_inference,
+                            *_arguments(prediction, outputs, metadata, self.post_arguments),
+                            expose=model.expose_handler_errors)
         try:
             document = tensors.to_json(returned)
             json.dumps(document, allow_nan=False)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raise _wrong_return(self.where, "post_inference", returned,
                                 "JSON values (numpy arrays and scalars allowed)") from None
         return document
@@ -575,13 +763,27 @@ class CortexHandler:
             returned = {inputs[0].name: returned}
         names = [spec.name for spec in inputs]
         if not isinstance(returned, dict) or sorted(map(str, returned)) != sorted(names):
+            if self.pre_inference is None:  # the client's body goes to the model as it came
+                raise SignatureMismatchError(f"The body must be an object of the inputs {names}"
+                                             f"{' or a list' if len(inputs) == 1 else ''}.")
             keys = f" with the keys {sorted(map(str, returned))[:10]}" \
                 if isinstance(returned, dict) else ""
             logger.error("%s: pre_inference returned %s%s; it must return a dict of the inputs "
                          "%s%s", self.where, _shape(returned), keys, names,
                          " or a list for the single input" if len(inputs) == 1 else "")
-            raise HandlerError(HANDLER_FAILED)
-        return {spec.name: tensors.coerce(spec, _plain(returned[spec.name])) for spec in inputs}
+            raise HandlerError(HANDLER_FAILED, details={"function": "pre_inference"})
+        try:  # coerce refuses more than MAX_INSTANCES rows, as for the tensor pipeline
+            return {spec.name: tensors.coerce(spec, _plain(returned[spec.name]))
+                    for spec in inputs}
+        except RecursionError:
+            raise SignatureMismatchError("The model's inputs are nested too deeply.") from None
+
+
+def _arguments(value: Any, signature: list[InputSignature], metadata: dict[str, Any],
+               count: int) -> tuple[Any, ...]:
+    """A Cortex function's arguments in its form: v0.10's ``(value, signature, metadata)`` or
+    v0.6's ``(value, metadata)``, whose ``metadata`` was the signature."""
+    return (value, signature, metadata) if count == 3 else (value, signature)
 
 
 def _plain(value: Any) -> Any:
@@ -616,5 +818,6 @@ def load_handler(model: ModelSpec) -> TfsHandler | CortexHandler | None:
     return None
 
 
-__all__ = ["FORWARDER", "Context", "CortexHandler", "InputSignature", "Response", "TfsHandler",
-           "import_user_file", "load_handler", "make_context"]
+__all__ = ["FORWARDER", "MAX_JSON_DEPTH", "Context", "CortexHandler", "InputSignature",
+           "Response", "TfsHandler", "bound_json_depth", "import_user_file", "load_handler",
+           "make_context", "request_scope"]

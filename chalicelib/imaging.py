@@ -371,13 +371,14 @@ def encode_png(image: np.ndarray, level: int = 0) -> bytes:
 def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
     """Whether sending the upload untouched is as faithful as, and cheaper than, resizing it.
 
-    True for a complete JPEG (it ends with its EOI marker) with no EXIF rotation, under a
+    True for a complete JPEG (it ends with its EOI marker) that no EXIF block rotates (the
+    endpoint's decoder may read another of several blocks than OpenCV does), under a
     ``shorter-side`` plan (the endpoint resizes itself) when no reduced-scale decode applies:
     sagegate would then decode every pixel just as the endpoint will, re-encode, and send more
     bytes than the upload. The model sees exactly the original image.
     """
     return (plan.mode == ResizeMode.SHORTER_SIDE and info.format == ImageFormat.JPEG
-            and info.orientation == 1
+            and info.upright
             and data.endswith(JPEG_EOI)
             and reduction_for(info, plan.scaled_size(info.width, info.height)) == 1)
 

@@ -6,6 +6,13 @@ Each route has one reader here: :func:`read_predict` for ``/predict``, :func:`re
 every value, and returns the upload with the options the pipeline receives
 (:class:`~chalicelib.pipeline.PredictOptions`, :class:`~chalicelib.resizer.ResizeOptions`).
 Nothing downstream reads the request or validates an option again.
+
+One rule for every body shape (:func:`read_options`): the query string's options apply to a
+JSON body as they do to a raw upload; an unknown query parameter is refused either way; and an
+option set both in the JSON body and in the query string is refused, naming both, rather than
+one silently winning (the two are often written by different code, and a client whose ``?k=1``
+is ignored gets the wrong number of classes without a word). Headers come last: they fill in
+only the options neither the body nor the query string gives.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chalicelib import negotiation
-from chalicelib.bodies import Source, echo, read_upload
+from chalicelib.bodies import Source, Upload, echo, read_upload
 from chalicelib.config import SAGEMAKER_NAME
 from chalicelib.errors import (
     ImageTooLargeError,
@@ -28,6 +35,7 @@ from chalicelib.errors import (
 from chalicelib.imaging import RESIZER_MODES, ResizeMode
 from chalicelib.media import BINARY_TYPES, ImageFormat, MediaType
 from chalicelib.pipeline import PredictOptions
+from chalicelib.registry import INFERENCE_COMPONENT, ModelSpec
 from chalicelib.resizer import MAX_SIDE, ResizeOptions
 from chalicelib.serving import ModelOptions
 
@@ -47,15 +55,18 @@ class Kind(enum.StrEnum):
 
 # Every option of /predict and its kind; "topk" is the 2018 clients' name for "k".
 PREDICT_OPTIONS = {"k": Kind.INT, "topk": Kind.INT, "variant": Kind.TEXT,
-                   "target_model": Kind.TEXT, "custom_attributes": Kind.TEXT}
-# Options a header may give /predict when the body or query does not (the body wins).
+                   "target_model": Kind.TEXT, "inference_component": Kind.TEXT,
+                   "custom_attributes": Kind.TEXT}
+# Options a header may give when the body or query does not (they win over a header).
 PREDICT_HEADERS = {"x-target-variant": "variant", "x-target-model": "target_model",
+                   "x-target-inference-component": "inference_component",
                    "x-custom-attributes": "custom_attributes"}
 # A model route's options: the body is the model's, so they come from the query and headers.
 MODEL_OPTIONS = {"k": Kind.INT, "variant": Kind.TEXT, "target_model": Kind.TEXT,
-                 "custom_attributes": Kind.TEXT}
+                 "inference_component": Kind.TEXT, "custom_attributes": Kind.TEXT}
 MAX_TARGET_MODEL = 1024  # SageMaker's limit for TargetModel
 _TARGET_MODEL = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,1023}\Z")  # SageMaker: \A\S[\p{Print}]*\z
+MAX_INFERENCE_COMPONENT = 63  # SageMaker's limit for InferenceComponentName
 RESIZE_OPTIONS = {"width": Kind.INT, "height": Kind.INT, "mode": Kind.TEXT,
                   "format": Kind.TEXT, "quality": Kind.INT}
 
@@ -93,35 +104,67 @@ class ResizeRequest:
     options: ResizeOptions
 
 
-def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int) -> PredictRequest:
+def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int,
+                 model: ModelSpec | None = None) -> PredictRequest:
     """Read a ``/predict`` request.
 
-    Options come from the JSON fields (or, for a raw upload, the query string), then from the
-    ``X-Target-Variant`` / ``X-Custom-Attributes`` headers for those not given there.
+    Options come from the JSON fields and the query string (:func:`read_options`), then from
+    the ``X-Target-*`` / ``X-Custom-Attributes`` headers for those not given there, then from
+    ``model``'s ``model.json`` (variant, target model, inference component).
 
     Raises:
         SagegateError: (a 4xx subclass) the body, an option or a header is not acceptable.
     """
     upload = read_upload(request.body, request.content_type, request.query,
                          max_body_bytes=max_body_bytes)
-    check_fields(upload.fields, PREDICT_OPTIONS, upload.source)
-    fields = _with_headers(upload.fields, request.headers)
+    fields = _with_headers(read_options(upload, request.query, PREDICT_OPTIONS),
+                           request.headers)
     k_name = "topk" if "topk" in fields else "k"  # messages name the field as sent
     if "k" in fields and "topk" in fields:
         raise InvalidParameterError('Send "k" or "topk", not both.')
     k = fields.get(k_name)
+    variant, target_model, component = (model.variant, model.target_model,
+                                         model.inference_component) if model else (None,) * 3
     return PredictRequest(upload.data, PredictOptions(
         k=default_k if k is None else parse_positive_int(k_name, k, maximum=MAX_K),
-        variant=parse_variant(fields.get("variant")),
+        variant=parse_variant(fields.get("variant")) or variant,
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")),
-        target_model=parse_target_model(fields.get("target_model")),
+        target_model=parse_target_model(fields.get("target_model")) or target_model,
+        inference_component=parse_inference_component(fields.get("inference_component"))
+        or component,
     ))
+
+
+def read_options(upload: Upload, query: Mapping[str, str],
+                 kinds: Mapping[str, Kind]) -> dict[str, Any]:
+    """A request's options, one rule for every body shape.
+
+    A raw upload's options are its query parameters. A JSON body's are its fields and the
+    query parameters together: both are checked against ``kinds``, and an option given in
+    both is refused, naming both, rather than one of them silently winning.
+
+    Raises:
+        InvalidParameterError: an unknown field or query parameter, a value of the wrong
+            type, or an option set in both places.
+    """
+    check_fields(upload.fields, kinds, upload.source)
+    if upload.source == Source.QUERY:
+        return dict(upload.fields)
+    check_fields(query, kinds, Source.QUERY)
+    twice = heapq.nsmallest(5, (name for name in query if name in upload.fields))
+    if twice:
+        shown = ", ".join(echo(name) for name in twice)
+        raise InvalidParameterError(
+            f"{shown} sent both as a {Source.FIELD} of the JSON body and as a "
+            f"{Source.QUERY}; send each option once.")
+    return {**query, **upload.fields}
 
 
 def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOptions:
     """Read a model route's options: the query string, then the ``X-Target-Variant``,
-    ``X-Target-Model`` and ``X-Custom-Attributes`` headers for those it does not give. The body
-    is the model's own and is read by its pipeline; only its size is checked here.
+    ``X-Target-Model``, ``X-Target-Inference-Component`` and ``X-Custom-Attributes`` headers
+    for those it does not give. The body is the model's own and is read by its pipeline; only
+    its size is checked here.
 
     Raises:
         PayloadTooLargeError: the body is over ``max_body_bytes``.
@@ -137,6 +180,7 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOpt
         k=None if k is None else parse_positive_int("k", k, maximum=MAX_K),
         variant=parse_variant(fields.get("variant")),
         target_model=parse_target_model(fields.get("target_model")),
+        inference_component=parse_inference_component(fields.get("inference_component")),
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")))
 
 
@@ -161,6 +205,19 @@ def parse_target_model(value: Any) -> str | None:
     return value
 
 
+def parse_inference_component(value: Any) -> str | None:
+    """Validate SageMaker InferenceComponentName (the component of an endpoint to run), or
+    None."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_INFERENCE_COMPONENT \
+            or not INFERENCE_COMPONENT.match(value):
+        raise InvalidParameterError(
+            '"inference_component" must be a SageMaker inference component name: 1 to '
+            f"{MAX_INFERENCE_COMPONENT} letters, digits and inner hyphens.")
+    return value
+
+
 def read_resize(request: HttpRequest, *, max_body_bytes: int,
                 max_output_pixels: int) -> ResizeRequest:
     """Read a ``/resize`` request, choosing the answer's format against its Accept header.
@@ -173,8 +230,7 @@ def read_resize(request: HttpRequest, *, max_body_bytes: int,
     """
     upload = read_upload(request.body, request.content_type, request.query,
                          max_body_bytes=max_body_bytes)
-    fields = upload.fields
-    check_fields(fields, RESIZE_OPTIONS, upload.source)
+    fields = read_options(upload, request.query, RESIZE_OPTIONS)
     width, height = _required_side(fields, "width"), _required_side(fields, "height")
     if width * height > max_output_pixels:
         raise ImageTooLargeError(

@@ -61,12 +61,15 @@ class PredictOptions:
         variant: the production variant to invoke (``TargetVariant``), or None.
         custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
         target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model), or None.
+        inference_component: SageMaker ``InferenceComponentName`` (the component of an
+            endpoint that hosts several), or None.
     """
 
     k: int
     variant: str | None = None
     custom_attributes: str | None = None
     target_model: str | None = None
+    inference_component: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,19 +188,21 @@ class Predictor:
         """Resize ``image``, invoke the endpoint and return the labelled top-k.
 
         ``deadline`` (``time.monotonic()``) is when the request's budget ends, counted from
-        its start: the endpoint is only called while a whole attempt still fits before it.
+        its start: preprocessing has until one whole endpoint attempt before it (checked after
+        the decode and resize, and before the call), and the endpoint then gets that attempt.
         With ``cache``, an answer cached for these exact bytes (and this pipeline, model and
         variant) is used without decoding anything or calling the endpoint; top-k is always
         computed here, per request.
 
         Raises:
+            PreprocessingTimeoutError: preprocessing outlived its share of the budget.
             SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
         """
         timer = timer or StageTimer()
         prepared: list[_Prepared] = []
 
         def compute() -> InvokeResult:
-            prepared.append(self._prepare(image, timer))
+            prepared.append(self._prepare(image, timer, deadline))
             with timer.stage("endpoint"):
                 return self._call(prepared[0], options, request_id, deadline)
 
@@ -218,7 +223,7 @@ class Predictor:
             cached=done is None,
         )
 
-    def _prepare(self, image: bytes, timer: StageTimer) -> _Prepared:
+    def _prepare(self, image: bytes, timer: StageTimer, deadline: float | None) -> _Prepared:
         with timer.stage("preprocess"):
             # every limit, on the header, whether or not the upload is passed through
             info = imaging.inspect(image, self._plan, self._limits)
@@ -228,6 +233,8 @@ class Predictor:
                 imaging.check_forwardable(image, info, self._limits)
                 return _Prepared(info, image, (info.width, info.height), True)
             resized = imaging.decode_and_resize(image, info, self._plan, self._limits)
+            # past its share of the budget already: the encode would be wasted
+            self._endpoint.check_time_left(deadline)
             return _Prepared(info, imaging.encode(resized, self._encoding),
                              (resized.shape[1], resized.shape[0]), False)
 
@@ -250,6 +257,7 @@ class Predictor:
         whether the upload passes the checks at all)."""
         return {**cache.scope, **self._pipeline_fields, "variant": options.variant,
                 "target_model": options.target_model,
+                "inference_component": options.inference_component,
                 "custom_attributes": options.custom_attributes}
 
     def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
@@ -257,7 +265,7 @@ class Predictor:
             endpoint_name=self._settings.endpoint_name, body=payload,
             content_type=self._settings.endpoint_content_type,
             accept=self._settings.endpoint_accept, target_variant=options.variant,
-            target_model=options.target_model,
+            target_model=options.target_model, inference_component=options.inference_component,
             custom_attributes=options.custom_attributes, inference_id=request_id[:64],
         )
 

@@ -11,6 +11,8 @@ import re
 import struct
 from collections.abc import Iterator
 
+import numpy as np
+
 from chalicelib.errors import InvalidImageError
 from chalicelib.media import JPEG_EOI, JPEG_SOI, PNG_SIGNATURE, ImageFormat
 
@@ -20,6 +22,12 @@ _PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
 _SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
 _ORIENTATION_TAG = 0x0112
+_LONG = 4  # the TIFF type of a 32-bit value
+# an IFD entry: tag, type, count, then the value (a SHORT in its first two bytes)
+_IFD_ENTRY = np.dtype({"names": ["tag", "type", "count", "short", "value"],
+                       "formats": ["u2", "u2", "u4", "u2", "u4"],
+                       "offsets": [0, 2, 4, 8, 8], "itemsize": 12})
+_MAX_ORIENTATION_TAGS = 16  # one is normal; past a few, more tell nothing new
 _FILL = re.compile(rb"\xff+")
 # a real JPEG has a few dozen markers (APPn, tables, scans); a file with more is hostile
 MAX_JPEG_MARKERS = 1000
@@ -39,6 +47,8 @@ class ImageInfo:
         scans: how many scans a JPEG has (its start-of-scan markers: 0xFF is always stuffed
             in entropy-coded data, so every FF DA is one, an EXIF thumbnail's included); each
             is a pass of the decoder over the whole image. 0 for other formats.
+        exif_orientations: the orientation of every EXIF block, in file order (the first is
+            ``orientation``: OpenCV and Pillow apply the first block and ignore the others).
     """
 
     format: ImageFormat
@@ -47,6 +57,13 @@ class ImageInfo:
     orientation: int = 1
     progressive: bool = False
     scans: int = 0
+    exif_orientations: tuple[int, ...] = ()
+
+    @property
+    def upright(self) -> bool:
+        """No EXIF block declares a rotation or flip: no decoder, whichever block it reads,
+        can show the image other than as stored."""
+        return all(value == 1 for value in (self.orientation, *self.exif_orientations))
 
     @property
     def pixels(self) -> int:
@@ -76,12 +93,13 @@ def probe(data: bytes) -> ImageInfo:
 
 
 def _checked(fmt: ImageFormat, width: int, height: int, orientation: int = 1,
-             progressive: bool = False, scans: int = 0) -> ImageInfo:
+             progressive: bool = False, scans: int = 0,
+             declared: tuple[int, ...] = ()) -> ImageInfo:
     if width <= 0 or height <= 0:
         raise InvalidImageError(f"The {fmt.upper()} header declares an empty image.")
     if orientation in (5, 6, 7, 8):
         width, height = height, width
-    return ImageInfo(fmt, width, height, orientation, progressive, scans)
+    return ImageInfo(fmt, width, height, orientation, progressive, scans, declared)
 
 
 def _probe_png(data: bytes) -> ImageInfo:
@@ -114,10 +132,11 @@ def _probe_webp(data: bytes) -> ImageInfo:
 
 def _probe_jpeg(data: bytes) -> ImageInfo:
     size: tuple[int, int] | None = None
-    orientation, progressive = 1, False
+    blocks: list[list[int]] = []  # every EXIF block's orientations: the decoders apply the first
+    progressive = False
     for marker, start, end in _jpeg_segments(data):
         if marker == _APP1 and data[start:start + 6] == b"Exif\x00\x00":
-            orientation = _exif_orientation(data[start + 6:end])
+            blocks.append(_exif_orientations(data[start + 6:end]))
         elif marker in _SOF_MARKERS and end - start >= 5:
             height, width = struct.unpack(">HH", data[start + 1:start + 5])
             size, progressive = (width, height), marker in _PROGRESSIVE
@@ -128,8 +147,10 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
             # after the first scan is the only sign the file is complete.
             if data.rfind(JPEG_EOI, end) == -1:
                 raise InvalidImageError("The JPEG image is truncated (no end-of-image marker).")
-            return _checked(ImageFormat.JPEG, size[0], size[1], orientation, progressive,
-                            data.count(b"\xff\xda", start - 4))
+            return _checked(ImageFormat.JPEG, size[0], size[1],
+                            blocks[0][0] if blocks and blocks[0] else 1, progressive,
+                            data.count(b"\xff\xda", start - 4),
+                            tuple(value for block in blocks for value in block))
     raise InvalidImageError("The JPEG header is malformed or truncated.")
 
 
@@ -166,21 +187,25 @@ def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
     raise InvalidImageError(f"The JPEG header has more than {MAX_JPEG_MARKERS} markers.")
 
 
-def _exif_orientation(tiff: bytes) -> int:
-    """The orientation tag of IFD0, or 1 if absent or unreadable (as decoders treat it)."""
+def _exif_orientations(tiff: bytes) -> list[int]:
+    """The orientation tags of IFD0, in order, each read as a SHORT as OpenCV reads it (1 when
+    not 1-8; the decoders apply the first tag), one stored as a LONG also read whole, as Pillow
+    reads it. Empty when absent or unreadable (decoders then apply none)."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or len(tiff) < 8:
-        return 1
+        return []
     (ifd,) = struct.unpack(order + "I", tiff[4:8])
     if ifd + 2 > len(tiff):
-        return 1
+        return []
     (count,) = struct.unpack(order + "H", tiff[ifd:ifd + 2])
-    for index in range(min(count, 256)):
-        entry = ifd + 2 + 12 * index
-        if entry + 12 > len(tiff):
-            break
-        tag, _type, _count = struct.unpack(order + "HHI", tiff[entry:entry + 8])
-        if tag == _ORIENTATION_TAG:
-            (value,) = struct.unpack(order + "H", tiff[entry + 8:entry + 10])
-            return value if 1 <= value <= 8 else 1
-    return 1
+    count = min(count, (len(tiff) - ifd - 2) // 12)
+    # every entry at once (a block may hold 5,000 and a file 1,000 blocks): numpy, not a loop
+    layout = _IFD_ENTRY.newbyteorder("<" if order == "<" else ">")
+    entries = np.frombuffer(tiff, layout, count, ifd + 2)
+    found = entries[entries["tag"] == _ORIENTATION_TAG]
+    readings: list[int] = []
+    for entry in found[:_MAX_ORIENTATION_TAGS]:
+        readings.append(int(entry["short"]))
+        if entry["type"] == _LONG:
+            readings.append(int(entry["value"]))
+    return [value if 1 <= value <= 8 else 1 for value in readings]

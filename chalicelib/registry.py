@@ -12,9 +12,11 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
      "signature": {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
                    "outputs": [{"name": "probabilities", "dtype": "float32", "shape": [-1, 3]}]},
      "target_model": null, "variant": null,    # SageMaker TargetModel / TargetVariant defaults
+     "inference_component": null,         # InferenceComponentName (or "$VARIABLE")
      "metadata": {},                      # handed to Cortex handlers
      "default_k": 3,
      "cache": true,                       # false: never cache this model's answers
+     "expose_handler_errors": false,      # true: a handler's exception type and message in 500s
      "image": {"resize_mode": "fill", "input_width": 299, ...},  # image-classification only
      "description": "...", "example": {...}}   # shown by GET /models/{name}
 
@@ -44,6 +46,8 @@ DEFAULT_MODEL = "DEFAULT_MODEL"
 DEFAULT_MODEL_NAME = "efficientnet-lite0"
 _MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?\Z")
 _ENV_REFERENCE = re.compile(r"^\$([A-Z_][A-Z0-9_]*)\Z")
+# SageMaker's InferenceComponentName: at most 63 characters of this pattern.
+INFERENCE_COMPONENT = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\Z")
 # Settings an image-classification model.json may give in "image" (the flat variables give the
 # default model's).
 IMAGE_KEYS = frozenset({"resize_mode", "resize_shorter_side", "input_width", "input_height",
@@ -130,6 +134,8 @@ class ModelSpec:
         content_type, accept: what is sent to the endpoint and asked of it.
         signature: declared inputs and outputs (empty for image-classification).
         target_model, variant: default TargetModel / TargetVariant (a request may override).
+        inference_component: default InferenceComponentName, for an endpoint that hosts
+            inference components (a request may override).
         metadata: the user's dict, handed to Cortex handlers.
         default_k: top-k when a request does not say.
         labels: class names in index order, or None.
@@ -146,6 +152,7 @@ class ModelSpec:
     signature: Signature
     target_model: str | None = None
     variant: str | None = None
+    inference_component: str | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     default_k: int = 5
     labels: tuple[str, ...] | None = None
@@ -155,6 +162,9 @@ class ModelSpec:
     """A request body ``GET /models/{name}`` shows (model.json's ``example``)."""
     cache: bool = True
     """Whether the prediction cache may answer for this model (model.json's ``cache``)."""
+    expose_handler_errors: bool = False
+    """Whether a handler's exception type and message are in its 500 answer (model.json's
+    ``expose_handler_errors``; off: the log alone has them)."""
 
     @property
     def handler_file(self) -> Path | None:
@@ -241,7 +251,9 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
 
 
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
-         "variant", "metadata", "default_k", "image", "description", "example", "cache"}
+         "inference_component",
+         "variant", "metadata", "default_k", "image", "description", "example", "cache",
+         "expose_handler_errors"}
 
 
 class _ModelReader:
@@ -280,7 +292,8 @@ class _ModelReader:
             variant=self._name("variant"), metadata=self._metadata(),
             default_k=self._default_k(settings), labels=labels, settings=settings,
             description=self._optional_text("description"), example=self.doc.get("example"),
-            cache=self._cache())
+            expose_handler_errors=self._flag("expose_handler_errors"),
+            cache=self._cache(), inference_component=self._inference_component())
         if pipeline == Pipeline.TENSOR and model.content_type != MediaType.JSON:
             raise self.fail("content_type", "must be application/json for the tensor pipeline "
                             "(it sends TF Serving's REST body)")
@@ -312,6 +325,24 @@ class _ModelReader:
             raise self.fail("endpoint", f"must be a SageMaker endpoint name, not {value!r}")
         return value
 
+    def _inference_component(self) -> str | None:
+        value = self.doc.get("inference_component")
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise self.fail("inference_component", "must name an inference component of the "
+                            "endpoint (or \"$VARIABLE\"), or be null")
+        reference = _ENV_REFERENCE.match(value)
+        if reference:
+            value = self.env.get(reference.group(1), "").strip()
+            if not value:
+                raise self.fail("inference_component", f"reads ${reference.group(1)}, which is "
+                                "not set in the stage's environment")
+        if len(value) > 63 or not INFERENCE_COMPONENT.match(value):
+            raise self.fail("inference_component", "must be a SageMaker inference component "
+                            f"name (1 to 63 letters, digits and inner hyphens), not {value!r}")
+        return value
+
     def _media_type(self, key: str, default: str) -> str:
         value = self.doc.get(key, default)
         if not isinstance(value, str) or not re.match(r"^[\w.+-]+/[\w.+-]+\Z", value):
@@ -339,6 +370,12 @@ class _ModelReader:
         value = self.doc.get("metadata", {})
         if not isinstance(value, dict):
             raise self.fail("metadata", "must be a JSON object")
+        return value
+
+    def _flag(self, key: str) -> bool:
+        value = self.doc.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(key, "must be true or false")
         return value
 
     def _cache(self) -> bool:

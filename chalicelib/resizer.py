@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import math
 from typing import Any
+
+import numpy as np
 
 from chalicelib import imaging
 from chalicelib.errors import ImageTooLargeError
@@ -22,6 +25,20 @@ MAX_OUTPUT_BYTES = (LAMBDA_RESPONSE_LIMIT - 16 * 1024) * 3 // 4
 # /resize's PNG: libpng's row filters at zlib level 1 (a photo's PNG is several times smaller
 # than stored rows, and the answer must fit in MAX_OUTPUT_BYTES).
 PNG_COMPRESSION = 1
+# No encoding of these formats is larger than the stored rows (3 bytes a pixel) plus a little:
+# noise, the worst content, measured 3.006 bytes a pixel as PNG (zlib level 1); as JPEG
+# quality 100, 1.98 (uniform noise) and 2.30 (each channel 0 or 255 at random); as WebP
+# quality 100, 1.11 and 1.27 (OpenCV 5.0). An output whose stored rows fit is encoded at once;
+# were one larger after all, the check of the encoded size still refuses it.
+_WORST_BYTES_PER_PIXEL = 3
+_WORST_OVERHEAD = 64 * 1024  # headers, a PNG row's filter byte, zlib's and WebP's framing
+# Otherwise bands of 16 rows (a JPEG MCU's, a WebP macroblock's height) spread over the image,
+# 1/SAMPLE_FRACTION of its rows, are encoded first, as one image, and their size scaled up: an
+# output estimated over the limit by more than the estimate's error is refused before the
+# whole of it is encoded (WebP quality 100 at 4096x4096 took 3.2 s).
+_BAND_ROWS = 16
+SAMPLE_FRACTION = 16
+ESTIMATE_TOLERANCE = 1.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +102,46 @@ def resize_image(data: bytes, options: ResizeOptions, limits: imaging.Limits,
     """
     plan = imaging.plan_resize(options.mode, options.width, options.height, upscale=True)
     resized, _info = imaging.prepare(data, plan, limits)
+    estimate = estimated_size(resized, options.encoding, max_output_bytes)
+    if estimate > max_output_bytes * ESTIMATE_TOLERANCE:
+        raise _too_large(f"would be about {estimate} bytes", resized, max_output_bytes)
     encoded = imaging.encode(resized, options.encoding)
     if len(encoded) > max_output_bytes:
-        raise ImageTooLargeError(
-            f"The resized image is {len(encoded)} bytes; at most {max_output_bytes} fit in a "
-            "response. Ask for a smaller width and height, JPEG, or a lower quality.")
+        raise _too_large(f"is {len(encoded)} bytes", resized, max_output_bytes)
     return ResizedImage(encoded, resized.shape[1], resized.shape[0], str(options.format))
+
+
+def worst_case_size(width: int, height: int) -> int:
+    """The most bytes any of /resize's encodings can take for a ``width`` x ``height`` image."""
+    return width * height * _WORST_BYTES_PER_PIXEL + _WORST_OVERHEAD
+
+
+def estimated_size(image: np.ndarray, encoding: imaging.Encoding, max_output_bytes: int) -> int:
+    """What encoding ``image`` will take, known before encoding all of it.
+
+    The worst case when that fits in ``max_output_bytes`` (the encoding is then not sampled);
+    otherwise the encoded size of bands of rows spread over the image, 1/16 of it, scaled to
+    the whole.
+    """
+    height, width = image.shape[:2]
+    worst = worst_case_size(width, height)
+    if worst <= max_output_bytes:
+        return worst
+    bands = max(1, height // (SAMPLE_FRACTION * _BAND_ROWS))
+    starts = np.linspace(0, max(0, height - _BAND_ROWS), bands).astype(int)
+    sample = np.concatenate([image[start:start + _BAND_ROWS] for start in starts])
+    return len(imaging.encode(sample, encoding)) * height // sample.shape[0]
+
+
+def _too_large(what: str, image: np.ndarray, limit: int) -> ImageTooLargeError:
+    """The 413, naming the limit and the largest size of this shape that always fits."""
+    height, width = image.shape[:2]
+    # what the image would compress to at another size is unknown (a smaller one is less
+    # upscaled, so denser): the size offered is one whose worst case fits
+    pixels = max(1, (limit - _WORST_OVERHEAD) // _WORST_BYTES_PER_PIXEL)
+    scale = min(1.0, math.sqrt(pixels / (width * height)))
+    fits = f"{max(1, int(width * scale))}x{max(1, int(height * scale))}"
+    return ImageTooLargeError(
+        f"The resized image {what}; at most {limit} bytes fit in a response. Ask for a smaller "
+        f"width and height ({fits} or less always fits; larger sizes fit when the image "
+        "compresses well), JPEG, or a lower quality.")

@@ -3,11 +3,12 @@
 The image classifier keeps its own :class:`~chalicelib.pipeline.Predictor`; the others
 (``tensor``, ``sagemaker-tfs``, ``cortex``) run here. Every pipeline gets the same endpoint
 client (retries, time budget, errors), the same answer record for logs and data capture, and
-the same per-request options (variant, target model, custom attributes).
+the same per-request options (variant, target model, inference component, custom attributes).
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,11 @@ import numpy as np
 from chalicelib import predictions, tensors
 from chalicelib.cache import CacheUse, file_digest
 from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
-from chalicelib.errors import UnsupportedMediaTypeError
+from chalicelib.errors import HandlerError, UnsupportedMediaTypeError
 from chalicelib.media import MediaType, bare
 from chalicelib.registry import ModelSpec, Pipeline
+
+logger = logging.getLogger("sagegate.serving")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,8 @@ class ModelOptions:
         k: top-k for models with labels (None: the model's default).
         variant: TargetVariant (None: the model's, if any).
         target_model: TargetModel for multi-model endpoints (None: the model's, if any).
+        inference_component: InferenceComponentName for endpoints hosting inference
+            components (None: the model's, if any).
         custom_attributes: CustomAttributes passed to the endpoint.
     """
 
@@ -81,6 +86,7 @@ class ModelOptions:
     variant: str | None = None
     target_model: str | None = None
     custom_attributes: str | None = None
+    inference_component: str | None = None
 
 
 @dataclasses.dataclass
@@ -151,6 +157,8 @@ class ModelServer:
         return {**cache.scope, "endpoint": model.endpoint, "content_type": content_type,
                 "accept": accept, "variant": options.variant or model.variant,
                 "target_model": options.target_model or model.target_model,
+                "inference_component": options.inference_component
+                or model.inference_component,
                 "custom_attributes": options.custom_attributes,
                 "handler": self._digests.get(model.name)}
 
@@ -174,6 +182,8 @@ class ModelServer:
                     endpoint_name=model.endpoint, body=body, content_type=content_type,
                     accept=accept, target_variant=options.variant or model.variant,
                     target_model=options.target_model or model.target_model,
+                    inference_component=options.inference_component
+                    or model.inference_component,
                     custom_attributes=options.custom_attributes, inference_id=request_id[:64]),
                     deadline)
 
@@ -187,13 +197,30 @@ class ModelServer:
 
         if model.pipeline == Pipeline.TENSOR:
             served.answer = self._tensor(model, call, options, invoke, served, request_id)
-        elif model.pipeline == Pipeline.SAGEMAKER_TFS:
-            served.answer = self._handler(model)(call, invoke, model)
-        elif model.pipeline == Pipeline.CORTEX:
-            served.answer = Answer.json(self._handler(model)(_sample(call), invoke, model))
+        elif model.pipeline in (Pipeline.SAGEMAKER_TFS, Pipeline.CORTEX):
+            served.answer = self._user_code(model, call, invoke, request_id)
         else:
             raise ValueError(f"{model.pipeline} is served by the image pipeline")
         return served
+
+    def _user_code(self, model: ModelSpec, call: Call, invoke: Invoke,
+                   request_id: str) -> Answer:
+        """The handler pipelines, their failures logged under the client's request id. The
+        handlers translate what the user's code raises; a RecursionError or MemoryError that
+        still escapes (sagegate reading what that code returned) is a HandlerError with its
+        type in the log, never an unhandled 500."""
+        from chalicelib.handlers import HANDLER_FAILED, request_scope
+
+        try:
+            with request_scope(request_id):
+                if model.pipeline == Pipeline.SAGEMAKER_TFS:
+                    return self._handler(model)(call, invoke, model)
+                return Answer.json(self._handler(model)(_sample(call), invoke, model))
+        except (RecursionError, MemoryError) as error:
+            logger.error("models/%s: %s reading what its handler returned (request_id %s)",
+                         model.name, type(error).__name__, request_id,
+                         extra={"request_id": request_id})
+            raise HandlerError(HANDLER_FAILED) from None
 
     def _tensor(self, model: ModelSpec, call: Call, options: ModelOptions, invoke: Invoke,
                 served: Served, request_id: str) -> Answer:
@@ -214,13 +241,15 @@ class ModelServer:
 
 
 def _sample(call: Call) -> Any:
-    """A Cortex handler's ``sample``: the parsed JSON body."""
+    """A Cortex handler's ``sample``: the parsed JSON body, its depth bounded first."""
     from chalicelib.bodies import load_json
+    from chalicelib.handlers import bound_json_depth
 
     if bare(call.content_type) not in (MediaType.JSON, ""):
         raise UnsupportedMediaTypeError(
             f"Unsupported Content-Type {call.content_type[:64]!r}; this model reads "
             f"{MediaType.JSON}.")
+    bound_json_depth(call.body)
     return load_json(call.body)
 
 

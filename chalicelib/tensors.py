@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,18 @@ _NUMPY_TYPES: dict[DType, Any] = {
     DType.UINT8: np.uint8, DType.BOOL: np.bool_, DType.STRING: np.object_,
 }
 _INTEGER = (DType.INT8, DType.INT16, DType.INT32, DType.INT64, DType.UINT8)
+_NUMBER = re.compile(r"[ \t]*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*")
+"""A number sent as text, as JSON and CSV write one: ASCII digits, an optional sign, point and
+exponent, spaces or tabs around (``5.1, 3.5`` in CSV). Not what Python's ``float()`` also takes
+(``1_000``, ``nan``, ``inf``, full-width digits, other whitespace)."""
+_ARRAY_KINDS = {DType.BOOL: "biu"}
+"""The numpy dtype kinds an array may have for an input of this dtype (the others: ``iuf``,
+numbers only). Booleans feed only bool inputs, as JSON ``true`` does; datetimes, complex
+numbers, records and bytes feed nothing. Strings and objects are read value by value."""
+SHOWN = 40
+"""Characters of a client's value quoted back in a message."""
+_MAX_INT_DIGITS = 40
+"""Digits of an integer sent as text read exactly (more are beyond every integer dtype)."""
 _ENVELOPES = ("instances", "inputs", "signature_name")
 
 
@@ -57,9 +70,11 @@ def read_tensors(body: bytes, content_type: str | None, signature: Signature
     if kind in (MediaType.JSON, MediaType.JSONLINES):
         raw = _from_json(_load(body, kind), signature)
     elif kind == MediaType.CSV:
-        raw = {_only_input(signature, "CSV rows").name: _csv_rows(body)}
+        name = _only_input(signature, "CSV rows").name
+        raw = {name: _csv_rows(body, name)}
     elif kind == NPY:
-        raw = {_only_input(signature, "an .npy array").name: _npy(body)}
+        name = _only_input(signature, "an .npy array").name
+        raw = {name: _npy(body, name)}
     else:
         raise UnsupportedMediaTypeError(
             f"Unsupported Content-Type {kind[:64]!r}; this model reads "
@@ -73,9 +88,7 @@ def _load(body: bytes, kind: str) -> Any:
     if kind == MediaType.JSON:
         return load_json(body)
     lines = [line for line in body.splitlines() if line.strip()]
-    if len(lines) > MAX_INSTANCES:
-        raise SignatureMismatchError(
-            f"The body has {len(lines)} JSON lines; at most {MAX_INSTANCES} instances.")
+    _check_batch(len(lines), "The body's JSON lines")  # before parsing them: bounded work
     return {"instances": [load_json(line) for line in lines]}
 
 
@@ -105,9 +118,6 @@ def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
     if not isinstance(instances, list) or not instances:
         raise SignatureMismatchError(
             f'"instances" must be a non-empty list of rows, not {_describe(instances)}.')
-    if len(instances) > MAX_INSTANCES:
-        raise SignatureMismatchError(
-            f'"instances" has {len(instances)} rows; at most {MAX_INSTANCES}.')
     if len(signature.inputs) == 1 and not all(isinstance(row, dict) for row in instances):
         return {signature.inputs[0].name: instances}
     if not all(isinstance(row, dict) for row in instances):
@@ -153,28 +163,71 @@ def _only_input(signature: Signature, what: str) -> TensorSpec:
     return signature.inputs[0]
 
 
-def _csv_rows(body: bytes) -> list[list[str]]:
+def _csv_rows(body: bytes, name: str) -> list[list[str]]:
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise SignatureMismatchError("The CSV body is not UTF-8 text.") from None
-    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+        raise SignatureMismatchError(f"input {name!r}: the CSV body is not UTF-8 text.") \
+            from None
+    rows: list[list[str]] = []
+    try:
+        for row in csv.reader(io.StringIO(text)):
+            if row:
+                rows.append(row)
+                _check_batch(len(rows), f"input {name!r}: the CSV body")  # stop reading
+    except csv.Error as error:  # a field over the csv module's limit, a stray quote, ...
+        raise SignatureMismatchError(
+            f"input {name!r}: the CSV body is not valid CSV: {str(error)[:SHOWN * 2]}.") \
+            from None
     if not rows:
-        raise SignatureMismatchError("The CSV body has no rows.")
-    if len(rows) > MAX_INSTANCES:
-        raise SignatureMismatchError(f"The CSV body has {len(rows)} rows; at most "
-                                     f"{MAX_INSTANCES}.")
+        raise SignatureMismatchError(f"input {name!r}: the CSV body has no rows.")
     return rows
 
 
-def _npy(body: bytes) -> np.ndarray:
+def _npy(body: bytes, name: str) -> np.ndarray:
+    if body[:2] == b"PK":
+        raise SignatureMismatchError(
+            f"input {name!r}: the body must be one .npy array, not an .npz archive.")
     try:
+        _npy_header(body)
         array = np.load(io.BytesIO(body), allow_pickle=False)
+        _check_code_points(array)
+    except SignatureMismatchError as error:
+        raise SignatureMismatchError(f"input {name!r}: {error.message}") from None
     except Exception:  # ValueError, EOFError, OSError: whatever a damaged file raises
-        raise SignatureMismatchError("The body is not a valid .npy array.") from None
-    if not isinstance(array, np.ndarray):
-        raise SignatureMismatchError("The body must be one .npy array, not an .npz archive.")
+        raise SignatureMismatchError(
+            f"input {name!r}: the body is not a valid .npy array.") from None
     return array
+
+
+def _check_code_points(array: np.ndarray) -> None:
+    """Refuse a string array holding code points beyond Unicode: numpy reads any 32-bit value,
+    and the str made of one is invalid (a SystemError, or worse, later)."""
+    if array.dtype.kind != "U" or not array.size:
+        return
+    codes = np.ascontiguousarray(array).reshape(-1).view(
+        np.dtype(np.uint32).newbyteorder(array.dtype.byteorder))
+    if codes.max() > 0x10FFFF:
+        raise SignatureMismatchError("the .npy strings hold code points beyond Unicode.")
+
+
+def _npy_header(body: bytes) -> None:
+    """Refuse an ``.npy`` body whose header does not announce exactly the bytes that follow,
+    before numpy allocates what the header announces (a few bytes may claim terabytes)."""
+    stream = io.BytesIO(body)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}[version]
+        shape, _, dtype = read(stream)
+        expected = math.prod(shape) * dtype.itemsize
+    except Exception:  # ValueError, KeyError (a version 3.0 or later), whatever else it raises
+        raise SignatureMismatchError("the body is not a valid .npy array (format 1.0 or "
+                                     "2.0).") from None
+    if expected != len(body) - stream.tell():
+        raise SignatureMismatchError(
+            f"the .npy header announces {expected} bytes of data; {len(body) - stream.tell()} "
+            "follow.")
 
 
 def _json_in_a_string(text: str, where: str) -> Any:
@@ -188,12 +241,17 @@ def _json_in_a_string(text: str, where: str) -> Any:
 def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
     """``value`` as an array of ``spec``'s dtype and shape.
 
-    Accepted beyond an exact match: numbers sent as strings, a JSON list sent as a string, a
-    single sample without the batch axis (``[5.1, 3.5, 1.4, 0.2]`` for ``(-1, 4)``).
+    Accepted beyond an exact match: numbers sent as strings (as JSON or CSV writes them), a
+    JSON list sent as a string, a single sample without the batch axis
+    (``[5.1, 3.5, 1.4, 0.2]`` for ``(-1, 4)``). Every body shape and every handler's return
+    comes through here: the batch bound and the value checks (after the cast to the dtype)
+    hold for all of them.
 
     Raises:
         SignatureMismatchError: "input 'features': expected float32 of shape (-1, 4), got a
-            list of 3 numbers".
+            list of 3 numbers"; more than :data:`MAX_INSTANCES` rows; a value that is not a
+            finite number, not whole for an integer input, or beyond the dtype's range; an
+            array of a dtype kind that is not numbers.
     """
     def mismatch(got: str) -> SignatureMismatchError:
         return SignatureMismatchError(
@@ -211,7 +269,17 @@ def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
         raise mismatch(_describe(value if not isinstance(value, np.ndarray) else array))
     if array.shape[0] == 0:
         raise mismatch("an empty batch")
-    return array
+    if array.shape[0] > MAX_INSTANCES:  # every body shape and every handler's return
+        raise mismatch(f"{array.shape[0]} rows (at most {MAX_INSTANCES} a request)")
+    return _typed(array, spec, value, mismatch)  # after the shape: no work on what is refused
+
+
+def _check_batch(rows: int, what: str) -> None:
+    """Stop a parser that has read more rows than a request may carry (coerce checks the
+    batch of every input; this bounds the work before it)."""
+    if rows > MAX_INSTANCES:
+        raise SignatureMismatchError(
+            f"{what} has more than {MAX_INSTANCES} rows; at most {MAX_INSTANCES} a request.")
 
 
 def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
@@ -228,6 +296,10 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
         if array.dtype == object and array.ndim and any(
                 isinstance(item, list) for item in array.reshape(-1)):
             raise mismatch(_describe(value))  # ragged rows
+    return array
+
+
+def _typed(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
     if spec.dtype == DType.STRING:
         if not all(isinstance(item, str) for item in array.reshape(-1)):
             raise mismatch(_describe(value))
@@ -236,37 +308,109 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
 
 
 def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
-    target = _NUMPY_TYPES[spec.dtype]
+    array = _numeric_source(array, spec, mismatch)
     flat = array.reshape(-1)
-    try:
-        numbers = np.array([_number(item, spec.dtype) for item in flat], dtype=np.float64) \
-            if array.dtype == object else flat.astype(np.float64)
-    except (ValueError, TypeError):
-        raise mismatch(f"{_describe(value)} holding a value that is not a number") from None
+    if array.dtype == object:  # Python ints stay ints: 2**53 + 1 for int64 is not 2**53
+        try:
+            flat = np.array([_number(item, spec.dtype) for item in flat], dtype=object)
+        except _NotANumber as bad:
+            raise mismatch(f"{_describe(value)} holding {bad.shown}, which is not a "
+                           "number") from None
+    numbers = np.array([_float(item) for item in flat], dtype=np.float64) \
+        if flat.dtype == object else flat.astype(np.float64)
     if not np.all(np.isfinite(numbers)):
-        raise mismatch("a value that is not a finite number")
-    if spec.dtype in _INTEGER or spec.dtype == DType.BOOL:
-        if not np.all(numbers == np.round(numbers)):
-            raise mismatch("a number that is not whole")
-        info = np.iinfo(target) if spec.dtype != DType.BOOL else None
-        if info is not None and (numbers.min() < info.min or numbers.max() > info.max):
-            raise mismatch(f"a number outside {spec.dtype}'s range")
-    return numbers.astype(target).reshape(array.shape)
+        raise mismatch(f"{_shown(numbers[~np.isfinite(numbers)][0])}, which is not a finite "
+                       "number")
+    fraction = numbers != np.round(numbers)
+    if (spec.dtype in _INTEGER or spec.dtype == DType.BOOL) and np.any(fraction):
+        raise mismatch(f"{_shown(numbers[fraction][0])}, a number that is not whole")
+    if spec.dtype in _INTEGER and flat.dtype.kind in "iuO":
+        return _integers(flat, spec, mismatch).reshape(array.shape)
+    return _cast(numbers, spec, mismatch).reshape(array.shape)
 
 
-def _number(item: Any, dtype: DType) -> float:
-    if isinstance(item, bool):
+def _integers(flat: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
+    """Whole numbers (Python ints and whole floats, or an integer array) in an integer dtype,
+    compared with its range exactly, not through float64."""
+    info = np.iinfo(_NUMPY_TYPES[spec.dtype])
+    for extreme in (flat.min(), flat.max()) if flat.size else ():
+        if not info.min <= extreme <= info.max:
+            raise mismatch(f"{_shown(extreme)}, outside {spec.dtype}'s range ({info.min} to "
+                           f"{info.max})")
+    return flat.astype(info.dtype)
+
+
+def _cast(numbers: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
+    """``numbers`` (finite float64) in the input's dtype, refusing a value the cast changed
+    beyond rounding: one beyond float16/32's range became infinite, one beyond an integer
+    type's range wrapped, a bool input's 2 became 1."""
+    target = np.dtype(_NUMPY_TYPES[spec.dtype])
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = numbers.astype(target)
+        changed = ~np.isfinite(cast) if target.kind == "f" else cast.astype(np.float64) != numbers
+    if np.any(changed):
+        limits = (f" (±{np.finfo(target).max!s})" if target.kind == "f" else
+                  "" if target.kind == "b" else
+                  f" ({np.iinfo(target).min} to {np.iinfo(target).max})")
+        raise mismatch(f"{_shown(numbers[changed][0])}, outside {spec.dtype}'s range{limits}")
+    return cast
+
+
+def _numeric_source(array: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
+    """An array (an .npy body, a handler's return) whose dtype kind can feed the input: strings
+    and objects as objects (read value by value, as JSON is)."""
+    if array.dtype.kind in "OU":
+        return array.astype(object)
+    if array.dtype.kind not in _ARRAY_KINDS.get(spec.dtype, "iuf"):
+        raise mismatch(f"an array of {str(array.dtype)[:SHOWN]}: "
+                       f"{'true/false' if array.dtype.kind == 'b' else 'not numbers'}")
+    return array
+
+
+class _NotANumber(ValueError):
+    """A value that is not a number, with how it is quoted back (bounded)."""
+
+    def __init__(self, item: Any) -> None:
+        super().__init__()
+        self.shown = _shown(item)
+
+
+def _number(item: Any, dtype: DType) -> int | float:
+    """One value as a Python int or float: a number, or a string that looks like one
+    (:data:`_NUMBER`; digits alone read as an int, exactly)."""
+    if isinstance(item, (bool, np.bool_)):
         if dtype == DType.BOOL:
-            return float(item)
-        raise TypeError("a boolean is not a number")
-    if isinstance(item, (int, float)):
+            return int(item)
+        raise _NotANumber(bool(item))
+    if isinstance(item, (int, np.integer)):
+        return int(item)
+    if isinstance(item, (float, np.floating)):
         return float(item)
+    if isinstance(item, str) and _NUMBER.fullmatch(item):  # "5.1" -> 5.1: numbers as strings
+        text = item.strip(" \t")
+        if len(text) <= _MAX_INT_DIGITS and text.lstrip("+-").isdigit():
+            return int(text)
+        return float(text)  # a longer integer reads as a float: beyond every integer range
+    raise _NotANumber(item)
+
+
+def _float(item: int | float) -> float:
+    try:
+        return float(item)
+    except OverflowError:  # a Python int beyond float64: beyond every dtype's range
+        return math.inf if item > 0 else -math.inf
+
+
+def _shown(item: Any) -> str:
+    """A client's value quoted back, at most :data:`SHOWN` characters of it."""
+    if isinstance(item, (float, np.floating)):
+        return repr(float(item))
+    if isinstance(item, (int, np.integer)) and not isinstance(item, bool) \
+            and abs(int(item)) < 10**SHOWN:
+        return str(int(item))
     if isinstance(item, str):
-        text = item.strip()
-        if not text or text.lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
-            raise ValueError(item)
-        return float(text)  # "5.1" -> 5.1: numbers sent as strings
-    raise TypeError(type(item).__name__)
+        return repr(item[:SHOWN]) + ("..." if len(item) > SHOWN else "")
+    return _describe(item)
 
 
 def _count(value: Any, limit: int = MAX_ELEMENTS + 1) -> int:
@@ -284,7 +428,7 @@ def _count(value: Any, limit: int = MAX_ELEMENTS + 1) -> int:
 def _describe(value: Any) -> str:
     """What arrived, in a few words: "a list of 3 numbers", "a string", "2 rows of 3"."""
     if isinstance(value, np.ndarray):
-        return f"an array of shape {tuple(value.shape)} ({value.dtype})"
+        return f"an array of shape {tuple(value.shape)[:8]} ({str(value.dtype)[:SHOWN]})"
     if isinstance(value, list):
         return _describe_list(value)
     if isinstance(value, bool):

@@ -22,6 +22,9 @@ DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 NAME_MAX = 63
+COMPONENT_PATTERN = re.compile(r"[a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?")
+"""SageMaker's pattern for an InferenceComponentName (at most :data:`NAME_MAX` characters)."""
+DEFAULT_VARIANT = "AllTraffic"
 IMAGE_CLASSIFIER = "image-classifier"
 """The model kind of SageMaker's built-in image classifier (the default)."""
 TENSOR = "tensor"
@@ -70,10 +73,16 @@ class VariantConfig:
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """An endpoint and its production variants, in configuration order."""
+    """An endpoint and its production variants, in configuration order.
+
+    An endpoint that hosts inference components routes by component name instead: each of
+    ``components`` names the variant (its model, faults and name) that answers for it, and
+    ``variants`` holds those same variants, one per component.
+    """
 
     name: str
     variants: tuple[VariantConfig, ...]
+    components: Mapping[str, VariantConfig] = field(default_factory=dict)
 
     def variant(self, name: str) -> VariantConfig | None:
         """Returns the variant called ``name``, or None."""
@@ -191,7 +200,13 @@ def _endpoint(
     where = f"endpoints.{name}"
     _name(name, where)
     section = _mapping(raw, where)
-    _check_keys(section, {"variants"}, where)
+    _check_keys(section, {"variants", "inference_components"}, where)
+    if "inference_components" in section:
+        if "variants" in section:
+            raise ConfigError(f"{where}: give variants or inference_components, not both")
+        components = _components(section["inference_components"], models, base_dir,
+                                 f"{where}.inference_components")
+        return EndpointConfig(name, tuple(components.values()), components)
     items = section.get("variants")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{where}.variants: must be a non-empty list")
@@ -219,6 +234,35 @@ def _variant(
     weight = _number(section.get("weight", 1.0), f"{where}.weight", 0.0, math.inf)
     fault_config = _faults(section.get("faults", {}), f"{where}.faults")
     return VariantConfig(name, model, weight, fault_config)
+
+
+def _components(
+    raw: object, models: dict[str, ModelSpec], base_dir: Path, where: str
+) -> dict[str, VariantConfig]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: must be a non-empty list")
+    components: dict[str, VariantConfig] = {}
+    for index, item in enumerate(raw):
+        name, variant = _component(item, models, base_dir, f"{where}[{index}]")
+        if name in components:
+            raise ConfigError(f"{where}[{index}].name: {name!r} is given twice")
+        components[name] = variant
+    return components
+
+
+def _component(
+    raw: object, models: dict[str, ModelSpec], base_dir: Path, where: str
+) -> tuple[str, VariantConfig]:
+    """One inference component: its name, and the variant (model, faults) that serves it."""
+    section = _mapping(raw, where)
+    _check_keys(section, {"name", "model", "variant", "faults"}, where)
+    name = _string(section.get("name"), f"{where}.name")
+    if len(name) > NAME_MAX or not COMPONENT_PATTERN.fullmatch(name):
+        raise ConfigError(f"{where}.name: {name!r} is not a valid inference component name")
+    variant = _name(_string(section.get("variant", DEFAULT_VARIANT), f"{where}.variant"),
+                    f"{where}.variant")  # fmt: skip
+    served = {"name": variant, "model": section.get("model"), "faults": section.get("faults", {})}
+    return name, _variant(served, models, base_dir, where)
 
 
 def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:

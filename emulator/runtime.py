@@ -13,13 +13,30 @@ from dataclasses import dataclass
 from functools import partial
 
 from emulator import errors, faults
-from emulator.config import NAME_MAX, NAME_PATTERN, EmulatorConfig, EndpointConfig, VariantConfig
+from emulator.config import (
+    COMPONENT_PATTERN,
+    NAME_MAX,
+    NAME_PATTERN,
+    EmulatorConfig,
+    EndpointConfig,
+    VariantConfig,
+)
 from emulator.container import Container, ContainerReply
 
 HEADER_MAX = 1024
 INFERENCE_ID_MAX = 64
 ORIGINAL_MESSAGE_MAX = 1024
 NAME_CONSTRAINT = "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+COMPONENT_CONSTRAINT = (
+    "Member must satisfy regular expression pattern: ^[a-zA-Z0-9]([\\-a-zA-Z0-9]*[a-zA-Z0-9])?$"
+)
+# SageMaker's answer to a call without InferenceComponentName to an endpoint that hosts
+# inference components (as clients of such endpoints have reported it).
+COMPONENT_REQUIRED = (
+    "Inference Component Name header is required for endpoints to which you plan to deploy "
+    "inference components. Please include Inference Component Name header or consider using "
+    "SageMaker models."
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,7 @@ class InvokeRequest:
     target_variant: str | None = None
     target_model: str | None = None
     inference_id: str | None = None
+    inference_component: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,7 @@ def check_request(request: InvokeRequest) -> None:
             "customAttributes", None, len(request.custom_attributes or ""), HEADER_MAX
         ),
         _length_violation("inferenceId", request.inference_id, None, INFERENCE_ID_MAX),
+        _component_violations(request.inference_component),
     )
     violations = [item for group in checks for item in group]
     if violations:
@@ -80,6 +99,46 @@ def _name_violations(field: str, value: str | None) -> list[str]:
     if not NAME_PATTERN.fullmatch(value):
         found.append(errors.violation(field, value, NAME_CONSTRAINT))
     return found
+
+
+def _component_violations(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    found = _length_violation("inferenceComponentName", value, None, NAME_MAX)
+    if not COMPONENT_PATTERN.fullmatch(value):
+        found.append(errors.violation("inferenceComponentName", value, COMPONENT_CONSTRAINT))
+    return found
+
+
+def route(
+    endpoint: EndpointConfig, request: InvokeRequest, rng: random.Random
+) -> VariantConfig:
+    """Picks the variant that answers a request: by inference component on an endpoint that
+    hosts them (which then requires one), else by :func:`choose_variant`.
+
+    Raises:
+        ValidationError: no component named where one is required, an unknown component, or
+            a targeted variant that does not exist.
+    """
+    component = request.inference_component
+    if not endpoint.components:
+        if component is not None:
+            raise errors.ValidationError(
+                f"Inference Component {component} not found for endpoint {endpoint.name}."
+            )
+        return choose_variant(endpoint, request.target_variant, rng)
+    if component is None:
+        raise errors.ValidationError(COMPONENT_REQUIRED)
+    variant = endpoint.components.get(component)
+    if variant is None:
+        raise errors.ValidationError(
+            f"Inference Component {component} not found for endpoint {endpoint.name}."
+        )
+    if request.target_variant not in (None, variant.name):
+        raise errors.ValidationError(
+            f"Variant {request.target_variant} not found for endpoint {endpoint.name}."
+        )
+    return variant
 
 
 def _length_violation(field: str, value: str | None, length: int | None, maximum: int) -> list[str]:
@@ -167,7 +226,7 @@ class Runtime:
                 f"Endpoint {endpoint.name} is not a multi-model endpoint and does not "
                 "support target model header."
             )
-        variant = choose_variant(endpoint, request.target_variant, self.rng)
+        variant = route(endpoint, request, self.rng)
         plan = self._plan(variant, request.custom_attributes)
         faults.raise_service_fault(plan)
         container = self.containers[variant.model]

@@ -272,6 +272,7 @@ class Handler(BaseHTTPRequestHandler):
             target_variant=headers.get("X-Amzn-SageMaker-Target-Variant"),
             target_model=headers.get("X-Amzn-SageMaker-Target-Model"),
             inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
+            inference_component=headers.get("X-Amzn-SageMaker-Inference-Component"),
         )
         result = self.emulator.runtime.invoke(request)
         answer = _reply_answer(result.reply, result.custom_attributes)

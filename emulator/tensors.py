@@ -46,8 +46,8 @@ ROW_KEYS = ("instances", "inputs", "examples")
 SHOWN = 60
 """Characters of a client's value quoted in an error message."""
 RUN_MESSAGE_MAX = 400
-INTEGER = re.compile(r"[+-]?\d+")
-DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits: a str pattern's \d also matches "１２"
+DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
               "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}  # fmt: skip
 
@@ -265,7 +265,7 @@ def parse_csv(text: str, inputs: Sequence[TensorSpec], limit: int) -> Predict:
 
 
 def _csv_number(field: str, row: int, column: int) -> int | float:
-    text = field.strip()
+    text = field.strip(" \t")  # not str.strip()'s every Unicode space (a no-break space)
     if INTEGER.fullmatch(text):
         return int(text)
     if DECIMAL.fullmatch(text):
@@ -309,6 +309,12 @@ def parse_npy(body: bytes, inputs: Sequence[TensorSpec]) -> Predict:
             f"({expected} bytes) but {present} bytes follow"
         )
     array = np.load(io.BytesIO(body), allow_pickle=False)
+    if dtype.kind == "U" and array.size:  # numpy reads any 32-bit value as a code point
+        unsigned = np.dtype(np.uint32).newbyteorder(dtype.byteorder)
+        if np.ascontiguousarray(array).reshape(-1).view(unsigned).max() > 0x10FFFF:
+            raise TensorRequestError(
+                "application/x-npy: the strings hold code points beyond Unicode"
+            )
     return Predict(False, array)
 
 

@@ -3,10 +3,11 @@ record preprocessor does.
 
 ``sagegate capture SOURCE`` reads every ``.jsonl`` under a directory or an
 ``s3://bucket/prefix`` and writes one flat row per record (JSON Lines or CSV): the event
-metadata, the top-k and the probabilities as ``prediction0..N``. ``--preprocess-handler
-file.py`` runs a Model Monitor-style ``preprocess_handler(inference_record)`` from that file,
-unchanged, instead (its dict is the row; ``[]`` drops the record), then its
-``postprocess_handler()`` if it has one.
+metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, each endpoint's
+records named with its own model's labels (:mod:`sagegate.capture_labels`).
+``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
+unchanged and called as the analyzer calls it (:mod:`sagegate.captured_record`), instead, then
+its ``postprocess_handler()`` if it has one.
 
 A developer tool, not part of the Lambda package: the function only writes captures
 (:mod:`chalicelib.capture`).
@@ -14,86 +15,48 @@ A developer tool, not part of the Lambda package: the function only writes captu
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
-import importlib.util
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import IO, Any
 
 from chalicelib import predictions
 from chalicelib.config import S3_SCHEME, split_s3_uri
 from chalicelib.errors import SagegateError
+from sagegate.capture_labels import EndpointLabels, endpoint_of, registry_labels
+from sagegate.capture_rows import (
+    CaptureFormatError,
+    DefaultRows,
+    Entry,
+    decoded,
+    flatten,
+    inference_id,
+)
+from sagegate.captured_record import (
+    LOGGER_NAME,
+    CapturedData,
+    HandlerError,
+    HandlerFailed,
+    Preprocessor,
+    is_shadow,
+)
+
+__all__ = ["CaptureFormatError", "CapturedData", "DefaultRows", "Entry", "HandlerError",
+           "HandlerFailed", "Preprocessor", "decoded", "flatten", "inference_id", "main",
+           "read_entries", "read_records"]
 
 
-class CaptureFormatError(ValueError):
-    """A line is not a Model Monitor capture record."""
-
-
-class CapturedData:
-    """One side of ``captureData``, with the attribute names Model Monitor's handlers use."""
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.data: str = raw["data"]
-        self.encoding: str = raw["encoding"]
-        self.mode: str = raw.get("mode", "")
-        self.observed_content_type: str = raw.get("observedContentType", "")
-        self.observedContentType = self.observed_content_type
-
-    def decoded(self) -> bytes:
-        """The body as bytes (base64 undone)."""
-        if self.encoding == "BASE64":
-            return base64.b64decode(self.data)
-        return self.data.encode("utf-8")
-
-
-class EventMetadata:
-    """``eventMetadata``, under both its wire and its Python names."""
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.event_id: str = raw["eventId"]
-        self.inference_time: str = raw["inferenceTime"]
-        self.inference_id: str | None = raw.get("inferenceId")
-        self.custom_attributes: list[str] = list(raw.get("customAttributes") or [])
-        self.eventId, self.inferenceTime = self.event_id, self.inference_time
-        self.inferenceId, self.customAttributes = self.inference_id, self.custom_attributes
-
-
-class InferenceRecord:
-    """What a Model Monitor ``preprocess_handler(inference_record)`` receives."""
-
-    def __init__(self, raw: dict[str, Any], source: str = "") -> None:
-        try:
-            capture = raw["captureData"]
-            self.event_metadata = EventMetadata(raw["eventMetadata"])
-            self.event_version: str = raw["eventVersion"]
-            self.endpoint_input = (CapturedData(capture["endpointInput"])
-                                   if "endpointInput" in capture else None)
-            self.endpoint_output = (CapturedData(capture["endpointOutput"])
-                                    if "endpointOutput" in capture else None)
-        except (KeyError, TypeError) as error:
-            raise CaptureFormatError(f"{source}: not a capture record ({error})") from None
-        self.source = source
-
-
-def read_lines(source: str) -> Iterator[tuple[str, str]]:
-    """``(where, line)`` for every line of every ``.jsonl`` under a directory or S3 prefix."""
-    if source.startswith(S3_SCHEME):
-        yield from _s3_lines(source)
-        return
-    root = Path(source)
+def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
     files = [root] if root.is_file() else sorted(root.rglob("*.jsonl"))
     for path in files:
         with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    yield f"{path}:{number}", line
+            yield str(path), path.parts, lines
 
 
-def _s3_lines(source: str) -> Iterator[tuple[str, str]]:
+def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
     import boto3
 
     bucket, prefix = split_s3_uri(source)
@@ -101,82 +64,59 @@ def _s3_lines(source: str) -> Iterator[tuple[str, str]]:
     s3 = boto3.client("s3")
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
         for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
-            if not item["Key"].endswith(".jsonl"):
-                continue
-            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
-            for number, line in enumerate(body.splitlines(), 1):
-                if line.strip():
-                    yield f"{S3_SCHEME}{bucket}/{item['Key']}:{number}", line
+            if item["Key"].endswith(".jsonl"):
+                body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+                yield (f"{S3_SCHEME}{bucket}/{item['Key']}", tuple(item["Key"].split("/")),
+                       body.decode("utf-8").splitlines())
 
 
-def read_records(source: str) -> Iterator[InferenceRecord]:
-    """Every capture record under ``source``, parsed and checked."""
-    for where, line in read_lines(source):
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise CaptureFormatError(f"{where}: invalid JSON ({error.msg})") from None
-        if not isinstance(raw, dict):
-            raise CaptureFormatError(f"{where}: not a JSON object")
-        yield InferenceRecord(raw, where)
+def read_entries(source: str) -> Iterator[Entry]:
+    """Every capture record under a directory, a ``.jsonl`` file or an S3 prefix."""
+    files = _s3_files(source) if source.startswith(S3_SCHEME) else _local_files(Path(source))
+    for name, parts, lines in files:
+        endpoint = endpoint_of(parts)
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                where = f"{name}:{number}"
+                yield Entry(where, endpoint, parse_record(line, where))
 
 
-def flatten(record: InferenceRecord, k: int, labels: Sequence[str] | None) -> dict[str, Any]:
-    """The default row: metadata, top-k and ``prediction0..N``."""
-    meta = record.event_metadata
-    row: dict[str, Any] = {"eventId": meta.event_id, "inferenceTime": meta.inference_time,
-                           "inferenceId": meta.inference_id or ""}
-    if record.endpoint_input is not None:
-        row["inputContentType"] = record.endpoint_input.observed_content_type
-        row["inputBytes"] = len(record.endpoint_input.decoded())
-    if record.endpoint_output is not None:
-        probabilities = predictions.parse_probabilities(record.endpoint_output.decoded(),
-                                                        len(labels) if labels else None)
-        for rank, p in enumerate(predictions.label_predictions(
-                probabilities, predictions.top_k(probabilities, k), labels), 1):
-            row[f"top{rank}_index"], row[f"top{rank}_label"] = p.index, p.label
-            row[f"top{rank}_probability"] = p.probability
-        row.update({f"prediction{i}": float(v) for i, v in enumerate(probabilities)})
-    return row
-
-
-class HandlerError(ValueError):
-    """A record preprocessor file is missing, unimportable or lacks ``preprocess_handler``."""
-
-
-def load_handler(path: str | Path) -> ModuleType:
-    """Import a Model Monitor record preprocessor file (it needs ``preprocess_handler``).
+def parse_record(line: str, where: str) -> CapturedData:
+    """One JSON line as the analyzer's record.
 
     Raises:
-        HandlerError: the file is missing, fails to import, or has no preprocess_handler.
+        CaptureFormatError: not JSON, or not a capture record (no ``captureData`` object).
     """
-    if not Path(path).is_file():
-        raise HandlerError(f"{path}: no such file")
-    spec = importlib.util.spec_from_file_location("capture_preprocessor", path)
-    if spec is None or spec.loader is None:
-        raise HandlerError(f"{path}: cannot be imported (not a Python file?)")
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # the user's file: report it, do not crash on it
-        raise HandlerError(f"{path}: importing it failed: {type(error).__name__}: "
-                           f"{error}") from None
-    if not callable(getattr(module, "preprocess_handler", None)):
-        raise HandlerError(f"{path}: has no preprocess_handler(inference_record)")
-    return module
+        raw = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise CaptureFormatError(f"{where}: invalid JSON ({error.msg})") from None
+    except RecursionError:
+        raise CaptureFormatError(f"{where}: JSON nested too deep for a capture record") \
+            from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("captureData"), dict) or \
+            not isinstance(raw.get("eventMetadata"), dict):
+        raise CaptureFormatError(f"{where}: not a capture record (no captureData and "
+                                 "eventMetadata objects)")
+    return CapturedData(raw)
 
 
-def rows(records: Iterable[InferenceRecord],
-         make_row: Callable[[InferenceRecord], Any]) -> Iterator[dict[str, Any]]:
-    """Apply ``make_row``; ``[]``/``None``/``{}`` drops a record (Model Monitor's contract)."""
-    for record in records:
-        row = make_row(record)
-        if not row:
+def read_records(source: str) -> Iterator[CapturedData]:
+    """Every capture record under ``source``, parsed and checked."""
+    return (entry.record for entry in read_entries(source))
+
+
+def handler_rows(entries: Iterable[Entry], handler: Preprocessor,
+                 skipped: list[int]) -> Iterator[dict[str, Any]]:
+    """The handler's rows, called as the analyzer calls it: shadow records skipped first,
+    a falsy result (``[]``) dropping the record. ``skipped[0]`` counts the shadow records."""
+    for entry in entries:
+        if is_shadow(entry.record.event_dict):
+            skipped[0] += 1
             continue
-        if not isinstance(row, dict):
-            raise ValueError(f"{record.source}: the handler returned {type(row).__name__}, "
-                             "not a dict")
-        yield row
+        row = handler(entry.record, entry.where)
+        if row is not None:
+            yield row
 
 
 def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
@@ -235,77 +175,114 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", "-o", help="file to write (default: standard output)")
     parser.add_argument("--top-k", type=_positive_int, default=5,
                         help="top classes per row (default 5)")
-    parser.add_argument("--labels", default="imagenet1k",
-                        help="label file in chalicelib/labels ('' for indices)")
+    parser.add_argument("--labels", default=None,
+                        help="label file in chalicelib/labels for every record ('' for "
+                             "indices); default: each endpoint's model's labels")
+    parser.add_argument("--stage", default="local",
+                        help="the stage whose variables the model registry is read with "
+                             "(default local)")
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor file to apply instead")
     return parser.parse_args(argv)
 
 
-def _row_maker(args: argparse.Namespace) -> tuple[Callable[[InferenceRecord], Any],
-                                                   ModuleType | None]:
-    if args.preprocess_handler:
-        handler = load_handler(args.preprocess_handler)
-        return handler.preprocess_handler, handler
+def _labels(args: argparse.Namespace) -> Callable[[str | None], Sequence[str] | None]:
+    if args.labels is None:
+        return EndpointLabels(lambda: registry_labels(args.stage))
     try:
         labels = predictions.load_labels(args.labels)
     except SagegateError:
         raise ValueError(f"--labels {args.labels!r}: no such non-empty label file in "
                          "chalicelib/labels ('' for class indices)") from None
-    return (lambda record: flatten(record, args.top_k, labels)), None
+    return lambda _endpoint: labels
 
 
-def _convert(args: argparse.Namespace) -> int:
-    """Reads, flattens and writes; returns the number of rows written."""
+class _Counted:
+    """The entries of a source, counted as they are read."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.records = 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            for entry in read_entries(self.source):
+                self.records += 1
+                yield entry
+        except (BotoCoreError, ClientError) as error:
+            raise SourceError(f"{self.source}: cannot read from S3: {error}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise SourceError(f"{self.source}: cannot read: {error}") from None
+
+
+def _convert(args: argparse.Namespace) -> str:
+    """Reads, flattens and writes; returns the summary line."""
     check_source(args.source)
-    make_row, handler = _row_maker(args)
+    entries, skipped = _Counted(args.source), [0]
+    handler: Preprocessor | None = None
+    if args.preprocess_handler:
+        handler = Preprocessor(args.preprocess_handler, _handler_logger())
+        items = handler_rows(entries, handler, skipped)
+    else:
+        items = DefaultRows(args.top_k, _labels(args))(entries)
     out = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
     try:
-        count = write_rows(out, rows(_read_checked(args.source), make_row), args.format)
+        count = write_rows(out, items, args.format)
     finally:
         if out is not sys.stdout:
             out.close()
-    if handler is not None and callable(getattr(handler, "postprocess_handler", None)):
-        handler.postprocess_handler()
-    return count
+    if handler is not None:
+        handler.postprocess()
+    shadow = f", {skipped[0]} shadow record(s) skipped" if skipped[0] else ""
+    return f"{count} row(s) from {entries.records} record(s) of {args.source}{shadow}"
 
 
-def _read_checked(source: str) -> Iterator[InferenceRecord]:
-    from botocore.exceptions import BotoCoreError, ClientError
+def _handler_logger() -> logging.Logger:
+    """The logger a ``preprocess_handler(inference_record, logger)`` gets: its lines on
+    stderr (the analyzer sends them to the job's log)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    for old in [h for h in logger.handlers if h.get_name() == _LOG_HANDLER]:
+        logger.removeHandler(old)  # an earlier run's, bound to the stderr of its time
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_LOG_HANDLER)
+    handler.setFormatter(logging.Formatter("preprocess_handler %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
 
-    try:
-        yield from read_records(source)
-    except (BotoCoreError, ClientError) as error:
-        raise SourceError(f"{source}: cannot read from S3: {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SourceError(f"{source}: cannot read: {error}") from None
+
+_LOG_HANDLER = "sagegate-capture"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``sagegate capture SOURCE [--format csv|jsonl] [--output FILE] ...``.
 
     Returns:
-        0 on success (``N record(s) from SOURCE`` on stderr); 2 when the arguments, the
-        source, the labels, the handler file or a record is unusable; 1 when the source cannot
-        be read or the handler raises. Every failure is one ``error: ...`` line on stderr.
+        0 on success (``N row(s) from M record(s) of SOURCE`` on stderr); 2 when the
+        arguments, the source, the labels, the handler file or a record is unusable; 1 when
+        the source cannot be read or the handler raises. Every failure is one ``error: ...``
+        line on stderr.
     """
     args = parse_args(argv)
     try:
-        count = _convert(args)
+        summary = _convert(args)
     except (CaptureFormatError, HandlerError, SagegateError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except SourceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1 if args.source.startswith(S3_SCHEME) else 2
+    except HandlerFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except OSError as error:  # the output file
         print(f"error: cannot write {args.output or 'the output'}: {error.strerror}",
               file=sys.stderr)
         return 1
-    except Exception as error:  # raised by the user's preprocess/postprocess handler
-        print(f"error: the handler raised {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
-    print(f"{count} record(s) from {args.source}", file=sys.stderr)
+    print(summary, file=sys.stderr)
     return 0
 
 

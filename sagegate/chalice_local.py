@@ -10,6 +10,12 @@ new connections were reset), and one log line instead of a traceback when a clie
 before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carries it in
 ``X-Sagegate-Instance``, so :mod:`sagegate.localstack` knows it is talking to its own child.
 
+And API keys, which ``chalice local`` does not check: a route with ``api_key_required``
+answers 403 ``{"message":"Forbidden"}`` (API Gateway's answer) unless ``x-api-key`` is the
+local key, ``SAGEGATE_LOCAL_API_KEY`` (a random one, printed, when unset). The check runs where
+API Gateway makes it: after the route matched and CORS preflights were answered, before the
+function (see :mod:`sagegate.local_auth`).
+
 :func:`sagegate.localstack.start_chalice_local` starts it; by hand (same arguments as
 ``chalice``, from the Chalice project's directory)::
 
@@ -17,25 +23,74 @@ before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carri
 """
 from __future__ import annotations
 
+import functools
+import hmac
 import logging
 import os
 import socket
 import sys
-from typing import Any
+from http.server import BaseHTTPRequestHandler
+from typing import Any, cast
 
 from chalice import local
+from chalice.app import Chalice
 from chalice.cli import main as chalice_main
+from chalice.config import Config
 
+from sagegate.local_auth import (
+    API_KEY_ENV,
+    API_KEY_HEADER,
+    FORBIDDEN_BODY,
+    FORBIDDEN_HEADERS,
+    configured_key,
+    new_api_key,
+)
 from sagegate.localstack import INSTANCE_ENV, INSTANCE_HEADER
 
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
 
 
+class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
+    """Chalice's local authorizer, plus API Gateway's API key check."""
+
+    def __init__(self, app_object: Chalice, api_key: str) -> None:
+        super().__init__(app_object)
+        self._api_key = api_key.encode()
+
+    def authorize(self, raw_path: str, lambda_event: Any,
+                  lambda_context: local.LambdaContext) -> local.LocalAuthPair:
+        """Refuses a route that requires a key unless ``x-api-key`` is the key (403)."""
+        route = self._route_for_event(lambda_event)
+        if route is not None and route.api_key_required:
+            given = str((lambda_event.get("headers") or {}).get(API_KEY_HEADER, "")).encode()
+            # constant time, as a key check should be; an empty local key matches nothing
+            if not self._api_key or not hmac.compare_digest(given, self._api_key):
+                raise local.ForbiddenError(
+                    {"x-amzn-RequestId": lambda_context.aws_request_id, **FORBIDDEN_HEADERS},
+                    FORBIDDEN_BODY)
+        return super().authorize(raw_path, lambda_event, lambda_context)
+
+
+class ApiKeyGateway(local.LocalGateway):
+    """Chalice's local API Gateway with the API key check in its authorizer step."""
+
+    def __init__(self, app_object: Chalice, config: Config, api_key: str) -> None:
+        super().__init__(app_object, config)
+        self._authorizer = ApiKeyAuthorizer(app_object, api_key)
+
+
 class NoDelayRequestHandler(local.ChaliceRequestHandler):
-    """Chalice's request handler with Nagle's algorithm off for its connection."""
+    """Chalice's request handler with Nagle's algorithm off for its connection, and the API
+    key check in its gateway."""
 
     instance = os.environ.get(INSTANCE_ENV, "")
+
+    def __init__(self, request: Any, client_address: Any, server: Any,
+                 app_object: Chalice, config: Config, api_key: str = "") -> None:
+        # as ChaliceRequestHandler.__init__, with the gateway that checks API keys
+        self.local_gateway = ApiKeyGateway(app_object, config, api_key)
+        BaseHTTPRequestHandler.__init__(self, request, client_address, server)
 
     def setup(self) -> None:
         super().setup()
@@ -63,10 +118,30 @@ class BackloggedServer(local.ThreadedHTTPServer):
         super().handle_error(request, client_address)
 
 
-def create_local_server(app_obj: Any, config: Any, host: str, port: int) -> local.LocalDevServer:
+def requires_api_key(app_obj: Chalice) -> bool:
+    """Whether any route of the app requires an API key."""
+    return any(entry.api_key_required for methods in app_obj.routes.values()
+               for entry in methods.values())
+
+
+def local_key(app_obj: Chalice, environ: Any = os.environ) -> str:
+    """The key the routes require: the configured one, else a new one (said on stderr)."""
+    if not requires_api_key(app_obj):
+        return ""
+    key = configured_key(environ)
+    if not key:
+        key = new_api_key()
+        print(f"chalice local: API key for this run ({API_KEY_ENV} unset): {key}",
+              file=sys.stderr, flush=True)
+    return key
+
+
+def create_local_server(app_obj: Chalice, config: Config, host: str,
+                        port: int) -> local.LocalDevServer:
     """Drop-in for :func:`chalice.local.create_local_server` using the no-delay handler."""
-    return local.LocalDevServer(app_obj, config, host, port, handler_cls=NoDelayRequestHandler,
-                                server_cls=BackloggedServer)
+    handler = functools.partial(NoDelayRequestHandler, api_key=local_key(app_obj))
+    return local.LocalDevServer(app_obj, config, host, port,
+                                handler_cls=cast(Any, handler), server_cls=BackloggedServer)
 
 
 def main(argv: list[str] | None = None) -> int:

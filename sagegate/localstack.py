@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from email.message import Message
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import (
@@ -39,6 +39,8 @@ from emulator.process import (
     start_emulator,
     terminate,
 )
+from sagegate.local_auth import API_KEY_ENV
+from sagegate.ports import describe_owner
 
 if TYPE_CHECKING:
     from chalicelib.config import Settings
@@ -287,18 +289,24 @@ def check_port_free(port: int, name: str, host: str = HOST) -> None:
     obstacle) and lets go at once.
 
     Raises:
-        StartError: naming the port, its variable and how to pick another.
+        StartError: naming the port, its variable, the program listening on it (command and
+            pid, when this user may see it) and how to pick another.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            other = 9000 if port != 9000 else 9001
-            raise StartError(
-                f"port {port} on {host} ({name}) is not available ({error.strerror}): "
-                f"stop what uses it or pick another port, e.g. make run {name}={other}"
-            ) from None
+            reason = error.strerror
+        else:
+            return
+    other = 9000 if port != 9000 else 9001
+    owner = describe_owner(port)
+    what = (f"is used by {owner}: stop it" if owner else
+            f"is not available ({reason}; its program could not be named here: "
+            f"`lsof -i :{port}` may): stop what uses it")
+    raise StartError(f"port {port} on {host} ({name}) {what} or pick another port, "
+                     f"e.g. make run {name}={other}")
 
 
 def stage_env(stage: str, base: Mapping[str, str]) -> dict[str, str]:
@@ -388,20 +396,31 @@ def describe_capture(settings: Settings) -> str:
     return line + f" (at most {cap / 1e6:g} MB, oldest files dropped; CAPTURE_MAX_BYTES)"
 
 
-def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings) -> str:
+def _key_lines(api_key: str | None) -> list[str]:
+    if not api_key:
+        return []
+    return [f"API key: {api_key}   (send it as x-api-key: the routes the stage protects "
+            f"answer 403 without it; {API_KEY_ENV} sets it, else it is new each run)"]
+
+
+def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings,
+            api_key: str | None = None) -> str:
+    key = f" -H 'x-api-key: {api_key}'" if api_key else ""
     return "\n".join([
         f"sagegate: ready on {api.url} (pid {api.pid}; endpoint "
         f"{settings.endpoint_name} on emulator {emulator.url}, pid {emulator.pid}); "
         f"{describe_capture(settings)}",
+        *_key_lines(api_key),
         f"web page: {api.url}/   models: {api.url}/models   API: {api.url}/openapi.yaml",
         "try:",
-        f"  curl -s {api.url}/predict -H 'Content-Type: image/jpeg' "
+        f"  curl -s {api.url}/predict{key} -H 'Content-Type: image/jpeg' "
         "--data-binary @samples/cat.jpg",
-        f"  curl -s '{api.url}/predict?k=3' -H 'Content-Type: image/jpeg' "
+        f"  curl -s '{api.url}/predict?k=3'{key} -H 'Content-Type: image/jpeg' "
         "--data-binary @samples/coffee.jpg",
-        f"  curl -s {api.url}/models/iris/predict -H 'Content-Type: application/json' "
+        f"  curl -s {api.url}/models/iris/predict{key} -H 'Content-Type: application/json' "
         "-d '{\"instances\": [[5.1, 3.5, 1.4, 0.2]]}'",
-        f"  .venv/bin/sagegate predict samples/ --url {api.url}",
+        f"  .venv/bin/sagegate predict samples/ --url {api.url}"
+        + (f" --api-key {api_key}" if api_key else ""),
         "Ctrl-C stops both.",
     ])
 
@@ -575,11 +594,37 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int, int, Settings]:
-    """Every check that needs no child process: ports, then settings.
+class Plan(NamedTuple):
+    """What ``sagegate run`` starts, once every check has passed."""
 
-    Returns:
-        ``(api_port, emulator_port, settings)``.
+    api_port: int
+    emulator_port: int
+    settings: Settings
+    api_key: str | None
+    """The key ``x-api-key`` must carry (a stage with API-key authentication), else None."""
+
+
+def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
+    """The stage's local API key (None: open), see :mod:`sagegate.local_auth`.
+
+    Raises:
+        StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or
+            its settings are wrong.
+    """
+    from chalicelib.errors import ConfigurationError
+    from sagegate.local_auth import UncheckableAuth, local_api_key
+
+    try:
+        return local_api_key(stage, env)
+    except UncheckableAuth as error:
+        raise StartError(str(error)) from None
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (stage {stage!r} of "
+                         ".chalice/config.json)") from None
+
+
+def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
+    """Every check that needs no child process: ports, then settings and authentication.
 
     Raises:
         StartError: the first problem found.
@@ -593,13 +638,14 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int
     url = f"http://{HOST}:{emulator_port}"
     env = stage_env(args.stage, api_env(url))
     settings = check_settings(args.stage, env)
+    api_key = check_auth(args.stage, env)
     check_models(settings, env)
-    return api_port, emulator_port, settings
+    return Plan(api_port, emulator_port, settings, api_key)
 
 
 def _run(args: argparse.Namespace) -> int:
 
-    api_port, emulator_port, settings = preflight(args, os.environ)
+    api_port, emulator_port, settings, api_key = preflight(args, os.environ)
     write_samples()
     supervisor = Supervisor(lambda: start_emulator(args.emulator_config, port=emulator_port,
                                                    echo_stderr=sys.stderr), _say)
@@ -609,11 +655,12 @@ def _run(args: argparse.Namespace) -> int:
         except EmulatorStartError as error:
             raise StartError(f"the emulator did not start: {error}") from None
         try:
-            api = start_api(api_port, emulator.url, stage=args.stage)
+            api = start_api(api_port, emulator.url, stage=args.stage,
+                            env={API_KEY_ENV: api_key} if api_key else None)
         except ApiStartError as error:
             raise StartError(str(error)) from None
         try:
-            _say(_banner(api, emulator, settings))
+            _say(_banner(api, emulator, settings, api_key))
             return serve(api, supervisor)
         finally:
             api.stop()

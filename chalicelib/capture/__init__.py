@@ -65,8 +65,9 @@ class Capturer:
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
                       include_original: bool, max_bytes: int = 0) -> Capturer:
-        """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps a directory
-        destination, see :class:`~chalicelib.capture.sinks.DirectorySink`)."""
+        """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps each
+        endpoint's folder of a directory destination, see
+        :class:`~chalicelib.capture.sinks.DirectorySink`)."""
         sink = sink_for(destination, max_bytes) if mode != CaptureMode.OFF else None
         return cls(mode, sink, sampling_percentage, include_original)
 

@@ -58,9 +58,10 @@ class DirectorySink:
     """Model Monitor's layout under a local directory: ``{root}/{endpoint}/{variant}/yyyy/mm/dd/
     hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time.
 
-    With ``max_bytes``, the directory stays under that size: files roll over at an eighth of
-    it, and once the total goes over, the least recently written files are deleted until it
-    is back under nine tenths of it (the file being written is kept).
+    With ``max_bytes``, each endpoint's folder stays under that size: files roll over at an
+    eighth of it, and once an endpoint's total goes over, its least recently written files
+    are deleted until it is back under nine tenths of it (the file being written is kept).
+    One endpoint's traffic never deletes another's records.
     """
 
     def __init__(self, root: str | os.PathLike[str], max_bytes: int = 0) -> None:
@@ -70,7 +71,7 @@ class DirectorySink:
         self._lock = threading.Lock()
         self._files: dict[str, Path] = {}
         self._sizes: dict[Path, int] = {}
-        self._total: int | None = None
+        self._totals: dict[str, int] = {}  # bytes under each endpoint's folder
 
     def _path(self, record: CaptureRecord) -> Path:
         partition = record.partition()
@@ -94,7 +95,7 @@ class DirectorySink:
                 path = self._path(record)
                 self._append(path, record.line)
                 if self.max_bytes:
-                    self._account(path, len(record.line))
+                    self._account(record.partition().split("/", 1)[0], path, len(record.line))
 
     @staticmethod
     def _append(path: Path, line: bytes) -> None:
@@ -109,23 +110,20 @@ class DirectorySink:
         if written != len(line):
             raise CaptureSinkError(f"short write to {path.name}")
 
-    def _account(self, path: Path, size: int) -> None:
+    def _account(self, endpoint: str, path: Path, size: int) -> None:
         self._sizes[path] = self._sizes.get(path, 0) + size
-        if self._total is None:
-            self._total = self._usage()
-        else:
-            self._total += size
-        if self._total > self.max_bytes:
-            self._total = self._prune(keep=path)
+        folder = self.root / endpoint
+        total = self._totals.get(endpoint)
+        total = _usage(folder) if total is None else total + size
+        if total > self.max_bytes:
+            total = self._prune(folder, keep=path)
+        self._totals[endpoint] = total
 
-    def _usage(self) -> int:
-        return sum(path.stat().st_size for path in self.root.rglob("*.jsonl"))
-
-    def _prune(self, keep: Path) -> int:
-        """Deletes the least recently written files until the total is under 90% of the cap;
-        returns the new total."""
+    def _prune(self, folder: Path, keep: Path) -> int:
+        """Deletes the least recently written files of one endpoint's folder until its total
+        is under 90% of the cap; returns the new total."""
         files = []
-        for path in self.root.rglob("*.jsonl"):
+        for path in folder.rglob("*.jsonl"):
             with contextlib.suppress(FileNotFoundError):
                 stat = path.stat()
                 files.append((stat.st_mtime_ns, str(path), stat.st_size, path))
@@ -137,18 +135,27 @@ class DirectorySink:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-                self._remove_empty_parents(path.parent)
+                self._remove_empty_parents(path.parent, folder)
             self._sizes.pop(path, None)
             total -= size
         return total
 
-    def _remove_empty_parents(self, directory: Path) -> None:
-        while directory != self.root and self.root in directory.parents:
+    @staticmethod
+    def _remove_empty_parents(directory: Path, top: Path) -> None:
+        while directory != top and top in directory.parents:
             try:
                 directory.rmdir()
             except OSError:  # not empty (or already gone): stop here
                 return
             directory = directory.parent
+
+
+def _usage(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*.jsonl"):
+        with contextlib.suppress(FileNotFoundError):  # pruned by another process meanwhile
+            total += path.stat().st_size
+    return total
 
 
 class S3Sink:
@@ -215,7 +222,8 @@ def sink_for(destination: str, max_bytes: int = 0) -> Sink:
 
     boto3 clients get short timeouts; boto3 honours ``AWS_ENDPOINT_URL_S3`` and
     ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests point them at a local server).
-    ``max_bytes`` (``CAPTURE_MAX_BYTES``) caps a directory's size; 0 for no cap.
+    ``max_bytes`` (``CAPTURE_MAX_BYTES``) caps each endpoint's folder of a directory
+    destination; 0 for no cap.
     """
     if destination.startswith(S3_SCHEME):
         return S3Sink(_client("s3"), *split_s3_uri(destination))

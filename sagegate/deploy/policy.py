@@ -3,7 +3,11 @@
 Chalice's ``autogen_policy`` is off: it would grant ``sagemaker:InvokeEndpoint`` on ``*``.
 Instead the role gets exactly what the function does, each action on its own resource:
 
-* ``sagemaker:InvokeEndpoint`` on the stage's endpoint (``ENDPOINT_NAME``) only;
+* ``sagemaker:InvokeEndpoint`` on the stage's endpoints (``ENDPOINT_NAME``, each model's)
+  only, and on the inference components its models name (``model.json``'s
+  ``inference_component``): a call that names a component is authorized against the
+  component's ARN (``inference-component/<name>``) as well as the endpoint's, so a component
+  a request names that no ``model.json`` does is refused by IAM;
 * ``logs:CreateLogStream`` / ``logs:PutLogEvents`` in the function's own log group only
   (the group itself is created by the deployment, with its retention, not by the function);
 * with a shared prediction cache (``CACHE_TABLE``): ``dynamodb:GetItem`` and
@@ -27,11 +31,14 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
 from sagegate.deploy.stages import ROOT, Stage
+
+if TYPE_CHECKING:
+    from chalicelib.registry import ModelSpec
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
@@ -64,10 +71,11 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
     if not _REGION_RE.match(region):
         raise ValueError(f"not an AWS region: {region!r}")
     arn = f"arn:{partition_of(region)}"
-    endpoint_arns = [f"{arn}:sagemaker:{region}:{account}:endpoint/{endpoint}"
-                     for endpoint in endpoints(stage)]
+    sagemaker = f"{arn}:sagemaker:{region}:{account}"
+    invoked = [f"{sagemaker}:endpoint/{endpoint}" for endpoint in endpoints(stage)] + [
+        f"{sagemaker}:inference-component/{name}" for name in inference_components(stage)]
     statements = [
-        _allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], endpoint_arns),
+        _allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], invoked),
         _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
                f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/{stage.function_name}:*"),
     ]
@@ -92,6 +100,23 @@ def endpoints(stage: Stage) -> list[str]:
     Raises:
         ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
     """
+    return sorted({stage.endpoint_name.lower(),
+                   *(model.endpoint.lower() for model in _models(stage))})
+
+
+def inference_components(stage: Stage) -> list[str]:
+    """Every inference component the stage's models name (``model.json``'s
+    ``inference_component``, ``$VARIABLE`` ones read from the stage), lower-cased as the
+    endpoints are.
+
+    Raises:
+        ValueError: a model.json is invalid for this stage.
+    """
+    return sorted({model.inference_component.lower() for model in _models(stage)
+                   if model.inference_component})
+
+
+def _models(stage: Stage) -> list[ModelSpec]:
     from chalicelib.config import Settings
     from chalicelib.errors import ConfigurationError
     from chalicelib.registry import load_registry
@@ -101,8 +126,7 @@ def endpoints(stage: Stage) -> list[str]:
         registry = load_registry(settings, stage.env)
     except ConfigurationError as error:
         raise ValueError(f"stage {stage.name!r}: {error.message}") from None
-    return sorted({stage.endpoint_name.lower(),
-                   *(model.endpoint.lower() for model in registry.models.values())})
+    return list(registry.models.values())
 
 
 def _allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:

@@ -346,6 +346,69 @@ def _query_cases() -> Iterator[Case]:
                "InvalidParameter", headers={"X-Custom-Attributes": "x" * 2000})
 
 
+def jpeg_with_exif_blocks(image: np.ndarray, orientations: tuple[int, ...]) -> bytes:
+    """A JPEG of ``image`` (stored as given) with one APP1 EXIF segment per orientation, in
+    order, right after SOI. OpenCV and Pillow apply the first block and ignore the others."""
+    data = imagefactory.jpeg(image=image)
+    segments = []
+    for orientation in orientations:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        payload = exif.tobytes()  # b"Exif\0\0" + the TIFF structure
+        segments.append(b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload)
+    return data[:2] + b"".join(segments) + data[2:]
+
+
+def _exif_cases() -> Iterator[Case]:
+    """Two EXIF blocks that disagree: answered like any photo, the first block's rotation
+    applied (tests/functional/test_passthrough.py checks what the endpoint is sent)."""
+    photo = _photo(320, 240, 4)
+    for name, orientations in [("rotated-first", (6, 1)), ("rotated-last", (1, 6))]:
+        yield Case(f"predict-jpeg-two-exif-blocks-{name}", "/predict",
+                   jpeg_with_exif_blocks(photo, orientations), "image/jpeg", OK)
+
+
+def _resize_bound_cases() -> Iterator[Case]:
+    """An answer that cannot fit a response, refused from a sample before the encode (4096x4096
+    WebP quality 100 of a detailed upload: about 12 MB, where 4.5 MB fit)."""
+    noise = np.random.default_rng(7).integers(0, 256, (2048, 2048, 3), dtype=np.uint8)
+    yield Case("resize-webp-q100-4096-over-the-response-limit", "/resize",
+               imagefactory.jpeg(image=noise, quality=50), "image/jpeg", 413, "ImageTooLarge",
+               query="width=4096&height=4096&format=webp&quality=100", says="would be about")
+
+
+def _json_query_cases() -> Iterator[Case]:
+    """One rule for every body shape: a JSON body's query string is read (and refused when
+    unknown) as a raw upload's is; an option set in both places is refused; a malformed
+    inference component never reaches the endpoint."""
+    image = base64.b64encode(imagefactory.jpeg(64, 48)).decode()
+    jpeg, size = imagefactory.jpeg(), {"width": 8, "height": 8}
+    predict = [("k-applies", {}, "k=1", OK, ""), ("unknown", {}, "foo=1", 400, "'foo'"),
+               ("image", {}, "image=x", 400, "query parameter"),
+               ("k-twice", {"k": 3}, "k=1", 400, "sent both"),
+               ("topk-and-k", {"topk": 2}, "k=1", 400, "not both"),
+               ("component-bad", {}, "inference_component=bad_name", 400,
+                "inference_component"),
+               ("component-long", {}, "inference_component=" + "x" * 64, 400,
+                "inference_component")]
+    for name, fields, query, status, says in predict:
+        yield Case(f"json-query-{name}", "/predict",
+                   json.dumps({"image": image, **fields}).encode(), "application/json", status,
+                   None if status == OK else "InvalidParameter", query=query, says=says)
+    resize = [("size", {}, "width=8&height=8", OK, ""), ("unknown", size, "foo=1", 400, "foo"),
+              ("width-twice", size, "width=9", 400, "sent both")]
+    for name, fields, query, status, says in resize:
+        yield Case(f"resize-json-query-{name}", "/resize",
+                   json.dumps({"image": image, **fields}).encode(), "application/json", status,
+                   None if status == OK else "InvalidParameter", query=query, says=says)
+    for value_name in ("array", "object", "true", "float", "zero", "nested"):
+        body = json.dumps({"image": image, "inference_component": WRONG_VALUES[value_name]})
+        yield Case(f"type-predict-inference_component-{value_name}", "/predict", body.encode(),
+                   "application/json", 400, "InvalidParameter", says="inference_component")
+    yield Case("header-inference-component-bad", "/predict", jpeg, "image/jpeg", 400,
+               "InvalidParameter", headers={"X-Target-Inference-Component": "bad name"})
+
+
 def _accept_cases() -> Iterator[Case]:
     jpeg = imagefactory.jpeg()
     size = "width=16&height=16"
@@ -362,7 +425,8 @@ def _accept_cases() -> Iterator[Case]:
 def cases() -> list[Case]:
     """Every case of the corpus, in a stable order, with unique names."""
     everything = [*_image_cases(), *_bad_image_cases(), *_json_cases(), *_wrong_type_cases(),
-                  *_content_type_cases(), *_query_cases(), *_accept_cases()]
+                  *_content_type_cases(), *_query_cases(), *_accept_cases(),
+                  *_exif_cases(), *_resize_bound_cases(), *_json_query_cases()]
     names = [case.name for case in everything]
     assert len(names) == len(set(names)), "corpus case names must be unique"
     return everything

@@ -236,3 +236,21 @@ def test_arns_follow_the_regions_partition_and_sagemakers_lower_case() -> None:
 def test_rejects_a_malformed_account_or_region(account: str, region: str) -> None:
     with pytest.raises(ValueError):
         render(load_stage("prod"), account, region)
+
+
+def test_an_inference_component_a_model_names_is_granted_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from sagegate.deploy import policy as policy_module
+
+    models = [types.SimpleNamespace(endpoint="shared", inference_component="Iris-IC"),
+              types.SimpleNamespace(endpoint="iris", inference_component=None)]
+    monkeypatch.setattr(policy_module, "_models", lambda stage: models)
+    document = render(load_stage("prod"), "123456789012", "us-east-1")
+    (invoke,) = [s for s in statements(document) if s["Sid"] == "InvokeOwnEndpoint"]
+    assert "arn:aws:sagemaker:us-east-1:123456789012:inference-component/iris-ic" in \
+        invoke["Resource"]
+    assert "arn:aws:sagemaker:us-east-1:123456789012:endpoint/shared" in invoke["Resource"]
+    assert len([r for r in invoke["Resource"] if ":inference-component/" in r]) == 1
+    assert_no_wildcards(document)

@@ -4,6 +4,7 @@ handlers still run per request, Cache-Control, per-model bypass, variants, error
 the log line and metrics."""
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import shutil
@@ -75,6 +76,67 @@ def test_no_cache_skips_the_read_and_still_writes(harness: Harness) -> None:
     cached = predict(harness)
     assert cached.headers["X-Cache"] == "hit"
     assert cached.json_body["predictions"][0]["index"] == 7  # no-cache's answer was stored
+
+
+@pytest.mark.parametrize("headers", [
+    {"Pragma": "no-cache"}, {"Pragma": "No-Cache"},
+    {"Cache-Control": "max-age=0"}, {"Cache-Control": "Max-Age=0, no-transform"},
+    {"Cache-Control": "public, NO-CACHE"}, {"Cache-Control": 'no-cache="x, y", private'},
+    {"Cache-Control": "x-unknown", "Pragma": "no-cache"},
+    {"Cache-Control": "max-age=1, max-age=2"},  # doubtful: answered fresh
+], ids=["pragma", "pragma-capitals", "max-age-0", "max-age-0-among-others", "no-cache-among-others",
+        "no-cache-with-quoted-list", "pragma-with-unknown-cache-control", "max-age-twice"])
+def test_revalidation_asks_the_endpoint_and_stores_its_answer(
+        harness: Harness, headers: dict[str, str]) -> None:
+    expect_invoke(harness)
+    expect_invoke(harness, probabilities({7: 0.9}))
+    assert predict(harness).headers["X-Cache"] == "miss"
+    fresh = predict(harness, **headers)
+    assert fresh.status_code == 200, fresh.body
+    assert fresh.headers["X-Cache"] == "miss"
+    assert fresh.json_body["predictions"][0]["index"] == 7
+    cached = predict(harness)
+    assert cached.headers["X-Cache"] == "hit"
+    assert cached.json_body["predictions"][0]["index"] == 7  # the fresh answer was stored
+
+
+def test_pragma_is_ignored_beside_a_cache_control_it_understands(harness: Harness) -> None:
+    """RFC 9111 5.4: Pragma counts only where Cache-Control is absent (or not understood)."""
+    expect_invoke(harness)
+    assert predict(harness).headers["X-Cache"] == "miss"
+    response = predict(harness, **{"Cache-Control": "max-age=3600", "Pragma": "no-cache"})
+    assert response.headers["X-Cache"] == "hit"
+
+
+def _api_gateway_event(multi_value_headers: dict[str, list[str]]) -> dict[str, Any]:
+    """A REST API proxy event for POST /predict of JPEG with these header lines (API Gateway
+    puts the last line of each in "headers" and every line in "multiValueHeaders")."""
+    headers = {"Content-Type": "image/jpeg", "Accept": "application/json"}
+    multi = {name: [value] for name, value in headers.items()} | multi_value_headers
+    return {"resource": "/predict", "path": "/predict", "httpMethod": "POST",
+            "headers": {**headers, **{name: lines[-1] for name, lines in
+                                      multi_value_headers.items()}},
+            "multiValueHeaders": multi, "queryStringParameters": None,
+            "multiValueQueryStringParameters": None, "pathParameters": None,
+            "stageVariables": None, "body": base64.b64encode(JPEG).decode(),
+            "isBase64Encoded": True,
+            "requestContext": {"resourcePath": "/predict", "path": "/api/predict",
+                               "httpMethod": "POST", "stage": "api", "requestId": "r-1",
+                               "identity": {"sourceIp": "203.0.113.7"}}}
+
+
+@pytest.mark.parametrize("lines,status", [
+    (["no-cache", "max-age=3600"], "miss"),  # "headers" has only the second line
+    (["max-age=3600", "no-transform"], "hit")])
+def test_every_line_of_a_repeated_cache_control_counts(
+        harness: Harness, lines: list[str], status: str) -> None:
+    expect_invoke(harness)
+    if status == "miss":
+        expect_invoke(harness)
+    assert predict(harness).headers["X-Cache"] == "miss"
+    answer = app_module.app(_api_gateway_event({"Cache-Control": lines}), None)
+    assert answer["statusCode"] == 200, answer["body"]
+    assert answer["headers"]["X-Cache"] == status
 
 
 def test_no_store_writes_nothing_but_may_read(harness: Harness) -> None:

@@ -134,8 +134,8 @@ def test_image_in_the_query_of_a_binary_body_is_named_as_a_query_parameter(
         harness: Harness) -> None:
     status, code, message = error_of(harness.post("/predict?image=x", JPEG, "image/jpeg"))
     assert (status, code) == (400, "InvalidParameter")
-    assert message == ("Unknown query parameter(s) 'image'; known: custom_attributes, k, "
-                       "target_model, topk, variant.")
+    assert message == ("Unknown query parameter(s) 'image'; known: custom_attributes, "
+                       "inference_component, k, target_model, topk, variant.")
 
 
 def test_topk_on_resize_is_reported_as_topk(harness: Harness) -> None:

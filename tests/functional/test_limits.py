@@ -39,5 +39,14 @@ def test_the_output_limit_is_checked_on_the_encoded_bytes() -> None:
     options = ResizeOptions(width=320, height=240, format="png")
     image = noise_jpeg(320, 240)
     assert resize_image(image, options, Limits(max_pixels=10**8)).width == 320
-    with pytest.raises(ImageTooLargeError, match="at most 1000 fit"):
+    with pytest.raises(ImageTooLargeError, match="at most 1000 bytes fit"):
         resize_image(image, options, Limits(max_pixels=10**8), max_output_bytes=1000)
+
+
+def test_an_output_the_estimate_let_through_is_still_checked_when_encoded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resizer, "estimated_size", lambda *_: 0)  # an estimate far too low
+    options = ResizeOptions(width=320, height=240, format="png")
+    with pytest.raises(ImageTooLargeError, match=r"is \d+ bytes; at most 1000 bytes fit"):
+        resize_image(noise_jpeg(320, 240), options, Limits(max_pixels=10**8),
+                     max_output_bytes=1000)

@@ -16,11 +16,15 @@ from chalicelib.capture.sinks import DirectorySink
 from chalicelib.errors import ConfigurationError
 from chalicelib.registry import load_model, load_registry
 from chalicelib.services import Services
-from tests.functional.conftest import Harness, endpoint_response, make_settings
+from tests.corpus import models
+from tests.corpus.generate import Case
+from tests.functional.conftest import AnsweringApp, Harness, endpoint_response, make_settings
+from tests.functional.test_corpus import check_answer
 
 IRIS_ROW = [5.1, 3.5, 1.4, 0.2]
 TFS_ROW = b'{"signature_name":"serving_default","instances":[[5.1,3.5,1.4,0.2]]}'
 SETOSA = json.dumps({"predictions": [[0.97, 0.02, 0.01]]}).encode()
+MODEL_CASES = models.cases()
 
 
 def expect_iris(harness: Harness, body: bytes = TFS_ROW, answer: bytes = SETOSA,
@@ -231,3 +235,152 @@ def test_a_broken_handler_file_fails_start_up_naming_it(
         services.warm_up(prime_codecs=False)
     assert "models/broken/inference.py" in caught.value.message
     assert str(tmp_path) not in caught.value.message
+
+
+# --- handler models: failures, hostile bodies (issue 18) ------------------------------------
+
+FAKE_SECRET = "AKIAFAKESECRET0123456789"
+
+
+def fragile_model(harness: Harness, tmp_path: Path, **keys: Any) -> None:
+    """Register ``fragile``, a Cortex model whose pre_inference raises with a secret in the
+    message, beside the real registry's models."""
+    folder = tmp_path / "fragile"
+    folder.mkdir(exist_ok=True)
+    (folder / "model.json").write_text(json.dumps(
+        {"endpoint": "iris", "pipeline": "cortex",
+         "signature": {"inputs": [{"name": "features", "dtype": "float32",
+                                   "shape": [-1, 4]}]}, **keys}))
+    (folder / "handler.py").write_text(
+        "def pre_inference(sample, signature, metadata):\n"
+        f"    raise ConnectionError('cannot reach db with password {FAKE_SECRET}')\n")
+    settings = make_settings()
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    registry.models["fragile"] = load_model(folder, settings, {})
+    harness.use(settings)
+    app_module.services._registry = registry
+
+
+def test_a_handler_failure_names_the_request_id_and_hides_the_exception(
+        harness: Harness, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    fragile_model(harness, tmp_path)
+    response = post_json(harness, "/models/fragile/predict", {})
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (500, "HandlerError")
+    assert answer["request_id"] == response.headers["X-Request-Id"]
+    assert "request_id" in answer["Message"] and "log" in answer["Message"]
+    assert answer["function"] == "pre_inference" and "exception" not in answer
+    assert FAKE_SECRET not in response.body.decode()
+    assert "ConnectionError" not in response.body.decode()
+    (logged,) = [record for record in caplog.records if record.exc_info]
+    assert answer["request_id"] in logged.getMessage()  # the log line the answer points to
+    assert logged.request_id == answer["request_id"]  # type: ignore[attr-defined]
+    assert FAKE_SECRET in caplog.text  # the traceback is in the log
+
+
+def test_a_model_opting_in_shows_the_exceptions_type_and_message(
+        harness: Harness, tmp_path: Path) -> None:
+    fragile_model(harness, tmp_path, expose_handler_errors=True)
+    response = post_json(harness, "/models/fragile/predict", {})
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (500, "HandlerError")
+    assert answer["exception"] == {
+        "type": "ConnectionError", "message": f"cannot reach db with password {FAKE_SECRET}"}
+    assert answer["request_id"] == response.headers["X-Request-Id"]
+    assert "Traceback" not in response.body.decode()
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_expose_handler_errors_is_validated_at_start_up(tmp_path: Path, value: Any) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.json").write_text(json.dumps(
+        {"endpoint": "iris", "pipeline": "tensor", "expose_handler_errors": value,
+         "signature": {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 1]}]}}))
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder, make_settings(), {})
+    assert caught.value.message == ("models/m/model.json: key 'expose_handler_errors' must be "
+                                    "true or false")
+
+
+def test_1025_json_lines_to_sentiment_are_a_400_before_the_endpoint(harness: Harness) -> None:
+    body = b'{"text": "fine"}\n' * 1025
+    response = harness.post("/models/sentiment/predict", body, "application/jsonlines")
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (400, "SignatureMismatch")
+    assert "1025 instances; at most 1024" in answer["Message"]
+    # no endpoint answer was queued: a call would have failed the stubber
+
+
+def test_1024_json_lines_to_sentiment_reach_the_endpoint(harness: Harness) -> None:
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(
+        json.dumps({"predictions": [[0.5]] * 1024}).encode()))
+    response = harness.post("/models/sentiment/predict", b'{"text": "fine"}\n' * 1024,
+                            "application/jsonlines")
+    assert response.status_code == 200, response.body
+
+
+@pytest.mark.parametrize("path", ["/models/sentiment/predict", "/models/iris-cortex/predict"])
+def test_100000_deep_json_to_a_handler_model_is_a_400(harness: Harness, path: str) -> None:
+    response = harness.post(path, b"[" * 100_000 + b"]" * 100_000, "application/json")
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (400, "InvalidJSON")
+    assert "deeper than 512 levels" in answer["Message"]
+
+
+def test_cortex_v09_handler_runs_through_the_route(harness: Harness, tmp_path: Path) -> None:
+    folder = tmp_path / "old-cortex"
+    folder.mkdir()
+    (folder / "model.json").write_text((
+        Path(app_module.__file__).parent / "chalicelib/models/iris-cortex/model.json"
+    ).read_text())
+    (folder / "handler.py").write_text(
+        "import numpy as np\n"
+        "def pre_inference(sample, metadata):\n"
+        "    return {metadata[0].name: [sample[k] for k in ('sl', 'sw', 'pl', 'pw')]}\n"
+        "def post_inference(prediction, metadata):\n"
+        "    return {'output': metadata[0].name, 'best': int(np.argmax(prediction[0][0]))}\n")
+    settings = make_settings()
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    registry.models["old-cortex"] = load_model(folder, settings, {})
+    harness.use(settings)
+    app_module.services._registry = registry
+    expect_iris(harness)
+    response = post_json(harness, "/models/old-cortex/predict",
+                         {"sl": 5.1, "sw": 3.5, "pl": 1.4, "pw": 0.2})
+    assert response.status_code == 200, response.body
+    assert json.loads(response.body) == {"output": "probabilities", "best": 0}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", MODEL_CASES, ids=[case.name for case in MODEL_CASES])
+def test_every_model_route_corpus_case_is_answered_before_the_endpoint(
+        answering_app: AnsweringApp, case: Case) -> None:
+    calls = answering_app.endpoint.calls
+    response = answering_app.client.http.post(case.path, body=case.body,
+                                              headers=case.request_headers())
+    check_answer(case, response.status_code, response.body, response.headers)
+    assert answering_app.endpoint.calls == calls  # refused before the endpoint was called
+
+
+def test_the_model_corpus_covers_issue_18s_reproducers() -> None:
+    names = {case.name for case in MODEL_CASES}
+    assert {"model-float32-overflow-instances", "model-float32-overflow-csv",
+            "model-float32-overflow-cortex", "model-csv-field-over-limit",
+            "model-batch-1025-npy", "model-npy-dtype-datetime64", "model-npy-dtype-complex",
+            "model-npy-dtype-structured", "model-npy-dtype-bool",
+            "model-number-text-underscore"} <= names
+    assert all(400 <= case.status < 500 for case in MODEL_CASES)
+
+
+@pytest.mark.parametrize("error", [RecursionError, MemoryError])
+def test_a_recursion_or_memory_error_escaping_a_handler_is_a_handler_error(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch, error: type[Exception]) -> None:
+    def fail(*args: Any) -> None:
+        raise error("deep inside")
+
+    monkeypatch.setattr("chalicelib.handlers.TfsHandler.__call__", fail)
+    response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (500, "HandlerError")
+    assert "Traceback" not in response.body.decode() and "deep inside" not in answer["Message"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import cv2
+import numpy as np
 import pytest
 
 from tests import imagefactory
+from tests.corpus import generate
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
 
 CAT = probabilities({285: 0.83})
@@ -43,6 +46,24 @@ def test_other_images_are_resized_and_re_encoded(
     response = harness.post("/predict", image, "image/jpeg")
     assert response.status_code == 200, response.body
     assert sent["Body"] != image and sent["Body"].startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("orientations,portrait", [((6, 1), True), ((1, 6), False)],
+                         ids=["rotated-first", "rotated-last"])
+def test_a_jpeg_with_two_exif_blocks_is_sent_as_the_decoders_show_it(
+        harness: Harness, sent: dict[str, Any], orientations: tuple[int, int],
+        portrait: bool) -> None:
+    """OpenCV and Pillow apply the first EXIF block: a photo rotated by it is never forwarded
+    untouched, and one only a later block rotates is re-encoded too (a decoder reading that
+    block would turn it), each sent as the first block shows it, with no EXIF left."""
+    image = generate.jpeg_with_exif_blocks(imagefactory.gradient(320, 240), orientations)
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(CAT))
+    response = harness.post("/predict", image, "image/jpeg")
+    assert response.status_code == 200, response.body
+    assert sent["Body"].startswith(b"\x89PNG")
+    decoded = cv2.imdecode(np.frombuffer(sent["Body"], np.uint8), cv2.IMREAD_COLOR)
+    height, width = decoded.shape[:2]
+    assert (height > width) is portrait
 
 
 def test_the_model_refusing_a_forwarded_upload_is_the_clients_400(

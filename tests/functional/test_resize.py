@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,6 +14,7 @@ import pytest
 from chalice.test import Client
 
 import app as app_module
+from chalicelib import imaging, resizer
 from tests import imagefactory
 from tests.functional.conftest import Harness
 
@@ -108,3 +110,67 @@ def test_concurrent_requests_each_see_their_own_body(monkeypatch: pytest.MonkeyP
 
         with ThreadPoolExecutor(max_workers=2) as pool:
             assert list(pool.map(one, sizes)) == sizes
+
+
+@pytest.fixture
+def encoded_rows(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (height, width) of every image /resize encodes."""
+    calls: list[tuple[int, int]] = []
+    encode = imaging.encode
+
+    def counting(image: np.ndarray, encoding: imaging.Encoding) -> bytes:
+        calls.append(image.shape[:2])
+        return encode(image, encoding)
+
+    monkeypatch.setattr(imaging, "encode", counting)
+    return calls
+
+
+def test_an_answer_that_cannot_fit_is_refused_before_the_image_is_encoded(
+        harness: Harness, encoded_rows: list[tuple[int, int]]) -> None:
+    """4096x4096 WebP quality 100 of a detailed 1.7 MB upload: about 12 MB, where 4.5 MB fit.
+    Only a sample of 1/16 of the rows is ever encoded."""
+    noise = np.random.default_rng(7).integers(0, 256, (2048, 2048, 3), dtype=np.uint8)
+    upload = imagefactory.jpeg(image=noise, quality=50)
+    response = harness.post("/resize?width=4096&height=4096&format=webp&quality=100", upload,
+                            "image/jpeg", Accept="image/webp")
+    assert response.status_code == 413, response.body
+    answer = response.json_body
+    assert answer["Code"] == "ImageTooLarge"
+    assert f"at most {resizer.MAX_OUTPUT_BYTES} bytes" in answer["Message"]
+    assert "would be about" in answer["Message"]
+    size = re.search(r"\((\d+)x(\d+) or less always fits", answer["Message"])
+    assert size is not None
+    width, height = int(size[1]), int(size[2])
+    assert width == height and 1024 <= width < 4096  # the shape asked for, scaled to fit
+    assert encoded_rows and all(rows <= 4096 // 16 for rows, _ in encoded_rows)
+
+
+def test_the_suggested_size_fits(harness: Harness) -> None:
+    noise = np.random.default_rng(7).integers(0, 256, (2048, 2048, 3), dtype=np.uint8)
+    upload = imagefactory.jpeg(image=noise, quality=50)
+    refused = harness.post("/resize?width=4096&height=4096&format=jpeg&quality=95", upload,
+                           "image/jpeg", Accept="image/jpeg")
+    assert refused.status_code == 413, refused.body
+    size = re.search(r"\((\d+)x(\d+) or less always fits", refused.json_body["Message"])
+    assert size is not None
+    response = harness.post(f"/resize?width={size[1]}&height={size[2]}&format=jpeg&quality=95",
+                            upload, "image/jpeg", Accept="image/jpeg")
+    assert response.status_code == 200, response.body
+
+
+@pytest.mark.parametrize("query,rows,sampled", [
+    ("width=4096&height=4096&format=jpeg&quality=90", 4096, True),
+    ("width=4096&height=4096&format=webp&quality=100", 4096, True),
+    ("width=1200&height=1000&format=png", 1000, False),  # its stored rows fit: no sample
+])
+def test_large_answers_that_fit_are_encoded_once_and_answered(
+        harness: Harness, encoded_rows: list[tuple[int, int]], query: str, rows: int,
+        sampled: bool) -> None:
+    upload = imagefactory.jpeg(image=imagefactory.gradient(640, 480))  # smooth: small output
+    response = harness.post(f"/resize?{query}", upload, "image/jpeg", Accept="image/*")
+    assert response.status_code == 200, response.body
+    assert decoded(response.body).shape[0] == rows
+    whole = [height for height, _ in encoded_rows if height == rows]
+    samples = [height for height, _ in encoded_rows if height <= rows // 4]
+    assert (len(whole), len(samples)) == (1, 1 if sampled else 0)

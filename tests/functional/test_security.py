@@ -32,7 +32,7 @@ from chalicelib.capture import MAX_PENDING_WRITES, Capturer, Exchange, Outcome
 from chalicelib.capture.records import build_record
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
-from chalicelib.errors import ConfigurationError, EndpointTimeoutError
+from chalicelib.errors import ConfigurationError, PreprocessingTimeoutError
 from scripts.crafted_images import progressive, scan_bomb
 from tests import imagefactory
 from tests.functional.conftest import (
@@ -85,7 +85,7 @@ def test_no_endpoint_attempt_starts_once_the_budget_cannot_hold_one() -> None:
     now = [100.0]
     endpoint = EndpointClient(object(), RetryPolicy(attempt_timeout=2.5),  # type: ignore[arg-type]
                               clock=lambda: now[0])
-    with pytest.raises(EndpointTimeoutError, match="time budget"):
+    with pytest.raises(PreprocessingTimeoutError, match="time budget"):
         endpoint.invoke(Invocation("e", b"x", "image/jpeg", "application/json"), deadline=102.0)
 
 
@@ -93,7 +93,8 @@ def test_the_budget_counts_preprocessing(harness: Harness,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Budget 2.7 s, an attempt needs 2.5 s: preprocessing that takes 0.5 s leaves too little,
     so the endpoint is not called (main started the budget after preprocessing)."""
-    settings = make_settings(request_budget_seconds=2.7, endpoint_read_timeout=2.0)
+    settings = make_settings(request_budget_seconds=2.7, endpoint_connect_timeout=0.5,
+                             endpoint_read_timeout=2.0)
     harness.use(settings)
     from chalicelib import imaging
 
@@ -104,10 +105,12 @@ def test_the_budget_counts_preprocessing(harness: Harness,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(imaging, "decode_and_resize", slow)
-    # nothing queued on the Stubber: a call to the endpoint would not be a 504
+    # nothing queued on the Stubber: a call to the endpoint would be a 502, not this 503
     response = harness.post("/predict", imagefactory.jpeg(1920, 1080), "image/jpeg")
-    assert response.status_code == 504, response.body
-    assert response.json_body["Code"] == "EndpointTimeout"
+    assert response.status_code == 503, response.body
+    assert response.json_body["Code"] == "PreprocessingTimeout"
+    assert "endpoint was not called" in response.json_body["Message"]
+    assert response.headers["Retry-After"] == "2"
 
 
 # --- 2. explicit authentication on Lambda -------------------------------------------------

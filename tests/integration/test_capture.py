@@ -3,10 +3,12 @@ emulator's real model, concurrent clients, and a Model Monitor-style record pars
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 
 def records_by_inference_id(stack: Stack) -> Counter[str]:
-    return Counter(record.event_metadata.inference_id or ""
+    return Counter(reader.inference_id(record)
                    for record in reader.read_records(str(stack.captures)))
 
 
@@ -76,12 +78,14 @@ def test_a_record_holds_what_the_model_received_and_answered(
     response = stack.post("/predict?k=1", photos["chelsea-12mp"], "image/jpeg",
                           **{"X-Request-Id": "capture-one", "X-Custom-Attributes": "session=42"})
     assert response.status == 200
-    (record,) = [r for r in reader.read_records(str(stack.captures))
-                 if r.event_metadata.inference_id == response.headers["X-Request-Id"]]
-    assert record.event_metadata.custom_attributes == ["session=42"]
+    (entry,) = [e for e in reader.read_entries(str(stack.captures))
+                if reader.inference_id(e.record) == response.headers["X-Request-Id"]]
+    record = entry.record
+    assert record.event_metadata is not None
+    assert record.event_metadata.custom_attribute == ["session=42"]
     assert record.endpoint_input is not None and record.endpoint_output is not None
     assert record.endpoint_input.encoding == "BASE64"
-    sent = cv2.imdecode(np.frombuffer(record.endpoint_input.decoded(), np.uint8),
+    sent = cv2.imdecode(np.frombuffer(reader.decoded(record.endpoint_input), np.uint8),
                         cv2.IMREAD_COLOR)
     assert min(sent.shape[:2]) == 256  # the resized image, not the upload
     probabilities = json.loads(record.endpoint_output.data)
@@ -90,7 +94,7 @@ def test_a_record_holds_what_the_model_received_and_answered(
     assert probabilities[top["index"]] == pytest.approx(top["probability"])
     variant = json.loads(response.data)["variant"]
     assert list(stack.captures.glob(f"efficientnet-lite0/{variant}/*/*/*/*/*.jsonl"))
-    row = reader.flatten(record, 1, None)
+    (row,) = reader.flatten(entry, 1, None)
     assert row["top1_index"] == top["index"] and "prediction999" in row
 
 
@@ -101,9 +105,9 @@ def test_a_small_jpeg_is_captured_as_it_was_uploaded(
                           **{"X-Request-Id": "capture-passthrough", "Cache-Control": "no-cache"})
     assert response.status == 200
     (record,) = [r for r in reader.read_records(str(stack.captures))
-                 if r.event_metadata.inference_id == response.headers["X-Request-Id"]]
+                 if reader.inference_id(r) == response.headers["X-Request-Id"]]
     assert record.endpoint_input is not None
-    assert record.endpoint_input.decoded() == photos["chelsea"]
+    assert reader.decoded(record.endpoint_input) == photos["chelsea"]
 
 
 def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, bytes]) -> None:
@@ -124,3 +128,33 @@ def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, byte
     assert (failed["status"], failed["error_code"]) == (400, "MissingImage")
     text = stack.api_log.read_text(errors="replace")
     assert "s3cr3t-api-key-value" not in text and encoded[:64] not in text
+
+
+def test_the_whole_capture_folder_reads_each_endpoint_with_its_labels(
+        stack: Stack, photos: dict[str, bytes], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``sagegate capture captures/`` over image and iris records the stack wrote: every
+    endpoint's rows with its own model's labels, and a public-style JSON preprocessor run
+    unchanged over the iris folder."""
+    image = stack.post("/predict?k=1", photos["coffee"], "image/jpeg",
+                       **{"X-Request-Id": "folder-image", "Cache-Control": "no-cache"})
+    flower = stack.post("/models/iris/predict",
+                        json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]]}).encode(),
+                        **{"X-Request-Id": "folder-iris", "Cache-Control": "no-cache"})
+    assert (image.status, flower.status) == (200, 200)
+
+    assert reader.main([str(stack.captures), "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    rows = {row["inferenceId"]: row for row in map(json.loads, captured.out.splitlines())}
+    ids = image.headers["X-Request-Id"], flower.headers["X-Request-Id"]
+    assert rows[ids[1]]["top1_label"] == "setosa"
+    assert rows[ids[0]]["top1_label"] == json.loads(image.data)["predictions"][0]["label"]
+    assert "Traceback" not in captured.err
+
+    handler = Path(__file__).resolve().parents[1] / "preprocessors" / "json_tensor.py"
+    out = tmp_path / "iris.csv"
+    assert reader.main([str(stack.captures / "iris"), "--format", "csv", "-o", str(out),
+                        "--preprocess-handler", str(handler)]) == 0
+    with out.open() as lines:
+        (row,) = [r for r in csv.DictReader(lines) if r["request_id"] == ids[1]]
+    assert row["feature0000000000"] == "5.1" and float(row["prediction0"]) > 0.5

@@ -15,7 +15,7 @@ import pytest
 
 from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
-from sagegate.captures import read_records
+from sagegate.captures import inference_id, read_records
 from sagegate.localstack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -133,8 +133,40 @@ def test_the_capture_directory_stays_under_its_cap_dropping_the_oldest(tmp_path:
         written += len(line.line)
         assert sum(path.stat().st_size for path in root.rglob("*.jsonl")) <= cap
 
-    kept = [r.event_metadata.inference_id or "" for r in read_records(str(root))]
+    kept = [inference_id(r) for r in read_records(str(root))]
     assert written > 5 * cap
     assert "req-199" in kept and "req-0" not in kept  # the newest kept, the oldest dropped
     numbers = [int(rid.split("-")[1]) for rid in kept]
     assert numbers == list(range(numbers[0], 200))  # exactly the most recent ones, in order
+
+
+def test_a_folder_of_several_endpoints_is_read_whole(tmp_path: Path) -> None:
+    """The folder ``make run`` names, image and iris records side by side: one process reads
+    them all, each endpoint with its own labels, and never stops part-way."""
+    root = captures(tmp_path, 2)
+    flower = Exchange("iris", "AllTraffic", "iris-0", b'{"instances": [[5.1, 3.5, 1.4, 0.2]]}',
+                      "application/json", b'{"predictions": [[0.1, 0.2, 0.7]]}',
+                      "application/json")
+    DirectorySink(root).write([build_record(flower, "both")])
+
+    result = run_reader(str(root), "--top-k", "1")
+
+    assert result.returncode == 0, result.stderr
+    labels = sorted(line.split('"top1_label": ')[1].split(",")[0]
+                    for line in result.stdout.splitlines())
+    assert labels == ['"tench"', '"tench"', '"virginica"']
+    assert "3 row(s) from 3 record(s)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_logger_form_runs_unchanged_in_a_process(tmp_path: Path) -> None:
+    root = tmp_path / "captures"
+    row = Exchange("churn", "AllTraffic", "c-0", b"132,25,113.2", "text/csv", b"0.01\n",
+                   "text/csv; charset=utf-8")
+    DirectorySink(root).write([build_record(row, "both")])
+
+    result = run_reader(str(root), "--preprocess-handler",
+                        str(ROOT / "tests" / "preprocessors" / "data_quality_logger.py"))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == '{"00": "132", "01": "25", "02": "113.2"}'
+    assert "This is data input 132,25,113.2" in result.stderr

@@ -10,7 +10,7 @@ import pytest
 import urllib3
 
 from sagegate.localstack import free_port, peak_rss_mb, start_api
-from tests.corpus import generate
+from tests.corpus import generate, models
 from tests.corpus.generate import Case
 from tests.functional.test_corpus import check_answer
 from tests.integration.conftest import Stack
@@ -18,6 +18,7 @@ from tests.integration.conftest import Stack
 pytestmark = pytest.mark.integration
 
 CASES = generate.cases()
+MODEL_CASES = models.cases()
 PROD_MEMORY_MB = 1769  # lambda_memory_size of the dev and prod stages (.chalice/config.json)
 HEAVIEST = ("bomb-", "aspect-", "resize-fill-", "json-brackets", "json-objects", "json-image-",
             "json-megabyte", "jpeg-1920x1080", "large-half", "panorama", "resize-output")
@@ -32,6 +33,14 @@ def send(stack: Stack, case: Case) -> tuple[int, bytes, dict[str, str]]:
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_every_corpus_case_gets_its_answer_over_http(stack: Stack, case: Case) -> None:
     check_answer(case, *send(stack, case))
+
+
+@pytest.mark.parametrize("case", MODEL_CASES, ids=[case.name for case in MODEL_CASES])
+def test_every_model_route_case_gets_its_answer_without_calling_the_endpoint(
+        stack: Stack, case: Case) -> None:
+    status, body, headers = send(stack, case)
+    check_answer(case, status, body, headers)
+    assert stack.emulator_calls(headers["x-request-id"]) == 0  # answered before the endpoint
 
 
 def test_the_heaviest_cases_stay_under_the_production_memory_size(stack: Stack) -> None:

@@ -98,3 +98,26 @@ def test_the_catalog_answers_what_the_routes_take(stack: Stack) -> None:
 def test_an_unknown_model_is_404(stack: Stack) -> None:
     status, answer = post(stack, "/models/nope/predict", {})
     assert (status, answer["Code"]) == (404, "ModelNotFound")
+
+
+# --- hostile bodies to the handler models (issue 18): a 4xx, the emulator never called ------
+
+
+def test_1025_json_lines_to_sentiment_are_a_400_and_never_reach_the_emulator(
+        stack: Stack) -> None:
+    response = stack.post("/models/sentiment/predict", b'{"text": "fine"}\n' * 1025,
+                          "application/jsonlines")
+    answer = json.loads(response.data)
+    assert (response.status, answer["Code"]) == (400, "SignatureMismatch")
+    assert answer["Message"] == ("The model's input_handler made a request of 1025 instances; "
+                                 "at most 1024 per request: send fewer records.")
+    assert stack.emulator_calls(response.headers["X-Request-Id"]) == 0
+
+
+@pytest.mark.parametrize("path", ["/models/sentiment/predict", "/models/iris-cortex/predict"])
+def test_100000_deep_json_to_a_handler_model_is_a_400(stack: Stack, path: str) -> None:
+    response = stack.post(path, b"[" * 100_000 + b"]" * 100_000)
+    answer = json.loads(response.data)
+    assert (response.status, answer["Code"]) == (400, "InvalidJSON")
+    assert "deeper than 512 levels" in answer["Message"]
+    assert stack.emulator_calls(response.headers["X-Request-Id"]) == 0

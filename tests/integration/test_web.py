@@ -1,4 +1,5 @@
-"""The web page (GET /) in a real browser, against the real stack: Debian's Chromium, driven by
+"""The web page (GET /) in a real browser, against the real stack: Chromium (the one
+``sagegate browser`` finds or installs, as ``make test`` runs it first), driven by
 Playwright, calling chalice local and the emulator's real image model.
 
 The page shrinks a photo to the model's resize rule before sending it: these tests read what
@@ -28,11 +29,11 @@ from playwright.sync_api import (
 )
 from skimage import data
 
+from sagegate.browser import BrowserError, find_chromium
 from tests.integration.conftest import Stack, jpeg_of
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; .ci/run installs it
 CAT_LABELS = re.compile(r"^(tabby|tiger cat|Egyptian cat)$")
 COFFEE_LABELS = re.compile(r"^(espresso|cup|coffee mug)$")
 PHONE = {"viewport": {"width": 375, "height": 812}, "is_mobile": True, "has_touch": True,
@@ -73,11 +74,15 @@ CONTRAST_JS = """() => {
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: the web page tests run Debian's Chromium, which "
-                    ".ci/run installs (apt-get install chromium)", pytrace=False)
+    try:
+        executable = find_chromium()
+    except BrowserError as error:
+        pytest.fail(str(error), pytrace=False)
+    if executable is None:
+        pytest.fail("no Chromium for the web page's tests: `make test` installs one first "
+                    "(.venv/bin/sagegate browser)", pytrace=False)
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+        chromium = playwright.chromium.launch(executable_path=executable, headless=True,
                                               args=["--no-sandbox"])
         try:
             yield chromium

@@ -29,6 +29,7 @@ from chalicelib.cache import (
     cache_key,
     decode_item,
     encode_item,
+    request_cache_control,
 )
 from chalicelib.config import Settings
 from chalicelib.endpoint import InvokeResult
@@ -99,10 +100,62 @@ def test_the_key_is_unambiguous_between_fields_and_body() -> None:
 
 @pytest.mark.parametrize(("header", "read", "write"), [
     (None, True, True), ("no-cache", False, True), ("no-store", True, False),
-    ("No-Cache, no-store", False, False), ("max-age=0", True, True),
-    ("private, no-cache=\"x\"", False, True)])
+    ("No-Cache, no-store", False, False), ("max-age=0", False, True),
+    ("private, no-cache=\"x\"", False, True), ("MAX-AGE=0", False, True),
+    ('max-age="0"', False, True), ("no-transform,NO-CACHE", False, True),
+    ("max-age=10, max-age=20", False, True), ("max-age=-1", False, True),
+    ("max-age=soon", False, True), ("max-stale=60", True, True), ("", True, True)])
 def test_cache_control(header: str | None, read: bool, write: bool) -> None:
-    assert CacheControl.parse(header) == CacheControl(read, write)
+    control = CacheControl.parse(header)
+    assert (control.read, control.write) == (read, write)
+
+
+@pytest.mark.parametrize(("cache_control", "pragma", "read"), [
+    ([], ["no-cache"], False), ([], ["No-Cache"], False), ([], ["x-foo, no-cache"], False),
+    (["max-age=60"], ["no-cache"], True),  # RFC 9111 5.4: understood Cache-Control wins
+    (["x-unknown"], ["no-cache"], False),  # ...one it does not understand does not
+    (["max-age=60", "no-cache"], [], False),  # every line of the field counts
+    (["no-store", "max-age=0"], [], False), ([], ["x-foo"], True)])
+def test_pragma_and_repeated_lines(cache_control: list[str], pragma: list[str],
+                                   read: bool) -> None:
+    assert CacheControl.from_lines(cache_control, pragma).read is read
+
+
+def test_repeated_lines_come_from_api_gateways_multi_value_headers() -> None:
+    # API Gateway keeps the last line of a repeated header in "headers"
+    control = request_cache_control({"cache-control": "max-age=60"},
+                                    {"Cache-Control": ["no-cache", "max-age=60"]})
+    assert not control.read
+    assert request_cache_control({"pragma": "no-cache"}, None).read is False
+    assert request_cache_control({}, {}).read is True
+
+
+def test_max_age_serves_only_answers_stored_that_recently() -> None:
+    now = [1000.0]
+    cache = PredictionCache(MemoryTier(1 << 20, clock=lambda: now[0]), None, 3600,
+                            clock=lambda: now[0])
+    endpoint = SlowEndpoint()
+    cache.request().fetch({}, b"x", endpoint)
+    now[0] += 60
+    recent = cache.request(CacheControl.parse("max-age=60"))
+    recent.fetch({}, b"x", endpoint)
+    assert (recent.status, endpoint.calls) == (HIT, 1)
+    older = cache.request(CacheControl.parse("max-age=59"))
+    older.fetch({}, b"x", endpoint)
+    assert (older.status, endpoint.calls) == (MISS, 2)
+    again = cache.request(CacheControl.parse("max-age=59"))  # the fresh answer was stored
+    again.fetch({}, b"x", endpoint)
+    assert (again.status, endpoint.calls) == (HIT, 2)
+
+
+def test_max_age_0_calls_the_endpoint_and_stores_its_answer() -> None:
+    cache = PredictionCache(MemoryTier(1 << 20), None)
+    endpoint = SlowEndpoint()
+    cache.request().fetch({}, b"x", endpoint)
+    revalidate = cache.request(CacheControl.parse("max-age=0"))
+    revalidate.fetch({}, b"x", endpoint)
+    assert (revalidate.status, endpoint.calls) == (MISS, 2)
+    assert len(cache.memory or []) == 1
 
 
 def test_settings_are_validated() -> None:
@@ -350,6 +403,24 @@ def test_a_table_hit_is_promoted_to_memory() -> None:
         again = cache.request()
         again.fetch({}, b"x", SlowEndpoint(fail=True))  # no stubbed response: memory
         assert (again.status, again.tier) == (HIT, MEMORY)
+
+
+@pytest.mark.parametrize(("max_age", "status"), [(30, HIT), (29, MISS)])
+def test_max_age_applies_to_table_items(max_age: int, status: str) -> None:
+    """The item was stored 30 s ago (it expires a TTL after that)."""
+    client = dynamodb()
+    clock = Clock()
+    cache = PredictionCache(None, TableTier("t", client, clock), 3600, clock=clock)
+    key = cache_key({}, b"x")
+    item = encode_item(key, ANSWER, clock.now - 30 + 3600)
+    endpoint = SlowEndpoint()
+    with Stubber(client) as stub:
+        stub.add_response("get_item", {"Item": item})
+        if status == MISS:
+            stub.add_response("put_item", {})
+        use = cache.request(CacheControl.parse(f"max-age={max_age}"))
+        use.fetch({}, b"x", endpoint)
+    assert (use.status, endpoint.calls) == (status, 0 if status == HIT else 1)
 
 
 def test_a_miss_in_both_writes_both_with_the_ttl() -> None:

@@ -202,9 +202,10 @@ def write_captures(root: Path, count: int = 3) -> None:
 
 def test_flatten_gives_metadata_top_k_and_every_probability(tmp_path: Path) -> None:
     write_captures(tmp_path, 1)
-    (record,) = reader.read_records(str(tmp_path))
-    row = reader.flatten(record, 2, ["c"] * 285 + ["Egyptian cat"] + ["c"] * 714)
+    (entry,) = reader.read_entries(str(tmp_path))
+    (row,) = reader.flatten(entry, 2, ["c"] * 285 + ["Egyptian cat"] + ["c"] * 714)
     assert row["inferenceId"] == "r0" and row["inferenceTime"] == "2026-11-23T09:05:07Z"
+    assert row["endpoint"] == "efficientnet-lite0"
     assert (row["top1_index"], row["top1_label"], row["top1_probability"]) == \
         (285, "Egyptian cat", 0.4)
     assert row["top2_index"] == 281 and "top3_index" not in row
@@ -217,7 +218,7 @@ import json
 
 def preprocess_handler(inference_record):
     output = json.loads(inference_record.endpoint_output.data)
-    if inference_record.event_metadata.inference_id == "r1":
+    if inference_record.event_dict["eventMetadata"]["inferenceId"] == "r1":
         return []
     assert inference_record.endpoint_input.encoding == "BASE64"
     assert inference_record.endpoint_input.observedContentType == "application/x-image"
@@ -240,7 +241,7 @@ def test_cli_applies_a_model_monitor_preprocess_handler_unchanged(
     assert len(rows) == 2  # r1 dropped by the handler
     assert list(rows[0]) == ["0000", "0001", "0002"] and rows[0]["0000"] == "0.0005"
     captured = capsys.readouterr()
-    assert "postprocess ran" in captured.out and "2 record(s)" in captured.err
+    assert "postprocess ran" in captured.out and "2 row(s) from 3 record(s)" in captured.err
 
 
 def test_cli_jsonl_default_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,3 +257,104 @@ def test_cli_reports_a_line_that_is_not_a_record(
     (tmp_path / "bad.jsonl").write_text('{"captureData": {}}\n')
     assert reader.main([str(tmp_path)]) == 2
     assert "bad.jsonl:1: not a capture record" in capsys.readouterr().err
+
+
+# A folder of several endpoints --------------------------------------------------------------
+
+
+def iris(inference_id: str, answer: list[list[float]], endpoint: str = "iris") -> Exchange:
+    return exchange(endpoint=endpoint, inference_id=inference_id,
+                    sent=json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]] * len(answer)}).encode(),
+                    sent_content_type="application/json",
+                    received=json.dumps({"predictions": answer}).encode(),
+                    received_content_type="application/json", custom_attributes=None)
+
+
+def mixed_folder(root: Path) -> Path:
+    DirectorySink(root).write([
+        build_record(exchange(inference_id="img-0"), "both", now=WHEN),
+        build_record(iris("iris-0", [[0.9, 0.06, 0.04]]), "both", now=WHEN),
+        build_record(exchange(inference_id="img-1"), "both", now=WHEN),
+        build_record(iris("iris-1", [[0.1, 0.2, 0.7], [0.2, 0.7, 0.1]]), "both", now=WHEN)])
+    return root
+
+
+def test_each_endpoint_is_read_with_its_own_models_labels(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = mixed_folder(tmp_path / "captures")
+    assert reader.main([str(source), "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    rows = {(r["inferenceId"], r.get("row")): r
+            for r in map(json.loads, captured.out.splitlines())}
+    assert rows["img-0", None]["top1_label"] == "Egyptian cat"
+    assert rows["img-1", None]["endpoint"] == "efficientnet-lite0"
+    assert rows["iris-0", None]["top1_label"] == "setosa"
+    assert (rows["iris-1", 0]["top1_label"], rows["iris-1", 1]["top1_label"]) == \
+        ("virginica", "versicolor")  # a batch answer: one row per instance
+    assert "prediction3" not in rows["iris-0", None]
+    assert "note:" not in captured.err and "5 row(s) from 4 record(s)" in captured.err
+
+
+def test_an_endpoint_no_model_calls_is_named_and_read_with_indices(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = mixed_folder(tmp_path / "captures")
+    DirectorySink(source).write([build_record(iris("x-0", [[0.2, 0.8]], "retired-model"),
+                                              "both", now=WHEN)])
+    assert reader.main([str(source), "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    (row,) = [r for r in map(json.loads, captured.out.splitlines())
+              if r["inferenceId"] == "x-0"]
+    assert (row["endpoint"], row["top1_label"]) == ("retired-model", "1")
+    (note,) = [line for line in captured.err.splitlines() if line.startswith("note:")]
+    assert "'retired-model'" in note and "--labels" in note
+
+
+def test_one_label_file_for_a_mixed_folder_names_the_endpoint_and_the_way_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = mixed_folder(tmp_path / "captures")
+    assert reader.main([str(source), "--labels", "imagenet1k", "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    (note,) = captured.err.strip().splitlines()[:-1]
+    assert note.startswith("note: ") and "endpoint 'iris'" in note and "--labels ''" in note
+    assert "returned 3 classes; the label file has 1000" in note
+    labels = [(r["inferenceId"], r["top1_label"])
+              for r in map(json.loads, captured.out.splitlines())]
+    assert labels == [("img-0", "Egyptian cat"), ("img-1", "Egyptian cat"), ("iris-0", "0"),
+                      ("iris-1", "2"), ("iris-1", "1")]  # every record, none stopped at
+
+
+def test_answers_that_are_not_probabilities_still_give_their_rows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = mixed_folder(tmp_path / "captures")
+    DirectorySink(source).write([build_record(exchange(
+        endpoint="churn", inference_id=f"c{i}", sent=b"1,2,3", sent_content_type="text/csv",
+        received=b"0.93\n", received_content_type="text/csv"), "both", now=WHEN)
+        for i in range(2)])
+    assert reader.main([str(source), "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    churn = [r for r in rows if r["endpoint"] == "churn"]
+    assert [r["inferenceId"] for r in churn] == ["c0", "c1"]
+    assert all("top1_index" not in r and r["inputBytes"] == 5 for r in churn)
+    assert len(rows) == 7
+    notes = [line for line in captured.err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2  # churn is in no model (indices), and its answers are no probabilities
+    assert "not class probabilities" in notes[1] and "--preprocess-handler" in notes[1]
+
+
+def test_the_size_cap_holds_per_endpoint(tmp_path: Path) -> None:
+    cap = 400_000
+    sink = DirectorySink(tmp_path, max_bytes=cap)
+    sink.write([build_record(iris(f"iris-{i}", [[0.9, 0.06, 0.04]]), "both", now=WHEN)
+                for i in range(20)])
+    iris_files = sorted((tmp_path / "iris").rglob("*.jsonl"))
+    image = exchange(sent=bytes(30_000))
+    for hour in range(10, 20):  # image traffic, later hours, 3 MB in all
+        sink.write([build_record(image, "both", now=WHEN.replace(hour=hour))
+                    for _ in range(10)])
+        image_bytes = sum(p.stat().st_size
+                          for p in (tmp_path / "efficientnet-lite0").rglob("*.jsonl"))
+        assert image_bytes <= cap
+    assert iris_files and sorted((tmp_path / "iris").rglob("*.jsonl")) == iris_files
+    assert len(list(reader.read_records(str(tmp_path / "iris")))) == 20
+    assert not list((tmp_path / "efficientnet-lite0").rglob("10/*.jsonl"))  # its oldest hour

@@ -13,8 +13,9 @@ from sagegate import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 # The make targets that are aliases of a command, and the command each runs.
-MAKE_ALIASES = {"run": "run", "bench": "bench", "bench-coldstart": "bench-coldstart",
-                "bench-worstcase": "bench-worstcase", "layer": "layer", "layer-zip": "layer",
+MAKE_ALIASES = {"run": "run", "browser": "browser", "bench": "bench",
+                "bench-coldstart": "bench-coldstart", "bench-worstcase": "bench-worstcase",
+                "layer": "layer", "layer-zip": "layer",
                 "package": "package", "deploy": "deploy", "chalice-deploy": "chalice-deploy",
                 "policy": "policy", "deploy-check": "check", "lock": "lock"}
 # Modules that are not sagegate's own and still name themselves `python -m ...` in usage.

@@ -47,6 +47,17 @@ def test_bad_values_name_the_variable(var: str, value: str) -> None:
         Settings.from_env(env)
 
 
+@pytest.mark.parametrize("connect,read,budget", [("2", "23", "25"), ("5", "20", "25"),
+                                                 ("0.5", "8", "8.5")])
+def test_a_whole_endpoint_attempt_must_leave_time_to_preprocess(connect: str, read: str,
+                                                                budget: str) -> None:
+    env = {"ENDPOINT_NAME": "ep", "ENDPOINT_CONNECT_TIMEOUT": connect,
+           "ENDPOINT_READ_TIMEOUT": read, "REQUEST_BUDGET_SECONDS": budget}
+    with pytest.raises(ConfigurationError, match=r"ENDPOINT_READ_TIMEOUT.*ENDPOINT_CONNECT"):
+        Settings.from_env(env)
+    Settings.from_env({**env, "REQUEST_BUDGET_SECONDS": "29"})
+
+
 def test_explicit_argument_beats_environment() -> None:
     settings = Settings.from_env({"ENDPOINT_NAME": "ep", "DEFAULT_K": "3"}, default_k=7)
     assert settings.default_k == 7

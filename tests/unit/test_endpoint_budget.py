@@ -17,8 +17,12 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
+from chalicelib import imaging
+from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
-from chalicelib.errors import EndpointTimeoutError, EndpointUnavailableError
+from chalicelib.errors import EndpointUnavailableError, PreprocessingTimeoutError
+from chalicelib.pipeline import PredictOptions, Predictor
+from tests import imagefactory
 
 ATTEMPT_SECONDS = 0.5  # what one failed attempt takes on the fake clock
 START = 1000.0
@@ -77,11 +81,16 @@ def budgeted() -> Iterator[Budgeted]:
 @pytest.mark.parametrize("remaining", [2.99, 0.0, -1.0])
 def test_no_attempt_starts_when_the_budget_cannot_hold_one(budgeted: Budgeted,
                                                            remaining: float) -> None:
+    """The cause named truthfully: a 503 to retry, not the endpoint's 504 timeout."""
     endpoint = budgeted.endpoint(RetryPolicy(attempt_timeout=3.0, base_delay=0.1,
                                              max_delay=0.1), 0.1)
-    with pytest.raises(EndpointTimeoutError, match="time budget"):
+    with pytest.raises(PreprocessingTimeoutError, match="before the endpoint could be called"
+                       ) as raised:
         endpoint.invoke(INVOCATION, deadline=START + remaining)
     assert budgeted.clock.starts == []  # nothing was queued: the endpoint was never called
+    assert (raised.value.STATUS_CODE, raised.value.CODE) == (503, "PreprocessingTimeout")
+    assert raised.value.headers == {"Retry-After": "2"}
+    assert f"{max(0.0, remaining):.1f} s were left; a call needs 3.0 s" in raised.value.message
 
 
 def test_an_attempt_starts_when_exactly_one_fits(budgeted: Budgeted) -> None:
@@ -139,3 +148,84 @@ def test_a_retry_that_fits_is_made(budgeted: Budgeted) -> None:
     assert budgeted.clock.starts == [START, START + 2.5]
     assert budgeted.clock.sleeps == [2.0]
     budgeted.stubber.assert_no_pending_responses()
+
+
+# -- the pipeline: preprocessing has the budget less one attempt; the endpoint, that attempt ----
+
+ATTEMPT = 3.0
+BUDGET = 10.0
+DECODE_SECONDS = 2.0  # what the decode and resize take on the fake clock
+ENCODE_SECONDS = 0.5
+
+
+@dataclass
+class Pipeline:
+    predictor: Predictor
+    encodes: list[float]
+    """The clock's time at each encode."""
+
+
+@pytest.fixture
+def pipeline(budgeted: Budgeted, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A Predictor on the fake clock, whose decode-and-resize and encode move it."""
+    clock = budgeted.clock
+    encodes: list[float] = []
+    decode_and_resize, encode = imaging.decode_and_resize, imaging.encode
+
+    def slow_decode(*args: Any, **kwargs: Any) -> Any:
+        clock.now += DECODE_SECONDS
+        return decode_and_resize(*args, **kwargs)
+
+    def slow_encode(*args: Any, **kwargs: Any) -> Any:
+        encodes.append(clock.now)
+        clock.now += ENCODE_SECONDS
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(imaging, "decode_and_resize", slow_decode)
+    monkeypatch.setattr(imaging, "encode", slow_encode)
+    policy = RetryPolicy(max_attempts=3, budget_seconds=BUDGET, attempt_timeout=ATTEMPT,
+                         base_delay=0.1, max_delay=0.1)
+    settings = Settings.from_env({"ENDPOINT_NAME": "efficientnet-lite0"}, passthrough=False)
+    return Pipeline(Predictor(settings, budgeted.endpoint(policy, 0.1), None), encodes)
+
+
+def answer(budgeted: Budgeted) -> None:
+    body = b"[0.25, 0.75]"
+    budgeted.stubber.add_response("invoke_endpoint", {
+        "Body": StreamingBody(BytesIO(body), len(body)), "ContentType": "application/json"})
+
+
+@pytest.mark.parametrize("late", [0.01, 1.0, 5.0])
+def test_a_decode_past_its_share_is_refused_before_the_encode_and_the_call(
+        budgeted: Budgeted, pipeline: Pipeline, late: float) -> None:
+    """The request started long enough ago that the decode ends ``late`` seconds past the
+    preprocessing deadline (budget end less one attempt): 503, no encode, no call."""
+    started = START - (BUDGET - ATTEMPT - DECODE_SECONDS) - late
+    with pytest.raises(PreprocessingTimeoutError):
+        pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+                                   deadline=started + BUDGET)
+    assert pipeline.encodes == [] and budgeted.clock.starts == []
+
+
+def test_an_encode_past_the_share_is_refused_before_the_call(budgeted: Budgeted,
+                                                             pipeline: Pipeline) -> None:
+    """The decode ends inside the share, the encode after it: the endpoint is not called."""
+    deadline = START + DECODE_SECONDS + ATTEMPT + ENCODE_SECONDS / 2
+    with pytest.raises(PreprocessingTimeoutError):
+        pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+                                   deadline=deadline)
+    assert len(pipeline.encodes) == 1 and budgeted.clock.starts == []
+
+
+@pytest.mark.parametrize("spare", [0.0, 0.5, 4.0])
+def test_preprocessing_done_within_its_share_always_gets_a_whole_attempt(
+        budgeted: Budgeted, pipeline: Pipeline, spare: float) -> None:
+    """Decode and encode end ``spare`` seconds before the preprocessing deadline (0: exactly
+    on it): the endpoint is called, with a whole attempt's time before the budget ends."""
+    deadline = START + DECODE_SECONDS + ENCODE_SECONDS + spare + ATTEMPT
+    answer(budgeted)
+    result = pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+                                        deadline=deadline)
+    assert result.attempts == 1
+    assert budgeted.clock.starts == [START + DECODE_SECONDS + ENCODE_SECONDS]
+    assert deadline - budgeted.clock.starts[0] >= ATTEMPT

@@ -1,6 +1,7 @@
 """Users' handler files run unchanged: SageMaker TF Serving inference.py and Cortex handler.py."""
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import logging
@@ -21,7 +22,9 @@ from chalicelib.errors import (
     EndpointUnavailableError,
     HandlerError,
     InvalidInputError,
+    InvalidJSONError,
     ModelError,
+    PayloadTooLargeError,
     SignatureMismatchError,
 )
 from chalicelib.handlers import CortexHandler, TfsHandler
@@ -379,7 +382,7 @@ def test_output_handler_must_return_body_and_content_type(
     with caplog.at_level(logging.ERROR, "sagegate.handlers"), \
             pytest.raises(HandlerError) as caught:
         run_tfs(tmp_path, source)
-    assert caught.value.message == "The model's handler failed."
+    assert caught.value.message == handlers.HANDLER_FAILED
     assert f"output_handler returned {shape}; it must return (body: str | bytes" in caplog.text
     assert "models/my-model/inference.py" in caplog.text
 
@@ -423,7 +426,7 @@ def test_other_exceptions_are_handler_errors_with_the_traceback_logged_only(
     with caplog.at_level(logging.ERROR, "sagegate.handlers"), \
             pytest.raises(HandlerError) as caught:
         run_tfs(tmp_path, source)
-    assert caught.value.message == "The model's handler failed."
+    assert caught.value.message == handlers.HANDLER_FAILED
     assert caught.value.STATUS_CODE == 500
     assert "secret-detail" not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
@@ -626,14 +629,63 @@ def cortex_load_error(tmp_path: Path, source: str,
     return caught.value.message
 
 
-def test_cortex_needs_both_functions_with_three_arguments(tmp_path: Path) -> None:
-    message = cortex_load_error(tmp_path, "def post_inference(prediction, signature, metadata):"
-                                          "\n    pass\n")
-    assert message == "models/cx/handler.py defines no pre_inference(sample, signature, metadata)"
+def test_cortex_needs_one_function_in_one_of_its_forms(tmp_path: Path) -> None:
+    message = cortex_load_error(tmp_path, "def predict(sample):\n    pass\n")
+    assert message == ("models/cx/handler.py defines neither pre_inference(sample, signature, "
+                       "metadata) nor post_inference(prediction, signature, metadata)")
     message = cortex_load_error(tmp_path, CORTEX_ECHO.replace(
         "post_inference(prediction, signature, metadata)", "post_inference(prediction)"))
-    assert "models/cx/handler.py: post_inference must take 3 positional arguments" in message
+    assert message.startswith("models/cx/handler.py: post_inference must take 3 or 2 positional "
+                              "arguments post_inference(prediction, signature, metadata) or "
+                              "post_inference(prediction, metadata), not ")
     assert "failed to import" in cortex_load_error(tmp_path, "raise RuntimeError('x')\n")
+
+
+# Cortex v0.6 to v0.9 (ONNX): two arguments, ``metadata`` the inputs' / outputs' NodeArg list.
+CORTEX_V09 = """
+    def pre_inference(sample, metadata):
+        return {metadata[0].name: [sample["a"], sample["b"], sample["c"], sample["d"]]}
+
+    def post_inference(prediction, metadata):
+        return {"output": metadata[0].name, "type": metadata[0].type,
+                "first": prediction[0][0].tolist()}
+"""
+
+
+def test_cortex_v09_two_argument_functions_run(tmp_path: Path) -> None:
+    model = cortex_model(tmp_path, CORTEX_V09, metadata={"ignored": True})
+    handler = CortexHandler.load(model)
+    assert (handler.pre_arguments, handler.post_arguments) == (2, 2)
+    result = handler({"a": 5.1, "b": 3.5, "c": 1.4, "d": 0.2}, invoke := FakeInvoke(), model)
+    assert invoke.sent["instances"] == [[5.1, 3.5, 1.4, 0.2]]
+    assert result == {"output": "probabilities", "type": "tensor(float)",
+                      "first": [pytest.approx(0.1), pytest.approx(0.7), pytest.approx(0.2)]}
+
+
+def test_cortex_forms_may_be_mixed_and_star_args_take_the_newest(tmp_path: Path) -> None:
+    source = CORTEX_V09.replace("def post_inference(prediction, metadata)",
+                                "def post_inference(prediction, *rest)").replace(
+        'return {"output": metadata[0].name', 'metadata = rest[0]\n        return {"output": '
+                                             'metadata[0].name')
+    handler = CortexHandler.load(cortex_model(tmp_path, source))
+    assert (handler.pre_arguments, handler.post_arguments) == (2, 3)
+
+
+def test_cortex_functions_are_optional_as_in_cortex(tmp_path: Path) -> None:
+    only_post = "def post_inference(prediction, signature, metadata):\n    return 'ok'\n"
+    result, invoke = run_cortex(tmp_path, {"features": [1, 2, 3, 4]}, only_post)
+    assert (result, invoke.sent["instances"]) == ("ok", [[1.0, 2.0, 3.0, 4.0]])
+    with pytest.raises(SignatureMismatchError):
+        run_cortex(tmp_path, {"petals": [1, 2, 3, 4]}, only_post)
+    only_pre = "def pre_inference(sample, signature, metadata):\n    return [1, 2, 3, 4]\n"
+    result, _ = run_cortex(tmp_path, {}, only_pre)
+    assert result == [[[pytest.approx(0.1), pytest.approx(0.7), pytest.approx(0.2)]]]
+
+
+def test_post_inference_gets_the_outputs_signature(tmp_path: Path) -> None:
+    source = CORTEX_ECHO.replace('"signature": [', '"outputs": [')
+    result, _ = run_cortex(tmp_path, {"returned": [1, 2, 3, 4]}, source)
+    assert result["outputs"] == [["probabilities", ["N", 3], "tensor(float)"]]
 
 
 def test_cortex_needs_declared_inputs(tmp_path: Path) -> None:
@@ -646,7 +698,12 @@ def test_the_signature_shows_onnx_names_shapes_and_types(tmp_path: Path) -> None
                                   TensorSpec("scale", DType.FLOAT64, (-1, 2, 2)),
                                   TensorSpec("flag", DType.BOOL, (-1,))))
     sample = {"returned": {"ids": list(range(8)), "scale": [[1, 2], [3, 4]], "flag": [True]}}
-    result, invoke = run_cortex(tmp_path, sample, signature=signature)
+    source = CORTEX_ECHO.replace('return sample["returned"]',
+                                'global SEEN\n        SEEN = signature\n'
+                                '        return sample["returned"]').replace(
+        '"signature": [[s.name, s.shape, s.type] for s in signature]',
+        '"signature": [[s.name, s.shape, s.type] for s in SEEN]')
+    result, invoke = run_cortex(tmp_path, sample, source, signature=signature)
     assert result["signature"] == [["ids", ["N", 8], "tensor(int64)"],
                                    ["scale", ["N", 2, 2], "tensor(double)"],
                                    ["flag", ["N"], "tensor(bool)"]]
@@ -777,7 +834,7 @@ def test_pre_inference_failures(tmp_path: Path, raised: str, expected: type) -> 
 
 def test_post_inference_failures_are_handler_errors(tmp_path: Path) -> None:
     source = CORTEX_ECHO.replace('"signature": [', '"signature": 1 / 0 or [')
-    with pytest.raises(HandlerError, match=r"^The model's handler failed\.$"):
+    with pytest.raises(HandlerError, match=r"^The model's handler failed; "):
         run_cortex(tmp_path, {"returned": [1, 2, 3, 4]}, source)
 
 
@@ -847,3 +904,173 @@ def test_the_sentiment_inference_py_unchanged(tmp_path: Path) -> None:
     assert invoke.sent["signature_name"] == "serving_default"
     with pytest.raises(InvalidInputError, match="Unsupported content type text/csv"):
         handler(call(b"a,b", "text/csv"), invoke, model)
+
+
+# --- a failed handler: the request id always, the exception when the model opts in --------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_a_failure_hides_the_exception_and_points_to_the_log(tmp_path: Path) -> None:
+    source = PAIR.replace("return data.read()", f"raise KeyError('db password {SECRET}')")
+    with pytest.raises(HandlerError) as caught:
+        run_tfs(tmp_path, source)
+    assert "request_id" in caught.value.message and "log" in caught.value.message
+    assert caught.value.details == {"function": "input_handler"}
+    assert SECRET not in json.dumps([caught.value.message, caught.value.details])
+
+
+def test_a_model_may_expose_the_exceptions_type_and_bounded_message(tmp_path: Path) -> None:
+    source = PAIR.replace("return response.content, context.accept_header",
+                          "raise RuntimeError('vocab missing: ' + 'x' * 5000)")
+    model = dataclasses.replace(tfs_model(tmp_path, source), expose_handler_errors=True)
+    with pytest.raises(HandlerError) as caught:
+        TfsHandler.load(model)(call(), FakeInvoke(), model)
+    exposed = caught.value.details["exception"]
+    assert caught.value.details["function"] == "output_handler"
+    assert exposed == {"type": "RuntimeError", "message": "vocab missing: " + "x" * 497}
+
+
+def test_an_exposed_exception_with_a_broken_str_still_answers(tmp_path: Path) -> None:
+    source = CORTEX_ECHO.replace('return sample["returned"]', textwrap.indent(textwrap.dedent("""
+        class Odd(Exception):
+            def __str__(self):
+                raise RuntimeError("no")
+        raise Odd()"""), "        "))
+    model = dataclasses.replace(cortex_model(tmp_path, source), expose_handler_errors=True)
+    with pytest.raises(HandlerError) as caught:
+        CortexHandler.load(model)({}, FakeInvoke(), model)
+    assert caught.value.details["exception"] == {"type": "Odd", "message": ""}
+
+
+def test_a_file_reading_data_as_bytes_is_told_to_read_the_stream(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = PAIR.replace("return data.read()", "return json.loads(data.decode('utf-8'))")
+    with caplog.at_level(logging.ERROR, "sagegate.handlers"), pytest.raises(HandlerError):
+        run_tfs(tmp_path, source)
+    assert "data is a stream" in caplog.text and "data.read()" in caplog.text
+
+
+# --- hostile bodies: depth before user code, the batch after it ----------------------------
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 600 + b"1" + b"}" * 600,
+    b'{"text": "ok"}\n' + b"[" * 513 + b"]" * 513,  # one JSON line too deep
+])
+def test_a_json_body_nesting_too_deep_is_refused_before_the_handler(
+        tmp_path: Path, body: bytes) -> None:
+    source = PAIR.replace("return data.read()", "raise AssertionError('reached the handler')")
+    with pytest.raises(InvalidJSONError, match="deeper than 512 levels"):
+        run_tfs(tmp_path, source, call(body))
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 512 + b"]" * 512,
+    b'{"text": "' + b"[" * 100_000 + b'"}',  # brackets inside a string are text
+    b'{"text": "\\"' + b"{" * 1000 + b'"}',  # an escaped quote does not end the string
+    b"not json at all",
+])
+def test_deep_looking_text_and_the_limit_itself_reach_the_handler(tmp_path: Path,
+                                                                  body: bytes) -> None:
+    _, invoke = run_tfs(tmp_path, PAIR, call(body))
+    assert invoke.calls[0][0] == body
+
+
+def test_the_depth_bound_applies_to_json_types_only(tmp_path: Path) -> None:
+    body = b"[" * 600 + b"]" * 600
+    _, invoke = run_tfs(tmp_path, PAIR, call(body, "text/csv"))
+    assert invoke.calls[0][0] == body
+    with pytest.raises(InvalidJSONError):
+        run_tfs(tmp_path, PAIR, call(body, "application/jsonlines"))
+
+
+@pytest.mark.parametrize("request_body, count", [
+    ({"instances": [[1]] * 1025}, 1025),
+    ({"signature_name": "serving_default", "inputs": [[1]] * 2000}, 2000),
+    ({"inputs": {"ids": [[1]] * 1025, "mask": [[1]] * 3}}, 1025),
+])
+def test_an_input_handler_may_not_build_more_than_the_batch_limit(
+        tmp_path: Path, request_body: dict[str, Any], count: int) -> None:
+    source = PAIR.replace("return data.read()", f"return {request_body!r}")
+    invoke = FakeInvoke()
+    with pytest.raises(SignatureMismatchError) as caught:
+        run_tfs(tmp_path, source, invoke=invoke)
+    assert caught.value.message == (f"The model's input_handler made a request of {count} "
+                                    "instances; at most 1024 per request: send fewer records.")
+    assert invoke.calls == []
+
+
+@pytest.mark.parametrize("request_body", [
+    {"instances": [[1]] * 1024}, {"inputs": {"ids": [[1]] * 1024}}, {"other": [1] * 5000},
+])
+def test_the_batch_limit_itself_and_other_bodies_are_sent(
+        tmp_path: Path, request_body: dict[str, Any]) -> None:
+    source = PAIR.replace("return data.read()", f"return {request_body!r}")
+    _, invoke = run_tfs(tmp_path, source)
+    assert invoke.sent == request_body
+
+
+def test_a_handler_posting_more_than_the_batch_limit_gets_the_4xx(tmp_path: Path) -> None:
+    invoke = FakeInvoke()
+    body = json.dumps({"instances": [[1]] * 1025}).encode()
+    with pytest.raises(SignatureMismatchError, match="handler made a request of 1025"):
+        run_tfs(tmp_path, POSTING, call(body), invoke)
+    assert invoke.calls == []
+
+
+def test_pre_inference_may_not_build_more_than_the_batch_limit(tmp_path: Path) -> None:
+    invoke = FakeInvoke()
+    with pytest.raises(SignatureMismatchError, match=r"got 1025 rows \(at most 1024 a request"):
+        run_cortex(tmp_path, {"returned": [[1, 2, 3, 4]] * 1025}, invoke=invoke)
+    assert invoke.calls == []
+    _, invoke = run_cortex(tmp_path, {"returned": [[1, 2, 3, 4]] * 1024})
+    assert len(invoke.sent["instances"]) == 1024
+
+
+RECURSING = """
+    import json
+
+    def _walk(value):
+        return [_walk(item) for item in value] if isinstance(value, list) else value
+
+    def input_handler(data, context):
+        return json.dumps(_walk(json.loads(data.read())))
+
+    def output_handler(response, context):
+        return response.content, context.accept_header
+"""
+
+
+def test_a_recursion_error_on_the_input_side_is_the_clients(tmp_path: Path) -> None:
+    body = b"[" * 500 + b"]" * 500  # within the depth bound, but too deep for a Python walk
+    with pytest.raises(InvalidInputError, match="nested too deeply"):
+        run_tfs(tmp_path, RECURSING.replace("_walk(item)", "_walk([_walk(item)])"), call(body))
+
+
+def test_a_memory_error_on_the_input_side_is_a_413(tmp_path: Path) -> None:
+    source = PAIR.replace("return data.read()", "raise MemoryError()")
+    with pytest.raises(PayloadTooLargeError, match="input_handler ran out of memory"):
+        run_tfs(tmp_path, source)
+
+
+@pytest.mark.parametrize("statement", ["raise RecursionError('deep')", "raise MemoryError()"])
+def test_recursion_and_memory_errors_on_the_output_side_are_handler_errors(
+        tmp_path: Path, statement: str) -> None:
+    source = PAIR.replace("return response.content, context.accept_header", statement)
+    with pytest.raises(HandlerError):
+        run_tfs(tmp_path, source)
+
+
+def test_a_returned_value_too_deep_to_read_is_a_handler_error(tmp_path: Path) -> None:
+    deep = "value = []\n        for _ in range(100_000):\n            value = [value]\n"
+    source = CORTEX_ECHO.replace('return {\n            "signature"',
+                                 f'{deep}        return value\n        return {{\n'
+                                 '            "signature"')
+    with pytest.raises(HandlerError):
+        run_cortex(tmp_path, {"returned": [1, 2, 3, 4]}, source)
+    source = PAIR.replace("return data.read()", "value = []\n        for _ in range(100_000):\n"
+                          "            value = [value]\n        return {'instances': value}")
+    with pytest.raises(HandlerError):
+        run_tfs(tmp_path, source)

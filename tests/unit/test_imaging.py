@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import struct
 from pathlib import Path
 
 import cv2
@@ -13,6 +14,7 @@ from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidPara
 from chalicelib.media import ImageFormat
 from chalicelib.probe import probe
 from tests import imagefactory
+from tests.corpus import generate
 
 LIMIT = imaging.Limits(max_pixels=40_000_000)
 
@@ -31,6 +33,70 @@ def test_probe_applies_exif_orientation(orientation: int, size: tuple[int, int])
     data = imagefactory.jpeg_with_orientation(imagefactory.gradient(60, 40), orientation)
     info = probe(data)
     assert (info.width, info.height, info.orientation) == (*size, orientation)
+
+
+@pytest.mark.parametrize("orientations", [(6, 1), (1, 6), (6, 8), (8, 6), (3, 6), (1, 1)],
+                         ids=str)
+def test_probe_reads_the_exif_block_the_decoders_apply(orientations: tuple[int, int]) -> None:
+    """Several EXIF blocks: OpenCV and Pillow apply the first (decoded here, not assumed), so
+    the probe's size and orientation are the first's; any block's rotation is remembered."""
+    data = generate.jpeg_with_exif_blocks(imagefactory.gradient(60, 40), orientations)
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    pillow = PIL.Image.open(io.BytesIO(data)).getexif().get(0x0112)
+    info = probe(data)
+    assert (info.height, info.width) == decoded.shape[:2]
+    assert info.orientation == pillow == orientations[0]
+    assert info.exif_orientations == orientations
+    assert info.upright is (orientations == (1, 1))
+
+
+def _exif_jpeg(entries: list[tuple[int, int, int]], order: str) -> bytes:
+    """A 80x40 JPEG with one EXIF block whose IFD0 holds ``entries`` (tag, type, value)."""
+    packed = b"".join(struct.pack(order + "HHIHH", tag, kind, 1, value, 0) if kind == 3
+                      else struct.pack(order + "HHII", tag, kind, 1, value)
+                      for tag, kind, value in entries)
+    tiff = ((b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "I", 8)
+            + struct.pack(order + "H", len(entries)) + packed + struct.pack(order + "I", 0))
+    payload = b"Exif\x00\x00" + tiff
+    jpeg = imagefactory.jpeg(80, 40)
+    return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
+
+
+_FILLER = [(0x9000 + index, 3, 1) for index in range(300)]
+
+
+@pytest.mark.parametrize("entries", [
+    [(0x0112, 4, 6)],  # a LONG: OpenCV reads its first two bytes, Pillow the whole
+    [(0x0132, 3, 1), (0x0112, 3, 6)],
+    [*_FILLER, (0x0112, 3, 6)],  # past the 256th entry
+    [(0x0112, 3, 6), (0x0112, 3, 1)], [(0x0112, 3, 1), (0x0112, 3, 6)],  # the tag twice
+], ids=["long", "second", "after-300", "twice-rotated-first", "twice-rotated-last"])
+@pytest.mark.parametrize("order", ["<", ">"], ids=["II", "MM"])
+def test_an_exif_rotation_any_decoder_reads_is_never_ignored(
+        entries: list[tuple[int, int, int]], order: str) -> None:
+    """However the tag is stored, an image OpenCV or Pillow would turn, or that declares a
+    rotation at all, is not upright to the probe (so it is never forwarded untouched); where
+    OpenCV turns it, the probe's size is the turned one."""
+    data = _exif_jpeg(entries, order)
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    opencv_turns = decoded.shape[:2] != (40, 80)
+    pillow_turns = PIL.Image.open(io.BytesIO(data)).getexif().get(0x0112, 1) != 1
+    info = probe(data)
+    # a decoder turns each one (but the last case, whose rotation only a later tag declares)
+    assert opencv_turns or pillow_turns or entries[0][2] == 1
+    assert not info.upright
+    if opencv_turns:
+        assert (info.height, info.width) == decoded.shape[:2]
+
+
+@pytest.mark.parametrize("orientations", [(6, 1), (1, 6)], ids=str)
+def test_a_jpeg_any_exif_block_rotates_is_never_passed_through(
+        orientations: tuple[int, int]) -> None:
+    data = generate.jpeg_with_exif_blocks(imagefactory.gradient(60, 40), orientations)
+    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    assert not imaging.can_pass_through(data, probe(data), plan)
+    upright = generate.jpeg_with_exif_blocks(imagefactory.gradient(60, 40), (1, 1))
+    assert imaging.can_pass_through(upright, probe(upright), plan)
 
 
 @pytest.mark.parametrize("data", [b"", b"GIF89a....", b"hello world", b"\xff\xd8\xff",

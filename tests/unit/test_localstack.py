@@ -106,11 +106,12 @@ def test_port_options_beat_the_environment() -> None:
     args = parse_args(["--stage", "test", "--api-port", str(api),
                        "--emulator-port", str(emulator)])
 
-    api_port, emulator_port, settings = preflight(
+    api_port, emulator_port, settings, api_key = preflight(
         args, {"API_PORT": "eighty", "EMULATOR_PORT": "eighty"})
 
     assert (api_port, emulator_port) == (api, emulator)
     assert settings.endpoint_name == "efficientnet-lite0"
+    assert api_key is None  # the test stage is open
 
 
 def test_the_same_port_twice_is_refused() -> None:
@@ -326,7 +327,10 @@ def test_sagegate_run_refuses_to_start_on_a_broken_model(tmp_path: Path) -> None
     shutil.copytree(MODELS_DIR, tmp_path / "models")
     assert "iris-cortex" in localstack.check_models(settings, {}, tmp_path / "models")
     handler = tmp_path / "models" / "iris-cortex" / "handler.py"
-    handler.write_text(handler.read_text().replace("def post_inference", "def post_inferenc"))
+    # a post_inference of no form Cortex ever called (it may be left out, not misshapen)
+    handler.write_text(handler.read_text().replace(
+        "def post_inference(prediction, signature, metadata)",
+        "def post_inference(prediction, signature, metadata, extra)"))
     with pytest.raises(localstack.StartError) as caught:
         localstack.check_models(settings, {}, tmp_path / "models")
     assert "models/iris-cortex/handler.py" in str(caught.value)

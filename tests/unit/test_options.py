@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -328,3 +329,127 @@ def test_resize_refuses_the_models_own_mode() -> None:
                                                 {"width": "8", "height": "8",
                                                  "mode": "shorter-side"}),
                             max_body_bytes=LIMIT, max_output_pixels=10_000)
+
+
+# --- one rule for every body shape: the query string applies to JSON bodies too ----------
+
+def read_json_predict(body: dict[str, object], query: dict[str, str],
+                      **headers: str) -> options.PredictRequest:
+    return options.read_predict(
+        options.HttpRequest(json.dumps(body).encode(), "application/json",
+                            {name.lower(): value for name, value in headers.items()}, query),
+        max_body_bytes=LIMIT, default_k=5)
+
+
+def test_query_options_apply_to_a_json_body() -> None:
+    read = read_json_predict({"image": B64}, {"k": "1", "variant": "Blue"})
+    assert (read.options.k, read.options.variant) == (1, "Blue")
+
+
+def test_the_query_wins_over_a_header_for_a_json_body_too() -> None:
+    read = read_json_predict({"image": B64}, {"variant": "Blue"}, **{"X-Target-Variant": "B"})
+    assert read.options.variant == "Blue"
+
+
+@pytest.mark.parametrize("query", [{"kk": "1"}, {"image": "aW1n"}, {"data": "x"}])
+def test_an_unknown_query_parameter_is_refused_with_a_json_body(query: dict[str, str]) -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        read_json_predict({"image": B64}, query)
+    assert caught.value.message.startswith(f"Unknown query parameter(s) {next(iter(query))!r}")
+
+
+def test_an_option_in_the_body_and_the_query_is_refused_naming_both() -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        read_json_predict({"image": B64, "k": 1, "variant": "A"}, {"k": "1", "variant": "A"})
+    assert caught.value.message == ("'k', 'variant' sent both as a field of the JSON body and "
+                                    "as a query parameter; send each option once.")
+
+
+def test_topk_in_the_body_and_k_in_the_query_are_one_option_sent_twice() -> None:
+    with pytest.raises(InvalidParameterError, match='"k" or "topk"'):
+        read_json_predict({"image": B64, "topk": 2}, {"k": "1"})
+
+
+def test_a_query_value_of_a_json_body_is_validated_like_a_field() -> None:
+    with pytest.raises(InvalidParameterError, match='"k" must be a whole number'):
+        read_json_predict({"image": B64}, {"k": "0"})
+
+
+def read_json_resize(body: dict[str, object], query: dict[str, str]) -> options.ResizeRequest:
+    return options.read_resize(options.HttpRequest(json.dumps(body).encode(), "application/json",
+                                                   {}, query),
+                               max_body_bytes=LIMIT, max_output_pixels=10_000)
+
+
+def test_resize_reads_a_json_bodys_options_from_the_query() -> None:
+    read = read_json_resize({"image": B64, "height": 20}, {"width": "10", "format": "png"})
+    assert (read.options.width, read.options.height, read.options.format) == (10, 20, "png")
+
+
+@pytest.mark.parametrize(("body", "query", "says"), [
+    ({"image": B64, "width": 8, "height": 8}, {"k": "1"}, "Unknown query parameter(s) 'k'"),
+    ({"image": B64, "width": 8, "height": 8}, {"width": "9"}, "'width' sent both"),
+])
+def test_resize_applies_the_same_rule(body: dict[str, object], query: dict[str, str],
+                                      says: str) -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        read_json_resize(body, query)
+    assert caught.value.message.startswith(says)
+
+
+# --- inference components -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a", "iris-ic", "A1-b2", "x" * 63])
+def test_inference_component_names_sagemaker_accepts(name: str) -> None:
+    assert options.parse_inference_component(name) == name
+
+
+@pytest.mark.parametrize("value", ["-a", "a-", "a_b", "a b", "x" * 64, 3, ["a"], "é"])
+def test_inference_component_names_sagemaker_refuses(value: object) -> None:
+    with pytest.raises(InvalidParameterError, match='"inference_component"'):
+        options.parse_inference_component(value)
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("query", "from-query"), ("body", "from-body"), ("header", "from-header")])
+def test_inference_component_comes_from_the_body_the_query_or_its_header(where: str,
+                                                                        value: str) -> None:
+    body: dict[str, object] = {"image": B64}
+    query: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    if where == "body":
+        body["inference_component"] = value
+    elif where == "query":
+        query["inference_component"] = value
+    else:
+        headers["X-Target-Inference-Component"] = value
+    assert read_json_predict(body, query, **headers).options.inference_component == value
+
+
+def test_a_models_own_targets_fill_in_what_the_request_does_not_give(tmp_path: Path) -> None:
+    from chalicelib.registry import ModelSpec, Pipeline, Signature
+
+    model = ModelSpec(name="m", folder=tmp_path, endpoint="e",
+                      pipeline=Pipeline.IMAGE_CLASSIFICATION, content_type="image/jpeg",
+                      accept="application/json", signature=Signature(), variant="Blue",
+                      target_model="m.tar.gz", inference_component="m-ic")
+    request = options.HttpRequest(json.dumps({"image": B64}).encode(), "application/json")
+    read = options.read_predict(request, max_body_bytes=LIMIT, default_k=5, model=model)
+    assert (read.options.variant, read.options.target_model,
+            read.options.inference_component) == ("Blue", "m.tar.gz", "m-ic")
+    asked = options.HttpRequest(request.body, "application/json",
+                                {"x-target-inference-component": "other-ic"},
+                                {"variant": "Green"})
+    read = options.read_predict(asked, max_body_bytes=LIMIT, default_k=5, model=model)
+    assert (read.options.variant, read.options.inference_component) == ("Green", "other-ic")
+
+
+def test_a_model_route_reads_the_inference_component() -> None:
+    read = options.read_model_options(
+        options.HttpRequest(b"{}", "application/json", {},
+                            {"inference_component": "iris-ic"}), max_body_bytes=LIMIT)
+    assert read.inference_component == "iris-ic"
+    header = options.read_model_options(
+        options.HttpRequest(b"{}", "application/json",
+                            {"x-target-inference-component": "iris-ic-2"}), max_body_bytes=LIMIT)
+    assert header.inference_component == "iris-ic-2"

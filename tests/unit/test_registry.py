@@ -146,3 +146,31 @@ def test_a_missing_model_json_is_named(tmp_path: Path) -> None:
 def test_every_packaged_model_json_uses_only_known_keys() -> None:
     for path in MODELS_DIR.glob("*/model.json"):
         load_model(path.parent, SETTINGS, ENV)  # raises on any problem
+
+
+def test_an_inference_component_is_read_and_may_come_from_the_stage(tmp_path: Path) -> None:
+    named = load_model(folder(tmp_path, {**IRIS, "inference_component": "iris-ic-1"}),
+                       SETTINGS, ENV)
+    assert named.inference_component == "iris-ic-1"
+    staged = load_model(folder(tmp_path, {**IRIS, "inference_component": "$IRIS_IC"}, "b"),
+                        SETTINGS, {**ENV, "IRIS_IC": "iris-prod"})
+    assert staged.inference_component == "iris-prod"
+    assert load_model(folder(tmp_path, IRIS, "c"), SETTINGS, ENV).inference_component is None
+
+
+@pytest.mark.parametrize(("value", "env", "says"), [
+    ("iris_ic", {}, "must be a SageMaker inference component name"),
+    ("-iris", {}, "must be a SageMaker inference component name"),
+    ("x" * 64, {}, "must be a SageMaker inference component name"),
+    (3, {}, "must name an inference component"),
+    ("", {}, "must name an inference component"),
+    ("$IRIS_IC", {}, "reads $IRIS_IC, which is not set"),
+    ("$IRIS_IC", {"IRIS_IC": "not valid"}, "not 'not valid'"),
+])
+def test_a_bad_inference_component_stops_start_up(tmp_path: Path, value: Any,
+                                                  env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder(tmp_path, {**IRIS, "inference_component": value}), SETTINGS,
+                   {**ENV, **env})
+    assert "models/model-a/model.json: key 'inference_component'" in caught.value.message
+    assert says in caught.value.message

@@ -184,3 +184,45 @@ def test_default_config_serves_the_committed_model() -> None:
     assert spec.path == REPO / "emulator" / "models" / "efficientnet-lite0" / "model.onnx"
     assert spec.path.is_file()
     assert config.allow_fault_header is False
+
+
+COMPONENT_ENDPOINT: dict[str, Any] = {
+    "models": {"net": {"path": "models/net.onnx"}},
+    "endpoints": {"shared": {"inference_components": [
+        {"name": "net-ic", "model": "net"},
+        {"name": "other-ic", "model": "other/net.onnx", "variant": "Blue",
+         "faults": {"latency_ms": 5}},
+    ]}},
+}  # fmt: skip
+
+
+def test_parses_an_endpoint_of_inference_components() -> None:
+    config = parse_config(COMPONENT_ENDPOINT, BASE)
+
+    endpoint = config.endpoints["shared"]
+    assert {name: (v.name, v.model) for name, v in endpoint.components.items()} == {
+        "net-ic": ("AllTraffic", "net"), "other-ic": ("Blue", "other/net.onnx")}
+    assert endpoint.components["other-ic"].faults.latency_ms == 5
+    assert list(endpoint.variants) == list(endpoint.components.values())
+    assert config.models["other/net.onnx"].path == BASE / "other/net.onnx"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"variants": [{"name": "A", "model": "net"}]}, "endpoints.shared: give variants or"),
+    ({"inference_components": []}, "endpoints.shared.inference_components: must be a non-empty"),
+    ({"inference_components": [{"name": "a_b", "model": "net"}]},
+     "inference_components[0].name: 'a_b' is not a valid inference component name"),
+    ({"inference_components": [{"name": "a", "model": "net"}, {"name": "a", "model": "net"}]},
+     "inference_components[1].name: 'a' is given twice"),
+    ({"inference_components": [{"name": "a", "model": "net", "variant": "x_y"}]},
+     "inference_components[0].variant: 'x_y' is not a valid SageMaker name"),
+    ({"inference_components": [{"name": "a", "model": "net", "weight": 1}]},
+     "inference_components[0].weight: unknown key"),
+    ({"inference_components": [{"name": "a"}]}, "inference_components[0].model: must be a"),
+])  # fmt: skip
+def test_a_bad_inference_component_names_its_key(change: dict[str, Any], message: str) -> None:
+    raw = copy.deepcopy(COMPONENT_ENDPOINT)
+    raw["endpoints"]["shared"].update(change)
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(raw, BASE)

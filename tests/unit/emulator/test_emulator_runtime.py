@@ -222,3 +222,73 @@ def test_container_route_has_no_service_faults_and_reports_bad_triggers_as_400()
     bad = runtime.invoke_container(b"img", None, None, "emulator-fault=Nope")
 
     assert (ok.status, bad.status) == (200, 400)
+
+
+# --- inference components: an endpoint that hosts several models, routed by component name ---
+
+COMPONENTS: dict[str, object] = {
+    "models": {"m": {"path": "m.onnx"}, "n": {"path": "n.onnx"}},
+    "endpoints": {
+        "shared": {
+            "inference_components": [
+                {"name": "first-ic", "model": "m"},
+                {"name": "second-ic", "model": "n", "variant": "Blue"},
+            ]
+        },
+        "ab": {"variants": [{"name": "A", "model": "m"}]},
+    },
+}
+
+
+def test_an_inference_component_routes_to_its_own_model() -> None:
+    runtime, fakes = make_runtime(COMPONENTS)
+
+    first = runtime.invoke(request("shared", inference_component="first-ic"))
+    second = runtime.invoke(request("shared", b"other", inference_component="second-ic"))
+
+    assert (first.variant, second.variant) == ("AllTraffic", "Blue")
+    assert fakes["m"].calls == [(b"image", "image/jpeg", None)]
+    assert fakes["n"].calls == [(b"other", "image/jpeg", None)]
+
+
+def test_a_component_endpoint_refuses_a_call_without_a_component_as_sagemaker_does() -> None:
+    runtime, fakes = make_runtime(COMPONENTS)
+
+    with pytest.raises(errors.ValidationError) as raised:
+        runtime.invoke(request("shared"))
+
+    assert raised.value.message.startswith(
+        "Inference Component Name header is required for endpoints to which you plan to deploy "
+        "inference components."
+    )
+    assert fakes["m"].calls == fakes["n"].calls == []
+
+
+@pytest.mark.parametrize("endpoint", ["shared", "ab"])
+def test_an_unknown_component_is_a_validation_error_naming_it(endpoint: str) -> None:
+    runtime, fakes = make_runtime(COMPONENTS)
+
+    with pytest.raises(errors.ValidationError) as raised:
+        runtime.invoke(request(endpoint, inference_component="third-ic"))
+
+    expected = f"Inference Component third-ic not found for endpoint {endpoint}."
+    assert raised.value.message == expected
+    assert fakes["m"].calls == fakes["n"].calls == []
+
+
+def test_a_component_answers_only_for_its_own_variant() -> None:
+    runtime, _ = make_runtime(COMPONENTS)
+
+    with pytest.raises(errors.ValidationError, match="Variant AllTraffic not found"):
+        runtime.invoke(request("shared", inference_component="second-ic",
+                               target_variant="AllTraffic"))  # fmt: skip
+    assert runtime.invoke(request("shared", inference_component="second-ic",
+                                  target_variant="Blue")).variant == "Blue"  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["-ic", "ic-", "a_b", "x" * 64])
+def test_a_malformed_component_name_is_a_member_violation(name: str) -> None:
+    runtime, _ = make_runtime(COMPONENTS)
+
+    with pytest.raises(errors.ValidationError, match="at 'inferenceComponentName'"):
+        runtime.invoke(request("shared", inference_component=name))

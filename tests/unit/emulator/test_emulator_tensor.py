@@ -26,7 +26,15 @@ from emulator.container import ContainerReply
 from emulator.loader import build_runtime, load_containers
 from emulator.models import ModelLoadError, OnnxGraph, TensorSpec
 from emulator.runtime import InvokeRequest
-from emulator.tensors import DEFAULT_MAX_INSTANCES, TensorContainer, jsonable
+from emulator.tensors import (
+    DEFAULT_MAX_INSTANCES,
+    NPY,
+    TensorContainer,
+    TensorRequestError,
+    jsonable,
+    parse_npy,
+    to_batch,
+)
 from tests.unit.emulator import onnxbuild
 
 IRIS = [[5.1, 3.5, 1.4, 0.2], [6.2, 2.9, 4.3, 1.3], [7.7, 3.0, 6.1, 2.3]]
@@ -805,3 +813,59 @@ def test_the_default_config_serves_iris_and_sentiment_as_tensor_models() -> None
             ["outputs tensor(float) (-1, 1)"],
         ],
     }
+
+
+# --- hostile bodies the front-end refuses (issue 18): the container refuses them too -------
+
+
+@pytest.mark.parametrize("field", ["\uff15.1", "\u0665", "1\u0662", "5.1\u00a0", "\u20035.1"])
+def test_csv_numbers_are_ascii_digits(classifier: TensorContainer, field: str) -> None:
+    # a str pattern's \d also matches other scripts' digits, which int() and float() then
+    # read; str.strip() strips every Unicode space
+    message = refusal(call(classifier, f"{field},3.5,1.4,0.2".encode(), "text/csv"))
+    assert message.startswith("text/csv: row 1, column 1: ") and "is not a number" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "named"),
+    [
+        ({"instances": [[1e39, 3.5, 1.4, 0.2]]}, "application/json",
+         "1e+39 is out of range for float32"),
+        ("1e39,3.5,1.4,0.2", "text/csv", "1e+39 is out of range for float32"),
+        (npy(np.array([[1e39, 3.5, 1.4, 0.2]])), NPY, "1e+39 is out of range for float32"),
+        ("1,2,3," + "1" * 131073, "text/csv", "text/csv: field larger than field limit"),
+        (npy(np.zeros((DEFAULT_MAX_INSTANCES + 1, 4), np.float32)), NPY,
+         "1025 instances is over this endpoint's limit of 1024"),
+        (npy(np.array([[1, 2, 3, 4]], dtype="datetime64[s]")), NPY, "dtype datetime64[s]"),
+        (npy(np.array([[1j, 2, 3, 4]])), NPY, "dtype complex128"),
+        (npy(np.zeros((1, 4), dtype=[("a", "f4")])), NPY, "is not accepted"),
+        (npy(np.ones((1, 4), dtype=bool)), NPY, "takes numbers, not true/false"),
+        ({"instances": [["1_000", 3.5, 1.4, 0.2]]}, "application/json", "takes numbers"),
+        ("1_000,3.5,1.4,0.2", "text/csv", '"1_000" is not a number'),
+    ],
+)  # fmt: skip
+def test_refuses_what_the_front_end_refuses(
+    classifier: TensorContainer, body: object, content_type: str, named: str
+) -> None:
+    assert named in refusal(call(classifier, body, content_type))
+
+
+def test_non_finite_values_are_read_as_tf_serving_reads_them(
+    classifier: TensorContainer,
+) -> None:
+    # TF Serving's JSON reader counts NaN and infinities as lossless for float inputs
+    # (json_tensor.cc, IsLosslessDecimal): the model's answer is the container's, NaN included
+    # (the front-end never sends them, and refuses an answer holding them)
+    reply = call(classifier, '{"instances": [[NaN, 3.5, 1.4, 0.2]]}')
+    assert reply.status == 200 and b"NaN" in reply.body
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+def test_npy_strings_beyond_unicode_are_refused(byteorder: str) -> None:
+    # numpy reads any 32-bit value as a code point; a str made of one is a SystemError
+    spec = TensorSpec("text", "tensor(string)", np.dtype(object), (None,))
+    body = npy(np.array(["ab", "cd"], dtype=f"{byteorder}U2"))
+    assert to_batch(parse_npy(body, [spec]), [spec], 8).feeds["text"].tolist() == ["ab", "cd"]
+    beyond = (0x110000).to_bytes(4, "little" if byteorder == "<" else "big")
+    with pytest.raises(TensorRequestError, match="code points beyond Unicode"):
+        to_batch(parse_npy(body[:-4] + beyond, [spec]), [spec], 8)

@@ -1,0 +1,68 @@
+"""A stage's authentication under ``chalice local``, as far as this machine can honestly check it.
+
+``chalice local`` does not check API keys: a route with ``api_key_required`` answers anyone.
+:mod:`sagegate.chalice_local` checks them as API Gateway does (403 ``{"message":"Forbidden"}``
+unless ``x-api-key`` is the key), against one local key: ``SAGEGATE_LOCAL_API_KEY`` when set,
+else a fresh random one per run, which ``sagegate run`` prints in its ready lines.
+
+IAM (SigV4) and Cognito stages cannot be checked here: a signature is checked against the
+caller's real credentials and a Cognito token against its user pool's keys, both in AWS, and
+``chalice local`` lets such requests in unchecked. ``sagegate run`` refuses them with one line
+rather than serve a protected stage open. Only the standard library is imported at module
+level.
+"""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+
+API_KEY_ENV = "SAGEGATE_LOCAL_API_KEY"
+"""The local key (``x-api-key``) for a stage with API-key authentication; random when unset."""
+API_KEY_HEADER = "x-api-key"
+FORBIDDEN_BODY = b'{"message":"Forbidden"}'
+"""API Gateway's answer (403) to a missing or wrong API key."""
+FORBIDDEN_HEADERS = {"x-amzn-ErrorType": "ForbiddenException"}
+
+_UNCHECKABLE = {  # chalicelib.access.AuthMode's values
+    "iam": "IAM (SigV4 signatures, checked against real AWS credentials)",
+    "cognito": "Cognito (ID tokens, checked against the user pool's keys in AWS)",
+}
+
+
+class UncheckableAuth(Exception):
+    """The stage's authentication cannot be checked locally; the message says what to do."""
+
+
+def new_api_key() -> str:
+    """A random key shaped as API Gateway's own (40 characters, letters and digits)."""
+    return secrets.token_hex(20)
+
+
+def configured_key(environ: Mapping[str, str]) -> str:
+    """The key ``SAGEGATE_LOCAL_API_KEY`` sets ("" when unset or blank)."""
+    return environ.get(API_KEY_ENV, "").strip()
+
+
+def local_api_key(stage: str, env: Mapping[str, str]) -> str | None:
+    """The key ``chalice local`` will require for ``stage`` (None: the stage is open).
+
+    Args:
+        stage: the stage's name, for the message.
+        env: the environment sagegate will see under that stage.
+
+    Raises:
+        UncheckableAuth: the stage uses IAM or Cognito, which cannot be checked locally.
+        ConfigurationError: the stage's authentication settings are wrong.
+    """
+    from chalicelib.access import Access, AuthMode
+
+    auth = Access.from_env(env).auth
+    if auth in _UNCHECKABLE:
+        raise UncheckableAuth(
+            f"stage {stage!r} authenticates with {_UNCHECKABLE[auth]}, which cannot be checked "
+            "on this machine (chalice local would let every request in): run a stage with "
+            "api-key or no authentication locally (e.g. --stage dev or local) and test "
+            f"{auth} against a deployed stage")
+    if auth == AuthMode.API_KEY:
+        return configured_key(env) or new_api_key()
+    return None
