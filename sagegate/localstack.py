@@ -393,7 +393,7 @@ def describe_capture(settings: Settings) -> str:
     cap = settings.capture_max_bytes
     if not cap:
         return line + " (no size cap: set CAPTURE_MAX_BYTES)"
-    return line + f" (at most {cap / 1e6:g} MB, oldest files dropped; CAPTURE_MAX_BYTES)"
+    return line + f" (at most {cap / 1e6:g} MB an endpoint, its oldest files dropped; CAPTURE_MAX_BYTES)"
 
 
 def _key_lines(api_key: str | None) -> list[str]:

@@ -304,8 +304,8 @@ def settings(**env: str) -> Settings:
 @pytest.mark.parametrize(("env", "line"), [
     ({}, "data capture off"),
     ({"CAPTURE_MODE": "both", "CAPTURE_DESTINATION": "captures", "CAPTURE_MAX_BYTES": "5000000"},
-     "capturing both of each prediction to captures (at most 5 MB, oldest files dropped; "
-     "CAPTURE_MAX_BYTES)"),
+     "capturing both of each prediction to captures (at most 5 MB an endpoint, its oldest files "
+     "dropped; CAPTURE_MAX_BYTES)"),
     ({"CAPTURE_MODE": "input", "CAPTURE_DESTINATION": "captures", "CAPTURE_MAX_BYTES": "0"},
      "capturing input of each prediction to captures (no size cap: set CAPTURE_MAX_BYTES)"),
     ({"CAPTURE_MODE": "output", "CAPTURE_DESTINATION": "s3://capture-bucket/x",
