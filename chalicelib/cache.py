@@ -18,15 +18,16 @@ Two tiers: an in-process LRU bounded in bytes (:class:`MemoryTier`, ``CACHE_MEMO
 and an optional DynamoDB table shared by every container (:class:`TableTier`,
 ``CACHE_TABLE``); a table hit is promoted to memory, a miss in both calls the endpoint and
 writes both. Concurrent misses of one key make one endpoint call (single flight): the others
-wait for it, for a bounded time, then call the endpoint themselves. A cache failure never
+wait for it, for a bounded time, then call the endpoint themselves; reading the cache and
+joining a flight are two steps, so a request that becomes a flight's leader looks once more
+(:meth:`PredictionCache.recheck`) before it calls. A cache failure never
 fails a request: it is logged (one line), counted and the endpoint is called. Errors of the
 endpoint are never cached.
 
-The hash is chosen by measurement, on a 12 MP JPEG upload (4032x3024, 5.0 MB; x86_64 AMD
-EPYC, Python 3.13's hashlib over OpenSSL 3, best of 30): BLAKE2b-128 6.2-7.0 ms (about
-800 MB/s), SHA-256 3.2 ms (1.6 GB/s: the CPU's SHA extensions, which the x86_64 server CPUs
-Lambda runs on have), SHA-1 3.0 ms. SHA-256 it is: a 12 MP hit costs little more than hashing
-its bytes, so the hash is most of a hit's own work. xxhash would be faster still but is one
+The hash is chosen by measurement (``bench/README.md``, the cache part, has the figures):
+SHA-256 beats BLAKE2b-128 on the x86_64 server CPUs Lambda runs on, which have SHA extensions,
+and a 12 MP hit costs little more than hashing its bytes, so the hash is most of a hit's own
+work. xxhash would be faster still but is one
 more compiled dependency for the layer; the key's format is versioned by a prefix
 (:data:`KEY_VERSION`).
 """
@@ -182,6 +183,10 @@ class MemoryTier:
 
     An entry larger than the bound is not kept; adding one evicts the least recently used
     until the total fits. Entries past their expiry are misses (and dropped).
+
+    Hand-written rather than ``cachetools.TLRUCache`` (per-entry expiry, ``getsizeof``): that
+    needs the same lock around it and a dependency in the function's package, and measured
+    several times slower per get and put for the same guarantees.
     """
 
     def __init__(self, max_bytes: int, clock: Callable[[], float] = time.time) -> None:
@@ -417,11 +422,31 @@ class PredictionCache:
     def read(self, key: str, use: CacheUse) -> InvokeResult | None:
         """Memory, then the table (a table hit is promoted to memory); an answer older than
         the request's ``max-age`` is a miss."""
+        found = self._from_memory(key, use)
+        return found if found is not None else self._from_table(key, use)
+
+    def recheck(self, key: str, use: CacheUse) -> InvokeResult | None:
+        """The second look of a request that has just become a flight's leader: a flight of
+        the same key may have landed between its :meth:`read` and its :meth:`join`.
+
+        Memory when it is on (a leader keeps its answer there before its flight lands, so
+        no second GetItem is needed), else the table, unless it already failed this request
+        (asking a failing table twice doubles the load on it and the warnings).
+        """
         if self.memory is not None:
-            entry = self.memory.get(key)
-            if entry is not None and self._acceptable(entry[1], use):
-                use.tier = MEMORY
-                return entry[0]
+            return self._from_memory(key, use)
+        return None if use.errors else self._from_table(key, use)
+
+    def _from_memory(self, key: str, use: CacheUse) -> InvokeResult | None:
+        if self.memory is None:
+            return None
+        entry = self.memory.get(key)
+        if entry is None or not self._acceptable(entry[1], use):
+            return None
+        use.tier = MEMORY
+        return entry[0]
+
+    def _from_table(self, key: str, use: CacheUse) -> InvokeResult | None:
         if self.table is None:
             return None
         try:
@@ -558,12 +583,16 @@ class CacheUse:
         if found is not None:
             return found, None
         flight, leader = cache.join(key)
-        if leader:
-            return None, flight
-        found = cache.wait(flight, deadline)
+        if not leader:
+            found = cache.wait(flight, deadline)
+            if found is not None:
+                self.tier = FLIGHT
+            return found, None
+        found = cache.recheck(key, self)  # reading and joining are two steps: look again
         if found is not None:
-            self.tier = FLIGHT
-        return found, None
+            cache.land(key, flight, found)  # whoever joined meanwhile gets it too
+            return found, None
+        return None, flight
 
     def _note(self, status: str) -> None:
         self._lookups += 1

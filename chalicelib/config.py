@@ -15,7 +15,7 @@ import enum
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from chalicelib.errors import ConfigurationError
 from chalicelib.imaging import MODES as RESIZE_MODES
@@ -89,8 +89,6 @@ SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 _TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rule
 
-T = TypeVar("T")
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -143,6 +141,9 @@ class Settings:
     """How long a cached endpoint answer is served (both tiers)."""
 
     def __post_init__(self) -> None:
+        # types first: "false" is truthy and 100.7 reaches OpenCV, so neither may get past here
+        for field in dataclasses.fields(self):
+            _check_type(field.name, field.type, getattr(self, field.name))
         _check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
                "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
         _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE,
@@ -162,7 +163,7 @@ class Settings:
         for name, value, low, high in self._ranges():
             _check(low <= value <= high, name, f"must be between {low} and {high}")
         # one whole endpoint attempt must fit in the budget with time left before it: that
-        # rest is preprocessing's share (see endpoint.RetryPolicy.preprocessing_deadline)
+        # rest is preprocessing's share (see retries.RetryPolicy.preprocessing_deadline)
         _check(self.endpoint_connect_timeout + self.endpoint_read_timeout
                < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
                f"plus {ENDPOINT_CONNECT_TIMEOUT} must be below {REQUEST_BUDGET_SECONDS} (what is "
@@ -215,11 +216,6 @@ class Settings:
             (CACHE_TTL_SECONDS, self.cache_ttl_seconds, 60, 31_536_000),
         ]
 
-    @property
-    def target_size(self) -> tuple[int, int]:
-        """The model input size as (width, height)."""
-        return self.input_width, self.input_height
-
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from the environment.
@@ -241,7 +237,7 @@ class Settings:
             if field.name in overrides:
                 values[field.name] = overrides[field.name]
             elif env.get(var, "") != "" or (field.name == "labels" and var in env):
-                values[field.name] = _parse(var, env[var], _PARSERS.get(field.type, str))
+                values[field.name] = _parse(var, env[var], field.type)
         if "endpoint_name" not in values:
             raise ConfigurationError(f"{ENDPOINT_NAME} is not set: name the SageMaker endpoint")
         return cls(**values)
@@ -267,27 +263,84 @@ def _listed(values: tuple[str, ...]) -> str:
     return str(tuple(str(value) for value in values))
 
 
+class SettingError(ConfigurationError):
+    """A setting's value is wrong: names the variable and says what it must be, so a file that
+    gives the setting under another name (``model.json``'s ``image``) can name its own key.
+
+    Attributes:
+        variable: the environment variable (the field's name upper-cased).
+        requirement: what the value must be ("must be true or false").
+    """
+
+    def __init__(self, variable: str, requirement: str) -> None:
+        super().__init__(f"{variable} {requirement}")
+        self.variable = variable
+        self.requirement = requirement
+
+
 def _check(ok: bool, name: str, requirement: str) -> None:
     if not ok:
-        raise ConfigurationError(f"{name} {requirement}")
+        raise SettingError(name, requirement)
+
+
+# What each field's annotation admits. bool is an int in Python, so it is excluded by hand.
+_TYPE_REQUIREMENTS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "bool": (lambda value: isinstance(value, bool), "must be true or false"),
+    "int": (lambda value: isinstance(value, int) and not isinstance(value, bool),
+            "must be a whole number"),
+    "float": (lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+              "must be a number"),
+    "str": (lambda value: isinstance(value, str), "must be a string"),
+}
+
+
+def _check_type(name: str, annotation: object, value: object) -> None:
+    admits, requirement = _TYPE_REQUIREMENTS[str(annotation)]
+    _check(admits(value), name.upper(), f"{requirement}, not {value!r}")
+
+
+# The spellings a variable may use; anything else stops start-up rather than reading as a
+# default (int() alone would take "1_000" and non-ASCII digits, float() "nan" and "1_0").
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+_INT_TEXT = re.compile(r"^[+-]?[0-9]+\Z")
+_FLOAT_TEXT = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
 
 
 def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    lowered = text.lower()
+    if lowered in TRUE_WORDS:
         return True
-    if lowered in ("0", "false", "no", "off"):
+    if lowered in FALSE_WORDS:
         return False
     raise ValueError(text)
 
 
-_PARSERS: dict[Any, Callable[[str], Any]] = {
-    "int": int, "float": float, "bool": _parse_bool, "str": str,
+def _parse_int(text: str) -> int:
+    if not _INT_TEXT.match(text):
+        raise ValueError(text)
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    if not _FLOAT_TEXT.match(text):
+        raise ValueError(text)
+    return float(text)
+
+
+# Each annotation's parser, and what its variable must spell.
+_PARSERS: dict[str, tuple[Callable[[str], object], str]] = {
+    "int": (_parse_int, "must be a whole number"),
+    "float": (_parse_float, "must be a number"),
+    "bool": (_parse_bool, f"must be true or false ({'/'.join(TRUE_WORDS)} or "
+                          f"{'/'.join(FALSE_WORDS)})"),
+    "str": (str, "must be text"),
 }
 
 
-def _parse(name: str, text: str, parser: Callable[[str], T]) -> T:
+def _parse(name: str, text: str, annotation: object) -> object:
+    parser, requirement = _PARSERS[str(annotation)]
     try:
         return parser(text.strip())
     except ValueError:
-        raise ConfigurationError(f"{name} has an invalid value {text!r}") from None
+        raise SettingError(name, f"{requirement}, not {text!r}") from None

@@ -1,9 +1,12 @@
 """The one place sagegate talks to SageMaker: ``InvokeEndpoint`` behind a small typed wrapper.
 
 botocore's own retries are switched off; :class:`EndpointClient` retries only what is worth
-retrying (throttling, a model still loading, a service hiccup, a dropped connection), with full
-jitter, and never past the request's time budget, so the whole call fits inside API Gateway's
-29 seconds. Every ``ClientError`` becomes one of sagegate's errors here, at the edge.
+retrying (throttling, a model still loading, a service hiccup, a dropped connection) by the
+one retry policy (:mod:`chalicelib.retries`: full jitter, never past the request's time budget,
+so the whole call fits inside API Gateway's 29 seconds, and within the client's retry quota,
+so a throttled endpoint is not sent every request ``max_attempts`` times). Every
+``ClientError`` becomes one of sagegate's errors here, at the edge; a 503's ``Retry-After``
+says what is known (:meth:`chalicelib.retries.Retrier.retry_after`).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from chalicelib.errors import (
     PreprocessingTimeoutError,
     SagegateError,
 )
+from chalicelib.retries import Retrier, RetryPolicy, RetryQuota, upstream_hint
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
@@ -50,6 +54,9 @@ RETRYABLE_CODES = frozenset({
     "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
     "TooManyRequestsException", "InternalFailure", "InternalDependencyException",
 })
+THROTTLING_CODES = frozenset({
+    "ThrottlingException", "Throttling", "TooManyRequestsException",
+})
 UNAVAILABLE_CODES = frozenset({
     "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
     "TooManyRequestsException",
@@ -58,6 +65,8 @@ UNAVAILABLE_CODES = frozenset({
 _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError,
                       ResponseStreamingError, IncompleteReadError)
 _MAX_ECHOED_MESSAGE = 512
+DEFAULT_POLICY = RetryPolicy(attempt_timeout=22.0)
+"""The policy of a client given none (the settings' defaults: 2 s connect, 20 s read)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,23 +112,14 @@ class InvokeResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries with full jitter inside a time budget."""
+class _Failure:
+    """A failed attempt a retry might cure: the error to raise when none is made, and what
+    the answer said about waiting."""
 
-    max_attempts: int = 3
-    budget_seconds: float = 25.0
-    attempt_timeout: float = 22.0
-    base_delay: float = 0.1
-    max_delay: float = 2.0
-
-    def delay(self, attempt: int, rng: Callable[[], float]) -> float:
-        """Full-jitter backoff after failed attempt ``attempt`` (1-based): up to base, 2x, 4x..."""
-        return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-
-    def preprocessing_deadline(self, deadline: float) -> float:
-        """When what comes before the endpoint call must be done: the budget's end less one
-        whole attempt, which the endpoint is then always given."""
-        return deadline - self.attempt_timeout
+    error: SagegateError
+    throttled: bool = False
+    hint: float | None = None
+    """The endpoint's own wait (``x-amz-retry-after`` or ``Retry-After``), in seconds."""
 
 
 class EndpointClient:
@@ -129,6 +129,8 @@ class EndpointClient:
         client: a boto3 ``sagemaker-runtime`` client (real, stubbed or pointed at the emulator),
             created with botocore's retries off.
         policy: the retry policy.
+        quota: the retry quota (by default the client's own: a process has one client, so
+            every request of the process shares it).
         sleep, clock, rng: injectable for tests.
     """
 
@@ -137,12 +139,14 @@ class EndpointClient:
         client: SageMakerRuntimeClient,
         policy: RetryPolicy | None = None,
         *,
+        quota: RetryQuota | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
-        self._policy = policy or RetryPolicy()
+        self._policy = policy or DEFAULT_POLICY
+        self.quota = quota or RetryQuota()
         self._sleep, self._clock, self._rng = sleep, clock, rng
 
     def close(self) -> None:
@@ -188,28 +192,27 @@ class EndpointClient:
         if deadline is None:
             deadline = self._clock() + self._policy.budget_seconds
         self.check_time_left(deadline)
-        attempt = 0
+        retrier = Retrier(self._policy, self.quota, deadline=deadline, clock=self._clock,
+                          rng=self._rng)
         while True:
-            attempt += 1
-            outcome = self._invoke_once(invocation, attempt)
+            outcome = self._invoke_once(invocation, retrier.attempts)
             if isinstance(outcome, InvokeResult):
+                retrier.succeeded()
                 return outcome
-            delay = self._policy.delay(attempt, self._rng)
-            if not self._may_retry(attempt, deadline, delay):
+            delay = retrier.failed(throttled=outcome.throttled, hint=outcome.hint)
+            if delay is None:
+                error = _given_up(outcome, retrier)
+                del outcome
                 try:
-                    raise outcome
+                    raise error
                 finally:  # this frame is in the error's traceback: no reference back to it
-                    del outcome
-            logger.warning("retrying endpoint call: %s (attempt %d)", outcome.CODE, attempt)
+                    del error
+            logger.warning("retrying endpoint call: %s (attempt %d)", outcome.error.CODE,
+                           retrier.attempts - 1)
             self._sleep(delay)
 
-    def _may_retry(self, attempt: int, deadline: float, delay: float) -> bool:
-        remaining = deadline - self._clock()
-        return (attempt < self._policy.max_attempts
-                and remaining >= delay + self._policy.attempt_timeout)
-
     def _invoke_once(self, invocation: Invocation,
-                     attempt: int) -> InvokeResult | SagegateError:
+                     attempt: int) -> InvokeResult | _Failure:
         """One call: its result, or (returned, not raised) an error a retry might cure.
 
         Errors that end the request are raised without a local variable naming them: an
@@ -222,13 +225,14 @@ class EndpointClient:
             body = response["Body"].read()
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in RETRYABLE_CODES:
-                return translate_client_error(error, invocation)
+                return _failure(error, invocation)
             raise translate_client_error(error, invocation) from None
         except ReadTimeoutError:
             raise EndpointTimeoutError(
                 "The endpoint did not answer in time. Try again later.") from None
         except _CONNECTION_ERRORS:
-            return EndpointUnavailableError("The endpoint could not be reached. Try again later.")
+            return _Failure(
+                EndpointUnavailableError("The endpoint could not be reached. Try again later."))
         except BotoCoreError as error:  # any other failure of the SDK: never a 500
             logger.warning("endpoint call failed in botocore: %s", type(error).__name__)
             raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
@@ -240,6 +244,26 @@ class EndpointClient:
             custom_attributes=response.get("CustomAttributes"),
             attempts=attempt,
         )
+
+
+def _failure(error: ClientError, invocation: Invocation) -> _Failure:
+    """A retryable ``ClientError`` as a failed attempt, with what its answer said."""
+    response = error.response
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    throttled = response.get("Error", {}).get("Code") in THROTTLING_CODES or status == 429
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders") or {}
+    return _Failure(translate_client_error(error, invocation), throttled, upstream_hint(headers))
+
+
+def _given_up(failure: _Failure, retrier: Retrier) -> SagegateError:
+    """The error of a failed attempt no retry follows; a 503 told when to come back."""
+    error = failure.error
+    if isinstance(error, EndpointUnavailableError):
+        error.retry_after = retrier.retry_after(throttled=failure.throttled, hint=failure.hint)
+    if retrier.quota_refused:
+        logger.warning("retry quota used up (%d left): %s not retried", retrier.quota.available,
+                       error.CODE)
+    return error
 
 
 def _checked_variant(name: str | None) -> str | None:
@@ -323,7 +347,7 @@ def make_client(settings: Settings) -> SageMakerRuntimeClient:
 
     boto3 honours ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, which is how the emulator is used.
     """
-    import boto3  # deferred: boto3 costs ~0.2 s to import, paid on first use, not at cold start
+    import boto3  # deferred: boto3 is slow to import, paid on first use, not at cold start
     from botocore.config import Config
 
     config = Config(

@@ -45,7 +45,7 @@ _REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_
 # libjpeg's scaled IDCT is not a box filter. Measured against a full decode on real photos
 # (EfficientNet-Lite0, top-5 probabilities): a reduced image that barely covers the target
 # moved them by up to 0.06; one at least twice the target, so that the final area resize
-# still averages 2x2 pixels or more, by at most 0.02, at a third of a full decode's cost.
+# still averages 2x2 pixels or more, by at most 0.02, and still decodes a fraction of the pixels.
 REDUCED_DECODE_MARGIN = 2.0
 
 
@@ -225,7 +225,8 @@ def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
     """Decode to 8-bit, 3-channel BGR, applying EXIF orientation.
 
     Grey, alpha and 16-bit inputs come out as 8-bit BGR (alpha is dropped, as the endpoint's
-    own decoder would drop it).
+    own decoder would drop it): ``IMREAD_COLOR`` and its reduced forms, without
+    ``IMREAD_ANYDEPTH``, always make 3-channel ``uint8``.
 
     Args:
         data: the encoded image.
@@ -240,10 +241,8 @@ def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
     """
     flag = dict(_REDUCED_FLAGS).get(reduction, cv2.IMREAD_COLOR)
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
-    if image is None or image.ndim != 3 or image.shape[2] != 3:
+    if image is None:
         raise InvalidImageError(f"The {info.format.upper()} image could not be decoded.")
-    if image.dtype != np.uint8:  # defensive: IMREAD_COLOR already converts to 8 bits
-        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
     return image
 
 
@@ -344,10 +343,10 @@ def encode_png(image: np.ndarray, level: int = 0) -> bytes:
     """Lossless PNG of a BGR (or grey) ``uint8`` image at zlib ``level`` (0-9).
 
     Level 0, what sagegate sends the endpoint, is written directly: the rows stored, no
-    filters. libpng, through ``cv2.imencode``, spends about 3 ms choosing row filters for a
-    341x256 image even at level 0; storing takes under 1 ms, for a body of about 260 KB, far
-    inside InvokeEndpoint's 6 MB. At levels 1-9 the filters pay for themselves in size, and
-    libpng writes it.
+    filters. libpng, through ``cv2.imencode``, spends longer choosing row filters even at
+    level 0 than storing takes; a stored 341x256 image is about 260 KB, far inside
+    InvokeEndpoint's 6 MB. At levels 1-9 the filters pay for themselves in size, and libpng
+    writes it.
     """
     if image.dtype != np.uint8 or image.ndim not in (2, 3) or \
             (image.ndim == 3 and image.shape[2] != 3):
@@ -386,11 +385,10 @@ def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
 def check_forwardable(data: bytes, info: ImageInfo, limits: Limits) -> None:
     """Check a JPEG that goes to the endpoint untouched: its markers, then its data at 1/8 scale.
 
-    The marker walk (:func:`jpegscan.check_complete`) costs 0.1 ms for 640x480; what only a
-    decode shows is a baseline file cut short with an EOI appended. At 1/8 scale libjpeg still
-    reads every bit of the data but computes only each block's DC term: 0.6x a full decode's
-    time for 640x480 (the entropy decoding is the floor), against the full decode, resize and
-    encode that passthrough saves.
+    The marker walk (:func:`jpegscan.check_complete`) reads no pixel; what only a decode shows
+    is a baseline file cut short with an EOI appended. At 1/8 scale libjpeg still reads every
+    bit of the data but computes only each block's DC term (the entropy decoding is the
+    floor), against the full decode, resize and encode that passthrough saves.
 
     Raises:
         InvalidImageError: the data does not decode, or ends before the image does.

@@ -5,14 +5,13 @@ libjpeg only *warns* about a truncated or corrupt file (on stderr, which OpenCV 
 captures nor reports): it fills the missing blocks with zeros, mid-grey, and returns an image.
 A prediction on that image is a wrong answer, so sagegate looks for the damage itself:
 
-* :func:`check_complete` walks every marker of the file, scan data included, from one
-  vectorised pass over its bytes (0.1 ms for a 640x480 upload, 1.3 ms for a 4.6 MB 12 MP one):
-  an EOI must end the data, only legal markers may sit between scans, the scans must cover
-  every component (every coefficient, to full precision, for progressive files), restart
-  markers must all be there and in order, and each Huffman scan must hold at least the bits
-  its declared size needs (every block costs at least its shortest DC and AC codes): a
-  6000x6000 header over 451x300 data cannot. It runs on every JPEG forwarded untouched and
-  every progressive one; on the decode path of a baseline file, only when the decode shows
+* :func:`check_complete` walks every marker of the file, scan data included, from one vectorised
+  pass over its bytes: an EOI must end the data, only legal markers may sit between scans, the
+  scans must cover every component (every coefficient, to full precision, for progressive
+  files), restart markers must all be there and in order, and each Huffman scan must hold at
+  least the bits its declared size needs (every block costs at least its shortest DC and AC
+  codes): a 6000x6000 header over 451x300 data cannot. It runs on every JPEG forwarded untouched
+  and every progressive one; on the decode path of a baseline file, only when the decode shows
   damage (below), so a large upload pays nothing for it.
 * :func:`check_decoded`, after a decode: a baseline file cut short with an EOI appended passes
   every structural test, but its last blocks decode to exactly (128, 128, 128). When a corner
@@ -35,22 +34,33 @@ import numpy as np
 
 from chalicelib.errors import InvalidImageError
 from chalicelib.media import JPEG_EOI
-from chalicelib.probe import MAX_JPEG_MARKERS, skip_fill
+from chalicelib.probe import (
+    APPN,
+    COM,
+    CORRUPT,
+    DAC,
+    DHT,
+    DNL,
+    DQT,
+    DRI,
+    EOI,
+    MAX_JPEG_MARKERS,
+    SOF,
+    SOF_PROGRESSIVE,
+    SOI,
+    SOS,
+    STANDALONE,
+    TRUNCATED,
+    read_segment,
+)
 
 _SOF_HUFFMAN_SEQUENTIAL = frozenset({0xC0, 0xC1})
-_SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
-_SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC),
-                  *range(0xCD, 0xD0)})
-_DHT, _DRI, _SOS, _EOI, _DNL, _SOI = 0xC4, 0xDD, 0xDA, 0xD9, 0xDC, 0xD8
-_STANDALONE = frozenset({0x01, _SOI, _EOI, *range(0xD0, 0xD8)})  # markers without a length
 # what may sit between two scans: tables, restart interval, DNL, comments, APPn
-_BETWEEN_SCANS = frozenset({_DHT, 0xCC, 0xDB, _DRI, _DNL, 0xFE, *range(0xE0, 0xF0)})
+_BETWEEN_SCANS = frozenset({DHT, DAC, DQT, DRI, DNL, COM, *APPN})
 # copies of a file's own scan data that check_decoded puts before its EOI: enough to reach the
 # last block of a file cut after a quarter of its data
 _FILLER_COPIES = 3
 _GREY = 128
-TRUNCATED = "The JPEG image is truncated"
-CORRUPT = "The JPEG image has corrupt data"
 
 
 @dataclasses.dataclass
@@ -91,7 +101,7 @@ class _State:
 
 class _MarkerIndex:
     """Where every marker and every restart marker is, from the first scan on: one vectorised
-    pass over the file (1.2 ms for 4.6 MB, where a regular expression takes 2 ms)."""
+    pass over the file (numpy: faster than a regular expression over megabytes)."""
 
     def __init__(self, data: bytes, start: int) -> None:
         tail = np.frombuffer(data, np.uint8, offset=start)
@@ -126,46 +136,28 @@ def check_complete(data: bytes) -> None:
     state = _State()
     pos = 2
     for _ in range(MAX_JPEG_MARKERS):
-        marker, start, end = _segment(data, pos)
-        if marker == _EOI:
+        marker, start, end = read_segment(data, pos)
+        if marker == EOI:
             _check_coverage(state)
             return
         _header_segment(state, marker, data[start:end])
         pos = end
-        if marker == _SOS:
+        if marker == SOS:
             pos = _scan(state, data, start, end)
     raise InvalidImageError(f"{CORRUPT} (more than {MAX_JPEG_MARKERS} markers).")
 
 
-def _segment(data: bytes, pos: int) -> tuple[int, int, int]:
-    """The marker at ``pos`` and its payload's (start, end); fill bytes skipped."""
-    pos = skip_fill(data, pos)
-    if pos + 2 > len(data):
-        raise InvalidImageError(f"{TRUNCATED} (no end-of-image marker).")
-    if data[pos] != 0xFF:
-        raise InvalidImageError(f"{CORRUPT} (bytes where a marker should be).")
-    marker = data[pos + 1]
-    if marker in _STANDALONE:
-        return marker, pos + 2, pos + 2
-    if pos + 4 > len(data):
-        raise InvalidImageError(f"{TRUNCATED} (it ends inside a header).")
-    (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
-    if length < 2 or pos + 2 + length > len(data):
-        raise InvalidImageError(f"{TRUNCATED} (it ends inside a header).")
-    return marker, pos + 4, pos + 2 + length
-
-
 def _header_segment(state: _State, marker: int, payload: bytes) -> None:
-    if marker in _SOF:
+    if marker in SOF:
         if state.frame is not None:
             raise InvalidImageError(f"{CORRUPT} (a second frame header).")
         state.frame = _frame(marker, payload)
-    elif marker == _DHT:
+    elif marker == DHT:
         _tables(state, payload)
-    elif marker == _DRI and len(payload) >= 2:
+    elif marker == DRI and len(payload) >= 2:
         (state.restart_interval,) = struct.unpack(">H", payload[:2])
-    elif marker == _SOI or (marker not in _STANDALONE and marker != _SOS
-                            and marker not in _BETWEEN_SCANS):
+    elif marker == SOI or (marker not in STANDALONE and marker != SOS
+                           and marker not in _BETWEEN_SCANS):
         raise InvalidImageError(f"{CORRUPT} (an unexpected marker 0xFF{marker:02X}).")
 
 
@@ -231,7 +223,7 @@ def _minimum_bits(state: _State, frame: _Frame, ids: list[int],
     sequential file, its shortest AC code). 0 where no such bound holds."""
     start, refining = progression
     sequential = frame.marker in _SOF_HUFFMAN_SEQUENTIAL
-    if not sequential and (frame.marker not in _SOF_PROGRESSIVE or start != 0 or refining):
+    if not sequential and (frame.marker not in SOF_PROGRESSIVE or start != 0 or refining):
         return 0  # AC scans may skip whole bands of blocks with one EOB run
     bits = 0
     for component, (dc, ac) in zip(ids, tables, strict=True):
@@ -263,7 +255,7 @@ def _check_coverage(state: _State) -> None:
         cover = state.coverage.get(component)
         if cover is None:
             raise InvalidImageError(f"{TRUNCATED} (a scan is missing).")
-        if frame.marker in _SOF_PROGRESSIVE and max(cover) != 0:
+        if frame.marker in SOF_PROGRESSIVE and max(cover) != 0:
             raise InvalidImageError(f"{TRUNCATED} (progressive scans are missing).")
 
 

@@ -7,7 +7,6 @@ by the lower class index, so the result is deterministic.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import orjson
 
 from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
+from chalicelib.registry import read_labels
 
 LABELS_DIR = Path(__file__).resolve().parent / "labels"
 
@@ -113,9 +113,9 @@ def label_predictions(probabilities: np.ndarray, indices: np.ndarray,
     ]
 
 
-@functools.lru_cache(maxsize=8)
 def load_labels(name: str) -> tuple[str, ...] | None:
-    """Load a label file shipped in ``chalicelib/labels`` (one class name a line).
+    """Load a label file shipped in ``chalicelib/labels`` (one class name a line), with the
+    registry's reader (:func:`~chalicelib.registry.read_labels`: each file read once).
 
     Args:
         name: file name with or without ``.txt``; empty means "no labels".
@@ -124,17 +124,12 @@ def load_labels(name: str) -> tuple[str, ...] | None:
         The class names in index order, or None for no labels.
 
     Raises:
-        ConfigurationError: the file does not exist or is empty.
+        ConfigurationError: the file does not exist, cannot be read or is empty.
     """
     if not name:
         return None
     path = LABELS_DIR / (name if name.endswith(".txt") else name + ".txt")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+    if not path.is_file():
         raise ConfigurationError(
-            f"LABELS names {path.name}, which is not in chalicelib/labels") from None
-    labels = tuple(line.strip() for line in text.splitlines() if line.strip())
-    if not labels:
-        raise ConfigurationError(f"LABELS file {path.name} is empty")
-    return labels
+            f"LABELS names {path.name}, which is not in chalicelib/labels")
+    return read_labels(path, f"LABELS file {path.name}")

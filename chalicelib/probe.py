@@ -16,11 +16,17 @@ import numpy as np
 from chalicelib.errors import InvalidImageError
 from chalicelib.media import JPEG_EOI, JPEG_SOI, PNG_SIGNATURE, ImageFormat
 
-_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
-                          0xCE, 0xCF})
-_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
-_STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
-_SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
+# JPEG's markers (ITU-T T.81, table B.1): the one table of them, read by jpegscan too
+SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC),
+                 *range(0xCD, 0xD0)})  # start of frame, every coding process (not DHT/JPG/DAC)
+SOF_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+DHT, DAC, DQT, DRI, DNL, SOS = 0xC4, 0xCC, 0xDB, 0xDD, 0xDC, 0xDA
+SOI, EOI, COM, APP1 = 0xD8, 0xD9, 0xFE, 0xE1
+APPN = frozenset(range(0xE0, 0xF0))
+RESTARTS = frozenset(range(0xD0, 0xD8))
+STANDALONE = frozenset({0x01, SOI, EOI, *RESTARTS})  # the markers without a length
+TRUNCATED = "The JPEG image is truncated"
+CORRUPT = "The JPEG image has corrupt data"
 _ORIENTATION_TAG = 0x0112
 _LONG = 4  # the TIFF type of a 32-bit value
 # an IFD entry: tag, type, count, then the value (a SHORT in its first two bytes)
@@ -135,18 +141,18 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
     blocks: list[list[int]] = []  # every EXIF block's orientations: the decoders apply the first
     progressive = False
     for marker, start, end in _jpeg_segments(data):
-        if marker == _APP1 and data[start:start + 6] == b"Exif\x00\x00":
+        if marker == APP1 and data[start:start + 6] == b"Exif\x00\x00":
             blocks.append(_exif_orientations(data[start + 6:end]))
-        elif marker in _SOF_MARKERS and end - start >= 5:
+        elif marker in SOF and end - start >= 5:
             height, width = struct.unpack(">HH", data[start + 1:start + 5])
-            size, progressive = (width, height), marker in _PROGRESSIVE
-        elif marker == _SOS:
+            size, progressive = (width, height), marker in SOF_PROGRESSIVE
+        elif marker == SOS:
             if size is None:
                 break
             # Entropy-coded data can never hold FF D9 (0xFF is always stuffed), so an EOI
             # after the first scan is the only sign the file is complete.
             if data.rfind(JPEG_EOI, end) == -1:
-                raise InvalidImageError("The JPEG image is truncated (no end-of-image marker).")
+                raise InvalidImageError(f"{TRUNCATED} (no end-of-image marker).")
             return _checked(ImageFormat.JPEG, size[0], size[1],
                             blocks[0][0] if blocks and blocks[0] else 1, progressive,
                             data.count(b"\xff\xda", start - 4),
@@ -154,36 +160,53 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
     raise InvalidImageError("The JPEG header is malformed or truncated.")
 
 
-def skip_fill(data: bytes, pos: int) -> int:
-    """The position of the last 0xFF of the run of fill bytes at ``pos`` (found in C)."""
+def read_segment(data: bytes, pos: int) -> tuple[int, int, int]:
+    """Read the JPEG marker segment at ``pos``, after any fill bytes (skipped in one C call).
+
+    The one segment reader: the header walk here and :func:`chalicelib.jpegscan.check_complete`
+    both step through a file with it.
+
+    Args:
+        data: the JPEG.
+        pos: where a marker (or fill bytes before one) should be.
+
+    Returns:
+        The marker and its payload's (start, end); start == end for a marker without a length.
+
+    Raises:
+        InvalidImageError: the data ends, or no marker is at ``pos``.
+    """
     run = _FILL.match(data, pos)
-    return run.end() - 1 if run and run.end() - pos > 1 else pos
+    if run and run.end() - pos > 1:
+        pos = run.end() - 1  # the last 0xFF of the run starts the marker
+    if pos + 2 > len(data):
+        raise InvalidImageError(f"{TRUNCATED} (no end-of-image marker).")
+    if data[pos] != 0xFF:
+        raise InvalidImageError(f"{CORRUPT} (bytes where a marker should be).")
+    marker = data[pos + 1]
+    if marker in STANDALONE:
+        return marker, pos + 2, pos + 2
+    if pos + 4 > len(data):
+        raise InvalidImageError(f"{TRUNCATED} (it ends inside a header).")
+    (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
+    if length < 2 or pos + 2 + length > len(data):
+        raise InvalidImageError(f"{TRUNCATED} (it ends inside a header).")
+    return marker, pos + 4, pos + 2 + length
 
 
 def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(marker, payload start, payload end) of each header segment up to the first scan.
+    """(marker, payload start, payload end) of each segment up to the first scan or EOI.
 
-    Fill bytes are skipped in one C call and markers are counted: a hostile file of six
-    megabytes of fill, or of a million empty segments, costs milliseconds, not seconds.
+    Markers are counted: a hostile file of a million empty segments is refused after
+    :data:`MAX_JPEG_MARKERS`, not walked to its end.
     """
     pos = 2
     for _ in range(MAX_JPEG_MARKERS):
-        pos = skip_fill(data, pos)
-        if pos + 4 > len(data):
+        marker, start, end = read_segment(data, pos)
+        yield marker, start, end
+        if marker in (SOS, EOI):
             return
-        if data[pos] != 0xFF:
-            raise InvalidImageError("The JPEG header is malformed.")
-        marker = data[pos + 1]
-        if marker in _STANDALONE:
-            pos += 2
-            continue
-        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
-        if length < 2 or pos + 2 + length > len(data):
-            raise InvalidImageError("The JPEG image is truncated.")
-        yield marker, pos + 4, pos + 2 + length
-        if marker in (_SOS, _EOI):
-            return
-        pos += 2 + length
+        pos = end
     raise InvalidImageError(f"The JPEG header has more than {MAX_JPEG_MARKERS} markers.")
 
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.config import SAGEMAKER_NAME, Settings
+from chalicelib.config import SAGEMAKER_NAME, SettingError, Settings
 from chalicelib.errors import ConfigurationError
 from chalicelib.media import ENDPOINT_ANSWER_TYPES, MediaType
 
@@ -63,6 +64,9 @@ class Pipeline(enum.StrEnum):
     SAGEMAKER_TFS = "sagemaker-tfs"
     CORTEX = "cortex"
 
+
+# The Settings fields an image model sets with top-level model.json keys.
+_SETTINGS_KEYS = {"endpoint_content_type": "content_type", "endpoint_accept": "accept"}
 
 HANDLER_FILES = {Pipeline.SAGEMAKER_TFS: "inference.py", Pipeline.CORTEX: "handler.py"}
 
@@ -240,7 +244,8 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
         raise ConfigurationError(f"models/{folder.name}: a model's folder name is lower-case "
                                  "letters, digits and inner hyphens (it is the URL's name)")
     try:
-        document = json.loads((folder / MODEL_FILE).read_text(encoding="utf-8"))
+        document = json.loads((folder / MODEL_FILE).read_text(encoding="utf-8"),
+                              parse_constant=_not_json, object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise ConfigurationError(f"{where} is missing") from None
     except (OSError, ValueError) as error:
@@ -248,6 +253,53 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
     if not isinstance(document, dict):
         raise ConfigurationError(f"{where} must hold a JSON object")
     return _ModelReader(where, folder, document, settings, env, flat_labels).read()
+
+
+def read_labels(path: Path, shown: str) -> tuple[str, ...]:
+    """The class names of a label file, in index order: one a line, blank lines skipped.
+
+    The one reader of label files (a model's ``labels.txt``, the flat ``LABELS`` file); each
+    file is read once, and again only if it changed.
+
+    Args:
+        path: the file.
+        shown: how messages name it (``models/iris/labels.txt``).
+
+    Raises:
+        ConfigurationError: the file cannot be read, is not UTF-8 or holds no class.
+    """
+    try:
+        status = path.stat()
+        labels = _read_labels(path, status.st_mtime_ns, status.st_size)
+    except OSError as error:
+        raise ConfigurationError(f"{shown} cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{shown} is not UTF-8 text") from None
+    if not labels:
+        raise ConfigurationError(f"{shown} is empty")
+    return labels
+
+
+@functools.lru_cache(maxsize=64)
+def _read_labels(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    # utf-8-sig: a byte order mark (Windows editors write one) is not part of the first class
+    text = path.read_text(encoding="utf-8-sig")
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity, which JSON has not (and no setting takes)."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object as JSON has it, refusing a key given twice (the last would win unseen)."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"key {key!r} is given twice")
+        document[key] = value
+    return document
 
 
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
@@ -281,7 +333,7 @@ class _ModelReader:
         signature = self._signature(required=pipeline == Pipeline.TENSOR)
         labels = self._labels(image)
         endpoint = self._endpoint()
-        settings = self._image_settings(endpoint) if image else None
+        settings = self._image_settings(endpoint, pipeline)
         model = ModelSpec(
             name=self.folder.name, folder=self.folder, endpoint=endpoint, pipeline=pipeline,
             content_type=self._media_type("content_type", settings.endpoint_content_type
@@ -431,20 +483,37 @@ class _ModelReader:
     def _labels(self, image: bool) -> tuple[str, ...] | None:
         path = self.folder / LABELS_FILE
         if path.is_file():
-            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-            labels = tuple(line for line in lines if line)
-            if not labels:
-                raise ConfigurationError(f"models/{self.folder.name}/{LABELS_FILE} is empty")
-            return labels
+            return read_labels(path, f"models/{self.folder.name}/{LABELS_FILE}")
         if image and self.flat_labels is not None:
             return tuple(self.flat_labels)
         return None
 
-    def _image_settings(self, endpoint: str) -> Settings:
-        value = self.doc.get("image", {})
-        if not isinstance(value, dict) or set(value) - IMAGE_KEYS:
-            raise self.fail("image", f"must be an object of: {', '.join(sorted(IMAGE_KEYS))}")
+    def _image_settings(self, endpoint: str, pipeline: Pipeline) -> Settings | None:
+        if pipeline != Pipeline.IMAGE_CLASSIFICATION:
+            if "image" in self.doc:  # read by no other pipeline: it would be ignored unseen
+                raise self.fail("image", f"is for {Pipeline.IMAGE_CLASSIFICATION} models only, "
+                                f"not {pipeline}")
+            return None
+        values = self._image_values()
         try:
-            return dataclasses.replace(self.settings, endpoint_name=endpoint, **value)
-        except (ConfigurationError, TypeError) as error:
+            # Settings checks each value's type and range as it does the flat variables'
+            return dataclasses.replace(self.settings, endpoint_name=endpoint, **values)
+        except SettingError as error:
+            field = error.variable.lower()
+            if field in values:
+                raise self.fail(_SETTINGS_KEYS.get(field, f"image.{field}"),
+                                error.requirement) from None
             raise self.fail("image", str(error)) from None
+
+    def _image_values(self) -> dict[str, Any]:
+        """The Settings fields this image model sets: ``image``'s, and ``content_type`` and
+        ``accept``, which the image pipeline sends from its settings."""
+        value = self.doc.get("image", {})
+        if not isinstance(value, dict):
+            raise self.fail("image", f"must be an object of: {', '.join(sorted(IMAGE_KEYS))}")
+        unknown = sorted(set(value) - IMAGE_KEYS)
+        if unknown:
+            raise self.fail(f"image.{unknown[0]}", "is not an image setting (known: "
+                            f"{', '.join(sorted(IMAGE_KEYS))})")
+        return {**value, **{field: self.doc[key] for field, key in _SETTINGS_KEYS.items()
+                            if key in self.doc}}

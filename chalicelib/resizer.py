@@ -35,7 +35,8 @@ _WORST_OVERHEAD = 64 * 1024  # headers, a PNG row's filter byte, zlib's and WebP
 # Otherwise bands of 16 rows (a JPEG MCU's, a WebP macroblock's height) spread over the image,
 # 1/SAMPLE_FRACTION of its rows, are encoded first, as one image, and their size scaled up: an
 # output estimated over the limit by more than the estimate's error is refused before the
-# whole of it is encoded (WebP quality 100 at 4096x4096 took 3.2 s).
+# whole of it is encoded (WebP quality 100 at 4096x4096 takes seconds: the README's
+# ``POST /resize``).
 _BAND_ROWS = 16
 SAMPLE_FRACTION = 16
 ESTIMATE_TOLERANCE = 1.25

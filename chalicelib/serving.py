@@ -34,18 +34,12 @@ class Call:
         content_type: its bare media type (``application/json`` when the client sent none).
         accept: the client's Accept header, if any.
         custom_attributes: SageMaker CustomAttributes passed along (header or option).
-        content_length: the body's length.
     """
 
     body: bytes
     content_type: str
     accept: str | None = None
     custom_attributes: str | None = None
-
-    @property
-    def content_length(self) -> int:
-        """The body's length in bytes."""
-        return len(self.body)
 
 
 Invoke = Callable[[bytes, str, str], InvokeResult]

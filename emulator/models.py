@@ -128,7 +128,7 @@ def _session_options(ort: Any, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Idle pool threads spin by default, taking a core from the client, `chalice local` and
-    # the other requests that share this small machine: sleep instead (about 1 ms slower).
+    # the other requests that share this small machine: sleep instead (a little slower).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 

@@ -20,46 +20,30 @@ server would enlarge it, and when shrinking would not make it smaller.
     >>> client.predict("samples/cat.jpg", k=3)["predictions"][0]["label"]
     'tiger cat'
 
-Encoding of the shrunk image, measured with ``.venv/bin/python -m bench --part clients``
-(which prints this table; 2 CPUs, OpenCV 5.0) on the scikit-image photos of the integration
-tests (``chelsea``, ``coffee``, ``astronaut``, ``rocket``, enlarged bicubically as the
-``photos`` fixture enlarges them, JPEG quality 90), through the real EfficientNet-Lite0 behind
-the local stack. Deviation: the worst absolute difference of the top-5 probabilities from
-sending the original through sagegate; medians of 4 photos per size (640x480 JPEGs are
-forwarded by the server, so every candidate sends them as they are):
-
-    size       encoding               sent    client CPU  worst dev  top-1 changed
-    1920x1080  (original)           269 kB
-    1920x1080  png, level 9         182 kB       83 ms      0.0000          0
-    1920x1080  webp, lossless       128 kB      185 ms      0.0000          0
-    1920x1080  jpeg q95 4:4:4        56 kB       11 ms      0.0665          1
-    1920x1080  jpeg q90 4:2:0        31 kB       82 ms      0.1062          2
-    4032x3024  (original)           934 kB
-    4032x3024  png, level 9         146 kB       70 ms      0.0000          0
-    4032x3024  webp, lossless       103 kB      159 ms      0.0000          0
-    4032x3024  jpeg q95 4:4:4        45 kB       23 ms      0.0530          0
-    4032x3024  jpeg q90 4:2:0        25 kB       71 ms      0.1083          1
-
-So the default, :data:`DEFAULT_ENCODING`, is lossless WebP: the smallest upload that keeps the
-server's promise (same top-1, top-5 within 0.03 of sending the original; here exactly the
-same). JPEG is not faithful even at quality 95 without chroma subsampling
-(``cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444``). PNG is 40% larger but costs half the CPU: on
-uplinks faster than about 4 Mbit/s it is the quicker of the two end to end
-(``Client(encoding="png")``, ``sagegate predict --encoding png``).
+The encoding of the shrunk image is chosen by measurement (``.venv/bin/python -m bench --part
+clients``; its table and method are in ``bench/README.md``): the default,
+:data:`DEFAULT_ENCODING`, is lossless WebP, the smallest upload that keeps the server's promise
+(same top-1, top-5 within 0.03 of sending the original; measured, exactly the same). JPEG is
+not faithful even at quality 95 without chroma subsampling
+(``cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444``). PNG is larger but costs less CPU: on a fast uplink
+it is the quicker of the two end to end (``Client(encoding="png")``,
+``sagegate predict --encoding png``).
 
 HTTP: one ``urllib3.PoolManager`` per :class:`Client` (keep-alive connections, safe to share
-between threads), ``x-api-key`` when a key is given, at most ``retries`` retries of a 503
-(after its ``Retry-After``, at most :data:`MAX_RETRY_AFTER_S` seconds) or of a connection that
-failed. Error answers raise :class:`ClientError`.
+between threads), ``x-api-key`` when a key is given, at most ``retries`` retries of a 503 or of
+a connection that failed, by sagegate's one retry policy (:mod:`chalicelib.retries`: full
+jitter, never sooner than the 503's ``Retry-After``, at most :data:`MAX_RETRY_AFTER_S` seconds,
+and within the client's retry quota, so a failing server is not sent every request
+``retries + 1`` times). Error answers raise :class:`ClientError`.
 """
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import enum
 import json
 import math
 import os
+import random
 import threading
 import time
 import urllib.parse
@@ -75,6 +59,7 @@ from chalicelib import imaging, jpegscan
 from chalicelib.errors import SagegateError
 from chalicelib.media import JPEG_SOI, PNG_SIGNATURE, ImageFormat, MediaType
 from chalicelib.probe import ImageInfo, probe
+from chalicelib.retries import Retrier, RetryPolicy, RetryQuota, parse_retry_after
 
 __all__ = ["DEFAULT_ENCODING", "DEFAULT_URL", "Client", "ClientError", "Encoding",
            "ShrinkRule", "Upload", "content_type_of", "encode", "shrink"]
@@ -87,6 +72,7 @@ _CONNECTION_ERRORS = (urllib3.exceptions.NewConnectionError,
                       urllib3.exceptions.ConnectTimeoutError,
                       urllib3.exceptions.ProtocolError)
 _sleep = time.sleep  # the tests replace it
+_random = random.random  # the backoff's jitter; the tests replace it
 
 
 class Encoding(enum.StrEnum):
@@ -272,25 +258,20 @@ def read_input(path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memor
     return Path(path_or_bytes).read_bytes()
 
 
-def retry_after_seconds(value: str | None, attempt: int) -> float:
-    """How long to wait before retry ``attempt`` (0-based): ``Retry-After`` (seconds or an
-    HTTP date) when given, else exponential backoff; never over :data:`MAX_RETRY_AFTER_S`."""
-    seconds = backoff_seconds(attempt)
-    if value:
-        if value.strip().isdigit():
-            seconds = float(value.strip())
-        else:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-                seconds = when.timestamp() - time.time()
-            except (TypeError, ValueError, IndexError):
-                pass
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if math.isfinite(seconds) else 0.0
+def retry_after_seconds(value: str | None) -> float | None:
+    """A 503's ``Retry-After`` (seconds or an HTTP date) in seconds, never over
+    :data:`MAX_RETRY_AFTER_S`; None when absent or unreadable."""
+    seconds = parse_retry_after(value)
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
 
 
-def backoff_seconds(attempt: int) -> float:
-    """0.25 s, 0.5 s, 1 s ... up to :data:`MAX_RETRY_AFTER_S`."""
-    return float(min(0.25 * 2 ** attempt, MAX_RETRY_AFTER_S))
+def retry_policy(retries: int) -> RetryPolicy:
+    """The client's retry policy: ``retries`` retries, 0.25 s doubling to
+    :data:`MAX_RETRY_AFTER_S`, no time budget of its own (the server has one)."""
+    return RetryPolicy(max_attempts=retries + 1, budget_seconds=math.inf, base_delay=0.25,
+                       max_delay=MAX_RETRY_AFTER_S)
 
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview
@@ -314,6 +295,8 @@ class Client:
                  encoding: Encoding | str = DEFAULT_ENCODING) -> None:
         self.url = url.rstrip("/")
         self.retries = max(0, retries)
+        self.quota = RetryQuota()
+        """The retry quota every thread using this client shares."""
         self.encoding = Encoding(encoding)
         self._headers = {"x-api-key": api_key} if api_key else {}
         self._http = urllib3.PoolManager(maxsize=max(1, pool), retries=False,
@@ -331,21 +314,27 @@ class Client:
         Raises:
             ClientError: no connection could be made (status 0, ``ConnectionError``).
         """
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+        retrier = Retrier(retry_policy(self.retries), self.quota, rng=_random)
+        while True:
             try:
                 response = self._http.request(method, self.url + path, body=body,
                                               headers={**self._headers, **(headers or {})})
             except _CONNECTION_ERRORS as error:
-                if last:
+                delay = retrier.failed()
+                if delay is None:
                     raise ClientError(0, "ConnectionError",
                                       f"{method} {self.url + path}: {error}") from error
-                _sleep(backoff_seconds(attempt))
+                _sleep(delay)
                 continue
-            if response.status != 503 or last:
+            if response.status != 503:
+                if response.status < 300:  # a success refunds the quota, as in botocore
+                    retrier.succeeded()
                 return response
-            _sleep(retry_after_seconds(response.headers.get("Retry-After"), attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+            delay = retrier.failed(
+                hint=retry_after_seconds(response.headers.get("Retry-After")))
+            if delay is None:
+                return response
+            _sleep(delay)
 
     @staticmethod
     def check(response: urllib3.BaseHTTPResponse) -> urllib3.BaseHTTPResponse:

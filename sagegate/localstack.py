@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import secrets
 import signal
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, TYPE_CHECKING, NamedTuple
 
+from chalicelib.retries import RetryPolicy
 from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import (
     EmulatorProcess,
@@ -393,7 +395,8 @@ def describe_capture(settings: Settings) -> str:
     cap = settings.capture_max_bytes
     if not cap:
         return line + " (no size cap: set CAPTURE_MAX_BYTES)"
-    return line + f" (at most {cap / 1e6:g} MB an endpoint, its oldest files dropped; CAPTURE_MAX_BYTES)"
+    return line + (f" (at most {cap / 1e6:g} MB an endpoint, its oldest files dropped; "
+                   "CAPTURE_MAX_BYTES)")
 
 
 def _key_lines(api_key: str | None) -> list[str]:
@@ -454,9 +457,15 @@ STABLE_AFTER_S = 30.0
 """An emulator that has served this long is healthy again: the failure count restarts at 0."""
 
 
+RESTART_POLICY = RetryPolicy(max_attempts=MAX_RESTARTS + 1, budget_seconds=math.inf,
+                             base_delay=FIRST_DELAY_S, max_delay=MAX_DELAY_S)
+"""sagegate's one retry policy, for restarts; its ceiling is waited, without jitter: one
+supervisor restarts one child, there is no crowd to spread, and the console says when."""
+
+
 def backoff(failures: int) -> float:
     """Seconds to wait before restart number ``failures`` (1, 2, ...): 0.5, 1, 2, 4, 8, 8 ..."""
-    return float(min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (failures - 1)))
+    return RESTART_POLICY.ceiling(failures)
 
 
 class Supervisor:

@@ -6,18 +6,38 @@ the function, and nothing is left in memory when Lambda freezes the process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
+import random
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
+from chalicelib.retries import Retrier, RetryPolicy, RetryQuota
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
 FIREHOSE_ATTEMPTS = 3
 MIN_SEGMENT_BYTES = 64 * 1024
+CAPTURE_POLICY = RetryPolicy(max_attempts=FIREHOSE_ATTEMPTS, budget_seconds=2.0,
+                             base_delay=0.05, max_delay=0.5)
+"""How a capture write is retried: the response waits for it, so briefly (no retry starts
+more than 2 s after the first attempt)."""
+# what botocore's standard mode retries (botocore/retries/standard.py), and Firehose's
+# throttle (ServiceUnavailableException: "back off and retry")
+_THROTTLING_CODES = frozenset({
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+    "TooManyRequestsException", "ProvisionedThroughputExceededException", "SlowDown",
+    "RequestLimitExceeded", "LimitExceededException", "ServiceUnavailableException",
+})
+_TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException",
+                              "PriorRequestNotComplete", "InternalFailure"})
+_TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
+_T = TypeVar("_T")
 
 
 class CaptureSinkError(Exception):
@@ -150,6 +170,55 @@ class DirectorySink:
             directory = directory.parent
 
 
+class _Retrying:
+    """What the AWS sinks share: the one retry policy, and a quota per sink (per process)."""
+
+    def __init__(self, policy: RetryPolicy, sleep: Callable[[float], None],
+                 clock: Callable[[], float], rng: Callable[[], float]) -> None:
+        self.policy, self.quota = policy, RetryQuota()
+        self._sleep, self._clock, self._rng = sleep, clock, rng
+
+    def _retrier(self) -> Retrier:
+        return Retrier(self.policy, self.quota, clock=self._clock, rng=self._rng)
+
+    def _waited(self, retrier: Retrier, throttled: bool) -> bool:
+        """Waits before the next attempt; False when no retry is to be made."""
+        delay = retrier.failed(throttled=throttled)
+        if delay is None:
+            return False
+        self._sleep(delay)
+        return True
+
+    def _attempt(self, retrier: Retrier, call: Callable[[], _T]) -> _T | None:
+        """One call; None after a retryable failure waited for, raised when given up."""
+        try:
+            return call()
+        except Exception as error:
+            throttled = retry_kind(error)
+            if throttled is None or not self._waited(retrier, throttled):
+                raise
+            return None
+
+
+def retry_kind(error: Exception) -> bool | None:
+    """Whether a boto3 failure is retryable as botocore's standard mode decides: True for
+    throttling, False for a transient failure, None for neither."""
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    if isinstance(error, BotoConnectionError | HTTPClientError):
+        return False
+    if not isinstance(error, ClientError):
+        return None
+    code = error.response.get("Error", {}).get("Code")
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in _THROTTLING_CODES or status == 429:
+        return True
+    if code in _TRANSIENT_CODES or status in _TRANSIENT_STATUSES:
+        return False
+    return None
+
+
 def _usage(folder: Path) -> int:
     total = 0
     for path in folder.rglob("*.jsonl"):
@@ -158,11 +227,16 @@ def _usage(folder: Path) -> int:
     return total
 
 
-class S3Sink:
+class S3Sink(_Retrying):
     """One JSON Lines object per request under ``s3://bucket/prefix/{endpoint}/{variant}/yyyy/
-    mm/dd/hh/``, written with PutObject before the response returns."""
+    mm/dd/hh/``, written with PutObject before the response returns (retried by
+    :data:`CAPTURE_POLICY`)."""
 
-    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str, *,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 rng: Callable[[], float] = random.random) -> None:
+        super().__init__(CAPTURE_POLICY, sleep, clock, rng)
         self._client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -181,21 +255,31 @@ class S3Sink:
             return
         first = records[0]
         body = b"".join(record.line for record in records)
-        self._client.put_object(Bucket=self.bucket, Key=self.key(first), Body=body,
-                                ContentType="application/jsonlines")
+        key = self.key(first)
+        retrier = self._retrier()
+        while self._attempt(retrier, lambda: self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=body,
+                ContentType="application/jsonlines")) is None:
+            pass
+        retrier.succeeded()
 
 
-class FirehoseSink:
-    """``PutRecordBatch`` to a delivery stream, retrying the records Firehose refused.
+class FirehoseSink(_Retrying):
+    """``PutRecordBatch`` to a delivery stream, retrying (by :data:`CAPTURE_POLICY`, with
+    ``attempts`` attempts) a failed call and the records Firehose refused.
 
     Configure the stream's S3 prefix (dynamic partitioning on ``eventMetadata``) for Model
     Monitor's layout; each record is one JSON line.
     """
 
-    def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS) -> None:
+    def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS, *,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 rng: Callable[[], float] = random.random) -> None:
+        super().__init__(dataclasses.replace(CAPTURE_POLICY, max_attempts=attempts),
+                         sleep, clock, rng)
         self._client = client
         self.stream = stream
-        self._attempts = attempts
 
     def close(self) -> None:
         """Drop the Firehose client's pooled connections."""
@@ -205,16 +289,27 @@ class FirehoseSink:
         for start in range(0, len(records), FIREHOSE_BATCH):
             self._write_batch([r.line for r in records[start:start + FIREHOSE_BATCH]])
 
+    def _put(self, lines: list[bytes]) -> Any:
+        return self._client.put_record_batch(
+            DeliveryStreamName=self.stream, Records=[{"Data": line} for line in lines])
+
     def _write_batch(self, pending: list[bytes]) -> None:
-        for _ in range(self._attempts):
-            answer = self._client.put_record_batch(
-                DeliveryStreamName=self.stream, Records=[{"Data": line} for line in pending])
+        retrier = self._retrier()
+        while True:
+            answer = self._attempt(retrier, functools.partial(self._put, pending))
+            if answer is None:
+                continue
             if not answer.get("FailedPutCount"):
+                retrier.succeeded()
                 return
-            pending = [line for line, result in zip(pending, answer["RequestResponses"],
-                                                    strict=True) if result.get("ErrorCode")]
-        raise CaptureSinkError(
-            f"Firehose refused {len(pending)} record(s) after {self._attempts} attempts")
+            refused = [(line, result["ErrorCode"]) for line, result
+                       in zip(pending, answer["RequestResponses"], strict=True)
+                       if result.get("ErrorCode")]
+            pending = [line for line, _ in refused]
+            throttled = all(code in _THROTTLING_CODES for _, code in refused)
+            if not self._waited(retrier, throttled):
+                raise CaptureSinkError(f"Firehose refused {len(pending)} record(s) after "
+                                       f"{retrier.attempts} attempts")
 
 
 def sink_for(destination: str, max_bytes: int = 0) -> Sink:
@@ -236,6 +331,6 @@ def _client(service: str) -> Any:
     import boto3  # deferred like the endpoint client: only paid when capture is on
     from botocore.config import Config
 
-    config = Config(connect_timeout=1, read_timeout=3,
-                    retries={"mode": "standard", "total_max_attempts": 2})
+    # botocore does not retry: the sinks do, by the one policy (CAPTURE_POLICY)
+    config = Config(connect_timeout=1, read_timeout=3, retries={"total_max_attempts": 1})
     return boto3.client(service, config=config)

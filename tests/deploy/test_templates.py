@@ -4,12 +4,13 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chalicelib.media import BINARY_TYPES, ImageFormat
-from sagegate.deploy.check import SAM_TRANSLATE
+from sagegate.deploy.check import SAM_TRANSLATE, cache_stack_path, write_stacks
 from sagegate.deploy.policy import policy_path
 from sagegate.deploy.stages import load_stage
 from sagegate.deploy.templates import cache_template
@@ -139,14 +140,16 @@ def test_the_shared_cache_table_is_the_one_the_function_and_its_policy_name(
         "Description": "The function's CACHE_TABLE", "Value": {"Ref": "PredictionCache"}}
 
 
-def test_the_stand_alone_cache_stack_is_the_same_table(built: Package) -> None:
+def test_the_stand_alone_cache_stack_is_the_same_table(built: Package, tmp_path: Path) -> None:
     """`sagegate chalice-deploy` deploys the table as its own stack: the very resource
-    `sagegate package` merges (`sagegate check` writes, lints and scans that stack too)."""
-    template = cache_template(load_stage(built.stage))
+    `sagegate package` merges (`sagegate check` writes, lints and scans that stack too; written
+    here, not read from a build/ another command may not have made)."""
+    stage = load_stage(built.stage)
+    template = cache_template(stage)
     assert template["Resources"] == {"PredictionCache": built.resource("PredictionCache")}
-    written = ROOT / "build" / f"cache-{built.stage}.json"
-    if written.is_file():  # `sagegate check` ran (make test runs it first)
-        assert json.loads(written.read_text()) == json.loads(json.dumps(template))
+    written = cache_stack_path(stage.name, tmp_path)
+    assert written in write_stacks(stage, tmp_path)
+    assert json.loads(written.read_text()) == json.loads(json.dumps(template))
 
 
 def test_timeouts_and_throttles_protect_the_endpoint(built: Package) -> None:

@@ -272,3 +272,32 @@ def test_an_edited_handler_file_is_a_new_key(harness: Harness, tmp_path: Path) -
         response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
         seen.append(response.headers["X-Cache"])
     assert seen == ["miss", "hit", "miss"]
+
+
+def test_an_edited_endpoint_accept_is_a_new_key(harness: Harness, tmp_path: Path) -> None:
+    """The same request to the same model, whose model.json now asks the endpoint for another
+    media type: the endpoint's answer changes, so the old one must not be served (the table
+    tier outlives a deploy)."""
+    settings = app_module.services.settings
+    registry = load_registry(settings, {"ENDPOINT_NAME": settings.endpoint_name})
+    cache = PredictionCache(MemoryTier(1 << 20), None)  # one cache, shared by both versions
+    seen: list[str] = []
+    for accept in ("application/json", "application/json", "application/jsonlines"):
+        folder = tmp_path / accept.replace("/", "-") / "sentiment"
+        if not folder.exists():
+            shutil.copytree(MODELS_DIR / "sentiment", folder)
+            document = json.loads((folder / "model.json").read_text())
+            (folder / "model.json").write_text(json.dumps({**document, "accept": accept}))
+        registry.models["sentiment"] = load_model(folder, settings, {})
+        services = harness.use(settings)
+        services._registry, services._cache = registry, cache
+        if not seen or accept != "application/json":
+            harness.stubber.add_response(
+                "invoke_endpoint", endpoint_response(b'{"predictions": [[0.5]]}'),
+                {"EndpointName": "sentiment", "Body": ANY, "ContentType": "application/json",
+                 "Accept": accept, "InferenceId": ANY})
+        response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
+        assert response.status_code == 200, response.body
+        seen.append(response.headers["X-Cache"])
+    assert seen == ["miss", "hit", "miss"]
+    harness.stubber.assert_no_pending_responses()

@@ -122,3 +122,31 @@ def test_every_endpoint_error_maps_to_its_answer(harness: Harness, mapping: Mapp
     if mapping.answer == "ModelError":
         assert body["original_status_code"] == 500
         assert body["original_message"] == "out of memory"
+
+
+def _throttle(harness: Harness, times: int, headers: dict[str, str] | None = None) -> None:
+    for _ in range(times):
+        harness.stubber.add_client_error(
+            "invoke_endpoint", service_error_code="ThrottlingException",
+            service_message="Rate exceeded", http_status_code=400,
+            response_meta={"HTTPHeaders": headers or {}})
+
+
+def test_the_endpoints_own_retry_after_reaches_the_client(harness: Harness) -> None:
+    """SageMaker's wait is both the floor of sagegate's backoff and the client's advice."""
+    _throttle(harness, ATTEMPTS, {"retry-after": "7"})
+    response = harness.post("/predict", PNG, "image/png")
+    assert (response.status_code, response.headers["Retry-After"]) == (503, "7")
+    assert harness.sleeps == [7.0] * (ATTEMPTS - 1)
+
+
+def test_an_empty_retry_quota_sends_the_client_away_for_longer(harness: Harness) -> None:
+    """Every request of the process has been failing: no retry, and a longer Retry-After."""
+    quota = harness.endpoint.quota
+    while quota.acquire(throttled=True):
+        pass
+    _throttle(harness, 1)
+    response = harness.post("/predict", PNG, "image/png")
+    assert response.status_code == 503 and response.json_body["Code"] == "EndpointUnavailable"
+    assert response.headers["Retry-After"] == "10"  # RetryPolicy.quota_wait
+    assert harness.sleeps == []  # one attempt, the stubber's only answer

@@ -54,6 +54,23 @@ def test_fit_letterboxes_to_the_exact_box(harness: Harness) -> None:
     assert image[25:175].min() == 255
 
 
+@pytest.mark.parametrize("size", [(240, 720), (720, 240)], ids=["portrait", "landscape"])
+def test_fill_answers_the_middle_of_the_picture(harness: Harness, size: tuple[int, int]) -> None:
+    """Thirds blue, green, red along the long side: the square ``fill`` cuts is the green
+    middle, edge to edge (a crop anchored at the top or left would show blue)."""
+    picture = np.zeros((size[1], size[0], 3), np.uint8)
+    third = max(size) // 3
+    for index, colour in enumerate([(255, 0, 0), (0, 255, 0), (0, 0, 255)]):
+        band = slice(index * third, (index + 1) * third)
+        picture[(band, slice(None)) if size[1] > size[0] else (slice(None), band)] = colour
+    response = harness.post("/resize?width=60&height=60&mode=fill&format=png",
+                            imagefactory.png(picture), "image/png", Accept="image/png")
+    image = decoded(response.body)
+    assert image.shape[:2] == (60, 60)
+    assert {tuple(int(v) for v in image[row, col]) for row in (0, 30, 59)
+            for col in (0, 30, 59)} == {(0, 255, 0)}
+
+
 def test_unacceptable_accept_is_406(harness: Harness) -> None:
     response = harness.post("/resize?width=10&height=10", imagefactory.jpeg(), "image/jpeg",
                             Accept="text/html")

@@ -77,7 +77,7 @@ def assert_one_clear_line(result: subprocess.CompletedProcess[str], *says: str) 
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [("PNG_COMPRESSION", "12", "between 0 and 9"),
-     ("PASSTHROUGH", "maybe", "invalid value"),
+     ("PASSTHROUGH", "maybe", "must be true or false"),
      ("CAPTURE_SAMPLING_PERCENTAGE", "200", "between 0 and 100")],
 )
 def test_a_bad_setting_stops_make_run_with_one_line(name: str, value: str, says: str) -> None:

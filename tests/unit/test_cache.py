@@ -7,12 +7,14 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
+from chalicelib import cache as cache_module
 from chalicelib.cache import (
     BYPASS,
     DYNAMODB_ITEM_LIMIT,
@@ -35,6 +37,8 @@ from chalicelib.config import Settings
 from chalicelib.endpoint import InvokeResult
 from chalicelib.errors import ConfigurationError, EndpointUnavailableError
 from chalicelib.pipeline import PredictOptions, Predictor, _pipeline_fields
+from chalicelib.registry import MODELS_DIR, load_model
+from chalicelib.serving import ModelOptions, ModelServer
 
 ANSWER = InvokeResult(b'{"predictions": [[0.9, 0.1]]}', "application/json", "AllTraffic",
                       None, 1)
@@ -91,6 +95,27 @@ def test_the_key_covers_bytes_model_variant_and_target_model_but_not_k() -> None
     assert key(PredictOptions(k=1, target_model="m.tar.gz")) != base
     assert key(PredictOptions(k=1, custom_attributes="x=1")) != base
     assert len(base) == 32 and int(base, 16) >= 0
+
+
+@pytest.mark.parametrize("change", [
+    {"endpoint": "other"}, {"content_type": "text/csv"}, {"accept": "application/jsonlines"},
+    {"variant": "Primary"}, {"target_model": "m.tar.gz"}, {"inference_component": "ic-1"},
+    {"custom_attributes": "x=1"}, {"model": "other"}])
+def test_everything_sent_to_the_endpoint_is_in_the_other_pipelines_key(
+        change: dict[str, Any]) -> None:
+    """The tensor and handler pipelines: two calls that differ only in what the endpoint is
+    asked for (``accept``: another media type, so another answer) never share an entry."""
+    server = ModelServer(None)  # type: ignore[arg-type]  # keys only: no endpoint call
+    iris = load_model(MODELS_DIR / "iris", BASE_SETTINGS, {})
+
+    def key(model: str = "iris", endpoint: str = "iris", content_type: str = "application/json",
+            accept: str = "application/json", **options: Any) -> str:
+        use = PredictionCache(MemoryTier(1 << 20), None).request(scope={"model": model})
+        fields = server._key_fields(dataclasses.replace(iris, endpoint=endpoint),
+                                    ModelOptions(**options), content_type, accept, use)
+        return cache_key(fields, b"[[1, 2, 3, 4]]")
+
+    assert key(**change) != key()
 
 
 def test_the_key_is_unambiguous_between_fields_and_body() -> None:
@@ -319,9 +344,62 @@ def test_errors_of_the_endpoint_are_never_cached() -> None:
     assert failing.calls == 2 and len(cache.memory or []) == 0
 
 
-def test_eight_concurrent_misses_make_one_endpoint_call() -> None:
-    cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=30)
-    endpoint = SlowEndpoint(delay=0.3)
+class Waits:
+    """How every wait for a flight ended: the timeout it was given and whether the flight's
+    landing released it (False: it ran to its timeout)."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[float | None, bool]] = []
+        self._waiting = 0
+        self._changed = threading.Condition()
+
+    def entered(self) -> None:
+        with self._changed:
+            self._waiting += 1
+            self._changed.notify_all()
+
+    def finished(self, timeout: float | None, released: bool) -> None:
+        with self._changed:
+            self.ended.append((timeout, released))
+
+    def until_waiting(self, count: int) -> None:
+        """Block until ``count`` requests wait for a flight (a guard, not a measurement: a
+        test that never gets there fails instead of hanging)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._waiting >= count, timeout=60):
+                raise AssertionError(f"{self._waiting} of {count} requests waited")
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
+    """Every flight the cache makes reports how its waits end."""
+    watched = Waits()
+
+    class WatchedEvent(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            watched.entered()
+            released = super().wait(timeout)
+            watched.finished(timeout, released)
+            return released
+
+    class WatchedFlight(cache_module._Flight):
+        def __init__(self) -> None:
+            super().__init__()
+            self.done = WatchedEvent()
+
+    monkeypatch.setattr(cache_module, "_Flight", WatchedFlight)
+    return watched
+
+
+def test_eight_concurrent_misses_make_one_endpoint_call(waits: Waits) -> None:
+    cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=10)
+    calls: list[int] = []
+
+    def endpoint() -> InvokeResult:  # the leader answers once the seven others wait for it
+        calls.append(1)
+        waits.until_waiting(7)
+        return ANSWER
+
     start = threading.Barrier(8)
     uses = [cache.request() for _ in range(8)]
     answers: list[InvokeResult] = []
@@ -335,19 +413,22 @@ def test_eight_concurrent_misses_make_one_endpoint_call() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert endpoint.calls == 1
+    assert len(calls) == 1
+    assert waits.ended == [(10, True)] * 7  # released by the landing, none at its timeout
     assert len(answers) == 8 and all(a.body == ANSWER.body for a in answers)
-    assert sorted(use.status for use in uses) == [HIT] * 7 + [MISS]
-    assert {use.tier for use in uses if use.status == HIT} <= {FLIGHT, MEMORY}
+    assert sorted((use.status, use.tier) for use in uses) == [(HIT, FLIGHT)] * 7 + [
+        (MISS, None)]
 
 
-def test_waiters_call_the_endpoint_themselves_when_the_leader_fails() -> None:
-    cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=30)
+def test_waiters_call_the_endpoint_themselves_when_the_leader_fails(waits: Waits) -> None:
+    mono = Clock(100.0)
+    cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=10, reserve=22,
+                            monotonic=mono)
     leader_in = threading.Event()
 
     def failing() -> InvokeResult:
         leader_in.set()
-        time.sleep(0.2)
+        waits.until_waiting(1)
         raise EndpointUnavailableError("busy")
 
     errors: list[Exception] = []
@@ -363,22 +444,115 @@ def test_waiters_call_the_endpoint_themselves_when_the_leader_fails() -> None:
     leader_in.wait()
     endpoint = SlowEndpoint()
     waiter = cache.request()
-    assert waiter.fetch({}, b"x", endpoint).body == ANSWER.body
+    assert waiter.fetch({}, b"x", endpoint, deadline=mono.now + 25).body == ANSWER.body
     thread.join()
     assert errors and endpoint.calls == 1 and waiter.status == MISS
+    # it waited 25 - 22 s at most (keeping the reserve for its own call), and was released
+    # by the failed leader's landing, not by that timeout
+    assert waits.ended == [(pytest.approx(3), True)]
 
 
-def test_a_waiter_waits_only_while_budget_is_left_to_call_itself() -> None:
+@pytest.mark.parametrize(("left", "timeout"), [
+    (None, 5), (40, 5), (25, 3), (22.05, 0.05),  # flight_wait, or what the reserve leaves
+    (3, 3), (-1, 0)])  # less than the reserve left: no call of its own fits, wait for the leader
+def test_a_waiter_waits_only_while_budget_is_left_to_call_itself(
+        waits: Waits, left: float | None, timeout: float) -> None:
     mono = Clock(100.0)
     cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=5, reserve=22,
                             monotonic=mono)
     flight, leader = cache.join("k")
     assert leader
-    assert cache.wait(flight, deadline=100.0 + 22.05) is None  # 0.05 s of room
+    cache.land("k", flight, ANSWER)  # landed: the wait returns at once, its timeout is noted
+    assert cache.wait(flight, None if left is None else mono.now + left) is ANSWER
+    assert waits.ended == [(pytest.approx(timeout), True)]
+
+
+def test_a_waiter_whose_leader_never_lands_calls_itself(waits: Waits) -> None:
+    mono = Clock(100.0)
+    cache = PredictionCache(MemoryTier(1 << 20), None, flight_wait=5, reserve=22,
+                            monotonic=mono)
+    flight, leader = cache.join("k")
+    assert leader
+    assert cache.wait(flight, deadline=mono.now + 22.05) is None
+    assert waits.ended == [(pytest.approx(0.05), False)]
     assert cache.join("k") == (flight, False)
     cache.land("k", flight, ANSWER)
-    assert cache.wait(flight, deadline=None) is ANSWER
     assert cache.join("k")[1]  # a landed flight is gone: the next miss leads a new one
+
+
+class RacingCache(PredictionCache):
+    """Runs ``between`` once, after a request's read and before its join: the window where a
+    whole flight of the same key can take off and land."""
+
+    between: Callable[[], object] | None = None
+
+    def join(self, key: str) -> Any:
+        hook, self.between = self.between, None
+        if hook is not None:
+            hook()
+        return super().join(key)
+
+
+def test_a_flight_that_lands_between_a_read_and_the_join_is_not_called_again() -> None:
+    cache = RacingCache(MemoryTier(1 << 20), None)
+    endpoint = SlowEndpoint()
+    late, early = cache.request(), cache.request()
+    cache.between = lambda: early.fetch({}, b"x", endpoint)
+    answer = late.fetch({}, b"x", endpoint)
+    assert endpoint.calls == 1
+    assert (early.status, late.status, late.tier) == (MISS, HIT, MEMORY)
+    assert answer.attempts == 0 and answer.body == ANSWER.body
+    assert cache.join(cache_key({}, b"x"))[1]  # the late request's flight landed too
+
+
+class SlowTable(TableTier):
+    """Runs ``between`` once, during a GetItem (the window is a whole round trip)."""
+
+    between: Callable[[], object] | None = None
+
+    def get(self, key: str) -> tuple[InvokeResult, float] | None:
+        hook, self.between = self.between, None
+        if hook is not None:
+            hook()
+        return super().get(key)
+
+
+def test_a_flight_that_lands_during_a_getitem_is_not_called_again() -> None:
+    client = dynamodb()
+    table = SlowTable("t", client)
+    cache = PredictionCache(MemoryTier(1 << 20), table)
+    endpoint = SlowEndpoint()
+    late, early = cache.request(), cache.request()
+    table.between = lambda: early.fetch({}, b"x", endpoint)
+    with Stubber(client) as stub:
+        stub.add_response("get_item", {})  # the early request's read
+        stub.add_response("put_item", {})  # its write
+        stub.add_response("get_item", {})  # the late request's read, which began first
+        late.fetch({}, b"x", endpoint)
+        stub.assert_no_pending_responses()
+    assert endpoint.calls == 1
+    # the second look was in memory: no second GetItem (the Stubber has none queued)
+    assert (late.status, late.tier, late.errors, early.errors) == (HIT, MEMORY, 0, 0)
+
+
+def test_without_a_memory_tier_the_leader_looks_in_the_table_again() -> None:
+    client = dynamodb()
+    clock = Clock()
+    table = SlowTable("t", client, clock)
+    cache = PredictionCache(None, table, clock=clock)
+    endpoint = SlowEndpoint()
+    late, early = cache.request(), cache.request()
+    table.between = lambda: early.fetch({}, b"x", endpoint)
+    key = cache_key({}, b"x")
+    with Stubber(client) as stub:
+        for _ in range(2):  # the early request's read and second look, then its write
+            stub.add_response("get_item", {})
+        stub.add_response("put_item", {})
+        stub.add_response("get_item", {})  # the late request's read
+        stub.add_response("get_item", {"Item": encode_item(key, ANSWER, clock.now + 60)})
+        late.fetch({}, b"x", endpoint)
+        stub.assert_no_pending_responses()
+    assert endpoint.calls == 1 and (late.status, late.tier, late.errors) == (HIT, TABLE, 0)
 
 
 def dynamodb() -> Any:
@@ -417,10 +591,12 @@ def test_max_age_applies_to_table_items(max_age: int, status: str) -> None:
     with Stubber(client) as stub:
         stub.add_response("get_item", {"Item": item})
         if status == MISS:
+            stub.add_response("get_item", {"Item": item})  # the leader's second look
             stub.add_response("put_item", {})
         use = cache.request(CacheControl.parse(f"max-age={max_age}"))
         use.fetch({}, b"x", endpoint)
-    assert (use.status, endpoint.calls) == (status, 0 if status == HIT else 1)
+        stub.assert_no_pending_responses()
+    assert (use.status, endpoint.calls, use.errors) == (status, 0 if status == HIT else 1, 0)
 
 
 def test_a_miss_in_both_writes_both_with_the_ttl() -> None:
@@ -444,6 +620,7 @@ def test_no_table_write_when_the_budget_has_no_room_for_one() -> None:
     cache = PredictionCache(None, TableTier("t", client))
     with Stubber(client) as stub:
         stub.add_response("get_item", {})
+        stub.add_response("get_item", {})  # the leader's second look (no memory tier)
         use = cache.request()
         use.fetch({}, b"x", SlowEndpoint(), deadline=time.monotonic() + 1)
     assert use.write_skipped and use.errors == 0
@@ -455,6 +632,7 @@ def test_an_answer_too_large_for_the_table_is_counted_not_stored() -> None:
     big = answer(os.urandom(DYNAMODB_ITEM_LIMIT))
     with Stubber(client) as stub:
         stub.add_response("get_item", {})
+        stub.add_response("get_item", {})  # the leader's second look (no memory tier)
         use = cache.request()
         use.fetch({}, b"x", lambda: big)
     assert use.skipped_too_large == 1 and use.errors == 0
@@ -502,7 +680,8 @@ def test_an_expired_table_item_is_a_miss() -> None:
     key = cache_key({}, b"x")
     endpoint = SlowEndpoint()
     with Stubber(client) as stub:
-        stub.add_response("get_item", {"Item": encode_item(key, ANSWER, clock.now - 1)})
+        for _ in range(2):  # the read and the leader's second look (no memory tier)
+            stub.add_response("get_item", {"Item": encode_item(key, ANSWER, clock.now - 1)})
         stub.add_response("put_item", {})
         use = cache.request()
         use.fetch({}, b"x", endpoint)

@@ -15,6 +15,7 @@ import pytest
 
 from chalicelib import imaging
 from chalicelib.probe import probe
+from chalicelib.retries import RETRY_COST, RetryQuota
 from sagegate import client as client_module
 from sagegate import predict_cli
 from sagegate.client import Client, ClientError, Encoding, ShrinkRule, shrink
@@ -152,11 +153,11 @@ def test_a_model_without_images_has_no_rule() -> None:
 
 
 def test_retry_after_is_bounded() -> None:
-    assert client_module.retry_after_seconds("2", 0) == 2.0
-    assert client_module.retry_after_seconds("3600", 0) == client_module.MAX_RETRY_AFTER_S
-    assert client_module.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", 0) == 0.0
-    assert client_module.retry_after_seconds(None, 1) == 0.5
-    assert client_module.retry_after_seconds("soon", 20) == client_module.MAX_RETRY_AFTER_S
+    assert client_module.retry_after_seconds("2") == 2.0
+    assert client_module.retry_after_seconds("3600") == client_module.MAX_RETRY_AFTER_S
+    assert client_module.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert client_module.retry_after_seconds(None) is None  # the policy's backoff, then
+    assert client_module.retry_after_seconds("soon") is None
 
 
 # ---------------------------------------------------------------- HTTP
@@ -222,6 +223,7 @@ def server() -> Iterator[tuple[str, Script]]:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
     monkeypatch.setattr(client_module, "_sleep", slept.append)
+    monkeypatch.setattr(client_module, "_random", lambda: 1.0)  # full jitter at its top
     return slept
 
 
@@ -258,6 +260,33 @@ def test_a_connection_that_fails_is_retried_then_reported(sleeps: list[float]) -
         Client(url, retries=2, timeout=2).models()
     assert (raised.value.status, raised.value.code) == (0, "ConnectionError")
     assert sleeps == [0.25, 0.5]
+
+
+def test_the_backoff_is_jittered(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> None:
+    """Clients failing together do not come back together: each wait is drawn below the
+    ceiling (0.25 s, 0.5 s ...)."""
+    monkeypatch.setattr(client_module, "_random", iter([0.2, 0.6]).__next__)
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ClientError):
+        Client(url, retries=2, timeout=2).models()
+    assert sleeps == [pytest.approx(0.05), pytest.approx(0.3)]
+
+
+def test_a_failing_server_sees_at_most_the_quotas_retries(server: tuple[str, Script],
+                                                         sleeps: list[float]) -> None:
+    """The client's quota (botocore's: 14 a retry, 1 back a success) is shared by its
+    requests: once spent, a 503 is returned at once instead of being sent again."""
+    url, script = server
+    script.default = json_answer(503, {"Code": "EndpointUnavailable", "Message": "busy"})
+    client = Client(url, retries=3)
+    client.quota = RetryQuota(capacity=2 * RETRY_COST)
+    for _ in range(4):
+        with pytest.raises(ClientError):
+            client.models()
+    assert len(script.requests) == 4 + 2 and len(sleeps) == 2
+    script.default = json_answer(200, {"models": []})
+    client.models()
+    assert client.quota.available == 1  # a success puts one back
 
 
 def test_the_api_key_goes_as_x_api_key(server: tuple[str, Script]) -> None:

@@ -26,7 +26,8 @@ def test_defaults_need_only_the_endpoint_name() -> None:
     settings = Settings.from_env({"ENDPOINT_NAME": "my-endpoint"})
     assert settings.endpoint_name == "my-endpoint"
     assert settings.default_k == 5 and settings.resize_mode == "shorter-side"
-    assert settings.resize_shorter_side == 256 and settings.target_size == (224, 224)
+    assert settings.resize_shorter_side == 256
+    assert (settings.input_width, settings.input_height) == (224, 224)
     assert settings.max_body_bytes == 6 * 1024 * 1024 and settings.max_image_pixels == 40_000_000
 
 
@@ -170,3 +171,55 @@ def test_the_readme_documents_every_setting() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in ("MAX_ASPECT_RATIO", "ALLOW_CORRUPT_IMAGES", "ENDPOINT_MAX_CONNECTIONS"):
         assert f"`{name}`" in readme, name
+
+
+# A wrong-typed value of each kind of field: bool fields get a truthy string and an int, int
+# fields a fraction and True (an int to Python, and inside most ranges), float fields True and
+# a numeric string, str fields a number.
+WRONG_TYPES: dict[str, list[object]] = {"bool": ["false", 0], "int": [100.7, True],
+                                        "float": [True, "2.5"], "str": [3]}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    (field.name, value) for field in dataclasses.fields(Settings)
+    for value in WRONG_TYPES[str(field.type)]], ids=str)
+def test_every_setting_refuses_a_value_of_another_type(field: str, value: object) -> None:
+    """Explicit arguments (and model.json's ``image``, which arrives the same way) are checked
+    for type as the variables are: "false" is truthy, 100.7 reaches OpenCV."""
+    values: dict[str, object] = {"endpoint_name": "ep", field: value}
+    with pytest.raises(ConfigurationError) as caught:
+        Settings(**values)  # type: ignore[arg-type]
+    assert caught.value.message.startswith(f"{field.upper()} must be "), caught.value.message
+
+
+@pytest.mark.parametrize(("var", "value", "says"), [
+    ("UPSCALE", "maybe", "must be true or false (true/1/yes/on or false/0/no/off), not 'maybe'"),
+    ("PASSTHROUGH", "2", "must be true or false"),
+    ("DEFAULT_K", "1_000", "must be a whole number, not '1_000'"),
+    ("DEFAULT_K", "\u0663", "must be a whole number"),  # an Arabic-Indic 3: int() takes it
+    ("INPUT_WIDTH", "100.7", "must be a whole number, not '100.7'"),
+    ("INPUT_WIDTH", "true", "must be a whole number"),
+    ("MAX_ASPECT_RATIO", "1_0", "must be a number, not '1_0'"),
+    ("MAX_ASPECT_RATIO", "nan", "must be a number"),
+    ("ENDPOINT_READ_TIMEOUT", "infinity", "must be a number"),
+])
+def test_a_variable_must_be_spelt_as_documented(var: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"ENDPOINT_NAME": "ep", var: value})
+    assert caught.value.message.startswith(f"{var} {says}"), caught.value.message
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", True), (" TRUE ", True), ("1", True), ("yes", True), ("On", True),
+    ("false", False), ("0", False), ("no", False), ("OFF", False)])
+def test_the_documented_boolean_spellings(value: str, expected: bool) -> None:
+    assert Settings.from_env({"ENDPOINT_NAME": "ep", "UPSCALE": value}).upscale is expected
+
+
+@pytest.mark.parametrize(("var", "value", "expected"), [
+    ("DEFAULT_K", " 7 ", 7), ("DEFAULT_K", "+7", 7), ("MAX_ASPECT_RATIO", "32.5", 32.5),
+    ("MAX_ASPECT_RATIO", "5", 5.0), ("MAX_ASPECT_RATIO", ".5e1", 5.0),
+    ("ENDPOINT_CONNECT_TIMEOUT", "1.", 1.0)])
+def test_numbers_are_read_as_written(var: str, value: str, expected: float) -> None:
+    settings = Settings.from_env({"ENDPOINT_NAME": "ep", var: value})
+    assert getattr(settings, var.lower()) == expected

@@ -1,5 +1,6 @@
 """EndpointClient's time budget, on an injected clock: no attempt starts unless a whole one
-(connect and read timeouts) still fits before the deadline, and the backoff sleeps count.
+(connect and read timeouts) still fits before the deadline, and the backoff sleeps count; its
+retry quota (a throttled endpoint is not sent every request three times); its ``Retry-After``.
 
 A real botocore client with a Stubber answers; the clock is a fake that moves only when an
 attempt is made (each takes ``ATTEMPT_SECONDS``) or when the client sleeps, so every figure
@@ -10,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import BytesIO
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
@@ -22,6 +24,13 @@ from chalicelib.config import Settings
 from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
 from chalicelib.errors import EndpointUnavailableError, PreprocessingTimeoutError
 from chalicelib.pipeline import PredictOptions, Predictor
+from chalicelib.retries import (
+    MAX_RETRY_AFTER_S,
+    QUOTA_CAPACITY,
+    RETRY_COST,
+    THROTTLED_RETRY_COST,
+    RetryQuota,
+)
 from tests import imagefactory
 
 ATTEMPT_SECONDS = 0.5  # what one failed attempt takes on the fake clock
@@ -229,3 +238,134 @@ def test_preprocessing_done_within_its_share_always_gets_a_whole_attempt(
     assert result.attempts == 1
     assert budgeted.clock.starts == [START + DECODE_SECONDS + ENCODE_SECONDS]
     assert deadline - budgeted.clock.starts[0] >= ATTEMPT
+
+
+# -- the retry quota: botocore's standard mode's token bucket --------------------------------
+
+class ThrottledRuntime:
+    """A sagemaker-runtime client that throttles every call until told to answer."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.answering = False
+
+    def invoke_endpoint(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.answering:
+            return {"Body": BytesIO(b"[1.0]"), "ContentType": "application/json"}
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "InvokeEndpoint")
+
+
+def quota_client(runtime: ThrottledRuntime, quota: RetryQuota,
+                 policy: RetryPolicy | None = None) -> EndpointClient:
+    clock = FakeClock()
+    return EndpointClient(cast(Any, runtime), policy or RetryPolicy(attempt_timeout=3.0),
+                          quota=quota, sleep=clock.sleep, clock=clock, rng=lambda: 1.0)
+
+
+def test_a_throttled_endpoint_sees_at_most_the_quotas_retries() -> None:
+    """200 requests, 3 attempts each, all throttled: without a quota 600 calls; with one,
+    each request's first call and only the retries the bucket pays (500 / 5)."""
+    runtime, quota = ThrottledRuntime(), RetryQuota()
+    endpoint = quota_client(runtime, quota)
+    requests = 200
+    for _ in range(requests):
+        with pytest.raises(EndpointUnavailableError):
+            endpoint.invoke(INVOCATION)
+    assert runtime.calls == requests + QUOTA_CAPACITY // THROTTLED_RETRY_COST
+    assert quota.available == 0
+
+
+def test_a_connection_failure_retry_costs_more() -> None:
+    quota = RetryQuota()
+    runtime = ThrottledRuntime()
+
+    def refuse(**_: Any) -> dict[str, Any]:
+        runtime.calls += 1
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+
+    runtime.invoke_endpoint = refuse  # type: ignore[method-assign]
+    with pytest.raises(EndpointUnavailableError):
+        quota_client(runtime, quota).invoke(INVOCATION)
+    assert (runtime.calls, quota.available) == (3, QUOTA_CAPACITY - 2 * RETRY_COST)
+
+
+def test_successes_refund_the_quota() -> None:
+    """A success after a retry gives back what the retry took; one at once gives back 1."""
+    runtime, quota = ThrottledRuntime(), RetryQuota()
+    quota.acquire(throttled=False)  # 486 left
+    endpoint = quota_client(runtime, quota)
+    with pytest.raises(EndpointUnavailableError):
+        endpoint.invoke(INVOCATION)  # two throttled retries: 476 left
+    assert quota.available == QUOTA_CAPACITY - RETRY_COST - 2 * THROTTLED_RETRY_COST
+    runtime.answering = True
+    for _ in range(3):
+        assert endpoint.invoke(INVOCATION).attempts == 1
+    assert quota.available == QUOTA_CAPACITY - RETRY_COST - 2 * THROTTLED_RETRY_COST + 3
+    for _ in range(QUOTA_CAPACITY):
+        endpoint.invoke(INVOCATION)
+    assert quota.available == QUOTA_CAPACITY  # never over the capacity
+
+
+def test_an_empty_quota_gives_up_at_once_and_recovers_with_successes() -> None:
+    runtime, quota = ThrottledRuntime(), RetryQuota(capacity=THROTTLED_RETRY_COST)
+    endpoint = quota_client(runtime, quota)
+    with pytest.raises(EndpointUnavailableError):
+        endpoint.invoke(INVOCATION)  # one retry paid, then no more
+    assert (runtime.calls, quota.available) == (2, 0)
+    with pytest.raises(EndpointUnavailableError) as raised:
+        endpoint.invoke(INVOCATION)
+    assert runtime.calls == 3  # no retry at all
+    assert raised.value.headers == {"Retry-After": "10"}  # come back later: the policy's wait
+    runtime.answering = True
+    for _ in range(THROTTLED_RETRY_COST):
+        endpoint.invoke(INVOCATION)
+    runtime.answering, runtime.calls = False, 0
+    with pytest.raises(EndpointUnavailableError):
+        endpoint.invoke(INVOCATION)
+    assert runtime.calls == 2  # refilled: one retry again
+
+
+# -- Retry-After: what is known, not a constant ------------------------------------------------
+
+def unavailable(budgeted: Budgeted, policy: RetryPolicy, headers: dict[str, str] | None = None,
+                ) -> EndpointUnavailableError:
+    for _ in range(policy.max_attempts):
+        budgeted.stubber.add_client_error(
+            "invoke_endpoint", "ThrottlingException", "Rate exceeded", 400,
+            response_meta={"HTTPHeaders": headers or {}})
+    endpoint = EndpointClient(budgeted.client, policy, sleep=budgeted.clock.sleep,
+                              clock=budgeted.clock, rng=lambda: 0.5)
+    with pytest.raises(EndpointUnavailableError) as raised:
+        endpoint.invoke(INVOCATION)
+    return raised.value
+
+
+@pytest.mark.parametrize(("policy", "retry_after"), [
+    (RetryPolicy(attempt_timeout=3.0), "1"),  # 0.4 s next: at least a second
+    (RetryPolicy(attempt_timeout=3.0, base_delay=1.0, max_delay=8.0), "4"),
+    (RetryPolicy(attempt_timeout=3.0, base_delay=1.5, max_delay=2.5), "3"),  # 2.5, rounded up
+])
+def test_retry_after_is_the_backoff_the_policy_would_wait_next(
+        budgeted: Budgeted, policy: RetryPolicy, retry_after: str) -> None:
+    assert unavailable(budgeted, policy).headers == {"Retry-After": retry_after}
+
+
+@pytest.mark.parametrize(("headers", "retry_after"), [
+    ({"retry-after": "7"}, "7"),
+    ({"x-amz-retry-after": "2500"}, "3"),  # milliseconds, rounded up
+    ({"retry-after": "86400"}, str(MAX_RETRY_AFTER_S)),
+    ({"retry-after": "soon"}, "1"),  # unreadable: the policy's own
+])
+def test_retry_after_honours_the_endpoints_own(budgeted: Budgeted, headers: dict[str, str],
+                                               retry_after: str) -> None:
+    policy = RetryPolicy(max_attempts=1, attempt_timeout=3.0)
+    error = unavailable(budgeted, policy, headers)
+    assert error.headers == {"Retry-After": retry_after}
+
+
+def test_the_endpoints_own_wait_is_a_floor_for_the_backoff(budgeted: Budgeted) -> None:
+    policy = RetryPolicy(max_attempts=2, attempt_timeout=3.0, base_delay=0.1, max_delay=0.1)
+    unavailable(budgeted, policy, {"retry-after": "2"})
+    assert budgeted.clock.sleeps == [2.0]

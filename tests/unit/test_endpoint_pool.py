@@ -31,3 +31,9 @@ def test_the_client_is_built_with_that_pool(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sagegate")
     monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.13")
     assert endpoint.make_client(settings()).meta.config.max_pool_connections == 1
+
+
+def test_botocore_does_not_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's own policy and quota are the only retries (chalicelib.retries)."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert endpoint.make_client(settings()).meta.config.retries["total_max_attempts"] == 1

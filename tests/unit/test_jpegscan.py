@@ -177,3 +177,23 @@ def test_hostile_marker_counts_are_refused_and_fill_bytes_skipped() -> None:
     filled = b"\xff\xd8" + b"\xff" * 5_000_000 + WHOLE["baseline"][2:]  # legal, if odd
     assert probe(filled).width == 640
     jpegscan.check_complete(filled)
+
+
+HEADER_END = WHOLE["baseline"].find(b"\xff\xda")
+SECOND_SEGMENT = 4 + int.from_bytes(WHOLE["baseline"][4:6], "big")  # after SOI and APP0
+
+
+@pytest.mark.parametrize("name,data", [
+    ("ends-inside-a-segment", WHOLE["baseline"][:HEADER_END - 3]),
+    ("ends-between-segments", WHOLE["baseline"][:HEADER_END] + b"\xff"),
+    ("bytes-where-a-marker-should-be", WHOLE["baseline"][:SECOND_SEGMENT] + b"\x00"
+     + WHOLE["baseline"][SECOND_SEGMENT:]),
+    ("a-segment-shorter-than-its-length", b"\xff\xd8\xff\xe0\x00\x01" + WHOLE["baseline"][2:]),
+])
+def test_the_header_walk_and_the_marker_walk_read_segments_alike(name: str, data: bytes) -> None:
+    """One segment reader: a header defect gets the same answer from the probe and the walk."""
+    with pytest.raises(InvalidImageError) as probed:
+        probe(data)
+    with pytest.raises(InvalidImageError) as walked:
+        jpegscan.check_complete(data)
+    assert str(probed.value) == str(walked.value)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chalicelib import predictions
+from chalicelib.config import Settings
 from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
+from chalicelib.registry import load_model, read_labels
+
+SETTINGS = Settings(endpoint_name="efficientnet-lite0")
+SIGNATURE = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 2]}]}
 
 
 def test_parses_builtin_json_array() -> None:
@@ -80,6 +86,62 @@ def test_missing_label_file_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match=r"nonexistent\.txt"):
         predictions.load_labels("nonexistent")
     assert predictions.load_labels("") is None
+
+
+def test_a_label_file_is_read_once_whatever_names_it(tmp_path: Path) -> None:
+    """The flat LABELS file (with or without .txt) and a model's labels.txt are read by one
+    reader, once per file: every user of a file shares its one tuple."""
+    flat = predictions.load_labels("imagenet1k")
+    assert flat is not None and predictions.load_labels("imagenet1k.txt") is flat
+    assert read_labels(predictions.LABELS_DIR / "imagenet1k.txt", "labels") is flat
+    model = tmp_path / "pets"
+    model.mkdir()
+    (model / "model.json").write_text(json.dumps({"endpoint": "pets", "pipeline": "tensor",
+                                                  "signature": SIGNATURE}))
+    (model / "labels.txt").write_text("cat\ndog\n")
+    first = load_model(model, SETTINGS, {}).labels
+    assert first == ("cat", "dog") and load_model(model, SETTINGS, {}).labels is first
+
+
+@pytest.mark.parametrize("model_file", [False, True], ids=["LABELS", "labels.txt"])
+def test_both_label_files_are_read_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         model_file: bool) -> None:
+    """A Windows editor's file (byte order mark, CRLF) and blank lines read the same in both."""
+    text = "\ufeffcat\r\n\r\n  dog \r\n"
+    assert read_either(tmp_path, monkeypatch, text.encode(), model_file) == ("cat", "dog")
+
+
+@pytest.mark.parametrize("model_file", [False, True], ids=["LABELS", "labels.txt"])
+@pytest.mark.parametrize(("data", "says"), [(b"cat\n\xff\xfe\n", "is not UTF-8 text"),
+                                            (b"\n \n", "is empty")])
+def test_a_bad_label_file_stops_start_up_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_file: bool, data: bytes,
+        says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        read_either(tmp_path, monkeypatch, data, model_file)
+    shown = "models/pets/labels.txt" if model_file else "LABELS file pets.txt"
+    assert caught.value.message == f"{shown} {says}"
+
+
+def test_an_edited_label_file_is_read_again(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    assert read_either(tmp_path, monkeypatch, b"cat\n", False) == ("cat",)
+    assert read_either(tmp_path, monkeypatch, b"cat\ndog\n", False) == ("cat", "dog")
+
+
+def read_either(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes,
+                model_file: bool) -> tuple[str, ...] | None:
+    """``data`` as the flat LABELS file ``pets``, or as the labels.txt of a model ``pets``."""
+    if not model_file:
+        (tmp_path / "pets.txt").write_bytes(data)
+        monkeypatch.setattr(predictions, "LABELS_DIR", tmp_path)
+        return predictions.load_labels("pets")
+    model = tmp_path / "pets"
+    model.mkdir()
+    (model / "model.json").write_text(json.dumps({"endpoint": "pets", "pipeline": "tensor",
+                                                  "signature": SIGNATURE}))
+    (model / "labels.txt").write_bytes(data)
+    return load_model(model, SETTINGS, {}).labels
 
 
 def test_parse_is_json_not_eval() -> None:

@@ -11,6 +11,7 @@ import pytest
 from chalicelib.config import Settings
 from chalicelib.errors import ConfigurationError, ModelNotFoundError
 from chalicelib.registry import (
+    IMAGE_KEYS,
     MODELS_DIR,
     DType,
     Pipeline,
@@ -91,6 +92,29 @@ def test_an_endpoint_can_come_from_the_stage(tmp_path: Path) -> None:
     ({"metadata": []}, "metadata"),
     ({"variant": "no way"}, "variant"),
     ({"content_type": "text/csv"}, "content_type"),
+    # every key's type, not only its value
+    ({"pipeline": ["tensor"]}, "pipeline"),
+    ({"content_type": 1}, "content_type"),
+    ({"accept": None}, "accept"),
+    ({"signature": []}, "signature"),
+    ({"signature": {"inputs": {}}}, "signature.inputs"),
+    ({"signature": {"inputs": [{"name": 1, "dtype": "float32", "shape": [-1]}]}},
+     "signature.inputs[0].name"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": 1, "shape": [-1]}]}},
+     "signature.inputs[0].dtype"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "float32", "shape": [4.0]}]}},
+     "signature.inputs[0].shape"),
+    ({"signature": {"inputs": [{"name": "x", "dtype": "float32", "shape": [True]}]}},
+     "signature.inputs[0].shape"),
+    ({"target_model": 1}, "target_model"),
+    ({"variant": True}, "variant"),
+    ({"default_k": 2.0}, "default_k"),
+    ({"default_k": "3"}, "default_k"),
+    ({"description": ["x"]}, "description"),
+    ({"cache": "false"}, "cache"),
+    ({"cache": 0}, "cache"),
+    ({"expose_handler_errors": "true"}, "expose_handler_errors"),
+    ({"image": {"upscale": True}}, "image"),  # a tensor model: no pipeline but images reads it
 ])
 def test_a_bad_key_stops_start_up_naming_the_file_and_the_key(
         tmp_path: Path, change: dict[str, Any], key: str) -> None:
@@ -113,8 +137,99 @@ def test_an_image_model_gets_its_own_image_settings(tmp_path: Path) -> None:
     assert model.settings.endpoint_name == "inception" and model.labels == ("cat", "dog")
     bad = folder(tmp_path, {"endpoint": "x", "pipeline": "image-classification",
                             "image": {"resize_mode": "zoom"}}, name="model-b")
-    with pytest.raises(ConfigurationError, match=r"model-b/model\.json: key 'image' RESIZE_MODE"):
+    with pytest.raises(ConfigurationError, match=r"model-b/model\.json: key 'image\.resize_mode' "
+                                                 r"must be one of"):
         load_model(bad, SETTINGS, ENV)
+
+
+IMAGE_MODEL = {"endpoint": "inception", "pipeline": "image-classification"}
+
+
+@pytest.mark.parametrize("image,key,says", [
+    # a string is truthy: "false" would switch upscaling on
+    ({"upscale": "false"}, "upscale", "must be true or false"),
+    ({"passthrough": 0}, "passthrough", "must be true or false"),
+    ({"passthrough": None}, "passthrough", "must be true or false"),
+    # 100.7 would reach OpenCV's resize at request time as a raw cv2.error
+    ({"input_width": 100.7}, "input_width", "must be a whole number"),
+    ({"input_height": 224.0}, "input_height", "must be a whole number"),
+    ({"resize_shorter_side": "256"}, "resize_shorter_side", "must be a whole number"),
+    # true is 1 to Python, inside JPEG_QUALITY's range
+    ({"jpeg_quality": True}, "jpeg_quality", "must be a whole number"),
+    ({"png_compression": None}, "png_compression", "must be a whole number"),
+    ({"resize_mode": ["fill"]}, "resize_mode", "must be a string"),
+    ({"encode_format": 1}, "encode_format", "must be a string"),
+    ({"input_width": 4}, "input_width", "must be between 8 and 8192"),
+    ({"jpeg_quality": 101}, "jpeg_quality", "must be between 1 and 100"),
+    ({"encode_format": "gif"}, "encode_format", "must be one of"),
+    ({"colour": "red"}, "colour", "is not an image setting"),
+])
+def test_a_badly_typed_image_setting_stops_start_up_naming_its_key(
+        tmp_path: Path, image: dict[str, Any], key: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder(tmp_path, {**IMAGE_MODEL, "image": image}), SETTINGS, ENV)
+    assert caught.value.message.startswith(
+        f"models/model-a/model.json: key 'image.{key}' {says}"), caught.value.message
+
+
+def test_an_image_model_sends_the_content_type_and_accept_its_file_names(
+        tmp_path: Path) -> None:
+    """The image pipeline sends its settings' types: model.json's are those, checked alike."""
+    model = load_model(folder(tmp_path, {**IMAGE_MODEL, "content_type": "image/jpeg",
+                                         "accept": "application/jsonlines",
+                                         "image": {"encode_format": "jpeg"}}), SETTINGS, ENV)
+    assert model.settings is not None
+    assert (model.settings.endpoint_content_type, model.settings.endpoint_accept) == \
+        (model.content_type, model.accept) == ("image/jpeg", "application/jsonlines")
+
+
+@pytest.mark.parametrize("change,key,says", [
+    ({"content_type": "text/csv"}, "content_type", "must be one of"),
+    ({"content_type": 3}, "content_type", "must be a string"),
+    ({"accept": "text/html"}, "accept", "must be one of"),
+    ({"content_type": "image/jpeg"}, "image", "ENCODE_FORMAT must match"),  # PNG is encoded
+])
+def test_an_image_models_content_types_are_checked_as_sent(
+        tmp_path: Path, change: dict[str, Any], key: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder(tmp_path, {**IMAGE_MODEL, **change}), SETTINGS, ENV)
+    assert caught.value.message.startswith(
+        f"models/model-a/model.json: key {key!r} {says}"), caught.value.message
+
+
+def test_image_must_be_an_object(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"model-a/model\.json: key 'image' must be an "
+                                                 r"object of"):
+        load_model(folder(tmp_path, {**IMAGE_MODEL, "image": []}), SETTINGS, ENV)
+
+
+def test_every_image_setting_is_read_with_its_type(tmp_path: Path) -> None:
+    """Each key ``image`` admits, given a valid value of its type, is what the model gets."""
+    image = {"resize_mode": "fit", "resize_shorter_side": 300, "input_width": 320,
+             "input_height": 240, "upscale": True, "encode_format": "jpeg", "jpeg_quality": 80,
+             "png_compression": 3, "passthrough": False}
+    assert set(image) == IMAGE_KEYS
+    model = load_model(folder(tmp_path, {**IMAGE_MODEL, "image": image}), SETTINGS, ENV)
+    assert model.settings is not None
+    assert {key: getattr(model.settings, key) for key in image} == image
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"endpoint": "x", "pipeline": "image-classification", "image": {"input_width": NaN}}',
+     "NaN is not a JSON value"),
+    ('{"endpoint": "x", "pipeline": "tensor", "default_k": Infinity}',
+     "Infinity is not a JSON value"),
+    ('{"endpoint": "x", "pipeline": "image-classification", '
+     '"image": {"upscale": true, "upscale": "false"}}', "key 'upscale' is given twice"),
+    ('{"endpoint": "x", "endpoint": "y", "pipeline": "tensor"}', "key 'endpoint' is given twice"),
+])
+def test_model_json_is_strict_json(tmp_path: Path, text: str, says: str) -> None:
+    """What Python's json module reads beyond JSON (NaN, a key given twice, the last winning
+    unseen) is refused, not loaded as something the file does not say."""
+    with pytest.raises(ConfigurationError) as caught:
+        load_model(folder(tmp_path, text), SETTINGS, ENV)
+    assert caught.value.message.startswith("models/model-a/model.json is not valid JSON: ")
+    assert says in caught.value.message
 
 
 @pytest.mark.parametrize("pipeline,handler", [("sagemaker-tfs", "inference.py"),

@@ -147,6 +147,16 @@ def two_outputs() -> bytes:
     )  # fmt: skip
 
 
+def identity(elem_type: int, shape: Sequence[Dim] = ("batch", 2)) -> bytes:
+    """``x`` -> ``y``, both of ONNX element type ``elem_type`` (any ``TensorProto.DataType``
+    that ``Identity`` takes): for reading the type names onnxruntime reports."""
+    return model_bytes(
+        nodes=[_node("Identity", ["x"], ["y"])],
+        inputs=[_value_info("x", elem_type, shape)],
+        outputs=[_value_info("y", elem_type, shape)],
+    )
+
+
 GRAPHS = {"classifier": classifier, "two-inputs": two_inputs, "two-outputs": two_outputs}
 
 
