@@ -32,7 +32,7 @@ help:
 	@echo "  make run             emulator + chalice local on 127.0.0.1 (API_PORT, EMULATOR_PORT)"
 	@echo "  make test            ruff, mypy, deploy-check, a Chromium, then every test tier"
 	@echo "  make browser         find (or install) the Chromium the web page's tests drive"
-	@echo "  make lint            ruff"
+	@echo "  make lint            ruff, and import-linter's contracts between chalicelib's rooms"
 	@echo "  make typecheck       mypy"
 	@echo "  make unit | functional | integration   one test tier"
 	@echo "  make docs-check      run every example of README.md against make run's stack"
@@ -86,6 +86,8 @@ iac-tools: $(IAC_STAMP)
 # --- checks and tests ----------------------------------------------------------------------
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	@# chalicelib's rooms import downwards only: the contracts in pyproject.toml
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench sagegate

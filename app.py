@@ -12,20 +12,23 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
-from chalicelib import catalog, lifecycle, media, options, static
-from chalicelib.access import Access, AuthMode
 from chalicelib.cache import CacheUse, request_cache_control
+from chalicelib.calls import Call
 from chalicelib.capture import Exchange
-from chalicelib.errors import ConfigurationError, SagegateError
-from chalicelib.media import BINARY_TYPES
-from chalicelib.observability import RequestLog, logger
-from chalicelib.pipeline import PredictResult, StageTimer, limits_from
-from chalicelib.registry import ModelSpec, Pipeline
-from chalicelib.resizer import resize_image
+from chalicelib.core import lifecycle, media
+from chalicelib.core.access import Access, AuthMode
+from chalicelib.core.errors import ConfigurationError, SagegateError
+from chalicelib.core.media import BINARY_TYPES
+from chalicelib.core.observability import RequestLog, logger
+from chalicelib.http import catalog, options, static
+from chalicelib.images.resizer import resize_image
+from chalicelib.inference.pipeline import PredictResult, StageTimer, limits_from
+from chalicelib.inference.predictions import load_labels
+from chalicelib.inference.serving import Served
+from chalicelib.registry.loading import ModelSpec, Pipeline
 from chalicelib.services import Services
-from chalicelib.serving import Call, Served
 
-# Logs are Powertools' JSON lines (chalicelib.observability), Chalice's own included.
+# Logs are Powertools' JSON lines (chalicelib.core.observability), Chalice's own included.
 app = Chalice(app_name="sagegate", configure_logs=False)
 app.debug = False  # a traceback must never reach a client, in any stage
 # Chalice's debug setter turns its logger, which is Powertools' (both are named "sagegate"), to
@@ -172,7 +175,7 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
 
 
 def _http_request() -> options.HttpRequest:
-    """The request this thread serves, as :mod:`chalicelib.options` reads it."""
+    """The request this thread serves, as :mod:`chalicelib.http.options` reads it."""
     request = current_request()
     raw = request.raw_body or b""
     request_log().body_bytes = len(raw)
@@ -389,8 +392,6 @@ def health() -> Response:
 @renders_errors
 def health_details() -> Response:
     """The configuration as loaded: endpoint, model input, resize rule, label count."""
-    from chalicelib.predictions import load_labels
-
     settings = services.settings
     labels = load_labels(settings.labels)
     return Response(body={

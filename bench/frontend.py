@@ -25,11 +25,12 @@ from bench import reference, table
 from bench.images import BenchImage
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare, ratio
-from chalicelib import predictions
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient
-from chalicelib.options import HttpRequest, read_predict
-from chalicelib.pipeline import PredictOptions, Predictor, StageTimer
+from chalicelib.calls import PredictOptions
+from chalicelib.core.config import Settings
+from chalicelib.http.options import HttpRequest, read_predict
+from chalicelib.inference import predictions
+from chalicelib.inference.endpoint import EndpointClient
+from chalicelib.inference.pipeline import Predictor, StageTimer
 
 ENDPOINT_NAME = "efficientnet-lite0"
 CLASSES = 1000
@@ -81,7 +82,7 @@ class Sagegate:
     """
 
     def __init__(self, runtime: FakeRuntime, settings: Settings | None = None) -> None:
-        from chalicelib.predictions import load_labels
+        from chalicelib.inference.predictions import load_labels
 
         self.settings = settings or Settings.from_env({"ENDPOINT_NAME": ENDPOINT_NAME})
         client = EndpointClient(cast(Any, runtime))

@@ -29,10 +29,11 @@ from botocore.response import StreamingBody
 from bench import table
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient, Invocation
-from chalicelib.registry import ModelSpec, Pipeline, Registry, load_registry
-from chalicelib.serving import Call, ModelOptions, ModelServer, Served
+from chalicelib.calls import Call, ModelOptions
+from chalicelib.core.config import Settings
+from chalicelib.inference.endpoint import EndpointClient, Invocation
+from chalicelib.inference.serving import ModelServer, Served
+from chalicelib.registry.loading import ModelSpec, Pipeline, Registry, load_registry
 
 ENDPOINT_NAME = "efficientnet-lite0"
 REQUEST_ID = "bench-id"

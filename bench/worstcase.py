@@ -1,7 +1,7 @@
 """The most preprocessing a crafted upload can cost: ``python -m bench.worstcase``.
 
 Each input is built here (nothing stored) to be as expensive as sagegate's limits allow, or
-just past them, and goes through the real :class:`~chalicelib.pipeline.Predictor` with the
+just past them, and goes through the real :class:`~chalicelib.inference.pipeline.Predictor` with the
 default settings against an in-memory endpoint that answers at once, so only sagegate's own
 work is timed: the ``preprocess`` stage (probe, limits, decode, resize, encode), median of
 three runs, on one OpenCV thread as on one Lambda vCPU. A benchmark: it prints, it asserts
@@ -22,11 +22,12 @@ import numpy as np
 from botocore.response import StreamingBody
 
 from bench import table
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient
-from chalicelib.errors import SagegateError
-from chalicelib.pipeline import PredictOptions, Predictor, StageTimer
-from chalicelib.predictions import load_labels
+from chalicelib.calls import PredictOptions
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import SagegateError
+from chalicelib.inference.endpoint import EndpointClient
+from chalicelib.inference.pipeline import Predictor, StageTimer
+from chalicelib.inference.predictions import load_labels
 from scripts.crafted_images import scan_bomb
 
 SIDE = 6320  # 6320 x 6320 = 39.9 MP, under MAX_IMAGE_PIXELS (40 MP)

@@ -1,7 +1,7 @@
 """The prediction cache: an endpoint's answer, kept, so a repeated input never reaches
 SageMaker twice.
 
-What is cached is the endpoint's whole answer (:class:`~chalicelib.endpoint.InvokeResult`:
+What is cached is the endpoint's whole answer (:class:`~chalicelib.calls.InvokeResult`:
 body, content type, variant), never a rendered response: top-k, labels and a user's
 ``output_handler`` run on every request, hit or miss. The key is a SHA-256 digest of
 everything that changes that answer:
@@ -45,10 +45,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.endpoint import InvokeResult
+from chalicelib.calls import InvokeResult
 
 if TYPE_CHECKING:
-    from chalicelib.config import Settings
+    from chalicelib.core.config import Settings
 
 logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
 

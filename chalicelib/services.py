@@ -12,14 +12,15 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 
-from chalicelib import lifecycle
 from chalicelib.cache import PredictionCache
 from chalicelib.capture import Capturer
-from chalicelib.config import ENDPOINT_NAME, Settings
-from chalicelib.endpoint import EndpointClient
-from chalicelib.pipeline import Predictor
-from chalicelib.registry import ModelSpec, Pipeline, Registry, load_registry
-from chalicelib.serving import ModelServer
+from chalicelib.core import lifecycle
+from chalicelib.core.config import ENDPOINT_NAME, Settings
+from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
+from chalicelib.inference.pipeline import Predictor
+from chalicelib.inference.predictions import load_labels
+from chalicelib.inference.serving import ModelServer
+from chalicelib.registry.loading import ModelSpec, Pipeline, Registry, load_registry
 
 
 class Services:
@@ -74,8 +75,6 @@ class Services:
         """Every registered model (``chalicelib/models/``), validated."""
         with self._lock:
             if self._registry is None:
-                from chalicelib.predictions import load_labels
-
                 settings = self.settings
                 # the flat settings describe the default model: its "$ENDPOINT_NAME" is theirs
                 env = {**(os.environ if self._env is None else self._env),
@@ -88,8 +87,6 @@ class Services:
         """The image pipeline of the flat settings (the default model's)."""
         with self._lock:
             if self._predictor is None:
-                from chalicelib.predictions import load_labels
-
                 settings = self.settings
                 self._predictor = Predictor(settings, self.endpoint,
                                             load_labels(settings.labels))
@@ -160,6 +157,4 @@ class Services:
 
 def build_endpoint(settings: Settings) -> EndpointClient:
     """The endpoint client the settings describe (timeouts, retries, pool size)."""
-    from chalicelib.endpoint import make_client, policy_from
-
     return EndpointClient(make_client(settings), policy_from(settings))

@@ -38,10 +38,10 @@ def registry_labels(stage: str, environ: Mapping[str, str] | None = None
     Raises:
         ValueError: the stage or the registry cannot be read (the message says why).
     """
-    from chalicelib.config import Settings
-    from chalicelib.errors import ConfigurationError
-    from chalicelib.predictions import load_labels
-    from chalicelib.registry import load_registry
+    from chalicelib.core.config import Settings
+    from chalicelib.core.errors import ConfigurationError
+    from chalicelib.inference.predictions import load_labels
+    from chalicelib.registry.loading import load_registry
     from sagegate.deploy.stages import load_stage
 
     try:

@@ -18,8 +18,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from chalicelib import predictions
-from chalicelib.errors import SagegateError
+from chalicelib.core.errors import SagegateError
+from chalicelib.inference import predictions
 from sagegate.captured_record import CapturedData, EventData
 
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from chalicelib import predictions
-from chalicelib.config import S3_SCHEME, split_s3_uri
-from chalicelib.errors import SagegateError
+from chalicelib.core.config import S3_SCHEME, split_s3_uri
+from chalicelib.core.errors import SagegateError
+from chalicelib.inference import predictions
 from sagegate.capture_labels import EndpointLabels, endpoint_of, registry_labels
 from sagegate.capture_rows import (
     CaptureFormatError,

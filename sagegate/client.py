@@ -3,15 +3,16 @@
 A phone photo travels as about 2.8 MB only for the server to shrink it to 341x256. The client
 does the shrinking instead, by the model's own rule (``GET /models/{name}``'s ``image``
 block), with the server's own code: the image decoded as the server decodes it (a large JPEG
-at the reduced scale :func:`chalicelib.imaging.reduction_for` allows, EXIF orientation
-applied, so what is sent is upright), then :func:`chalicelib.imaging.resize` with its
-:class:`~chalicelib.imaging.ResizePlan`: for ``shorter-side`` S, area averaging
+at the reduced scale :func:`chalicelib.images.imaging.reduction_for` allows, EXIF orientation
+applied, so what is sent is upright), then :func:`chalicelib.images.imaging.resize` with its
+:class:`~chalicelib.images.sizing.ResizePlan`: for ``shorter-side`` S, area averaging
 (``cv2.INTER_AREA``) until the shorter side is exactly S, never enlarging; for
 ``fill``/``fit``/``stretch``, the model's input box. Encoded losslessly, that is exactly the
 image the server would have made of the original, so the model is given the same tensor.
 
 The original is sent unchanged when the server would itself forward it untouched (a complete
-upright JPEG too small for a reduced-scale decode, :func:`chalicelib.imaging.can_pass_through`),
+upright JPEG too small for a reduced-scale decode,
+:func:`chalicelib.images.imaging.can_pass_through`),
 when the client cannot read it (the server then answers with its own error code), when the
 server would enlarge it, and when shrinking would not make it smaller.
 
@@ -31,7 +32,7 @@ it is the quicker of the two end to end (``Client(encoding="png")``,
 
 HTTP: one ``urllib3.PoolManager`` per :class:`Client` (keep-alive connections, safe to share
 between threads), ``x-api-key`` when a key is given, at most ``retries`` retries of a 503 or of
-a connection that failed, by sagegate's one retry policy (:mod:`chalicelib.retries`: full
+a connection that failed, by sagegate's one retry policy (:mod:`chalicelib.core.retries`: full
 jitter, never sooner than the 503's ``Retry-After``, at most :data:`MAX_RETRY_AFTER_S` seconds,
 and within the client's retry quota, so a failing server is not sent every request
 ``retries + 1`` times). Error answers raise :class:`ClientError`.
@@ -55,11 +56,12 @@ import cv2
 import numpy as np
 import urllib3
 
-from chalicelib import imaging, jpegscan
-from chalicelib.errors import SagegateError
-from chalicelib.media import JPEG_SOI, PNG_SIGNATURE, ImageFormat, MediaType
-from chalicelib.probe import ImageInfo, probe
-from chalicelib.retries import Retrier, RetryPolicy, RetryQuota, parse_retry_after
+from chalicelib.core import media
+from chalicelib.core.errors import SagegateError
+from chalicelib.core.media import JPEG_SOI, PNG_SIGNATURE, ImageFormat, MediaType
+from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, parse_retry_after
+from chalicelib.images import imaging, jpegscan, sizing
+from chalicelib.images.probe import ImageInfo, probe
 
 __all__ = ["DEFAULT_ENCODING", "DEFAULT_URL", "Client", "ClientError", "Encoding",
            "ShrinkRule", "Upload", "content_type_of", "encode", "shrink"]
@@ -113,7 +115,7 @@ class ShrinkRule:
         max_pixels: the largest image the server decodes.
     """
 
-    plan: imaging.ResizePlan
+    plan: sizing.ResizePlan
     passthrough: bool = True
     max_pixels: int = 40_000_000
 
@@ -125,7 +127,7 @@ class ShrinkRule:
         if not isinstance(image, Mapping) or "resize" not in image:
             return None
         resize = image["resize"]
-        plan = imaging.plan_resize(str(resize["mode"]), int(resize["width"]),
+        plan = sizing.plan_resize(str(resize["mode"]), int(resize["width"]),
                                    int(resize["height"]), int(resize["shorter_side"]),
                                    bool(resize.get("upscale", False)))
         return cls(plan, bool(image.get("passthrough", True)),
@@ -157,12 +159,12 @@ def encode(image: np.ndarray, encoding: Encoding) -> tuple[bytes, str]:
     return bytes(buffer.tobytes()), _CONTENT_TYPES[encoding]
 
 
-def _enlarges(plan: imaging.ResizePlan, width: int, height: int) -> bool:
-    if plan.mode == imaging.ResizeMode.STRETCH:
+def _enlarges(plan: sizing.ResizePlan, width: int, height: int) -> bool:
+    if plan.mode == media.ResizeMode.STRETCH:
         return plan.width > width or plan.height > height
-    if plan.mode == imaging.ResizeMode.SHORTER_SIDE:
+    if plan.mode == media.ResizeMode.SHORTER_SIDE:
         return plan.shorter_side > min(width, height)
-    if plan.mode == imaging.ResizeMode.FILL:
+    if plan.mode == media.ResizeMode.FILL:
         return max(plan.width / width, plan.height / height) > 1
     return min(plan.width / width, plan.height / height) > 1
 
@@ -176,14 +178,14 @@ def _sends_original(data: bytes, info: ImageInfo, rule: ShrinkRule) -> bool:
         return True
     if plan.upscale and _enlarges(plan, info.width, info.height):
         return True  # the server enlarges the original itself
-    return plan.mode in (imaging.ResizeMode.SHORTER_SIDE, imaging.ResizeMode.STRETCH) and \
+    return plan.mode in (media.ResizeMode.SHORTER_SIDE, media.ResizeMode.STRETCH) and \
         plan.scaled_size(info.width, info.height) == (info.width, info.height)
 
 
-def _decoded(data: bytes, info: ImageInfo, plan: imaging.ResizePlan) -> np.ndarray | None:
+def _decoded(data: bytes, info: ImageInfo, plan: sizing.ResizePlan) -> np.ndarray | None:
     """The image decoded as the server decodes it (EXIF orientation applied; a large JPEG at
-    the reduced scale :func:`chalicelib.imaging.reduction_for` allows), or None for a file the
-    server must judge: a truncated or corrupt JPEG, or one OpenCV cannot decode."""
+    the reduced scale :func:`chalicelib.images.imaging.reduction_for` allows), or None for a
+    file the server must judge: a truncated or corrupt JPEG, or one OpenCV cannot decode."""
     reduction = imaging.reduction_for(info, plan.scaled_size(info.width, info.height))
     try:
         if info.format == ImageFormat.JPEG:

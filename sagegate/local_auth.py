@@ -23,7 +23,7 @@ FORBIDDEN_BODY = b'{"message":"Forbidden"}'
 """API Gateway's answer (403) to a missing or wrong API key."""
 FORBIDDEN_HEADERS = {"x-amzn-ErrorType": "ForbiddenException"}
 
-_UNCHECKABLE = {  # chalicelib.access.AuthMode's values
+_UNCHECKABLE = {  # chalicelib.core.access.AuthMode's values
     "iam": "IAM (SigV4 signatures, checked against real AWS credentials)",
     "cognito": "Cognito (ID tokens, checked against the user pool's keys in AWS)",
 }
@@ -54,7 +54,7 @@ def local_api_key(stage: str, env: Mapping[str, str]) -> str | None:
         UncheckableAuth: the stage uses IAM or Cognito, which cannot be checked locally.
         ConfigurationError: the stage's authentication settings are wrong.
     """
-    from chalicelib.access import Access, AuthMode
+    from chalicelib.core.access import Access, AuthMode
 
     auth = Access.from_env(env).auth
     if auth in _UNCHECKABLE:

@@ -2,7 +2,7 @@
 
 Lambda gives a function CPU in proportion to its memory (1,769 MB = one full vCPU), so the
 memory setting is chosen from what the pipeline costs in CPU, not only from what it holds.
-This runs the real :class:`~chalicelib.pipeline.Predictor` (decode, resize, PNG encode,
+This runs the real :class:`~chalicelib.inference.pipeline.Predictor` (decode, resize, PNG encode,
 top-k) against an in-memory endpoint that answers at once, so only sagegate's own work is
 counted::
 
@@ -66,10 +66,11 @@ def photo(width: int, height: int, noise: float = 0.0, fmt: str = "jpeg") -> byt
 
 def measure(image: bytes, requests: int) -> tuple[list[float], list[float]]:
     """Run ``requests`` predictions; return CPU and wall milliseconds for each."""
-    from chalicelib.config import Settings
-    from chalicelib.endpoint import EndpointClient
-    from chalicelib.pipeline import PredictOptions, Predictor
-    from chalicelib.predictions import load_labels
+    from chalicelib.calls import PredictOptions
+    from chalicelib.core.config import Settings
+    from chalicelib.inference.endpoint import EndpointClient
+    from chalicelib.inference.pipeline import Predictor
+    from chalicelib.inference.predictions import load_labels
 
     settings = Settings.from_env({"ENDPOINT_NAME": "efficientnet-lite0"})
     client = EndpointClient(_InstantEndpoint())  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ failure never fails the request: it is logged and counted, and the outcome says 
 """
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import threading
@@ -17,24 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
-from chalicelib.config import CaptureMode
+from chalicelib.core.config import CaptureMode
+from chalicelib.core.observability import Outcome
 
-__all__ = ["CaptureRecord", "Capturer", "Exchange", "Outcome", "build_record"]
+__all__ = ["CaptureRecord", "Capturer", "Exchange", "build_record"]
 
 LOG = logging.getLogger("sagegate.capture")
 # writes still running after their request stopped waiting for them; past that, a capture is
 # refused at once (a sink that hangs must not pile records and threads up)
 MAX_PENDING_WRITES = 4
 _WRITERS = 16  # threads writing records; concurrent requests beyond that wait their turn
-
-
-class Outcome(enum.StrEnum):
-    """What happened to one inference's capture (logged and counted per request)."""
-
-    OFF = "off"
-    SAMPLED_OUT = "sampled-out"
-    WRITTEN = "written"
-    FAILED = "failed"
 
 
 class Capturer:
@@ -77,7 +68,7 @@ class Capturer:
         return self.mode != CaptureMode.OFF and self._include_original
 
     def close(self) -> None:
-        """Drop the sink's pooled connections (see :mod:`chalicelib.lifecycle`)."""
+        """Drop the sink's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
         if self._sink is not None:
             self._sink.close()
 

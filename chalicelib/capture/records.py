@@ -25,8 +25,8 @@ import json
 import uuid
 from typing import Any
 
-from chalicelib.config import SAGEMAKER_NAME, CaptureMode
-from chalicelib.media import MediaType
+from chalicelib.core.config import SAGEMAKER_NAME, CaptureMode
+from chalicelib.core.media import MediaType
 
 INVALID_NAME = "invalid-name"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from chalicelib.capture.records import CaptureRecord
-from chalicelib.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
-from chalicelib.retries import Retrier, RetryPolicy, RetryQuota
+from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
+from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
 FIREHOSE_ATTEMPTS = 3

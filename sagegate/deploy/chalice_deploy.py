@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.access import AuthMode
+from chalicelib.core.access import AuthMode
 from sagegate.deploy import aws, check, package, policy, snapstart
 from sagegate.deploy.shell import (
     DeployError,

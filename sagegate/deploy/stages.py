@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chalicelib.access import AuthMode
+from chalicelib.core.access import AuthMode
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"

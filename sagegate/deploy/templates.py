@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.access import AuthMode
+from chalicelib.core.access import AuthMode
 from sagegate.deploy.gateway_responses import gateway_responses
 from sagegate.deploy.stages import Stage
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib.config import Settings
-from chalicelib.registry import load_registry
+from chalicelib.core.config import Settings
+from chalicelib.registry.loading import load_registry
 from sagegate.deploy.policy import policy_path, render
 from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_config, load_stage
 

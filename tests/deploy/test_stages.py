@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from chalice.config import Config
 
-from chalicelib.access import Access, AuthMode
-from chalicelib.config import API_GATEWAY_TIMEOUT_SECONDS, Settings
+from chalicelib.core.access import Access, AuthMode
+from chalicelib.core.config import API_GATEWAY_TIMEOUT_SECONDS, Settings
 from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
 from sagegate.deploy.templates import merge_template
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.media import BINARY_TYPES, ImageFormat
+from chalicelib.core.media import BINARY_TYPES, ImageFormat
 from sagegate.deploy.check import SAM_TRANSLATE, cache_stack_path, write_stacks
 from sagegate.deploy.policy import policy_path
 from sagegate.deploy.stages import load_stage

@@ -17,10 +17,10 @@ from chalice.test import Client
 
 import app as app_module
 from chalicelib.capture import Capturer
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient, RetryPolicy
-from chalicelib.pipeline import Predictor
-from chalicelib.predictions import load_labels
+from chalicelib.core.config import Settings
+from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.inference.pipeline import Predictor
+from chalicelib.inference.predictions import load_labels
 from chalicelib.services import Services
 
 ENDPOINT = "efficientnet-lite0"

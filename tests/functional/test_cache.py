@@ -18,7 +18,7 @@ import app as app_module
 from chalicelib.cache import MemoryTier, PredictionCache
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
-from chalicelib.registry import MODELS_DIR, load_model, load_registry
+from chalicelib.registry.loading import MODELS_DIR, load_model, load_registry
 from tests import imagefactory
 from tests.functional.conftest import ENDPOINT, Harness, endpoint_response, probabilities
 from tests.functional.test_models import IRIS_ROW, expect_iris, post_json

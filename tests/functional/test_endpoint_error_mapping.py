@@ -1,4 +1,4 @@
-"""Every InvokeEndpoint error code chalicelib.endpoint maps, each through the Chalice app.
+"""Every InvokeEndpoint error code chalicelib.inference.endpoint maps, each through the Chalice app.
 
 A real botocore client with a Stubber answers each attempt with the error SageMaker would
 send; the client gets the status and ``Code`` below, after exactly the attempts listed (the
@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from chalicelib.endpoint import RETRYABLE_CODES, UNAVAILABLE_CODES
+from chalicelib.inference.endpoint import RETRYABLE_CODES, UNAVAILABLE_CODES
 from tests import imagefactory
 from tests.functional.conftest import Harness, make_settings
 

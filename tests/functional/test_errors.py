@@ -174,7 +174,7 @@ class FailingClient:
 
 
 def use_client(harness: Harness, fake: FailingClient) -> None:
-    from chalicelib.endpoint import EndpointClient
+    from chalicelib.inference.endpoint import EndpointClient
 
     harness.use(endpoint=EndpointClient(fake, sleep=lambda _: None))  # type: ignore[arg-type]
 
@@ -204,7 +204,7 @@ def test_a_bug_is_a_plain_500_without_traceback(harness: Harness,
 
 def test_misconfiguration_does_not_leak_details(harness: Harness,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.config import Settings
+    from chalicelib.core.config import Settings
     from chalicelib.services import Services
 
     # chalice.test.Client applies the stage's environment on every call, so make the

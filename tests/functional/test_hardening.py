@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from chalicelib.retries import RetryQuota
+from chalicelib.core.retries import RetryQuota
 from tests import imagefactory
 from tests.corpus.generate import _photo, _png_header_only
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from botocore.stub import ANY
 
-from chalicelib import imaging
-from chalicelib.errors import ImageTooLargeError
-from chalicelib.probe import probe
+from chalicelib.core.errors import ImageTooLargeError
+from chalicelib.images import imaging, sizing
+from chalicelib.images.probe import probe
 from tests import imagefactory
 from tests.functional.conftest import (
     ENDPOINT,
@@ -156,8 +156,8 @@ def test_just_over_the_default_pixel_limit_is_413_from_the_header(
 def test_exactly_the_default_pixel_limit_passes_the_header_checks(header_only: bytes) -> None:
     """At the limit the checks let it through (decoding it is then the decoder's business:
     these files hold a header only, so they are probed, never decoded)."""
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
-    info = imaging.inspect(header_only, plan, imaging.Limits(max_pixels=DEFAULT_PIXELS))
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
+    info = imaging.inspect(header_only, plan, sizing.Limits(max_pixels=DEFAULT_PIXELS))
     assert info.width * info.height == DEFAULT_PIXELS
     with pytest.raises(ImageTooLargeError, match="the limit is 39999999 pixels"):
-        imaging.inspect(header_only, plan, imaging.Limits(max_pixels=DEFAULT_PIXELS - 1))
+        imaging.inspect(header_only, plan, sizing.Limits(max_pixels=DEFAULT_PIXELS - 1))

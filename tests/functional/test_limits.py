@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chalicelib import resizer
-from chalicelib.errors import ImageTooLargeError
-from chalicelib.imaging import Limits
-from chalicelib.resizer import ResizeOptions, resize_image
+from chalicelib.core.errors import ImageTooLargeError
+from chalicelib.images import resizer
+from chalicelib.images.resizer import resize_image
+from chalicelib.images.sizing import Limits, ResizeOptions
 from tests import imagefactory
 from tests.functional.conftest import Harness
 

@@ -13,8 +13,8 @@ from botocore.stub import ANY
 import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
-from chalicelib.errors import ConfigurationError
-from chalicelib.registry import load_model, load_registry
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.loading import load_model, load_registry
 from chalicelib.services import Services
 from tests.corpus import models
 from tests.corpus.generate import Case
@@ -379,7 +379,7 @@ def test_a_recursion_or_memory_error_escaping_a_handler_is_a_handler_error(
     def fail(*args: Any) -> None:
         raise error("deep inside")
 
-    monkeypatch.setattr("chalicelib.handlers.TfsHandler.__call__", fail)
+    monkeypatch.setattr("chalicelib.inference.userfiles.TfsHandler.__call__", fail)
     response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
     answer = json.loads(response.body)
     assert (response.status_code, answer["Code"]) == (500, "HandlerError")

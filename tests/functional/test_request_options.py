@@ -12,8 +12,8 @@ import pytest
 from botocore.stub import ANY
 
 import app as app_module
-from chalicelib.predictions import load_labels
-from chalicelib.registry import load_model, load_registry
+from chalicelib.inference.predictions import load_labels
+from chalicelib.registry.loading import load_model, load_registry
 from tests import imagefactory
 from tests.functional.conftest import ENDPOINT, Harness, endpoint_response, probabilities
 
@@ -180,8 +180,8 @@ def test_a_malformed_component_never_reaches_the_endpoint(harness: Harness, valu
 
 
 def test_a_browser_may_send_every_option_header() -> None:
-    from chalicelib import options
-    from chalicelib.access import Access
+    from chalicelib.core.access import Access
+    from chalicelib.http import options
 
     cors = app_module._cors(Access(cors_origin="https://app.example.com"))
     assert not isinstance(cors, bool)

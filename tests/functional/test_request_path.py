@@ -1,6 +1,6 @@
 """A request's path through the code: read once, probed once, encoded by one encoder.
 
-The request is read into validated options by chalicelib.options alone, and the pipeline gets
+The request is read into validated options by chalicelib.http.options alone, and the pipeline gets
 them; the image header is probed, and every limit checked, once per request on every path
 (passthrough, reduced decode, PNG and WebP uploads, /resize).
 """
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import app as app_module
-from chalicelib import bodies, imaging, options
+from chalicelib.http import bodies, options
+from chalicelib.images import imaging
 from tests import imagefactory
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
 

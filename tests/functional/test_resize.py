@@ -14,7 +14,7 @@ import pytest
 from chalice.test import Client
 
 import app as app_module
-from chalicelib import imaging, resizer
+from chalicelib.images import imaging, resizer, sizing
 from tests import imagefactory
 from tests.functional.conftest import Harness
 
@@ -135,7 +135,7 @@ def encoded_rows(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     calls: list[tuple[int, int]] = []
     encode = imaging.encode
 
-    def counting(image: np.ndarray, encoding: imaging.Encoding) -> bytes:
+    def counting(image: np.ndarray, encoding: sizing.Encoding) -> bytes:
         calls.append(image.shape[:2])
         return encode(image, encoding)
 

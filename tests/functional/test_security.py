@@ -27,12 +27,13 @@ import pytest
 from PIL import Image
 
 import app as app_module
-from chalicelib.access import Access
-from chalicelib.capture import MAX_PENDING_WRITES, Capturer, Exchange, Outcome
+from chalicelib.capture import MAX_PENDING_WRITES, Capturer, Exchange
 from chalicelib.capture.records import build_record
 from chalicelib.capture.sinks import DirectorySink
-from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
-from chalicelib.errors import ConfigurationError, PreprocessingTimeoutError
+from chalicelib.core.access import Access
+from chalicelib.core.errors import ConfigurationError, PreprocessingTimeoutError
+from chalicelib.core.observability import Outcome
+from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
 from scripts.crafted_images import progressive, scan_bomb
 from tests import imagefactory
 from tests.functional.conftest import (
@@ -96,7 +97,7 @@ def test_the_budget_counts_preprocessing(harness: Harness,
     settings = make_settings(request_budget_seconds=2.7, endpoint_connect_timeout=0.5,
                              endpoint_read_timeout=2.0)
     harness.use(settings)
-    from chalicelib import imaging
+    from chalicelib.images import imaging
 
     real = imaging.decode_and_resize
 

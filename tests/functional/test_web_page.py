@@ -17,8 +17,8 @@ import pytest
 from chalice.test import Client
 
 import app as app_module
-from chalicelib import static
-from chalicelib.errors import NotFoundError
+from chalicelib.core.errors import NotFoundError
+from chalicelib.http import static
 
 WEB = Path(static.WEB_DIR)
 

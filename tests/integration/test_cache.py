@@ -16,7 +16,7 @@ import pytest
 from skimage import data
 
 from chalicelib.cache import HIT, MISS, TABLE, MemoryTier, PredictionCache, TableTier
-from chalicelib.endpoint import InvokeResult
+from chalicelib.calls import InvokeResult
 from tests.integration.conftest import Stack, jpeg_of
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,9 @@ from typing import Any
 import boto3
 import pytest
 
-from chalicelib.capture import Capturer, Exchange, Outcome
+from chalicelib.capture import Capturer, Exchange
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
+from chalicelib.core.observability import Outcome
 from sagegate import captures
 
 pytestmark = pytest.mark.integration

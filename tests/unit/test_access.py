@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.access import Access
-from chalicelib.errors import ConfigurationError
+from chalicelib.core.access import Access
+from chalicelib.core.errors import ConfigurationError
 
 POOL = "arn:aws:cognito-idp:eu-west-1:123456789012:userpool/eu-west-1_AbCdEfGhI"
 

@@ -33,12 +33,12 @@ from chalicelib.cache import (
     encode_item,
     request_cache_control,
 )
-from chalicelib.config import Settings
-from chalicelib.endpoint import InvokeResult
-from chalicelib.errors import ConfigurationError, EndpointUnavailableError
-from chalicelib.pipeline import PredictOptions, Predictor, _pipeline_fields
-from chalicelib.registry import MODELS_DIR, load_model
-from chalicelib.serving import ModelOptions, ModelServer
+from chalicelib.calls import InvokeResult, ModelOptions, PredictOptions
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError, EndpointUnavailableError
+from chalicelib.inference.pipeline import Predictor, _pipeline_fields
+from chalicelib.inference.serving import ModelServer
+from chalicelib.registry.loading import MODELS_DIR, load_model
 
 ANSWER = InvokeResult(b'{"predictions": [[0.9, 0.1]]}', "application/json", "AllTraffic",
                       None, 1)

@@ -13,9 +13,9 @@ import cv2
 import numpy as np
 import pytest
 
-from chalicelib import imaging
-from chalicelib.probe import probe
-from chalicelib.retries import RETRY_COST, RetryQuota
+from chalicelib.core.retries import RETRY_COST, RetryQuota
+from chalicelib.images import imaging, sizing
+from chalicelib.images.probe import probe
 from sagegate import client as client_module
 from sagegate import predict_cli
 from sagegate.client import Client, ClientError, Encoding, ShrinkRule, shrink
@@ -76,8 +76,8 @@ def test_the_shrunk_image_is_exactly_what_the_server_would_make() -> None:
     """Lossless: the pixels the server's own preprocessing makes of the original (reduced-scale
     decode included), so the model sees the same tensor either way."""
     data = photo_jpeg(4032, 3024)
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
-    server = imaging.decode_and_resize(data, probe(data), plan, imaging.Limits())
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
+    server = imaging.decode_and_resize(data, probe(data), plan, sizing.Limits())
     for encoding in (Encoding.WEBP, Encoding.PNG):
         body, _ = shrink(data, RULE, encoding)
         assert np.array_equal(decoded(body), server), encoding
@@ -127,7 +127,7 @@ def test_box_modes_shrink_to_the_model_input(mode: str) -> None:
     data = photo_jpeg(1920, 1080)
     body, _ = shrink(data, image_block(mode))
     image = decoded(body)
-    plan = imaging.plan_resize(mode, 224, 224)
+    plan = sizing.plan_resize(mode, 224, 224)
     assert image.shape == imaging.resize(decoded(data), plan).shape == (224, 224, 3)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from chalicelib.access import Access
-from chalicelib.config import (
+from chalicelib.core.access import Access
+from chalicelib.core.config import (
     API_GATEWAY_TIMEOUT_SECONDS,
     COGNITO_USER_POOL_ARNS,
     CORS_ALLOW_ORIGIN,
@@ -17,7 +17,7 @@ from chalicelib.config import (
     SAGEGATE_OPEN_API,
     Settings,
 )
-from chalicelib.errors import ConfigurationError
+from chalicelib.core.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def test_every_variable_is_one_that_is_read(where: str) -> None:
 
 
 def test_no_top_level_value_repeats_a_settings_default() -> None:
-    """The top level holds only what differs from the defaults in chalicelib/config.py."""
+    """The top level holds only what differs from the defaults in chalicelib/core/config.py."""
     top = Settings.from_env(CONFIG["environment_variables"])
     for name, value in CONFIG["environment_variables"].items():
         field = SETTINGS_FIELDS.get(name)

@@ -11,8 +11,8 @@ import PIL.Image
 import PIL.ImageOps
 import pytest
 
-from chalicelib import imaging
-from chalicelib.probe import probe
+from chalicelib.images import imaging, sizing
+from chalicelib.images.probe import probe
 from tests import imagefactory
 
 # three bands across the long axis, each a colour far from the others (BGR)
@@ -37,7 +37,7 @@ def banded(width: int, height: int) -> np.ndarray:
 @pytest.mark.parametrize("box", [(100, 100), (300, 300)], ids=["shrink", "same-scale"])
 def test_fill_keeps_the_centre_of_either_axis(size: tuple[int, int],
                                               box: tuple[int, int]) -> None:
-    out = imaging.resize(banded(*size), imaging.plan_resize("fill", *box))
+    out = imaging.resize(banded(*size), sizing.plan_resize("fill", *box))
     assert out.shape == (box[1], box[0], 3)
     # the square cut from the middle third is green at every edge, not only in its centre
     for row, col in [(0, box[0] // 2), (-1, box[0] // 2), (box[1] // 2, 0),
@@ -49,7 +49,7 @@ def test_fill_crops_an_odd_remainder_evenly() -> None:
     """A 10-row surplus is cut 5 above and 5 below: the rows kept are 5 to 14."""
     rows = np.repeat(np.arange(20, dtype=np.uint8)[:, None], 10, axis=1)
     image = np.dstack([rows] * 3)
-    out = imaging.resize(image, imaging.plan_resize("fill", 10, 10))
+    out = imaging.resize(image, sizing.plan_resize("fill", 10, 10))
     assert out[:, :, 0].tolist() == [[value] * 10 for value in range(5, 15)]
 
 
@@ -84,8 +84,8 @@ def test_every_exif_orientation_gives_the_sides_the_decoders_give(orientation: i
 def test_a_transposed_image_is_checked_against_its_upright_sides(orientation: int) -> None:
     """The plan and the limits see the image as displayed: a 64x32 file shown 32x64."""
     data = imagefactory.jpeg_with_orientation(imagefactory.gradient(64, 32), orientation)
-    plan = imaging.plan_resize("fill", 32, 64)
-    info = imaging.inspect(data, plan, imaging.Limits(max_pixels=64 * 32))
+    plan = sizing.plan_resize("fill", 32, 64)
+    info = imaging.inspect(data, plan, sizing.Limits(max_pixels=64 * 32))
     assert plan.scaled_size(info.width, info.height) == (32, 64)
     out = imaging.resize(imaging.decode(data, info), plan)
     assert out.shape[:2] == (64, 32)

@@ -19,18 +19,19 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from chalicelib import imaging
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
-from chalicelib.errors import EndpointUnavailableError, PreprocessingTimeoutError
-from chalicelib.pipeline import PredictOptions, Predictor
-from chalicelib.retries import (
+from chalicelib.calls import PredictOptions
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import EndpointUnavailableError, PreprocessingTimeoutError
+from chalicelib.core.retries import (
     MAX_RETRY_AFTER_S,
     QUOTA_CAPACITY,
     RETRY_COST,
     THROTTLED_RETRY_COST,
     RetryQuota,
 )
+from chalicelib.images import imaging
+from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
+from chalicelib.inference.pipeline import Predictor
 from tests import imagefactory
 
 ATTEMPT_SECONDS = 0.5  # what one failed attempt takes on the fake clock

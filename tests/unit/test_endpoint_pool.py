@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib import endpoint
-from chalicelib.config import Settings
+from chalicelib.core.config import Settings
+from chalicelib.inference import endpoint
 
 
 def settings(**overrides: object) -> Settings:
@@ -34,6 +34,6 @@ def test_the_client_is_built_with_that_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_botocore_does_not_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The client's own policy and quota are the only retries (chalicelib.retries)."""
+    """The client's own policy and quota are the only retries (chalicelib.core.retries)."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     assert endpoint.make_client(settings()).meta.config.retries["total_max_attempts"] == 1

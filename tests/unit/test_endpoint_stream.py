@@ -14,8 +14,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from chalicelib.endpoint import EndpointClient, Invocation, RetryPolicy
-from chalicelib.errors import EndpointError, EndpointUnavailableError, SagegateError
+from chalicelib.core.errors import EndpointError, EndpointUnavailableError, SagegateError
+from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         b"x-Amzn-Invoked-Production-Variant: AllTraffic\r\n")

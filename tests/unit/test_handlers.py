@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import handlers
-from chalicelib.config import Settings
-from chalicelib.endpoint import InvokeResult
-from chalicelib.errors import (
+from chalicelib.calls import Answer, Call, InvokeResult
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import (
     ConfigurationError,
     EndpointUnavailableError,
     HandlerError,
@@ -27,9 +26,16 @@ from chalicelib.errors import (
     PayloadTooLargeError,
     SignatureMismatchError,
 )
-from chalicelib.handlers import CortexHandler, TfsHandler
-from chalicelib.registry import DType, ModelSpec, Pipeline, Signature, TensorSpec, load_model
-from chalicelib.serving import Answer, Call
+from chalicelib.inference import userfiles as handlers
+from chalicelib.inference.userfiles import CortexHandler, TfsHandler
+from chalicelib.registry.loading import (
+    DType,
+    ModelSpec,
+    Pipeline,
+    Signature,
+    TensorSpec,
+    load_model,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "chalicelib" / "models"

@@ -8,14 +8,14 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from chalicelib import imaging
-from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
-from chalicelib.media import ImageFormat
-from chalicelib.probe import probe
+from chalicelib.core.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.core.media import ImageFormat
+from chalicelib.images import imaging, sizing
+from chalicelib.images.probe import probe
 from tests import imagefactory
 from tests.corpus import generate
 
-LIMIT = imaging.Limits(max_pixels=40_000_000)
+LIMIT = sizing.Limits(max_pixels=40_000_000)
 
 
 def test_probe_reads_jpeg_png_webp_sizes() -> None:
@@ -92,7 +92,7 @@ def test_an_exif_rotation_any_decoder_reads_is_never_ignored(
 def test_a_jpeg_any_exif_block_rotates_is_never_passed_through(
         orientations: tuple[int, int]) -> None:
     data = generate.jpeg_with_exif_blocks(imagefactory.gradient(60, 40), orientations)
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
     assert not imaging.can_pass_through(data, probe(data), plan)
     upright = generate.jpeg_with_exif_blocks(imagefactory.gradient(60, 40), (1, 1))
     assert imaging.can_pass_through(upright, probe(upright), plan)
@@ -111,12 +111,12 @@ def test_probe_rejects_non_images(data: bytes) -> None:
 def test_truncated_images_are_invalid(make: object) -> None:
     data = imagefactory.truncated(make())  # type: ignore[operator]
     with pytest.raises(InvalidImageError):
-        imaging.prepare(data, imaging.plan_resize("shorter-side", 224, 224), LIMIT)
+        imaging.prepare(data, sizing.plan_resize("shorter-side", 224, 224), LIMIT)
 
 
 def test_corrupt_jpeg_is_invalid() -> None:
     with pytest.raises(InvalidImageError):
-        imaging.prepare(imagefactory.corrupt_jpeg(), imaging.plan_resize("stretch", 32, 32), LIMIT)
+        imaging.prepare(imagefactory.corrupt_jpeg(), sizing.plan_resize("stretch", 32, 32), LIMIT)
 
 
 @pytest.mark.parametrize("bomb", [imagefactory.png_bomb, imagefactory.jpeg_bomb])
@@ -124,7 +124,7 @@ def test_decompression_bombs_are_refused_before_decoding(bomb: object) -> None:
     data = bomb()  # type: ignore[operator]
     assert len(data) < 2000
     with pytest.raises(ImageTooLargeError) as caught:
-        imaging.prepare(data, imaging.plan_resize("shorter-side", 224, 224), LIMIT)
+        imaging.prepare(data, sizing.plan_resize("shorter-side", 224, 224), LIMIT)
     assert "pixels" in caught.value.message
 
 
@@ -168,21 +168,21 @@ def test_no_reduction_for_png() -> None:
 
 
 def test_shorter_side_keeps_aspect() -> None:
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
     out = imaging.resize(imagefactory.gradient(1920, 1080), plan)
     assert out.shape == (256, 455, 3)
 
 
 def test_shorter_side_does_not_upscale_by_default() -> None:
     small = imagefactory.gradient(200, 100)
-    assert imaging.resize(small, imaging.plan_resize("shorter-side", 224, 224, 256)).shape == (
+    assert imaging.resize(small, sizing.plan_resize("shorter-side", 224, 224, 256)).shape == (
         100, 200, 3)
-    upscaled = imaging.resize(small, imaging.plan_resize("shorter-side", 224, 224, 256, True))
+    upscaled = imaging.resize(small, sizing.plan_resize("shorter-side", 224, 224, 256, True))
     assert upscaled.shape == (256, 512, 3)
 
 
 def test_fill_scales_then_centre_crops() -> None:
-    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("fill", 224, 224))
+    out = imaging.resize(imagefactory.gradient(1000, 500), sizing.plan_resize("fill", 224, 224))
     assert out.shape == (224, 224, 3)
     # 1000x500 scales to 448x224; a centred crop starts a quarter in, where blue (which ramps
     # 0..255 along x) is about 64, not at the source's left edge (0)
@@ -190,35 +190,35 @@ def test_fill_scales_then_centre_crops() -> None:
 
 
 def test_fit_letterboxes() -> None:
-    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("fit", 224, 224))
+    out = imaging.resize(imagefactory.gradient(1000, 500), sizing.plan_resize("fit", 224, 224))
     assert out.shape == (224, 224, 3)
     assert out[0].max() == 0 and out[-1].max() == 0  # padded rows
     assert out[112].max() > 0
 
 
 def test_stretch_width_and_height_mean_what_they_say() -> None:
-    out = imaging.resize(imagefactory.gradient(1000, 500), imaging.plan_resize("stretch", 300, 100))
+    out = imaging.resize(imagefactory.gradient(1000, 500), sizing.plan_resize("stretch", 300, 100))
     assert out.shape == (100, 300, 3)  # rows = height, columns = width
 
 
 def test_shrinking_uses_area_interpolation() -> None:
     checker = np.indices((400, 400)).sum(axis=0) % 2 * 255
     image = np.dstack([checker] * 3).astype(np.uint8)
-    out = imaging.resize(image, imaging.plan_resize("stretch", 100, 100))
+    out = imaging.resize(image, sizing.plan_resize("stretch", 100, 100))
     assert abs(float(out.mean()) - 127.5) < 2 and out.std() < 2  # averaged, not aliased
 
 
 def test_unknown_mode_and_format() -> None:
     with pytest.raises(InvalidParameterError):
-        imaging.plan_resize("zoom", 1, 1)
+        sizing.plan_resize("zoom", 1, 1)
     with pytest.raises(InvalidParameterError):
-        imaging.encode(imagefactory.gradient(8, 8), imaging.Encoding("gif"))  # type: ignore[arg-type]
+        imaging.encode(imagefactory.gradient(8, 8), sizing.Encoding("gif"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("fmt,magic", [("jpeg", b"\xff\xd8"), ("png", b"\x89PNG"),
                                        ("webp", b"RIFF")])
 def test_encode_formats(fmt: str, magic: bytes) -> None:
-    encoding = imaging.Encoding(ImageFormat(fmt), 80)
+    encoding = sizing.Encoding(ImageFormat(fmt), 80)
     assert imaging.encode(imagefactory.gradient(32, 16), encoding).startswith(magic)
 
 
@@ -227,7 +227,7 @@ def test_every_encoding_setting_is_used() -> None:
     written by one encoder whatever the level."""
     # a real photo (scikit-image's, made here: no test reads what another command wrote)
     photo = cv2.resize(imagefactory.photo("chelsea"), (320, 240), interpolation=cv2.INTER_AREA)
-    sizes = {(fmt, quality, level): len(imaging.encode(photo, imaging.Encoding(fmt, quality,
+    sizes = {(fmt, quality, level): len(imaging.encode(photo, sizing.Encoding(fmt, quality,
                                                                                level)))
              for fmt in ImageFormat for quality in (30, 95) for level in (0, 1, 9)}
     for fmt in (ImageFormat.JPEG, ImageFormat.WEBP):
@@ -236,7 +236,7 @@ def test_every_encoding_setting_is_used() -> None:
     assert sizes[ImageFormat.PNG, 95, 9] < sizes[ImageFormat.PNG, 95, 1] < \
         sizes[ImageFormat.PNG, 95, 0]
     for level in (0, 1, 9):
-        assert imaging.encode(photo, imaging.Encoding(ImageFormat.PNG, 90, level)) == \
+        assert imaging.encode(photo, sizing.Encoding(ImageFormat.PNG, 90, level)) == \
             imaging.encode_png(photo, level)
 
 
@@ -245,7 +245,7 @@ def test_prepare_large_jpeg_matches_full_decode_closely() -> None:
     base = imagefactory.gradient(4032, 3024).astype(np.int16)
     noisy = np.clip(base + rng.integers(-8, 8, base.shape), 0, 255).astype(np.uint8)
     data = imagefactory.jpeg(image=noisy, quality=92)
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
     fast, info = imaging.prepare(data, plan, LIMIT)
     slow = imaging.resize(imaging.decode(data, info, 1), plan)
     assert fast.shape == slow.shape == (256, 341, 3)
@@ -288,7 +288,7 @@ def png_header(width: int, height: int) -> bytes:
 
 @pytest.mark.parametrize("size", [(65_500, 1), (100_000, 1), (1, 30_000), (21, 1), (2100, 100)])
 def test_elongated_images_are_refused_from_the_header(size: tuple[int, int]) -> None:
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
     with pytest.raises(InvalidImageError, match="aspect ratio"):
         imaging.inspect(png_header(*size), plan, LIMIT)
 
@@ -296,24 +296,24 @@ def test_elongated_images_are_refused_from_the_header(size: tuple[int, int]) -> 
 @pytest.mark.parametrize("size", [(20, 1), (1, 20), (3600, 400), (2000, 100), (1, 1)])
 def test_panoramas_up_to_the_limit_pass(size: tuple[int, int]) -> None:
     data = imagefactory.png(imagefactory.gradient(*size))
-    assert imaging.inspect(data, imaging.plan_resize("fill", 224, 224), LIMIT).width == size[0]
+    assert imaging.inspect(data, sizing.plan_resize("fill", 224, 224), LIMIT).width == size[0]
 
 
 def test_the_aspect_limit_is_a_setting() -> None:
     data = png_header(100, 1)
-    plan = imaging.plan_resize("shorter-side", 224, 224)
-    imaging.inspect(data, plan, imaging.Limits(max_aspect_ratio=100))
+    plan = sizing.plan_resize("shorter-side", 224, 224)
+    imaging.inspect(data, plan, sizing.Limits(max_aspect_ratio=100))
     with pytest.raises(InvalidImageError, match="at most 99:1"):
-        imaging.inspect(data, plan, imaging.Limits(max_aspect_ratio=99))
+        imaging.inspect(data, plan, sizing.Limits(max_aspect_ratio=99))
 
 
 @pytest.mark.parametrize("mode,width,height", [("shorter-side", 8192, 8192),
                                                ("stretch", 8192, 8192)])
 def test_what_a_resize_would_produce_is_bounded_too(mode: str, width: int, height: int) -> None:
-    plan = imaging.plan_resize(mode, width, height, shorter_side=8192, upscale=True)
+    plan = sizing.plan_resize(mode, width, height, shorter_side=8192, upscale=True)
     data = imagefactory.png(imagefactory.gradient(100, 20))  # 5:1, 2000 pixels
     with pytest.raises(ImageTooLargeError, match="would produce"):
-        imaging.inspect(data, plan, imaging.Limits(max_pixels=10_000_000))
+        imaging.inspect(data, plan, sizing.Limits(max_pixels=10_000_000))
 
 
 @pytest.mark.parametrize("source", [(20_000, 1), (2000, 100), (100, 2000), (640, 480)])
@@ -328,14 +328,14 @@ def test_fill_never_allocates_more_than_its_box(
         return real(image, size, **kwargs)
 
     monkeypatch.setattr(imaging.cv2, "resize", recording)
-    plan = imaging.plan_resize("fill", *box, upscale=True)
+    plan = sizing.plan_resize("fill", *box, upscale=True)
     out = imaging.resize(imagefactory.gradient(*source), plan)
     assert out.shape[:2] == (box[1], box[0])
     assert all(w * h <= box[0] * box[1] for w, h in sizes), sizes  # not 4480000x224 first
 
 
 def test_fill_without_upscale_still_crops_small_images() -> None:
-    out = imaging.resize(imagefactory.gradient(100, 50), imaging.plan_resize("fill", 224, 224))
+    out = imaging.resize(imagefactory.gradient(100, 50), sizing.plan_resize("fill", 224, 224))
     assert out.shape == (50, 100, 3)
-    out = imaging.resize(imagefactory.gradient(300, 50), imaging.plan_resize("fill", 224, 224))
+    out = imaging.resize(imagefactory.gradient(300, 50), sizing.plan_resize("fill", 224, 224))
     assert out.shape == (50, 224, 3)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chalicelib import imaging, jpegscan
-from chalicelib.errors import InvalidImageError
-from chalicelib.probe import probe
+from chalicelib.core.errors import InvalidImageError
+from chalicelib.images import imaging, jpegscan, sizing
+from chalicelib.images.probe import probe
 from tests import imagefactory
 from tests.corpus.generate import _photo
 
@@ -133,36 +133,36 @@ def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 def test_a_baseline_decode_path_walks_no_markers_unless_the_decode_shows_damage(
         monkeypatch: pytest.MonkeyPatch) -> None:
     walked = count_walks(monkeypatch)
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
-    imaging.prepare(WHOLE["baseline"], plan, imaging.Limits())
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
+    imaging.prepare(WHOLE["baseline"], plan, sizing.Limits())
     assert walked == []  # a large upload's decode costs what it did
     cut = with_eoi(WHOLE["baseline"], 0.5)
     with pytest.raises(InvalidImageError, match="truncated"):
-        imaging.prepare(cut, plan, imaging.Limits())
+        imaging.prepare(cut, plan, sizing.Limits())
     assert walked == [cut]
 
 
 def test_progressive_and_forwarded_jpegs_are_always_walked(
         monkeypatch: pytest.MonkeyPatch) -> None:
     walked = count_walks(monkeypatch)
-    plan = imaging.plan_resize("shorter-side", 224, 224, 256)
+    plan = sizing.plan_resize("shorter-side", 224, 224, 256)
     progressive = WHOLE["progressive"]
     assert probe(progressive).progressive and not probe(WHOLE["baseline"]).progressive
-    imaging.inspect(progressive, plan, imaging.Limits())
+    imaging.inspect(progressive, plan, sizing.Limits())
     assert walked == [progressive]
     baseline = WHOLE["baseline"]
-    imaging.check_forwardable(baseline, probe(baseline), imaging.Limits())
+    imaging.check_forwardable(baseline, probe(baseline), sizing.Limits())
     assert walked == [progressive, baseline]
 
 
 def test_allow_corrupt_skips_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
     walked = count_walks(monkeypatch)
     cut = with_eoi(WHOLE["baseline"], 0.5)
-    lenient = imaging.Limits(allow_corrupt=True)
+    lenient = sizing.Limits(allow_corrupt=True)
     imaging.check_forwardable(cut, probe(cut), lenient)
-    imaging.prepare(cut, imaging.plan_resize("shorter-side", 224, 224, 256), lenient)
+    imaging.prepare(cut, sizing.plan_resize("shorter-side", 224, 224, 256), lenient)
     imaging.inspect(with_eoi(WHOLE["progressive"], 0.3),
-                    imaging.plan_resize("shorter-side", 224, 224, 256), lenient)
+                    sizing.plan_resize("shorter-side", 224, 224, 256), lenient)
     assert walked == []
 
 

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import pytest
 
-from chalicelib.config import Settings
+from chalicelib.core.config import Settings
 from sagegate import localstack
 from sagegate.localstack import (
     INSTANCE_HEADER,
@@ -320,8 +320,8 @@ def test_sagegate_run_refuses_to_start_on_a_broken_model(tmp_path: Path) -> None
     """Every model.json and handler file is loaded before anything starts, as on Lambda."""
     import shutil
 
-    from chalicelib.config import Settings
-    from chalicelib.registry import MODELS_DIR
+    from chalicelib.core.config import Settings
+    from chalicelib.registry.loading import MODELS_DIR
 
     settings = Settings(endpoint_name="efficientnet-lite0")
     shutil.copytree(MODELS_DIR, tmp_path / "models")

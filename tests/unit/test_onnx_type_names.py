@@ -8,8 +8,8 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from chalicelib.handlers import InputSignature
-from chalicelib.registry import DType, TensorSpec
+from chalicelib.inference.userfiles import InputSignature
+from chalicelib.registry.loading import DType, TensorSpec
 from tests.unit.emulator import onnxbuild
 
 # ONNX TensorProto.DataType of each dtype (onnx/onnx.proto); onnxruntime checks the pairing

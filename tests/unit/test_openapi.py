@@ -14,7 +14,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from schemathesis.core.result import Ok
 
 import app as app_module
-from chalicelib import errors
+from chalicelib.core import errors
 
 SPEC_PATH = Path(app_module.__file__).resolve().parent / "chalicelib" / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

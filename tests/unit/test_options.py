@@ -1,4 +1,4 @@
-"""Reading a request: the body's shape (chalicelib.bodies) and its options (chalicelib.options)."""
+"""Reading a request: the body's shape (http.bodies) and its options (http.options)."""
 from __future__ import annotations
 
 import base64
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chalicelib import bodies, media, options
-from chalicelib.bodies import Source
-from chalicelib.errors import (
+from chalicelib.core import media
+from chalicelib.core.errors import (
     InvalidBase64Error,
     InvalidJSONError,
     InvalidParameterError,
@@ -20,6 +19,8 @@ from chalicelib.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from chalicelib.http import bodies, options
+from chalicelib.http.bodies import Source
 
 LIMIT = 6 * 1024 * 1024
 
@@ -427,7 +428,7 @@ def test_inference_component_comes_from_the_body_the_query_or_its_header(where: 
 
 
 def test_a_models_own_targets_fill_in_what_the_request_does_not_give(tmp_path: Path) -> None:
-    from chalicelib.registry import ModelSpec, Pipeline, Signature
+    from chalicelib.registry.loading import ModelSpec, Pipeline, Signature
 
     model = ModelSpec(name="m", folder=tmp_path, endpoint="e",
                       pipeline=Pipeline.IMAGE_CLASSIFICATION, content_type="image/jpeg",

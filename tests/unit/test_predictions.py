@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chalicelib import predictions
-from chalicelib.config import Settings
-from chalicelib.errors import ConfigurationError, InvalidEndpointResponseError
-from chalicelib.registry import load_model, read_labels
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError, InvalidEndpointResponseError
+from chalicelib.inference import predictions
+from chalicelib.registry.loading import load_model, read_labels
 
 SETTINGS = Settings(endpoint_name="efficientnet-lite0")
 SIGNATURE = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 2]}]}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib.config import Settings
-from chalicelib.errors import ConfigurationError, ModelNotFoundError
-from chalicelib.registry import (
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
+from chalicelib.registry.loading import (
     IMAGE_KEYS,
     MODELS_DIR,
     DType,

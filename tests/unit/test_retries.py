@@ -1,4 +1,4 @@
-"""chalicelib.retries, the one retry policy, and its users other than the endpoint client
+"""chalicelib.core.retries, the one retry policy, and its users other than the endpoint client
 (tests/unit/test_endpoint_budget.py): the capture sinks and the emulator's supervisor
 (sagegate's HTTP client: tests/unit/test_client.py). Clocks and randomness are injected."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from chalicelib.capture import sinks
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.capture.sinks import CaptureSinkError, FirehoseSink, S3Sink, retry_kind
-from chalicelib.retries import (
+from chalicelib.core.retries import (
     MAX_RETRY_AFTER_S,
     QUOTA_CAPACITY,
     RETRY_COST,

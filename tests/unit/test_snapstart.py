@@ -16,8 +16,8 @@ import snapshot_restore_py
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from chalicelib import lifecycle
-from chalicelib.endpoint import EndpointClient, Invocation
+from chalicelib.core import lifecycle
+from chalicelib.inference.endpoint import EndpointClient, Invocation
 from sagegate.deploy import runtime as lambda_runtime
 from sagegate.deploy import snapstart, stages
 

@@ -10,15 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chalicelib.errors import (
+from chalicelib.core.errors import (
     InvalidEndpointResponseError,
     InvalidJSONError,
     SagegateError,
     SignatureMismatchError,
     UnsupportedMediaTypeError,
 )
-from chalicelib.registry import DType, Signature, TensorSpec
-from chalicelib.tensors import (
+from chalicelib.inference.tensors import (
     MAX_INSTANCES,
     coerce,
     read_tensors,
@@ -26,6 +25,7 @@ from chalicelib.tensors import (
     tfs_request,
     to_json,
 )
+from chalicelib.registry.loading import DType, Signature, TensorSpec
 from tests.corpus.models import forged_npy
 
 IRIS = Signature((TensorSpec("features", DType.FLOAT32, (-1, 4)),),

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from chalicelib.errors import InvalidImageError
-from chalicelib.media import JPEG_EOI, JPEG_SOI, PNG_SIGNATURE, ImageFormat
+from chalicelib.core.errors import InvalidImageError
+from chalicelib.core.media import JPEG_EOI, JPEG_SOI, PNG_SIGNATURE, ImageFormat
 
 # JPEG's markers (ITU-T T.81, table B.1): the one table of them, read by jpegscan too
 SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC),
@@ -163,8 +163,8 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
 def read_segment(data: bytes, pos: int) -> tuple[int, int, int]:
     """Read the JPEG marker segment at ``pos``, after any fill bytes (skipped in one C call).
 
-    The one segment reader: the header walk here and :func:`chalicelib.jpegscan.check_complete`
-    both step through a file with it.
+    The one segment reader: the header walk here and
+    :func:`chalicelib.images.jpegscan.check_complete` both step through a file with it.
 
     Args:
         data: the JPEG.

@@ -3,10 +3,10 @@
 :class:`Settings` holds what requests use, read on first use. Explicit arguments beat
 environment variables, which beat the defaults below; ``.chalice/config.json`` sets only what
 differs from these defaults (and per stage). A bad value raises
-:class:`~chalicelib.errors.ConfigurationError` naming the variable. The access variables
-(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.access` at import, because Chalice fixes
+:class:`~chalicelib.core.errors.ConfigurationError` naming the variable. The access variables
+(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.core.access` at import, because Chalice fixes
 a route's authentication when ``app.py`` is imported; the log and metric names by
-:mod:`chalicelib.observability`.
+:mod:`chalicelib.core.observability`.
 """
 from __future__ import annotations
 
@@ -17,10 +17,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chalicelib.errors import ConfigurationError
-from chalicelib.imaging import MODES as RESIZE_MODES
-from chalicelib.imaging import ResizeMode
-from chalicelib.media import ENDPOINT_ANSWER_TYPES, ENDPOINT_IMAGE_TYPES, ImageFormat, MediaType
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.core.media import (
+    ENDPOINT_ANSWER_TYPES,
+    ENDPOINT_IMAGE_TYPES,
+    ImageFormat,
+    MediaType,
+    ResizeMode,
+)
+from chalicelib.core.media import MODES as RESIZE_MODES
 
 ENDPOINT_NAME = "ENDPOINT_NAME"
 DEFAULT_K = "DEFAULT_K"
@@ -55,12 +60,12 @@ CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
 CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
 CACHE_TABLE = "CACHE_TABLE"
 CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
-# Read at import by chalicelib.access (see the module docstring).
+# Read at import by chalicelib.core.access (see the module docstring).
 SAGEGATE_AUTH = "SAGEGATE_AUTH"
 CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
 COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
 SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
-# Powertools' own names, read by chalicelib.observability when it logs and flushes metrics.
+# Powertools' own names, read by chalicelib.core.observability when it logs and flushes metrics.
 POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 SERVICE = "sagegate"  # the default service name and metrics namespace

@@ -10,6 +10,7 @@ anything else a client sent verbatim. Metrics use CloudWatch Embedded Metric For
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import sys
@@ -20,14 +21,22 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from chalicelib.capture import Outcome
-from chalicelib.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_NAME, SERVICE
+from chalicelib.core.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_NAME, SERVICE
 
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
                  "model": "ModelLatency", "capture": "CaptureLatency", "cache": "CacheLatency"}
 # the prediction cache's outcomes (the log line's "cache") and the metric each one counts
 CACHE_METRICS = {"hit": "CacheHits", "miss": "CacheMisses"}
+
+
+class Outcome(enum.StrEnum):
+    """What happened to one inference's capture (logged and counted per request)."""
+
+    OFF = "off"
+    SAMPLED_OUT = "sampled-out"
+    WRITTEN = "written"
+    FAILED = "failed"
 
 
 class _CurrentStdout:

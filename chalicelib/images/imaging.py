@@ -6,8 +6,6 @@ scaled DCT decoding whenever the reduced image still covers the size the resize 
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import math
 import struct
 import zlib
@@ -15,31 +13,15 @@ import zlib
 import cv2
 import numpy as np
 
-from chalicelib import jpegscan
-from chalicelib.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
-from chalicelib.media import JPEG_EOI, PNG_SIGNATURE, ImageFormat
-from chalicelib.probe import ImageInfo, probe
+from chalicelib.core.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
+from chalicelib.core.media import JPEG_EOI, PNG_SIGNATURE, ImageFormat, ResizeMode
+from chalicelib.images import jpegscan
+from chalicelib.images.probe import ImageInfo, probe
+from chalicelib.images.sizing import Encoding, Limits, ResizePlan, scaled_length
 
-__all__ = ["Encoding", "ImageInfo", "Limits", "ResizeMode", "ResizePlan", "decode", "encode",
-           "inspect", "plan_resize", "prepare", "probe", "resize"]
-
-
-class ResizeMode(enum.StrEnum):
-    """How an image is brought to the size a model or a client asked for."""
-
-    SHORTER_SIDE = "shorter-side"
-    """Scale so the shorter side is ``shorter_side`` (the endpoint crops; the ImageNet rule)."""
-    FILL = "fill"
-    """Scale to cover ``width`` x ``height``, then centre-crop."""
-    FIT = "fit"
-    """Scale to fit inside ``width`` x ``height``, then pad (letterbox)."""
-    STRETCH = "stretch"
-    """Scale each side to ``width`` and ``height``."""
+__all__ = ["ImageInfo", "decode", "encode", "inspect", "prepare", "probe", "resize"]
 
 
-MODES = tuple(ResizeMode)
-# What /resize offers: an exact output size (shorter-side is a model's preprocessing rule).
-RESIZER_MODES = (ResizeMode.STRETCH, ResizeMode.FIT, ResizeMode.FILL)
 _REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
                   (2, cv2.IMREAD_REDUCED_COLOR_2))
 # libjpeg's scaled IDCT is not a box filter. Measured against a full decode on real photos
@@ -47,96 +29,6 @@ _REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_
 # moved them by up to 0.06; one at least twice the target, so that the final area resize
 # still averages 2x2 pixels or more, by at most 0.02, and still decodes a fraction of the pixels.
 REDUCED_DECODE_MARGIN = 2.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ResizePlan:
-    """How to resize one image.
-
-    Attributes:
-        mode: ``shorter-side``, ``fill`` (scale then centre-crop), ``fit`` (letterbox) or
-            ``stretch``.
-        width: target width (``fill``/``fit``/``stretch``).
-        height: target height (``fill``/``fit``/``stretch``).
-        shorter_side: target of the shorter side (``shorter-side``).
-        upscale: whether images smaller than the target are enlarged.
-    """
-
-    mode: ResizeMode
-    width: int = 224
-    height: int = 224
-    shorter_side: int = 256
-    upscale: bool = False
-
-    def scaled_size(self, width: int, height: int) -> tuple[int, int]:
-        """The size the image is scaled to before any crop or padding."""
-        if self.mode == ResizeMode.STRETCH:
-            sx, sy = self.width / width, self.height / height
-            if not self.upscale:
-                sx, sy = min(sx, 1.0), min(sy, 1.0)
-            return _scaled(width, sx), _scaled(height, sy)
-        scale = self._uniform_scale(width, height)
-        if not self.upscale:
-            scale = min(scale, 1.0)
-        if self.mode == ResizeMode.FILL:  # never fall short of the crop box through rounding
-            return (max(_scaled(width, scale), min(self.width, width)),
-                    max(_scaled(height, scale), min(self.height, height)))
-        return _scaled(width, scale), _scaled(height, scale)
-
-    def allocated_pixels(self, width: int, height: int) -> int:
-        """The largest image the resize allocates for a ``width`` x ``height`` input: the
-        scaled image, or the target box (``fill`` crops before it scales, ``fit`` pads)."""
-        if self.mode in (ResizeMode.FILL, ResizeMode.FIT):
-            return self.width * self.height
-        scaled_width, scaled_height = self.scaled_size(width, height)
-        return scaled_width * scaled_height
-
-    def fill_scale(self, width: int, height: int) -> float:
-        """The scale ``fill`` applies: the smallest that covers the box (at most 1 unless
-        upscaling)."""
-        scale = max(self.width / width, self.height / height)
-        return scale if self.upscale else min(scale, 1.0)
-
-    def _uniform_scale(self, width: int, height: int) -> float:
-        if self.mode == ResizeMode.SHORTER_SIDE:
-            return self.shorter_side / min(width, height)
-        if self.mode == ResizeMode.FILL:
-            return max(self.width / width, self.height / height)
-        return min(self.width / width, self.height / height)
-
-
-def plan_resize(mode: str, width: int, height: int, shorter_side: int = 256,
-                upscale: bool = False) -> ResizePlan:
-    """Validate and build a :class:`ResizePlan`.
-
-    Raises:
-        InvalidParameterError: unknown mode.
-    """
-    if mode not in MODES:
-        raise InvalidParameterError(f'"mode" must be one of: {", ".join(MODES)}.')
-    return ResizePlan(ResizeMode(mode), width, height, shorter_side, upscale)
-
-
-def _scaled(length: int, scale: float) -> int:
-    return max(1, round(length * scale))
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """What sagegate accepts of an image, checked on its header before anything is allocated.
-
-    Attributes:
-        max_pixels: decoded pixels, and pixels of any image the resize produces.
-        max_aspect_ratio: longer side over shorter side.
-        allow_corrupt: accept JPEGs whose data is truncated or corrupt.
-        max_jpeg_scans: scans a JPEG may have. Each is a decoder pass over the whole image, so
-            the work is scans x pixels; real progressive files have 6 to about 20.
-    """
-
-    max_pixels: int = 40_000_000
-    max_aspect_ratio: float = 20.0
-    allow_corrupt: bool = False
-    max_jpeg_scans: int = 64
 
 
 def check_pixels(info: ImageInfo, max_pixels: int) -> None:
@@ -272,9 +164,10 @@ def _fill(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
     otherwise be scaled to 4480000x224 before the crop)."""
     rows, cols = image.shape[:2]
     scale = plan.fill_scale(cols, rows)
-    crop = _centre_crop(image, min(cols, _scaled(plan.width, 1 / scale)),
-                        min(rows, _scaled(plan.height, 1 / scale)))
-    size = (min(plan.width, _scaled(cols, scale)), min(plan.height, _scaled(rows, scale)))
+    crop = _centre_crop(image, min(cols, scaled_length(plan.width, 1 / scale)),
+                        min(rows, scaled_length(plan.height, 1 / scale)))
+    size = (min(plan.width, scaled_length(cols, scale)),
+            min(plan.height, scaled_length(rows, scale)))
     return np.ascontiguousarray(_scale(crop, size))
 
 
@@ -291,22 +184,6 @@ def _letterbox(image: np.ndarray, width: int, height: int) -> np.ndarray:
     top, left = (height - rows) // 2, (width - cols) // 2
     return cv2.copyMakeBorder(image, top, height - rows - top, left, width - cols - left,
                               cv2.BORDER_CONSTANT, value=(0, 0, 0))
-
-
-@dataclasses.dataclass(frozen=True)
-class Encoding:
-    """How an image is encoded.
-
-    Attributes:
-        format: the image format.
-        quality: 1-100, JPEG and WebP (PNG is lossless).
-        png_compression: zlib level for PNG, 0-9: 0 stores the rows (what the endpoint is
-            sent: fastest, see :func:`encode_png`), 1-9 compress them with libpng's filters.
-    """
-
-    format: ImageFormat = ImageFormat.JPEG
-    quality: int = 90
-    png_compression: int = 0
 
 
 def encode(image: np.ndarray, encoding: Encoding) -> bytes:

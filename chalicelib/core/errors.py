@@ -169,7 +169,7 @@ class EndpointUnavailableError(EndpointError):
     """Throttled, model not ready, or service unavailable: the client should retry.
 
     ``retry_after`` is set by the endpoint client from what it knows when it gives up
-    (:meth:`chalicelib.retries.Retrier.retry_after`), not left at its default.
+    (:meth:`chalicelib.core.retries.Retrier.retry_after`), not left at its default.
     """
 
     STATUS_CODE = 503

@@ -2,11 +2,11 @@
 
 botocore's own retries are switched off; :class:`EndpointClient` retries only what is worth
 retrying (throttling, a model still loading, a service hiccup, a dropped connection) by the
-one retry policy (:mod:`chalicelib.retries`: full jitter, never past the request's time budget,
+one retry policy (:mod:`chalicelib.core.retries`: full jitter, never past the request's time budget,
 so the whole call fits inside API Gateway's 29 seconds, and within the client's retry quota,
 so a throttled endpoint is not sent every request ``max_attempts`` times). Every
 ``ClientError`` becomes one of sagegate's errors here, at the edge; a 503's ``Retry-After``
-says what is known (:meth:`chalicelib.retries.Retrier.retry_after`).
+says what is known (:meth:`chalicelib.core.retries.Retrier.retry_after`).
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
-from chalicelib import lifecycle
-from chalicelib.config import SAGEMAKER_NAME
-from chalicelib.errors import (
+from chalicelib.calls import InvokeResult
+from chalicelib.core import lifecycle
+from chalicelib.core.config import SAGEMAKER_NAME
+from chalicelib.core.errors import (
     EndpointError,
     EndpointNotFoundError,
     EndpointTimeoutError,
@@ -41,12 +42,12 @@ from chalicelib.errors import (
     PreprocessingTimeoutError,
     SagegateError,
 )
-from chalicelib.retries import Retrier, RetryPolicy, RetryQuota, upstream_hint
+from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, upstream_hint
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
 
-    from chalicelib.config import Settings
+    from chalicelib.core.config import Settings
 
 logger = logging.getLogger("sagegate.endpoint")  # a child of Powertools' JSON logger
 
@@ -98,17 +99,6 @@ class Invocation:
                     "InferenceId": self.inference_id}
         kwargs.update({key: value for key, value in optional.items() if value})
         return kwargs
-
-
-@dataclasses.dataclass(frozen=True)
-class InvokeResult:
-    """The endpoint's answer, as plain Python."""
-
-    body: bytes
-    content_type: str
-    variant: str | None
-    custom_attributes: str | None
-    attempts: int
 
 
 @dataclasses.dataclass(frozen=True)

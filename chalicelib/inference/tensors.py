@@ -6,7 +6,7 @@ module reads what clients send (``{"instances": [...]}`` rows, ``{"inputs": {...
 a bare list, ``{"<input name>": ...}``, CSV rows, ``.npy``), coerces it to the declared dtype
 and shape where the intent is unambiguous (numbers sent as strings, one row for a ``(-1, N)``
 input, a missing batch axis), and refuses anything else with a
-:class:`~chalicelib.errors.SignatureMismatchError` naming the input, what was expected and what
+:class:`~chalicelib.core.errors.SignatureMismatchError` naming the input, what was expected and what
 arrived. The endpoint then gets TF Serving's REST body and its answer is read back per output.
 """
 from __future__ import annotations
@@ -21,14 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from chalicelib.errors import (
+from chalicelib.core.errors import (
     InvalidEndpointResponseError,
     InvalidJSONError,
     SignatureMismatchError,
     UnsupportedMediaTypeError,
 )
-from chalicelib.media import MediaType, bare
-from chalicelib.registry import DType, Signature, TensorSpec
+from chalicelib.core.jsonbody import load_json
+from chalicelib.core.media import MediaType, bare
+from chalicelib.registry.loading import DType, Signature, TensorSpec
 
 MAX_INSTANCES = 1024
 """Rows one request may carry (the emulator's TF Serving bound is the same)."""
@@ -83,8 +84,6 @@ def read_tensors(body: bytes, content_type: str | None, signature: Signature
 
 
 def _load(body: bytes, kind: str) -> Any:
-    from chalicelib.bodies import load_json
-
     if kind == MediaType.JSON:
         return load_json(body)
     lines = [line for line in body.splitlines() if line.strip()]

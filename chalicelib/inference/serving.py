@@ -1,7 +1,7 @@
 """Serving a registered model: one request through its pipeline, whatever the pipeline.
 
-The image classifier keeps its own :class:`~chalicelib.pipeline.Predictor`; the others
-(``tensor``, ``sagemaker-tfs``, ``cortex``) run here. Every pipeline gets the same endpoint
+The image classifier keeps its own :class:`~chalicelib.inference.pipeline.Predictor`; the
+others (``tensor``, ``sagemaker-tfs``, ``cortex``) run here. Every pipeline gets the same endpoint
 client (retries, time budget, errors), the same answer record for logs and data capture, and
 the same per-request options (variant, target model, inference component, custom attributes).
 """
@@ -10,77 +10,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from chalicelib import predictions, tensors
 from chalicelib.cache import CacheUse, file_digest
-from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
-from chalicelib.errors import HandlerError, UnsupportedMediaTypeError
-from chalicelib.media import MediaType, bare
-from chalicelib.registry import ModelSpec, Pipeline
+from chalicelib.calls import Answer, Call, Invoke, InvokeResult, ModelOptions
+from chalicelib.core.errors import HandlerError, UnsupportedMediaTypeError
+from chalicelib.core.jsonbody import load_json
+from chalicelib.core.media import MediaType, bare
+from chalicelib.inference import predictions, tensors
+from chalicelib.inference.endpoint import EndpointClient, Invocation
+from chalicelib.inference.userfiles import (
+    HANDLER_FAILED,
+    bound_json_depth,
+    load_handler,
+    request_scope,
+)
+from chalicelib.registry.loading import ModelSpec, Pipeline
 
 logger = logging.getLogger("sagegate.serving")
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """One request to a model, as its pipeline sees it.
-
-    Attributes:
-        body: the raw request body.
-        content_type: its bare media type (``application/json`` when the client sent none).
-        accept: the client's Accept header, if any.
-        custom_attributes: SageMaker CustomAttributes passed along (header or option).
-    """
-
-    body: bytes
-    content_type: str
-    accept: str | None = None
-    custom_attributes: str | None = None
-
-
-Invoke = Callable[[bytes, str, str], InvokeResult]
-"""Calls the model's endpoint: ``invoke(body, content_type, accept)``, with the model's
-endpoint, variant, target model, custom attributes, request id and time budget already bound.
-Raises the endpoint's :class:`~chalicelib.errors.SagegateError` subclasses."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """A pipeline's HTTP answer: a body and its media type."""
-
-    body: bytes
-    content_type: str
-
-    @classmethod
-    def json(cls, document: Any) -> Answer:
-        """A JSON answer."""
-        import json
-
-        return cls(json.dumps(document, separators=(",", ":")).encode(), "application/json")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelOptions:
-    """A model request's options: from headers and the query string (the body is the model's).
-
-    Attributes:
-        k: top-k for models with labels (None: the model's default).
-        variant: TargetVariant (None: the model's, if any).
-        target_model: TargetModel for multi-model endpoints (None: the model's, if any).
-        inference_component: InferenceComponentName for endpoints hosting inference
-            components (None: the model's, if any).
-        custom_attributes: CustomAttributes passed to the endpoint.
-    """
-
-    k: int | None = None
-    variant: str | None = None
-    target_model: str | None = None
-    custom_attributes: str | None = None
-    inference_component: str | None = None
 
 
 @dataclasses.dataclass
@@ -133,8 +82,6 @@ class ModelServer:
             self._handler(model)
 
     def _handler(self, model: ModelSpec) -> Any:
-        from chalicelib.handlers import load_handler
-
         with self._lock:
             if model.name not in self._handlers:
                 if model.handler_file is not None:
@@ -203,8 +150,6 @@ class ModelServer:
         handlers translate what the user's code raises; a RecursionError or MemoryError that
         still escapes (sagegate reading what that code returned) is a HandlerError with its
         type in the log, never an unhandled 500."""
-        from chalicelib.handlers import HANDLER_FAILED, request_scope
-
         try:
             with request_scope(request_id):
                 if model.pipeline == Pipeline.SAGEMAKER_TFS:
@@ -236,9 +181,6 @@ class ModelServer:
 
 def _sample(call: Call) -> Any:
     """A Cortex handler's ``sample``: the parsed JSON body, its depth bounded first."""
-    from chalicelib.bodies import load_json
-    from chalicelib.handlers import bound_json_depth
-
     if bare(call.content_type) not in (MediaType.JSON, ""):
         raise UnsupportedMediaTypeError(
             f"Unsupported Content-Type {call.content_type[:64]!r}; this model reads "

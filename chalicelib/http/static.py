@@ -11,10 +11,10 @@ import functools
 import re
 from pathlib import Path
 
-from chalicelib.errors import NotFoundError
+from chalicelib.core.errors import NotFoundError
 
-WEB_DIR = Path(__file__).resolve().parent / "web"
-OPENAPI = Path(__file__).resolve().parent / "openapi.yaml"
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",

@@ -4,7 +4,7 @@ Chalice fixes a route's authorizer, ``api_key_required`` and CORS settings when 
 imported, and ``chalice deploy`` / ``chalice package`` import it with the stage's
 ``environment_variables`` already in ``os.environ``. So these settings live in each stage of
 ``.chalice/config.json`` like every other one, and are read once, at import, instead of lazily
-like :class:`~chalicelib.config.Settings`. A bad value fails the import (and so the packaging)
+like :class:`~chalicelib.core.config.Settings`. A bad value fails the import (and so the packaging)
 with a message naming the variable.
 
 Modes (``SAGEGATE_AUTH``):
@@ -32,13 +32,13 @@ import os
 import re
 from collections.abc import Mapping
 
-from chalicelib.config import (
+from chalicelib.core.config import (
     COGNITO_USER_POOL_ARNS,
     CORS_ALLOW_ORIGIN,
     SAGEGATE_AUTH,
     SAGEGATE_OPEN_API,
 )
-from chalicelib.errors import ConfigurationError
+from chalicelib.core.errors import ConfigurationError
 
 
 class AuthMode(enum.StrEnum):

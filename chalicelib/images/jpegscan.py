@@ -32,9 +32,9 @@ import struct
 import cv2
 import numpy as np
 
-from chalicelib.errors import InvalidImageError
-from chalicelib.media import JPEG_EOI
-from chalicelib.probe import (
+from chalicelib.core.errors import InvalidImageError
+from chalicelib.core.media import JPEG_EOI
+from chalicelib.images.probe import (
     APPN,
     COM,
     CORRUPT,
@@ -128,7 +128,8 @@ def check_complete(data: bytes) -> None:
     """Walk every marker of a JPEG and refuse one that is truncated or corrupt.
 
     Args:
-        data: a JPEG (it starts with SOI; :func:`chalicelib.probe.probe` has read its header).
+        data: a JPEG (it starts with SOI; :func:`~chalicelib.images.probe.probe` has read its
+            header).
 
     Raises:
         InvalidImageError: the message says which: truncated, or corrupt data.

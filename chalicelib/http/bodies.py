@@ -1,14 +1,14 @@
 """Read an HTTP request body into the uploaded bytes and the fields sent with them.
 
 This is the body's *shape* only: which fields are known and what values they may take is
-:mod:`chalicelib.options`' business. Accepted bodies:
+:mod:`chalicelib.http.options`' business. Accepted bodies:
 
 * ``application/json``: ``{"image": "<base64>", "k": 5}``, the 2018 field names
   ``{"data": ..., "topk": ...}``, or a data URL (``data:image/jpeg;base64,...``) as the image.
 * raw binary (``image/jpeg``, ``image/png``, ``image/webp``, ``application/x-image``,
   ``application/octet-stream``) with options in the query string (``?k=3``).
 
-The query string's options apply to JSON bodies too; :func:`chalicelib.options.read_options`
+The query string's options apply to JSON bodies too; :func:`chalicelib.http.options.read_options`
 joins them with the fields.
 """
 from __future__ import annotations
@@ -16,15 +16,13 @@ from __future__ import annotations
 import binascii
 import dataclasses
 import enum
-import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import pybase64
 
-from chalicelib.errors import (
+from chalicelib.core.errors import (
     InvalidBase64Error,
     InvalidJSONError,
     InvalidParameterError,
@@ -32,10 +30,10 @@ from chalicelib.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from chalicelib.media import REQUEST_TYPES, UPLOAD_TYPES, MediaType, bare
+from chalicelib.core.jsonbody import load_json
+from chalicelib.core.media import REQUEST_TYPES, UPLOAD_TYPES, MediaType, bare
 
 _MAX_ECHOED = 64  # characters of a client's name or type repeated in a message
-_MAX_INT_DIGITS = 64  # longer JSON integers are out of every range: no 4300-digit conversion
 
 _DATA_URL_RE = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w.+-]+=[\w.+-]+)*;base64,",
                           re.IGNORECASE)
@@ -88,7 +86,7 @@ def read_upload(
         body: the raw HTTP body.
         content_type: the request's Content-Type header.
         query: the query-string parameters (a raw body's options; a JSON body's are joined with
-            them by :func:`chalicelib.options.read_options`).
+            them by :func:`chalicelib.http.options.read_options`).
         max_body_bytes: largest body accepted.
         field: the JSON field holding the base64 upload.
         legacy_field: the 2018 clients' name for it (one or the other, not both).
@@ -120,32 +118,6 @@ def _too_large(size: int, limit: int, base64_body: bool) -> str:
               "base64's 4/3 growth." if base64_body else
               "Send a smaller image: resize or recompress it on the client.")
     return f"Request body is {size} bytes; the limit is {limit}. {advice}"
-
-
-def _parse_json_int(text: str) -> float:
-    # an integer this long is out of every range sagegate checks; say so there, with the range
-    if len(text) > _MAX_INT_DIGITS:
-        return -math.inf if text.startswith("-") else math.inf
-    return int(text)
-
-
-def load_json(body: bytes, *, assumed: bool = False) -> Any:
-    """Parse a JSON body. Every way the parser can fail is the client's ``InvalidJSON``.
-
-    Args:
-        body: the raw body (UTF-8, -16 or -32, as JSON allows).
-        assumed: no Content-Type was sent and JSON was assumed (the message says so).
-
-    Raises:
-        InvalidJSONError: malformed, not UTF, nested too deep for the parser, or anything else.
-    """
-    try:  # json: for megabytes of base64 text, faster than orjson here
-        return json.loads(body, parse_int=_parse_json_int)
-    except Exception:  # ValueError, RecursionError (deep nesting), MemoryError: all the client's
-        hint = (" No Content-Type header was sent, so JSON was assumed: for a raw image send "
-                "Content-Type: image/jpeg, image/png, image/webp or application/octet-stream."
-                if assumed else "")
-        raise InvalidJSONError("The request body is not valid JSON." + hint) from None
 
 
 def _read_json(body: bytes, field: str, legacy_field: str, *, assumed: bool) -> Upload:

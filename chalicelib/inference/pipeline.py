@@ -13,21 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from chalicelib import imaging, predictions
 from chalicelib.cache import CacheUse
-from chalicelib.config import Settings
-from chalicelib.endpoint import EndpointClient, Invocation, InvokeResult
-from chalicelib.errors import (
+from chalicelib.calls import InvokeResult, PredictOptions
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import (
     InvalidEndpointResponseError,
     InvalidImageError,
     ModelError,
 )
-from chalicelib.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat
+from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat
+from chalicelib.images import imaging, sizing
+from chalicelib.inference import predictions
+from chalicelib.inference.endpoint import EndpointClient, Invocation
 
 
-def limits_from(settings: Settings) -> imaging.Limits:
+def limits_from(settings: Settings) -> sizing.Limits:
     """The image limits the settings describe."""
-    return imaging.Limits(max_pixels=settings.max_image_pixels,
+    return sizing.Limits(max_pixels=settings.max_image_pixels,
                           max_aspect_ratio=settings.max_aspect_ratio,
                           allow_corrupt=settings.allow_corrupt_images,
                           max_jpeg_scans=settings.max_jpeg_scans)
@@ -49,27 +51,6 @@ class StageTimer:
         finally:
             elapsed = (self._clock() - start) * 1000.0
             self.durations[name] = self.durations.get(name, 0.0) + elapsed
-
-
-@dataclasses.dataclass(frozen=True)
-class PredictOptions:
-    """A prediction's per-request options, as :func:`chalicelib.options.read_predict`
-    validated them.
-
-    Attributes:
-        k: how many classes to answer (all of them when k is larger).
-        variant: the production variant to invoke (``TargetVariant``), or None.
-        custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
-        target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model), or None.
-        inference_component: SageMaker ``InferenceComponentName`` (the component of an
-            endpoint that hosts several), or None.
-    """
-
-    k: int
-    variant: str | None = None
-    custom_attributes: str | None = None
-    target_model: str | None = None
-    inference_component: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,11 +129,11 @@ class Predictor:
         self._settings = settings
         self._endpoint = endpoint
         self._labels = labels
-        self._plan = imaging.plan_resize(settings.resize_mode, settings.input_width,
+        self._plan = sizing.plan_resize(settings.resize_mode, settings.input_width,
                                          settings.input_height, settings.resize_shorter_side,
                                          settings.upscale)
         self._limits = limits_from(settings)
-        self._encoding = imaging.Encoding(ImageFormat(settings.encode_format),
+        self._encoding = sizing.Encoding(ImageFormat(settings.encode_format),
                                           settings.jpeg_quality, settings.png_compression)
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = (settings.passthrough
@@ -170,7 +151,7 @@ class Predictor:
         return self._labels
 
     def close(self) -> None:
-        """Drop the endpoint client's pooled connections (see :mod:`chalicelib.lifecycle`)."""
+        """Drop the endpoint client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
         self._endpoint.close()
 
     def warm_up(self) -> None:
@@ -178,7 +159,7 @@ class Predictor:
         (codec tables, its thread pool) happens during init, not in the first request."""
         ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
         image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
-        upload = imaging.encode(image, imaging.Encoding(ImageFormat.JPEG, 90))
+        upload = imaging.encode(image, sizing.Encoding(ImageFormat.JPEG, 90))
         resized, _ = imaging.prepare(upload, self._plan, self._limits)
         imaging.encode(resized, self._encoding)
 

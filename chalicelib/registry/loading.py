@@ -22,7 +22,7 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
 
 Every file is validated when the registry is built: an unknown or badly typed key, a missing
 variable, a handler file the pipeline needs and lacks stop start-up with a
-:class:`~chalicelib.errors.ConfigurationError` naming the file and the key.
+:class:`~chalicelib.core.errors.ConfigurationError` naming the file and the key.
 """
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.config import SAGEMAKER_NAME, SettingError, Settings
-from chalicelib.errors import ConfigurationError
-from chalicelib.media import ENDPOINT_ANSWER_TYPES, MediaType
+from chalicelib.core.config import SAGEMAKER_NAME, SettingError, Settings
+from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
+from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, MediaType
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILE = "model.json"
 LABELS_FILE = "labels.txt"
 DEFAULT_MODEL = "DEFAULT_MODEL"
@@ -197,8 +197,6 @@ class Registry:
         Raises:
             ModelNotFoundError: no such model (the message lists the known ones).
         """
-        from chalicelib.errors import ModelNotFoundError
-
         model = self.models.get(self.default if name is None else name)
         if model is None:
             shown = name if len(name or "") <= 64 else (name or "")[:64] + "..."

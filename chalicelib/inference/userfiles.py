@@ -29,7 +29,7 @@ Two contracts people already have files for (CONTRACTS.md section 5):
   classes, which are not read here.
 
 Failures: a file that does not import or lacks a function stops start-up with a
-:class:`~chalicelib.errors.ConfigurationError` naming the file. At request time a
+:class:`~chalicelib.core.errors.ConfigurationError` naming the file. At request time a
 ``ValueError``/``TypeError`` from the input side (``input_handler``, ``pre_inference``, a
 ``handler`` before it called the model) is the client's :class:`InvalidInputError` (400) with its
 message, a ``RecursionError`` there a 400 and a ``MemoryError`` a 413; anything else the user's
@@ -40,8 +40,8 @@ pass through unchanged.
 
 Hostile bodies are bounded before user code runs and after it: a JSON body nesting deeper than
 :data:`MAX_JSON_DEPTH` is refused before a handler sees it, and a request the user's code builds
-for the endpoint may hold at most :data:`~chalicelib.tensors.MAX_INSTANCES` instances, as the
-tensor pipeline's.
+for the endpoint may hold at most :data:`~chalicelib.inference.tensors.MAX_INSTANCES`
+instances, as the tensor pipeline's.
 """
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chalicelib import tensors
-from chalicelib.errors import (
+from chalicelib.calls import Answer, Call, Invoke
+from chalicelib.core.errors import (
     ConfigurationError,
     HandlerError,
     InvalidInputError,
@@ -75,9 +75,9 @@ from chalicelib.errors import (
     SagegateError,
     SignatureMismatchError,
 )
-from chalicelib.media import MediaType, bare
-from chalicelib.registry import DType, ModelSpec, Pipeline, TensorSpec
-from chalicelib.serving import Answer, Call, Invoke
+from chalicelib.core.media import MediaType, bare
+from chalicelib.inference import tensors
+from chalicelib.registry.loading import DType, ModelSpec, Pipeline, TensorSpec
 
 logger = logging.getLogger("sagegate.handlers")
 
@@ -291,7 +291,7 @@ _NOT_BRACKET = bytes(code for code in range(256) if code not in b"[]{}")
 
 def _check_batch(body: bytes, content_type: str, name: str) -> None:
     """Refuse a TF Serving REST body the user's code built with more than
-    :data:`~chalicelib.tensors.MAX_INSTANCES` instances (the endpoint's own bound).
+    :data:`~chalicelib.inference.tensors.MAX_INSTANCES` instances (the endpoint's own bound).
 
     Raises:
         SignatureMismatchError: it has more.

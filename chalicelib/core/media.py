@@ -80,3 +80,21 @@ def bare(content_type: str | None, default: str = MediaType.JSON) -> str:
         return default
     kind = content_type.split(";", 1)[0].strip().lower()
     return ALIASES.get(kind, kind)
+
+
+class ResizeMode(enum.StrEnum):
+    """How an image is brought to the size a model or a client asked for."""
+
+    SHORTER_SIDE = "shorter-side"
+    """Scale so the shorter side is ``shorter_side`` (the endpoint crops; the ImageNet rule)."""
+    FILL = "fill"
+    """Scale to cover ``width`` x ``height``, then centre-crop."""
+    FIT = "fit"
+    """Scale to fit inside ``width`` x ``height``, then pad (letterbox)."""
+    STRETCH = "stretch"
+    """Scale each side to ``width`` and ``height``."""
+
+
+MODES = tuple(ResizeMode)
+# What /resize offers: an exact output size (shorter-side is a model's preprocessing rule).
+RESIZER_MODES = (ResizeMode.STRETCH, ResizeMode.FIT, ResizeMode.FILL)

@@ -12,19 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from chalicelib import imaging
-from chalicelib.errors import ImageTooLargeError
-from chalicelib.imaging import ResizeMode
-from chalicelib.media import ImageFormat
+from chalicelib.core.errors import ImageTooLargeError
+from chalicelib.images import imaging
+from chalicelib.images.sizing import Encoding, Limits, ResizeOptions, plan_resize
 
-MAX_SIDE = 8192
 # Lambda answers at most 6 MB, and an image travels base64-encoded in that answer (binary
 # bodies too: API Gateway decodes them), so the encoded image must stay under about 4.5 MB.
 LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
 MAX_OUTPUT_BYTES = (LAMBDA_RESPONSE_LIMIT - 16 * 1024) * 3 // 4
-# /resize's PNG: libpng's row filters at zlib level 1 (a photo's PNG is several times smaller
-# than stored rows, and the answer must fit in MAX_OUTPUT_BYTES).
-PNG_COMPRESSION = 1
 # No encoding of these formats is larger than the stored rows (3 bytes a pixel) plus a little:
 # noise, the worst content, measured 3.006 bytes a pixel as PNG (zlib level 1); as JPEG
 # quality 100, 1.98 (uniform noise) and 2.30 (each channel 0 or 255 at random); as WebP
@@ -43,36 +38,6 @@ ESTIMATE_TOLERANCE = 1.25
 
 
 @dataclasses.dataclass(frozen=True)
-class ResizeOptions:
-    """A resize, as :func:`chalicelib.options.read_resize` validated it.
-
-    Attributes:
-        width, height: the output size.
-        mode: one of :data:`~chalicelib.imaging.RESIZER_MODES`.
-        format: the output format.
-        quality: JPEG and WebP quality, 1-100 (PNG is lossless).
-        binary: answer the image itself rather than JSON with base64.
-    """
-
-    width: int
-    height: int
-    mode: str = ResizeMode.STRETCH
-    format: ImageFormat = ImageFormat.JPEG
-    quality: int = 90
-    binary: bool = False
-
-    @property
-    def content_type(self) -> str:
-        """The media type of the output image."""
-        return ImageFormat(self.format).media_type
-
-    @property
-    def encoding(self) -> imaging.Encoding:
-        """How the output is encoded."""
-        return imaging.Encoding(ImageFormat(self.format), self.quality, PNG_COMPRESSION)
-
-
-@dataclasses.dataclass(frozen=True)
 class ResizedImage:
     """The resizer's output."""
 
@@ -87,7 +52,7 @@ class ResizedImage:
                 "height": self.height, "format": self.format}
 
 
-def resize_image(data: bytes, options: ResizeOptions, limits: imaging.Limits,
+def resize_image(data: bytes, options: ResizeOptions, limits: Limits,
                  max_output_bytes: int = MAX_OUTPUT_BYTES) -> ResizedImage:
     """Decode, resize and re-encode one image.
 
@@ -101,7 +66,7 @@ def resize_image(data: bytes, options: ResizeOptions, limits: imaging.Limits,
         InvalidImageError, ImageTooLargeError: as for prediction, or the encoded result is
             over ``max_output_bytes`` (it would not fit in a Lambda response).
     """
-    plan = imaging.plan_resize(options.mode, options.width, options.height, upscale=True)
+    plan = plan_resize(options.mode, options.width, options.height, upscale=True)
     resized, _info = imaging.prepare(data, plan, limits)
     estimate = estimated_size(resized, options.encoding, max_output_bytes)
     if estimate > max_output_bytes * ESTIMATE_TOLERANCE:
@@ -117,7 +82,7 @@ def worst_case_size(width: int, height: int) -> int:
     return width * height * _WORST_BYTES_PER_PIXEL + _WORST_OVERHEAD
 
 
-def estimated_size(image: np.ndarray, encoding: imaging.Encoding, max_output_bytes: int) -> int:
+def estimated_size(image: np.ndarray, encoding: Encoding, max_output_bytes: int) -> int:
     """What encoding ``image`` will take, known before encoding all of it.
 
     The worst case when that fits in ``max_output_bytes`` (the encoding is then not sampled);

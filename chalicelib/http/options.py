@@ -2,9 +2,9 @@
 
 Each route has one reader here: :func:`read_predict` for ``/predict``, :func:`read_resize` for
 ``/resize``. A reader takes the request as :class:`HttpRequest`, reads the body's shape with
-:mod:`chalicelib.bodies`, refuses unknown options and options of the wrong type, validates
+:mod:`chalicelib.http.bodies`, refuses unknown options and options of the wrong type, validates
 every value, and returns the upload with the options the pipeline receives
-(:class:`~chalicelib.pipeline.PredictOptions`, :class:`~chalicelib.resizer.ResizeOptions`).
+(:class:`~chalicelib.calls.PredictOptions`, :class:`~chalicelib.images.sizing.ResizeOptions`).
 Nothing downstream reads the request or validates an option again.
 
 One rule for every body shape (:func:`read_options`): the query string's options apply to a
@@ -23,21 +23,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib import negotiation
-from chalicelib.bodies import Source, Upload, echo, read_upload
-from chalicelib.config import SAGEMAKER_NAME
-from chalicelib.errors import (
+from chalicelib.calls import ModelOptions, PredictOptions
+from chalicelib.core.config import SAGEMAKER_NAME
+from chalicelib.core.errors import (
     ImageTooLargeError,
     InvalidParameterError,
     NotAcceptableError,
     PayloadTooLargeError,
 )
-from chalicelib.imaging import RESIZER_MODES, ResizeMode
-from chalicelib.media import BINARY_TYPES, ImageFormat, MediaType
-from chalicelib.pipeline import PredictOptions
-from chalicelib.registry import INFERENCE_COMPONENT, ModelSpec
-from chalicelib.resizer import MAX_SIDE, ResizeOptions
-from chalicelib.serving import ModelOptions
+from chalicelib.core.media import BINARY_TYPES, RESIZER_MODES, ImageFormat, MediaType, ResizeMode
+from chalicelib.http import negotiation
+from chalicelib.http.bodies import Source, Upload, echo, read_upload
+from chalicelib.images.sizing import MAX_SIDE, ResizeOptions
+from chalicelib.registry.loading import INFERENCE_COMPONENT, ModelSpec
 
 # k: a k above the number of classes answers every class; this bounds the text clients send.
 MAX_K = 1_000_000
@@ -354,7 +352,7 @@ def negotiate_image(fmt: str | None, accept: str | None) -> tuple[ImageFormat, b
 def _gateway_sends_binary(ranges: tuple[negotiation.MediaRange, ...]) -> bool:
     """Whether API Gateway would deliver a binary answer: it decodes the function's base64
     only when the *first* type of the Accept header is one of the API's binary media types
-    (:data:`~chalicelib.media.BINARY_TYPES`), whatever the q-values say. `application/json;
+    (:data:`~chalicelib.core.media.BINARY_TYPES`), whatever the q-values say. `application/json;
     q=0.1, image/png` therefore gets JSON, which it accepts, rather than base64 text labelled
     PNG."""
     first = min(ranges, key=lambda media_range: media_range.order)

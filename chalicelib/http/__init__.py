@@ -1,0 +1,1 @@
+"""HTTP: request bodies and options, content negotiation, static files and the page's catalog."""

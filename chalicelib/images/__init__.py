@@ -1,0 +1,1 @@
+"""Images: probe the header, decode within limits, resize, encode. Pure: no network."""

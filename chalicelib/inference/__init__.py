@@ -1,0 +1,1 @@
+"""Inference: the endpoint client with its retries, the pipelines, users' handler files."""
