@@ -21,12 +21,8 @@ from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
 from chalicelib.inference import predictions, tensors
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.userfiles import (
-    HANDLER_FAILED,
-    bound_json_depth,
-    load_handler,
-    request_scope,
-)
+from chalicelib.inference.userfiles import load_handler
+from chalicelib.inference.userfiles.failures import HANDLER_FAILED, bound_json_depth, request_scope
 from chalicelib.registry.loading import ModelSpec, Pipeline
 
 logger = logging.getLogger("sagegate.serving")

@@ -379,7 +379,7 @@ def test_a_recursion_or_memory_error_escaping_a_handler_is_a_handler_error(
     def fail(*args: Any) -> None:
         raise error("deep inside")
 
-    monkeypatch.setattr("chalicelib.inference.userfiles.TfsHandler.__call__", fail)
+    monkeypatch.setattr("chalicelib.inference.userfiles.tfs.TfsHandler.__call__", fail)
     response = post_json(harness, "/models/sentiment/predict", {"text": "fine"})
     answer = json.loads(response.body)
     assert (response.status_code, answer["Code"]) == (500, "HandlerError")

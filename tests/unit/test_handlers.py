@@ -26,8 +26,10 @@ from chalicelib.core.errors import (
     PayloadTooLargeError,
     SignatureMismatchError,
 )
-from chalicelib.inference import userfiles as handlers
-from chalicelib.inference.userfiles import CortexHandler, TfsHandler
+from chalicelib.inference import userfiles
+from chalicelib.inference.userfiles import failures, forwarder
+from chalicelib.inference.userfiles.cortex import CortexHandler
+from chalicelib.inference.userfiles.tfs import TfsHandler
 from chalicelib.registry.loading import (
     DType,
     ModelSpec,
@@ -229,13 +231,13 @@ def test_the_module_has_its_own_name_and_reads_files_beside_it(tmp_path: Path) -
 
 def test_load_handler_dispatches_on_the_pipeline(tmp_path: Path) -> None:
     model = tfs_model(tmp_path, PAIR)
-    assert isinstance(handlers.load_handler(model), TfsHandler)
+    assert isinstance(userfiles.load_handler(model), TfsHandler)
     cortex = cortex_model(tmp_path, CORTEX_ECHO)
-    assert isinstance(handlers.load_handler(cortex), CortexHandler)
+    assert isinstance(userfiles.load_handler(cortex), CortexHandler)
     tensor = ModelSpec(name="t", folder=tmp_path, endpoint="ep", pipeline=Pipeline.TENSOR,
                        content_type="application/json", accept="application/json",
                        signature=FEATURES)
-    assert handlers.load_handler(tensor) is None
+    assert userfiles.load_handler(tensor) is None
 
 
 # --- the container's request objects ------------------------------------------------------
@@ -388,7 +390,7 @@ def test_output_handler_must_return_body_and_content_type(
     with caplog.at_level(logging.ERROR, "sagegate.handlers"), \
             pytest.raises(HandlerError) as caught:
         run_tfs(tmp_path, source)
-    assert caught.value.message == handlers.HANDLER_FAILED
+    assert caught.value.message == failures.HANDLER_FAILED
     assert f"output_handler returned {shape}; it must return (body: str | bytes" in caplog.text
     assert "models/my-model/inference.py" in caplog.text
 
@@ -432,7 +434,7 @@ def test_other_exceptions_are_handler_errors_with_the_traceback_logged_only(
     with caplog.at_level(logging.ERROR, "sagegate.handlers"), \
             pytest.raises(HandlerError) as caught:
         run_tfs(tmp_path, source)
-    assert caught.value.message == handlers.HANDLER_FAILED
+    assert caught.value.message == failures.HANDLER_FAILED
     assert caught.value.STATUS_CODE == 500
     assert "secret-detail" not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
@@ -565,7 +567,7 @@ def post(port: int, path: str, body: bytes = b"{}",
 def test_the_forwarder_serves_only_registered_requests_of_their_model(tmp_path: Path) -> None:
     model = tfs_model(tmp_path, PAIR)
     invoke = FakeInvoke()
-    with handlers.FORWARDER.session(invoke, model) as session:
+    with forwarder.FORWARDER.session(invoke, model) as session:
         uri = session.rest_uri
         port = int(uri.split(":")[2].split("/")[0])
         path = uri.split(str(port), 1)[1]
@@ -575,7 +577,7 @@ def test_the_forwarder_serves_only_registered_requests_of_their_model(tmp_path: 
         assert post(port, path.replace(session.token, "A" * 32))[0] == 404
         assert post(port, path.replace(":predict", "/versions/1:predict"))[0] == 200
         status, document = post(port, path, headers={
-            "Content-Length": str(handlers.MAX_FORWARD_BYTES + 1)}, body=b"")
+            "Content-Length": str(forwarder.MAX_FORWARD_BYTES + 1)}, body=b"")
         assert status == 413 and "larger than" in document["error"]
         assert session.forwarded == 2
     assert post(port, path)[0] == 404  # the request is over: its URL is gone

@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from chalicelib.inference.userfiles import InputSignature
+from chalicelib.inference.userfiles.cortex import InputSignature
 from chalicelib.registry.loading import DType, TensorSpec
 from tests.unit.emulator import onnxbuild
 
