@@ -353,7 +353,7 @@ def check_models(settings: Settings, env: Mapping[str, str],
     """
     from chalicelib.core.errors import ConfigurationError
     from chalicelib.inference.predictions import load_labels
-    from chalicelib.inference.userfiles import load_handler
+    from chalicelib.inference.userfiles.loader import load_handler
     from chalicelib.registry.loading import MODELS_DIR, load_registry
 
     try:

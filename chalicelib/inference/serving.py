@@ -21,7 +21,6 @@ from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
 from chalicelib.inference import predictions, tensors
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.userfiles import load_handler
 from chalicelib.inference.userfiles.failures import HANDLER_FAILED, bound_json_depth, request_scope
 from chalicelib.registry.loading import ModelSpec, Pipeline
 
@@ -78,6 +77,11 @@ class ModelServer:
             self._handler(model)
 
     def _handler(self, model: ModelSpec) -> Any:
+        # Deferred on purpose: the handler files' loader brings in http.server for the
+        # context.rest_uri forwarder, 20 ms of a cold start (python -X importtime) that only a
+        # deployment with a sagemaker-tfs or cortex model should pay.
+        from chalicelib.inference.userfiles.loader import load_handler
+
         with self._lock:
             if model.name not in self._handlers:
                 if model.handler_file is not None:

@@ -26,8 +26,7 @@ from chalicelib.core.errors import (
     PayloadTooLargeError,
     SignatureMismatchError,
 )
-from chalicelib.inference import userfiles
-from chalicelib.inference.userfiles import failures, forwarder
+from chalicelib.inference.userfiles import failures, forwarder, loader
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.tfs import TfsHandler
 from chalicelib.registry.loading import (
@@ -231,13 +230,13 @@ def test_the_module_has_its_own_name_and_reads_files_beside_it(tmp_path: Path) -
 
 def test_load_handler_dispatches_on_the_pipeline(tmp_path: Path) -> None:
     model = tfs_model(tmp_path, PAIR)
-    assert isinstance(userfiles.load_handler(model), TfsHandler)
+    assert isinstance(loader.load_handler(model), TfsHandler)
     cortex = cortex_model(tmp_path, CORTEX_ECHO)
-    assert isinstance(userfiles.load_handler(cortex), CortexHandler)
+    assert isinstance(loader.load_handler(cortex), CortexHandler)
     tensor = ModelSpec(name="t", folder=tmp_path, endpoint="ep", pipeline=Pipeline.TENSOR,
                        content_type="application/json", accept="application/json",
                        signature=FEATURES)
-    assert userfiles.load_handler(tensor) is None
+    assert loader.load_handler(tensor) is None
 
 
 # --- the container's request objects ------------------------------------------------------

@@ -43,17 +43,3 @@ Hostile bodies are bounded before user code runs and after it: a JSON body nesti
 for the endpoint may hold at most :data:`~chalicelib.inference.tensors.MAX_INSTANCES`
 instances, as the tensor pipeline's.
 """
-from __future__ import annotations
-
-from chalicelib.inference.userfiles.cortex import CortexHandler
-from chalicelib.inference.userfiles.tfs import TfsHandler
-from chalicelib.registry.loading import ModelSpec, Pipeline
-
-
-def load_handler(model: ModelSpec) -> TfsHandler | CortexHandler | None:
-    """The loaded handler file a model's pipeline runs, or None when it runs none."""
-    if model.pipeline == Pipeline.SAGEMAKER_TFS:
-        return TfsHandler.load(model)
-    if model.pipeline == Pipeline.CORTEX:
-        return CortexHandler.load(model)
-    return None
