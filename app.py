@@ -25,7 +25,7 @@ from chalicelib.images.resizer import resize_image
 from chalicelib.inference.pipeline import PredictResult, StageTimer, limits_from
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import Served
-from chalicelib.registry.loading import ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec, Pipeline
 from chalicelib.services import Services
 
 # Logs are Powertools' JSON lines (chalicelib.core.observability), Chalice's own included.

@@ -33,7 +33,8 @@ from chalicelib.calls import Call, ModelOptions
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.serving import ModelServer, Served
-from chalicelib.registry.loading import ModelSpec, Pipeline, Registry, load_registry
+from chalicelib.registry.loading import Registry, load_registry
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 ENDPOINT_NAME = "efficientnet-lite0"
 REQUEST_ID = "bench-id"

@@ -20,7 +20,8 @@ from chalicelib.inference.endpoint import EndpointClient, make_client, policy_fr
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import ModelServer
-from chalicelib.registry.loading import ModelSpec, Pipeline, Registry, load_registry
+from chalicelib.registry.loading import Registry, load_registry
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 
 class Services:

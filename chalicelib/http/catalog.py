@@ -11,7 +11,7 @@ from typing import Any
 
 from chalicelib.core.media import REQUEST_TYPES, MediaType
 from chalicelib.inference.tensors import READABLE_TYPES
-from chalicelib.registry.loading import DType, ModelSpec, Pipeline, TensorSpec
+from chalicelib.registry.specs import DType, ModelSpec, Pipeline, TensorSpec
 
 # What each pipeline's route reads (the handler decides beyond JSON for sagemaker-tfs, as
 # the TF Serving container passes every type to input_handler).

@@ -35,7 +35,8 @@ from chalicelib.core.media import BINARY_TYPES, RESIZER_MODES, ImageFormat, Medi
 from chalicelib.http import negotiation
 from chalicelib.http.bodies import Source, Upload, echo, read_upload
 from chalicelib.images.sizing import MAX_SIDE, ResizeOptions
-from chalicelib.registry.loading import INFERENCE_COMPONENT, ModelSpec
+from chalicelib.registry.loading import INFERENCE_COMPONENT
+from chalicelib.registry.specs import ModelSpec
 
 # k: a k above the number of classes answers every class; this bounds the text clients send.
 MAX_K = 1_000_000

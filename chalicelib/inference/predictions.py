@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from chalicelib.core.errors import ConfigurationError, InvalidEndpointResponseError
-from chalicelib.registry.loading import read_labels
+from chalicelib.registry.labels import read_labels
 
 LABELS_DIR = Path(__file__).resolve().parent.parent / "labels"
 
@@ -115,7 +115,7 @@ def label_predictions(probabilities: np.ndarray, indices: np.ndarray,
 
 def load_labels(name: str) -> tuple[str, ...] | None:
     """Load a label file shipped in ``chalicelib/labels`` (one class name a line), with the
-    registry's reader (:func:`~chalicelib.registry.loading.read_labels`: each file read once).
+    registry's reader (:func:`~chalicelib.registry.labels.read_labels`: each file read once).
 
     Args:
         name: file name with or without ``.txt``; empty means "no labels".

@@ -22,7 +22,7 @@ from chalicelib.core.media import MediaType, bare
 from chalicelib.inference import predictions, tensors
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.userfiles.failures import HANDLER_FAILED, bound_json_depth, request_scope
-from chalicelib.registry.loading import ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 logger = logging.getLogger("sagegate.serving")
 

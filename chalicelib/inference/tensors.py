@@ -29,7 +29,7 @@ from chalicelib.core.errors import (
 )
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
-from chalicelib.registry.loading import DType, Signature, TensorSpec
+from chalicelib.registry.specs import DType, Signature, TensorSpec
 
 MAX_INSTANCES = 1024
 """Rows one request may carry (the emulator's TF Serving bound is the same)."""

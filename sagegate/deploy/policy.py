@@ -38,7 +38,7 @@ from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_
 from sagegate.deploy.stages import ROOT, Stage
 
 if TYPE_CHECKING:
-    from chalicelib.registry.loading import ModelSpec
+    from chalicelib.registry.specs import ModelSpec
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"

@@ -29,14 +29,8 @@ from chalicelib.core.errors import (
 from chalicelib.inference.userfiles import failures, forwarder, loader
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.tfs import TfsHandler
-from chalicelib.registry.loading import (
-    DType,
-    ModelSpec,
-    Pipeline,
-    Signature,
-    TensorSpec,
-    load_model,
-)
+from chalicelib.registry.loading import load_model
+from chalicelib.registry.specs import DType, ModelSpec, Pipeline, Signature, TensorSpec
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "chalicelib" / "models"

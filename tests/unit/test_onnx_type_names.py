@@ -9,7 +9,7 @@ import onnxruntime
 import pytest
 
 from chalicelib.inference.userfiles.cortex import InputSignature
-from chalicelib.registry.loading import DType, TensorSpec
+from chalicelib.registry.specs import DType, TensorSpec
 from tests.unit.emulator import onnxbuild
 
 # ONNX TensorProto.DataType of each dtype (onnx/onnx.proto); onnxruntime checks the pairing

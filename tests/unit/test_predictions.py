@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError, InvalidEndpointResponseError
 from chalicelib.inference import predictions
-from chalicelib.registry.loading import load_model, read_labels
+from chalicelib.registry.labels import read_labels
+from chalicelib.registry.loading import load_model
 
 SETTINGS = Settings(endpoint_name="efficientnet-lite0")
 SIGNATURE = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 2]}]}

@@ -10,14 +10,8 @@ import pytest
 
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
-from chalicelib.registry.loading import (
-    IMAGE_KEYS,
-    MODELS_DIR,
-    DType,
-    Pipeline,
-    load_model,
-    load_registry,
-)
+from chalicelib.registry.loading import IMAGE_KEYS, MODELS_DIR, load_model, load_registry
+from chalicelib.registry.specs import DType, Pipeline
 
 SETTINGS = Settings(endpoint_name="efficientnet-lite0")
 ENV = {"ENDPOINT_NAME": "efficientnet-lite0"}

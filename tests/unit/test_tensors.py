@@ -25,7 +25,7 @@ from chalicelib.inference.tensors import (
     tfs_request,
     to_json,
 )
-from chalicelib.registry.loading import DType, Signature, TensorSpec
+from chalicelib.registry.specs import DType, Signature, TensorSpec
 from tests.corpus.models import forged_npy
 
 IRIS = Signature((TensorSpec("features", DType.FLOAT32, (-1, 4)),),

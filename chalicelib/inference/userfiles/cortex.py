@@ -26,7 +26,7 @@ from chalicelib.inference.userfiles.failures import (
     wrong_return,
 )
 from chalicelib.inference.userfiles.importing import file_label, function_form, import_user_file
-from chalicelib.registry.loading import DType, ModelSpec, TensorSpec
+from chalicelib.registry.specs import DType, ModelSpec, TensorSpec
 
 logger = logging.getLogger("sagegate.handlers")
 

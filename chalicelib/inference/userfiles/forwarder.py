@@ -19,7 +19,7 @@ from chalicelib.core.errors import (
 )
 from chalicelib.core.media import MediaType
 from chalicelib.inference.userfiles.failures import check_batch
-from chalicelib.registry.loading import ModelSpec
+from chalicelib.registry.specs import ModelSpec
 
 logger = logging.getLogger("sagegate.handlers")
 

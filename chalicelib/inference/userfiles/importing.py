@@ -13,7 +13,7 @@ from typing import Any
 from chalicelib.core.errors import (
     ConfigurationError,
 )
-from chalicelib.registry.loading import ModelSpec
+from chalicelib.registry.specs import ModelSpec
 
 logger = logging.getLogger("sagegate.handlers")
 

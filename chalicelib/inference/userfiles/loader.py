@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.tfs import TfsHandler
-from chalicelib.registry.loading import ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 
 def load_handler(model: ModelSpec) -> TfsHandler | CortexHandler | None:

@@ -26,7 +26,7 @@ from chalicelib.inference.userfiles.failures import (
 )
 from chalicelib.inference.userfiles.forwarder import FORWARDER, ForwardSession
 from chalicelib.inference.userfiles.importing import file_label, import_user_file, user_function
-from chalicelib.registry.loading import ModelSpec
+from chalicelib.registry.specs import ModelSpec
 
 logger = logging.getLogger("sagegate.handlers")
 
