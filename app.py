@@ -13,8 +13,7 @@ from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorize
 from chalice.app import Request
 
 from chalicelib.cache import CacheUse, request_cache_control
-from chalicelib.calls import Call
-from chalicelib.capture import Exchange
+from chalicelib.calls import Served
 from chalicelib.core import lifecycle, media
 from chalicelib.core.access import Access, AuthMode
 from chalicelib.core.errors import ConfigurationError, SagegateError
@@ -22,10 +21,9 @@ from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import RequestLog, logger
 from chalicelib.http import catalog, options, static
 from chalicelib.images.resizer import resize_image
-from chalicelib.inference.pipeline import PredictResult, StageTimer, limits_from
+from chalicelib.inference.pipeline import StageTimer, limits_from
 from chalicelib.inference.predictions import load_labels
-from chalicelib.inference.serving import Served
-from chalicelib.registry.specs import ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec
 from chalicelib.services import Services
 
 # Logs are Powertools' JSON lines (chalicelib.core.observability), Chalice's own included.
@@ -222,6 +220,8 @@ def predict_model(name: str) -> Response:
 
 
 def _predict(model: ModelSpec) -> Response:
+    """The one serve path, whatever the model's pipeline: read the request once, serve it,
+    capture it, render it."""
     # the request's time budget runs from here: preprocessing, the endpoint and the capture
     settings = services.settings
     deadline = time.monotonic() + settings.request_budget_seconds
@@ -231,11 +231,19 @@ def _predict(model: ModelSpec) -> Response:
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
     cache = _cache_use(model)
     try:
-        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
-            return _predict_image(model, timer, deadline, cache)
-        return _serve_model(model, timer, deadline, cache)
+        with timer.stage("parse"):
+            request = options.read_request(_http_request(), model,
+                                           max_body_bytes=settings.max_body_bytes)
+        served = services.pipeline_for(model).serve(request, request_id(), timer, deadline,
+                                                    cache=cache)
+        _note_served(served)
+        if served.invoked:  # a cached answer is no inference: nothing to capture
+            with timer.stage("capture"):
+                log.capture = services.capturer.capture_served(
+                    served, request_id(), request.options.custom_attributes, deadline)
     finally:
-        _note_cache(cache, timer)  # (again: an error answer's log says it too)
+        _note_cache(cache, timer)  # an error answer's log line says it too
+    return _model_answer(served, timer, cache)
 
 
 def _cache_use(model: ModelSpec) -> CacheUse:
@@ -258,82 +266,28 @@ def _note_cache(cache: CacheUse, timer: StageTimer) -> None:
         timer.durations["cache"] = cache.lookup_ms
 
 
-def _serve_model(model: ModelSpec, timer: StageTimer, deadline: float,
-                 cache: CacheUse) -> Response:
+def _note_served(served: Served) -> None:
+    """The endpoint exchange (and an image pipeline's sizes) in the log line."""
     log = request_log()
-    with timer.stage("parse"):
-        request = _http_request()
-        asked = options.read_model_options(request, max_body_bytes=services.settings
-                                           .max_body_bytes)
-    call = Call(request.body, media.bare(request.content_type), request.headers.get("accept"),
-                asked.custom_attributes)
-    with timer.stage("model"):
-        served = services.server.serve(model, call, asked, request_id(), deadline, cache=cache)
     log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, served.attempts
-    if served.invoked:  # a cached answer is no inference: nothing to capture
-        with timer.stage("capture"):
-            log.capture = _capture(served, asked.custom_attributes, request.body,
-                                   call.content_type, deadline)
-    headers = _answer_headers(timer, served.custom_attributes, cache)
+    if served.image_in is not None:
+        log.image_in = served.image_in
+    if served.image_out is not None:
+        log.image_out = served.image_out
+
+
+def _model_answer(served: Served, timer: StageTimer, cache: CacheUse) -> Response:
+    headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations),
+                                           CACHE_HEADER: cache.status}
+    if served.custom_attributes:
+        headers["X-Custom-Attributes"] = served.custom_attributes
     headers["Content-Type"] = served.answer.content_type
-    if served.variant:  # the handler's answer is its own: the variant goes in a header
+    if served.variant and served.variant_header:
         headers[VARIANT_HEADER] = served.variant
     body: str | bytes = served.answer.body
     if not media.is_binary(served.answer.content_type):
         body = served.answer.body.decode("utf-8", errors="replace")
     return Response(body=body, headers=headers)
-
-
-def _predict_image(model: ModelSpec, timer: StageTimer, deadline: float,
-                   cache: CacheUse) -> Response:
-    log = request_log()
-    with timer.stage("parse"):
-        asked = options.read_predict(_http_request(),
-                                     max_body_bytes=services.settings.max_body_bytes,
-                                     default_k=model.default_k, model=model)
-    result = services.predictor_for(model).predict(asked.image, asked.options, request_id(),
-                                                   timer, deadline, cache=cache)
-    log.endpoint, log.variant, log.attempts = result.endpoint, result.variant, result.attempts
-    log.image_in = {"bytes": len(asked.image)}  # a cached answer read no header
-    if result.image_in is not None:
-        log.image_in.update(format=result.image_in.format, width=result.image_in.width,
-                            height=result.image_in.height)
-    if result.image_out is not None:
-        log.image_out = {"width": result.image_out[0], "height": result.image_out[1],
-                         "bytes": result.bytes_sent, "passthrough": result.passthrough}
-    if not result.cached and result.image_in is not None:
-        with timer.stage("capture"):
-            log.capture = _capture(result, asked.options.custom_attributes, asked.image,
-                                   f"image/{result.image_in.format}", deadline)
-    return Response(body=result.to_dict(request_id()),
-                    headers=_answer_headers(timer, result.custom_attributes, cache))
-
-
-def _answer_headers(timer: StageTimer, custom_attributes: str | None,
-                    cache: CacheUse | None = None) -> dict[str, str | list[str]]:
-    if cache is not None:
-        _note_cache(cache, timer)
-    headers: dict[str, str | list[str]] = {"Server-Timing": _server_timing(timer.durations)}
-    if cache is not None:
-        headers[CACHE_HEADER] = cache.status
-    if custom_attributes:
-        headers["X-Custom-Attributes"] = custom_attributes
-    return headers
-
-
-def _capture(answered: PredictResult | Served, custom_attributes: str | None, upload: bytes,
-             upload_type: str, deadline: float) -> str:
-    """Capture one inference (what was sent to the endpoint and what it answered) within what
-    is left of the request's budget; the upload goes along only when originals are asked for."""
-    capturer = services.capturer
-    return capturer.capture(Exchange(
-        endpoint=answered.endpoint, variant=answered.variant or "AllTraffic",
-        inference_id=request_id(), sent=answered.sent,
-        sent_content_type=answered.sent_content_type, received=answered.received,
-        received_content_type=answered.received_content_type,
-        custom_attributes=custom_attributes,
-        original=upload if capturer.wants_original else None,
-        original_content_type=upload_type), deadline - time.monotonic())
 
 
 @app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)

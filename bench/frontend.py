@@ -25,7 +25,7 @@ from bench import reference, table
 from bench.images import BenchImage
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare, ratio
-from chalicelib.calls import PredictOptions
+from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.http.options import HttpRequest, read_predict
 from chalicelib.inference import predictions
@@ -100,7 +100,7 @@ class Sagegate:
 
     def bytes_sent(self, image: bytes) -> int:
         """How many bytes sagegate sends the endpoint for ``image``."""
-        options = PredictOptions(k=self.settings.default_k)
+        options = CallOptions(k=self.settings.default_k)
         return self._predictor.predict(image, options, "bench").bytes_sent
 
 

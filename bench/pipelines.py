@@ -29,10 +29,10 @@ from botocore.response import StreamingBody
 from bench import table
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare
-from chalicelib.calls import Call, ModelOptions
+from chalicelib.calls import Call, CallOptions, Served
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.serving import ModelServer, Served
+from chalicelib.inference.serving import ModelServer
 from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
@@ -185,7 +185,7 @@ def measure(model: ModelSpec, case: Case, budget: Budget) -> tuple[Row, list[str
     endpoint = EndpointClient(cast(Any, AnsweringRuntime(answer)), sleep=_no_sleep)
     server = ModelServer(endpoint)
     server.load(model)
-    call, options = Call(case.body, "application/json"), ModelOptions()
+    call, options = Call(case.body, "application/json"), CallOptions()
 
     def sagegate() -> Served:
         return server.serve(model, call, options, REQUEST_ID)

@@ -22,7 +22,7 @@ import numpy as np
 from botocore.response import StreamingBody
 
 from bench import table
-from chalicelib.calls import PredictOptions
+from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference.endpoint import EndpointClient
@@ -74,7 +74,7 @@ def measure(predictor: Predictor, data: bytes, runs: int) -> tuple[str, float]:
     for _ in range(runs):
         timer = StageTimer()
         try:
-            predictor.predict(data, PredictOptions(k=1), "bench-worst", timer)
+            predictor.predict(data, CallOptions(k=1), "bench-worst", timer)
             outcome = "200"
         except SagegateError as error:
             outcome = f"{error.STATUS_CODE} {error.CODE}"

@@ -59,41 +59,79 @@ class Answer:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelOptions:
-    """A model request's options: from headers and the query string (the body is the model's).
+class CallOptions:
+    """A model request's options, whatever its pipeline, as :func:`chalicelib.http.options
+    .read_request` validated them (the JSON fields, the query string, then the headers).
 
     Attributes:
-        k: top-k for models with labels (None: the model's default).
-        variant: TargetVariant (None: the model's, if any).
-        target_model: TargetModel for multi-model endpoints (None: the model's, if any).
-        inference_component: InferenceComponentName for endpoints hosting inference
-            components (None: the model's, if any).
-        custom_attributes: CustomAttributes passed to the endpoint.
+        k: how many classes to answer (None: the model's default).
+        variant: the production variant to invoke (``TargetVariant``; None: the model's).
+        custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
+        target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model; None: the
+            model's).
+        inference_component: SageMaker ``InferenceComponentName`` (the component of an
+            endpoint that hosts several; None: the model's).
     """
 
     k: int | None = None
     variant: str | None = None
-    target_model: str | None = None
     custom_attributes: str | None = None
+    target_model: str | None = None
     inference_component: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictOptions:
-    """A prediction's per-request options, as :func:`chalicelib.http.options.read_predict`
-    validated them.
+class ModelRequest:
+    """One model request, read once: what its pipeline is given, and the options.
 
     Attributes:
-        k: how many classes to answer (all of them when k is larger).
-        variant: the production variant to invoke (``TargetVariant``), or None.
-        custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
-        target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model), or None.
-        inference_component: SageMaker ``InferenceComponentName`` (the component of an
-            endpoint that hosts several), or None.
+        call: the model's input: for an image model the upload's bytes (decoded from base64
+            when sent as JSON), for the others the request body as it came.
+        options: the validated options.
     """
 
-    k: int
+    call: Call
+    options: CallOptions
+
+
+@dataclasses.dataclass
+class Served:
+    """A pipeline's answer and the endpoint exchange behind it (for logs and data capture).
+
+    Attributes:
+        answer: the HTTP answer's body and media type.
+        endpoint: the endpoint called.
+        variant: the production variant that answered.
+        attempts: endpoint attempts made.
+        sent, sent_content_type: the last body sent to the endpoint.
+        received, received_content_type: the endpoint's last answer, as it came.
+        custom_attributes: the endpoint's CustomAttributes answer, passed back to the client.
+        invoked: the endpoint answered this request (not the cache, nor a handler alone):
+            an inference to capture.
+        original, original_content_type: the client's input as captured next to it.
+        variant_header: the answer's body does not name the variant, so a header does.
+        image_in, image_out: an image pipeline's upload and endpoint image, for the log.
+    """
+
+    answer: Answer
+    endpoint: str
     variant: str | None = None
+    attempts: int = 0
+    sent: bytes = b""
+    sent_content_type: str = ""
+    received: bytes = b""
+    received_content_type: str = ""
     custom_attributes: str | None = None
-    target_model: str | None = None
-    inference_component: str | None = None
+    invoked: bool = False
+    original: bytes = b""
+    original_content_type: str = ""
+    variant_header: bool = True
+    image_in: dict[str, Any] | None = None
+    image_out: dict[str, Any] | None = None
+
+    def record(self, body: bytes, content_type: str, result: InvokeResult) -> None:
+        """Note one endpoint exchange (the last one is what capture and logs see)."""
+        self.sent, self.sent_content_type = body, content_type
+        self.received, self.received_content_type = result.body, result.content_type
+        self.variant, self.attempts = result.variant, self.attempts + result.attempts
+        self.custom_attributes = result.custom_attributes

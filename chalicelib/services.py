@@ -19,7 +19,7 @@ from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
-from chalicelib.inference.serving import ModelServer
+from chalicelib.inference.serving import HandledModel, ModelServer, ServingPipeline
 from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
@@ -103,6 +103,12 @@ class Services:
                 self._predictors[model.name] = default if same else Predictor(
                     model.settings, self.endpoint, model.labels)
             return self._predictors[model.name]
+
+    def pipeline_for(self, model: ModelSpec) -> ServingPipeline:
+        """The pipeline that serves ``model``'s requests: one interface for every kind."""
+        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+            return self.predictor_for(model)
+        return HandledModel(self.server, model)
 
     @property
     def server(self) -> ModelServer:

@@ -66,7 +66,7 @@ def photo(width: int, height: int, noise: float = 0.0, fmt: str = "jpeg") -> byt
 
 def measure(image: bytes, requests: int) -> tuple[list[float], list[float]]:
     """Run ``requests`` predictions; return CPU and wall milliseconds for each."""
-    from chalicelib.calls import PredictOptions
+    from chalicelib.calls import CallOptions
     from chalicelib.core.config import Settings
     from chalicelib.inference.endpoint import EndpointClient
     from chalicelib.inference.pipeline import Predictor
@@ -75,7 +75,7 @@ def measure(image: bytes, requests: int) -> tuple[list[float], list[float]]:
     settings = Settings.from_env({"ENDPOINT_NAME": "efficientnet-lite0"})
     client = EndpointClient(_InstantEndpoint())  # type: ignore[arg-type]
     predictor = Predictor(settings, client, load_labels(settings.labels))
-    options = PredictOptions(k=5)
+    options = CallOptions(k=5)
     predictor.predict(image, options, "warm-up")
     cpu, wall = [], []
     for index in range(requests):

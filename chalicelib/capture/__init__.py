@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from chalicelib.calls import Served
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
 from chalicelib.core.config import CaptureMode
@@ -71,6 +73,24 @@ class Capturer:
         """Drop the sink's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
         if self._sink is not None:
             self._sink.close()
+
+    def capture_served(self, served: Served, inference_id: str, custom_attributes: str | None,
+                       deadline: float) -> str:
+        """Capture one served inference (what was sent to the endpoint and what it answered)
+        within what is left of the request's budget; the client's original goes along only
+        when originals are asked for.
+
+        Returns:
+            An :class:`Outcome` value.
+        """
+        return self.capture(Exchange(
+            endpoint=served.endpoint, variant=served.variant or "AllTraffic",
+            inference_id=inference_id, sent=served.sent,
+            sent_content_type=served.sent_content_type, received=served.received,
+            received_content_type=served.received_content_type,
+            custom_attributes=custom_attributes,
+            original=served.original if self.wants_original else None,
+            original_content_type=served.original_content_type), deadline - time.monotonic())
 
     def capture(self, exchange: Exchange, timeout: float | None = None) -> str:
         """Write the record of one inference; never raises.

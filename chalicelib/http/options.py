@@ -4,7 +4,7 @@ Each route has one reader here: :func:`read_predict` for ``/predict``, :func:`re
 ``/resize``. A reader takes the request as :class:`HttpRequest`, reads the body's shape with
 :mod:`chalicelib.http.bodies`, refuses unknown options and options of the wrong type, validates
 every value, and returns the upload with the options the pipeline receives
-(:class:`~chalicelib.calls.PredictOptions`, :class:`~chalicelib.images.sizing.ResizeOptions`).
+(:class:`~chalicelib.calls.CallOptions`, :class:`~chalicelib.images.sizing.ResizeOptions`).
 Nothing downstream reads the request or validates an option again.
 
 One rule for every body shape (:func:`read_options`): the query string's options apply to a
@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.calls import ModelOptions, PredictOptions
+from chalicelib.calls import Call, CallOptions, ModelRequest
 from chalicelib.core.config import SAGEMAKER_NAME
 from chalicelib.core.errors import (
     ImageTooLargeError,
@@ -31,12 +31,19 @@ from chalicelib.core.errors import (
     NotAcceptableError,
     PayloadTooLargeError,
 )
-from chalicelib.core.media import BINARY_TYPES, RESIZER_MODES, ImageFormat, MediaType, ResizeMode
+from chalicelib.core.media import (
+    BINARY_TYPES,
+    RESIZER_MODES,
+    ImageFormat,
+    MediaType,
+    ResizeMode,
+    bare,
+)
 from chalicelib.http import negotiation
 from chalicelib.http.bodies import Source, Upload, echo, read_upload
 from chalicelib.images.sizing import MAX_SIDE, ResizeOptions
 from chalicelib.registry.loading import INFERENCE_COMPONENT
-from chalicelib.registry.specs import ModelSpec
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 # k: a k above the number of classes answers every class; this bounds the text clients send.
 MAX_K = 1_000_000
@@ -92,7 +99,7 @@ class PredictRequest:
     """A ``/predict`` request, read: the upload and its validated options."""
 
     image: bytes
-    options: PredictOptions
+    options: CallOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +131,7 @@ def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int,
     k = fields.get(k_name)
     variant, target_model, component = (model.variant, model.target_model,
                                          model.inference_component) if model else (None,) * 3
-    return PredictRequest(upload.data, PredictOptions(
+    return PredictRequest(upload.data, CallOptions(
         k=default_k if k is None else parse_positive_int(k_name, k, maximum=MAX_K),
         variant=parse_variant(fields.get("variant")) or variant,
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")),
@@ -132,6 +139,28 @@ def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int,
         inference_component=parse_inference_component(fields.get("inference_component"))
         or component,
     ))
+
+
+def read_request(request: HttpRequest, model: ModelSpec, *,
+                 max_body_bytes: int) -> ModelRequest:
+    """Read a model request, whatever its pipeline: the one reader the route calls.
+
+    An image model's body is an upload (:func:`read_predict`: JSON with base64, a data URL,
+    or the image itself) and its options come with it; any other model's body is its own, and
+    its options come from the query string and headers (:func:`read_model_options`).
+
+    Raises:
+        SagegateError: (a 4xx subclass) the body, an option or a header is not acceptable.
+    """
+    accept = request.headers.get("accept")
+    if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+        read = read_predict(request, max_body_bytes=max_body_bytes, default_k=model.default_k,
+                            model=model)
+        return ModelRequest(Call(read.image, MediaType.OCTET_STREAM, accept,
+                                 read.options.custom_attributes), read.options)
+    asked = read_model_options(request, max_body_bytes=max_body_bytes)
+    return ModelRequest(Call(request.body, bare(request.content_type), accept,
+                             asked.custom_attributes), asked)
 
 
 def read_options(upload: Upload, query: Mapping[str, str],
@@ -159,7 +188,7 @@ def read_options(upload: Upload, query: Mapping[str, str],
     return {**query, **upload.fields}
 
 
-def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOptions:
+def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> CallOptions:
     """Read a model route's options: the query string, then the ``X-Target-Variant``,
     ``X-Target-Model``, ``X-Target-Inference-Component`` and ``X-Custom-Attributes`` headers
     for those it does not give. The body is the model's own and is read by its pipeline; only
@@ -175,7 +204,7 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> ModelOpt
     check_fields(request.query, MODEL_OPTIONS, Source.QUERY)
     fields = _with_headers(request.query, request.headers)
     k = fields.get("k")
-    return ModelOptions(
+    return CallOptions(
         k=None if k is None else parse_positive_int("k", k, maximum=MAX_K),
         variant=parse_variant(fields.get("variant")),
         target_model=parse_target_model(fields.get("target_model")),

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from chalicelib.cache import CacheUse
-from chalicelib.calls import InvokeResult, PredictOptions
+from chalicelib.calls import Answer, CallOptions, InvokeResult, ModelRequest, Served
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import (
     InvalidEndpointResponseError,
@@ -91,6 +91,25 @@ class PredictResult:
             "request_id": request_id,
         }
 
+    def served(self, request_id: str, upload: bytes) -> Served:
+        """This prediction as every pipeline answers: the JSON body (it names the variant),
+        the endpoint exchange, and the upload's and the endpoint image's sizes for the log."""
+        image_in: dict[str, Any] = {"bytes": len(upload)}  # a cached answer read no header
+        if self.image_in is not None:
+            image_in.update(format=self.image_in.format, width=self.image_in.width,
+                            height=self.image_in.height)
+        image_out = None if self.image_out is None else {
+            "width": self.image_out[0], "height": self.image_out[1],
+            "bytes": self.bytes_sent, "passthrough": self.passthrough}
+        invoked = not self.cached and self.image_in is not None
+        return Served(
+            Answer.json(self.to_dict(request_id)), self.endpoint, variant=self.variant,
+            attempts=self.attempts, sent=self.sent, sent_content_type=self.sent_content_type,
+            received=self.received, received_content_type=self.received_content_type,
+            custom_attributes=self.custom_attributes, invoked=invoked, original=upload,
+            original_content_type=f"image/{self.image_in.format}" if self.image_in else "",
+            variant_header=False, image_in=image_in, image_out=image_out)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Prepared:
@@ -163,7 +182,18 @@ class Predictor:
         resized, _ = imaging.prepare(upload, self._plan, self._limits)
         imaging.encode(resized, self._encoding)
 
-    def predict(self, image: bytes, options: PredictOptions, request_id: str,
+    def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
+              deadline: float | None = None, cache: CacheUse | None = None) -> Served:
+        """Serve one request (the upload is ``request.call.body``): see :meth:`predict`.
+
+        Raises:
+            SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
+        """
+        result = self.predict(request.call.body, request.options, request_id, timer,
+                              deadline, cache=cache)
+        return result.served(request_id, request.call.body)
+
+    def predict(self, image: bytes, options: CallOptions, request_id: str,
                 timer: StageTimer | None = None, deadline: float | None = None,
                 cache: CacheUse | None = None) -> PredictResult:
         """Resize ``image``, invoke the endpoint and return the labelled top-k.
@@ -192,7 +222,8 @@ class Predictor:
         else:
             result = cache.fetch(self._key_fields(options, cache), image, compute, deadline)
         with timer.stage("postprocess"):
-            top = self._top_k(result, options.k)
+            top = self._top_k(result, self._settings.default_k if options.k is None
+                              else options.k)
         done = prepared[0] if prepared else None
         return PredictResult(
             predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
@@ -219,7 +250,7 @@ class Predictor:
             return _Prepared(info, imaging.encode(resized, self._encoding),
                              (resized.shape[1], resized.shape[0]), False)
 
-    def _call(self, prepared: _Prepared, options: PredictOptions, request_id: str,
+    def _call(self, prepared: _Prepared, options: CallOptions, request_id: str,
               deadline: float | None) -> InvokeResult:
         try:
             return self._endpoint.invoke(
@@ -233,7 +264,7 @@ class Predictor:
                     "The image could not be decoded by the model.") from None
             raise
 
-    def _key_fields(self, options: PredictOptions, cache: CacheUse) -> dict[str, Any]:
+    def _key_fields(self, options: CallOptions, cache: CacheUse) -> dict[str, Any]:
         """Everything besides the upload's bytes that changes the endpoint's answer (and
         whether the upload passes the checks at all)."""
         return {**cache.scope, **self._pipeline_fields, "variant": options.variant,
@@ -241,7 +272,7 @@ class Predictor:
                 "inference_component": options.inference_component,
                 "custom_attributes": options.custom_attributes}
 
-    def _invocation(self, payload: bytes, options: PredictOptions, request_id: str) -> Invocation:
+    def _invocation(self, payload: bytes, options: CallOptions, request_id: str) -> Invocation:
         return Invocation(
             endpoint_name=self._settings.endpoint_name, body=payload,
             content_type=self._settings.endpoint_content_type,

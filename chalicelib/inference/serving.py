@@ -10,49 +10,36 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from chalicelib.cache import CacheUse, file_digest
-from chalicelib.calls import Answer, Call, Invoke, InvokeResult, ModelOptions
+from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.core.errors import HandlerError, UnsupportedMediaTypeError
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
 from chalicelib.inference import predictions, tensors
 from chalicelib.inference.endpoint import EndpointClient, Invocation
+from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.userfiles.failures import HANDLER_FAILED, bound_json_depth, request_scope
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
 logger = logging.getLogger("sagegate.serving")
 
 
-@dataclasses.dataclass
-class Served:
-    """A model's answer and the endpoint exchange behind it (for logs and data capture)."""
+class ServingPipeline(Protocol):
+    """What every pipeline is to the route: one request in, one answer out, as KServe's
+    ``Model`` or the SageMaker inference toolkit's transformer (input -> predict -> output).
 
-    answer: Answer
-    endpoint: str
-    variant: str | None = None
-    attempts: int = 0
-    sent: bytes = b""
-    sent_content_type: str = ""
-    received: bytes = b""
-    received_content_type: str = ""
-    custom_attributes: str | None = None
-    """The endpoint's CustomAttributes answer, passed back to the client."""
+    The image pipeline (:class:`~chalicelib.inference.pipeline.Predictor`) and the others
+    (:class:`HandledModel`: tensor, sagemaker-tfs, cortex) implement it.
+    """
 
-    @property
-    def invoked(self) -> bool:
-        """Whether the endpoint answered (a handler may answer without calling it)."""
-        return self.attempts > 0
-
-    def record(self, body: bytes, content_type: str, result: InvokeResult) -> None:
-        """Note one endpoint exchange (the last one is what capture and logs see)."""
-        self.sent, self.sent_content_type = body, content_type
-        self.received, self.received_content_type = result.body, result.content_type
-        self.variant, self.attempts = result.variant, self.attempts + result.attempts
-        self.custom_attributes = result.custom_attributes
+    def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
+              deadline: float | None = None, cache: CacheUse | None = None) -> Served:
+        """Serve one request: its answer, and the endpoint exchange behind it."""
+        ...
 
 
 class ModelServer:
@@ -89,7 +76,7 @@ class ModelServer:
                 self._handlers[model.name] = load_handler(model)
             return self._handlers[model.name]
 
-    def _key_fields(self, model: ModelSpec, options: ModelOptions, content_type: str,
+    def _key_fields(self, model: ModelSpec, options: CallOptions, content_type: str,
                     accept: str, cache: CacheUse) -> dict[str, Any]:
         """Besides the body sent, everything that changes the endpoint's answer, and the
         handler file that turns it into the client's (an edited one is a new key)."""
@@ -103,7 +90,7 @@ class ModelServer:
                 "custom_attributes": options.custom_attributes,
                 "handler": self._digests.get(model.name)}
 
-    def serve(self, model: ModelSpec, call: Call, options: ModelOptions, request_id: str,
+    def serve(self, model: ModelSpec, call: Call, options: CallOptions, request_id: str,
               deadline: float | None = None, cache: CacheUse | None = None) -> Served:
         """Run one request through the model's pipeline.
 
@@ -142,6 +129,8 @@ class ModelServer:
             served.answer = self._user_code(model, call, invoke, request_id)
         else:
             raise ValueError(f"{model.pipeline} is served by the image pipeline")
+        served.invoked = served.attempts > 0  # a cached answer is no inference
+        served.original, served.original_content_type = call.body, call.content_type
         return served
 
     def _user_code(self, model: ModelSpec, call: Call, invoke: Invoke,
@@ -161,7 +150,7 @@ class ModelServer:
                          extra={"request_id": request_id})
             raise HandlerError(HANDLER_FAILED) from None
 
-    def _tensor(self, model: ModelSpec, call: Call, options: ModelOptions, invoke: Invoke,
+    def _tensor(self, model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
                 served: Served, request_id: str) -> Answer:
         arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
         result = invoke(tensors.tfs_request(arrays, model.signature), MediaType.JSON,
@@ -200,3 +189,27 @@ def _labelled(scores: np.ndarray, labels: tuple[str, ...] | None,
         indices = predictions.top_k(row, k)
         rows.append([p.to_dict() for p in predictions.label_predictions(row, indices, labels)])
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class HandledModel:
+    """One ``tensor``, ``sagemaker-tfs`` or ``cortex`` model as a :class:`ServingPipeline`.
+
+    Attributes:
+        server: the runner its pipeline shares with the others (handler files, endpoint).
+        model: the model.
+    """
+
+    server: ModelServer
+    model: ModelSpec
+
+    def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
+              deadline: float | None = None, cache: CacheUse | None = None) -> Served:
+        """Serve one request through the model's pipeline, timed as the ``model`` stage.
+
+        Raises:
+            SagegateError: (a subclass) see :meth:`ModelServer.serve`.
+        """
+        with timer.stage("model"):
+            return self.server.serve(self.model, request.call, request.options, request_id,
+                                     deadline, cache=cache)

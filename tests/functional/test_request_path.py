@@ -103,4 +103,4 @@ def test_the_pipeline_gets_the_options_the_reader_validated(
     response = harness.post("/predict", body, **{"X-Target-Variant": "B",
                                                  "X-Custom-Attributes": "trace=1"})
     assert response.status_code == 200, response.body
-    assert seen == [options.PredictOptions(k=3, variant="B", custom_attributes="trace=1")]
+    assert seen == [options.CallOptions(k=3, variant="B", custom_attributes="trace=1")]

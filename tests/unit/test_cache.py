@@ -33,7 +33,7 @@ from chalicelib.cache import (
     encode_item,
     request_cache_control,
 )
-from chalicelib.calls import InvokeResult, ModelOptions, PredictOptions
+from chalicelib.calls import CallOptions, InvokeResult
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError, EndpointUnavailableError
 from chalicelib.inference.pipeline import Predictor, _pipeline_fields
@@ -83,17 +83,17 @@ def test_the_key_covers_bytes_model_variant_and_target_model_but_not_k() -> None
     predictor = Predictor(BASE_SETTINGS, None, None)  # type: ignore[arg-type]
     use = cache.request(scope={"model": "a"})
 
-    def key(options: PredictOptions, body: bytes = b"jpeg", model: str = "a") -> str:
+    def key(options: CallOptions, body: bytes = b"jpeg", model: str = "a") -> str:
         scoped = dataclasses.replace(use, scope={"model": model})
         return cache_key(predictor._key_fields(options, scoped), body)
 
-    base = key(PredictOptions(k=1))
-    assert key(PredictOptions(k=5)) == base  # top-k is computed per request
-    assert key(PredictOptions(k=1), b"jpeg ") != base
-    assert key(PredictOptions(k=1), model="b") != base
-    assert key(PredictOptions(k=1, variant="Primary")) != base
-    assert key(PredictOptions(k=1, target_model="m.tar.gz")) != base
-    assert key(PredictOptions(k=1, custom_attributes="x=1")) != base
+    base = key(CallOptions(k=1))
+    assert key(CallOptions(k=5)) == base  # top-k is computed per request
+    assert key(CallOptions(k=1), b"jpeg ") != base
+    assert key(CallOptions(k=1), model="b") != base
+    assert key(CallOptions(k=1, variant="Primary")) != base
+    assert key(CallOptions(k=1, target_model="m.tar.gz")) != base
+    assert key(CallOptions(k=1, custom_attributes="x=1")) != base
     assert len(base) == 32 and int(base, 16) >= 0
 
 
@@ -112,7 +112,7 @@ def test_everything_sent_to_the_endpoint_is_in_the_other_pipelines_key(
             accept: str = "application/json", **options: Any) -> str:
         use = PredictionCache(MemoryTier(1 << 20), None).request(scope={"model": model})
         fields = server._key_fields(dataclasses.replace(iris, endpoint=endpoint),
-                                    ModelOptions(**options), content_type, accept, use)
+                                    CallOptions(**options), content_type, accept, use)
         return cache_key(fields, b"[[1, 2, 3, 4]]")
 
     assert key(**change) != key()

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from chalicelib.calls import PredictOptions
+from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import EndpointUnavailableError, PreprocessingTimeoutError
 from chalicelib.core.retries import (
@@ -212,7 +212,7 @@ def test_a_decode_past_its_share_is_refused_before_the_encode_and_the_call(
     preprocessing deadline (budget end less one attempt): 503, no encode, no call."""
     started = START - (BUDGET - ATTEMPT - DECODE_SECONDS) - late
     with pytest.raises(PreprocessingTimeoutError):
-        pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+        pipeline.predictor.predict(imagefactory.jpeg(320, 240), CallOptions(k=1), "r",
                                    deadline=started + BUDGET)
     assert pipeline.encodes == [] and budgeted.clock.starts == []
 
@@ -222,7 +222,7 @@ def test_an_encode_past_the_share_is_refused_before_the_call(budgeted: Budgeted,
     """The decode ends inside the share, the encode after it: the endpoint is not called."""
     deadline = START + DECODE_SECONDS + ATTEMPT + ENCODE_SECONDS / 2
     with pytest.raises(PreprocessingTimeoutError):
-        pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+        pipeline.predictor.predict(imagefactory.jpeg(320, 240), CallOptions(k=1), "r",
                                    deadline=deadline)
     assert len(pipeline.encodes) == 1 and budgeted.clock.starts == []
 
@@ -234,7 +234,7 @@ def test_preprocessing_done_within_its_share_always_gets_a_whole_attempt(
     on it): the endpoint is called, with a whole attempt's time before the budget ends."""
     deadline = START + DECODE_SECONDS + ENCODE_SECONDS + spare + ATTEMPT
     answer(budgeted)
-    result = pipeline.predictor.predict(imagefactory.jpeg(320, 240), PredictOptions(k=1), "r",
+    result = pipeline.predictor.predict(imagefactory.jpeg(320, 240), CallOptions(k=1), "r",
                                         deadline=deadline)
     assert result.attempts == 1
     assert budgeted.clock.starts == [START + DECODE_SECONDS + ENCODE_SECONDS]

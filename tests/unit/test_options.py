@@ -293,7 +293,7 @@ def read_predict(body: dict[str, object], **headers: str) -> options.PredictRequ
 def test_headers_give_the_options_the_body_does_not() -> None:
     read = read_predict({"image": B64}, **{"X-Target-Variant": "B", "X-Custom-Attributes": "a"})
     assert read.image == b"\xff\xd8\xffimg"
-    assert read.options == options.PredictOptions(k=5, variant="B", custom_attributes="a")
+    assert read.options == options.CallOptions(k=5, variant="B", custom_attributes="a")
 
 
 def test_the_body_wins_over_a_header() -> None:
