@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import functools
-import re
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +17,7 @@ from chalicelib.core.access import Access, AuthMode
 from chalicelib.core.errors import ConfigurationError, SagegateError
 from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import RequestLog, logger
-from chalicelib.http import catalog, options, static
+from chalicelib.http import catalog, correlation, options, static
 from chalicelib.images.resizer import resize_image
 from chalicelib.inference.pipeline import StageTimer, limits_from
 from chalicelib.inference.predictions import load_labels
@@ -73,7 +71,6 @@ def _auth(access: Access) -> dict[str, Any]:
 _ACCESS = Access.from_env(deployed=lifecycle.on_lambda())
 app.api.cors = _cors(_ACCESS)
 _PROTECTED = _auth(_ACCESS)
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 
 # The settings, predictor and capturer every request shares, built on first use. Tests that
 # need other parts put their own Services here (see chalicelib.services).
@@ -101,27 +98,9 @@ def request_log() -> RequestLog:
 
 
 def request_id() -> str:
-    """The request id of record: API Gateway's (``chalice local`` has none: a new uuid4).
-
-    It is what logs, the capture's ``inferenceId`` and the endpoint's ``InferenceId`` carry,
-    so it is never the client's: a client's id goes along as :func:`correlation_id`.
-    """
-    context = current_request().context
-    if "sagegate_request_id" not in context:
-        context["sagegate_request_id"] = context.get("requestId") or str(uuid.uuid4())
-    return str(context["sagegate_request_id"])
-
-
-def correlation_id() -> str | None:
-    """The client's own id for the request (``X-Correlation-Id``, or ``X-Request-Id`` as
-    clients commonly send it), when it is a well-formed one; logged and echoed, never the
-    request id of record."""
-    headers = current_request().headers
-    for name in ("x-correlation-id", "x-request-id"):
-        candidate = headers.get(name, "")
-        if _REQUEST_ID_RE.match(candidate):
-            return str(candidate)
-    return None
+    """The request id of record of the request this thread serves
+    (:func:`chalicelib.http.correlation.request_id`)."""
+    return correlation.request_id(current_request().context)
 
 
 def error_response(error: SagegateError) -> Response:
@@ -153,22 +132,19 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
     started = time.perf_counter()
     _SERVING.request = event
     try:
-        rid, correlation = request_id(), correlation_id()
+        rid, client_id = request_id(), correlation.correlation_id(event.headers)
         _SERVING.log = log = RequestLog(rid, event.method,
                                         event.context.get("resourcePath") or event.path,
-                                        correlation_id=correlation)
+                                        correlation_id=client_id)
         response = get_response(event)
     finally:
         _SERVING.request = _SERVING.log = None
     response.headers["X-Request-Id"] = rid
-    if correlation:
-        response.headers["X-Correlation-Id"] = correlation
-    log.status = response.status_code
+    if client_id:
+        response.headers["X-Correlation-Id"] = client_id
     if response.status_code >= 400 and isinstance(response.body, dict):
         response.body.setdefault("request_id", rid)
-        log.error_code = str(response.body.get("Code", "")) or None
-    log.total_ms = (time.perf_counter() - started) * 1000.0
-    log.emit()
+    log.finish(response.status_code, response.body, (time.perf_counter() - started) * 1000.0)
     return response
 
 

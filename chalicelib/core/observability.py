@@ -109,6 +109,15 @@ class RequestLog:
         values["total_ms"] = round(self.total_ms, 2)
         return {key: value for key, value in values.items() if value not in (None, {}, "")}
 
+    def finish(self, status: int, body: Any, elapsed_ms: float) -> None:
+        """Close the line with the answer (an error's ``Code``, from a JSON error body) and
+        write it, with its metrics."""
+        self.status = status
+        if status >= 400 and isinstance(body, dict):
+            self.error_code = str(body.get("Code", "")) or None
+        self.total_ms = elapsed_ms
+        self.emit()
+
     def emit(self) -> None:
         """Write the log line and flush the request's metrics."""
         write = logger.error if self.status >= 500 else logger.info
