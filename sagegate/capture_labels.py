@@ -14,6 +14,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.loading import load_registry
+
 Labels = tuple[str, ...] | None
 _DATE_PART = re.compile(r"^[0-9]{2,4}\Z")
 LAYOUT_DEPTH = 7  # endpoint, variant, yyyy, mm, dd, hh, file
@@ -38,10 +42,8 @@ def registry_labels(stage: str, environ: Mapping[str, str] | None = None
     Raises:
         ValueError: the stage or the registry cannot be read (the message says why).
     """
-    from chalicelib.core.config import Settings
-    from chalicelib.core.errors import ConfigurationError
+    # Deferred: the label reader comes with numpy, which the other sagegate commands skip.
     from chalicelib.inference.predictions import load_labels
-    from chalicelib.registry.loading import load_registry
     from sagegate.deploy.stages import load_stage
 
     try:

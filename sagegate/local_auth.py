@@ -16,6 +16,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
+from chalicelib.core.access import Access, AuthMode
+
 API_KEY_ENV = "SAGEGATE_LOCAL_API_KEY"
 """The local key (``x-api-key``) for a stage with API-key authentication; random when unset."""
 API_KEY_HEADER = "x-api-key"
@@ -54,7 +56,6 @@ def local_api_key(stage: str, env: Mapping[str, str]) -> str | None:
         UncheckableAuth: the stage uses IAM or Cognito, which cannot be checked locally.
         ConfigurationError: the stage's authentication settings are wrong.
     """
-    from chalicelib.core.access import Access, AuthMode
 
     auth = Access.from_env(env).auth
     if auth in _UNCHECKABLE:

@@ -30,9 +30,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from email.message import Message
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import IO, NamedTuple
 
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError
 from chalicelib.core.retries import RetryPolicy
+from chalicelib.registry.loading import MODELS_DIR, load_registry
 from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import (
     EmulatorProcess,
@@ -43,9 +46,6 @@ from emulator.process import (
 )
 from sagegate.local_auth import API_KEY_ENV
 from sagegate.ports import describe_owner
-
-if TYPE_CHECKING:
-    from chalicelib.core.config import Settings
 
 __all__ = [
     "DEFAULT_EMULATOR_CONFIG",
@@ -333,8 +333,6 @@ def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
     Raises:
         StartError: a variable has a bad value; the message names it.
     """
-    from chalicelib.core.config import Settings
-    from chalicelib.core.errors import ConfigurationError
 
     try:
         return Settings.from_env(env)
@@ -351,10 +349,10 @@ def check_models(settings: Settings, env: Mapping[str, str],
     Raises:
         StartError: a model.json key or a handler file is wrong; the message names the file.
     """
-    from chalicelib.core.errors import ConfigurationError
+    # Deferred: these bring numpy and the handler files' modules, which only starting the
+    # local stack needs, not every sagegate command.
     from chalicelib.inference.predictions import load_labels
     from chalicelib.inference.userfiles.loader import load_handler
-    from chalicelib.registry.loading import MODELS_DIR, load_registry
 
     try:
         registry = load_registry(settings, {**env, "ENDPOINT_NAME": settings.endpoint_name},
@@ -620,7 +618,6 @@ def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
         StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or
             its settings are wrong.
     """
-    from chalicelib.core.errors import ConfigurationError
     from sagegate.local_auth import UncheckableAuth, local_api_key
 
     try:

@@ -31,14 +31,14 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
+from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings, split_s3_uri
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.loading import load_registry
+from chalicelib.registry.specs import ModelSpec
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
 from sagegate.deploy.stages import ROOT, Stage
-
-if TYPE_CHECKING:
-    from chalicelib.registry.specs import ModelSpec
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
@@ -117,9 +117,6 @@ def inference_components(stage: Stage) -> list[str]:
 
 
 def _models(stage: Stage) -> list[ModelSpec]:
-    from chalicelib.core.config import Settings
-    from chalicelib.core.errors import ConfigurationError
-    from chalicelib.registry.loading import load_registry
 
     try:
         settings = Settings.from_env(stage.env)
