@@ -10,7 +10,8 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
-from chalicelib.cache import CacheUse, request_cache_control
+from chalicelib.cache.control import request_cache_control
+from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Served
 from chalicelib.core import lifecycle, media
 from chalicelib.core.access import Access, AuthMode
@@ -224,8 +225,8 @@ def _predict(model: ModelSpec) -> Response:
 
 def _cache_use(model: ModelSpec) -> CacheUse:
     """This request's use of the prediction cache: the client's ``Cache-Control`` and
-    ``Pragma``, every line of them (:class:`chalicelib.cache.CacheControl`), unless the model
-    is never cached."""
+    ``Pragma``, every line of them (:class:`chalicelib.cache.control.CacheControl`), unless
+    the model is never cached."""
     request = current_request()
     control = request_cache_control(
         request.headers, request.to_original_event().get("multiValueHeaders"))

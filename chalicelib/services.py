@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 
-from chalicelib.cache import PredictionCache
+from chalicelib.cache.prediction import PredictionCache
 from chalicelib.capture import Capturer
 from chalicelib.core import lifecycle
 from chalicelib.core.config import ENDPOINT_NAME, Settings

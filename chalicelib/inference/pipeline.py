@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chalicelib.cache import CacheUse
+from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Answer, CallOptions, InvokeResult, ModelRequest, Served
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import (

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from chalicelib.cache import CacheUse, file_digest
+from chalicelib.cache.keys import file_digest
+from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.core.errors import HandlerError, UnsupportedMediaTypeError
 from chalicelib.core.jsonbody import load_json

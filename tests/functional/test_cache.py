@@ -15,7 +15,8 @@ import pytest
 from botocore.stub import ANY
 
 import app as app_module
-from chalicelib.cache import MemoryTier, PredictionCache
+from chalicelib.cache.prediction import PredictionCache
+from chalicelib.cache.tiers import MemoryTier
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.registry.loading import MODELS_DIR, load_model, load_registry

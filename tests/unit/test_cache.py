@@ -14,24 +14,17 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from chalicelib import cache as cache_module
-from chalicelib.cache import (
-    BYPASS,
+from chalicelib.cache import prediction as cache_module
+from chalicelib.cache.control import CacheControl, request_cache_control
+from chalicelib.cache.keys import cache_key
+from chalicelib.cache.prediction import BYPASS, FLIGHT, HIT, MEMORY, MISS, TABLE, PredictionCache
+from chalicelib.cache.tiers import (
     DYNAMODB_ITEM_LIMIT,
-    FLIGHT,
-    HIT,
-    MEMORY,
-    MISS,
-    TABLE,
-    CacheControl,
     CorruptItemError,
     MemoryTier,
-    PredictionCache,
     TableTier,
-    cache_key,
     decode_item,
     encode_item,
-    request_cache_control,
 )
 from chalicelib.calls import CallOptions, InvokeResult
 from chalicelib.core.config import Settings

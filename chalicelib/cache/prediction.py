@@ -1,0 +1,259 @@
+"""The prediction cache over its tiers: single flight, the re-check, and one request's use of it."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from chalicelib.cache.control import BYPASSED, NO_DIRECTIVES, CacheControl
+from chalicelib.cache.keys import cache_key
+from chalicelib.cache.tiers import PUT_SECONDS, MemoryTier, TableTier
+from chalicelib.calls import InvokeResult
+from chalicelib.core.config import Settings
+
+logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
+
+HIT, MISS, BYPASS = "hit", "miss", "bypass"
+MEMORY, TABLE, FLIGHT = "memory", "dynamodb", "in-flight"
+"""The tiers a hit can come from (``in-flight``: a concurrent request's endpoint call)."""
+
+
+class _Flight:
+    """One endpoint call that concurrent requests for the same key wait for."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: InvokeResult | None = None
+
+
+class PredictionCache:
+    """Both tiers, the TTL and the single flight; requests use it through :meth:`request`.
+
+    Args:
+        memory: the in-process tier, or None.
+        table: the DynamoDB tier, or None.
+        ttl_seconds: how long an answer is served.
+        flight_wait: the longest a request waits for a concurrent call of the same key.
+        reserve: the budget a request keeps to call the endpoint itself after waiting (an
+            endpoint attempt's connect and read timeouts).
+    """
+
+    def __init__(self, memory: MemoryTier | None, table: TableTier | None,
+                 ttl_seconds: float = 86_400, *, flight_wait: float = 5.0, reserve: float = 0.0,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.memory, self.table = memory, table
+        self.ttl_seconds = ttl_seconds
+        self.flight_wait, self.reserve = flight_wait, reserve
+        self._clock, self._monotonic = clock, monotonic
+        self._flights: dict[str, _Flight] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PredictionCache:
+        """The cache ``CACHE_*`` describe (either tier may be off)."""
+        attempt = settings.endpoint_connect_timeout + settings.endpoint_read_timeout
+        return cls(MemoryTier(settings.cache_memory_bytes) if settings.cache_memory_bytes
+                   else None,
+                   TableTier(settings.cache_table) if settings.cache_table else None,
+                   settings.cache_ttl_seconds, flight_wait=attempt, reserve=attempt)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether either tier is on."""
+        return self.memory is not None or self.table is not None
+
+    def request(self, control: CacheControl = NO_DIRECTIVES, *, enabled: bool = True,
+                scope: Mapping[str, Any] | None = None) -> CacheUse:
+        """One request's use of the cache (``enabled=False``: a model whose answers must be
+        fresh, a bypass); ``scope`` goes into every key it makes (the model's name)."""
+        return CacheUse(self, control if enabled and self.enabled else BYPASSED,
+                        scope=dict(scope or {}))
+
+    def close(self) -> None:
+        """Drop the table client's pooled connections."""
+        if self.table is not None:
+            self.table.close()
+
+    def read(self, key: str, use: CacheUse) -> InvokeResult | None:
+        """Memory, then the table (a table hit is promoted to memory); an answer older than
+        the request's ``max-age`` is a miss."""
+        found = self._from_memory(key, use)
+        return found if found is not None else self._from_table(key, use)
+
+    def recheck(self, key: str, use: CacheUse) -> InvokeResult | None:
+        """The second look of a request that has just become a flight's leader: a flight of
+        the same key may have landed between its :meth:`read` and its :meth:`join`.
+
+        Memory when it is on (a leader keeps its answer there before its flight lands, so
+        no second GetItem is needed), else the table, unless it already failed this request
+        (asking a failing table twice doubles the load on it and the warnings).
+        """
+        if self.memory is not None:
+            return self._from_memory(key, use)
+        return None if use.errors else self._from_table(key, use)
+
+    def _from_memory(self, key: str, use: CacheUse) -> InvokeResult | None:
+        if self.memory is None:
+            return None
+        entry = self.memory.get(key)
+        if entry is None or not self._acceptable(entry[1], use):
+            return None
+        use.tier = MEMORY
+        return entry[0]
+
+    def _from_table(self, key: str, use: CacheUse) -> InvokeResult | None:
+        if self.table is None:
+            return None
+        try:
+            entry = self.table.get(key)
+        except Exception as error:  # a cache failure never fails the request
+            use.failed("read", error)
+            return None
+        if entry is None or not self._acceptable(entry[1], use):
+            return None
+        if self.memory is not None:
+            self.memory.put(key, entry[0], entry[1])
+        use.tier = TABLE
+        return entry[0]
+
+    def _acceptable(self, expires_at: float, use: CacheUse) -> bool:
+        """Whether the request accepts an answer expiring then (stored a TTL before it)."""
+        return use.control.accepts(self._clock() - (expires_at - self.ttl_seconds))
+
+    def join(self, key: str) -> tuple[_Flight, bool]:
+        """The flight of ``key`` and whether this request leads it (makes the call)."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                return flight, False
+            flight = self._flights[key] = _Flight()
+            return flight, True
+
+    def land(self, key: str, flight: _Flight, result: InvokeResult | None) -> None:
+        """End a flight: its waiters get ``result`` (None: they call the endpoint)."""
+        flight.result = result
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        flight.done.set()
+
+    def wait(self, flight: _Flight, deadline: float | None) -> InvokeResult | None:
+        """Wait for another request's call, leaving budget to make one's own."""
+        timeout = self.flight_wait
+        if deadline is not None:
+            remaining = deadline - self._monotonic()
+            room = remaining - self.reserve
+            timeout = max(0.0, min(timeout, room if room > 0 else remaining))
+        flight.done.wait(timeout)
+        return flight.result
+
+    def remember(self, key: str, result: InvokeResult) -> None:
+        """Keep an answer in memory."""
+        if self.memory is not None:
+            self.memory.put(key, result, self._clock() + self.ttl_seconds)
+
+    def store(self, key: str, result: InvokeResult, use: CacheUse,
+              deadline: float | None) -> None:
+        """Write an answer to the table: one PutItem, only when it fits the budget left."""
+        if self.table is None:
+            return
+        if deadline is not None and deadline - self._monotonic() < PUT_SECONDS:
+            use.write_skipped = True
+            return
+        try:
+            if not self.table.put(key, result, self._clock() + self.ttl_seconds):
+                use.skipped_too_large += 1
+        except Exception as error:  # a cache failure never fails the request
+            use.failed("write", error)
+
+
+@dataclasses.dataclass
+class CacheUse:
+    """One request's use of the cache, and what it did (for the log, metrics, headers)."""
+
+    cache: PredictionCache | None
+    control: CacheControl = BYPASSED
+    scope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Key fields of every lookup this request makes (the model's name)."""
+    status: str = BYPASS
+    """``hit`` (every lookup hit), ``miss`` (one did not) or ``bypass``."""
+    tier: str | None = None
+    """Where the hit came from: ``memory``, ``dynamodb`` or ``in-flight``."""
+    lookup_ms: float = 0.0
+    errors: int = 0
+    skipped_too_large: int = 0
+    write_skipped: bool = False
+    """The table write was left out: too little of the request's budget was left."""
+    _lookups: int = dataclasses.field(default=0, repr=False)
+
+    @property
+    def active(self) -> bool:
+        """Whether this request reads or writes the cache at all."""
+        return self.cache is not None and (self.control.read or self.control.write)
+
+    def failed(self, operation: str, error: Exception) -> None:
+        """Log and count a failure of the table tier (its code or type, never its message)."""
+        self.errors += 1
+        code = getattr(error, "response", {}).get("Error", {}).get("Code") \
+            if hasattr(error, "response") else None
+        logger.warning("prediction cache %s failed: %s", operation,
+                       code or type(error).__name__)
+
+    def fetch(self, fields: Mapping[str, Any], body: bytes,
+              compute: Callable[[], InvokeResult], deadline: float | None = None
+              ) -> InvokeResult:
+        """The cached answer for ``body`` and ``fields`` (``attempts`` 0: no endpoint call),
+        else ``compute()``'s, stored unless the request says ``no-store``.
+
+        ``compute`` raising (the endpoint's error) stores nothing and propagates.
+        """
+        if not self.active or self.cache is None:
+            return compute()
+        cache = self.cache
+        started = time.perf_counter()
+        key = cache_key(fields, body)
+        found, flight = self._look_up(cache, key, deadline)
+        self.lookup_ms += (time.perf_counter() - started) * 1000.0
+        self._note(HIT if found is not None else MISS)
+        if found is not None:
+            return dataclasses.replace(found, attempts=0)
+        result = None
+        try:
+            result = compute()
+            if self.control.write:
+                cache.remember(key, result)
+        finally:
+            if flight is not None:  # release the waiters first, then the table write
+                cache.land(key, flight, result)
+        if self.control.write:
+            cache.store(key, result, self, deadline)
+        return result
+
+    def _look_up(self, cache: PredictionCache, key: str, deadline: float | None
+                 ) -> tuple[InvokeResult | None, _Flight | None]:
+        """A cached answer, else the flight this request leads (None: it leads none)."""
+        if not self.control.read:
+            return None, None
+        found = cache.read(key, self)
+        if found is not None:
+            return found, None
+        flight, leader = cache.join(key)
+        if not leader:
+            found = cache.wait(flight, deadline)
+            if found is not None:
+                self.tier = FLIGHT
+            return found, None
+        found = cache.recheck(key, self)  # reading and joining are two steps: look again
+        if found is not None:
+            cache.land(key, flight, found)  # whoever joined meanwhile gets it too
+            return found, None
+        return None, flight
+
+    def _note(self, status: str) -> None:
+        self._lookups += 1
+        if self._lookups == 1 or status == MISS:
+            self.status = status
