@@ -25,6 +25,7 @@ from bench.images import BenchImage
 from bench.report import Report
 from bench.timing import Budget, ratio
 from chalicelib.core.config import Settings
+from chalicelib.inference.predictions import load_labels
 from sagegate.localstack import (
     ApiProcess,
     check_settings,
@@ -228,8 +229,6 @@ def report(inputs: list[BenchImage], budget: Budget) -> Report:
     sent = {image.name: sizer.bytes_sent(image.data) for image in inputs}
     with running_stack() as sides:
         rows = [measure(image, sides, budget, sent[image.name]) for image in inputs]
-    from chalicelib.inference.predictions import load_labels
-
     labels = load_labels(settings.labels)
     out.say(table.render(HEADERS, [row.cells(labels) for row in rows], left=2), "",
             "  sagegate's Server-Timing (median ms); 'outside the view' is chalice local, HTTP "

@@ -82,11 +82,10 @@ class Sagegate:
     """
 
     def __init__(self, runtime: FakeRuntime, settings: Settings | None = None) -> None:
-        from chalicelib.inference.predictions import load_labels
-
         self.settings = settings or Settings.from_env({"ENDPOINT_NAME": ENDPOINT_NAME})
         client = EndpointClient(cast(Any, runtime))
-        self._predictor = Predictor(self.settings, client, load_labels(self.settings.labels))
+        self._predictor = Predictor(self.settings, client,
+                                    predictions.load_labels(self.settings.labels))
 
     def handle(self, body: bytes, timer: StageTimer | None = None) -> dict[str, Any]:
         """One request: body in, the JSON answer's dict out."""

@@ -30,7 +30,7 @@ from botocore.exceptions import (
 
 from chalicelib.calls import InvokeResult
 from chalicelib.core import lifecycle
-from chalicelib.core.config import SAGEMAKER_NAME
+from chalicelib.core.config import SAGEMAKER_NAME, Settings
 from chalicelib.core.errors import (
     EndpointError,
     EndpointNotFoundError,
@@ -46,8 +46,6 @@ from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, upstream_h
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
-
-    from chalicelib.core.config import Settings
 
 logger = logging.getLogger("sagegate.endpoint")  # a child of Powertools' JSON logger
 
