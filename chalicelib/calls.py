@@ -60,8 +60,9 @@ class Answer:
 
 @dataclasses.dataclass(frozen=True)
 class CallOptions:
-    """A model request's options, whatever its pipeline, as :func:`chalicelib.http.options
-    .read_request` validated them (the JSON fields, the query string, then the headers).
+    """A model request's options, whatever its pipeline, as
+    :func:`~chalicelib.http.options.read_request` validated them (the JSON fields, the query
+    string, then the headers).
 
     Attributes:
         k: how many classes to answer (None: the model's default).

@@ -1,9 +1,11 @@
 """Serving a registered model: one request through its pipeline, whatever the pipeline.
 
-The image classifier keeps its own :class:`~chalicelib.inference.pipeline.Predictor`; the
-others (``tensor``, ``sagemaker-tfs``, ``cortex``) run here. Every pipeline gets the same endpoint
-client (retries, time budget, errors), the same answer record for logs and data capture, and
-the same per-request options (variant, target model, inference component, custom attributes).
+:class:`ServingPipeline` is the one interface the route serves through. The image classifier
+implements it in :class:`~chalicelib.inference.pipeline.Predictor`; the others (``tensor``,
+``sagemaker-tfs``, ``cortex``) run here, each model as a :class:`HandledModel` on the shared
+:class:`ModelServer`. Every pipeline gets the same endpoint client (retries, time budget,
+errors), answers the same :class:`~chalicelib.calls.Served` record for logs and data capture,
+and takes the same per-request options (:class:`~chalicelib.calls.CallOptions`).
 """
 from __future__ import annotations
 

@@ -1,0 +1,41 @@
+"""One serve path: every model's request is read once, served through one interface, and its
+cache outcome noted once."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import app as app_module
+from chalicelib.inference.pipeline import Predictor
+from chalicelib.inference.serving import HandledModel
+from chalicelib.registry.specs import Pipeline
+from tests import imagefactory
+from tests.functional.conftest import AnsweringApp
+
+
+def test_every_model_is_served_through_the_same_interface(answering_app: AnsweringApp) -> None:
+    services = app_module.services
+    kinds = {model.pipeline: type(services.pipeline_for(model))
+             for model in services.registry.models.values()}
+    assert kinds[Pipeline.IMAGE_CLASSIFICATION] is Predictor
+    assert {kinds[p] for p in (Pipeline.TENSOR, Pipeline.SAGEMAKER_TFS, Pipeline.CORTEX)} == {
+        HandledModel}
+
+
+@pytest.mark.parametrize(("path", "body", "headers", "status"), [
+    ("/predict", imagefactory.jpeg(64, 48), {"Content-Type": "image/jpeg"}, 200),
+    ("/predict", b"not an image", {"Content-Type": "image/jpeg"}, 400),
+    ("/models/iris/predict", b'{"instances": [["a", "b"]]}',
+     {"Content-Type": "application/json"}, 400),
+])
+def test_the_cache_outcome_is_noted_once_per_request(
+        answering_app: AnsweringApp, monkeypatch: pytest.MonkeyPatch, path: str, body: bytes,
+        headers: dict[str, str], status: int) -> None:
+    noted: list[Any] = []
+    original = app_module._note_cache
+    monkeypatch.setattr(app_module, "_note_cache",
+                        lambda cache, timer: (noted.append(cache), original(cache, timer)))
+    response = answering_app.client.http.post(path, body=body, headers=headers)
+    assert response.status_code == status
+    assert len(noted) == 1
