@@ -22,7 +22,7 @@ from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, Mo
 from chalicelib.core.errors import HandlerError, UnsupportedMediaTypeError
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
-from chalicelib.inference import predictions, tensors
+from chalicelib.inference import predictions, tensors, tfsrest
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.userfiles.failures import HANDLER_FAILED, bound_json_depth, request_scope
@@ -156,13 +156,13 @@ class ModelServer:
     def _tensor(self, model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
                 served: Served, request_id: str) -> Answer:
         arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
-        result = invoke(tensors.tfs_request(arrays, model.signature), MediaType.JSON,
+        result = invoke(tfsrest.tfs_request(arrays, model.signature), MediaType.JSON,
                         MediaType.JSON)
-        outputs = tensors.tfs_outputs(result.body, model.signature)
+        outputs = tfsrest.tfs_outputs(result.body, model.signature)
         names = [spec.name for spec in model.signature.outputs] or ["predictions"]
         document: dict[str, Any] = {
             "model": model.name,
-            "outputs": {name: tensors.to_json(array) for name, array in zip(names, outputs,
+            "outputs": {name: tfsrest.to_json(array) for name, array in zip(names, outputs,
                                                                             strict=False)}}
         labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
         if labelled is not None:

@@ -1,60 +1,42 @@
-"""Requests as tensors: a body read against a model's signature, and TF Serving's REST bodies.
+"""Requests as tensors: a body read against a model's signature.
 
 The most common failure in front of an endpoint is a request that does not match the model's
 signature: a string where float32 is needed, ``[1, 2, 3, 4]`` where ``(batch, 4)`` is. This
 module reads what clients send (``{"instances": [...]}`` rows, ``{"inputs": {...}}`` columns,
-a bare list, ``{"<input name>": ...}``, CSV rows, ``.npy``), coerces it to the declared dtype
-and shape where the intent is unambiguous (numbers sent as strings, one row for a ``(-1, N)``
-input, a missing batch axis), and refuses anything else with a
-:class:`~chalicelib.core.errors.SignatureMismatchError` naming the input, what was expected and what
-arrived. The endpoint then gets TF Serving's REST body and its answer is read back per output.
+a bare list, ``{"<input name>": ...}``, CSV rows, ``.npy``);
+:mod:`~chalicelib.inference.coercion` coerces it to the declared dtype and shape where the
+intent is unambiguous and refuses anything else with a
+:class:`~chalicelib.core.errors.SignatureMismatchError` naming the input, what was expected and
+what arrived. The endpoint then gets TF Serving's REST body
+(:mod:`~chalicelib.inference.tfsrest`) and its answer is read back per output.
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from chalicelib.core.errors import (
-    InvalidEndpointResponseError,
-    InvalidJSONError,
     SignatureMismatchError,
     UnsupportedMediaTypeError,
 )
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
-from chalicelib.registry.specs import DType, Signature, TensorSpec
+from chalicelib.inference.coercion import (
+    SHOWN,
+    check_batch,
+    coerce,
+    describe_value,
+    json_in_a_string,
+)
+from chalicelib.registry.specs import Signature, TensorSpec
 
-MAX_INSTANCES = 1024
-"""Rows one request may carry (the emulator's TF Serving bound is the same)."""
-MAX_ELEMENTS = 4_000_000
-"""Values one input may carry, whatever its shape."""
 NPY = "application/x-npy"
 READABLE_TYPES = (MediaType.JSON, MediaType.JSONLINES, MediaType.CSV, NPY)
-_NUMPY_TYPES: dict[DType, Any] = {
-    DType.FLOAT16: np.float16, DType.FLOAT32: np.float32, DType.FLOAT64: np.float64,
-    DType.INT8: np.int8, DType.INT16: np.int16, DType.INT32: np.int32, DType.INT64: np.int64,
-    DType.UINT8: np.uint8, DType.BOOL: np.bool_, DType.STRING: np.object_,
-}
-_INTEGER = (DType.INT8, DType.INT16, DType.INT32, DType.INT64, DType.UINT8)
-_NUMBER = re.compile(r"[ \t]*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*")
-"""A number sent as text, as JSON and CSV write one: ASCII digits, an optional sign, point and
-exponent, spaces or tabs around (``5.1, 3.5`` in CSV). Not what Python's ``float()`` also takes
-(``1_000``, ``nan``, ``inf``, full-width digits, other whitespace)."""
-_ARRAY_KINDS = {DType.BOOL: "biu"}
-"""The numpy dtype kinds an array may have for an input of this dtype (the others: ``iuf``,
-numbers only). Booleans feed only bool inputs, as JSON ``true`` does; datetimes, complex
-numbers, records and bytes feed nothing. Strings and objects are read value by value."""
-SHOWN = 40
-"""Characters of a client's value quoted back in a message."""
-_MAX_INT_DIGITS = 40
-"""Digits of an integer sent as text read exactly (more are beyond every integer dtype)."""
 _ENVELOPES = ("instances", "inputs", "signature_name")
 
 
@@ -87,7 +69,7 @@ def _load(body: bytes, kind: str) -> Any:
     if kind == MediaType.JSON:
         return load_json(body)
     lines = [line for line in body.splitlines() if line.strip()]
-    _check_batch(len(lines), "The body's JSON lines")  # before parsing them: bounded work
+    check_batch(len(lines), "The body's JSON lines")  # before parsing them: bounded work
     return {"instances": [load_json(line) for line in lines]}
 
 
@@ -97,7 +79,7 @@ def _from_json(document: Any, signature: Signature) -> dict[str, Any]:
         return {_only_input(signature, "a bare list").name: document}
     if not isinstance(document, dict):
         raise SignatureMismatchError(
-            f"The body must be a JSON object or list, not {_describe(document)}.")
+            f"The body must be a JSON object or list, not {describe_value(document)}.")
     if "instances" in document or "inputs" in document:
         extra = sorted(set(document) - set(_ENVELOPES))
         if extra or ("instances" in document and "inputs" in document):
@@ -113,10 +95,10 @@ def _from_json(document: Any, signature: Signature) -> dict[str, Any]:
 def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
     """TF Serving's row format: each instance the single input's value, or an object."""
     if isinstance(instances, str):  # a JSON-encoded list sent as a string, a classic mistake
-        instances = _json_in_a_string(instances, '"instances"')
+        instances = json_in_a_string(instances, '"instances"')
     if not isinstance(instances, list) or not instances:
         raise SignatureMismatchError(
-            f'"instances" must be a non-empty list of rows, not {_describe(instances)}.')
+            f'"instances" must be a non-empty list of rows, not {describe_value(instances)}.')
     if len(signature.inputs) == 1 and not all(isinstance(row, dict) for row in instances):
         return {signature.inputs[0].name: instances}
     if not all(isinstance(row, dict) for row in instances):
@@ -173,7 +155,7 @@ def _csv_rows(body: bytes, name: str) -> list[list[str]]:
         for row in csv.reader(io.StringIO(text)):
             if row:
                 rows.append(row)
-                _check_batch(len(rows), f"input {name!r}: the CSV body")  # stop reading
+                check_batch(len(rows), f"input {name!r}: the CSV body")  # stop reading
     except csv.Error as error:  # a field over the csv module's limit, a stray quote, ...
         raise SignatureMismatchError(
             f"input {name!r}: the CSV body is not valid CSV: {str(error)[:SHOWN * 2]}.") \
@@ -227,322 +209,3 @@ def _npy_header(body: bytes) -> None:
         raise SignatureMismatchError(
             f"the .npy header announces {expected} bytes of data; {len(body) - stream.tell()} "
             "follow.")
-
-
-def _json_in_a_string(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise SignatureMismatchError(
-            f"{where} is a string that is not JSON; send the list itself.") from None
-
-
-def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
-    """``value`` as an array of ``spec``'s dtype and shape.
-
-    Accepted beyond an exact match: numbers sent as strings (as JSON or CSV writes them), a
-    JSON list sent as a string, a single sample without the batch axis
-    (``[5.1, 3.5, 1.4, 0.2]`` for ``(-1, 4)``). Every body shape and every handler's return
-    comes through here: the batch bound and the value checks (after the cast to the dtype)
-    hold for all of them.
-
-    Raises:
-        SignatureMismatchError: "input 'features': expected float32 of shape (-1, 4), got a
-            list of 3 numbers"; more than :data:`MAX_INSTANCES` rows; a value that is not a
-            finite number, not whole for an integer input, or beyond the dtype's range; an
-            array of a dtype kind that is not numbers.
-    """
-    def mismatch(got: str) -> SignatureMismatchError:
-        return SignatureMismatchError(
-            f"input {spec.name!r}: expected {spec.describe()}, got {got}",
-            details={"input": spec.name, "expected": {"dtype": str(spec.dtype),
-                                                      "shape": list(spec.shape)}})
-
-    if isinstance(value, str) and spec.dtype != DType.STRING and value.lstrip()[:1] in "[{":
-        value = _json_in_a_string(value, f"input {spec.name!r}")
-    array = _as_array(value, spec, mismatch)
-    if array.ndim == len(spec.shape) - 1 and spec.shape[0] == -1:
-        array = array[np.newaxis, ...]  # one sample, without the batch axis
-    if array.ndim != len(spec.shape) or any(
-            want not in (-1, have) for want, have in zip(spec.shape, array.shape, strict=True)):
-        raise mismatch(_describe(value if not isinstance(value, np.ndarray) else array))
-    if array.shape[0] == 0:
-        raise mismatch("an empty batch")
-    if array.shape[0] > MAX_INSTANCES:  # every body shape and every handler's return
-        raise mismatch(f"{array.shape[0]} rows (at most {MAX_INSTANCES} a request)")
-    return _typed(array, spec, value, mismatch)  # after the shape: no work on what is refused
-
-
-def _check_batch(rows: int, what: str) -> None:
-    """Stop a parser that has read more rows than a request may carry (coerce checks the
-    batch of every input; this bounds the work before it)."""
-    if rows > MAX_INSTANCES:
-        raise SignatureMismatchError(
-            f"{what} has more than {MAX_INSTANCES} rows; at most {MAX_INSTANCES} a request.")
-
-
-def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        array = value
-    else:
-        size = _count(value)
-        if size > MAX_ELEMENTS:
-            raise mismatch(f"{size} values (at most {MAX_ELEMENTS})")
-        try:
-            array = np.array(value, dtype=object)
-        except ValueError:
-            raise mismatch(_describe(value)) from None
-        if array.dtype == object and array.ndim and any(
-                isinstance(item, list) for item in array.reshape(-1)):
-            raise mismatch(_describe(value))  # ragged rows
-    return array
-
-
-def _typed(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
-    if spec.dtype == DType.STRING:
-        if not all(isinstance(item, str) for item in array.reshape(-1)):
-            raise mismatch(_describe(value))
-        return array.astype(object)
-    return _numbers(array, spec, value, mismatch)
-
-
-def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
-    array = _numeric_source(array, spec, mismatch)
-    flat = array.reshape(-1)
-    if array.dtype == object:  # Python ints stay ints: 2**53 + 1 for int64 is not 2**53
-        try:
-            flat = np.array([_number(item, spec.dtype) for item in flat], dtype=object)
-        except _NotANumber as bad:
-            raise mismatch(f"{_describe(value)} holding {bad.shown}, which is not a "
-                           "number") from None
-    numbers = np.array([_float(item) for item in flat], dtype=np.float64) \
-        if flat.dtype == object else flat.astype(np.float64)
-    if not np.all(np.isfinite(numbers)):
-        raise mismatch(f"{_shown(numbers[~np.isfinite(numbers)][0])}, which is not a finite "
-                       "number")
-    fraction = numbers != np.round(numbers)
-    if (spec.dtype in _INTEGER or spec.dtype == DType.BOOL) and np.any(fraction):
-        raise mismatch(f"{_shown(numbers[fraction][0])}, a number that is not whole")
-    if spec.dtype in _INTEGER and flat.dtype.kind in "iuO":
-        return _integers(flat, spec, mismatch).reshape(array.shape)
-    return _cast(numbers, spec, mismatch).reshape(array.shape)
-
-
-def _integers(flat: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
-    """Whole numbers (Python ints and whole floats, or an integer array) in an integer dtype,
-    compared with its range exactly, not through float64."""
-    info = np.iinfo(_NUMPY_TYPES[spec.dtype])
-    for extreme in (flat.min(), flat.max()) if flat.size else ():
-        if not info.min <= extreme <= info.max:
-            raise mismatch(f"{_shown(extreme)}, outside {spec.dtype}'s range ({info.min} to "
-                           f"{info.max})")
-    return flat.astype(info.dtype)
-
-
-def _cast(numbers: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
-    """``numbers`` (finite float64) in the input's dtype, refusing a value the cast changed
-    beyond rounding: one beyond float16/32's range became infinite, one beyond an integer
-    type's range wrapped, a bool input's 2 became 1."""
-    target = np.dtype(_NUMPY_TYPES[spec.dtype])
-    with np.errstate(over="ignore", invalid="ignore"):
-        cast = numbers.astype(target)
-        changed = ~np.isfinite(cast) if target.kind == "f" else cast.astype(np.float64) != numbers
-    if np.any(changed):
-        limits = (f" (±{np.finfo(target).max!s})" if target.kind == "f" else
-                  "" if target.kind == "b" else
-                  f" ({np.iinfo(target).min} to {np.iinfo(target).max})")
-        raise mismatch(f"{_shown(numbers[changed][0])}, outside {spec.dtype}'s range{limits}")
-    return cast
-
-
-def _numeric_source(array: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
-    """An array (an .npy body, a handler's return) whose dtype kind can feed the input: strings
-    and objects as objects (read value by value, as JSON is)."""
-    if array.dtype.kind in "OU":
-        return array.astype(object)
-    if array.dtype.kind not in _ARRAY_KINDS.get(spec.dtype, "iuf"):
-        raise mismatch(f"an array of {str(array.dtype)[:SHOWN]}: "
-                       f"{'true/false' if array.dtype.kind == 'b' else 'not numbers'}")
-    return array
-
-
-class _NotANumber(ValueError):
-    """A value that is not a number, with how it is quoted back (bounded)."""
-
-    def __init__(self, item: Any) -> None:
-        super().__init__()
-        self.shown = _shown(item)
-
-
-def _number(item: Any, dtype: DType) -> int | float:
-    """One value as a Python int or float: a number, or a string that looks like one
-    (:data:`_NUMBER`; digits alone read as an int, exactly)."""
-    if isinstance(item, (bool, np.bool_)):
-        if dtype == DType.BOOL:
-            return int(item)
-        raise _NotANumber(bool(item))
-    if isinstance(item, (int, np.integer)):
-        return int(item)
-    if isinstance(item, (float, np.floating)):
-        return float(item)
-    if isinstance(item, str) and _NUMBER.fullmatch(item):  # "5.1" -> 5.1: numbers as strings
-        text = item.strip(" \t")
-        if len(text) <= _MAX_INT_DIGITS and text.lstrip("+-").isdigit():
-            return int(text)
-        return float(text)  # a longer integer reads as a float: beyond every integer range
-    raise _NotANumber(item)
-
-
-def _float(item: int | float) -> float:
-    try:
-        return float(item)
-    except OverflowError:  # a Python int beyond float64: beyond every dtype's range
-        return math.inf if item > 0 else -math.inf
-
-
-def _shown(item: Any) -> str:
-    """A client's value quoted back, at most :data:`SHOWN` characters of it."""
-    if isinstance(item, (float, np.floating)):
-        return repr(float(item))
-    if isinstance(item, (int, np.integer)) and not isinstance(item, bool) \
-            and abs(int(item)) < 10**SHOWN:
-        return str(int(item))
-    if isinstance(item, str):
-        return repr(item[:SHOWN]) + ("..." if len(item) > SHOWN else "")
-    return _describe(item)
-
-
-def _count(value: Any, limit: int = MAX_ELEMENTS + 1) -> int:
-    """How many leaves a nested list holds (stopping past ``limit``)."""
-    if not isinstance(value, list):
-        return 1
-    total = 0
-    for item in value:
-        total += _count(item, limit - total)
-        if total >= limit:
-            break
-    return total
-
-
-def _describe(value: Any) -> str:
-    """What arrived, in a few words: "a list of 3 numbers", "a string", "2 rows of 3"."""
-    if isinstance(value, np.ndarray):
-        return f"an array of shape {tuple(value.shape)[:8]} ({str(value.dtype)[:SHOWN]})"
-    if isinstance(value, list):
-        return _describe_list(value)
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {str: "a string", int: "a number", float: "a number", dict: "an object",
-             type(None): "null"}
-    return names.get(type(value), "a " + type(value).__name__)
-
-
-def _describe_list(value: list[Any]) -> str:
-    if not value:
-        return "an empty list"
-    if all(isinstance(item, list) for item in value):
-        lengths = sorted({len(item) for item in value})
-        rows = f"{len(value)} row{'s' if len(value) > 1 else ''}"
-        if len(lengths) == 1:
-            return f"{rows} of {lengths[0]}"
-        return f"{rows} of different lengths ({lengths[0]} to {lengths[-1]})"
-    kinds = {_describe(item).split(" ", 1)[-1] for item in value}
-    if len(kinds) == 1 and kinds <= {"number", "string"}:
-        return f"a list of {len(value)} {kinds.pop()}s"
-    return f"a list of {len(value)} mixed values"
-
-
-# --- TF Serving's REST bodies ------------------------------------------------------------
-
-
-def _json_values(array: np.ndarray) -> Any:
-    """An array as JSON values; float32 and float16 as their shortest decimal (5.1, not
-    5.099999904632568: the same number once the server reads it back as float32)."""
-    if array.dtype in (np.float32, np.float16):
-        return array.astype(str).astype(np.float64).tolist()
-    return array.tolist()
-
-
-def tfs_request(arrays: Mapping[str, np.ndarray], signature: Signature) -> bytes:
-    """TF Serving's row-format predict body for ``arrays`` (one per declared input)."""
-    if len(signature.inputs) == 1:
-        instances: list[Any] = _json_values(arrays[signature.inputs[0].name])
-    else:
-        batch = {len(array) for array in arrays.values()}
-        if len(batch) != 1:
-            raise SignatureMismatchError(
-                "The inputs have different batch sizes: "
-                + ", ".join(f"{name} {len(array)}" for name, array in arrays.items()))
-        columns = {spec.name: _json_values(arrays[spec.name]) for spec in signature.inputs}
-        instances = [{name: column[index] for name, column in columns.items()}
-                     for index in range(batch.pop())]
-    return json.dumps({"signature_name": "serving_default", "instances": instances},
-                      separators=(",", ":")).encode()
-
-
-def tfs_outputs(body: bytes, signature: Signature) -> list[np.ndarray]:
-    """An endpoint's TF Serving answer as one array per output, in the signature's order,
-    each with the batch axis (what onnxruntime's ``session.run()`` returns).
-
-    A model declaring no outputs gives one array, the predictions as they came.
-
-    Raises:
-        InvalidEndpointResponseError: not TF Serving's answer, or not the declared outputs.
-    """
-    try:
-        document = json.loads(body)
-    except ValueError:
-        raise InvalidEndpointResponseError("The endpoint's answer is not JSON.") from None
-    names = [spec.name for spec in signature.outputs]
-    if isinstance(document, dict) and "predictions" in document:
-        rows = document["predictions"]
-        if not isinstance(rows, list):
-            raise InvalidEndpointResponseError('"predictions" is not a list.')
-        if len(names) > 1:
-            try:
-                return [np.array([row[name] for row in rows]) for name in names]
-            except (KeyError, TypeError, ValueError):
-                raise InvalidEndpointResponseError(
-                    f"The endpoint's predictions lack the outputs {', '.join(names)}.") from None
-        return [_array(rows)]
-    if isinstance(document, dict) and "outputs" in document:
-        outputs = document["outputs"]
-        if isinstance(outputs, dict):
-            try:
-                return [_array(outputs[name]) for name in names] if names else \
-                    [_array(value) for value in outputs.values()]
-            except KeyError as missing:
-                raise InvalidEndpointResponseError(
-                    f"The endpoint's outputs lack {missing}.") from None
-        return [_array(outputs)]
-    raise InvalidEndpointResponseError(
-        'The endpoint did not answer TF Serving\'s {"predictions": ...} or {"outputs": ...}.')
-
-
-def _array(value: Any) -> np.ndarray:
-    try:
-        array = np.array(value)
-    except ValueError:
-        raise InvalidEndpointResponseError("The endpoint's outputs are ragged.") from None
-    if array.dtype.kind in "fc" and not np.all(np.isfinite(array)):
-        raise InvalidEndpointResponseError("The endpoint's outputs hold non-finite values.")
-    return array
-
-
-def to_json(value: Any) -> Any:
-    """Numpy arrays and scalars (as handlers return them) as plain JSON values."""
-    if isinstance(value, np.ndarray):
-        return to_json(value.tolist())
-    if isinstance(value, np.generic):
-        return to_json(value.item())
-    if isinstance(value, dict):
-        return {str(key): to_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-__all__ = ["MAX_INSTANCES", "NPY", "InvalidJSONError", "coerce", "read_tensors",
-           "tfs_outputs", "tfs_request", "to_json"]
