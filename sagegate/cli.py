@@ -31,6 +31,8 @@ COMMANDS: dict[str, Command] = {
                         "Develop"),
     "capture": Command("sagegate.captures", "read data capture records (directory, file or "
                        "s3://) as JSON Lines or CSV", "Develop"),
+    "monitor": Command("sagegate.monitor.cli", "Model Monitor's data quality baseline and "
+                       "checks of captured traffic (local or s3://)", "Develop"),
     "browser": Command("sagegate.browser", "find the Chromium the web page's tests drive, "
                        "installing one if there is none (make test runs it)", "Develop"),
     "predict": Command("sagegate.predict_cli", "classify image files and directories, "

@@ -1,0 +1,68 @@
+"""A baseline and a check, from rows to the documents Model Monitor writes.
+
+The callers read the inputs (files, S3 objects) and write the outputs; this module only turns
+rows into ``statistics.json``, ``constraints.json``, ``constraint_violations.json`` and the
+report, so the command line and the scheduled function produce the same files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chalicelib.monitor import checks, constraints, report
+from chalicelib.monitor.statistics import DatasetStatistics
+
+STATISTICS, CONSTRAINTS, VIOLATIONS, REPORT = (
+    "statistics.json", "constraints.json", "constraint_violations.json", "report.html")
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """A check's outputs: file name to content, and the evaluation behind them."""
+
+    files: dict[str, str]
+    evaluation: checks.Evaluation
+    statistics: dict[str, Any]
+
+    @property
+    def violation_count(self) -> int:
+        """How many violations the window has."""
+        return len(self.evaluation.violations["violations"])
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """A document as the files hold it (indented JSON; NaN and infinity are not JSON)."""
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+def baseline(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``statistics.json`` and the ``constraints.json`` it suggests."""
+    statistics = DatasetStatistics().add_all(rows).to_json()
+    return {STATISTICS: dumps(statistics),
+            CONSTRAINTS: dumps(constraints.suggest(statistics))}
+
+
+def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, Any],
+          baseline_constraints: Mapping[str, Any], title: str,
+          window: tuple[datetime.datetime, datetime.datetime] | None = None,
+          with_report: bool = True) -> CheckResult:
+    """The window's statistics, its violations and (``with_report``) the report.
+
+    Args:
+        rows: the window's rows (after preprocessing).
+        baseline_statistics: the baseline's ``statistics.json``.
+        baseline_constraints: ``constraints.json``, as the user may have edited it.
+        title: what the report says was checked.
+        window: the window's bounds, for the report.
+        with_report: render ``report.html`` too.
+    """
+    statistics = DatasetStatistics().add_all(rows).to_json()
+    evaluation = checks.evaluate(baseline_statistics, baseline_constraints, statistics)
+    files = {STATISTICS: dumps(statistics), VIOLATIONS: dumps(evaluation.violations)}
+    if with_report:
+        files[REPORT] = report.render(evaluation, title, window,
+                                      statistics["dataset"]["item_count"])
+    return CheckResult(files, evaluation, statistics)

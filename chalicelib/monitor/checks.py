@@ -1,0 +1,266 @@
+"""Every check of Model Monitor's data quality analysis, over two ``statistics.json`` documents.
+
+``evaluate(baseline, constraints, window)`` compares a window's statistics with the baseline's
+under ``constraints.json`` and returns the ``constraint_violations.json`` document and, per
+feature, what the report draws. The checks and the wording of their descriptions follow the
+analyzer's:
+
+- ``data_type_check``: the fraction of a window's values that have the baseline's type
+  (Integral: integers; Fractional: any number; String: anything) is below
+  ``datatype_check_threshold``.
+- ``completeness_check``: the window's fraction of present values is below the feature's
+  ``completeness``.
+- ``baseline_drift_check``: numeric features, the L-infinity distance between the two KLL
+  distributions is above ``comparison_threshold`` ("Simple"); "Robust" flags only when, as
+  well, a two-sample Kolmogorov-Smirnov test on the two sketches' sizes rejects "same
+  distribution" at 5 % (so a small window's sampling noise is not drift). String features: the
+  L-infinity distance of the categorical frequencies against
+  ``categorical_comparison_threshold`` ("LInfinity"), or a chi-squared test whose p-value is
+  below it ("ChiSquared").
+- ``missing_column_check`` / ``extra_column_check``: a baseline feature absent from the
+  window, a window feature absent from the baseline.
+- ``categorical_values_check``: the fraction of a String feature's values inside its
+  ``string_constraints.domains`` is below ``domain_content_threshold``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib.monitor import sketches
+from chalicelib.monitor.constraints import FeatureConfig
+
+DATA_TYPE, COMPLETENESS, DRIFT = "data_type_check", "completeness_check", "baseline_drift_check"
+MISSING, EXTRA, CATEGORICAL = "missing_column_check", "extra_column_check", \
+    "categorical_values_check"
+_EPSILON = 1e-9
+
+
+@dataclasses.dataclass
+class FeatureResult:
+    """One feature's comparison, as the report shows it."""
+
+    name: str
+    baseline: Mapping[str, Any] | None
+    window: Mapping[str, Any] | None
+    distance: float | None = None
+    threshold: float | None = None
+    method: str = ""
+    violations: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The violations document and the per-feature results, violated features first."""
+
+    violations: dict[str, Any]
+    features: list[FeatureResult]
+
+
+def evaluate(baseline: Mapping[str, Any], constraints: Mapping[str, Any],
+             window: Mapping[str, Any]) -> Evaluation:
+    """Evaluate every check.
+
+    Args:
+        baseline: the baseline's ``statistics.json``.
+        constraints: ``constraints.json`` (possibly edited by hand).
+        window: the window's ``statistics.json``.
+    """
+    base_features = {f["name"]: f for f in baseline.get("features", [])}
+    window_features = {f["name"]: f for f in window.get("features", [])}
+    items = int(window.get("dataset", {}).get("item_count", 0))
+    global_config = constraints.get("monitoring_config")
+    results: list[FeatureResult] = []
+    counts = (len(window_features), len(constraints.get("features", [])))
+    for constraint in constraints.get("features", []):
+        name = constraint["name"]
+        config = FeatureConfig(global_config, _overrides(constraint))
+        result = FeatureResult(name, base_features.get(name), window_features.get(name))
+        results.append(result)
+        if not config.evaluate:
+            continue
+        if result.window is None:
+            result.violations.append(_violation(name, MISSING, _columns("missing", counts)))
+            continue
+        _check_feature(result, constraint, config, items)
+    known = {c["name"] for c in constraints.get("features", [])}
+    for name, feature in window_features.items():
+        if name not in known:
+            result = FeatureResult(name, None, feature)
+            result.violations.append(_violation(name, EXTRA, _columns("extra", counts)))
+            results.append(result)
+    results.sort(key=lambda r: not r.violations)
+    return Evaluation({"violations": [v for r in results for v in r.violations]}, results)
+
+
+def _check_feature(result: FeatureResult, constraint: Mapping[str, Any],
+                   config: FeatureConfig, items: int) -> None:
+    window = result.window or {}
+    present = _common(window).get("num_present", 0)
+    kind = constraint.get("inferred_type", "Unknown")
+    add = result.violations.append
+    if present and kind in _MATCHERS:
+        match = _MATCHERS[kind](window) / present
+        expected = config.number("datatype_check_threshold")
+        if match < expected - _EPSILON:
+            add(_violation(result.name, DATA_TYPE,
+                           f"Data type match requirement is not met. Expected data type: "
+                           f"{kind}, Expected match: {_pct(expected)}. Observed: Only "
+                           f"{_pct(match)} of data is {kind}."))
+    completeness = constraint.get("completeness")
+    if completeness is not None and items:
+        observed = present / items
+        if observed < float(completeness) - _EPSILON:
+            add(_violation(result.name, COMPLETENESS,
+                           f"Data completeness requirement is not met. Expected completeness: "
+                           f"{_pct(float(completeness))}. Observed completeness: "
+                           f"{_pct(observed)}."))
+    domains = (constraint.get("string_constraints") or {}).get("domains")
+    if domains and present:
+        _check_domain(result, domains, config, present)
+    if config.compare and result.baseline is not None:
+        _check_drift(result, config)
+
+
+def _check_domain(result: FeatureResult, domains: list[Any], config: FeatureConfig,
+                  present: int) -> None:
+    allowed = {str(d) for d in domains}
+    counted = {str(b["value"]): float(b["count"]) for b in _categories(result.window or {})}
+    if not counted:  # a numeric window of a String feature: nothing is in the domain
+        inside = 0.0
+    else:
+        inside = sum(count for value, count in counted.items() if value in allowed)
+    match = min(inside / present, 1.0)
+    expected = config.number("domain_content_threshold")
+    if match < expected - _EPSILON:
+        result.violations.append(_violation(
+            result.name, CATEGORICAL,
+            f"Categorical value match requirement is not met. Expected match: "
+            f"{_pct(expected)}. Observed: Only {_pct(match)} of data is within the baseline "
+            f"domain."))
+
+
+def _check_drift(result: FeatureResult, config: FeatureConfig) -> None:
+    base, window = _kll(result.baseline or {}), _kll(result.window or {})
+    if base is not None and window is not None:
+        result.distance = sketches.linf_distance(base, window)
+        result.threshold = config.number("comparison_threshold")
+        result.method = config.text("comparison_method") or "Robust"
+        if result.method.lower() == "robust":
+            critical = sketches.ks_critical(base.n, window.n)
+            drifted = result.distance > max(result.threshold, critical)
+        else:
+            drifted = result.distance > result.threshold
+    else:
+        base_c, window_c = _categories(result.baseline or {}), _categories(result.window or {})
+        if not base_c or not window_c:
+            return
+        result.threshold = config.number("categorical_comparison_threshold")
+        result.method = config.text("categorical_drift_method") or "LInfinity"
+        if result.method.lower() == "chisquared":
+            result.distance = chi_squared_p_value(base_c, window_c)
+            drifted = result.distance < result.threshold
+        else:
+            result.distance = categorical_distance(base_c, window_c)
+            drifted = result.distance > result.threshold
+    if drifted:
+        word = "p-value" if result.method.lower() == "chisquared" else "distance"
+        relation = "is below" if word == "p-value" else "exceeds"
+        result.violations.append(_violation(
+            result.name, DRIFT,
+            f"Baseline drift {word}: {result.distance:.6g} {relation} threshold: "
+            f"{result.threshold:.6g}"))
+
+
+def categorical_distance(first: list[Mapping[str, Any]],
+                         second: list[Mapping[str, Any]]) -> float:
+    """The L-infinity distance between two categorical frequency distributions."""
+    p, q = _frequencies(first), _frequencies(second)
+    return max((abs(p.get(v, 0.0) - q.get(v, 0.0)) for v in set(p) | set(q)), default=0.0)
+
+
+def chi_squared_p_value(baseline: list[Mapping[str, Any]],
+                        window: list[Mapping[str, Any]]) -> float:
+    """The p-value of a chi-squared goodness-of-fit test of the window's counts against the
+    baseline's frequencies (Wilson-Hilferty's approximation of the chi-squared tail)."""
+    expected = _frequencies(baseline)
+    observed = {str(b["value"]): float(b["count"]) for b in window}
+    total = sum(observed.values())
+    floor = 0.5 / max(total, 1.0)  # a value the baseline never saw still counts
+    statistic = 0.0
+    for value in set(expected) | set(observed):
+        e = max(expected.get(value, 0.0), floor) * total
+        statistic += (observed.get(value, 0.0) - e) ** 2 / e
+    dof = max(len(set(expected) | set(observed)) - 1, 1)
+    z = ((statistic / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _frequencies(buckets: list[Mapping[str, Any]]) -> dict[str, float]:
+    total = sum(float(b["count"]) for b in buckets) or 1.0
+    return {str(b["value"]): float(b["count"]) / total for b in buckets}
+
+
+def _common(feature: Mapping[str, Any]) -> Mapping[str, Any]:
+    stats = feature.get("numerical_statistics") or feature.get("string_statistics") or {}
+    common: Mapping[str, Any] = stats.get("common", {})
+    return common
+
+
+def _kll(feature: Mapping[str, Any]) -> sketches.WeightedCdf | None:
+    kll = (feature.get("numerical_statistics") or {}).get("distribution", {}).get("kll")
+    if not kll or "sketch" not in kll:
+        return None
+    return sketches.WeightedCdf(kll["sketch"].get("data", []))
+
+
+def _categories(feature: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    stats = feature.get("string_statistics") or {}
+    buckets: list[Mapping[str, Any]] = stats.get("distribution", {}).get(
+        "categorical", {}).get("buckets", [])
+    return buckets
+
+
+def _integral_count(feature: Mapping[str, Any]) -> float:
+    return float(_common(feature).get("num_present", 0)) \
+        if feature.get("inferred_type") == "Integral" else float(_type_counts(feature)[0])
+
+
+def _numeric_count(feature: Mapping[str, Any]) -> float:
+    if feature.get("inferred_type") in ("Integral", "Fractional"):
+        return float(_common(feature).get("num_present", 0))
+    return float(_type_counts(feature)[1])
+
+
+def _type_counts(feature: Mapping[str, Any]) -> tuple[int, int]:
+    """(integers, numbers) among a feature's values, as sagegate records them."""
+    counts = feature.get("sagegate_type_counts") or {}
+    integral = int(counts.get("Integral", 0))
+    return integral, integral + int(counts.get("Fractional", 0))
+
+
+_MATCHERS = {"Integral": _integral_count, "Fractional": _numeric_count,
+             "String": lambda feature: float(_common(feature).get("num_present", 0))}
+
+
+def _overrides(constraint: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    # the guide spells it monitoringConfigOverrides; the SDK's Constraints.set_monitoring
+    # writes monitoring_config_overrides: both are honoured, the guide's spelling last
+    snake = constraint.get("monitoring_config_overrides") or {}
+    camel = constraint.get("monitoringConfigOverrides") or {}
+    return {**snake, **camel} or None
+
+
+def _violation(name: str, check: str, description: str) -> dict[str, str]:
+    return {"feature_name": name, "constraint_check_type": check, "description": description}
+
+
+def _columns(which: str, counts: tuple[int, int]) -> str:
+    return (f"There are {which} columns in current dataset. Number of columns in current "
+            f"dataset: {counts[0]}, Number of columns in baseline constraints: {counts[1]}")
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"

@@ -1,0 +1,159 @@
+"""A dataset's statistics in Model Monitor's ``statistics.json`` schema, built from rows.
+
+Rows (flat dicts of feature name to value) are buffered a chunk at a time, then each feature's
+values go to its :class:`~chalicelib.monitor.features.FeatureStats` in bulk. Memory is the
+chunk plus a few sketches per feature, whatever the number of rows. Two statistics merge
+(:meth:`DatasetStatistics.merge`) and round-trip through :meth:`to_state`/:meth:`from_state`,
+so hours computed apart make a day.
+"""
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chalicelib.monitor import sketches
+from chalicelib.monitor.features import STRING, UNKNOWN, FeatureStats, Moments
+from chalicelib.monitor.sketches import frequent_strings_sketch, hll_sketch, kll_doubles_sketch
+
+CHUNK_ROWS = 4096
+STATE_VERSION = 1
+
+
+class DatasetStatistics:
+    """The statistics of every feature seen, in first-seen order.
+
+    Args:
+        chunk_rows: rows buffered before the features are updated in bulk.
+    """
+
+    def __init__(self, chunk_rows: int = CHUNK_ROWS) -> None:
+        self.item_count = 0
+        self.features: dict[str, FeatureStats] = {}
+        self._chunk_rows = chunk_rows
+        self._buffer: dict[str, list[Any]] = {}
+        self._buffered = 0
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Add one row (a feature absent from it counts as missing)."""
+        buffer = self._buffer
+        for name, value in row.items():
+            values = buffer.get(name)
+            if values is None:
+                values = buffer[name] = []
+                if name not in self.features:  # a preprocessor may key its row by int
+                    self.features[name] = FeatureStats(str(name))
+            values.append(value)
+        self._buffered += 1
+        if self._buffered >= self._chunk_rows:
+            self.flush()
+
+    def add_all(self, rows: Iterable[Mapping[str, Any]]) -> DatasetStatistics:
+        """Add every row, then flush; returns self."""
+        for row in rows:
+            self.add(row)
+        self.flush()
+        return self
+
+    def flush(self) -> None:
+        """Update the features with the buffered rows."""
+        for name, values in self._buffer.items():
+            self.features[name].add(values)
+        self.item_count += self._buffered
+        self._buffer, self._buffered = {}, 0
+
+    def merge(self, other: DatasetStatistics) -> None:
+        """Fold another window's statistics into these (both flushed first)."""
+        self.flush()
+        other.flush()
+        self.item_count += other.item_count
+        for name, feature in other.features.items():
+            mine = self.features.get(name)
+            if mine is None:
+                self.features[name] = mine = FeatureStats(name)
+            mine.merge(feature)
+
+    def to_json(self) -> dict[str, Any]:
+        """``statistics.json``."""
+        self.flush()
+        return {"version": 0, "dataset": {"item_count": self.item_count},
+                "features": [feature_json(f, self.item_count) for f in self.features.values()]}
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything needed to merge these statistics later (sketches serialized)."""
+        self.flush()
+        return {"version": STATE_VERSION, "item_count": self.item_count,
+                "features": [_feature_state(f) for f in self.features.values()]}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> DatasetStatistics:
+        """The statistics :meth:`to_state` saved."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown monitor state version {state.get('version')!r}")
+        stats = cls()
+        stats.item_count = int(state["item_count"])
+        for saved in state["features"]:
+            feature = _feature_from_state(saved)
+            stats.features[feature.name] = feature
+        return stats
+
+
+def feature_json(feature: FeatureStats, item_count: int) -> dict[str, Any]:
+    """One entry of ``statistics.json``'s ``features``."""
+    common = {"num_present": feature.present, "num_missing": item_count - feature.present}
+    kind = feature.inferred_type
+    entry: dict[str, Any] = {"name": feature.name, "inferred_type": kind}
+    if sum(1 for count in (feature.integral, feature.fractional, feature.strings) if count) > 1:
+        # a custom statistic (the schema's provision for them): how many values had each type
+        # (the data type check of a baseline Integral or Fractional feature needs it)
+        entry["sagegate_type_counts"] = {"Integral": feature.integral,
+                                         "Fractional": feature.fractional,
+                                         "String": feature.strings}
+    if kind == STRING:
+        entry["string_statistics"] = {
+            "common": common, "distinct_count": feature.distinct_count(),
+            "distribution": {"categorical": {"buckets": feature.categorical_buckets()}}}
+    elif kind == UNKNOWN:
+        entry["string_statistics"] = {"common": common, "distinct_count": 0}
+    else:
+        entry["numerical_statistics"] = _numerical(feature, common)
+    return entry
+
+
+def _numerical(feature: FeatureStats, common: dict[str, int]) -> dict[str, Any]:
+    moments = feature.moments
+    sketch = sketches.sketch_json(feature.kll)
+    cdf = sketches.WeightedCdf(sketch["data"])
+    return {"common": common, "mean": moments.mean, "sum": moments.sum,
+            "std_dev": moments.std_dev, "min": moments.min, "max": moments.max,
+            "distribution": {"kll": {
+                "buckets": sketches.buckets(cdf, moments.min, moments.max),
+                "sketch": sketch}}}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _feature_state(feature: FeatureStats) -> dict[str, Any]:
+    m = feature.moments
+    return {"name": feature.name, "present": feature.present, "integral": feature.integral,
+            "fractional": feature.fractional, "strings": feature.strings,
+            "moments": [m.count, m.sum, m.mean, m.m2, m.min, m.max],
+            "kll": _b64(feature.kll.serialize()),
+            "frequent": _b64(feature.frequent.serialize()),
+            "distinct": _b64(feature.distinct.serialize_compact())}
+
+
+def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
+    feature = FeatureStats(str(saved["name"]))
+    feature.present, feature.integral = int(saved["present"]), int(saved["integral"])
+    feature.fractional, feature.strings = int(saved["fractional"]), int(saved["strings"])
+    moments = Moments()
+    count, moments.sum, moments.mean, moments.m2, moments.min, moments.max = saved["moments"]
+    moments.count = int(count)
+    feature.moments = moments
+    feature.kll = kll_doubles_sketch.deserialize(base64.b64decode(saved["kll"]))
+    feature.frequent = frequent_strings_sketch.deserialize(base64.b64decode(saved["frequent"]))
+    feature.distinct = hll_sketch.deserialize(base64.b64decode(saved["distinct"]))
+    return feature

@@ -1,0 +1,116 @@
+"""How fast ``sagegate monitor check`` reads a capture window, and how much memory it holds.
+
+``python -m sagegate.monitor.bench [--records 100000]`` writes a window of CSV capture records
+(four features and a score, 500 records a file, as the capture writer batches them) and a
+baseline, then times ``check`` over the window without a preprocessor and with one (the
+Developer Guide's CSV-flattening ``preprocess_handler``), each in a fresh process so that its
+peak resident memory is its own. It prints records per second and the peak memory of each.
+A benchmark, not a test: nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from sagegate.monitor import cli
+
+HOUR = datetime.datetime(2026, 11, 25, 9, tzinfo=datetime.UTC)
+WINDOW = ["--start", "2026-11-25T09:00Z", "--end", "2026-11-25T10:00Z"]
+PREPROCESSOR = '''
+def preprocess_handler(inference_record):
+    input_data = inference_record.endpoint_input.data
+    output_data = inference_record.endpoint_output.data.rstrip("\\n")
+    data = output_data + "," + input_data
+    return {str(i).zfill(20): d for i, d in enumerate(data.split(","))}
+'''
+
+
+def write_window(root: Path, records: int, per_file: int = 500) -> None:
+    """``records`` capture records of one hour under ``root/AllTraffic/yyyy/mm/dd/hh``."""
+    rng = random.Random(7)
+    folder = root / "AllTraffic" / f"{HOUR:%Y/%m/%d/%H}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    for index in range(records):
+        when = HOUR + datetime.timedelta(seconds=index * 3600 / records)
+        features = ",".join(f"{rng.gauss(m, 1):.3f}" for m in (5.8, 3.0, 3.8, 1.2))
+        record = {"captureData": {
+            "endpointInput": {"observedContentType": "text/csv", "mode": "INPUT",
+                              "data": features, "encoding": "CSV"},
+            "endpointOutput": {"observedContentType": "text/csv; charset=utf-8",
+                               "mode": "OUTPUT", "data": f"{rng.random():.4f}",
+                               "encoding": "CSV"}},
+            "eventMetadata": {"eventId": str(uuid.uuid4()),
+                              "inferenceTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              "inferenceId": f"req-{index}"},
+            "eventVersion": "0"}
+        lines.append(json.dumps(record, separators=(",", ":")))
+        if len(lines) == per_file or index == records - 1:
+            name = f"{when:%M-%S}-{when.microsecond // 1000:03d}-{uuid.uuid4()}.jsonl"
+            (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+            lines = []
+
+
+def one(folder: Path, mode: str) -> dict[str, float]:
+    """Time one check in this process: records per second and peak memory (MB)."""
+    args = ["check", str(folder / "iris"), "--baseline", str(folder / "baseline"), "-o",
+            str(folder / f"out-{mode}"), *WINDOW]
+    if mode == "preprocessor":
+        args += ["--preprocess-handler", str(folder / "preprocessor.py")]
+    started = time.perf_counter()
+    status = cli.main(args)
+    elapsed = time.perf_counter() - started
+    items = json.loads((folder / f"out-{mode}" / "statistics.json").read_text())
+    count = items["dataset"]["item_count"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"status": status, "records": count, "seconds": elapsed,
+            "records_per_second": count / elapsed, "peak_rss_mb": peak}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with ``--one MODE DIR``, one measurement of it)."""
+    parser = argparse.ArgumentParser(prog="python -m sagegate.monitor.bench",
+                                     description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--one", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(Path(args.one[1]), args.one[0])))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="monitor-bench-") as temp:
+        folder = Path(temp)
+        write_window(folder / "iris", args.records)
+        (folder / "preprocessor.py").write_text(PREPROCESSOR, encoding="utf-8")
+        write_window(folder / "base-window", 10_000)
+        for mode in ("flattened", "preprocessor"):
+            _baseline_for(folder, mode)
+            done = subprocess.run([sys.executable, "-m", "sagegate.monitor.bench", "--one",
+                                   mode, str(folder)], capture_output=True, text=True,
+                                  check=True)
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            print(f"monitor check, {figures['records']:.0f} records, {mode:<12}: "
+                  f"{figures['records_per_second']:>9,.0f} records/s "
+                  f"({figures['seconds']:.2f} s), peak RSS {figures['peak_rss_mb']:.0f} MB")
+    return 0
+
+
+def _baseline_for(folder: Path, mode: str) -> None:
+    args = ["--preprocess-handler", str(folder / "preprocessor.py")] \
+        if mode == "preprocessor" else []
+    status = cli.main(["baseline", str(folder / "base-window"), "-o", str(folder / "baseline"),
+                       *args])
+    if status:
+        raise SystemExit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""``sagegate monitor``: Model Monitor's data quality analysis, run here in seconds.
+
+``sagegate monitor baseline DATASET -o DIR`` writes ``statistics.json`` and
+``constraints.json`` of a training dataset (CSV, header detected or named, or JSON Lines) or of
+a capture folder or prefix. ``sagegate monitor check CAPTURES --baseline DIR -o DIR`` reads one
+endpoint's captures of a window (default: the last full hour), runs the record preprocessor if
+one is given, and writes ``statistics.json``, ``constraint_violations.json`` and
+``report.html``, then runs the postprocessing script. docs/MONITOR.md has the details.
+
+Exit status: 0 no violations, 3 violations found (CI and cron act on it), 2 a usage or input
+error (one line on stderr naming the file and record when a handler fails).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from chalicelib.monitor import analysis, windows
+from chalicelib.monitor.records import Preprocess, RecordError, RecordReader, Tally
+from sagegate.captured_record import CapturedData, HandlerError, HandlerFailed, Preprocessor
+from sagegate.monitor import sources
+
+EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS = 0, 2, 3
+HELP = "Model Monitor's data quality baseline and checks, on captures here or in S3"
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Declare ``monitor`` and its ``baseline``/``check`` commands on a subparsers object."""
+    monitor: argparse.ArgumentParser = subparsers.add_parser(
+        "monitor", help=HELP, description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(monitor)
+    return monitor
+
+
+def configure(monitor: argparse.ArgumentParser) -> None:
+    """Add the ``baseline`` and ``check`` subcommands to a parser."""
+    commands = monitor.add_subparsers(dest="monitor_command", metavar="<command>",
+                                      required=True)
+    baseline = commands.add_parser("baseline", help="statistics.json and constraints.json "
+                                   "of a training dataset or a capture window")
+    baseline.add_argument("dataset", metavar="DATASET", help="a CSV or JSON Lines file, or a "
+                          "capture folder or s3:// prefix")
+    baseline.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                          help="the CSV's first line is (or, --no-header, is not) a header "
+                          "(default: detected)")
+    _output(baseline, window_default="every capture file")
+    check = commands.add_parser("check", help="check a capture window against a baseline")
+    check.add_argument("captures", metavar="CAPTURES", help="one endpoint's capture folder or "
+                       "s3:// prefix (holding <variant>/yyyy/mm/dd/hh/*.jsonl)")
+    check.add_argument("--baseline", required=True, metavar="DIR",
+                       help="folder holding the baseline's statistics.json and "
+                       "constraints.json (constraints.json as you may have edited it)")
+    check.add_argument("--postprocess-handler", metavar="FILE",
+                       help="a file defining postprocess_handler(), run after the analysis")
+    check.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
+                       help="write report.html beside the JSON files (default: on)")
+    _output(check, window_default="the last full hour")
+
+
+def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
+    parser.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="folder for the output files (created)")
+    parser.add_argument("--start", metavar="ISO", help=f"window start, UTC unless a zone is "
+                        f"given (default: {window_default})")
+    parser.add_argument("--end", metavar="ISO", help="window end, exclusive")
+    parser.add_argument("--preprocess-handler", metavar="FILE",
+                        help="a Model Monitor record preprocessor (preprocess_handler), "
+                        "run unchanged on each capture record")
+    parser.add_argument("--exclude-cache-hits", action="store_true",
+                        help="leave out records of answers served from the cache")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed ``monitor`` command; returns its exit status."""
+    try:
+        if args.monitor_command == "baseline":
+            return _baseline(args)
+        return _check(args)
+    except (UsageError, sources.SourceError, windows.WindowError, RecordError,
+            HandlerError, HandlerFailed, OSError) as error:
+        print(f"sagegate monitor: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "sagegate monitor") -> int:
+    """``sagegate monitor ...`` as its own program (``python -m sagegate.monitor``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    reader = _reader(args)
+    if sources.is_capture_source(args.dataset):
+        span = windows.window(args.start, args.end) if args.start or args.end else None
+        files = sources.capture_files(args.dataset, *(span or (None, None)))
+        rows: Iterator[dict[str, Any]] = sources.capture_rows(reader, files)
+    else:
+        if args.start or args.end or args.preprocess_handler or args.exclude_cache_hits:
+            raise UsageError(f"{args.dataset}: --start, --end, --preprocess-handler and "
+                             f"--exclude-cache-hits apply to capture folders, not to a "
+                             f"dataset file")
+        rows = sources.dataset_rows(args.dataset, args.header)
+    files_out = analysis.baseline(rows)
+    if not json.loads(files_out[analysis.STATISTICS])["dataset"]["item_count"]:
+        raise UsageError(f"{args.dataset}: no rows to make a baseline of")
+    _write(Path(args.output), files_out)
+    _summary(args.output, reader.tally, files_out)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    statistics, constraints = _load_baseline(Path(args.baseline))
+    postprocess = _postprocessor(args.postprocess_handler)
+    start, end = windows.window(args.start, args.end)
+    reader = _reader(args)
+    rows = sources.capture_rows(reader, sources.capture_files(args.captures, start, end))
+    result = analysis.check(rows, statistics, constraints, title=args.captures,
+                            window=(start, end), with_report=args.report)
+    if not result.statistics["dataset"]["item_count"]:
+        print(f"note: no records in {args.captures} from {start:%Y-%m-%dT%H:%MZ} to "
+              f"{end:%Y-%m-%dT%H:%MZ} ({_tally(reader.tally)}): nothing checked, no files "
+              f"written", file=sys.stderr)
+        return EXIT_OK
+    _write(Path(args.output), result.files)
+    _summary(args.output, reader.tally, result.files)
+    if postprocess is not None:
+        postprocess()
+    for violation in result.evaluation.violations["violations"]:
+        print(f"{violation['feature_name']}: {violation['constraint_check_type']}: "
+              f"{violation['description']}")
+    return EXIT_VIOLATIONS if result.violation_count else EXIT_OK
+
+
+def _reader(args: argparse.Namespace) -> RecordReader:
+    preprocess: Preprocess | None = None
+    if args.preprocess_handler:
+        handler = Preprocessor(args.preprocess_handler)
+
+        def preprocess(record: dict[str, Any], where: str) -> dict[str, Any] | None:
+            return handler(CapturedData(record), where)
+
+    return RecordReader(preprocess, include_cache_hits=not args.exclude_cache_hits)
+
+
+def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    documents = []
+    for name in (analysis.STATISTICS, analysis.CONSTRAINTS):
+        path = folder / name
+        try:
+            documents.append(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such file (make it with sagegate monitor "
+                             f"baseline)") from None
+        except ValueError as error:
+            raise UsageError(f"{path}: not JSON ({error})") from None
+    return documents[0], documents[1]
+
+
+def _postprocessor(path: str | None) -> Callable[[], None] | None:
+    if not path:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location("postprocessor", file)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported (not a Python file?)")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the user's file: one line, no traceback
+        raise UsageError(f"{path}: importing it failed: {type(error).__name__}: "
+                         f"{error}") from None
+    handler = getattr(module, "postprocess_handler", None)
+    if not callable(handler):
+        raise UsageError(f"{path}: has no postprocess_handler()")
+
+    def postprocess() -> None:
+        try:
+            handler()
+        except Exception as error:  # the user's code: one line, no traceback
+            raise HandlerFailed(f"{file.name}: postprocess_handler failed: "
+                                f"{type(error).__name__}: {error}") from None
+
+    return postprocess
+
+
+def _write(folder: Path, files: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+def _tally(tally: Tally) -> str:
+    parts = [f"{tally.records} record(s) read", f"{tally.rows} row(s)"]
+    for label, count in (("shadow skipped", tally.shadow),
+                         ("cache hits excluded", tally.cache_hits_excluded),
+                         ("dropped by the preprocessor", tally.dropped),
+                         ("with nothing to flatten (use --preprocess-handler)", tally.empty)):
+        if count:
+            parts.append(f"{count} {label}")
+    return ", ".join(parts)
+
+
+def _summary(output: str, tally: Tally, files: dict[str, str]) -> None:
+    read = _tally(tally) if tally.records else "dataset read"
+    print(f"{read}; wrote {', '.join(sorted(files))} to {output}", file=sys.stderr)

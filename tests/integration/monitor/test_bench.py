@@ -1,0 +1,17 @@
+"""The monitor's benchmark runs end to end on a small window (its figures are not asserted)."""
+from __future__ import annotations
+
+import pytest
+
+from sagegate.monitor import bench
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+def test_the_benchmark_prints_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--records", "3000"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("monitor check")]
+    assert len(lines) == 2
+    assert "3000 records, flattened" in lines[0] and "3000 records, preprocessor" in lines[1]
+    assert all("records/s" in line and "peak RSS" in line for line in lines)

@@ -1,0 +1,124 @@
+"""Statistics: types as the analyzer infers them, exact moments, KLL levels, merging."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from chalicelib.monitor import sketches
+from chalicelib.monitor.features import FeatureStats, classify
+from chalicelib.monitor.statistics import DatasetStatistics
+
+
+def _stats(rows: list[dict[str, object]], chunk_rows: int = 64) -> dict[str, dict]:
+    document = DatasetStatistics(chunk_rows=chunk_rows).add_all(rows).to_json()
+    return {f["name"]: f for f in document["features"]}
+
+
+@pytest.mark.parametrize(("value", "kind"), [
+    ("12", "Integral"), ("-3", "Integral"), (7, "Integral"), ("3.5", "Fractional"),
+    ("1e-3", "Fractional"), (2.0, "Fractional"), ("abc", "String"), (True, "String"),
+    ("", "Unknown"), (None, "Unknown"), (float("nan"), "Unknown"), ("  ", "Unknown"),
+])
+def test_classifies_values_as_the_analyzer_types_them(value: object, kind: str) -> None:
+    assert classify(value)[0] == kind
+
+
+def test_infers_each_features_type_and_counts_missing_values() -> None:
+    rows = [{"i": str(n), "f": f"{n / 3:.3f}", "s": f"v{n % 3}", "u": ""} for n in range(100)]
+    rows += [{"i": "", "f": "2.5"}]
+    stats = _stats(rows)
+    assert [stats[n]["inferred_type"] for n in "ifsu"] == \
+        ["Integral", "Fractional", "String", "Unknown"]
+    common = stats["i"]["numerical_statistics"]["common"]
+    assert common == {"num_present": 100, "num_missing": 1}
+    assert stats["s"]["string_statistics"]["common"] == {"num_present": 100, "num_missing": 1}
+
+
+def test_one_string_makes_a_numeric_column_a_string_column() -> None:
+    stats = _stats([{"x": str(n)} for n in range(50)] + [{"x": "n/a"}])
+    assert stats["x"]["inferred_type"] == "String"
+    assert stats["x"]["sagegate_type_counts"] == {"Integral": 50, "Fractional": 0, "String": 1}
+
+
+def test_moments_are_exact_whatever_the_chunking() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.normal(10, 2, 5000)
+    for chunk in (1, 7, 4096):
+        numerical = _stats([{"x": float(v)} for v in values], chunk)["x"]["numerical_statistics"]
+        assert numerical["mean"] == pytest.approx(values.mean(), rel=1e-12)
+        assert numerical["sum"] == pytest.approx(values.sum(), rel=1e-12)
+        assert numerical["std_dev"] == pytest.approx(values.std(), rel=1e-9)
+        assert (numerical["min"], numerical["max"]) == (values.min(), values.max())
+
+
+def test_kll_levels_weigh_every_value_and_ten_buckets_count_them_all() -> None:
+    rows = [{"x": float(v)} for v in np.random.default_rng(4).uniform(0, 1, 20000)]
+    kll = _stats(rows)["x"]["numerical_statistics"]["distribution"]["kll"]
+    weights = sum(len(level) * 2 ** h for h, level in enumerate(kll["sketch"]["data"]))
+    assert weights == 20000
+    assert len(kll["sketch"]["data"]) > 1  # 20,000 values do not fit level 0 of k=2048
+    assert kll["sketch"]["parameters"]["k"] == sketches.SKETCH_K
+    assert len(kll["buckets"]) == 10
+    assert sum(b["count"] for b in kll["buckets"]) == pytest.approx(20000)
+    counts = [b["count"] for b in kll["buckets"]]
+    assert max(counts) - min(counts) < 400  # uniform: about 2,000 each
+
+
+def test_categorical_buckets_and_distinct_count() -> None:
+    rows = [{"c": "abc"[n % 3] * (1 + n % 2)} for n in range(600)]
+    strings = _stats(rows)["c"]["string_statistics"]
+    assert strings["distinct_count"] == 6
+    buckets = {b["value"]: b["count"] for b in strings["distribution"]["categorical"]["buckets"]}
+    assert buckets == {"a": 100, "aa": 100, "b": 100, "bb": 100, "c": 100, "cc": 100}
+
+
+def test_an_hour_merged_into_another_equals_the_two_hours_read_together() -> None:
+    rng = random.Random(5)
+    first = [{"x": rng.gauss(0, 1), "c": rng.choice("pq")} for _ in range(3000)]
+    second = [{"x": rng.gauss(1, 1), "c": rng.choice("pqr"), "new": 1} for _ in range(2000)]
+    merged = DatasetStatistics().add_all(first)
+    merged.merge(DatasetStatistics().add_all(second))
+    together = DatasetStatistics().add_all(first + second).to_json()
+    day = merged.to_json()
+    assert day["dataset"] == together["dataset"] == {"item_count": 5000}
+    a, b = ({f["name"]: f for f in d["features"]} for d in (day, together))
+    assert a["new"]["numerical_statistics"]["common"] == {"num_present": 2000,
+                                                          "num_missing": 3000}
+    for key in ("mean", "sum", "std_dev", "min", "max"):
+        assert a["x"]["numerical_statistics"][key] == \
+            pytest.approx(b["x"]["numerical_statistics"][key], rel=1e-9)
+    assert a["c"]["string_statistics"]["distinct_count"] == 3
+    distance = sketches.linf_distance(
+        sketches.WeightedCdf(a["x"]["numerical_statistics"]["distribution"]["kll"]["sketch"]
+                             ["data"]),
+        sketches.WeightedCdf(b["x"]["numerical_statistics"]["distribution"]["kll"]["sketch"]
+                             ["data"]))
+    assert distance < 0.01
+
+
+def test_state_round_trips_through_json_and_still_merges() -> None:
+    stats = DatasetStatistics().add_all([{"x": n, "s": f"s{n % 4}"} for n in range(1000)])
+    saved = json.loads(json.dumps(stats.to_state()))
+    restored = DatasetStatistics.from_state(saved)
+    restored.merge(DatasetStatistics().add_all([{"x": 5000}]))
+    features = {f["name"]: f for f in restored.to_json()["features"]}
+    assert restored.item_count == 1001
+    assert features["x"]["numerical_statistics"]["max"] == 5000
+    assert features["s"]["string_statistics"]["distinct_count"] == 4
+
+
+def test_memory_is_bounded_by_the_sketches_not_the_row_count() -> None:
+    feature = FeatureStats("x")
+    for start in range(0, 400_000, 4096):
+        feature.add([float(v) for v in range(start, start + 4096)])
+    assert feature.kll.n == 401_408
+    assert feature.kll.num_retained < 10 * sketches.SKETCH_K
+
+
+def test_integers_with_signs_and_blanks_are_integral_beside_fractions() -> None:
+    feature = FeatureStats("x")
+    feature.add(["1", "-2", " 3", "+4", "4.5", "1e3", "7"])
+    assert (feature.integral, feature.fractional, feature.present) == (5, 2, 7)
