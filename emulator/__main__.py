@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from emulator import ready_line
+from emulator.asyncinvoke import build_async
 from emulator.config import ConfigError, load_config
 from emulator.loader import build_runtime
 from emulator.server import EmulatorServer
@@ -25,6 +26,9 @@ ENV_CONFIG = "EMULATOR_CONFIG"
 ENV_HOST = "EMULATOR_HOST"
 ENV_PORT = "EMULATOR_PORT"
 ENV_SEED = "EMULATOR_SEED"
+ENV_S3 = "EMULATOR_S3_ENDPOINT_URL"
+ENV_SNS = "EMULATOR_SNS_ENDPOINT_URL"
+ENV_OUTBOX = "EMULATOR_ASYNC_OUTBOX"
 DEFAULT_CONFIG = Path(__file__).with_name("config.json")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -60,7 +64,18 @@ def parse_args(argv: Sequence[str] | None, environ: Mapping[str, str],
                              f"{DEFAULT_PORT})")
     parser.add_argument("--seed", type=int, default=environ.get(ENV_SEED) or None,
                         help=f"makes traffic split and random faults repeatable ({ENV_SEED})")
+    parser.add_argument("--s3-endpoint-url", default=environ.get(ENV_S3) or None,
+                        help="where asynchronous endpoints read inputs and write results "
+                             f"({ENV_S3}; default: boto3's own, e.g. AWS_ENDPOINT_URL_S3)")
+    parser.add_argument("--sns-endpoint-url", default=environ.get(ENV_SNS) or None,
+                        help="where asynchronous endpoints publish notifications "
+                             f"({ENV_SNS}; default: the S3 endpoint URL)")
+    parser.add_argument("--async-outbox", type=Path, default=environ.get(ENV_OUTBOX) or None,
+                        help="a JSON Lines file each asynchronous completion is appended to "
+                             f"({ENV_OUTBOX}; default: none)")
     args = parser.parse_args(argv)
+    if args.async_outbox is not None:
+        args.async_outbox = Path(args.async_outbox)
     args.config, args.port = Path(args.config), int(args.port)
     args.seed = None if args.seed is None else int(args.seed)
     if not 0 <= args.port <= 65535:
@@ -81,7 +96,9 @@ def _stop_on_signals(server: EmulatorServer) -> None:
 def _start(args: argparse.Namespace) -> EmulatorServer:
     config = load_config(args.config)
     runtime = build_runtime(config, args.seed)
-    return EmulatorServer((args.host, args.port), runtime)
+    service = build_async(runtime, args.s3_endpoint_url, args.sns_endpoint_url,
+                          args.async_outbox)  # fmt: skip
+    return EmulatorServer((args.host, args.port), runtime, service)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -108,6 +125,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         server.serve_forever(poll_interval=0.25)
     finally:
         server.server_close()
+        if server.asynchronous is not None:
+            server.asynchronous.stop(SHUTDOWN_GRACE_S)
         if not server.in_flight.wait_idle(SHUTDOWN_GRACE_S):
             LOG.info("requests still running after %.0f s; exiting anyway", SHUTDOWN_GRACE_S)
     LOG.info("stopped")

@@ -37,10 +37,42 @@ MODEL_KEYS = {
     TENSOR: COMMON_MODEL_KEYS | {"max_instances"},
 }  # fmt: skip
 """The keys a model of each kind may have."""
+S3_URI = re.compile(r"s3://([^/]+)/?(.*)")
+"""An S3 location: ``s3://bucket/prefix`` (the bucket, then the key or prefix)."""
+TOPIC_ARN = re.compile(r"arn:aws[a-z\-]*:sns:[a-z0-9\-]*:[0-9]{12}:[a-zA-Z0-9_.-]+")
+"""SageMaker's pattern for AsyncInferenceNotificationConfig's SuccessTopic and ErrorTopic."""
+ASYNC_MAX_INPUT_BYTES = 1024**3
+"""Asynchronous Inference's input limit (1 GB)."""
+ASYNC_DEFAULT_QUEUE = 100
+ASYNC_KEYS = frozenset({"output_path", "failure_path", "success_topic", "error_topic",
+                        "max_concurrent_invocations", "max_queued", "max_input_bytes"})
 
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """An asynchronous endpoint's ``AsyncInferenceConfig``, plus the emulator's own bounds.
+
+    Attributes:
+        output_path: ``S3OutputPath``, ``s3://bucket/prefix``.
+        failure_path: ``S3FailurePath``, or None (failures then only notify).
+        success_topic: ``SuccessTopic`` SNS ARN, or None.
+        error_topic: ``ErrorTopic`` SNS ARN, or None.
+        max_concurrent_invocations: ``MaxConcurrentInvocationsPerInstance`` (one instance).
+        max_queued: requests waiting at most; one more is throttled.
+        max_input_bytes: the largest input object read from S3 (up to 1 GB).
+    """
+
+    output_path: str
+    failure_path: str | None = None
+    success_topic: str | None = None
+    error_topic: str | None = None
+    max_concurrent_invocations: int = 1
+    max_queued: int = ASYNC_DEFAULT_QUEUE
+    max_input_bytes: int = ASYNC_MAX_INPUT_BYTES
 
 
 @dataclass(frozen=True)
@@ -83,6 +115,8 @@ class EndpointConfig:
     name: str
     variants: tuple[VariantConfig, ...]
     components: Mapping[str, VariantConfig] = field(default_factory=dict)
+    asynchronous: AsyncConfig | None = None
+    """Set for an asynchronous endpoint (served by InvokeEndpointAsync only)."""
 
     def variant(self, name: str) -> VariantConfig | None:
         """Returns the variant called ``name``, or None."""
@@ -200,7 +234,13 @@ def _endpoint(
     where = f"endpoints.{name}"
     _name(name, where)
     section = _mapping(raw, where)
-    _check_keys(section, {"variants", "inference_components"}, where)
+    _check_keys(section, {"variants", "inference_components", "async"}, where)
+    asynchronous = None
+    if "async" in section:
+        if "inference_components" in section:
+            raise ConfigError(f"{where}.async: an endpoint with inference components cannot "
+                              "be asynchronous")
+        asynchronous = _async(section["async"], f"{where}.async")
     if "inference_components" in section:
         if "variants" in section:
             raise ConfigError(f"{where}: give variants or inference_components, not both")
@@ -219,7 +259,44 @@ def _endpoint(
         raise ConfigError(f"{where}.variants: variant names must be unique, got {names}")
     if sum(variant.weight for variant in variants) <= 0:
         raise ConfigError(f"{where}.variants: at least one weight must be above 0")
-    return EndpointConfig(name, variants)
+    return EndpointConfig(name, variants, asynchronous=asynchronous)
+
+
+def _async(raw: object, where: str) -> AsyncConfig:
+    section = _mapping(raw, where)
+    _check_keys(section, set(ASYNC_KEYS), where)
+    output = _s3_uri(section.get("output_path"), f"{where}.output_path")
+    failure = section.get("failure_path")
+    topics = {key: section.get(key) for key in ("success_topic", "error_topic")}
+    for key, value in topics.items():
+        if value is not None and not TOPIC_ARN.fullmatch(_string(value, f"{where}.{key}")):
+            raise ConfigError(f"{where}.{key}: {value!r} is not an SNS topic ARN")
+    return AsyncConfig(
+        output_path=output,
+        failure_path=None if failure is None else _s3_uri(failure, f"{where}.failure_path"),
+        success_topic=topics["success_topic"],
+        error_topic=topics["error_topic"],
+        max_concurrent_invocations=_integer(section.get("max_concurrent_invocations", 1),
+                                            f"{where}.max_concurrent_invocations", 1),
+        max_queued=_integer(section.get("max_queued", ASYNC_DEFAULT_QUEUE),
+                            f"{where}.max_queued", 1),
+        max_input_bytes=_bounded(section.get("max_input_bytes", ASYNC_MAX_INPUT_BYTES),
+                                 f"{where}.max_input_bytes", ASYNC_MAX_INPUT_BYTES),
+    )  # fmt: skip
+
+
+def _s3_uri(raw: object, where: str) -> str:
+    value = _string(raw, where)
+    if not S3_URI.fullmatch(value) or len(value) > 512:
+        raise ConfigError(f"{where}: must be an s3://bucket/prefix location, got {value!r}")
+    return value.rstrip("/")
+
+
+def _bounded(raw: object, where: str, maximum: int) -> int:
+    value = _integer(raw, where, 1)
+    if value > maximum:
+        raise ConfigError(f"{where}: must be at most {maximum}, got {value}")
+    return value
 
 
 def _variant(

@@ -38,6 +38,13 @@ COMPONENT_REQUIRED = (
     "SageMaker models."
 )
 
+ASYNC_ONLY = (
+    "Endpoint {endpoint} is an asynchronous inference endpoint; invoke it with "
+    "InvokeEndpointAsync."
+)
+"""The emulator's refusal of InvokeEndpoint on an asynchronous endpoint (SageMaker's exact
+wording is not documented; the error code, ValidationError, is what it answers)."""
+
 
 @dataclass(frozen=True)
 class InvokeRequest:
@@ -69,8 +76,12 @@ class InvokeResult:
     custom_attributes: str | None
 
 
-def check_request(request: InvokeRequest) -> None:
+def check_request(request: InvokeRequest, body_limit: int = errors.MAX_BODY_BYTES) -> None:
     """Validates a request's members as the service does before routing it.
+
+    Args:
+        request: the call.
+        body_limit: the largest body (InvokeEndpoint's 6 MB; an asynchronous input's cap).
 
     Raises:
         ValidationError: naming every member that fails its constraint.
@@ -78,7 +89,7 @@ def check_request(request: InvokeRequest) -> None:
     checks = (
         _name_violations("endpointName", request.endpoint_name),
         _name_violations("targetVariant", request.target_variant),
-        _length_violation("body", None, request.body_length, errors.MAX_BODY_BYTES),
+        _length_violation("body", None, request.body_length, body_limit),
         _length_violation("contentType", request.content_type, None, HEADER_MAX),
         _length_violation("accept", request.accept, None, HEADER_MAX),
         _length_violation(
@@ -207,11 +218,16 @@ class Runtime:
         self.rng = rng if rng is not None else random.Random(config.seed)
         self.sleep = sleep
 
-    def invoke(self, request: InvokeRequest) -> InvokeResult:
-        """Answers one InvokeEndpoint call.
+    def invoke(
+        self, request: InvokeRequest, asynchronous: bool = False, body_limit: int | None = None
+    ) -> InvokeResult:
+        """Answers one InvokeEndpoint call (or runs one queued asynchronous invocation).
 
         Args:
             request: the call.
+            asynchronous: True when the asynchronous worker runs it (the endpoint must then
+                be asynchronous; a real-time call to an asynchronous endpoint is refused).
+            body_limit: the largest body (default: InvokeEndpoint's 6 MB).
 
         Returns:
             The container's 2xx answer and the variant name.
@@ -219,8 +235,10 @@ class Runtime:
         Raises:
             EmulatorError: ValidationError, ModelError or an injected service fault.
         """
-        check_request(request)
+        check_request(request, errors.MAX_BODY_BYTES if body_limit is None else body_limit)
         endpoint = self._endpoint(request.endpoint_name)
+        if endpoint.asynchronous is not None and not asynchronous:
+            raise errors.ValidationError(ASYNC_ONLY.format(endpoint=endpoint.name))
         if request.target_model is not None:
             raise errors.ValidationError(
                 f"Endpoint {endpoint.name} is not a multi-model endpoint and does not "
@@ -258,6 +276,14 @@ class Runtime:
             plan = faults.FaultPlan(latency_ms=plan.latency_ms)
         call = partial(self.containers[variant.model].invoke, body, content_type, accept)
         return faults.run_container(plan, call, self.sleep)
+
+    def endpoint(self, name: str) -> EndpointConfig:
+        """Returns the endpoint called ``name``.
+
+        Raises:
+            ValidationError: there is none (the service's "not found" message).
+        """
+        return self._endpoint(name)
 
     def _endpoint(self, name: str) -> EndpointConfig:
         endpoint = self.config.endpoints.get(name)

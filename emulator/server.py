@@ -1,12 +1,14 @@
 """HTTP front of the emulator: SageMaker runtime routes and the container contract.
 
 ``POST /endpoints/{EndpointName}/invocations``  InvokeEndpoint (rest-json, SigV4 not checked)
+``POST /endpoints/{EndpointName}/async-invocations``  InvokeEndpointAsync (202, queued)
 ``POST /invocations``                          the default endpoint's container, raw answers
 ``GET /ping``                                  container health check
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import socket
@@ -23,11 +25,13 @@ from typing import cast
 from urllib.parse import unquote, urlsplit
 
 from emulator import errors, faults
+from emulator.asyncinvoke import AsyncInference, AsyncRequest
 from emulator.container import ContainerReply
 from emulator.runtime import InvokeRequest, Runtime
 
 LOG = logging.getLogger("emulator")
 ENDPOINT_PATH = re.compile(r"/endpoints/([^/]+)/invocations")
+ASYNC_PATH = re.compile(r"/endpoints/([^/]+)/async-invocations")
 DRAIN_LIMIT = 64 * 1024 * 1024
 """Oversized bodies up to this are read and dropped so the client sees the 400, not a reset."""
 CHUNK = 256 * 1024
@@ -92,9 +96,19 @@ class EmulatorServer(ThreadingHTTPServer):
     request_queue_size = 128
     """The listen backlog: socketserver's default of 5 resets bursts of new connections."""
 
-    def __init__(self, address: tuple[str, int], runtime: Runtime) -> None:
-        """Binds and listens on ``address``; ``serve_forever()`` then answers."""
+    def __init__(
+        self, address: tuple[str, int], runtime: Runtime,
+        asynchronous: AsyncInference | None = None,
+    ) -> None:
+        """Binds and listens on ``address``; ``serve_forever()`` then answers.
+
+        Args:
+            address: ``(host, port)``.
+            runtime: the real-time runtime.
+            asynchronous: the queues of the asynchronous endpoints (None: there are none).
+        """
         self.runtime = runtime
+        self.asynchronous = asynchronous
         self.in_flight = InFlight()
         super().__init__(address, Handler)
 
@@ -241,6 +255,9 @@ class Handler(BaseHTTPRequestHandler):
         match = ENDPOINT_PATH.fullmatch(path)
         if match is not None and self.command == "POST":
             return lambda body, length: self._invoke(unquote(match.group(1)), body, length)
+        queued = ASYNC_PATH.fullmatch(path)
+        if queued is not None and self.command == "POST":
+            return lambda body, length: self._invoke_async(unquote(queued.group(1)), body, length)
         return self._unknown
 
     def _ping(self, body: bytes, length: int) -> Answer:
@@ -279,6 +296,37 @@ class Handler(BaseHTTPRequestHandler):
         answer.headers["x-Amzn-Invoked-Production-Variant"] = result.variant
         answer.note = f"variant={result.variant}"
         return answer
+
+    def _invoke_async(self, endpoint: str, body: bytes, length: int) -> Answer:
+        headers = self.headers
+        request = AsyncRequest(
+            endpoint_name=endpoint,
+            input_location=headers.get("X-Amzn-SageMaker-InputLocation"),
+            body=body if length > 0 else None,
+            body_length=length,
+            content_type=headers.get("X-Amzn-SageMaker-Content-Type"),
+            accept=headers.get("X-Amzn-SageMaker-Accept"),
+            custom_attributes=headers.get("X-Amzn-SageMaker-Custom-Attributes"),
+            inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
+            invocation_timeout=headers.get("X-Amzn-SageMaker-InvocationTimeoutSeconds"),
+            request_ttl=headers.get("X-Amzn-SageMaker-RequestTTLSeconds"),
+            output_extension=headers.get("X-Amzn-SageMaker-S3OutputPathExtension"),
+            filename=headers.get("X-Amzn-SageMaker-Filename"),
+        )
+        service = self.emulator.asynchronous
+        if service is None:
+            self.emulator.runtime.endpoint(endpoint)  # an unknown endpoint: "not found"
+            raise errors.ValidationError(
+                f"Endpoint {endpoint} is not an asynchronous inference endpoint; invoke it "
+                "with InvokeEndpoint."
+            )
+        accepted = service.submit(request)
+        answer_headers = {"Content-Type": "application/json",
+                          "X-Amzn-SageMaker-OutputLocation": accepted.output_location}
+        if accepted.failure_location is not None:
+            answer_headers["X-Amzn-SageMaker-FailureLocation"] = accepted.failure_location
+        document = json.dumps({"InferenceId": accepted.inference_id}).encode()
+        return Answer(202, document, answer_headers, note=f"queued {accepted.inference_id}")
 
     def _read_body(self) -> tuple[bytes, int]:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
