@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -214,7 +215,7 @@ def _predict(model: ModelSpec) -> Response:
         served = services.pipeline_for(model).serve(request, request_id(), timer, deadline,
                                                     cache=cache)
         _note_served(served)
-        if served.invoked:  # a cached answer is no inference: nothing to capture
+        if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             with timer.stage("capture"):
                 log.capture = services.capturer.capture_served(
                     served, request_id(), request.options.custom_attributes, deadline)
@@ -334,7 +335,45 @@ def health_details() -> Response:
     })
 
 
-if lifecycle.on_lambda():
+# The data-quality monitor (docs/MONITOR.md, "Deployed"): a scheduled function of its own,
+# declared only for a stage that sets MONITOR_BASELINE (read at import, as the auth mode is:
+# `chalice package` imports this file with the stage's environment variables).
+MONITOR_FUNCTION = "monitor"  # its name in .chalice/config.json's lambda_functions
+if os.environ.get("MONITOR_BASELINE", "").strip():
+    @app.schedule(os.environ.get("MONITOR_SCHEDULE", "").strip() or "cron(5 * * * ? *)",
+                  name=MONITOR_FUNCTION,
+                  description="sagegate: check each endpoint's previous hour of captures")
+    def monitor(event: Any) -> dict[str, Any]:
+        """Check the previous hour of every registered endpoint's captures (Model Monitor's
+        data quality files to S3, its metrics as EMF lines in the log)."""
+        return run_monitor(event)
+
+
+def run_monitor(event: Any, s3: Any = None) -> dict[str, Any]:
+    """The scheduled monitor's work: the full hour before the event's scheduled ``time`` (a
+    retried or late invocation checks the same hour), each registered endpoint."""
+    # Deferred on purpose: the request path's cold start must not load chalicelib.monitor,
+    # numpy's statistics or datasketches; only the scheduled function pays for them.
+    from chalicelib.monitor import deployed, windows
+
+    try:
+        now = windows.parse_time(str(getattr(event, "time", "") or ""))
+    except windows.WindowError:
+        now = None  # no readable time: the hour before now
+    settings = deployed.MonitorSettings.from_env(os.environ)
+    if settings is None:
+        raise ConfigurationError("MONITOR_BASELINE is not set: nothing to monitor")
+    endpoints = deployed.endpoint_preprocessors(
+        (model.endpoint, model.folder) for model in services.registry.models.values())
+    schedule = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or f"{app.app_name}-{MONITOR_FUNCTION}"
+    runs = deployed.run(endpoints, settings, schedule, now=now, s3=s3)
+    return {"endpoints": {run.endpoint: run.status for run in runs},
+            "violations": sum(run.violations for run in runs)}
+
+
+# The monitor's function serves no request: it skips the request path's warm-up.
+if lifecycle.on_lambda() and not os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "").endswith(
+        f"-{MONITOR_FUNCTION}"):
     _init_ms = lifecycle.timed(
         lambda: services.warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
     logger.info("initialised", extra={"init_type": lifecycle.init_type(),

@@ -109,6 +109,10 @@ class Served:
         custom_attributes: the endpoint's CustomAttributes answer, passed back to the client.
         invoked: the endpoint answered this request (not the cache, nor a handler alone):
             an inference to capture.
+        cached: the endpoint's answer came from the prediction cache (nothing reached the
+            endpoint): captured too, marked as a cache hit, unless ``CAPTURE_CACHE_HITS`` is
+            off. ``received`` is the cached answer; ``sent`` the body that would have been
+            sent, or empty when the pipeline did not make it (an image hit decodes nothing).
         original, original_content_type: the client's input as captured next to it.
         variant_header: the answer's body does not name the variant, so a header does.
         image_in, image_out: an image pipeline's upload and endpoint image, for the log.
@@ -124,6 +128,7 @@ class Served:
     received_content_type: str = ""
     custom_attributes: str | None = None
     invoked: bool = False
+    cached: bool = False
     original: bytes = b""
     original_content_type: str = ""
     variant_header: bool = True

@@ -134,7 +134,7 @@ class Services:
                 s = self.settings
                 self._capturer = Capturer.from_settings(
                     s.capture_mode, s.capture_destination, s.capture_sampling_percentage,
-                    s.capture_original, s.capture_max_bytes)
+                    s.capture_original, s.capture_max_bytes, s.capture_cache_hits)
             return self._capturer
 
     def warm_up(self, prime_codecs: bool = True) -> None:

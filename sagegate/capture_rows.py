@@ -1,5 +1,6 @@
-"""The default rows ``sagegate capture`` makes of capture records: metadata, endpoint, top-k
-and ``prediction0..N``, each endpoint's records named with its labels.
+"""The default rows ``sagegate capture`` makes of capture records: metadata, endpoint, whether
+the cache served it (``cacheHit``), top-k and ``prediction0..N``, each endpoint's records named
+with its labels.
 
 Nothing stops part-way over a folder of several endpoints: an endpoint whose answers do not fit
 its labels is read with class indices, a record whose answer is not class probabilities gets
@@ -20,7 +21,7 @@ import numpy as np
 
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
-from sagegate.captured_record import CapturedData, EventData
+from sagegate.captured_record import CapturedData, EventData, is_cache_hit
 
 
 class CaptureFormatError(ValueError):
@@ -79,7 +80,8 @@ def flatten(entry: Entry, k: int, labels: Sequence[str] | None,
     base: dict[str, Any] = {"eventId": meta.event_id if meta else "",
                             "inferenceTime": meta.event_time if meta else "",
                             "inferenceId": inference_id(record),
-                            "endpoint": entry.endpoint or ""}
+                            "endpoint": entry.endpoint or "",
+                            "cacheHit": is_cache_hit(record.event_dict)}
     if record.endpoint_input is not None:
         base["inputContentType"] = record.endpoint_input.observedContentType
         try:

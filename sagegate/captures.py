@@ -7,7 +7,9 @@ metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, e
 records named with its own model's labels (:mod:`sagegate.capture_labels`).
 ``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
 unchanged and called as the analyzer calls it (:mod:`sagegate.captured_record`), instead, then
-its ``postprocess_handler()`` if it has one.
+its ``postprocess_handler()`` if it has one. Records of answers served from sagegate's cache
+(``eventMetadata.sagegateCacheHit``) are read too, their default rows say ``cacheHit``;
+``--exclude-cache-hits`` leaves them out (as ``sagegate monitor`` does).
 
 A developer tool, not part of the Lambda package: the function only writes captures
 (:mod:`chalicelib.capture`).
@@ -41,6 +43,7 @@ from sagegate.captured_record import (
     HandlerError,
     HandlerFailed,
     Preprocessor,
+    is_cache_hit,
     is_shadow,
 )
 
@@ -183,6 +186,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default local)")
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor file to apply instead")
+    parser.add_argument("--exclude-cache-hits", action="store_true",
+                        help="leave out records of answers served from the prediction cache "
+                             "(eventMetadata.sagegateCacheHit)")
     return parser.parse_args(argv)
 
 
@@ -200,9 +206,11 @@ def _labels(args: argparse.Namespace) -> Callable[[str | None], Sequence[str] | 
 class _Counted:
     """The entries of a source, counted as they are read."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, exclude_cache_hits: bool = False) -> None:
         self.source = source
         self.records = 0
+        self.cache_hits_excluded = 0
+        self._exclude_cache_hits = exclude_cache_hits
 
     def __iter__(self) -> Iterator[Entry]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -210,6 +218,9 @@ class _Counted:
         try:
             for entry in read_entries(self.source):
                 self.records += 1
+                if self._exclude_cache_hits and is_cache_hit(entry.record.event_dict):
+                    self.cache_hits_excluded += 1
+                    continue
                 yield entry
         except (BotoCoreError, ClientError) as error:
             raise SourceError(f"{self.source}: cannot read from S3: {error}") from None
@@ -220,7 +231,7 @@ class _Counted:
 def _convert(args: argparse.Namespace) -> str:
     """Reads, flattens and writes; returns the summary line."""
     check_source(args.source)
-    entries, skipped = _Counted(args.source), [0]
+    entries, skipped = _Counted(args.source, args.exclude_cache_hits), [0]
     handler: Preprocessor | None = None
     if args.preprocess_handler:
         handler = Preprocessor(args.preprocess_handler, _handler_logger())
@@ -236,6 +247,8 @@ def _convert(args: argparse.Namespace) -> str:
     if handler is not None:
         handler.postprocess()
     shadow = f", {skipped[0]} shadow record(s) skipped" if skipped[0] else ""
+    if entries.cache_hits_excluded:
+        shadow += f", {entries.cache_hits_excluded} cache hit(s) excluded"
     return f"{count} row(s) from {entries.records} record(s) of {args.source}{shadow}"
 
 

@@ -1,9 +1,11 @@
 """Data capture at the front-end, in the format SageMaker Model Monitor reads.
 
-:class:`Capturer` decides (mode, sampling) and writes one record per successful inference
-through a sink, before the response returns, within what is left of the request's time
-budget: a sink that does not answer in time is a failed capture, not a late response. A sink
-failure never fails the request: it is logged and counted, and the outcome says so.
+:class:`Capturer` decides (mode, sampling) and writes one record per successful prediction
+(an answer served from the prediction cache included, marked as a hit, unless
+``CAPTURE_CACHE_HITS`` is off) through a sink, before the response returns, within what is
+left of the request's time budget: a sink that does not answer in time is a failed capture,
+not a late response. A sink failure never fails the request: it is logged and counted, and the
+outcome says so.
 ``sagegate capture`` reads them back (:mod:`sagegate.captures`, outside the Lambda package).
 """
 from __future__ import annotations
@@ -39,11 +41,12 @@ class Capturer:
         sampling_percentage: 0..100, the share of inferences captured.
         include_original: add the client's upload to each record.
         rng: ``random.random``-like, for sampling (injectable for tests).
+        cache_hits: capture answers served from the prediction cache too (marked).
     """
 
     def __init__(self, mode: str, sink: Sink | None, sampling_percentage: float = 100.0,
                  include_original: bool = False,
-                 rng: Callable[[], float] = random.random) -> None:
+                 rng: Callable[[], float] = random.random, cache_hits: bool = True) -> None:
         if mode != CaptureMode.OFF and sink is None:
             raise ValueError("a sink is needed when capture is on")
         self.mode = mode
@@ -51,18 +54,20 @@ class Capturer:
         self._share = sampling_percentage / 100.0
         self._include_original = include_original
         self._rng = rng
+        self._cache_hits = cache_hits
         self._writers: ThreadPoolExecutor | None = None
         self._abandoned = 0
         self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
-                      include_original: bool, max_bytes: int = 0) -> Capturer:
+                      include_original: bool, max_bytes: int = 0,
+                      cache_hits: bool = True) -> Capturer:
         """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps each
         endpoint's folder of a directory destination, see
         :class:`~chalicelib.capture.sinks.DirectorySink`)."""
         sink = sink_for(destination, max_bytes) if mode != CaptureMode.OFF else None
-        return cls(mode, sink, sampling_percentage, include_original)
+        return cls(mode, sink, sampling_percentage, include_original, cache_hits=cache_hits)
 
     @property
     def wants_original(self) -> bool:
@@ -76,17 +81,27 @@ class Capturer:
 
     def capture_served(self, served: Served, inference_id: str, custom_attributes: str | None,
                        deadline: float) -> str:
-        """Capture one served inference (what was sent to the endpoint and what it answered)
+        """Capture one served prediction (what was sent to the endpoint and what it answered)
         within what is left of the request's budget; the client's original goes along only
         when originals are asked for.
+
+        An answer from the prediction cache is captured too (unless ``cache_hits`` is off),
+        marked as a hit, with the cached answer as the output. Its input is the body the
+        pipeline made for the endpoint, or, when it made none (an image hit decodes nothing),
+        the client's upload: the bytes the cache key is made of.
 
         Returns:
             An :class:`Outcome` value.
         """
+        if served.cached and not self._cache_hits:
+            return Outcome.OFF
+        sent, sent_type = served.sent, served.sent_content_type
+        if served.cached and not sent:
+            sent, sent_type = served.original, served.original_content_type
         return self.capture(Exchange(
             endpoint=served.endpoint, variant=served.variant or "AllTraffic",
-            inference_id=inference_id, sent=served.sent,
-            sent_content_type=served.sent_content_type, received=served.received,
+            inference_id=inference_id, sent=sent, cache_hit=served.cached,
+            sent_content_type=sent_type, received=served.received,
             received_content_type=served.received_content_type,
             custom_attributes=custom_attributes,
             original=served.original if self.wants_original else None,

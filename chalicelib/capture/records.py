@@ -14,7 +14,9 @@ capture writes them::
      "eventVersion": "0"}
 
 sagegate may add ``originalInput`` (the client's upload, before resizing), a top-level key that
-Model Monitor ignores.
+Model Monitor ignores, and marks the record of an answer served from its prediction cache with
+``"sagegateCacheHit": true`` in ``eventMetadata`` (:data:`CACHE_HIT_KEY`; the monitor and
+``sagegate capture`` read it).
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ INVALID_NAME = "invalid-name"
 # What a record can hold (capture "off" writes none).
 RECORDED_MODES = (CaptureMode.INPUT, CaptureMode.OUTPUT, CaptureMode.BOTH)
 EVENT_VERSION = "0"
+CACHE_HIT_KEY = "sagegateCacheHit"
+"""``eventMetadata`` key set (true) on the record of an answer served from the cache; the same
+name as :data:`chalicelib.monitor.records.CACHE_HIT_KEY` (the monitor imports no other room)."""
 _TEXT_ENCODINGS: dict[str, str] = {MediaType.JSON: "JSON", MediaType.JSONLINES: "JSON",
                                    MediaType.CSV: "CSV"}
 
@@ -51,6 +56,8 @@ class Exchange:
     custom_attributes: str | None = None
     original: bytes | None = dataclasses.field(default=None, repr=False)
     original_content_type: str | None = None
+    cache_hit: bool = False
+    """The answer came from the prediction cache (``received`` is the cached answer)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +134,8 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
     }
     if exchange.custom_attributes:
         metadata["customAttributes"] = [exchange.custom_attributes]
+    if exchange.cache_hit:
+        metadata[CACHE_HIT_KEY] = True
     record: dict[str, Any] = {"captureData": capture, "eventMetadata": metadata,
                               "eventVersion": EVENT_VERSION}
     if include_original and exchange.original is not None:

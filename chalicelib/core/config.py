@@ -57,6 +57,7 @@ CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
 CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
+CAPTURE_CACHE_HITS = "CAPTURE_CACHE_HITS"
 CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
 CACHE_TABLE = "CACHE_TABLE"
 CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
@@ -138,6 +139,8 @@ class Settings:
     capture_original: bool = False
     capture_max_bytes: int = 0
     """A directory destination's size cap (oldest files dropped); 0 for none."""
+    capture_cache_hits: bool = True
+    """Capture answers served from the prediction cache too (marked ``sagegateCacheHit``)."""
     cache_memory_bytes: int = 4 * 1024 * 1024
     """The in-process prediction cache's bound (bodies and keys); 0 turns that tier off."""
     cache_table: str = ""

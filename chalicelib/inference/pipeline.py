@@ -21,7 +21,7 @@ from chalicelib.core.errors import (
     InvalidImageError,
     ModelError,
 )
-from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat
+from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat, MediaType
 from chalicelib.images import imaging, sizing
 from chalicelib.inference import predictions
 from chalicelib.inference.endpoint import EndpointClient, Invocation
@@ -106,8 +106,10 @@ class PredictResult:
             Answer.json(self.to_dict(request_id)), self.endpoint, variant=self.variant,
             attempts=self.attempts, sent=self.sent, sent_content_type=self.sent_content_type,
             received=self.received, received_content_type=self.received_content_type,
-            custom_attributes=self.custom_attributes, invoked=invoked, original=upload,
-            original_content_type=f"image/{self.image_in.format}" if self.image_in else "",
+            custom_attributes=self.custom_attributes, invoked=invoked, cached=self.cached,
+            original=upload,
+            original_content_type=f"image/{self.image_in.format}" if self.image_in
+            else MediaType.X_IMAGE,  # a hit reads no header: the type SageMaker's images use
             variant_header=False, image_in=image_in, image_out=image_out)
 
 

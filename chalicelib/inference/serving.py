@@ -124,6 +124,7 @@ class ModelServer:
                 result = cache.fetch(self._key_fields(model, options, content_type, accept,
                                                       cache), body, call, deadline)
             served.record(body, content_type, result)
+            served.cached = cache is not None and result.attempts == 0  # the last call's
             return result
 
         if model.pipeline == Pipeline.TENSOR:
@@ -133,6 +134,7 @@ class ModelServer:
         else:
             raise ValueError(f"{model.pipeline} is served by the image pipeline")
         served.invoked = served.attempts > 0  # a cached answer is no inference
+        served.cached = served.cached and not served.invoked
         served.original, served.original_content_type = call.body, call.content_type
         return served
 

@@ -136,7 +136,8 @@ def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
     shutil.copytree(root / "chalicelib", source / "chalicelib",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(root / "requirements.txt", source / "requirements.txt")
-    shutil.copy2(root / ".chalice" / f"policy-{stage.name}.json", source / ".chalice")
+    for policy in sorted((root / ".chalice").glob(f"policy-{stage.name}*.json")):
+        shutil.copy2(policy, source / ".chalice")  # the API's and the monitor's
     config = terraform_config(stage.name, config_path(root))
     (source / ".chalice" / "config.json").write_text(json.dumps(config, indent=2) + "\n",
                                                      encoding="utf-8")

@@ -31,14 +31,17 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings, split_s3_uri
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.loading import load_registry
 from chalicelib.registry.specs import ModelSpec
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
-from sagegate.deploy.stages import ROOT, Stage
+from sagegate.deploy.stages import MONITOR_FUNCTION, ROOT, Stage
+
+if TYPE_CHECKING:
+    from chalicelib.monitor.deployed import S3Location
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
@@ -90,6 +93,52 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
         statements.append(_allow("WriteTraces",
                                  ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*"))
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def monitor_policy_path(stage: str, root: Path = ROOT) -> Path:
+    """The scheduled monitor's own policy (``lambda_functions.monitor.iam_policy_file``)."""
+    return root / ".chalice" / f"policy-{stage}-{MONITOR_FUNCTION}.json"
+
+
+def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | None:
+    """The scheduled monitor's IAM policy; None for a stage without ``MONITOR_BASELINE``.
+
+    Its own role, apart from the API function's: read the capture prefix, read the baseline
+    prefix, write the monitoring prefix, list those two read prefixes only (so a missing
+    baseline is a 404 it can report, not a 403), and write its own log group (its metrics are
+    EMF lines in that log: no ``cloudwatch:PutMetricData``). No ``sagemaker:InvokeEndpoint``.
+
+    Raises:
+        ValueError: a malformed account id or region, or bad monitor settings.
+    """
+    render(stage, account, region)  # the same account, region and stage checks
+    settings = stage.monitor
+    if settings is None:
+        return None
+    arn = f"arn:{partition_of(region)}"
+    reads = (settings.captures, settings.baseline)
+    listed: dict[str, list[str]] = {}
+    for location in reads:
+        listed.setdefault(location.bucket, []).append(
+            f"{location.prefix}/*" if location.prefix else "*")
+    statements = [
+        {**_allow("ListCapturesAndBaselines", ["s3:ListBucket"], f"{arn}:s3:::{bucket}"),
+         "Condition": {"StringLike": {"s3:prefix": prefixes}}}
+        for bucket, prefixes in listed.items()]
+    statements += [
+        _allow("ReadCaptures", ["s3:GetObject"], _objects(arn, settings.captures)),
+        _allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
+        _allow("WriteMonitoringReports", ["s3:PutObject"], _objects(arn, settings.output)),
+        _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
+               f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/"
+               f"{stage.monitor_function_name}:*"),
+    ]
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def _objects(arn: str, location: S3Location) -> str:
+    return f"{arn}:s3:::{location.bucket}/{location.prefix}/*" if location.prefix \
+        else f"{arn}:s3:::{location.bucket}/*"
 
 
 def endpoints(stage: Stage) -> list[str]:
@@ -159,6 +208,14 @@ def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
     path = policy_path(stage.name, root)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path.relative_to(root)} for account {account}, region {region}")
+    try:
+        monitor = render_monitor(stage, account, region)
+    except ValueError as error:
+        raise DeployError(str(error), status=2) from None
+    if monitor is not None:
+        monitor_path = monitor_policy_path(stage.name, root)
+        monitor_path.write_text(json.dumps(monitor, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {monitor_path.relative_to(root)} (the scheduled monitor's role)")
     return path
 
 

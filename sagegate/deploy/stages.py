@@ -16,14 +16,18 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.core.access import AuthMode
+
+if TYPE_CHECKING:
+    from chalicelib.monitor.deployed import MonitorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
 # The stages that go to AWS (every deploy command, `sagegate check`); the only list of them.
 DEPLOY_STAGES = ("dev", "prod")
+MONITOR_FUNCTION = "monitor"  # app.py's scheduled monitor, by its name in lambda_functions
 # DynamoDB's rule for table names (so no wildcard, no ARN separator, can reach the policy)
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 _LAYER_ARN_RE = re.compile(
@@ -73,6 +77,24 @@ class Stage:
         return self.env.get("CACHE_TABLE", "").strip()
 
     @property
+    def monitor(self) -> MonitorSettings | None:
+        """The scheduled monitor's settings (``MONITOR_BASELINE``; None: not monitored).
+
+        Raises:
+            ValueError: monitoring is on without an ``s3://`` ``CAPTURE_DESTINATION``, or a
+                monitor setting is not an ``s3://`` URI.
+        """
+        from chalicelib.monitor.deployed import MonitorSettings
+
+        return MonitorSettings.from_env(self.env)
+
+    @property
+    def monitor_function_name(self) -> str:
+        """The scheduled monitor's Lambda function (``<app>-<stage>-monitor``, Chalice's
+        name for app.py's ``@app.schedule(..., name="monitor")``)."""
+        return f"{self.function_name}-{MONITOR_FUNCTION}"
+
+    @property
     def endpoint_name(self) -> str:
         """The SageMaker endpoint the function calls."""
         return self.env["ENDPOINT_NAME"]
@@ -120,7 +142,34 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
                          "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
     if name in DEPLOY_STAGES:
         check_access(stage)
+        check_monitor(stage, on_disk)
     return stage
+
+
+def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
+    """Refuse a monitored stage that cannot work or would run with the API's role.
+
+    Raises:
+        ValueError: ``MONITOR_BASELINE`` is set but the captures are not in S3, or the stage
+            gives the monitor function no policy file of its own
+            (``lambda_functions.monitor.iam_policy_file``: without it, Chalice would run it
+            with the API function's role, which cannot read the captures or the baseline).
+    """
+    from chalicelib.monitor.deployed import MonitorConfigError
+
+    try:
+        settings = stage.monitor
+    except MonitorConfigError as error:
+        raise ValueError(f"stages.{stage.name}: {error}") from None
+    if settings is None:
+        return
+    functions = on_disk["stages"][stage.name].get("lambda_functions", {})
+    wanted = f"policy-{stage.name}-{MONITOR_FUNCTION}.json"
+    named = functions.get(MONITOR_FUNCTION, {}).get("iam_policy_file")
+    if named != wanted:
+        raise ValueError(f"stages.{stage.name} sets MONITOR_BASELINE: give the monitor its own "
+                         f"role with lambda_functions.{MONITOR_FUNCTION}.iam_policy_file = "
+                         f"{wanted!r} (sagegate policy renders it), not {named!r}")
 
 
 def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:

@@ -22,6 +22,9 @@
   by ``key``, whose items expire through the TTL attribute ``expires_at``, encrypted at rest,
   deleted with the stack (it only holds answers the endpoint can give again). The function
   waits for it, so no request finds the table missing.
+* With ``MONITOR_BASELINE`` (app.py's scheduled ``monitor``): the same fixes for that
+  function (its Chalice name ``sagegate-<stage>-monitor``, the layer, its log group named in
+  advance), and its accepted findings.
 * ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
 
 :func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
@@ -51,6 +54,8 @@ FUNCTION = "APIHandler"  # ... for its Lambda function
 LOG_GROUP = "ApiHandlerLogGroup"  # ... for the function's log group (log_retention_in_days)
 PERMISSION = "APIHandlerInvokePermission"  # ... for API Gateway's permission to invoke it
 CACHE = "PredictionCache"  # sagegate's logical id for the cache's DynamoDB table
+MONITOR = "Monitor"  # Chalice's logical id for app.py's scheduled monitor (name "monitor")
+MONITOR_LOG_GROUP = "MonitorLogGroup"  # ... for its log group
 CACHE_KEY = "key"  # the table's partition key (S): the function's cache key
 CACHE_TTL_ATTRIBUTE = "expires_at"  # the item's expiry (N, epoch seconds): DynamoDB's TTL
 ALIAS = "live"  # the alias API Gateway invokes when SnapStart is on
@@ -103,6 +108,17 @@ _CACHE_SKIPS = [
                     "a monthly fee to own and protects nothing more. Set KMSMasterKeyId for a "
                     "stricter policy."),
 ]
+_MONITOR_SKIPS = [
+    ("CKV_AWS_116", "A scheduled run that fails is retried by Lambda and logged; the next "
+                    "hour's run checks the next window, and any hour can be checked again "
+                    "with sagegate monitor check: a dead-letter queue would hold only the "
+                    "schedule's empty event."),
+    ("CKV_AWS_117", "Calls only S3 (captures, baselines, reports) and CloudWatch Logs; a VPC "
+                    "adds NAT cost and no isolation. Set subnet_ids/security_group_ids in the "
+                    "stage to run in one."),
+    ("CKV_AWS_173", "Environment variables hold settings only (S3 prefixes, the schedule), no "
+                    "secrets; encrypted at rest with the AWS managed key by default."),
+]
 _LOG_GROUP_SKIPS = [
     ("CKV_AWS_158", "Logs hold request metadata, never images or keys; CloudWatch Logs "
                     "encrypts at rest by default. Add a KMS key for a stricter policy."),
@@ -137,6 +153,8 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
     }
     parameters = dict(_STAGE_PARAMETERS)
     outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
+    if stage.monitor is not None:
+        resources.update(_monitor(stage))
     if stage.cache_table:
         resources[CACHE] = cache_table(stage)
         resources[FUNCTION]["DependsOn"].append(CACHE)
@@ -146,6 +164,23 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
         parameters.update(_USAGE_PLAN_PARAMETERS)
         outputs.update(_usage_plan_outputs())
     return {"Parameters": parameters, "Resources": resources, "Outputs": outputs}
+
+
+def _monitor(stage: Stage) -> dict[str, Any]:
+    """The scheduled monitor's fixes: its Chalice name (so its role's log ARN is known), the
+    layer (numpy, datasketches), its log group named in advance and waited for."""
+    return {
+        MONITOR: {
+            "DependsOn": [MONITOR_LOG_GROUP],
+            "Properties": {"FunctionName": stage.monitor_function_name,
+                           "Layers": [{"Ref": "DependenciesLayer"}]},
+            "Metadata": _skips(_MONITOR_SKIPS),
+        },
+        MONITOR_LOG_GROUP: {
+            "Properties": {"LogGroupName": f"/aws/lambda/{stage.monitor_function_name}"},
+            "Metadata": _skips(_LOG_GROUP_SKIPS),
+        },
+    }
 
 
 def apply_snapstart(template: dict[str, Any]) -> int:

@@ -4,13 +4,17 @@
 (four features and a score, 500 records a file, as the capture writer batches them) and a
 baseline, then times ``check`` over the window without a preprocessor and with one (the
 Developer Guide's CSV-flattening ``preprocess_handler``), each in a fresh process so that its
-peak resident memory is its own. It prints records per second and the peak memory of each.
-A benchmark, not a test: nothing is asserted.
+peak resident memory is its own, beside the floor: the same files read and each line
+``json.loads``-ed, nothing else (what any reader of the window pays). It prints records per
+second and the peak memory of each. ``make bench`` runs it as its ``monitor`` part
+(:mod:`bench.monitor`). A benchmark, not a test: nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import json
 import random
 import resource
@@ -21,7 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from sagegate.monitor import cli
+# sagegate.monitor.cli (numpy, the sketches) is imported where a check runs, not here: the
+# floor's process holds Python and json alone, so its peak memory is the reading's
 
 HOUR = datetime.datetime(2026, 11, 25, 9, tzinfo=datetime.UTC)
 WINDOW = ["--start", "2026-11-25T09:00Z", "--end", "2026-11-25T10:00Z"]
@@ -60,18 +65,56 @@ def write_window(root: Path, records: int, per_file: int = 500) -> None:
             lines = []
 
 
+MODES = ("floor", "flattened", "preprocessor")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, MB: Linux's ``VmHWM`` (its own address space's,
+    from exec on), else ``ru_maxrss``, which Linux carries across exec, so that a child of a
+    big parent would report the parent's size."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def floor(folder: Path) -> dict[str, float]:
+    """Read the window's files and ``json.loads`` each line, nothing else, in this process."""
+    started = time.perf_counter()
+    count = 0
+    for path in sorted((folder / "iris").rglob("*.jsonl")):
+        with path.open("rb") as lines:
+            for line in lines:
+                if line.strip():
+                    json.loads(line)
+                    count += 1
+    elapsed = time.perf_counter() - started
+    peak = peak_rss_mb()
+    return {"status": 0, "records": count, "seconds": elapsed,
+            "records_per_second": count / elapsed, "peak_rss_mb": peak}
+
+
 def one(folder: Path, mode: str) -> dict[str, float]:
-    """Time one check in this process: records per second and peak memory (MB)."""
+    """Time one check (or, ``floor``, the reading alone) in this process: records per second
+    and peak memory (MB)."""
+    if mode == "floor":
+        return floor(folder)
     args = ["check", str(folder / "iris"), "--baseline", str(folder / "baseline"), "-o",
             str(folder / f"out-{mode}"), *WINDOW]
     if mode == "preprocessor":
         args += ["--preprocess-handler", str(folder / "preprocessor.py")]
     started = time.perf_counter()
+    from sagegate.monitor import cli
+
     status = cli.main(args)
     elapsed = time.perf_counter() - started
     items = json.loads((folder / f"out-{mode}" / "statistics.json").read_text())
     count = items["dataset"]["item_count"]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     return {"status": status, "records": count, "seconds": elapsed,
             "records_per_second": count / elapsed, "peak_rss_mb": peak}
 
@@ -86,28 +129,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(one(Path(args.one[1]), args.one[0])))
         return 0
+    for mode, figures in measure(args.records).items():
+        label = f"{figures['records']:.0f} records, {mode:<12}"
+        label = f"floor (read + json.loads), {label}" if mode == "floor" else \
+            f"monitor check, {label}"
+        print(f"{label}: {figures['records_per_second']:>9,.0f} records/s "
+              f"({figures['seconds']:.2f} s), peak RSS {figures['peak_rss_mb']:.0f} MB")
+    return 0
+
+
+def measure(records: int) -> dict[str, dict[str, float]]:
+    """Write a window of ``records`` records and measure each of :data:`MODES` in a fresh
+    process; returns each mode's figures."""
+    results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="monitor-bench-") as temp:
         folder = Path(temp)
-        write_window(folder / "iris", args.records)
+        write_window(folder / "iris", records)
         (folder / "preprocessor.py").write_text(PREPROCESSOR, encoding="utf-8")
         write_window(folder / "base-window", 10_000)
-        for mode in ("flattened", "preprocessor"):
-            _baseline_for(folder, mode)
+        for mode in MODES:
+            if mode != "floor":
+                _baseline_for(folder, mode)
             done = subprocess.run([sys.executable, "-m", "sagegate.monitor.bench", "--one",
                                    mode, str(folder)], capture_output=True, text=True,
                                   check=True)
-            figures = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"monitor check, {figures['records']:.0f} records, {mode:<12}: "
-                  f"{figures['records_per_second']:>9,.0f} records/s "
-                  f"({figures['seconds']:.2f} s), peak RSS {figures['peak_rss_mb']:.0f} MB")
-    return 0
+            results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results
 
 
 def _baseline_for(folder: Path, mode: str) -> None:
     args = ["--preprocess-handler", str(folder / "preprocessor.py")] \
         if mode == "preprocessor" else []
-    status = cli.main(["baseline", str(folder / "base-window"), "-o", str(folder / "baseline"),
-                       *args])
+    from sagegate.monitor import cli
+
+    with contextlib.redirect_stderr(io.StringIO()):  # its summary line is no figure
+        status = cli.main(["baseline", str(folder / "base-window"), "-o",
+                           str(folder / "baseline"), *args])
     if status:
         raise SystemExit(status)
 

@@ -70,9 +70,11 @@ def configure(monitor: argparse.ArgumentParser) -> None:
 def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="folder for the output files (created)")
-    parser.add_argument("--start", metavar="ISO", help=f"window start, UTC unless a zone is "
-                        f"given (default: {window_default})")
-    parser.add_argument("--end", metavar="ISO", help="window end, exclusive")
+    parser.add_argument("--start", metavar="WHEN", help=f"window start: an ISO 8601 time "
+                        f"(UTC unless a zone is given), 'now', or a duration relative to now "
+                        f"as Model Monitor's schedules write it (-PT1H, -P1D) (default: "
+                        f"{window_default})")
+    parser.add_argument("--end", metavar="WHEN", help="window end, exclusive (the same forms)")
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor (preprocess_handler), "
                         "run unchanged on each capture record")
@@ -97,7 +99,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "sagegate monitor") -> i
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(_attach_bounds(sys.argv[1:] if argv is None else argv)))
+
+
+def _attach_bounds(argv: Sequence[str]) -> list[str]:
+    """``--start -PT1H`` as ``--start=-PT1H``: argparse reads a value that starts with ``-``
+    as an option, and Model Monitor's relative bounds all do."""
+    joined: list[str] = []
+    for item in argv:
+        if joined and joined[-1] in _BOUNDS and item[:1] == "-" and item[1:2].upper() == "P":
+            joined[-1] = f"{joined[-1]}={item}"
+        else:
+            joined.append(item)
+    return joined
+
+
+_BOUNDS = ("--start", "--end")
 
 
 def _baseline(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import csv
 import datetime
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from chalicelib.monitor import windows
 from chalicelib.monitor.records import RecordReader, flatten_json
 
 S3_SCHEME = "s3://"
-_YEAR = re.compile(r"^\d{4}$")
+_YEAR = re.compile(r"^\d{4}\Z")
 _SNIFF_BYTES = 64 * 1024
 Files = Iterator[tuple[str, Iterable[str | bytes]]]
 """(name for messages, the file's lines) for each capture file, in order."""
@@ -81,10 +81,17 @@ def _has_header(sample: str) -> bool:
         return False
 
 
+# An S3 window of up to this many hours lists each hour's prefix (one call an hour, the
+# fewest for the hourly check); a longer one walks the year/month/day/hour prefixes instead.
+PROBE_HOURS = 24
+
+
 def capture_files(source: str, start: datetime.datetime | None = None,
                   end: datetime.datetime | None = None) -> Files:
     """The capture files under an endpoint's folder or prefix (``<variant>/yyyy/mm/dd/hh``),
-    only those of the hours of ``[start, end)`` when a window is given."""
+    only those of the hours of ``[start, end)`` when a window is given: the hour folders are
+    found by walking those that exist (:func:`chalicelib.monitor.windows.hour_folders`), so a
+    window of years costs what its folders hold."""
     if source.startswith(S3_SCHEME):
         return _s3_files(source, start, end)
     return _local_files(Path(source), start, end)
@@ -99,11 +106,22 @@ def _local_files(root: Path, start: datetime.datetime | None,
     else:
         variants = [root] if any(_YEAR.match(p.name) for p in root.iterdir()) else \
             sorted(p for p in root.iterdir() if p.is_dir())
-        paths = [path for variant in variants for hour in windows.hours(start, end)
-                 for path in sorted((variant / windows.hour_folder(hour)).glob("*.jsonl"))]
+        paths = [path for variant in variants
+                 for folder in windows.hour_folders(_subfolders(variant), start, end)
+                 for path in sorted((variant / folder).glob("*.jsonl"))]
     for path in paths:
         with path.open("rb") as lines:
             yield str(path), lines
+
+
+def _subfolders(variant: Path) -> Callable[[str], list[str]]:
+    def children(path: str) -> list[str]:
+        try:
+            return [entry.name for entry in (variant / path).iterdir() if entry.is_dir()]
+        except OSError:
+            return []
+
+    return children
 
 
 def _s3_files(source: str, start: datetime.datetime | None,
@@ -130,8 +148,8 @@ def _s3_objects(source: str, start: datetime.datetime | None,
         variants = _s3_children(s3, bucket, folder)
         if any(_YEAR.match(v.rstrip("/").rsplit("/", 1)[-1]) for v in variants):
             variants = [folder]
-        prefixes = [f"{v}{windows.hour_folder(h)}/" for v in variants
-                    for h in windows.hours(start, end)]
+        prefixes = [f"{v}{folder}/" for v in variants
+                    for folder in _s3_hour_folders(s3, bucket, v, start, end)]
     for key_prefix in prefixes:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
                                                                   Prefix=key_prefix):
@@ -139,6 +157,18 @@ def _s3_objects(source: str, start: datetime.datetime | None,
                 if item["Key"].endswith(".jsonl"):
                     body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]
                     yield f"{S3_SCHEME}{bucket}/{item['Key']}", body.iter_lines()
+
+
+def _s3_hour_folders(s3: Any, bucket: str, variant: str, start: datetime.datetime,
+                     end: datetime.datetime) -> Iterable[str]:
+    if end - start <= PROBE_HOURS * windows.HOUR:
+        return [windows.hour_folder(hour) for hour in windows.hours(start, end)]
+
+    def children(path: str) -> list[str]:
+        folder = f"{variant}{path}/" if path else variant
+        return [p[len(folder):].rstrip("/") for p in _s3_children(s3, bucket, folder)]
+
+    return windows.hour_folders(children, start, end)
 
 
 def _s3_children(s3: Any, bucket: str, folder: str) -> list[str]:

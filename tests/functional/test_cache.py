@@ -19,6 +19,7 @@ from chalicelib.cache.prediction import PredictionCache
 from chalicelib.cache.tiers import MemoryTier
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
+from chalicelib.core.config import Settings
 from chalicelib.registry.loading import MODELS_DIR, load_model, load_registry
 from tests import imagefactory
 from tests.functional.conftest import ENDPOINT, Harness, endpoint_response, probabilities
@@ -171,13 +172,54 @@ def test_errors_are_never_cached(harness: Harness) -> None:
     assert answered.status_code == 200 and answered.headers["X-Cache"] == "miss"
 
 
-def test_a_hit_writes_no_capture_record(harness: Harness, tmp_path: Path) -> None:
+def captured(folder: Path) -> list[dict[str, Any]]:
+    """The capture records under ``folder``, oldest first."""
+    records = [json.loads(line) for path in folder.rglob("*.jsonl") for line in path.open()]
+    return sorted(records, key=lambda r: "sagegateCacheHit" in r["eventMetadata"])
+
+
+def test_a_hit_writes_a_record_marked_as_a_hit_with_the_served_answer(
+        harness: Harness, tmp_path: Path) -> None:
     harness.use(capturer=Capturer("both", DirectorySink(tmp_path)))
     expect_invoke(harness)
     predict(harness)
+    hit = predict(harness)
+    assert hit.headers["X-Cache"] == "hit"
+    miss_record, hit_record = captured(tmp_path)
+    assert "sagegateCacheHit" not in miss_record["eventMetadata"]
+    assert hit_record["eventMetadata"]["sagegateCacheHit"] is True
+    assert hit_record["eventMetadata"]["inferenceId"] == hit.headers["X-Request-Id"]
+    output = hit_record["captureData"]["endpointOutput"]
+    assert output == miss_record["captureData"]["endpointOutput"]  # the cached body, as it came
+    assert json.loads(output["data"]) == json.loads(json.dumps(CAT))
+    sent = hit_record["captureData"]["endpointInput"]  # nothing decoded: the client's upload
+    assert (sent["observedContentType"], sent["encoding"]) == ("application/x-image", "BASE64")
+    assert base64.b64decode(sent["data"]) == JPEG
+
+
+def test_capture_cache_hits_off_writes_no_record_for_a_hit(
+        harness: Harness, tmp_path: Path) -> None:
+    harness.use(capturer=Capturer("both", DirectorySink(tmp_path), cache_hits=False))
+    expect_invoke(harness)
     predict(harness)
-    lines = [line for path in tmp_path.rglob("*.jsonl") for line in path.open()]
-    assert len(lines) == 1
+    assert predict(harness).headers["X-Cache"] == "hit"
+    assert len(captured(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_the_capture_cache_hits_setting_decides_whether_a_hit_is_captured(
+        harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        setting: str) -> None:
+    settings = dataclasses.replace(
+        app_module.services.settings, capture_mode="both", capture_destination=str(tmp_path),
+        capture_cache_hits=Settings.from_env({"ENDPOINT_NAME": "x",
+                                              "CAPTURE_CACHE_HITS": setting}).capture_cache_hits)
+    monkeypatch.setattr(app_module.services, "_settings", settings)
+    monkeypatch.setattr(app_module.services, "_capturer", None)
+    expect_invoke(harness)
+    predict(harness)
+    assert predict(harness).headers["X-Cache"] == "hit"
+    assert len(captured(tmp_path)) == (2 if setting == "true" else 1)
 
 
 def test_the_log_line_and_metrics_say_what_the_cache_did(
@@ -189,7 +231,8 @@ def test_the_log_line_and_metrics_say_what_the_cache_did(
     assert [(line["cache"], line.get("cache_tier")) for line in logs] == [
         ("miss", None), ("hit", "memory")]
     assert logs[1]["attempts"] == 0 and "image_out" not in logs[1]
-    assert logs[1]["image_in"] == {"bytes": len(JPEG)} and "capture" not in logs[1]
+    assert logs[1]["image_in"] == {"bytes": len(JPEG)}
+    assert logs[1]["capture"] == logs[0]["capture"]  # a hit is captured as a miss is
     assert "cache" in logs[1]["stages_ms"]
     counted = [{name for name in ("CacheHits", "CacheMisses", "CacheErrors") if name in m}
                for m in metrics if "Requests" in m]
@@ -225,9 +268,12 @@ def test_the_tensor_pipeline_hits_the_cache(
     assert len(json.loads(second.body)["predictions"][0]) == 1  # top-k computed per request
     assert json.loads(second.body)["request_id"] == second.headers["X-Request-Id"]
     assert second.headers["X-Amzn-Invoked-Production-Variant"] == "AllTraffic"
-    assert len(list(tmp_path.rglob("*.jsonl"))) == 1  # only the real inference captured
+    miss_record, hit_record = captured(tmp_path)  # the hit is traffic too, marked as one
+    assert hit_record["eventMetadata"]["sagegateCacheHit"] is True
+    # a tensor hit's input is the request body the pipeline made, the same as the miss's
+    assert hit_record["captureData"] == miss_record["captureData"]
     logs, _ = emitted(capsys)
-    assert logs[-1]["cache"] == "hit" and logs[-1].get("capture") is None
+    assert logs[-1]["cache"] == "hit" and logs[-1]["capture"] == "written"
 
 
 def test_the_inference_py_runs_on_a_cached_answer(

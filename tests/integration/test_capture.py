@@ -56,7 +56,7 @@ def test_exactly_one_record_per_successful_inference_under_load(
     bodies = [photos["chelsea"], photos["coffee"], imagefactory.jpeg(320, 240), bad] * 30
 
     def one(i: int) -> tuple[int, str]:
-        # no-cache: every request is a real inference (a cache hit is captured nowhere)
+        # no-cache: every request is a real inference (a hit's record would hold the upload)
         response = stack.post("/predict", bodies[i], "image/jpeg",
                               **{"X-Request-Id": f"load-{i}", "Cache-Control": "no-cache"})
         return response.status, response.headers["X-Request-Id"]
@@ -100,7 +100,7 @@ def test_a_record_holds_what_the_model_received_and_answered(
 
 def test_a_small_jpeg_is_captured_as_it_was_uploaded(
         stack: Stack, photos: dict[str, bytes]) -> None:
-    # (no-cache: the session's stack may hold this photo's answer; a hit writes no capture)
+    # (no-cache: the session's stack may hold this photo's answer; a hit's record is marked)
     response = stack.post("/predict", photos["chelsea"], "image/jpeg",
                           **{"X-Request-Id": "capture-passthrough", "Cache-Control": "no-cache"})
     assert response.status == 200

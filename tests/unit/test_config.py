@@ -18,6 +18,7 @@ from chalicelib.core.config import (
     Settings,
 )
 from chalicelib.core.errors import ConfigurationError
+from chalicelib.monitor import deployed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +83,9 @@ ACCESS_VARIABLES = {SAGEGATE_AUTH, SAGEGATE_OPEN_API, CORS_ALLOW_ORIGIN, COGNITO
 # read by libraries, not by sagegate's own code: botocore's region, Powertools' names
 LIBRARY_VARIABLES = {"AWS_DEFAULT_REGION", "POWERTOOLS_LOG_LEVEL", POWERTOOLS_SERVICE_NAME,
                      POWERTOOLS_METRICS_NAMESPACE}
+# read by the scheduled monitor (chalicelib.monitor.deployed) and app.py at import
+MONITOR_VARIABLES = {deployed.MONITOR_BASELINE, deployed.MONITOR_OUTPUT,
+                     deployed.MONITOR_SCHEDULE}
 
 
 def stage_env(stage: str) -> dict[str, str]:
@@ -100,7 +104,8 @@ def test_every_variable_is_one_that_is_read(where: str) -> None:
     """A misspelt name (``REQUEST_BUDGET_SECOND``) would be ignored without a word."""
     variables = (CONFIG["environment_variables"] if where == "top level"
                  else CONFIG["stages"][where].get("environment_variables", {}))
-    unknown = set(variables) - set(SETTINGS_FIELDS) - ACCESS_VARIABLES - LIBRARY_VARIABLES
+    unknown = set(variables) - set(SETTINGS_FIELDS) - ACCESS_VARIABLES - LIBRARY_VARIABLES \
+        - MONITOR_VARIABLES
     assert not unknown, f"{where}: no setting is called {sorted(unknown)}"
 
 

@@ -1,0 +1,48 @@
+"""Monitor part: ``sagegate monitor check`` over a window of capture records, beside the floor.
+
+A window of 100,000 CSV capture records (10,000 with ``--quick``; four features and a score,
+500 records a file, as the capture writer batches them) and a baseline are written to a
+temporary folder by :mod:`sagegate.monitor.bench`; then, each in a fresh process so that its
+peak resident memory is its own:
+
+* **floor**: the window's files read and each line ``json.loads``-ed, nothing else: what any
+  reader of the window pays, the reference the checks are measured against;
+* **flattened**: ``sagegate monitor check`` without a preprocessor (the records flattened as
+  Model Monitor does);
+* **preprocessor**: the same check through the Developer Guide's CSV-flattening
+  ``preprocess_handler``, run unchanged on each record.
+
+Records per second (wall time of the whole check: reading, statistics, the checks, the three
+files and the report), the peak RSS, and each check's time over the floor's.
+"""
+from __future__ import annotations
+
+from bench import table
+from bench.report import Report
+from sagegate.monitor import bench as monitor_bench
+
+FULL_RECORDS, QUICK_RECORDS = 100_000, 10_000
+
+
+def report(quick: bool = False) -> Report:
+    """Run the part and print its table."""
+    out = Report()
+    records = QUICK_RECORDS if quick else FULL_RECORDS
+    out.say(table.section("Monitor - sagegate monitor check over a capture window"),
+            f"  {records:,} CSV capture records (4 features and a score, 500 a file), one "
+            "hour; each mode in a fresh process;",
+            "  floor = reading the files and json.loads of each line alone; x floor = the "
+            "mode's time over the floor's.", "")
+    results = monitor_bench.measure(records)
+    floor_seconds = results["floor"]["seconds"]
+    rows = []
+    for mode, figures in results.items():
+        rows.append([mode, f"{figures['records']:,.0f}", f"{figures['records_per_second']:,.0f}",
+                     f"{figures['seconds']:.2f}", f"{figures['peak_rss_mb']:.0f} MB",
+                     "1.0x" if mode == "floor" else
+                     table.times(figures["seconds"] / floor_seconds)])
+        if mode != "floor" and figures["records"] != results["floor"]["records"]:
+            out.failures.append(f"monitor {mode}: {figures['records']:.0f} records checked "
+                                f"of {results['floor']['records']:.0f} in the window")
+    out.say(table.render(["mode", "records", "records/s", "s", "peak RSS", "x floor"], rows))
+    return out

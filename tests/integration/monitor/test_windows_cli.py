@@ -1,0 +1,92 @@
+"""``--start``/``--end`` as Model Monitor's schedules write them (``-PT1H``, ``now``), and a
+window's files found by walking the folders that exist, locally and in S3."""
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+
+from chalicelib.monitor import windows
+from sagegate.monitor import cli, sources
+from tests.unit.monitor import capturegen
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+DECADE = ["--start", "2020-01-01T00:00Z", "--end", "2030-01-01T00:00Z"]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("mon3")
+    dataset = capturegen.training_csv(folder / "train.csv", 2000, header=False)
+    assert cli.main(["baseline", str(dataset), "-o", str(folder / "baseline")]) == 0
+    return folder / "baseline"
+
+
+def _count(out: Path) -> int:
+    document = json.loads((out / "statistics.json").read_text(encoding="utf-8"))
+    return int(document["dataset"]["item_count"])
+
+
+def test_a_relative_window_reads_the_hours_just_captured(baseline: Path,
+                                                          tmp_path: Path) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    root = tmp_path / "iris"
+    capturegen.write_window(root, 300, hour=windows.floor_hour(now))
+    capturegen.write_window(root, 200, hour=windows.floor_hour(now) - 3 * windows.HOUR)
+    out = tmp_path / "out"
+    # "--start -PT1H" as two arguments: argparse alone would read -PT1H as an option
+    assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
+                     "--start", "-PT1H", "--end", "now"]) == cli.EXIT_OK
+    assert _count(out) == 300
+    assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
+                     "--start=-P1D", "--end=-PT0S"]) == cli.EXIT_OK
+    assert _count(out) == 500
+
+
+def test_a_window_of_years_lists_the_folders_that_exist(
+        baseline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = capturegen.write_window(tmp_path / "iris", 400)
+    capturegen.write_window(root, 100, hour=capturegen.HOUR - 400 * 24 * windows.HOUR)
+    capturegen.write_window(root, 50, hour=datetime.datetime(2019, 12, 31, 23,
+                                                              tzinfo=datetime.UTC))
+    globs: list[Path] = []
+    glob = Path.glob
+
+    def counted(self: Path, pattern: str) -> object:
+        globs.append(self)
+        return glob(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", counted)
+    out = tmp_path / "out"
+    assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
+                     *DECADE]) == cli.EXIT_OK
+    assert _count(out) == 500  # 2019's hour is outside the window
+    assert len(globs) == 2  # one per hour folder that exists, not one per hour of a decade
+
+
+def test_a_long_s3_window_walks_the_prefixes_that_exist(
+        baseline: Path, tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"AWS_ENDPOINT_URL_S3": moto_url, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    root = capturegen.write_window(tmp_path / "iris", 300)
+    capturegen.write_window(root, 200, hour=capturegen.HOUR - 40 * 24 * windows.HOUR)
+    capturegen.write_window(root, 70, hour=datetime.datetime(2031, 1, 1, tzinfo=datetime.UTC))
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="mon3-walk")
+    for path in root.rglob("*.jsonl"):
+        s3.upload_file(str(path), "mon3-walk", f"capture/iris/{path.relative_to(root)}")
+    listed: list[str] = []
+    children = sources._s3_children
+    monkeypatch.setattr(sources, "_s3_children",
+                        lambda client, bucket, folder: listed.append(folder)
+                        or children(client, bucket, folder))
+    out = tmp_path / "out"
+    assert cli.main(["check", "s3://mon3-walk/capture/iris", "--baseline", str(baseline),
+                     "-o", str(out), *DECADE]) == cli.EXIT_OK
+    assert _count(out) == 500
+    assert len(listed) < 12  # variants, years, months, days: not 87,600 hour prefixes
