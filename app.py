@@ -366,7 +366,10 @@ def run_monitor(event: Any, s3: Any = None) -> dict[str, Any]:
     endpoints = deployed.endpoint_preprocessors(
         (model.endpoint, model.folder) for model in services.registry.models.values())
     schedule = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or f"{app.app_name}-{MONITOR_FUNCTION}"
-    runs = deployed.run(endpoints, settings, schedule, now=now, s3=s3)
+    context: Any = getattr(event, "context", None)  # Lambda's: the remaining time
+    remaining = (lambda: float(context.get_remaining_time_in_millis()) / 1000) \
+        if hasattr(context, "get_remaining_time_in_millis") else None
+    runs = deployed.run(endpoints, settings, schedule, now=now, s3=s3, remaining=remaining)
     return {"endpoints": {run.endpoint: run.status for run in runs},
             "violations": sum(run.violations for run in runs)}
 

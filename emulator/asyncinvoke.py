@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import re
 import threading
@@ -153,11 +154,15 @@ def _timestamp(epoch: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,11}")
+
+
 def _integer_header(raw: str | None, field: str, low: int, high: int, default: int) -> int:
     if raw is None:
         return default
     text = raw.strip()
-    value = int(text) if text.lstrip("-").isdigit() and len(text) < 12 else None
+    # ASCII digits only: isdigit() admits "--5" (after lstrip) and "²", which int() refuses
+    value = int(text) if _INTEGER.fullmatch(text) else None
     if value is None or not low <= value <= high:
         constraint = f"Member must be an integer between {low} and {high}"
         raise errors.validation_error([errors.violation(field, raw[:64], constraint)])
@@ -223,19 +228,38 @@ def _wait(event: threading.Event, timeout: float) -> bool:
     return event.wait(timeout)
 
 
+OUTBOX_MAX_BYTES = 16 * 1024 * 1024
+"""The outbox's size cap: past it the file is rotated (see :class:`Outbox`)."""
+
+
 class Outbox:
     """Appends each completion to a JSON Lines file, one object per line:
-    ``{"topic_arn": ARN or null, "status": ..., "message": {notification}}``."""
+    ``{"topic_arn": ARN or null, "status": ..., "message": {notification}}``.
 
-    def __init__(self, path: Path) -> None:
+    Bounded: a line that would take the file past ``max_bytes`` first renames it to
+    ``<name>.1`` (replacing the previous one) and starts a new file, so the two hold at most
+    about ``2 * max_bytes``, the newest completions kept.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = OUTBOX_MAX_BYTES) -> None:
         self.path = path
+        self.rotated = path.with_name(path.name + ".1")
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
     def append(self, record: dict[str, Any]) -> None:
-        """Appends one record (the whole line in one write)."""
-        line = json.dumps(record, separators=(",", ":")) + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as sink:
-            sink.write(line)
+        """Appends one record (the whole line in one write), rotating the file first when
+        the line would take it past the cap."""
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            try:
+                size = self.path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size and size + len(line) > self.max_bytes:
+                os.replace(self.path, self.rotated)
+            with self.path.open("ab") as sink:
+                sink.write(line)
 
 
 class AsyncInference:

@@ -44,6 +44,10 @@ TOPIC_ARN = re.compile(r"arn:aws[a-z\-]*:sns:[a-z0-9\-]*:[0-9]{12}:[a-zA-Z0-9_.-
 ASYNC_MAX_INPUT_BYTES = 1024**3
 """Asynchronous Inference's input limit (1 GB)."""
 ASYNC_DEFAULT_QUEUE = 100
+ASYNC_MAX_QUEUE = 10_000
+"""The most requests ``max_queued`` may hold waiting (the emulator's bound: they are in memory)."""
+ASYNC_MAX_CONCURRENCY = 1000
+"""SageMaker's bound on ``MaxConcurrentInvocationsPerInstance`` (each one a worker thread here)."""
 ASYNC_KEYS = frozenset({"output_path", "failure_path", "success_topic", "error_topic",
                         "max_concurrent_invocations", "max_queued", "max_input_bytes"})
 
@@ -61,8 +65,9 @@ class AsyncConfig:
         failure_path: ``S3FailurePath``, or None (failures then only notify).
         success_topic: ``SuccessTopic`` SNS ARN, or None.
         error_topic: ``ErrorTopic`` SNS ARN, or None.
-        max_concurrent_invocations: ``MaxConcurrentInvocationsPerInstance`` (one instance).
-        max_queued: requests waiting at most; one more is throttled.
+        max_concurrent_invocations: ``MaxConcurrentInvocationsPerInstance`` (one instance),
+            1 to 1000 as on SageMaker.
+        max_queued: requests waiting at most (1 to 10,000); one more is throttled.
         max_input_bytes: the largest input object read from S3 (up to 1 GB).
     """
 
@@ -276,10 +281,11 @@ def _async(raw: object, where: str) -> AsyncConfig:
         failure_path=None if failure is None else _s3_uri(failure, f"{where}.failure_path"),
         success_topic=topics["success_topic"],
         error_topic=topics["error_topic"],
-        max_concurrent_invocations=_integer(section.get("max_concurrent_invocations", 1),
-                                            f"{where}.max_concurrent_invocations", 1),
-        max_queued=_integer(section.get("max_queued", ASYNC_DEFAULT_QUEUE),
-                            f"{where}.max_queued", 1),
+        max_concurrent_invocations=_bounded(section.get("max_concurrent_invocations", 1),
+                                            f"{where}.max_concurrent_invocations",
+                                            ASYNC_MAX_CONCURRENCY),
+        max_queued=_bounded(section.get("max_queued", ASYNC_DEFAULT_QUEUE),
+                            f"{where}.max_queued", ASYNC_MAX_QUEUE),
         max_input_bytes=_bounded(section.get("max_input_bytes", ASYNC_MAX_INPUT_BYTES),
                                  f"{where}.max_input_bytes", ASYNC_MAX_INPUT_BYTES),
     )  # fmt: skip

@@ -21,7 +21,7 @@ import numpy as np
 
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
-from sagegate.captured_record import CapturedData, EventData, is_cache_hit
+from chalicelib.monitor.preprocessing import CapturedData, EventData, is_cache_hit
 
 
 class CaptureFormatError(ValueError):

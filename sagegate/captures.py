@@ -6,9 +6,10 @@ record preprocessor does.
 metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, each endpoint's
 records named with its own model's labels (:mod:`sagegate.capture_labels`).
 ``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
-unchanged and called as the analyzer calls it (:mod:`sagegate.captured_record`), instead, then
-its ``postprocess_handler()`` if it has one. Records of answers served from sagegate's cache
-(``eventMetadata.sagegateCacheHit``) are read too, their default rows say ``cacheHit``;
+unchanged and called as the analyzer calls it (:mod:`chalicelib.monitor.preprocessing`),
+instead, then its ``postprocess_handler()`` if it has one. Records of answers served from
+sagegate's cache (``eventMetadata.sagegateCacheHit``) are read too, their default rows say
+``cacheHit``;
 ``--exclude-cache-hits`` leaves them out (as ``sagegate monitor`` does).
 
 A developer tool, not part of the Lambda package: the function only writes captures
@@ -28,6 +29,15 @@ from typing import IO, Any
 from chalicelib.core.config import S3_SCHEME, split_s3_uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
+from chalicelib.monitor.preprocessing import (
+    LOGGER_NAME,
+    CapturedData,
+    HandlerError,
+    HandlerFailed,
+    Preprocessor,
+    is_cache_hit,
+    is_shadow,
+)
 from sagegate.capture_labels import EndpointLabels, endpoint_of, registry_labels
 from sagegate.capture_rows import (
     CaptureFormatError,
@@ -36,15 +46,6 @@ from sagegate.capture_rows import (
     decoded,
     flatten,
     inference_id,
-)
-from sagegate.captured_record import (
-    LOGGER_NAME,
-    CapturedData,
-    HandlerError,
-    HandlerFailed,
-    Preprocessor,
-    is_cache_hit,
-    is_shadow,
 )
 
 __all__ = ["CaptureFormatError", "CapturedData", "DefaultRows", "Entry", "HandlerError",
@@ -60,7 +61,7 @@ def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[st
 
 
 def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
-    import boto3
+    import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
     bucket, prefix = split_s3_uri(source)
     folder = f"{prefix}/" if prefix else ""  # the prefix is a folder, as the S3 sink writes it
@@ -213,6 +214,7 @@ class _Counted:
         self._exclude_cache_hits = exclude_cache_hits
 
     def __iter__(self) -> Iterator[Entry]:
+        # deferred: keeps botocore out of the CLI's start-up; paid only when captures are read
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

@@ -8,8 +8,8 @@ else a fresh random one per run, which ``sagegate run`` prints in its ready line
 IAM (SigV4) and Cognito stages cannot be checked here: a signature is checked against the
 caller's real credentials and a Cognito token against its user pool's keys, both in AWS, and
 ``chalice local`` lets such requests in unchecked. ``sagegate run`` refuses them with one line
-rather than serve a protected stage open. Only the standard library is imported at module
-level.
+rather than serve a protected stage open. Besides the standard library it imports only
+:mod:`chalicelib.core.access` (and its config and errors modules), none of which costs.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ from emulator.process import (
     start_emulator,
     terminate,
 )
-from sagegate.local_auth import API_KEY_ENV
+from sagegate.local_auth import API_KEY_ENV, UncheckableAuth, local_api_key
 from sagegate.ports import describe_owner
 
 __all__ = [
@@ -618,8 +618,6 @@ def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
         StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or
             its settings are wrong.
     """
-    from sagegate.local_auth import UncheckableAuth, local_api_key
-
     try:
         return local_api_key(stage, env)
     except UncheckableAuth as error:

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
-from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota
+from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, classify
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
 FIREHOSE_ATTEMPTS = 3
@@ -27,16 +27,6 @@ CAPTURE_POLICY = RetryPolicy(max_attempts=FIREHOSE_ATTEMPTS, budget_seconds=2.0,
                              base_delay=0.05, max_delay=0.5)
 """How a capture write is retried: the response waits for it, so briefly (no retry starts
 more than 2 s after the first attempt)."""
-# what botocore's standard mode retries (botocore/retries/standard.py), and Firehose's
-# throttle (ServiceUnavailableException: "back off and retry")
-_THROTTLING_CODES = frozenset({
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
-    "TooManyRequestsException", "ProvisionedThroughputExceededException", "SlowDown",
-    "RequestLimitExceeded", "LimitExceededException", "ServiceUnavailableException",
-})
-_TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException",
-                              "PriorRequestNotComplete", "InternalFailure"})
-_TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 _T = TypeVar("_T")
 
 
@@ -202,7 +192,9 @@ class _Retrying:
 
 def retry_kind(error: Exception) -> bool | None:
     """Whether a boto3 failure is retryable as botocore's standard mode decides: True for
-    throttling, False for a transient failure, None for neither."""
+    throttling, False for a transient failure, None for neither
+    (:func:`chalicelib.core.retries.classify`)."""
+    # deferred: botocore loads only when a boto3 sink fails (a directory sink never needs it)
     from botocore.exceptions import ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
 
@@ -212,11 +204,7 @@ def retry_kind(error: Exception) -> bool | None:
         return None
     code = error.response.get("Error", {}).get("Code")
     status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if code in _THROTTLING_CODES or status == 429:
-        return True
-    if code in _TRANSIENT_CODES or status in _TRANSIENT_STATUSES:
-        return False
-    return None
+    return classify(code, status)
 
 
 def _usage(folder: Path) -> int:
@@ -306,7 +294,7 @@ class FirehoseSink(_Retrying):
                        in zip(pending, answer["RequestResponses"], strict=True)
                        if result.get("ErrorCode")]
             pending = [line for line, _ in refused]
-            throttled = all(code in _THROTTLING_CODES for _, code in refused)
+            throttled = all(classify(code, None) is True for _, code in refused)
             if not self._waited(retrier, throttled):
                 raise CaptureSinkError(f"Firehose refused {len(pending)} record(s) after "
                                        f"{retrier.attempts} attempts")

@@ -26,6 +26,27 @@ import time
 from collections.abc import Callable
 
 QUOTA_CAPACITY = 500
+THROTTLING_CODES = frozenset({
+    # botocore's standard mode (botocore/retries/standard.py, botocore 1.44)
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+    "TooManyRequestsException", "ProvisionedThroughputExceededException",
+    "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
+    "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
+    "EC2ThrottledException",
+    # Firehose: "the service is unavailable. Back off and retry the operation"
+    "ServiceUnavailableException",
+})
+"""Error codes that mean the upstream is throttling: the cheaper retry (see the quota)."""
+TRANSIENT_CODES = frozenset({
+    # botocore's standard mode
+    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
+    # SageMaker runtime's own retryable faults (sagemaker-runtime service-2.json)
+    "InternalFailure", "InternalDependencyException", "ServiceUnavailable",
+    "ModelNotReadyException",
+})
+"""Error codes of a transient failure a retry may cure."""
+THROTTLING_STATUSES = frozenset({429})
+TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 THROTTLED_RETRY_COST = 5
 RETRY_COST = 14
 SUCCESS_REFUND = 1
@@ -177,6 +198,21 @@ class Retrier:
         if self.quota_refused or not self.quota.can_pay(throttled):
             seconds = max(seconds, self.policy.quota_wait)
         return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(seconds))))
+
+
+def classify(code: str | None, status: int | None) -> bool | None:
+    """Whether an AWS error answer is worth a retry, as botocore's standard mode decides:
+    True when throttled, False when transient, None when not retryable.
+
+    Args:
+        code: the answer's ``Error.Code``.
+        status: its HTTP status.
+    """
+    if code in THROTTLING_CODES or status in THROTTLING_STATUSES:
+        return True
+    if code in TRANSIENT_CODES or status in TRANSIENT_STATUSES:
+        return False
+    return None
 
 
 def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time

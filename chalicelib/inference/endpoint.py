@@ -42,24 +42,23 @@ from chalicelib.core.errors import (
     PreprocessingTimeoutError,
     SagegateError,
 )
-from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, upstream_hint
+from chalicelib.core.retries import (
+    THROTTLING_CODES,
+    Retrier,
+    RetryPolicy,
+    RetryQuota,
+    classify,
+    upstream_hint,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
 
 logger = logging.getLogger("sagegate.endpoint")  # a child of Powertools' JSON logger
 
-RETRYABLE_CODES = frozenset({
-    "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
-    "TooManyRequestsException", "InternalFailure", "InternalDependencyException",
-})
-THROTTLING_CODES = frozenset({
-    "ThrottlingException", "Throttling", "TooManyRequestsException",
-})
-UNAVAILABLE_CODES = frozenset({
-    "ModelNotReadyException", "ServiceUnavailable", "ThrottlingException", "Throttling",
-    "TooManyRequestsException",
-})
+UNAVAILABLE_CODES = frozenset({"ModelNotReadyException", "ServiceUnavailable"})
+"""SageMaker's codes for an endpoint not ready; with every throttling code
+(:data:`chalicelib.core.retries.THROTTLING_CODES`) answered 503 with a ``Retry-After``."""
 # the connection failed, before or while the answer was read (a body cut short included)
 _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError,
                       ResponseStreamingError, IncompleteReadError)
@@ -212,7 +211,7 @@ class EndpointClient:
             response = self._client.invoke_endpoint(**invocation.to_kwargs())
             body = response["Body"].read()
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in RETRYABLE_CODES:
+            if _retry_kind(error) is not None:
                 return _failure(error, invocation)
             raise translate_client_error(error, invocation) from None
         except ReadTimeoutError:
@@ -234,13 +233,18 @@ class EndpointClient:
         )
 
 
+def _retry_kind(error: ClientError) -> bool | None:
+    """:func:`chalicelib.core.retries.classify` of an answer: True throttled, False transient,
+    None not retryable."""
+    return classify(error.response.get("Error", {}).get("Code"),
+                    error.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+
+
 def _failure(error: ClientError, invocation: Invocation) -> _Failure:
     """A retryable ``ClientError`` as a failed attempt, with what its answer said."""
-    response = error.response
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    throttled = response.get("Error", {}).get("Code") in THROTTLING_CODES or status == 429
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders") or {}
-    return _Failure(translate_client_error(error, invocation), throttled, upstream_hint(headers))
+    headers = error.response.get("ResponseMetadata", {}).get("HTTPHeaders") or {}
+    return _Failure(translate_client_error(error, invocation), _retry_kind(error) is True,
+                    upstream_hint(headers))
 
 
 def _given_up(failure: _Failure, retrier: Retrier) -> SagegateError:
@@ -278,7 +282,7 @@ def translate_client_error(error: ClientError, invocation: Invocation) -> Sagega
     logger.warning("endpoint error %s: %s", code, message)
     if code == "ModelError":
         return _model_error(error.response)
-    if code in UNAVAILABLE_CODES:
+    if code in UNAVAILABLE_CODES or code in THROTTLING_CODES:
         return EndpointUnavailableError(
             f"The endpoint is busy or not ready ({code}). Retry after a short wait.",
             details={"endpoint_error": code})

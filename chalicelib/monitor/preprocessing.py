@@ -12,8 +12,8 @@ classes here have exactly those attributes, so a handler that runs here runs the
 one they lack is an :class:`AttributeError` that lists the ones they have.
 
 It lives in the monitor room because the scheduled monitor runs a model's
-``preprocessor.py`` in Lambda; ``sagegate capture`` and ``sagegate monitor`` use it through
-:mod:`sagegate.captured_record`.
+``preprocessor.py`` in Lambda; ``sagegate capture`` and ``sagegate monitor`` import it from
+here, so the CLI runs a handler exactly as the scheduled function does.
 """
 from __future__ import annotations
 

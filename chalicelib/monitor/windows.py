@@ -95,7 +95,11 @@ def window(start: str | None, end: str | None,
     """
     current = now or datetime.datetime.now(datetime.UTC)
     last = parse_time(end, current) if end else floor_hour(current)
-    first = parse_time(start, current) if start else last - HOUR
+    try:
+        first = parse_time(start, current) if start else last - HOUR
+    except OverflowError:
+        raise WindowError(f"the hour before {last:%Y-%m-%dT%H:%MZ} is outside the calendar: "
+                          f"give the window's start") from None
     if first >= last:
         raise WindowError(f"the window's start ({first:%Y-%m-%dT%H:%MZ}) is not before its "
                           f"end ({last:%Y-%m-%dT%H:%MZ})")
@@ -107,7 +111,10 @@ def hours(start: datetime.datetime, end: datetime.datetime) -> Iterator[datetime
     hour = floor_hour(start)
     while hour < end:
         yield hour
-        hour += HOUR
+        try:
+            hour += HOUR
+        except OverflowError:  # the calendar's last hour (9999-12-31T23) has no next
+            return
 
 
 def hour_folder(hour: datetime.datetime) -> str:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sagegate.deploy import templates
 from sagegate.deploy.runtime import ARCHITECTURE
 from sagegate.deploy.shell import DeployError, config_path
 from sagegate.deploy.stages import ROOT, Stage, record_layer
@@ -71,13 +72,30 @@ def log_group(stage: Stage) -> str:
     return f"/aws/lambda/{stage.function_name}"
 
 
-def ensure_log_group(logs: Any, stage: Stage) -> str:
-    """Create the function's log group if missing and give it the stage's retention.
+def log_groups(stage: Stage) -> list[str]:
+    """The log groups of the stage's functions: the API's and, on a monitored stage, the
+    scheduled monitor's (``/aws/lambda/<function>-monitor``, where its metrics are printed)."""
+    groups = [log_group(stage)]
+    if stage.monitor is not None:
+        groups.append(f"/aws/lambda/{stage.monitor_function_name}")
+    return groups
+
+
+def ensure_log_groups(logs: Any, stage: Stage) -> list[str]:
+    """:func:`ensure_log_group` for each of :func:`log_groups`: neither function's role may
+    create its own group (no ``logs:CreateLogGroup``), so a group missing here would leave
+    that function's logs, and the monitor's Embedded Metric Format metrics, unwritten."""
+    return [ensure_log_group(logs, stage, group) for group in log_groups(stage)]
+
+
+def ensure_log_group(logs: Any, stage: Stage, group: str | None = None) -> str:
+    """Create a log group of the stage (default: the API function's) if missing and give it
+    the stage's retention.
 
     Chalice 1.34 gives ``log_retention_in_days`` to ``/aws/lambda/<app>-<stage>-api_handler``,
     not to the function's own group: ``chalice-deploy`` creates that one first.
     """
-    group = log_group(stage)
+    group = group or log_group(stage)
     try:
         logs.create_log_group(logGroupName=group)
         print(f"created log group {group}")
@@ -88,6 +106,19 @@ def ensure_log_group(logs: Any, stage: Stage) -> str:
                                   retentionInDays=stage.log_retention_in_days)
         print(f"{group}: retention {stage.log_retention_in_days} days")
     return group
+
+
+def disable_monitor_retries(lambda_client: Any, stage: Stage) -> str | None:
+    """No asynchronous retry of the scheduled monitor (``chalice deploy`` cannot set it; the
+    packaged template does): a run that failed or timed out would fail the same way twice
+    more. Returns the function's name, None on a stage without the monitor."""
+    if stage.monitor is None:
+        return None
+    name = stage.monitor_function_name
+    lambda_client.put_function_event_invoke_config(
+        FunctionName=name, MaximumRetryAttempts=templates.MONITOR_RETRY_ATTEMPTS)
+    print(f"{name}: asynchronous retries {templates.MONITOR_RETRY_ATTEMPTS}")
+    return name
 
 
 def check_bucket(bucket: str | None, command: str) -> str:

@@ -8,8 +8,12 @@
 4. creates the function's log group ``/aws/lambda/sagegate-<stage>`` with the stage's
    retention: Chalice 1.34 gives ``log_retention_in_days`` to a group named after
    ``...-api_handler``, which nothing writes to, and without its own group the function would
-   need ``logs:CreateLogGroup`` and keep its logs forever;
-5. ``chalice deploy --stage S`` (``.chalice/deployments`` is removed if it fails);
+   need ``logs:CreateLogGroup`` and keep its logs forever; on a monitored stage
+   (``MONITOR_BASELINE``) the monitor function's ``/aws/lambda/sagegate-<stage>-monitor``
+   too, where its metrics (Embedded Metric Format lines) are written;
+5. ``chalice deploy --stage S`` (``.chalice/deployments`` is removed if it fails); on a
+   monitored stage, the monitor's asynchronous retries set to 0 (Chalice cannot set them;
+   a failed or timed-out hour would otherwise run twice more);
 6. with ``"snapstart": true``: a version behind the ``live`` alias, the API pointed at it
    (:mod:`sagegate.deploy.snapstart`), since ``chalice deploy`` wires the API to ``$LATEST``;
 7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack,
@@ -79,10 +83,12 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
     if stage.cache_table:
         for command in cache_commands(stage, session.region_name, aws_cli, root):
             runner(command, cwd=root)
-    aws.ensure_log_group(session.client("logs"), stage)
+    aws.ensure_log_groups(session.client("logs"), stage)
     remove_bytecode(root)
     package.run_chalice([tool("chalice"), "deploy", "--stage", stage.name], project=root,
                         runner=runner, cwd=root, region=session.region_name)
+    if stage.monitor is not None:
+        aws.disable_monitor_retries(session.client("lambda"), stage)
     if stage.snapstart:
         print(snapstart.switch("enable", stage, session))
     if stage.auth == AuthMode.API_KEY:
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage with chalice deploy (Path B, needs AWS): the "
         "layer is the ARN sagegate layer recorded; renders the IAM policy, deploys the cache "
-        "table stack (stages with CACHE_TABLE), creates the log group with its retention, "
+        "table stack (stages with CACHE_TABLE), creates the log groups with their retention, "
         "runs chalice deploy, enables SnapStart and deploys the usage plan stack (api-key "
         "stages).")
     add_stage_option(parser, default="prod")

@@ -84,6 +84,8 @@ class Stage:
             ValueError: monitoring is on without an ``s3://`` ``CAPTURE_DESTINATION``, or a
                 monitor setting is not an ``s3://`` URI.
         """
+        # deferred: the monitor's analysis modules cost more to import than this whole
+        # module; only a command that reads a stage's monitor settings pays for them
         from chalicelib.monitor.deployed import MonitorSettings
 
         return MonitorSettings.from_env(self.env)
@@ -155,7 +157,7 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
             (``lambda_functions.monitor.iam_policy_file``: without it, Chalice would run it
             with the API function's role, which cannot read the captures or the baseline).
     """
-    from chalicelib.monitor.deployed import MonitorConfigError
+    from chalicelib.monitor.deployed import MonitorConfigError  # deferred: as in Stage.monitor
 
     try:
         settings = stage.monitor

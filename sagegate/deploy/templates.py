@@ -24,7 +24,9 @@
   waits for it, so no request finds the table missing.
 * With ``MONITOR_BASELINE`` (app.py's scheduled ``monitor``): the same fixes for that
   function (its Chalice name ``sagegate-<stage>-monitor``, the layer, its log group named in
-  advance), and its accepted findings.
+  advance), no retry of a failed scheduled invocation (``EventInvokeConfig``
+  ``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would otherwise run a timed
+  out hour twice more), and its accepted findings.
 * ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
 
 :func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
@@ -56,6 +58,7 @@ PERMISSION = "APIHandlerInvokePermission"  # ... for API Gateway's permission to
 CACHE = "PredictionCache"  # sagegate's logical id for the cache's DynamoDB table
 MONITOR = "Monitor"  # Chalice's logical id for app.py's scheduled monitor (name "monitor")
 MONITOR_LOG_GROUP = "MonitorLogGroup"  # ... for its log group
+MONITOR_RETRY_ATTEMPTS = 0  # Lambda's asynchronous retries of a failed scheduled run
 CACHE_KEY = "key"  # the table's partition key (S): the function's cache key
 CACHE_TTL_ATTRIBUTE = "expires_at"  # the item's expiry (N, epoch seconds): DynamoDB's TTL
 ALIAS = "live"  # the alias API Gateway invokes when SnapStart is on
@@ -168,12 +171,16 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
 
 def _monitor(stage: Stage) -> dict[str, Any]:
     """The scheduled monitor's fixes: its Chalice name (so its role's log ARN is known), the
-    layer (numpy, datasketches), its log group named in advance and waited for."""
+    layer (numpy, datasketches), its log group named in advance and waited for, and no
+    asynchronous retries (EventBridge invokes it asynchronously; a run that failed or timed
+    out would fail the same way again, and the next hour's run is due anyway)."""
     return {
         MONITOR: {
             "DependsOn": [MONITOR_LOG_GROUP],
             "Properties": {"FunctionName": stage.monitor_function_name,
-                           "Layers": [{"Ref": "DependenciesLayer"}]},
+                           "Layers": [{"Ref": "DependenciesLayer"}],
+                           "EventInvokeConfig": {"MaximumRetryAttempts":
+                                                 MONITOR_RETRY_ATTEMPTS}},
             "Metadata": _skips(_MONITOR_SKIPS),
         },
         MONITOR_LOG_GROUP: {

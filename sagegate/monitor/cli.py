@@ -21,8 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.monitor import analysis, windows
+from chalicelib.monitor.preprocessing import (
+    CapturedData,
+    HandlerError,
+    HandlerFailed,
+    Preprocessor,
+)
 from chalicelib.monitor.records import Preprocess, RecordError, RecordReader, Tally
-from sagegate.captured_record import CapturedData, HandlerError, HandlerFailed, Preprocessor
 from sagegate.monitor import sources
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS = 0, 2, 3

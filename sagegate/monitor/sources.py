@@ -126,7 +126,7 @@ def _subfolders(variant: Path) -> Callable[[str], list[str]]:
 
 def _s3_files(source: str, start: datetime.datetime | None,
               end: datetime.datetime | None) -> Files:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
 
     try:
         yield from _s3_objects(source, start, end)
@@ -136,7 +136,7 @@ def _s3_files(source: str, start: datetime.datetime | None,
 
 def _s3_objects(source: str, start: datetime.datetime | None,
                 end: datetime.datetime | None) -> Files:
-    import boto3
+    import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
     bucket, _, prefix = source[len(S3_SCHEME):].partition("/")
     prefix = prefix.strip("/")

@@ -58,6 +58,8 @@ def test_the_monitor_is_a_scheduled_function_of_its_own(dev: Package) -> None:
     assert deployed.DEFAULT_SCHEDULE == "cron(5 * * * ? *)"  # app.py's default too
     assert properties["FunctionName"] == "sagegate-dev-monitor"
     assert properties["Layers"] == [{"Ref": "DependenciesLayer"}]
+    # EventBridge invokes it asynchronously: a failed hour is not run twice more
+    assert properties["EventInvokeConfig"] == {"MaximumRetryAttempts": 0}
     configured = load_config()["stages"]["dev"]["lambda_functions"]["monitor"]
     assert properties["MemorySize"] == configured["lambda_memory_size"]
     assert properties["Timeout"] == configured["lambda_timeout"] == 900
@@ -123,6 +125,17 @@ def test_monitoring_without_s3_captures_is_a_configuration_error(
         tmp_path: Path, destination: str) -> None:
     with pytest.raises(ValueError, match="CAPTURE_DESTINATION must be the s3:// prefix"):
         load_stage("dev", _config_with(tmp_path, CAPTURE_DESTINATION=destination))
+
+
+def test_a_monitor_reading_monitor_captures_is_granted_that_prefix(tmp_path: Path) -> None:
+    # captures delivered by a Firehose stream to S3: the monitor reads them there
+    stage = load_stage("dev", _config_with(tmp_path, CAPTURE_DESTINATION="firehose://c",
+                                           MONITOR_CAPTURES="s3://delivered/captures"))
+    policy = render_monitor(stage, "123456789012", "us-east-1")
+    assert policy is not None
+    reads = {s["Sid"]: s["Resource"] for s in policy["Statement"]}
+    assert reads["ReadCaptures"] == "arn:aws:s3:::delivered/captures/*"
+    assert reads["WriteMonitoringReports"] == "arn:aws:s3:::delivered/monitoring/*"
 
 
 def test_a_monitor_without_its_own_policy_file_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import boto3
 import pytest
 
-from chalicelib.inference.endpoint import RETRYABLE_CODES, UNAVAILABLE_CODES
+from chalicelib.core.retries import classify
+from chalicelib.inference.endpoint import UNAVAILABLE_CODES
 from tests import imagefactory
 from tests.functional.conftest import Harness, make_settings
 
@@ -55,9 +56,15 @@ MAPPINGS = [
     _unavailable("TooManyRequestsException", 429),
     _unavailable("ModelNotReadyException", 429),
     _unavailable("ServiceUnavailable", 503),
+    # any other throttling code botocore's standard mode knows: the same
+    _unavailable("SlowDown", 400),
+    _unavailable("RequestLimitExceeded", 400),
     # the service failed: retried, then 502
     Mapping("InternalFailure", 500, 502, "EndpointError", attempts=ATTEMPTS),
     Mapping("InternalDependencyException", 530, 502, "EndpointError", attempts=ATTEMPTS),
+    # an unknown code with a transient status (500, 502, 503, 504), as botocore retries it
+    Mapping("SomethingNew", 503, 502, "EndpointError", attempts=ATTEMPTS),
+    Mapping("RequestTimeout", 400, 502, "EndpointError", attempts=ATTEMPTS),
     # the model failed: its status and message, never retried
     Mapping("ModelError", 424, 502, "ModelError",
             fields={"OriginalStatusCode": 500, "OriginalMessage": "out of memory",
@@ -91,8 +98,14 @@ def test_the_table_covers_every_mapped_code() -> None:
     covered = {mapping.code for mapping in MAPPINGS}
     declared = _modeled_errors()
     assert {"ModelError", "ValidationError", "InternalFailure"} <= declared  # the model loaded
-    missing = (RETRYABLE_CODES | UNAVAILABLE_CODES | declared) - covered
+    missing = (UNAVAILABLE_CODES | declared) - covered
     assert not missing, f"no expectation for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS, ids=lambda mapping: mapping.id)
+def test_the_table_retries_what_the_shared_classifier_retries(mapping: Mapping) -> None:
+    retried = classify(mapping.code, mapping.http_status) is not None
+    assert (mapping.attempts == ATTEMPTS) == retried
 
 
 @pytest.mark.parametrize("mapping", MAPPINGS, ids=lambda mapping: mapping.id)

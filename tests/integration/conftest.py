@@ -12,8 +12,10 @@ import cv2
 import numpy as np
 import pytest
 import urllib3
+from playwright.sync_api import Browser, sync_playwright
 from skimage import data
 
+from sagegate.browser import BrowserError, find_chromium
 from sagegate.localstack import ApiProcess, EmulatorProcess, free_port, start_api, start_emulator
 from sagegate.localstack import peak_rss_mb as peak_rss_mb  # re-exported for the tests
 from sagegate.localstack import rss_mb as rss_mb  # re-exported for the tests
@@ -113,3 +115,23 @@ def moto_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium (the one ``sagegate browser`` installs), for the web page's and the
+    monitoring report's tests; a missing one fails them, never skips."""
+    try:
+        executable = find_chromium()
+    except BrowserError as error:
+        pytest.fail(str(error), pytrace=False)
+    if executable is None:
+        pytest.fail("no Chromium for the browser tests: `make test` installs one first "
+                    "(.venv/bin/sagegate browser)", pytrace=False)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, headless=True,
+                                              args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import cv2
 import pytest
 from botocore.config import Config
 
 from emulator.process import EmulatorProcess, start_emulator
+from tests import imagefactory
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +26,15 @@ ERROR = "arn:aws:sns:us-east-1:123456789012:emulator-async-error"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing",
                "region_name": "us-east-1"}  # fmt: skip
 POLL_LIMIT_S = 90.0
+
+
+def _cat_jpeg() -> bytes:
+    """A photo made here (scikit-image's cat), not samples/cat.jpg: that file is written by
+    ``make run``, and no test may depend on another command's output."""
+    ok, encoded = cv2.imencode(".jpg", imagefactory.photo("chelsea"),
+                               [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return encoded.tobytes()
 
 
 def write_config(directory: Path) -> Path:
@@ -112,7 +123,7 @@ def upload(aws: dict[str, Any], key: str, body: bytes, content_type: str) -> str
 def test_an_image_runs_asynchronously_with_the_same_answer_as_invoke_endpoint(
     aws: dict[str, Any], runtime: Any, emulator: tuple[EmulatorProcess, Path]
 ) -> None:
-    image = (ROOT / "samples" / "cat.jpg").read_bytes()
+    image = _cat_jpeg()
     location = upload(aws, "cat.jpg", image, "image/jpeg")
     accepted = runtime.invoke_endpoint_async(
         EndpointName="image-async", InputLocation=location, ContentType="image/jpeg",
@@ -163,7 +174,7 @@ def test_a_wrong_content_type_fails_and_real_time_endpoints_keep_serving(
     assert body  # the container's own refusal
     [message] = [m for m in notifications(aws, ERROR) if m["inferenceId"] == "text-1"]
     assert "415" in message["failureReason"]
-    image = (ROOT / "samples" / "cat.jpg").read_bytes()
+    image = _cat_jpeg()
     answer = runtime.invoke_endpoint(EndpointName="efficientnet-lite0", Body=image,
                                      ContentType="image/jpeg")  # fmt: skip
     assert len(json.loads(answer["Body"].read())) == 1000

@@ -25,11 +25,9 @@ from playwright.sync_api import (
     Page,
     Request,
     expect,
-    sync_playwright,
 )
 from skimage import data
 
-from sagegate.browser import BrowserError, find_chromium
 from tests.integration.conftest import Stack, jpeg_of
 
 pytestmark = pytest.mark.integration
@@ -70,24 +68,6 @@ CONTRAST_JS = """() => {
   }
   return low;
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    try:
-        executable = find_chromium()
-    except BrowserError as error:
-        pytest.fail(str(error), pytrace=False)
-    if executable is None:
-        pytest.fail("no Chromium for the web page's tests: `make test` installs one first "
-                    "(.venv/bin/sagegate browser)", pytrace=False)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True,
-                                              args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -648,6 +648,32 @@ def test_chalice_deploy_sets_up_logs_deploys_snapstart_and_the_usage_plan(
     assert (project / ".chalice" / "policy-prod.json").is_file()
 
 
+def test_chalice_deploy_of_a_monitored_stage_sets_up_the_monitors_logs_and_retries(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the monitor's role may not create its log group: without it the function's log lines
+    # and its Embedded Metric Format metrics would be dropped
+    stage = dataclasses.replace(load_stage("dev", project / ".chalice" / "config.json"),
+                                layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",))
+    assert stage.monitor is not None
+    write_deployed(project, "dev", "a1b2c3d4e5")
+    monkeypatch.setattr(snapstart, "switch", lambda action, st, session: "ok")
+    sts, sts_stub = caller()
+    logs, logs_stub = stubbed("logs")
+    for group in ("/aws/lambda/sagegate-dev", "/aws/lambda/sagegate-dev-monitor"):
+        logs_stub.add_response("create_log_group", {}, {"logGroupName": group})
+        logs_stub.add_response("put_retention_policy", {}, {
+            "logGroupName": group, "retentionInDays": 14})
+    lam, lam_stub = stubbed("lambda")
+    lam_stub.add_response("put_function_event_invoke_config", {}, {
+        "FunctionName": "sagegate-dev-monitor", "MaximumRetryAttempts": 0})
+    with sts_stub, logs_stub, lam_stub:
+        chalice_deploy.chalice_deploy(stage, FakeSession(sts=sts, logs=logs, **{"lambda": lam}),
+                                      root=project, runner=Recorder(lambda command: None))
+    logs_stub.assert_no_pending_responses()
+    lam_stub.assert_no_pending_responses()  # and no asynchronous retry of a failed hour
+    assert aws.log_groups(dataclasses.replace(stage, env={})) == ["/aws/lambda/sagegate-dev"]
+
+
 def test_chalice_deploy_with_iam_auth_and_no_cache_table_deploys_no_stack(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = load_stage("prod", project / ".chalice" / "config.json")

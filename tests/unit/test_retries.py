@@ -22,6 +22,7 @@ from chalicelib.core.retries import (
     Retrier,
     RetryPolicy,
     RetryQuota,
+    classify,
     parse_retry_after,
     upstream_hint,
 )
@@ -219,6 +220,29 @@ def test_botocores_retryable_failures_are_recognised() -> None:
     assert retry_kind(EndpointConnectionError(endpoint_url="http://127.0.0.1:1")) is False
     assert retry_kind(aws_error("NoSuchBucket", 404)) is None
     assert retry_kind(ValueError("x")) is None
+
+
+@pytest.mark.parametrize(("code", "status", "kind"), [
+    ("ThrottlingException", 400, True),
+    ("SlowDown", 503, True),  # throttling wins over the transient status
+    ("RequestLimitExceeded", 400, True),
+    ("ServiceUnavailableException", None, True),  # Firehose's per-record throttle
+    ("Unknown", 429, True),
+    ("ModelNotReadyException", 429, True),
+    ("InternalFailure", 500, False),
+    ("InternalDependencyException", 530, False),
+    ("ServiceUnavailable", 503, False),
+    ("RequestTimeout", 400, False),
+    ("Unknown", 504, False),
+    ("ValidationError", 400, None),
+    ("ModelError", 424, None),
+    (None, None, None),
+])
+def test_one_classifier_decides_for_every_aws_caller(code: str | None, status: int | None,
+                                                     kind: bool | None) -> None:
+    assert classify(code, status) is kind
+    if status is not None:  # the capture sinks read a boto3 error the same way
+        assert retry_kind(aws_error(code or "", status)) is kind
 
 
 # -- the emulator's supervisor ------------------------------------------------------------------

@@ -8,10 +8,13 @@ from sagegate.monitor import bench
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-def test_the_benchmark_prints_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_benchmark_prints_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--records", "3000"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines()
-             if line.startswith("monitor check")]
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in printed if line.startswith("monitor check")]
     assert len(lines) == 2
     assert "3000 records, flattened" in lines[0] and "3000 records, preprocessor" in lines[1]
-    assert all("records/s" in line and "peak RSS" in line for line in lines)
+    # the scheduled function's path, over the S3 sink's layout: one record an object
+    [deployed] = [line for line in printed if line.startswith("deployed path")]
+    assert "600 records, deployed" in deployed and "(one an object)" in deployed
+    assert all("records/s" in line and "peak RSS" in line for line in [*lines, deployed])

@@ -2,38 +2,18 @@
 per feature is drawn (SVG in the DOM, pixels on the screenshot) with nothing fetched."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
-from sagegate.browser import BrowserError, find_chromium
 from sagegate.monitor import cli
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 CSP = ("default-src 'none'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'none'; base-uri 'none'; form-action 'none'")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    try:
-        executable = find_chromium()
-    except BrowserError as error:
-        pytest.fail(str(error), pytrace=False)
-    if executable is None:
-        pytest.fail("no Chromium for the report's test: `make test` installs one first "
-                    "(.venv/bin/sagegate browser)", pytrace=False)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True,
-                                              args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")

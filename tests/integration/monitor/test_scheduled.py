@@ -225,3 +225,19 @@ def test_a_models_preprocessor_runs_unchanged_in_the_scheduled_run(
     assert "preprocessor.py: preprocess_handler failed on s3://" in error
     assert ".jsonl:1: AttributeError" in error and "\n" not in error
     assert runs["efficientnet-lite0"].status == "no-baseline"
+
+
+def test_the_lambda_contexts_remaining_time_bounds_the_run(
+        aws: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # too little time left for any endpoint: each is skipped, and the invocation returns
+    # (a timed-out run would write nothing and be retried on the same hour)
+    put_baseline(aws, tmp_path, "iris")
+    put_tree(aws, capturegen.write_window(tmp_path / "iris", 50), "captures/iris")
+
+    class Late(Context):
+        def get_remaining_time_in_millis(self) -> int:
+            return 30_000
+
+    answer = monitored_app().monitor(json.loads(EVENT.read_text()), Late())
+    assert set(answer["endpoints"].values()) == {"skipped"}
+    assert not aws.list_objects_v2(Bucket=BUCKET, Prefix="monitoring/").get("Contents")

@@ -46,6 +46,22 @@ def test_a_relative_window_reads_the_hours_just_captured(baseline: Path,
     assert _count(out) == 500
 
 
+@pytest.mark.parametrize("bounds", [["--end", "0001-01-01T00:30Z"],
+                                    ["--start", "9999-12-31T23:00Z", "--end", "9999-12-31T23:59Z"]])
+def test_a_window_at_the_calendars_ends_is_a_usage_error_or_read(
+        baseline: Path, tmp_path: Path, bounds: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = capturegen.write_window(tmp_path / "iris", 10)
+    status = cli.main(["check", str(root), "--baseline", str(baseline),
+                       "-o", str(tmp_path / "out"), *bounds])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "OverflowError" not in err
+    if bounds[0] == "--end":
+        assert status == cli.EXIT_USAGE and "outside the calendar" in err
+    else:  # the calendar's last hour is read (the captures are of another hour)
+        assert status == cli.EXIT_OK and "no records" in err
+
+
 def test_a_window_of_years_lists_the_folders_that_exist(
         baseline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = capturegen.write_window(tmp_path / "iris", 400)

@@ -127,6 +127,9 @@ def test_async_block_is_parsed_with_defaults() -> None:
         ({"output_path": "s3://b/o", "success_topic": "topic"}, "async.success_topic"),
         ({"output_path": "s3://b/o", "max_input_bytes": 2 * 1024**3}, "async.max_input_bytes"),
         ({"output_path": "s3://b/o", "max_queued": 0}, "async.max_queued"),
+        ({"output_path": "s3://b/o", "max_queued": 10_001}, "async.max_queued"),
+        ({"output_path": "s3://b/o", "max_concurrent_invocations": 1001},
+         "async.max_concurrent_invocations"),
         ({"output_path": "s3://b/o", "kms_key": "x"}, "async.kms_key"),
     ],
 )
@@ -135,6 +138,28 @@ def test_bad_async_blocks_name_the_key(block: dict[str, Any], key: str) -> None:
     raw["endpoints"]["queued"]["async"] = block
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_config(raw, Path("/configs"))
+
+
+def test_the_largest_allowed_bounds_are_accepted() -> None:
+    raw = json.loads(json.dumps(RAW))
+    raw["endpoints"]["queued"]["async"] = {"output_path": "s3://b/o", "max_queued": 10_000,
+                                           "max_concurrent_invocations": 1000}
+    settings = parse_config(raw, Path("/configs")).endpoints["queued"].asynchronous
+    assert settings is not None
+    assert (settings.max_queued, settings.max_concurrent_invocations) == (10_000, 1000)
+
+
+def test_the_outbox_rotates_at_its_size_cap_and_keeps_the_newest_lines(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.jsonl"
+    outbox = Outbox(path, max_bytes=100)
+    for number in range(20):
+        outbox.append({"n": number, "pad": "x" * 20})  # 33 bytes a line
+    current = [json.loads(line)["n"] for line in path.read_text().splitlines()]
+    rotated = [json.loads(line)["n"] for line in outbox.rotated.read_text().splitlines()]
+    assert sorted(path.parent.iterdir()) == [path, outbox.rotated]  # never a third file
+    assert path.stat().st_size <= 100 and outbox.rotated.stat().st_size <= 100
+    assert rotated + current == list(range(20))[-len(rotated + current):]  # the newest, in order
+    assert current[-1] == 19
 
 
 # which operation each kind of endpoint takes
@@ -420,6 +445,9 @@ def test_an_output_path_extension_and_filename_shape_the_locations() -> None:
     [
         ({"X-Amzn-SageMaker-RequestTTLSeconds": "9" * 40}, "requestTTLSeconds"),
         ({"X-Amzn-SageMaker-InvocationTimeoutSeconds": "-1"}, "invocationTimeoutSeconds"),
+        # digits to str.isdigit, not to int(): a 400, never a 500
+        ({"X-Amzn-SageMaker-InvocationTimeoutSeconds": "--5"}, "invocationTimeoutSeconds"),
+        ({"X-Amzn-SageMaker-RequestTTLSeconds": "\u00b2"}, "requestTTLSeconds"),
         ({"X-Amzn-SageMaker-Inference-Id": "caf\u00e9"}, "inferenceId"),
         ({"X-Amzn-SageMaker-InputLocation": "s3:/"}, "inputLocation"),
     ],

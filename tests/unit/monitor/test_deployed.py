@@ -5,11 +5,13 @@ import datetime
 import io
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from chalicelib.monitor import analysis, deployed
 from chalicelib.monitor.records import RecordReader
@@ -134,10 +136,169 @@ def test_an_endpoint_whose_models_bring_two_preprocessors_is_refused(tmp_path: P
     assert "2 preprocessors (a/preprocessor.py, b/preprocessor.py)" in run.error
 
 
-def test_sagegate_uses_the_monitor_rooms_record_classes() -> None:
-    """One CapturedData/Preprocessor: the CLI's (sagegate.captured_record) is the Lambda's."""
-    from chalicelib.monitor import preprocessing
-    from sagegate import captured_record
+@pytest.mark.parametrize(("code", "status", "expected"), [
+    ("NoSuchKey", 404, ("no-baseline", "")),
+    ("AccessDenied", 403, ("no-baseline", "access denied")),
+    ("InternalError", 500, ("failed", "InternalError"))])
+def test_a_baseline_denied_is_reported_as_none_not_as_a_failure(
+        code: str, status: int, expected: tuple[str, str]) -> None:
+    # S3 answers GetObject of a missing key with 403 when the role may not list its prefix
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
+                      aws_secret_access_key="s")
+    settings = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                                  "CAPTURE_DESTINATION": "s3://b/c"})
+    assert settings is not None
+    stub = Stubber(s3)
+    stub.add_client_error("get_object", service_error_code=code, http_status_code=status,
+                          expected_params={"Bucket": "b", "Key": "base/iris/statistics.json"})
+    logged: list[str] = []
+    with stub:
+        [run] = deployed.run({"iris": []}, settings, "s", now=WHEN, s3=s3, emit=logged.append)
+    stub.assert_no_pending_responses()
+    assert run.status == expected[0]
+    assert expected[1] in run.error
+    assert json.loads(logged[-1])["status"] == expected[0]
 
-    for name in captured_record.__all__:
-        assert getattr(captured_record, name) is getattr(preprocessing, name), name
+
+class FakeS3:
+    """A bucket in memory: listings (with a delimiter), GetObject; thread-safe enough for
+    the fetchers (dict reads), and it counts the objects fetched."""
+
+    class exceptions:
+        NoSuchKey = KeyError
+        ClientError = RuntimeError
+
+    class Body:
+        def __init__(self, data: bytes) -> None:
+            self.stream = io.BytesIO(data)
+
+        def read(self) -> bytes:
+            return self.stream.read()
+
+        def iter_lines(self) -> Iterator[bytes]:
+            yield from self.stream.read().splitlines()
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+        self.fetched: list[str] = []
+        self.put: dict[str, bytes] = {}
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        self.fetched.append(Key)
+        return {"Body": self.Body(self.objects[Key])}
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes,
+                   ContentType: str) -> None:
+        self.put[Key] = Body
+
+    def get_paginator(self, name: str) -> FakeS3:
+        return self
+
+    def paginate(self, Bucket: str, Prefix: str,
+                 Delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+        keys = sorted(k for k in self.objects if k.startswith(Prefix))
+        if Delimiter:
+            folders = sorted({Prefix + k[len(Prefix):].split(Delimiter)[0] + Delimiter
+                              for k in keys if Delimiter in k[len(Prefix):]})
+            yield {"CommonPrefixes": [{"Prefix": f} for f in folders]}
+        else:
+            yield {"Contents": [{"Key": k, "Size": len(self.objects[k])} for k in keys]}
+
+
+def _one_record_per_object(tmp_path: Path, records: int) -> dict[str, bytes]:
+    """An hour of iris captures laid out as the S3 sink writes them: one record an object."""
+    root = capturegen.write_window(tmp_path / "iris", records, per_file=1)
+    return {f"c/iris/{p.relative_to(root).as_posix()}": p.read_bytes()
+            for p in sorted(root.rglob("*.jsonl"))}
+
+
+def _baseline_objects(tmp_path: Path) -> dict[str, bytes]:
+    folder = capturegen.write_window(tmp_path / "base", 600, seed=7)
+    lines = (line for p in sorted(folder.rglob("*.jsonl")) for line in p.read_bytes().splitlines())
+    files = analysis.baseline(RecordReader().rows("baseline", lines))
+    return {f"base/iris/{name}": text.encode() for name, text in files.items()}
+
+
+SETTINGS = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                              "CAPTURE_DESTINATION": "s3://b/c"})
+
+
+def test_capture_files_fetches_ahead_in_key_order_and_stops_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = _one_record_per_object(tmp_path, 200)
+    s3 = FakeS3(objects)
+    location = deployed.S3Location("b", "c")
+    start, end = capturegen.HOUR, capturegen.HOUR + datetime.timedelta(hours=1)
+    names = [name for name, _ in deployed.capture_files(s3, location, "iris", start, end)]
+    assert names == [f"s3://b/{key}" for key in sorted(objects)]
+    # told to stop after 30 files: the rest are counted, not read
+    calls = iter(range(10_000))
+    reading = deployed.Reading()
+    read = [list(lines) for _, lines in deployed.capture_files(
+        s3, location, "iris", start, end, stop=lambda: next(calls) >= 30, reading=reading)]
+    assert len(read) == 30 == reading.files_read
+    assert reading.files_left == 170
+    # prefetching is bounded: never more than PREFETCH_BYTES (here three objects) ahead
+    biggest = max(map(len, objects.values()))
+    monkeypatch.setattr(deployed, "PREFETCH_BYTES", 3 * biggest)
+    monkeypatch.setattr(deployed, "FETCHERS", 2)
+    s3.fetched.clear()
+    for taken, _ in enumerate(deployed.capture_files(s3, location, "iris", start, end), 1):
+        assert len(s3.fetched) <= taken + 3
+    assert taken == 200 and sorted(s3.fetched) == sorted(objects)
+    # an object over a fetcher's share of that is not held ahead: streamed in its turn
+    monkeypatch.setattr(deployed, "PREFETCH_BYTES", biggest // 2)
+    s3.fetched.clear()
+    for taken, _ in enumerate(deployed.capture_files(s3, location, "iris", start, end), 1):
+        assert len(s3.fetched) == taken
+    assert s3.fetched == sorted(objects)
+
+
+def test_a_run_out_of_time_checks_what_it_read_and_says_it_is_partial(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SETTINGS is not None
+    s3 = FakeS3({**_one_record_per_object(tmp_path, 300), **_baseline_objects(tmp_path)})
+    clock = iter(range(1_000_000))  # each look at the clock is one second later
+    monkeypatch.setattr(deployed.time, "monotonic", lambda: float(next(clock)))
+    logged: list[str] = []
+    # 100 s left: 40 s for the one endpoint's reading after the reserve
+    [run] = deployed.run({"iris": []}, SETTINGS, "s", now=WHEN, s3=s3, emit=logged.append,
+                         remaining=lambda: deployed.RESERVE_SECONDS + 40)
+    assert run.status == "partial"
+    assert 0 < run.files_read < 300 and run.files_read + run.files_left == 300
+    assert run.records == run.files_read
+    assert sorted(s3.put) == [f"monitoring/iris/2026/11/25/09/{name}" for name in (
+        "constraint_violations.json", "constraints.json", "report.html", "statistics.json")]
+    emf = [json.loads(line) for line in logged if '"_aws"' in line]
+    assert emf[0]["partial_window"] == 1.0
+    line = json.loads(logged[-1])
+    assert line["partial"] is True and line["files_left"] == run.files_left
+
+
+def test_a_run_with_time_enough_reads_every_object_and_none_left_is_skipped(
+        tmp_path: Path) -> None:
+    assert SETTINGS is not None
+    s3 = FakeS3({**_one_record_per_object(tmp_path, 120), **_baseline_objects(tmp_path)})
+    logged: list[str] = []
+    [run] = deployed.run({"iris": []}, SETTINGS, "s", now=WHEN, s3=s3, emit=logged.append,
+                         remaining=lambda: 900.0)
+    assert (run.status, run.records, run.files_left) == ("checked", 120, 0)
+    assert json.loads(next(line for line in logged if '"_aws"' in line))["partial_window"] == 0
+    [late] = deployed.run({"iris": []}, SETTINGS, "s", now=WHEN, s3=s3, emit=logged.append,
+                          remaining=lambda: deployed.RESERVE_SECONDS - 1)
+    assert late.status == "skipped"
+
+
+def test_the_monitor_reads_monitor_captures_when_the_captures_go_elsewhere() -> None:
+    settings = deployed.MonitorSettings.from_env({
+        "MONITOR_BASELINE": "s3://b/base", "CAPTURE_DESTINATION": "firehose://captures",
+        "MONITOR_CAPTURES": "s3://delivered/firehose/"})
+    assert settings is not None
+    assert settings.captures == deployed.S3Location("delivered", "firehose")
+    assert settings.output == deployed.S3Location("delivered", "monitoring")
+    with pytest.raises(deployed.MonitorConfigError, match="MONITOR_CAPTURES"):
+        deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                           "CAPTURE_DESTINATION": "firehose://captures"})
+    with pytest.raises(deployed.MonitorConfigError, match="MONITOR_CAPTURES must be"):
+        deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                           "MONITOR_CAPTURES": "/var/captures"})

@@ -6,7 +6,14 @@ import datetime
 
 import pytest
 
-from chalicelib.monitor.windows import WindowError, folder_span, hour_folders, parse_time, window
+from chalicelib.monitor.windows import (
+    WindowError,
+    folder_span,
+    hour_folders,
+    hours,
+    parse_time,
+    window,
+)
 
 NOW = datetime.datetime(2026, 11, 25, 10, 17, tzinfo=datetime.UTC)
 H = datetime.timedelta(hours=1)
@@ -38,6 +45,15 @@ def test_a_relative_window_like_a_schedules() -> None:
     assert window("-PT1H", "now", NOW) == (NOW - H, NOW)
     with pytest.raises(WindowError, match="not before"):
         window("now", "-PT1H", NOW)
+
+
+def test_a_window_at_the_calendars_ends_is_a_window_error_or_its_hours() -> None:
+    # the default start, an hour before the end, would be before the year 1
+    with pytest.raises(WindowError, match="outside the calendar"):
+        window(None, "0001-01-01T00:30Z", NOW)
+    last = datetime.datetime(9999, 12, 31, 23, tzinfo=datetime.UTC)
+    start, end = window("9999-12-31T22:30Z", "9999-12-31T23:59:59Z", NOW)
+    assert list(hours(start, end)) == [last - H, last]
 
 
 def test_folder_spans() -> None:
