@@ -61,6 +61,11 @@ CAPTURE_CACHE_HITS = "CAPTURE_CACHE_HITS"
 CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
 CACHE_TABLE = "CACHE_TABLE"
 CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
+JOBS_BUCKET = "JOBS_BUCKET"
+JOBS_PREFIX = "JOBS_PREFIX"
+JOBS_TABLE = "JOBS_TABLE"
+JOBS_TTL_SECONDS = "JOBS_TTL_SECONDS"
+UPLOAD_EXPIRY_SECONDS = "UPLOAD_EXPIRY_SECONDS"
 # Read at import by chalicelib.core.access (see the module docstring).
 SAGEGATE_AUTH = "SAGEGATE_AUTH"
 CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
@@ -94,6 +99,9 @@ API_GATEWAY_TIMEOUT_SECONDS = 29.0
 SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 _TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rule
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")  # S3's bucket name rule
+# S3's safe key characters, "/"-separated non-empty segments, ending in "/" (or empty)
+_KEY_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +155,16 @@ class Settings:
     """The DynamoDB table of the shared prediction cache tier; empty for none."""
     cache_ttl_seconds: int = 86_400
     """How long a cached endpoint answer is served (both tiers)."""
+    jobs_bucket: str = ""
+    """The S3 bucket of uploads, job requests and results; empty turns jobs off."""
+    jobs_prefix: str = "jobs/"
+    """This stage's key prefix in ``jobs_bucket`` (uploads go under ``<prefix>uploads/``)."""
+    jobs_table: str = ""
+    """The DynamoDB table of job records; empty keeps them in memory (one process only)."""
+    jobs_ttl_seconds: int = 7 * 86_400
+    """How long a job record is kept after it was created."""
+    upload_expiry_seconds: int = 900
+    """How long a presigned upload stays usable."""
 
     def __post_init__(self) -> None:
         # types first: "false" is truthy and 100.7 reaches OpenCV, so neither may get past here
@@ -179,6 +197,22 @@ class Settings:
         self._check_capture()
         _check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
                "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+        self._check_jobs()
+
+    def _check_jobs(self) -> None:
+        _check(self.jobs_bucket == "" or bool(_BUCKET_RE.match(self.jobs_bucket)), JOBS_BUCKET,
+               "must be an S3 bucket name (3-63 lowercase letters, digits, '.', '-') or empty")
+        _check(len(self.jobs_prefix) <= 256 and bool(_KEY_PREFIX_RE.match(self.jobs_prefix))
+               and "/../" not in f"/{self.jobs_prefix}" and "/./" not in f"/{self.jobs_prefix}",
+               JOBS_PREFIX, "must be a key prefix ending in '/' (segments of letters, digits "
+               "and !_.*'()-; no '.' or '..' segment; at most 256 characters)")
+        _check(self.jobs_table == "" or bool(_TABLE_RE.match(self.jobs_table)), JOBS_TABLE,
+               "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+
+    @property
+    def jobs_enabled(self) -> bool:
+        """Whether this stage serves uploads and jobs (``JOBS_BUCKET`` is set)."""
+        return self.jobs_bucket != ""
 
     def _check_capture(self) -> None:
         _check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
@@ -222,6 +256,8 @@ class Settings:
             (CAPTURE_MAX_BYTES, self.capture_max_bytes, 0, 2**50),
             (CACHE_MEMORY_BYTES, self.cache_memory_bytes, 0, 2**40),
             (CACHE_TTL_SECONDS, self.cache_ttl_seconds, 60, 31_536_000),
+            (JOBS_TTL_SECONDS, self.jobs_ttl_seconds, 3600, 31_536_000),
+            (UPLOAD_EXPIRY_SECONDS, self.upload_expiry_seconds, 60, 3600),
         ]
 
     @classmethod

@@ -1,0 +1,52 @@
+"""The S3 side of a job: reading its uploaded input (checked first) and keeping an answer too
+large for the job record, with a presigned GET for the client to download it."""
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib.calls import Answer
+from chalicelib.jobs.uploads import check_uploaded, head_upload, upload_id_of
+
+RESULTS = "results/"
+"""Where answers go under the stage's ``JOBS_PREFIX``."""
+RESULT_URL_SECONDS = 15 * 60
+"""How long a presigned GET of an answer stays usable."""
+
+
+def read_upload(client: Any, bucket: str, prefix: str, key: str, content_type: str,
+                max_bytes: int) -> bytes:
+    """An uploaded object's bytes, after :func:`~chalicelib.jobs.uploads.check_uploaded`.
+
+    The read is bounded by the size S3 reported and the cap, so a larger object (replaced
+    after the check) is never read whole.
+
+    Raises:
+        InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
+        UploadTooLargeError; botocore's errors.
+    """
+    upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
+    size = check_uploaded(head_upload(client, bucket, key), key, prefix, content_type,
+                          max_bytes)
+    answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}")
+    body: bytes = answer["Body"].read(max_bytes + 1)
+    return body
+
+
+def result_key(prefix: str, job_id: str) -> str:
+    """The key of a job's answer object: ``<prefix>results/<job_id>``."""
+    return f"{prefix}{RESULTS}{job_id}"
+
+
+def put_result(client: Any, bucket: str, prefix: str, job_id: str, answer: Answer) -> str:
+    """Write a job's answer; answers its ``s3://bucket/key``."""
+    key = result_key(prefix, job_id)
+    client.put_object(Bucket=bucket, Key=key, Body=answer.body, ContentType=answer.content_type)
+    return f"s3://{bucket}/{key}"
+
+
+def result_url(client: Any, location: str, expiry_seconds: int = RESULT_URL_SECONDS) -> str:
+    """A presigned GET of an answer object (``s3://bucket/key``)."""
+    bucket, _, key = location.removeprefix("s3://").partition("/")
+    url: str = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},
+                                             ExpiresIn=expiry_seconds)
+    return url

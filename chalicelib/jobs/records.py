@@ -1,0 +1,148 @@
+"""The job record, its ids, its owner and the states it moves through (forward only)."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib.core.errors import NotFoundError
+
+
+class JobState(enum.StrEnum):
+    """A job's state: queued, then running, then succeeded or failed (both final)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def rank(self) -> int:
+        """The state's place in the order states move through (final states share one)."""
+        return _RANKS[self]
+
+    @property
+    def final(self) -> bool:
+        """Whether nothing moves the job on from here."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED)
+
+
+_RANKS = {JobState.QUEUED: 0, JobState.RUNNING: 1, JobState.SUCCEEDED: 2, JobState.FAILED: 2}
+
+
+def may_move(current: JobState, target: JobState) -> bool:
+    """Whether a job in ``current`` may be moved to ``target``.
+
+    States only move forward. ``running`` may be entered again (a runner retried after dying
+    mid-way starts over); a final state is never left, not even for the other final state.
+    """
+    if current.final:
+        return False
+    return target.rank > current.rank or target is current is JobState.RUNNING
+
+
+def states_before(target: JobState) -> tuple[JobState, ...]:
+    """The states a job may be in to be moved to ``target`` (see :func:`may_move`)."""
+    return tuple(state for state in JobState if may_move(state, target))
+
+
+JOB_ID = re.compile(r"^[0-9a-f]{32}\Z")
+"""A job id as :func:`new_job_id` makes them (uuid4, hex)."""
+
+
+def new_job_id() -> str:
+    """A fresh job id: a random UUID (version 4) in hex, 32 characters."""
+    return uuid.uuid4().hex
+
+
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a job id (anything else is an unknown job)."""
+    return bool(JOB_ID.match(text))
+
+
+class JobNotFoundError(NotFoundError):
+    """No such job, or not the caller's: both answer the same 404 so ids cannot be probed."""
+
+    CODE = "JobNotFound"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One job.
+
+    Attributes:
+        job_id: see :func:`new_job_id`.
+        model: the model's name.
+        state: see :class:`JobState`.
+        created_at, updated_at: epoch seconds.
+        input_location: the input's ``s3://bucket/key``, or "" for an inline body.
+        options: the model route's query options the job runs with (e.g. ``k``).
+        result: the answer body when it was small enough to keep in the record.
+        result_location: the answer's ``s3://bucket/key`` when it was not.
+        error: ``{"Code", "Message"}`` of a failed job.
+        owner: the caller's identity when auth identifies callers (see :func:`owner_of`).
+        expires_at: epoch seconds after which the store may forget the job (its TTL).
+    """
+
+    job_id: str
+    model: str
+    state: JobState
+    created_at: float
+    updated_at: float
+    input_location: str = ""
+    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    result: Any = None
+    result_location: str | None = None
+    error: Mapping[str, str] | None = None
+    owner: str | None = None
+    expires_at: int = 0
+
+    def view(self) -> dict[str, Any]:
+        """The body of ``GET /jobs/{job_id}`` (without the presigned GET of a result object,
+        which the caller adds)."""
+        body: dict[str, Any] = {"job_id": self.job_id, "state": str(self.state),
+                                "created_at": self.created_at, "updated_at": self.updated_at}
+        if self.state is JobState.SUCCEEDED and self.result_location is None:
+            body["result"] = self.result
+        if self.state is JobState.FAILED and self.error is not None:
+            body["error"] = dict(self.error)
+        return body
+
+
+def owner_of(request_context: Mapping[str, Any] | None) -> str | None:
+    """The caller's identity from API Gateway's request context, or None when auth does not
+    identify callers: a Cognito user's ``sub``, else an IAM principal's ARN, else an API key's
+    id. Each is prefixed by its kind so identities of two kinds never compare equal."""
+    if not request_context:
+        return None
+    authorizer = request_context.get("authorizer") or {}
+    claims = authorizer.get("claims") if isinstance(authorizer, Mapping) else None
+    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
+        return f"cognito:{claims['sub']}"
+    identity = request_context.get("identity") or {}
+    if not isinstance(identity, Mapping):
+        return None
+    user_arn = identity.get("userArn")
+    if isinstance(user_arn, str) and user_arn:
+        return f"iam:{user_arn}"
+    key_id = identity.get("apiKeyId")
+    if isinstance(key_id, str) and key_id:
+        return f"apikey:{key_id}"
+    return None
+
+
+def check_owner(job: Job | None, job_id: str, caller: str | None) -> Job:
+    """The job when the caller may read it.
+
+    A job with no owner (created while auth did not identify callers) is readable by anyone;
+    a job with one only by that caller.
+
+    Raises:
+        JobNotFoundError: no job, or another caller's (the same answer for both).
+    """
+    if job is None or (job.owner is not None and job.owner != caller):
+        raise JobNotFoundError(f"No job {job_id!r}.")
+    return job

@@ -1,0 +1,265 @@
+"""Where job records live: an interface, an in-memory store (one process: tests, ``chalice
+local``) and a DynamoDB table (every Lambda of a stage), with the same forward-only rules.
+
+Writes are conditional so that retries are idempotent on the job id: creating a job that
+exists answers the existing record, and a move a job may not make (backwards, out of a final
+state) changes nothing and answers the record as it stands.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from chalicelib.jobs.records import Job, JobNotFoundError, JobState, may_move, states_before
+
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600
+"""How long a job is kept when no TTL is given: a week."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a job ends with: the inline answer, or the answer object's location, or an
+    error ``{"Code", "Message"}``."""
+
+    result: Any = None
+    result_location: str | None = None
+    error: Mapping[str, str] | None = None
+
+
+class JobStore(Protocol):
+    """Keeps job records."""
+
+    def create(self, job: Job) -> Job:
+        """Store a new job; when its id exists already, change nothing and answer the
+        stored job (a retried create)."""
+
+    def get(self, job_id: str) -> Job | None:
+        """The job, or None (never created, or past its TTL)."""
+
+    def advance(self, job_id: str, state: JobState,
+                outcome: Outcome | None = None) -> tuple[Job, bool]:
+        """Move a job to ``state`` (with its outcome when final) if it may move there
+        (:func:`~chalicelib.jobs.records.may_move`); answers the job as it stands after and
+        whether this call changed it.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+
+def _moved(job: Job, state: JobState, outcome: Outcome | None, now: float) -> Job:
+    outcome = outcome or Outcome()
+    return dataclasses.replace(job, state=state, updated_at=now, result=outcome.result,
+                               result_location=outcome.result_location,
+                               error=dict(outcome.error) if outcome.error else None)
+
+
+class MemoryJobStore:
+    """Jobs in a dict, thread-safe; a job past its ``expires_at`` is gone."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def create(self, job: Job) -> Job:
+        with self._lock:
+            existing = self._live(job.job_id)
+            if existing is not None:
+                return existing
+            self._jobs[job.job_id] = job
+            return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._live(job_id)
+
+    def advance(self, job_id: str, state: JobState,
+                outcome: Outcome | None = None) -> tuple[Job, bool]:
+        with self._lock:
+            job = self._live(job_id)
+            if job is None:
+                raise JobNotFoundError(f"No job {job_id!r}.")
+            if not may_move(job.state, state):
+                return job, False
+            moved = _moved(job, state, outcome, self._clock())
+            self._jobs[job_id] = moved
+            return moved, True
+
+    def _live(self, job_id: str) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is not None and job.expires_at and job.expires_at <= self._clock():
+            del self._jobs[job_id]
+            return None
+        return job
+
+
+class CorruptJobError(ValueError):
+    """A table item is not one this module wrote."""
+
+
+def encode_job(job: Job) -> dict[str, Any]:
+    """A job's DynamoDB item (key ``job_id``; TTL attribute ``expires_at``)."""
+    item: dict[str, Any] = {
+        "job_id": {"S": job.job_id}, "model": {"S": job.model}, "state": {"S": str(job.state)},
+        "created_at": {"N": repr(float(job.created_at))},
+        "updated_at": {"N": repr(float(job.updated_at))},
+        "input_location": {"S": job.input_location},
+        "options": {"S": json.dumps(dict(job.options), sort_keys=True)},
+        "expires_at": {"N": str(int(job.expires_at))}}
+    item.update(_outcome_attributes(Outcome(job.result, job.result_location, job.error)))
+    if job.owner is not None:
+        item["owner"] = {"S": job.owner}
+    return item
+
+
+def result_text(result: Any) -> str:
+    """An inline answer as the record keeps it: compact JSON, non-ASCII kept as is (its
+    UTF-8 length is what counts against DynamoDB's item limit)."""
+    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+
+
+def _outcome_attributes(outcome: Outcome) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    if outcome.result is not None:
+        attributes["result"] = {"S": result_text(outcome.result)}
+    if outcome.result_location is not None:
+        attributes["result_location"] = {"S": outcome.result_location}
+    if outcome.error is not None:
+        attributes["error"] = {"S": json.dumps(dict(outcome.error))}
+    return attributes
+
+
+def decode_job(item: Mapping[str, Any]) -> Job:
+    """The job of a table item.
+
+    Raises:
+        CorruptJobError: the item is not one :func:`encode_job` wrote.
+    """
+    try:
+        options = json.loads(item["options"]["S"])
+        error = json.loads(item["error"]["S"]) if "error" in item else None
+        if not isinstance(options, dict) or not (error is None or isinstance(error, dict)):
+            raise CorruptJobError("options or error is not an object")
+        return Job(job_id=item["job_id"]["S"], model=item["model"]["S"],
+                   state=JobState(item["state"]["S"]),
+                   created_at=float(item["created_at"]["N"]),
+                   updated_at=float(item["updated_at"]["N"]),
+                   input_location=item["input_location"]["S"], options=options,
+                   result=json.loads(item["result"]["S"]) if "result" in item else None,
+                   result_location=item.get("result_location", {}).get("S"),
+                   error=error, owner=item.get("owner", {}).get("S"),
+                   expires_at=int(item["expires_at"]["N"]))
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        if isinstance(error, CorruptJobError):
+            raise
+        raise CorruptJobError(f"malformed job item ({type(error).__name__})") from None
+
+
+class TableJobStore:
+    """Jobs in one DynamoDB table (``JOBS_TABLE``): key ``job_id`` (S), TTL attribute
+    ``expires_at``. Reads are strongly consistent (a job is read right after it moves); every
+    write is conditional (see the module's docstring).
+
+    Args:
+        table: the table's name.
+        client: a boto3 DynamoDB client; built on first use when None.
+    """
+
+    def __init__(self, table: str, client: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.table = table
+        self._client = client
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client (built on first use)."""
+        with self._lock:
+            if self._client is None:
+                import boto3  # deferred: only paid by the functions that use jobs
+
+                self._client = boto3.client("dynamodb")
+            return self._client
+
+    def create(self, job: Job) -> Job:
+        try:
+            self.client.put_item(TableName=self.table, Item=encode_job(job),
+                                 ConditionExpression="attribute_not_exists(job_id)")
+        except Exception as error:
+            if not _condition_failed(error):
+                raise
+            existing = self.get(job.job_id)
+            if existing is None:  # it existed and expired between the two calls
+                raise
+            return existing
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        answer = self.client.get_item(TableName=self.table, Key={"job_id": {"S": job_id}},
+                                      ConsistentRead=True)
+        item = answer.get("Item")
+        if item is None:
+            return None
+        job = decode_job(item)
+        if job.expires_at and job.expires_at <= self._clock():
+            return None  # TTL deletion lags by up to days
+        return job
+
+    def advance(self, job_id: str, state: JobState,
+                outcome: Outcome | None = None) -> tuple[Job, bool]:
+        allowed = states_before(state)
+        if not allowed:
+            job = self.get(job_id)
+            if job is None:
+                raise JobNotFoundError(f"No job {job_id!r}.")
+            return job, False
+        outcome = outcome or Outcome()
+        attributes = _outcome_attributes(outcome)
+        names = {"#state": "state", "#updated_at": "updated_at", "#expires_at": "expires_at"}
+        values: dict[str, Any] = {":state": {"S": str(state)},
+                                  ":now": {"N": repr(float(self._clock()))}, ":never": {"N": "0"}}
+        sets = ["#state = :state", "#updated_at = :now"]
+        for name, value in attributes.items():
+            names[f"#{name}"] = name
+            values[f":{name}"] = value
+            sets.append(f"#{name} = :{name}")
+        removed = [name for name in ("result", "result_location", "error")
+                   if name not in attributes]
+        for name in removed:
+            names[f"#{name}"] = name
+        allowed_names = []
+        for index, before in enumerate(allowed):
+            values[f":from{index}"] = {"S": str(before)}
+            allowed_names.append(f":from{index}")
+        update = "SET " + ", ".join(sets)
+        if removed:
+            update += " REMOVE " + ", ".join(f"#{name}" for name in removed)
+        try:
+            answer = self.client.update_item(
+                TableName=self.table, Key={"job_id": {"S": job_id}}, UpdateExpression=update,
+                ConditionExpression=("attribute_exists(job_id)"
+                                     " AND (#expires_at = :never OR #expires_at > :now)"
+                                     " AND #state IN (" + ", ".join(allowed_names) + ")"),
+                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW")
+        except Exception as error:
+            if not _condition_failed(error):
+                raise
+            job = self.get(job_id)
+            if job is None:
+                raise JobNotFoundError(f"No job {job_id!r}.") from None
+            return job, False
+        return decode_job(answer["Attributes"]), True
+
+
+def _condition_failed(error: Exception) -> bool:
+    """Whether a botocore error is DynamoDB's refusal of a conditional write."""
+    response = getattr(error, "response", None)
+    return isinstance(response, dict) and \
+        response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"

@@ -1,0 +1,195 @@
+"""Presigned uploads: one object per upload, under the stage's prefix, posted by the client
+straight to S3, and the checks a job makes of the object before it runs."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from chalicelib.core.errors import BadRequestError, PayloadTooLargeError, SagegateError
+
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+"""A model's upload cap when its model.json names none (``jobs.max_upload_bytes``)."""
+MAX_UPLOAD_BYTES = 1024 ** 3
+"""The largest cap a model may set: SageMaker Asynchronous Inference takes inputs up to 1 GB."""
+DEFAULT_EXPIRY_SECONDS = 15 * 60
+"""How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""
+UPLOADS = "uploads/"
+"""Where uploads go under the stage's ``JOBS_PREFIX``."""
+
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
+# type "/" subtype, RFC 6838's restricted-name characters; no parameters
+_MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+                         r"/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z")
+
+
+class InvalidUploadError(BadRequestError):
+    """An upload id or content type that is not one the server makes or accepts."""
+
+    CODE = "InvalidUpload"
+
+
+class UploadNotFoundError(SagegateError):
+    """No uploaded object under that id (never posted, expired, or refused by S3)."""
+
+    STATUS_CODE = 404
+    CODE = "UploadNotFound"
+
+
+class UploadTypeMismatchError(SagegateError):
+    """The uploaded object's content type is not the one the upload was made for."""
+
+    STATUS_CODE = 415
+    CODE = "UploadTypeMismatch"
+
+
+class UploadTooLargeError(PayloadTooLargeError):
+    """The uploaded object is over the model's cap."""
+
+    CODE = "UploadTooLarge"
+
+
+@dataclasses.dataclass(frozen=True)
+class Upload:
+    """The body of ``POST /uploads``: the client posts ``fields`` and then the file to ``url``."""
+
+    upload_id: str
+    key: str
+    url: str
+    fields: Mapping[str, str]
+    expires_at: float
+
+    def view(self) -> dict[str, Any]:
+        """The answer's JSON body."""
+        return {"upload_id": self.upload_id, "url": self.url, "fields": dict(self.fields),
+                "expires_at": self.expires_at}
+
+
+def upload_key(prefix: str, upload_id: str) -> str:
+    """The object key of an upload: ``<prefix>uploads/<upload_id>``.
+
+    Raises:
+        InvalidUploadError: ``upload_id`` is not one :func:`presign_upload` makes.
+    """
+    if not _UPLOAD_ID.match(upload_id):
+        raise InvalidUploadError("upload_id must be the id POST /uploads answered "
+                                 "(32 lowercase hex digits).")
+    return f"{prefix}{UPLOADS}{upload_id}"
+
+
+def upload_id_of(key: str, prefix: str) -> str:
+    """The upload id of one of this stage's upload keys (see :func:`upload_key`).
+
+    Raises:
+        InvalidUploadError: the key is not under ``<prefix>uploads/`` or not one the server
+            makes.
+    """
+    upload_id = key[len(prefix) + len(UPLOADS):]
+    if not key.startswith(prefix + UPLOADS) or not _UPLOAD_ID.match(upload_id):
+        raise InvalidUploadError("The input is not an upload of this stage.")
+    return upload_id
+
+
+def check_content_type(content_type: object) -> str:
+    """A content type an upload may pin: ``type/subtype`` with no parameters.
+
+    Raises:
+        InvalidUploadError: anything else.
+    """
+    if not isinstance(content_type, str) or not _MEDIA_TYPE.match(content_type):
+        raise InvalidUploadError("content_type must be a media type such as 'image/jpeg' "
+                                 "(type/subtype, no parameters).")
+    return content_type.lower()
+
+
+def max_upload_bytes(model_config: Mapping[str, Any]) -> int:
+    """A model's upload cap from its model.json (``jobs.max_upload_bytes``).
+
+    Raises:
+        ValueError: the value is not a whole number of bytes from 1 to 1 GiB.
+    """
+    jobs = model_config.get("jobs", {})
+    if not isinstance(jobs, Mapping):
+        raise ValueError("model.json's 'jobs' must be an object")
+    cap = jobs.get("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES)
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_UPLOAD_BYTES:
+        raise ValueError(f"jobs.max_upload_bytes must be a whole number from 1 to "
+                         f"{MAX_UPLOAD_BYTES}, not {cap!r}")
+    return cap
+
+
+def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max_bytes: int,
+                   expiry_seconds: int = DEFAULT_EXPIRY_SECONDS,
+                   clock: Callable[[], float] = time.time) -> Upload:
+    """A presigned POST for one new object ``<prefix>uploads/<new id>`` of ``content_type``
+    and at most ``max_bytes``, usable for ``expiry_seconds``.
+
+    The key is the server's (no ``${filename}``), so the policy's ``key`` condition is an
+    exact match; ``Content-Type`` is a field and an exact-match condition; the size is a
+    ``content-length-range`` condition, checked by S3 itself.
+
+    Raises:
+        InvalidUploadError: a bad content type; ValueError: a cap outside 1 B to 1 GiB.
+    """
+    content_type = check_content_type(content_type)
+    if not 1 <= max_bytes <= MAX_UPLOAD_BYTES:
+        raise ValueError(f"max_bytes must be from 1 to {MAX_UPLOAD_BYTES}")
+    upload_id = uuid.uuid4().hex
+    key = upload_key(prefix, upload_id)
+    expires_at = clock() + expiry_seconds
+    post = client.generate_presigned_post(
+        Bucket=bucket, Key=key, Fields={"Content-Type": content_type},
+        Conditions=[{"Content-Type": content_type},
+                    ["content-length-range", 1, max_bytes]],
+        ExpiresIn=expiry_seconds)
+    return Upload(upload_id=upload_id, key=key, url=post["url"], fields=post["fields"],
+                  expires_at=expires_at)
+
+
+def check_uploaded(head: Mapping[str, Any] | None, key: str, prefix: str, content_type: str,
+                   max_bytes: int) -> int:
+    """Check an uploaded object before a job reads it; answers its size in bytes.
+
+    Args:
+        head: S3's HeadObject answer for ``key``, or None when there is no such object.
+        key: the object's key; it must be one of this stage's uploads.
+        content_type: the type the job expects (the upload's pinned type).
+        max_bytes: the model's cap.
+
+    Raises:
+        InvalidUploadError: the key is not under ``<prefix>uploads/``.
+        UploadNotFoundError, UploadTypeMismatchError, UploadTooLargeError.
+    """
+    upload_id = upload_id_of(key, prefix)
+    if head is None:
+        raise UploadNotFoundError(f"No uploaded object for upload {upload_id!r}: post the "
+                                  f"file to the URL POST /uploads answered, before it expires.")
+    size = head.get("ContentLength")
+    if not isinstance(size, int) or size > max_bytes:
+        raise UploadTooLargeError(f"The uploaded object is {size} bytes; this model takes "
+                                  f"at most {max_bytes}.")
+    actual = str(head.get("ContentType") or "").split(";")[0].strip().lower()
+    if actual != content_type.lower():
+        raise UploadTypeMismatchError(f"The uploaded object is {actual or 'untyped'!r}, "
+                                      f"not {content_type!r}.")
+    return size
+
+
+def head_upload(client: Any, bucket: str, key: str) -> Mapping[str, Any] | None:
+    """S3's HeadObject answer for an upload, or None when there is no such object.
+
+    Raises:
+        botocore's errors other than not-found.
+    """
+    try:
+        answer: Mapping[str, Any] = client.head_object(Bucket=bucket, Key=key)
+    except Exception as error:
+        response = getattr(error, "response", None)
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        if code in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    return answer

@@ -1,0 +1,108 @@
+"""The asynchronous backend: InvokeEndpointAsync as botocore's model of it takes it (Stubber),
+and the SNS notification (SageMaker's shape, as the emulator's outbox writes it) finishing the
+job once, whatever it carries."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from chalicelib.calls import Answer
+from chalicelib.jobs.asyncinference import complete, parse_completion, start
+from chalicelib.jobs.records import Job, JobState, new_job_id
+from chalicelib.jobs.store import MemoryJobStore
+
+NOW = 1_800_000_000.0
+
+
+def _queued(store: MemoryJobStore) -> Job:
+    return store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
+                            created_at=NOW, updated_at=NOW,
+                            input_location="s3://b/dev/jobs/uploads/" + "e" * 32,
+                            expires_at=int(NOW) + 60))
+
+
+def _message(job_id: str, status: str = "Completed", **extra: Any) -> dict[str, Any]:
+    response: dict[str, Any] = {"contentType": "application/json"}
+    if status == "Completed":
+        response["outputLocation"] = "s3://b/output/1f0c.out"
+    message = {"awsRegion": "us-east-1", "eventTime": "2027-01-15T08:00:00.000Z",
+               "receivedTime": "2027-01-15T07:59:58.000Z", "invocationStatus": status,
+               "requestParameters": {"endpointName": "iris-async",
+                                     "inputLocation": "s3://b/dev/jobs/uploads/x"},
+               "responseParameters": response, "inferenceId": job_id, "eventVersion": "1.0",
+               "eventSource": "aws:sagemaker", "eventName": "InferenceResult"}
+    message.update(extra)
+    return message
+
+
+def test_a_job_is_queued_on_the_endpoint_once_with_its_id() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    with Stubber(client) as stubber:
+        stubber.add_response(
+            "invoke_endpoint_async",
+            {"InferenceId": job.job_id, "OutputLocation": "s3://b/output/1f0c.out"},
+            {"EndpointName": "iris-async", "InputLocation": job.input_location,
+             "InferenceId": job.job_id, "ContentType": "text/csv",
+             "InvocationTimeoutSeconds": 1200})
+        running = start(client, store, job, "iris-async", "text/csv", 1200)
+        assert running.state is JobState.RUNNING
+        again = start(client, store, job, "iris-async", "text/csv", 1200)  # no second call
+        assert again == running
+        stubber.assert_no_pending_responses()
+
+
+def test_a_completed_inference_becomes_the_jobs_answer_once() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    read: list[str] = []
+
+    def read_output(location: str) -> Answer:
+        read.append(location)
+        return Answer.json({"predictions": [[0.9, 0.05, 0.05]]})
+
+    completion = parse_completion(json.dumps(_message(job.job_id)))
+    assert completion is not None
+    done = complete(store, completion, read_output, lambda job, answer: "unused")
+    assert done is not None and done.state is JobState.SUCCEEDED
+    assert done.result == {"predictions": [[0.9, 0.05, 0.05]]}
+    assert complete(store, completion, read_output, lambda job, answer: "unused") == done
+    assert read == ["s3://b/output/1f0c.out"]
+
+
+@pytest.mark.parametrize(("status", "reason", "code"), [
+    ("Failed", "Received server error (500) from model: division by zero", "ModelError"),
+    ("Expired", "The request waited longer than RequestTTLSeconds", "EndpointTimeout")])
+def test_a_failed_inference_fails_the_job_with_the_endpoints_message(status: str, reason: str,
+                                                                      code: str) -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    completion = parse_completion(_message(job.job_id, status, failureReason=reason))
+    assert completion is not None
+    failed = complete(store, completion, lambda location: pytest.fail("nothing to read"),
+                      lambda job, answer: "unused")
+    assert failed is not None and failed.state is JobState.FAILED
+    assert failed.view()["error"] == {"Code": code, "Message": reason}
+
+
+@pytest.mark.parametrize("message", [
+    "not json", "[]", json.dumps({"eventSource": "aws:s3"}),
+    json.dumps({**_message("x"), "invocationStatus": "Running"}),
+    json.dumps({**_message("x"), "inferenceId": 7})])
+def test_other_messages_are_not_notifications(message: str) -> None:
+    assert parse_completion(message) is None
+
+
+def test_a_notification_for_no_job_of_this_stage_is_ignored() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    for inference_id in ("not-a-job-id", new_job_id()):
+        completion = parse_completion(_message(inference_id))
+        assert completion is not None
+        assert complete(store, completion, lambda location: pytest.fail("read"),
+                        lambda job, answer: "unused") is None

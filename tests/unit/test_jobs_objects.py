@@ -1,0 +1,68 @@
+"""A job's S3 objects on moto's in-process S3: the upload is checked before it is read, and
+an answer too large for the record is written and downloaded through a presigned GET."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+import requests
+from moto import mock_aws
+
+from chalicelib.calls import Answer
+from chalicelib.jobs.objects import put_result, read_upload, result_url
+from chalicelib.jobs.uploads import (
+    InvalidUploadError,
+    UploadNotFoundError,
+    UploadTooLargeError,
+    UploadTypeMismatchError,
+    presign_upload,
+    upload_key,
+)
+
+BUCKET, PREFIX = "sagegate-test-jobs", "dev/jobs/"
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def test_an_upload_posted_through_the_presigned_form_is_read_back(s3: Any) -> None:
+    upload = presign_upload(s3, BUCKET, PREFIX, "image/jpeg", 1024)
+    data = b"\xff\xd8" + b"x" * 500
+    posted = requests.post(upload.url, data=dict(upload.fields),
+                           files={"file": ("photo.jpg", data)}, timeout=10)
+    assert posted.status_code in (200, 204), posted.text
+    assert read_upload(s3, BUCKET, PREFIX, upload.key, "image/jpeg", 1024) == data
+
+
+def test_a_missing_wrong_or_foreign_upload_is_refused(s3: Any) -> None:
+    key = upload_key(PREFIX, "c" * 32)
+    with pytest.raises(UploadNotFoundError):
+        read_upload(s3, BUCKET, PREFIX, key, "image/jpeg", 1024)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b"a,b\n", ContentType="text/csv")
+    with pytest.raises(UploadTypeMismatchError):
+        read_upload(s3, BUCKET, PREFIX, key, "image/jpeg", 1024)
+    with pytest.raises(UploadTooLargeError):
+        read_upload(s3, BUCKET, PREFIX, key, "text/csv", 3)
+    foreign = "prod/jobs/uploads/" + "c" * 32
+    s3.put_object(Bucket=BUCKET, Key=foreign, Body=b"a,b\n", ContentType="text/csv")
+    with pytest.raises(InvalidUploadError):
+        read_upload(s3, BUCKET, PREFIX, foreign, "text/csv", 1024)
+
+
+def test_a_large_answer_is_written_and_downloaded_by_a_presigned_get(s3: Any) -> None:
+    answer = Answer(b"\x93NUMPY" + bytes(range(256)) * 4, "application/x-npy")
+    location = put_result(s3, BUCKET, PREFIX, "d" * 32, answer)
+    assert location == f"s3://{BUCKET}/{PREFIX}results/{'d' * 32}"
+    downloaded = requests.get(result_url(s3, location), timeout=10)
+    assert downloaded.status_code == 200 and downloaded.content == answer.body
+    assert downloaded.headers["Content-Type"] == "application/x-npy"
