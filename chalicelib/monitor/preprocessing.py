@@ -199,10 +199,16 @@ class Preprocessor:
                                 f"{type(error).__name__}: {error}") from None
 
 
-def _import(path: Path) -> ModuleType:
+def _import(path: Path, function: str = "preprocess_handler",
+            call: str = "preprocess_handler(inference_record)") -> ModuleType:
+    """Import a user's script (a preprocessor or a postprocessor) that must define ``function``.
+
+    Raises:
+        HandlerError: the file is missing, fails to import, or lacks ``function``.
+    """
     if not path.is_file():
         raise HandlerError(f"{path}: no such file")
-    spec = importlib.util.spec_from_file_location("preprocessor", path)
+    spec = importlib.util.spec_from_file_location(function.removesuffix("_handler"), path)
     if spec is None or spec.loader is None:
         raise HandlerError(f"{path}: cannot be imported (not a Python file?)")
     module = importlib.util.module_from_spec(spec)
@@ -211,6 +217,25 @@ def _import(path: Path) -> ModuleType:
     except Exception as error:  # the user's file: report it, do not crash on it
         raise HandlerError(f"{path}: importing it failed: {type(error).__name__}: "
                            f"{error}") from None
-    if not callable(getattr(module, "preprocess_handler", None)):
-        raise HandlerError(f"{path}: has no preprocess_handler(inference_record)")
+    if not callable(getattr(module, function, None)):
+        raise HandlerError(f"{path}: has no {call}")
     return module
+
+
+def load_postprocessor(path: str | Path) -> Callable[[], None]:
+    """A postprocessing script's ``postprocess_handler()``, run after a successful analysis.
+
+    Raises:
+        HandlerError: the file is missing, fails to import, or has no postprocess_handler.
+    """
+    file = Path(path)
+    handler = _import(file, "postprocess_handler", "postprocess_handler()").postprocess_handler
+
+    def postprocess() -> None:
+        try:
+            handler()
+        except Exception as error:  # the user's code: one line, no traceback
+            raise HandlerFailed(f"{file.name}: postprocess_handler failed: "
+                                f"{type(error).__name__}: {error}") from None
+
+    return postprocess

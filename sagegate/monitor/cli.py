@@ -13,7 +13,6 @@ error (one line on stderr naming the file and record when a handler fails).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,7 @@ from chalicelib.monitor.preprocessing import (
     HandlerError,
     HandlerFailed,
     Preprocessor,
+    load_postprocessor,
 )
 from chalicelib.monitor.records import Preprocess, RecordError, RecordReader, Tally
 from sagegate.monitor import sources
@@ -191,32 +191,7 @@ def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _postprocessor(path: str | None) -> Callable[[], None] | None:
-    if not path:
-        return None
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"{path}: no such file")
-    spec = importlib.util.spec_from_file_location("postprocessor", file)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"{path}: cannot be imported (not a Python file?)")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # the user's file: one line, no traceback
-        raise UsageError(f"{path}: importing it failed: {type(error).__name__}: "
-                         f"{error}") from None
-    handler = getattr(module, "postprocess_handler", None)
-    if not callable(handler):
-        raise UsageError(f"{path}: has no postprocess_handler()")
-
-    def postprocess() -> None:
-        try:
-            handler()
-        except Exception as error:  # the user's code: one line, no traceback
-            raise HandlerFailed(f"{file.name}: postprocess_handler failed: "
-                                f"{type(error).__name__}: {error}") from None
-
-    return postprocess
+    return load_postprocessor(path) if path else None
 
 
 def _write(folder: Path, files: dict[str, str]) -> None:
