@@ -33,39 +33,43 @@ def host(*, files: set[str] | None = None, path: Mapping[str, str] | None = None
                 playwright_path=lambda: PLAYWRIGHT_OWN, debian=debian, root=root)
 
 
-APT = {"apt-get": "/usr/bin/apt-get"}
+# Paths on the fake host only: no test looks anything up on this machine.
+BIN = "/fake-host/bin"
+CHROMIUM = f"{BIN}/chromium"
+APT = {"apt-get": f"{BIN}/apt-get"}
 
 
 def test_the_named_executable_beats_every_other() -> None:
-    found = host(files={"/opt/chrome", PLAYWRIGHT_OWN}, path={"chromium": "/usr/bin/chromium"},
-                 environ={"SAGEGATE_CHROMIUM": "/opt/chrome"})
-    assert find_chromium(found) == "/opt/chrome"
+    found = host(files={"/fake-host/opt/chrome", PLAYWRIGHT_OWN}, path={"chromium": CHROMIUM},
+                 environ={"SAGEGATE_CHROMIUM": "/fake-host/opt/chrome"})
+    assert find_chromium(found) == "/fake-host/opt/chrome"
 
 
 def test_a_named_executable_that_is_missing_is_one_clear_error() -> None:
-    with pytest.raises(BrowserError, match="SAGEGATE_CHROMIUM=/opt/none is not an executable"):
-        find_chromium(host(path={"chromium": "/usr/bin/chromium"},
-                           environ={"SAGEGATE_CHROMIUM": "/opt/none"}))
+    with pytest.raises(BrowserError,
+                       match="SAGEGATE_CHROMIUM=/fake-host/opt/none is not an executable"):
+        find_chromium(host(path={"chromium": CHROMIUM},
+                           environ={"SAGEGATE_CHROMIUM": "/fake-host/opt/none"}))
 
 
 def test_playwrights_own_chromium_beats_the_systems() -> None:
     assert find_chromium(host(files={PLAYWRIGHT_OWN},
-                              path={"chromium": "/usr/bin/chromium"})) == PLAYWRIGHT_OWN
+                              path={"chromium": CHROMIUM})) == PLAYWRIGHT_OWN
 
 
 def test_playwrights_chromium_not_yet_installed_is_skipped() -> None:
-    assert find_chromium(host(path={"chromium": "/usr/bin/chromium"})) == "/usr/bin/chromium"
+    assert find_chromium(host(path={"chromium": CHROMIUM})) == CHROMIUM
 
 
 @pytest.mark.parametrize("name", ["chromium", "chromium-browser", "google-chrome"])
 def test_a_system_browser_on_path_is_found(name: str) -> None:
-    assert find_chromium(host(path={name: f"/usr/bin/{name}"})) == f"/usr/bin/{name}"
+    assert find_chromium(host(path={name: f"{BIN}/{name}"})) == f"{BIN}/{name}"
 
 
 def test_without_playwright_the_system_browser_is_found() -> None:
-    machine = dataclasses.replace(host(path={"chromium": "/usr/bin/chromium"}),
+    machine = dataclasses.replace(host(path={"chromium": CHROMIUM}),
                                   playwright_path=lambda: None)
-    assert find_chromium(machine) == "/usr/bin/chromium"
+    assert find_chromium(machine) == CHROMIUM
 
 
 def test_no_browser_anywhere_is_none() -> None:
@@ -105,9 +109,9 @@ class Installer:
 
 
 def test_a_found_browser_installs_nothing() -> None:
-    commands = {"chromium": "/usr/bin/chromium", **APT}
+    commands = {"chromium": CHROMIUM, **APT}
     installer = Installer(commands, {})
-    assert ensure_chromium(host(path=commands), run=installer) == "/usr/bin/chromium"
+    assert ensure_chromium(host(path=commands), run=installer) == CHROMIUM
     assert installer.ran == []
 
 
@@ -115,9 +119,9 @@ def test_none_found_is_installed_then_found() -> None:
     commands = dict(APT)
     machine = dataclasses.replace(host(path=APT), which=commands.get,
                                   is_executable=lambda path: path in commands.values())
-    installer = Installer(commands, {"chromium": "/usr/bin/chromium"})
+    installer = Installer(commands, {"chromium": CHROMIUM})
     said: list[str] = []
-    assert ensure_chromium(machine, run=installer, say=said.append) == "/usr/bin/chromium"
+    assert ensure_chromium(machine, run=installer, say=said.append) == CHROMIUM
     assert [step.argv[:2] for step in installer.ran] == [("apt-get", "update"),
                                                          ("apt-get", "install")]
     assert "DEBIAN_FRONTEND=noninteractive apt-get install -y chromium" in said[-1]
@@ -162,6 +166,6 @@ def test_the_command_prints_the_path_or_one_line(monkeypatch: pytest.MonkeyPatch
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("sagegate: no Chromium found")
     monkeypatch.setattr(Host, "this_machine",
-                        classmethod(lambda cls: host(path={"chromium": "/usr/bin/chromium"})))
+                        classmethod(lambda cls: host(path={"chromium": CHROMIUM})))
     assert browser.main([]) == 0
-    assert capsys.readouterr().out.strip().endswith(": /usr/bin/chromium")
+    assert capsys.readouterr().out.strip().endswith(": " + CHROMIUM)
