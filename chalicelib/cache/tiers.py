@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import InvokeResult
+from chalicelib.core.clients import LazyClient
 
 logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
 
@@ -159,22 +160,17 @@ class TableTier:
     def __init__(self, table: str, client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.table = table
-        self._client = client
+        self._client = LazyClient(_client, client)
         self._clock = clock
-        self._lock = threading.Lock()
 
     @property
     def client(self) -> Any:
         """The DynamoDB client (built on first use)."""
-        with self._lock:
-            if self._client is None:
-                self._client = _client()
-            return self._client
+        return self._client.get()
 
     def close(self) -> None:
         """Drop the client's pooled connections (they reopen on the next call)."""
-        if self._client is not None:
-            self._client.close()
+        self._client.close()
 
     def get(self, key: str) -> tuple[InvokeResult, float] | None:
         """The answer under ``key`` and its expiry, or None (absent or expired).

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from chalicelib.core.clients import LazyClient
 from chalicelib.jobs.records import Job, JobNotFoundError, JobState, may_move, states_before
 
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -173,19 +174,13 @@ class TableJobStore:
     def __init__(self, table: str, client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.table = table
-        self._client = client
+        self._client = LazyClient(_dynamodb, client)
         self._clock = clock
-        self._lock = threading.Lock()
 
     @property
     def client(self) -> Any:
         """The DynamoDB client (built on first use)."""
-        with self._lock:
-            if self._client is None:
-                import boto3  # deferred: only paid by the functions that use jobs
-
-                self._client = boto3.client("dynamodb")
-            return self._client
+        return self._client.get()
 
     def create(self, job: Job) -> Job:
         try:
@@ -263,3 +258,9 @@ def _condition_failed(error: Exception) -> bool:
     response = getattr(error, "response", None)
     return isinstance(response, dict) and \
         response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _dynamodb() -> Any:
+    import boto3  # deferred: only paid by the functions that use jobs
+
+    return boto3.client("dynamodb")

@@ -1,0 +1,37 @@
+"""An AWS client built on first use, once, shared by the threads of a container.
+
+The rooms that talk to AWS (the cache's DynamoDB tier, the jobs' table) take a ready client in
+tests and build their own otherwise; building is deferred so that importing a room never loads
+boto3, and a container that never uses the service never pays for it.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class LazyClient:
+    """``client`` when one is given, else what ``build`` returns on first use.
+
+    Args:
+        build: makes the client (boto3 is imported there, not at import time).
+        client: a ready client (tests pass a Stubber's); built on first use when None.
+    """
+
+    def __init__(self, build: Callable[[], Any], client: Any = None) -> None:
+        self._build = build
+        self._client = client
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The client, built now if it was not yet."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._build()
+            return self._client
+
+    def close(self) -> None:
+        """Drop a built client's pooled connections (they reopen on the next call)."""
+        if self._client is not None:
+            self._client.close()
