@@ -16,7 +16,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 
 # Variables users pass, each an option of the sagegate command (empty: the command's default):
 #   STAGE (prod)  BUCKET  REGION  ACCOUNT  PARAMS="Name=Value ..."  PKG_FORMAT (cloudformation)
-#   API_PORT (8000)  EMULATOR_PORT (8080)  LOCK_ARGS (--upgrade, --upgrade-package NAME)  AWS
+#   API_PORT (8000)  EMULATOR_PORT (8080)  MOTO_PORT (8070)  LOCK_ARGS (--upgrade, --upgrade-package NAME)  AWS
 opt = $(if $(strip $(2)),$(1) $(strip $(2)))
 STAGE_OPT = $(call opt,--stage,$(STAGE))
 AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(call opt,--aws,$(AWS)) \
@@ -29,7 +29,7 @@ AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(cal
 
 help:
 	@echo "Develop (no AWS account needed):"
-	@echo "  make run             emulator + chalice local on 127.0.0.1 (API_PORT, EMULATOR_PORT)"
+	@echo "  make run             emulator + moto + chalice local on 127.0.0.1 (*_PORT variables)"
 	@echo "  make test            ruff, mypy, deploy-check, a Chromium, then every test tier"
 	@echo "  make browser         find (or install) the Chromium the web page's tests drive"
 	@echo "  make lint            ruff, and import-linter's contracts between chalicelib's rooms"
@@ -115,7 +115,8 @@ clean:
 
 # --- aliases of sagegate commands ------------------------------------------------------------
 run: $(STAMP)
-	$(SAGEGATE) run $(call opt,--api-port,$(API_PORT)) $(call opt,--emulator-port,$(EMULATOR_PORT))
+	$(SAGEGATE) run $(call opt,--api-port,$(API_PORT)) $(call opt,--emulator-port,$(EMULATOR_PORT)) \
+	  $(call opt,--moto-port,$(MOTO_PORT))
 
 browser: $(STAMP)
 	$(SAGEGATE) browser

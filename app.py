@@ -5,7 +5,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
@@ -16,13 +16,20 @@ from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Served
 from chalicelib.core import lifecycle, media
 from chalicelib.core.access import Access, AuthMode
-from chalicelib.core.errors import ConfigurationError, SagegateError
+from chalicelib.core.errors import (
+    ConfigurationError,
+    EndpointTimeoutError,
+    InvalidUploadError,
+    SagegateError,
+)
+from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import RequestLog, logger
 from chalicelib.http import catalog, correlation, options, static
 from chalicelib.images.resizer import resize_image
 from chalicelib.inference.pipeline import StageTimer, limits_from
 from chalicelib.inference.predictions import load_labels
+from chalicelib.jobs.records import owner_of
 from chalicelib.registry.specs import ModelSpec
 from chalicelib.services import Services
 
@@ -212,8 +219,13 @@ def _predict(model: ModelSpec) -> Response:
         with timer.stage("parse"):
             request = options.read_request(_http_request(), model,
                                            max_body_bytes=settings.max_body_bytes)
-        served = services.pipeline_for(model).serve(request, request_id(), timer, deadline,
-                                                    cache=cache)
+        try:
+            served = services.pipeline_for(model).serve(request, request_id(), timer, deadline,
+                                                        cache=cache)
+        except EndpointTimeoutError as error:
+            raise EndpointTimeoutError(
+                f"{error.message} If the model needs longer, run it as a job: POST "
+                f"/models/{model.name}/jobs.", details=error.details) from None
         _note_served(served)
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             with timer.stage("capture"):
@@ -268,6 +280,55 @@ def _model_answer(served: Served, timer: StageTimer, cache: CacheUse) -> Respons
     return Response(body=body, headers=headers)
 
 
+# --- jobs: uploads through S3, jobs on a real-time or an asynchronous endpoint -------------
+
+JOB_LOCATION = "/jobs/{job_id}"  # relative to the API's stage, as the web page's URLs are
+
+
+@app.route("/uploads", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
+@renders_errors
+def create_upload() -> Response:
+    """A presigned S3 POST for one large input of a model: ``{"model", "content_type"}``."""
+    jobs = services.jobs  # jobs off: 501, whatever the body
+    asked = load_json(_http_request().body)
+    if not isinstance(asked, dict) or set(asked) != {"model", "content_type"} \
+            or not isinstance(asked["model"], str):
+        raise InvalidUploadError('Send {"model": NAME, "content_type": TYPE}.')
+    request_log().model = asked["model"][:64]
+    return Response(body=jobs.presign(asked["model"], asked["content_type"]).view())
+
+
+@app.route("/models/{name}/jobs", methods=["POST"], content_types=_ANY_CONTENT_TYPE,
+           **_PROTECTED)
+@renders_errors
+def create_job(name: str) -> Response:
+    """Run a model on an upload (``{"upload_id": ...}``) or a small inline body, as a job."""
+    jobs = services.jobs
+    model = services.registry.get(name)
+    http = _http_request()
+    request_log().model = model.name
+    settings = services.settings
+    queued = options.read_job(http, max_body_bytes=settings.max_body_bytes)
+    caller = owner_of(current_request().context)
+    if queued.inline:
+        job = jobs.create_from_body(model, http.body, http.content_type or "", queued.options,
+                                    caller)
+    else:
+        job = jobs.create_from_upload(model, queued.upload_id, queued.options, caller)
+    request_log().job_id = job.job_id
+    return Response(body={"job_id": job.job_id, "state": str(job.state)}, status_code=202,
+                    headers={"Location": JOB_LOCATION.format(job_id=job.job_id)})
+
+
+@app.route("/jobs/{job_id}", methods=["GET"], **_PROTECTED)
+@renders_errors
+def describe_job(job_id: str) -> Response:
+    """A job's state and, when it is done, its answer (or a presigned GET of it)."""
+    jobs = services.jobs
+    request_log().job_id = job_id[:64]
+    return Response(body=jobs.view(job_id, owner_of(current_request().context)))
+
+
 @app.route("/resize", methods=["POST"], content_types=_ANY_CONTENT_TYPE, **_PROTECTED)
 @renders_errors
 def resize() -> Response:
@@ -306,7 +367,12 @@ def openapi_description() -> Response:
 
 
 def _static_answer(body: str, content_type: str) -> Response:
-    return Response(body=body, headers={"Content-Type": content_type, **static.SECURITY_HEADERS})
+    try:  # the page may post uploads to the jobs bucket (its CSP); it is served even so
+        bucket = services.settings.jobs_bucket
+    except ConfigurationError:
+        bucket = ""
+    headers = static.security_headers(static.upload_origins(bucket, os.environ))
+    return Response(body=body, headers={"Content-Type": content_type, **headers})
 
 
 @app.route("/health", methods=["GET"])  # open: no auth
@@ -372,6 +438,70 @@ def run_monitor(event: Any, s3: Any = None) -> dict[str, Any]:
     runs = deployed.run(endpoints, settings, schedule, now=now, s3=s3, remaining=remaining)
     return {"endpoints": {run.endpoint: run.status for run in runs},
             "violations": sum(run.violations for run in runs)}
+
+
+# The job functions (docs/DEPLOY.md): declared only for a stage that sets JOBS_BUCKET (read at
+# import, as the monitor's: `chalice package` imports this file with the stage's variables).
+JOB_RUNNER_FUNCTION = "job_runner"  # runs a job when its ticket is written
+JOB_RESULTS_FUNCTION = "job_results"  # finishes asynchronous jobs (the success topic)
+JOB_FAILURES_FUNCTION = "job_failures"  # fails them (the error topic, when it is another)
+_JOBS_BUCKET = os.environ.get("JOBS_BUCKET", "").strip()
+_JOBS_PREFIX = os.environ.get("JOBS_PREFIX", "").strip() or "jobs/"
+_JOBS_SUCCESS_TOPIC = os.environ.get("JOBS_SUCCESS_TOPIC", "").strip()
+_JOBS_ERROR_TOPIC = os.environ.get("JOBS_ERROR_TOPIC", "").strip()
+if _JOBS_BUCKET:
+    @app.on_s3_event(bucket=_JOBS_BUCKET, prefix=_JOBS_PREFIX + "tickets/",
+                     events=["s3:ObjectCreated:*"], name=JOB_RUNNER_FUNCTION)
+    def job_runner(event: Any) -> dict[str, Any]:
+        """Run the jobs whose tickets were written."""
+        return run_job_tickets(event.to_dict())
+
+    if _JOBS_SUCCESS_TOPIC:
+        @app.on_sns_message(topic=_JOBS_SUCCESS_TOPIC, name=JOB_RESULTS_FUNCTION)
+        def job_results(event: Any) -> dict[str, Any]:
+            """Finish the asynchronous jobs an endpoint notified (success; failure too when
+            both topics are one)."""
+            return complete_jobs(event.to_dict())
+
+    if _JOBS_ERROR_TOPIC and _JOBS_ERROR_TOPIC != _JOBS_SUCCESS_TOPIC:
+        @app.on_sns_message(topic=_JOBS_ERROR_TOPIC, name=JOB_FAILURES_FUNCTION)
+        def job_failures(event: Any) -> dict[str, Any]:
+            """Fail the asynchronous jobs an endpoint notified of failure."""
+            return complete_jobs(event.to_dict())
+
+
+def run_job_tickets(event: dict[str, Any]) -> dict[str, Any]:
+    """The job runner's work: each ticket of the S3 notification, run once (a retried event
+    does nothing twice). Unexpected errors propagate, so Lambda retries the event."""
+    # Deferred on purpose: the request path's cold start must not load the jobs room (its
+    # runner, the S3 side); only the job functions and the job routes pay for it.
+    from chalicelib.jobs.events import s3_keys
+
+    execution = services.job_execution
+    return _job_states("job ran", (execution.run_ticket(key) for key in
+                                   s3_keys(event, services.settings.jobs_bucket)))
+
+
+def complete_jobs(event: dict[str, Any]) -> dict[str, Any]:
+    """The SNS functions' work: each asynchronous endpoint notification, finished once."""
+    # Deferred on purpose, as in run_job_tickets.
+    from chalicelib.jobs.events import sns_messages
+
+    execution = services.job_execution
+    return _job_states("job completed",
+                       (execution.complete(message) for message in sns_messages(event)))
+
+
+def _job_states(what: str, jobs: Iterable[Any]) -> dict[str, Any]:
+    """``{"jobs": {job_id: state}}`` of the jobs an event moved, each logged (None: the event
+    named no job of this stage)."""
+    states: dict[str, str] = {}
+    for job in jobs:
+        if job is not None:
+            states[job.job_id] = str(job.state)
+            logger.info(what, extra={"job_id": job.job_id, "model": job.model,
+                                     "state": str(job.state)})
+    return {"jobs": states}
 
 
 # The monitor's function serves no request: it skips the request path's warm-up.

@@ -1,8 +1,9 @@
-"""``python -m bench [--part frontend|e2e|load|pipelines|clients|cache|monitor|all] [--quick]``:
+"""``python -m bench [--part frontend|e2e|...|monitor|jobs|all] [--quick]``:
 sagegate beside the 2018 reference (parts 1 and 2), under load beside the emulator alone (part
 3), for the non-image models beside a bare endpoint call (pipelines) and, shrinking on the
 client, beside sending the original (clients), a prediction cache hit beside a miss (cache),
-and the data-quality monitor's check of a capture window beside reading it (monitor)."""
+the data-quality monitor's check of a capture window beside reading it (monitor), and a job
+beside the synchronous route for an input both take (jobs)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,7 @@ from bench import (
     frontend,
     images,
     imports,
+    jobs,
     load_report,
     monitor,
     pipelines,
@@ -29,7 +31,7 @@ from bench import (
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "monitor", "all")
+PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "monitor", "jobs", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -42,7 +44,8 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "models' per-request overhead over a bare endpoint call; clients: "
                              "what shrinking on the client saves; cache: a cache hit against a "
                              "miss; monitor: sagegate monitor check over 100,000 capture "
-                             "records against reading them; all (default): the seven")
+                             "records against reading them; jobs: a job's added latency over "
+                             "the synchronous route; all (default): the eight")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -95,6 +98,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> in
         out.merge(cache.report(budgets.e2e))
     if args.part in ("monitor", "all"):
         out.merge(monitor.report(quick=args.quick))
+    if args.part in ("jobs", "all"):
+        out.merge(jobs.report(budgets.e2e))
     _summary(out)
     return 1 if out.failures else 0
 

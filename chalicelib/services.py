@@ -8,20 +8,32 @@ whatever it is not given, it builds from the settings as the real one does.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from chalicelib.cache.prediction import PredictionCache
+from chalicelib.calls import CallOptions, ModelRequest
 from chalicelib.capture import Capturer
 from chalicelib.core import lifecycle
+from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
+from chalicelib.core.errors import JobsDisabledError
+from chalicelib.http.options import HttpRequest, read_model_options, read_request
 from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import HandledModel, ModelServer, ServingPipeline
+from chalicelib.jobs.store import JobStore, MemoryJobStore, TableJobStore
 from chalicelib.registry.loading import Registry, load_registry
-from chalicelib.registry.specs import ModelSpec, Pipeline
+from chalicelib.registry.specs import JobsBackend, ModelSpec, Pipeline
+
+if TYPE_CHECKING:
+    from chalicelib.inference.serving import SplitPipeline
+    from chalicelib.jobs.execution import JobsExecution
+    from chalicelib.jobs.service import JobsContext, JobsService
 
 
 class Services:
@@ -37,13 +49,18 @@ class Services:
         cache: a ready prediction cache; built from the settings (``CACHE_*``) when None.
         read_settings: how settings are read when not given (``Settings.from_env``).
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
+        job_store: a ready job store; in memory, or the ``JOBS_TABLE`` table, when None.
+        s3: a ready S3 client (jobs' uploads, tickets and results); boto3's when None.
+        job_endpoint: a ready endpoint client for jobs (its boto3 client also sends
+            ``InvokeEndpointAsync``); built with the job's timeouts and budget when None.
     """
 
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
                  capturer: Capturer | None = None, endpoint: EndpointClient | None = None,
                  registry: Registry | None = None, cache: PredictionCache | None = None,
                  read_settings: Callable[[], Settings] = Settings.from_env,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, job_store: JobStore | None = None,
+                 s3: Any = None, job_endpoint: EndpointClient | None = None) -> None:
         self._settings = settings
         self._predictor = predictor
         self._capturer = capturer
@@ -54,6 +71,11 @@ class Services:
         self._env = env
         self._predictors: dict[str, Predictor] = {}
         self._server: ModelServer | None = None
+        self._job_store = job_store
+        self._s3 = LazyClient(_s3_client, s3)
+        self._job_endpoint = job_endpoint
+        self._job_pipelines: dict[str, SplitPipeline] = {}
+        self._jobs_context: JobsContext | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
@@ -158,8 +180,114 @@ class Services:
 
     def connection_holders(self) -> list[lifecycle.Closable]:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""
-        return [holder for holder in (self._endpoint, self._capturer, self._cache)
+        store = self._job_store if isinstance(self._job_store, TableJobStore) else None
+        return [holder for holder in (self._endpoint, self._capturer, self._cache,
+                                      self._job_endpoint, store, self._s3)
                 if holder is not None]
+
+    # --- jobs: built on first use; the request path's cold start loads none of it ---------
+
+    @property
+    def job_store(self) -> JobStore:
+        """The job records: the ``JOBS_TABLE`` table, or in memory (one process)."""
+        with self._lock:
+            if self._job_store is None:
+                table = self.settings.jobs_table
+                self._job_store = TableJobStore(table) if table else MemoryJobStore()
+            return self._job_store
+
+    @property
+    def job_endpoint(self) -> EndpointClient:
+        """The endpoint client of jobs: SageMaker's own time limit per call, and the job's
+        budget (``JOB_BUDGET_SECONDS``) for all its attempts."""
+        with self._lock:
+            if self._job_endpoint is None:
+                settings = self.settings
+                self._job_endpoint = EndpointClient(
+                    make_client(settings, read_timeout=settings.job_read_timeout),
+                    policy_from(settings, job=True))
+            return self._job_endpoint
+
+    def job_pipeline_for(self, model: ModelSpec) -> SplitPipeline:
+        """A model's pipeline inside a job: the job's image pixel cap, its endpoint client;
+        an asynchronous model's answers name its asynchronous endpoint."""
+        with self._lock:
+            if model.name not in self._job_pipelines:
+                self._job_pipelines[model.name] = self._job_pipeline(model)
+            return self._job_pipelines[model.name]
+
+    def _job_pipeline(self, model: ModelSpec) -> SplitPipeline:
+        if model.jobs.backend == JobsBackend.ASYNC:
+            model = dataclasses.replace(model, endpoint=model.jobs_endpoint)
+        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
+            assert model.settings is not None
+            settings = dataclasses.replace(
+                model.settings, endpoint_name=model.endpoint,
+                max_image_pixels=self.settings.job_max_image_pixels)
+            return Predictor(settings, self.job_endpoint, model.labels)
+        return HandledModel(ModelServer(self.job_endpoint), model)
+
+    @property
+    def jobs_context(self) -> JobsContext:
+        """What the jobs service and its runner work with.
+
+        Raises:
+            JobsDisabledError: ``JOBS_BUCKET`` is not set.
+        """
+        # Deferred on purpose: only the job routes and the job functions load the jobs room.
+        from chalicelib.jobs.service import JobsContext
+
+        settings = self.settings
+        if not settings.jobs_enabled:
+            raise JobsDisabledError("This stage serves no uploads or jobs (JOBS_BUCKET is not "
+                                    "set).")
+        with self._lock:
+            if self._jobs_context is None:
+                self._jobs_context = JobsContext(
+                    settings=settings, registry=self.registry, store=self.job_store,
+                    s3=self._s3.get(), runtime=self.job_endpoint.client,
+                    pipeline_for=self.job_pipeline_for,
+                    read_request=_read_job_input, read_options=_read_job_options,
+                    capturer=self.capturer)
+            return self._jobs_context
+
+    @property
+    def jobs(self) -> JobsService:
+        """The routes' side of jobs (see :attr:`jobs_context`)."""
+        from chalicelib.jobs.service import JobsService
+
+        return JobsService(self.jobs_context)
+
+    @property
+    def job_execution(self) -> JobsExecution:
+        """The event functions' side of jobs (see :attr:`jobs_context`)."""
+        from chalicelib.jobs.execution import JobsExecution
+
+        return JobsExecution(self.jobs_context)
+
+
+def _read_job_input(body: bytes, content_type: str, query: Mapping[str, str],
+                    model: ModelSpec, max_body_bytes: int) -> ModelRequest:
+    """A job's input, read as the model route reads a request (the query: the job's options)."""
+    return read_request(HttpRequest(body=body, content_type=content_type, query=query), model,
+                        max_body_bytes=max_body_bytes)
+
+
+def _read_job_options(query: Mapping[str, str]) -> CallOptions:
+    """A job's options, validated as the model route validates its query string."""
+    return read_model_options(HttpRequest(body=b"", query=query), max_body_bytes=1)
+
+
+def _s3_client() -> Any:
+    import boto3  # deferred: paid by the first use of jobs, not by every cold start
+    from botocore.config import Config
+
+    # boto3 reads AWS_ENDPOINT_URL_S3 itself (the local stack's S3). Presigned POSTs and GETs
+    # must be Signature Version 4 (botocore presigns S3 with version 2 by default, which
+    # buckets made since mid-2020 refuse) and name the bucket's region (the global host
+    # redirects a new bucket of another region); an IP endpoint stays path-style.
+    return boto3.client("s3", config=Config(signature_version="s3v4",
+                                            s3={"addressing_style": "virtual"}))
 
 
 def build_endpoint(settings: Settings) -> EndpointClient:

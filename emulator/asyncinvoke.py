@@ -24,12 +24,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from emulator import errors
 from emulator.config import AsyncConfig, EndpointConfig
-from emulator.runtime import INFERENCE_ID_MAX, InvokeRequest, Runtime, check_request
+from emulator.runtime import (
+    INFERENCE_ID_MAX,
+    BackgroundCall,
+    InvokeRequest,
+    Runtime,
+    check_request,
+)
 
 LOG = logging.getLogger("emulator")
 DEFAULT_TIMEOUT_S = 900
@@ -424,27 +431,17 @@ class AsyncInference:
             custom_attributes=request.custom_attributes,
             inference_id=job.accepted.inference_id,
         )  # fmt: skip
-        done = threading.Event()
-        outcome: list[Any] = []
-
-        def target() -> None:
-            try:
-                outcome.append(self.runtime.invoke(call, asynchronous=True, body_limit=limit))
-            except BaseException as error:  # handed to the worker, which decides
-                outcome.append(error)
-            finally:
-                done.set()
-
-        runner = threading.Thread(target=target, daemon=True,
-                                  name=f"async-call-{job.accepted.inference_id[:16]}")  # fmt: skip
-        runner.start()
-        if not self.wait(done, job.timeout_s):
+        running = BackgroundCall(
+            partial(self.runtime.invoke, call, asynchronous=True, body_limit=limit),
+            f"async-call-{job.accepted.inference_id[:16]}",
+        )  # fmt: skip
+        if not self.wait(running.done, job.timeout_s):
             reason = (f"Inference request timed out: the model did not answer within the "
                       f"InvocationTimeoutSeconds of {job.timeout_s} s.")  # fmt: skip
             completion = self._fail(job, FAILED, reason)
-            done.wait()  # the worker's slot stays taken until the model call ends
+            running.done.wait()  # the worker's slot stays taken until the model call ends
             return completion
-        result = outcome[0]
+        result = running.outcome()  # the worker decides what an exception means
         if isinstance(result, errors.ModelError):
             original = result.original_message.encode()
             return self._fail(job, FAILED, f"ClientError: {result.message}", original)

@@ -30,7 +30,7 @@ IMAGE_CLASSIFIER = "image-classifier"
 TENSOR = "tensor"
 """The model kind that serves any ONNX graph by its signature, as TF Serving would."""
 KINDS = (IMAGE_CLASSIFIER, TENSOR)
-COMMON_MODEL_KEYS = frozenset({"path", "kind", "threads"})
+COMMON_MODEL_KEYS = frozenset({"path", "kind", "threads", "delay_seconds"})
 MODEL_KEYS = {
     IMAGE_CLASSIFIER: COMMON_MODEL_KEYS | {"resize", "crop", "normalize", "max_pixels", "classes",
                                            "max_aspect_ratio", "max_resized_pixels"},
@@ -48,6 +48,10 @@ ASYNC_MAX_QUEUE = 10_000
 """The most requests ``max_queued`` may hold waiting (the emulator's bound: they are in memory)."""
 ASYNC_MAX_CONCURRENCY = 1000
 """SageMaker's bound on ``MaxConcurrentInvocationsPerInstance`` (each one a worker thread here)."""
+INVOCATION_TIMEOUT_S = 60.0
+"""InvokeEndpoint's limit: a model that has not answered by then is SageMaker's ModelError."""
+MAX_DELAY_S = 3600.0
+"""The longest ``delay_seconds``: Asynchronous Inference's longest invocation."""
 ASYNC_KEYS = frozenset({"output_path", "failure_path", "success_topic", "error_topic",
                         "max_concurrent_invocations", "max_queued", "max_input_bytes"})
 
@@ -96,6 +100,8 @@ class ModelSpec:
     classes: int | None = None
     kind: str = IMAGE_CLASSIFIER
     max_instances: int = tensors.DEFAULT_MAX_INSTANCES
+    delay_seconds: float = 0.0
+    """How long the model thinks before each answer (a slow model, for timeouts and jobs)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,8 @@ class EmulatorConfig:
     allow_fault_header: bool = False
     seed: int | None = None
     source: Path | None = field(default=None, compare=False)
+    invocation_timeout_seconds: float = INVOCATION_TIMEOUT_S
+    """InvokeEndpoint's limit (InvokeEndpointAsync has its own InvocationTimeoutSeconds)."""
 
 
 def load_config(path: Path) -> EmulatorConfig:
@@ -195,7 +203,8 @@ def parse_config(raw: object, base_dir: Path) -> EmulatorConfig:
     """
     top = _mapping(raw, "config")
     _check_keys(top, {"account_id", "region", "allow_fault_header", "seed",
-                      "default_endpoint", "models", "endpoints"}, "")  # fmt: skip
+                      "default_endpoint", "models", "endpoints",
+                      "invocation_timeout_seconds"}, "")  # fmt: skip
     models = {
         name: _model(name, value, base_dir, f"models.{name}")
         for name, value in _mapping(top.get("models", {}), "models").items()
@@ -216,6 +225,9 @@ def parse_config(raw: object, base_dir: Path) -> EmulatorConfig:
         region=_string(top.get("region", DEFAULT_REGION), "region"),
         allow_fault_header=_bool(top.get("allow_fault_header", False), "allow_fault_header"),
         seed=seed,
+        invocation_timeout_seconds=_number(
+            top.get("invocation_timeout_seconds", INVOCATION_TIMEOUT_S),
+            "invocation_timeout_seconds", 0.001, MAX_DELAY_S),
     )
 
 
@@ -361,6 +373,8 @@ def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
         path=path if path.is_absolute() else base_dir / path,
         threads=None if threads is None else _integer(threads, f"{where}.threads", 1),
         kind=kind,
+        delay_seconds=_number(section.get("delay_seconds", 0), f"{where}.delay_seconds", 0,
+                              MAX_DELAY_S),
     )
     if kind == TENSOR:
         limit = section.get("max_instances", tensors.DEFAULT_MAX_INSTANCES)

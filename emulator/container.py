@@ -7,6 +7,7 @@ A container answers ``(status, body, content type)`` like the process behind
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,6 +49,23 @@ class Container(Protocol):
     def invoke(self, body: bytes, content_type: str | None, accept: str | None) -> ContainerReply:
         """Answers one invocation."""
         ...
+
+
+class SlowContainer:
+    """A container that thinks for a fixed time before each answer: a model slower than
+    InvokeEndpoint's 60 s, which only a job (Asynchronous Inference) can wait for."""
+
+    def __init__(
+        self, inner: Container, seconds: float, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.inner = inner
+        self.seconds = seconds
+        self.sleep = sleep
+
+    def invoke(self, body: bytes, content_type: str | None, accept: str | None) -> ContainerReply:
+        """Waits ``seconds``, then answers as the wrapped container."""
+        self.sleep(self.seconds)
+        return self.inner.invoke(body, content_type, accept)
 
 
 def format_floats(values: np.ndarray) -> str:

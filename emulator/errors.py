@@ -142,7 +142,7 @@ def model_error(
     Returns:
         The error, with a message shaped like the real service's.
     """
-    kind = "client" if original_status < 500 else "server"
+    kind = "client" if 400 <= original_status < 500 else "server"
     group = f"/aws/sagemaker/Endpoints/{endpoint}"
     message = (
         f"Received {kind} error ({original_status}) from {CONTAINER_NAME} with message "
@@ -152,6 +152,20 @@ def model_error(
     )
     arn = f"arn:aws:logs:{region}:{account}:log-group:{group}"
     return ModelError(message, original_status, original_message, arn)
+
+
+INVOCATION_TIMED_OUT = (
+    f"Your invocation timed out while waiting for a response from container {CONTAINER_NAME}. "
+    "Review the latency metrics for each container in Amazon CloudWatch, resolve the issue, "
+    "and try again."
+)
+"""SageMaker's message when a container has not answered InvokeEndpoint within 60 s."""
+
+
+def invocation_timeout(endpoint: str, account: str, region: str) -> ModelError:
+    """The ModelError SageMaker answers when the container did not answer in time (HTTP 424,
+    ``Received server error (0) from primary with message "Your invocation timed out ..."``)."""
+    return model_error(0, INVOCATION_TIMED_OUT, endpoint, account, region)
 
 
 def violation(field: str, value: str | None, constraint: str) -> str:

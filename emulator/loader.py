@@ -7,7 +7,7 @@ from pathlib import Path
 
 from emulator import imaging
 from emulator.config import TENSOR, ConfigError, EmulatorConfig, ModelSpec
-from emulator.container import Container, ImageClassifier
+from emulator.container import Container, ImageClassifier, SlowContainer
 from emulator.models import ModelLoadError, OnnxGraph, OnnxModel
 from emulator.runtime import Runtime
 from emulator.tensors import TensorContainer
@@ -48,9 +48,12 @@ def _load(spec: ModelSpec) -> Loaded:
 
 
 def _container(spec: ModelSpec, model: Loaded) -> Container:
+    container: Container
     if isinstance(model, OnnxGraph):
-        return TensorContainer(model, spec.max_instances)
-    return _image_classifier(spec, model)
+        container = TensorContainer(model, spec.max_instances)
+    else:
+        container = _image_classifier(spec, model)
+    return SlowContainer(container, spec.delay_seconds) if spec.delay_seconds else container
 
 
 def _image_classifier(spec: ModelSpec, model: OnnxModel) -> ImageClassifier:

@@ -7,10 +7,12 @@ HTTP-free: the server turns requests into :class:`InvokeRequest` and answers wha
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Generic, TypeVar
 
 from emulator import errors, faults
 from emulator.config import (
@@ -191,6 +193,32 @@ def choose_variant(
     return next(variant for variant in reversed(endpoint.variants) if variant.weight > 0)
 
 
+T = TypeVar("T")
+
+
+class BackgroundCall(Generic[T]):
+    """A call run in a daemon thread, so its caller can stop waiting for it (a timeout)."""
+
+    def __init__(self, run: Callable[[], T], name: str) -> None:
+        """Starts ``run`` in a thread called ``name``; ``done`` is set once it returned or
+        raised."""
+        self.done = threading.Event()
+        self._outcome: list[T | BaseException] = []
+        threading.Thread(target=self._target, args=(run,), daemon=True, name=name).start()
+
+    def _target(self, run: Callable[[], T]) -> None:
+        try:
+            self._outcome.append(run())
+        except BaseException as error:  # handed to the waiting thread
+            self._outcome.append(error)
+        finally:
+            self.done.set()
+
+    def outcome(self) -> T | BaseException:
+        """What the call returned, or the exception it raised (once ``done`` is set)."""
+        return self._outcome[0]
+
+
 class Runtime:
     """Routes invocations to containers, applying the configured faults."""
 
@@ -200,6 +228,7 @@ class Runtime:
         containers: Mapping[str, Container],
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
     ) -> None:
         """Builds the runtime.
 
@@ -209,6 +238,8 @@ class Runtime:
             rng: the random source for variant weights and faults (default: seeded from
                 ``config.seed``).
             sleep: waits a number of seconds (injected for tests).
+            wait: waits for a real-time call's end up to the invocation timeout; False when
+                it timed out (injected for tests).
         """
         missing = sorted(set(config.models) - set(containers))
         if missing:
@@ -217,6 +248,7 @@ class Runtime:
         self.containers = containers
         self.rng = rng if rng is not None else random.Random(config.seed)
         self.sleep = sleep
+        self.wait = wait
 
     def invoke(
         self, request: InvokeRequest, asynchronous: bool = False, body_limit: int | None = None
@@ -249,10 +281,26 @@ class Runtime:
         faults.raise_service_fault(plan)
         container = self.containers[variant.model]
         call = partial(container.invoke, request.body, request.content_type, request.accept)
-        reply = faults.run_container(plan, call, self.sleep)
+        run = partial(faults.run_container, plan, call, self.sleep)
+        reply = run() if asynchronous else self._within_timeout(run, endpoint.name)
         if not 200 <= reply.status < 300:
             raise self._model_error(reply, endpoint.name)
         return InvokeResult(reply, variant.name, request.custom_attributes)
+
+    def _within_timeout(self, run: Callable[[], ContainerReply], endpoint: str) -> ContainerReply:
+        """Runs a real-time call for at most ``invocation_timeout_seconds`` (SageMaker's 60 s):
+        past it, SageMaker's ModelError; the abandoned call ends in its thread.
+
+        Raises:
+            ModelError: the call did not end in time; or what the call raised.
+        """
+        running = BackgroundCall(run, f"invoke-{endpoint}")
+        if not self.wait(running.done, self.config.invocation_timeout_seconds):
+            raise errors.invocation_timeout(endpoint, self.config.account_id, self.config.region)
+        result = running.outcome()
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def invoke_container(
         self, body: bytes, content_type: str | None, accept: str | None, attributes: str | None

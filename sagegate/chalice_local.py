@@ -10,6 +10,11 @@ new connections were reset), and one log line instead of a traceback when a clie
 before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carries it in
 ``X-Sagegate-Instance``, so :mod:`sagegate.localstack` knows it is talking to its own child.
 
+And the job functions' S3 and SNS events, which ``chalice local`` does not deliver: with the
+queues ``sagegate run`` names, :mod:`sagegate.local_events` pumps them to ``app.job_runner``,
+``app.job_results`` and ``app.job_failures`` in this process (so the API and the functions share
+the in-memory job store).
+
 And API keys, which ``chalice local`` does not check: a route with ``api_key_required``
 answers 403 ``{"message":"Forbidden"}`` (API Gateway's answer) unless ``x-api-key`` is the
 local key, ``SAGEGATE_LOCAL_API_KEY`` (a random one, printed, when unset). The check runs where
@@ -45,6 +50,7 @@ from sagegate.local_auth import (
     configured_key,
     new_api_key,
 )
+from sagegate.local_events import start_pump
 from sagegate.localstack import INSTANCE_ENV, INSTANCE_HEADER
 
 BACKLOG = 128
@@ -136,12 +142,26 @@ def local_key(app_obj: Chalice, environ: Any = os.environ) -> str:
     return key
 
 
+class PumpedDevServer(local.LocalDevServer):
+    """Chalice's local server, with the job functions' event pump running while it serves
+    (:mod:`sagegate.local_events`: only when ``sagegate run`` named the queues)."""
+
+    def serve_forever(self) -> None:
+        """Serves; the pump starts first and is stopped on the way out."""
+        pump = start_pump(sys.modules.get("app"), os.environ)
+        try:
+            super().serve_forever()
+        finally:
+            if pump is not None:
+                pump.stop()
+
+
 def create_local_server(app_obj: Chalice, config: Config, host: str,
                         port: int) -> local.LocalDevServer:
     """Drop-in for :func:`chalice.local.create_local_server` using the no-delay handler."""
     handler = functools.partial(NoDelayRequestHandler, api_key=local_key(app_obj))
-    return local.LocalDevServer(app_obj, config, host, port,
-                                handler_cls=cast(Any, handler), server_cls=BackloggedServer)
+    return PumpedDevServer(app_obj, config, host, port,
+                           handler_cls=cast(Any, handler), server_cls=BackloggedServer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,14 +9,15 @@ readers :func:`rss_mb` / :func:`peak_rss_mb`. Only the standard library (and the
 process helper, which is standard library only) is imported at module level.
 
 Before starting anything, ``sagegate run`` checks the settings the stage gives sagegate and
-that both ports are free; while it runs, it restarts the emulator if it dies (the API answers
-503 meanwhile).
+that its ports are free; while it runs, it restarts the emulator if it dies (the API answers
+503 meanwhile), and moto's server, the local S3, SNS and SQS of the jobs flow
+(:mod:`sagegate.local_aws`), with :mod:`sagegate.supervision`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
+import itertools
 import os
 import secrets
 import signal
@@ -26,15 +27,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from email.message import Message
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple, Self
 
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
-from chalicelib.core.retries import RetryPolicy
 from chalicelib.registry.loading import MODELS_DIR, load_registry
 from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import (
@@ -46,6 +46,14 @@ from emulator.process import (
 )
 from sagegate.local_auth import API_KEY_ENV, UncheckableAuth, local_api_key
 from sagegate.ports import describe_owner
+from sagegate.supervision import (
+    MAX_RESTARTS,
+    RESTART_POLICY,
+    STABLE_AFTER_S,
+    Child,
+    Supervisor,
+    backoff,
+)
 
 __all__ = [
     "DEFAULT_EMULATOR_CONFIG",
@@ -53,8 +61,11 @@ __all__ = [
     "HOST",
     "INSTANCE_ENV",
     "INSTANCE_HEADER",
+    "MAX_RESTARTS",
     "PORTS",
+    "RESTART_POLICY",
     "ROOT",
+    "STABLE_AFTER_S",
     "ApiProcess",
     "ApiStartError",
     "EmulatorProcess",
@@ -88,7 +99,7 @@ DUMMY_AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
 }
 HOST = "127.0.0.1"
-PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080}
+PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080, "MOTO_PORT": 8070}
 """The port variables ``sagegate run`` reads, with their defaults."""
 INSTANCE_ENV = "SAGEGATE_INSTANCE"
 """The variable giving a ``chalice local`` child the marker it puts in its answers."""
@@ -133,7 +144,7 @@ class ApiProcess:
         """SIGTERM the child (by its PID), then SIGKILL if it does not exit in time."""
         return terminate(self.process, timeout)
 
-    def __enter__(self) -> ApiProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -235,22 +246,23 @@ def own_answer(api: ApiProcess, path: str = "/health") -> int | None:
 
 
 def wait_until_serving(api: ApiProcess, timeout: float, path: str = "/health",
-                       status: int | None = 200) -> None:
+                       status: int | None = 200, what: str = "chalice local") -> None:
     """Wait until ``api``'s own child answers ``GET path`` (with ``status``, None: any).
 
     Raises:
-        ApiStartError: the child exited first, or did not answer within ``timeout`` seconds.
+        ApiStartError: the child (``what``, for the message) exited first, or did not answer
+            within ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if api.process.poll() is not None:
-            raise ApiStartError(f"chalice local exited with code {api.process.returncode}")
+            raise ApiStartError(f"{what} exited with code {api.process.returncode}")
         answered = own_answer(api, path)
         if (answered is not None and (status is None or answered == status)
                 and api.process.poll() is None):
             return
         time.sleep(_POLL_SECONDS)
-    raise ApiStartError(f"chalice local did not answer {path} within {timeout:g} s")
+    raise ApiStartError(f"{what} did not answer {path} within {timeout:g} s")
 
 
 def rss_mb(pid: int) -> float:
@@ -367,7 +379,8 @@ def check_models(settings: Settings, env: Mapping[str, str],
 # ---------------------------------------------------------------- sagegate run
 
 def write_samples() -> dict[str, Path]:
-    """Write sample photos (from scikit-image's public-domain data) for the curl examples."""
+    """Write sample photos (from scikit-image's public-domain data) and an iris row for
+    the README's examples."""
     import cv2
     from skimage import data
 
@@ -379,6 +392,12 @@ def write_samples() -> dict[str, Path]:
             cv2.imwrite(str(path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
                         [cv2.IMWRITE_JPEG_QUALITY, 95])
         paths[name] = path
+    # a flower for the iris model (in cm; a file may hold a row per flower). One row, as the
+    # README's curl examples send, so the monitoring example's traffic stays of one shape
+    rows = SAMPLES / "iris.csv"
+    if not rows.exists():
+        rows.write_text("5.9,3.0,4.2,1.5\n")
+    paths["iris"] = rows
     return paths
 
 
@@ -404,14 +423,15 @@ def _key_lines(api_key: str | None) -> list[str]:
             f"answer 403 without it; {API_KEY_ENV} sets it, else it is new each run)"]
 
 
-def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings,
-            api_key: str | None = None) -> str:
+def _banner(api: ApiProcess, emulator: Child, settings: Settings,
+            api_key: str | None = None, jobs_line: str | None = None) -> str:
     key = f" -H 'x-api-key: {api_key}'" if api_key else ""
     return "\n".join([
         f"sagegate: ready on {api.url} (pid {api.pid}; endpoint "
         f"{settings.endpoint_name} on emulator {emulator.url}, pid {emulator.pid}); "
         f"{describe_capture(settings)}",
         *_key_lines(api_key),
+        jobs_line or "jobs: off (the stage sets no JOBS_BUCKET)",
         f"web page: {api.url}/   models: {api.url}/models   API: {api.url}/openapi.yaml",
         "try:",
         f"  curl -s {api.url}/predict{key} -H 'Content-Type: image/jpeg' "
@@ -422,7 +442,7 @@ def _banner(api: ApiProcess, emulator: EmulatorProcess, settings: Settings,
         "-d '{\"instances\": [[5.1, 3.5, 1.4, 0.2]]}'",
         f"  .venv/bin/sagegate predict samples/ --url {api.url}"
         + (f" --api-key {api_key}" if api_key else ""),
-        "Ctrl-C stops both.",
+        "Ctrl-C stops them all.",
     ])
 
 
@@ -445,126 +465,16 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-# --- keeping the emulator running (make run) ------------------------------------------
-
-MAX_RESTARTS = 5
-"""Consecutive failed lives (a death or a failed start) tolerated before giving up."""
-FIRST_DELAY_S = 0.5
-MAX_DELAY_S = 8.0
-STABLE_AFTER_S = 30.0
-"""An emulator that has served this long is healthy again: the failure count restarts at 0."""
-
-
-RESTART_POLICY = RetryPolicy(max_attempts=MAX_RESTARTS + 1, budget_seconds=math.inf,
-                             base_delay=FIRST_DELAY_S, max_delay=MAX_DELAY_S)
-"""sagegate's one retry policy, for restarts; its ceiling is waited, without jitter: one
-supervisor restarts one child, there is no crowd to spread, and the console says when."""
-
-
-def backoff(failures: int) -> float:
-    """Seconds to wait before restart number ``failures`` (1, 2, ...): 0.5, 1, 2, 4, 8, 8 ..."""
-    return RESTART_POLICY.ceiling(failures)
-
-
-class Supervisor:
-    """Restarts an emulator child when it exits, until it has failed too often in a row."""
-
-    def __init__(
-        self,
-        start: Callable[[], EmulatorProcess],
-        say: Callable[[str], None],
-        clock: Callable[[], float] = time.monotonic,
-        max_restarts: int = MAX_RESTARTS,
-    ) -> None:
-        """Prepares the supervisor; :meth:`start` starts the first child.
-
-        Args:
-            start: starts one emulator and waits until it serves (raises
-                :class:`EmulatorStartError` when it cannot).
-            say: prints one console line.
-            clock: monotonic seconds (injected for tests).
-            max_restarts: consecutive failures tolerated.
-        """
-        self._start = start
-        self._say = say
-        self._clock = clock
-        self._max_restarts = max_restarts
-        self.current: EmulatorProcess | None = None
-        self.failures = 0
-        self.restarts = 0
-        self.gave_up = False
-        self._started_at = 0.0
-        self._restart_at = 0.0
-
-    def start(self) -> EmulatorProcess:
-        """Starts the first child (its failure is the caller's: nothing was serving yet)."""
-        self.current = self._start()
-        self._started_at = self._clock()
-        return self.current
-
-    def check(self) -> bool:
-        """Notices a dead child and restarts it when its backoff has passed.
-
-        Returns:
-            False once the child has failed ``max_restarts`` times in a row (given up).
-        """
-        if self.gave_up:
-            return False
-        now = self._clock()
-        current = self.current
-        if current is not None and current.process.poll() is None:
-            if self.failures and now - self._started_at >= STABLE_AFTER_S:
-                self.failures = 0
-            return True
-        if current is not None:
-            code = current.stop(timeout=2.0)
-            self.current = None
-            return self._failed(f"the emulator (pid {current.pid}) exited with code {code}")
-        if now < self._restart_at:
-            return True
-        return self._restart(now)
-
-    def _restart(self, now: float) -> bool:
-        try:
-            self.current = self._start()
-        except EmulatorStartError as error:
-            return self._failed(f"the emulator did not restart: {str(error).splitlines()[0]}")
-        self._started_at = now
-        self.restarts += 1
-        self._say(f"sagegate: emulator restarted (pid {self.current.pid}) on {self.current.url}")
-        return True
-
-    def _failed(self, what: str) -> bool:
-        self.failures += 1
-        if self.failures > self._max_restarts:
-            self.gave_up = True
-            self._say(f"sagegate: {what}; giving up after {self._max_restarts} restarts in a row")
-            return False
-        delay = backoff(self.failures)
-        self._restart_at = self._clock() + delay
-        self._say(
-            f"sagegate: {what}; the API answers 503 EndpointUnavailable meanwhile; "
-            f"restarting it in {delay:g} s (attempt {self.failures}/{self._max_restarts})"
-        )
-        return True
-
-    def stop(self) -> None:
-        """Stops the current child, if any (by its PID)."""
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
-
-
-def serve(api: ApiProcess, supervisor: Supervisor) -> int:
-    """Block until Ctrl-C/SIGTERM (0), chalice local exits, or the emulator cannot be kept
-    running (1). A dead emulator is restarted meanwhile (by ``supervisor``); the API stays
-    up."""
+def serve(api: ApiProcess, *supervisors: Supervisor[Any]) -> int:
+    """Block until Ctrl-C/SIGTERM (0), chalice local exits, or a supervised child (the
+    emulator, moto's server) cannot be kept running (1). A dead child is restarted meanwhile
+    (by its supervisor); the API stays up."""
     with _stop_on_signals() as received:
         while not received:
             if api.process.poll() is not None:
                 _say(f"sagegate: chalice local exited with code {api.process.returncode}")
                 return 1
-            if not supervisor.check():
+            if not all([supervisor.check() for supervisor in supervisors]):
                 return 1
             time.sleep(0.2)
     return 0
@@ -581,11 +491,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="sagegate run",
         description="Serve sagegate on this machine, no AWS account: the SageMaker runtime "
-                    "emulator, then `chalice local` for a stage with boto3 pointed at it. "
-                    "Checks the stage's settings and both ports first; restarts the emulator "
-                    "if it dies; Ctrl-C stops both.",
-        epilog="Ports: an option beats API_PORT / EMULATOR_PORT in the environment, which "
-               f"beat the defaults ({PORTS['API_PORT']} and {PORTS['EMULATOR_PORT']}). Exit "
+                    "emulator, moto's server (the S3, SNS and SQS of the jobs flow), then "
+                    "`chalice local` for a stage with boto3 pointed at them. Checks the "
+                    "stage's settings and the ports first; restarts the emulator or moto's "
+                    "server if it dies; Ctrl-C stops them all.",
+        epilog="Ports: an option beats API_PORT / EMULATOR_PORT / MOTO_PORT in the "
+               f"environment, which beat the defaults ({PORTS['API_PORT']}, "
+               f"{PORTS['EMULATOR_PORT']} and {PORTS['MOTO_PORT']}; moto's server runs only "
+               "when the stage has jobs on). Exit "
                "codes: 0 after Ctrl-C, 1 when a child cannot be kept running, 2 when the "
                "stack cannot start (the one line on stderr says why).")
     parser.add_argument("--stage", default="local",
@@ -598,6 +511,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--emulator-port", type=_port, metavar="PORT",
                         help="the emulator's port "
                              f"(EMULATOR_PORT, default {PORTS['EMULATOR_PORT']})")
+    parser.add_argument("--moto-port", type=_port, metavar="PORT",
+                        help="the port of moto's server, the local S3, SNS and SQS of the "
+                             f"jobs flow (MOTO_PORT, default {PORTS['MOTO_PORT']})")
     return parser.parse_args(argv)
 
 
@@ -609,6 +525,10 @@ class Plan(NamedTuple):
     settings: Settings
     api_key: str | None
     """The key ``x-api-key`` must carry (a stage with API-key authentication), else None."""
+    moto_port: int = 0
+    """moto's server's port; 0 when the stage has jobs off (then no moto)."""
+    jobs_env: Mapping[str, str] = {}
+    """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
 
 
 def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
@@ -633,43 +553,75 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     Raises:
         StartError: the first problem found.
     """
-    api_port = args.api_port or read_port(environ, "API_PORT")
-    emulator_port = args.emulator_port or read_port(environ, "EMULATOR_PORT")
-    if api_port == emulator_port:
-        raise StartError(f"API_PORT and EMULATOR_PORT are both {api_port}: pick two ports")
-    check_port_free(api_port, "API_PORT")
-    check_port_free(emulator_port, "EMULATOR_PORT")
-    url = f"http://{HOST}:{emulator_port}"
-    env = stage_env(args.stage, api_env(url))
+    ports = {"API_PORT": args.api_port, "EMULATOR_PORT": args.emulator_port,
+             "MOTO_PORT": args.moto_port}
+    ports = {name: given or read_port(environ, name) for name, given in ports.items()}
+    url = f"http://{HOST}:{ports['EMULATOR_PORT']}"
+    jobs_env = _jobs_env(ports["MOTO_PORT"])
+    env = stage_env(args.stage, api_env(url, jobs_env))
     settings = check_settings(args.stage, env)
+    if not settings.jobs_enabled:
+        ports["MOTO_PORT"], jobs_env = 0, {}
+    _check_ports(ports)
     api_key = check_auth(args.stage, env)
     check_models(settings, env)
-    return Plan(api_port, emulator_port, settings, api_key)
+    return Plan(ports["API_PORT"], ports["EMULATOR_PORT"], settings, api_key,
+                ports["MOTO_PORT"], jobs_env)
+
+
+def _jobs_env(moto_port: int) -> dict[str, str]:
+    from sagegate.local_aws import LocalJobs
+
+    return LocalJobs(f"http://{HOST}:{moto_port}").settings_env()
+
+
+def _check_ports(ports: Mapping[str, int]) -> None:
+    used = {name: port for name, port in ports.items() if port}
+    for (first, port), (second, other) in itertools.combinations(used.items(), 2):
+        if port == other:
+            raise StartError(f"{first} and {second} are both {port}: pick different ports")
+    for name, port in used.items():
+        check_port_free(port, name)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from sagegate.local_aws import MotoStack, MotoStartError
 
-    api_port, emulator_port, settings, api_key = preflight(args, os.environ)
+    plan = preflight(args, os.environ)
     write_samples()
-    supervisor = Supervisor(lambda: start_emulator(args.emulator_config, port=emulator_port,
-                                                   echo_stderr=sys.stderr), _say)
+    supervisors: list[Supervisor[Any]] = []
+    moto = MotoStack.for_plan(plan.moto_port, plan.settings, args.emulator_config, _say)
     try:
+        if moto is not None:
+            supervisors.append(moto.supervisor)
+            try:
+                moto.supervisor.start()
+            except MotoStartError as error:
+                raise StartError(f"moto's server did not start: {error}") from None
+        extra = moto.jobs.emulator_args() if moto is not None else []
+        emulator_supervisor = Supervisor(lambda: start_emulator(
+            args.emulator_config, port=plan.emulator_port, echo_stderr=sys.stderr,
+            extra_args=extra), _say)
+        supervisors.append(emulator_supervisor)
         try:
-            emulator = supervisor.start()
+            emulator = emulator_supervisor.start()
         except EmulatorStartError as error:
             raise StartError(f"the emulator did not start: {error}") from None
+        env = {**(moto.jobs.api_env() if moto is not None else {}),
+               **({API_KEY_ENV: plan.api_key} if plan.api_key else {})}
         try:
-            api = start_api(api_port, emulator.url, stage=args.stage,
-                            env={API_KEY_ENV: api_key} if api_key else None)
+            api = start_api(plan.api_port, emulator.url, stage=args.stage, env=env)
         except ApiStartError as error:
             raise StartError(str(error)) from None
         try:
-            _say(_banner(api, emulator, settings, api_key))
-            return serve(api, supervisor)
+            _say(_banner(api, emulator, plan.settings, plan.api_key,
+                         moto.describe() if moto is not None else None))
+            return serve(api, *supervisors)
         finally:
             api.stop()
     finally:
-        supervisor.stop()
+        for supervisor in reversed(supervisors):
+            supervisor.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,12 @@ the command line.
 ``sagegate predict PATH...`` classifies image files and directories (searched recursively),
 shrinking each photo on this machine by the model's own rule before it is uploaded, several at
 a time over one client's keep-alive connections; a file that fails gets a row with its error
-code and the batch goes on. ``sagegate resize PATH --width W --height H`` asks ``POST /resize``
-for one image at an exact size. One module serves both commands: ``main`` reads which from
+code and the batch goes on. A file still too large for the synchronous route after the shrink
+(or any file, with ``--async``) goes through an upload and a job, with a progress bar for the
+upload and the wait on stderr when it is a terminal. Other models' files (``--model iris
+batch.json``) are sent as they are, typed by their extension or ``--content-type``.
+``sagegate resize PATH --width W --height H`` asks ``POST /resize`` for one image at an exact
+size. One module serves both commands: ``main`` reads which from
 ``prog`` (``sagegate predict`` or ``sagegate resize``).
 """
 from __future__ import annotations
@@ -21,7 +25,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sagegate.client import DEFAULT_ENCODING, DEFAULT_URL, Client, ClientError, Encoding
+from sagegate.client import (
+    DEFAULT_ENCODING,
+    DEFAULT_URL,
+    DEFAULT_WAIT_S,
+    Client,
+    ClientError,
+    Encoding,
+    Mode,
+)
+from sagegate.progress import Bars
 
 URL_ENV = "SAGEGATE_URL"
 API_KEY_ENV = "SAGEGATE_API_KEY"
@@ -78,7 +91,8 @@ class Outcome:
     ok: bool
     bytes_original: int = 0
     bytes_sent: int = 0
-    predictions: list[dict[str, Any]] | None = None
+    predictions: Any = None
+    """The answer's ``predictions`` (a handler's answer without them: the whole answer)."""
     error: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -93,15 +107,19 @@ class Outcome:
         return entry
 
 
-def classify(client: Client, path: Path, args: argparse.Namespace) -> Outcome:
-    """Shrink (unless ``--no-shrink``) and classify one file; errors become the outcome."""
+def classify(client: Client, path: Path, args: argparse.Namespace, bars: Bars) -> Outcome:
+    """Shrink (unless ``--no-shrink``) and classify one file, synchronously or through a job
+    (``--async``, or a file too large); errors become the outcome."""
     outcome = Outcome(str(path), False)
     try:
-        data = path.read_bytes()
-        outcome.bytes_original = len(data)
-        upload = client.prepare(data, args.model, shrink=not args.no_shrink)
-        outcome.bytes_sent = len(upload.data)
-        answer = client.send(upload, args.k, args.model)
+        upload = client.prepare(path, args.model, shrink=not args.no_shrink,
+                                content_type=args.content_type)
+        outcome.bytes_original, outcome.bytes_sent = upload.original_bytes, upload.size
+        with bars.job(path.name) as (uploaded, waited):
+            answer = client.deliver(upload, args.k, args.model,
+                                    Mode.ASYNC if args.force_async else Mode.AUTO,
+                                    timeout=args.wait_timeout, upload_progress=uploaded,
+                                    wait_progress=waited)
     except ClientError as error:
         outcome.error = {"status": error.status, "code": error.code, "message": error.message}
         return outcome
@@ -114,13 +132,13 @@ def classify(client: Client, path: Path, args: argparse.Namespace) -> Outcome:
 
 
 def run_all(client: Client, files: Sequence[Path], args: argparse.Namespace,
-            advance: Callable[[], None]) -> list[Outcome]:
+            bars: Bars) -> list[Outcome]:
     """Classify every file with ``args.concurrency`` threads; outcomes in the files' order."""
     def one(path: Path) -> Outcome:
         try:
-            return classify(client, path, args)
+            return classify(client, path, args, bars)
         finally:
-            advance()
+            bars.advance()
 
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         return list(pool.map(one, files))
@@ -130,6 +148,30 @@ def _top(prediction: dict[str, Any]) -> str:
     label = prediction.get("label", prediction.get("index", "?"))
     probability = prediction.get("probability")
     return f"{label} ({probability:.3f})" if isinstance(probability, float) else str(label)
+
+
+def summary(predictions: Any, limit: int = 300) -> str:
+    """A file's predictions in one cell: the top-k of an image, the first row's of a batch
+    (with the number of rows), or a handler's answer as JSON (cut at ``limit``)."""
+    if isinstance(predictions, list) and all(isinstance(p, dict) for p in predictions):
+        return "; ".join(_top(p) for p in predictions)
+    if isinstance(predictions, list) and predictions and \
+            all(isinstance(row, list) for row in predictions):
+        first = summary(predictions[0], limit)
+        return first if len(predictions) == 1 else f"{len(predictions):,} rows; first: {first}"
+    text = json.dumps(predictions)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _rows(outcome: Outcome) -> list[tuple[str, list[Any]]]:
+    """A file's predictions as (path, top-k) rows: one for an image, one per row of a batch
+    (``batch.json[3]``), none for a handler's own answer."""
+    predictions = outcome.predictions
+    if not isinstance(predictions, list):
+        return []
+    if predictions and all(isinstance(row, list) for row in predictions):
+        return [(f"{outcome.path}[{index}]", row) for index, row in enumerate(predictions)]
+    return [(outcome.path, predictions)]
 
 
 def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
@@ -144,9 +186,7 @@ def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
     for outcome in outcomes:
         sizes = f"{outcome.bytes_sent:,} / {outcome.bytes_original:,}"
         if outcome.ok:
-            preds = outcome.predictions
-            result = "; ".join(_top(p) for p in preds) if isinstance(preds, list) \
-                else json.dumps(preds)
+            result = summary(outcome.predictions).replace("[", "\\[")  # rich markup
         else:
             error = outcome.error or {}
             result = f"[red]{error.get('code')}[/red]: {error.get('message')}"
@@ -155,7 +195,8 @@ def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
 
 
 def render_csv(outcomes: Sequence[Outcome], out: Any) -> None:
-    """One row per prediction (rank 1..k), one per failed file."""
+    """One row per prediction (rank 1..k; a batch's rows as ``path[row]``), one per failed
+    file; a handler's own answer as JSON in ``label``."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["path", "ok", "bytes_original", "bytes_sent", "rank", "index", "label",
                      "probability", "error_code", "error_message"])
@@ -165,22 +206,14 @@ def render_csv(outcomes: Sequence[Outcome], out: Any) -> None:
             error = o.error or {}
             writer.writerow([*head, "", "", "", "", error.get("code"), error.get("message")])
             continue
-        for rank, p in enumerate(o.predictions or [], start=1):
-            writer.writerow([*head, rank, p.get("index"), p.get("label"),
-                             p.get("probability"), "", ""])
-
-
-def _progress(total: int, show: bool) -> tuple[Callable[[], None], Callable[[], None]]:
-    """A rich progress bar on stderr (start it; advance, stop), or two no-ops."""
-    if not show:
-        return (lambda: None), (lambda: None)
-    from rich.console import Console
-    from rich.progress import Progress
-
-    progress = Progress(console=Console(stderr=True), transient=True)
-    task = progress.add_task("classifying", total=total)
-    progress.start()
-    return (lambda: progress.advance(task)), progress.stop
+        rows = _rows(o)
+        if not rows:
+            writer.writerow([*head, "", "", json.dumps(o.predictions), "", "", ""])
+        for path, top in rows:
+            for rank, p in enumerate(top, start=1):
+                p = p if isinstance(p, dict) else {"probability": p}
+                writer.writerow([path, *head[1:], rank, p.get("index"), p.get("label"),
+                                 p.get("probability"), "", ""])
 
 
 def _positive(limit: int) -> Callable[[str], int]:
@@ -203,7 +236,10 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description="Classify image files (directories are searched recursively "
         "for JPEG, PNG and WebP files). Each photo is shrunk here by the model's own rule "
-        "before it is sent, unless the server would take it as it is.",
+        "before it is sent, unless the server would take it as it is. A file still too large "
+        "for the synchronous route (4.7 MB: Lambda's 6 MB, base64-encoded) goes through an "
+        "upload to S3 and a job (POST /uploads, POST /models/NAME/jobs, GET /jobs/ID), with "
+        "progress on stderr when it is a terminal; the output is the same either way.",
         epilog="Exit codes: 0 every file classified, 1 some failed (each has a row with its "
         "error code), 2 a usage error.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="image files or directories")
@@ -215,6 +251,15 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
                         help="requests in flight (default 4)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="send every file as it is")
+    parser.add_argument("--async", dest="force_async", action="store_true",
+                        help="send every file through an upload and a job, even one that "
+                        "fits the synchronous route")
+    parser.add_argument("--wait-timeout", type=_positive(86_400), default=int(DEFAULT_WAIT_S),
+                        metavar="SECONDS", help="how long to wait for a job (default "
+                        "%(default)s: SageMaker Asynchronous Inference's longest)")
+    parser.add_argument("--content-type", metavar="TYPE",
+                        help="the type of files that are not images (default: by extension: "
+                        ".json, .jsonl, .csv, .npy; else by their first bytes)")
     parser.add_argument("--encoding", choices=[str(e) for e in Encoding],
                         default=str(DEFAULT_ENCODING),
                         help="how a shrunk photo is encoded (default %(default)s: the smallest "
@@ -232,14 +277,11 @@ def predict(argv: Sequence[str], prog: str) -> int:
         files = collect(args.paths)
     except UsageError as error:
         parser.error(str(error))
-    show = len(files) >= PROGRESS_FROM and (args.format == "table" or sys.stdout.isatty())
-    advance, stop = _progress(len(files), show)
+    batch = len(files) >= PROGRESS_FROM and (args.format == "table" or sys.stdout.isatty())
     with Client(args.url, args.api_key, pool=args.concurrency,
-                encoding=args.encoding) as client:
-        try:
-            outcomes = run_all(client, files, args, advance)
-        finally:
-            stop()
+                encoding=args.encoding) as client, \
+            Bars(len(files) if batch else 0, jobs=sys.stderr.isatty()) as bars:
+        outcomes = run_all(client, files, args, bars)
     if args.format == "json":
         json.dump([o.to_json() for o in outcomes], sys.stdout, indent=2)
         sys.stdout.write("\n")

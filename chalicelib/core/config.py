@@ -66,6 +66,10 @@ JOBS_PREFIX = "JOBS_PREFIX"
 JOBS_TABLE = "JOBS_TABLE"
 JOBS_TTL_SECONDS = "JOBS_TTL_SECONDS"
 UPLOAD_EXPIRY_SECONDS = "UPLOAD_EXPIRY_SECONDS"
+JOBS_SUCCESS_TOPIC = "JOBS_SUCCESS_TOPIC"
+JOBS_ERROR_TOPIC = "JOBS_ERROR_TOPIC"
+JOB_MAX_IMAGE_PIXELS = "JOB_MAX_IMAGE_PIXELS"
+JOB_BUDGET_SECONDS = "JOB_BUDGET_SECONDS"
 # Read at import by chalicelib.core.access (see the module docstring).
 SAGEGATE_AUTH = "SAGEGATE_AUTH"
 CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
@@ -102,6 +106,12 @@ _TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rul
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")  # S3's bucket name rule
 # S3's safe key characters, "/"-separated non-empty segments, ending in "/" (or empty)
 _KEY_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*\Z")
+# an SNS topic's ARN, or its bare name (1-256 letters, digits, '-', '_'; ".fifo" for FIFO)
+_TOPIC_RE = re.compile(r"^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:)?[A-Za-z0-9_-]{1,256}"
+                       r"(\.fifo)?\Z")
+# SageMaker's own limit for a real-time endpoint to answer; a job's read timeout is above it
+SAGEMAKER_INVOKE_SECONDS = 60.0
+JOB_READ_TIMEOUT_SECONDS = SAGEMAKER_INVOKE_SECONDS + 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +175,15 @@ class Settings:
     """How long a job record is kept after it was created."""
     upload_expiry_seconds: int = 900
     """How long a presigned upload stays usable."""
+    jobs_success_topic: str = ""
+    """The SNS topic (ARN or name) the asynchronous endpoints notify of success; empty: none."""
+    jobs_error_topic: str = ""
+    """The SNS topic (ARN or name) the asynchronous endpoints notify of failure; empty: none."""
+    job_max_image_pixels: int = 200_000_000
+    """The image pipeline's pixel cap inside a job (the synchronous routes keep
+    ``max_image_pixels``)."""
+    job_budget_seconds: float = 840.0
+    """A job runner's time budget (Lambda's 900 s less a margin)."""
 
     def __post_init__(self) -> None:
         # types first: "false" is truthy and 100.7 reaches OpenCV, so neither may get past here
@@ -208,6 +227,20 @@ class Settings:
                "and !_.*'()-; no '.' or '..' segment; at most 256 characters)")
         _check(self.jobs_table == "" or bool(_TABLE_RE.match(self.jobs_table)), JOBS_TABLE,
                "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+        for name, topic in ((JOBS_SUCCESS_TOPIC, self.jobs_success_topic),
+                            (JOBS_ERROR_TOPIC, self.jobs_error_topic)):
+            _check(topic == "" or bool(_TOPIC_RE.match(topic)), name,
+                   "must be an SNS topic's ARN or name (letters, digits, '-', '_') or empty")
+        # one whole endpoint attempt must fit in a job's budget, as in a request's
+        _check(self.endpoint_connect_timeout + self.job_read_timeout < self.job_budget_seconds,
+               JOB_BUDGET_SECONDS, f"must be above {ENDPOINT_CONNECT_TIMEOUT} plus a job's "
+               f"endpoint read timeout ({self.job_read_timeout:g} s)")
+
+    @property
+    def job_read_timeout(self) -> float:
+        """The endpoint read timeout inside a job: past SageMaker's own 60 s limit for a
+        real-time endpoint, unless ``ENDPOINT_READ_TIMEOUT`` is larger still."""
+        return max(JOB_READ_TIMEOUT_SECONDS, self.endpoint_read_timeout)
 
     @property
     def jobs_enabled(self) -> bool:
@@ -258,6 +291,8 @@ class Settings:
             (CACHE_TTL_SECONDS, self.cache_ttl_seconds, 60, 31_536_000),
             (JOBS_TTL_SECONDS, self.jobs_ttl_seconds, 3600, 31_536_000),
             (UPLOAD_EXPIRY_SECONDS, self.upload_expiry_seconds, 60, 3600),
+            (JOB_MAX_IMAGE_PIXELS, self.job_max_image_pixels, 64, 1_000_000_000),
+            (JOB_BUDGET_SECONDS, self.job_budget_seconds, 10, 900),
         ]
 
     @classmethod

@@ -100,6 +100,12 @@ class ModelNotFoundError(SagegateError):
     CODE = "ModelNotFound"
 
 
+class JobNotFoundError(NotFoundError):
+    """No such job, or not the caller's: both answer the same 404 so ids cannot be probed."""
+
+    CODE = "JobNotFound"
+
+
 class NotAcceptableError(SagegateError):
     STATUS_CODE = 406
     CODE = "NotAcceptable"
@@ -118,6 +124,42 @@ class ImageTooLargeError(SagegateError):
 class UnsupportedMediaTypeError(SagegateError):
     STATUS_CODE = 415
     CODE = "UnsupportedMediaType"
+
+
+# --- uploads and jobs (POST /uploads, POST /models/{name}/jobs) ------------------------------
+
+
+class InvalidUploadError(BadRequestError):
+    """An upload id or content type that is not one the server makes or accepts."""
+
+    CODE = "InvalidUpload"
+
+
+class UploadNotFoundError(SagegateError):
+    """No uploaded object under that id (never posted, expired, or refused by S3)."""
+
+    STATUS_CODE = 404
+    CODE = "UploadNotFound"
+
+
+class UploadTypeMismatchError(SagegateError):
+    """The uploaded object's content type is not the one the upload was made for."""
+
+    STATUS_CODE = 415
+    CODE = "UploadTypeMismatch"
+
+
+class UploadTooLargeError(PayloadTooLargeError):
+    """The uploaded object is over the model's cap."""
+
+    CODE = "UploadTooLarge"
+
+
+class JobsDisabledError(SagegateError):
+    """This stage serves no uploads or jobs (``JOBS_BUCKET`` is not set)."""
+
+    STATUS_CODE = 501
+    CODE = "JobsDisabled"
 
 
 # --- 5xx: sagegate itself, busy -----------------------------------------------------------

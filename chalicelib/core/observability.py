@@ -82,6 +82,8 @@ class RequestLog:
     """The client's own id (``X-Correlation-Id`` / ``X-Request-Id``), when it sent one."""
     model: str | None = None
     """The registered model the request ran (model routes and /predict)."""
+    job_id: str | None = None
+    """The job the request created or read (the job routes)."""
     body_bytes: int = 0
     status: int = 0
     error_code: str | None = None

@@ -9,18 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.core.media import REQUEST_TYPES, MediaType
-from chalicelib.inference.tensors import READABLE_TYPES
+from chalicelib.inference.accepted import ACCEPTED
 from chalicelib.registry.specs import DType, ModelSpec, Pipeline, TensorSpec
 
-# What each pipeline's route reads (the handler decides beyond JSON for sagemaker-tfs, as
-# the TF Serving container passes every type to input_handler).
-ACCEPTED = {
-    Pipeline.IMAGE_CLASSIFICATION: tuple(str(kind) for kind in REQUEST_TYPES),
-    Pipeline.TENSOR: tuple(str(kind) for kind in READABLE_TYPES),
-    Pipeline.SAGEMAKER_TFS: (MediaType.JSON, MediaType.JSONLINES, MediaType.CSV),
-    Pipeline.CORTEX: (MediaType.JSON,),
-}
+__all__ = ["ACCEPTED", "describe", "example_body"]
 
 
 def describe(model: ModelSpec, example: bool = False) -> dict[str, Any]:
@@ -33,6 +25,9 @@ def describe(model: ModelSpec, example: bool = False) -> dict[str, Any]:
         "labels": len(model.labels) if model.labels is not None else 0,
         "default_k": model.default_k,
         "path": f"/models/{model.name}/predict",
+        "jobs": {"backend": str(model.jobs.backend),
+                 "max_upload_bytes": model.jobs.max_upload_bytes,
+                 "path": f"/models/{model.name}/jobs"},
     }
     if model.description:
         document["description"] = model.description

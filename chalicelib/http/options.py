@@ -27,10 +27,13 @@ from chalicelib.calls import Call, CallOptions, ModelRequest
 from chalicelib.core.config import SAGEMAKER_NAME
 from chalicelib.core.errors import (
     ImageTooLargeError,
+    InvalidJSONError,
     InvalidParameterError,
+    InvalidUploadError,
     NotAcceptableError,
     PayloadTooLargeError,
 )
+from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import (
     BINARY_TYPES,
     RESIZER_MODES,
@@ -210,6 +213,54 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> CallOpti
         target_model=parse_target_model(fields.get("target_model")),
         inference_component=parse_inference_component(fields.get("inference_component")),
         custom_attributes=parse_custom_attributes(fields.get("custom_attributes")))
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRequest:
+    """A ``POST /models/{name}/jobs`` request, read.
+
+    Attributes:
+        inline: the body is the job's input itself (not ``{"upload_id": ...}``).
+        upload_id: the upload to run on, as sent (checked by the jobs service); None inline.
+        options: the query options, validated as the model route validates them, kept as
+            sent (the job's input is read with them when it runs).
+    """
+
+    inline: bool
+    upload_id: object
+    options: Mapping[str, str]
+
+
+def read_job(request: HttpRequest, *, max_body_bytes: int) -> JobRequest:
+    """Read a job request: JSON ``{"upload_id": ID}``, or any other body as the job's inline
+    input; the query string's options are checked now, as the model route checks them.
+
+    Raises:
+        InvalidUploadError: a JSON object with ``upload_id`` and other fields.
+        PayloadTooLargeError: an inline body over ``max_body_bytes``.
+        InvalidParameterError: an unknown query parameter or a bad value.
+    """
+    read_model_options(HttpRequest(body=b"", query=request.query), max_body_bytes=1)
+    options = {name: str(value) for name, value in request.query.items()}
+    document = None
+    if bare(request.content_type) == MediaType.JSON and len(request.body) <= max_body_bytes:
+        try:
+            document = load_json(request.body)
+        except InvalidJSONError:
+            document = None  # not JSON after all: an inline body the model's reader judges
+    if isinstance(document, dict) and "upload_id" in document:
+        if set(document) != {"upload_id"}:
+            raise InvalidUploadError('A job on an upload is {"upload_id": ID}; send options '
+                                     "such as k in the query string.")
+        return JobRequest(False, document["upload_id"], options)
+    if not request.body:
+        raise InvalidUploadError('Send {"upload_id": ID} (from POST /uploads), or the '
+                                 "model's input itself.")
+    if len(request.body) > max_body_bytes:
+        raise PayloadTooLargeError(
+            f"Request body is {len(request.body)} bytes; the limit inline is {max_body_bytes}: "
+            "send a larger input through POST /uploads and {\"upload_id\": ...}.")
+    return JobRequest(True, None, options)
 
 
 def _with_headers(fields: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:

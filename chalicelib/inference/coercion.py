@@ -3,9 +3,12 @@ unambiguous (numbers sent as strings, one row for a ``(-1, N)`` input, a missing
 refused with a message naming the input, what was expected and what arrived otherwise."""
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,24 @@ MAX_INSTANCES = 1024
 """Rows one request may carry (the emulator's TF Serving bound is the same)."""
 MAX_ELEMENTS = 4_000_000
 """Values one input may carry, whatever its shape."""
+_LIMITS: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "tensor_limits", default=(MAX_INSTANCES, MAX_ELEMENTS))
+
+
+@contextmanager
+def batch_limits(rows: int, elements: int) -> Iterator[None]:
+    """Other bounds than one request's (:data:`MAX_INSTANCES`, :data:`MAX_ELEMENTS`) for the
+    reads inside: a job's batch for an asynchronous endpoint, which is no real-time call."""
+    token = _LIMITS.set((rows, elements))
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def limits() -> tuple[int, int]:
+    """The rows and values one input may carry here (see :func:`batch_limits`)."""
+    return _LIMITS.get()
 _NUMPY_TYPES: dict[DType, Any] = {
     DType.FLOAT16: np.float16, DType.FLOAT32: np.float32, DType.FLOAT64: np.float64,
     DType.INT8: np.int8, DType.INT16: np.int16, DType.INT32: np.int32, DType.INT64: np.int64,
@@ -80,26 +101,29 @@ def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
         raise mismatch(describe_value(value if not isinstance(value, np.ndarray) else array))
     if array.shape[0] == 0:
         raise mismatch("an empty batch")
-    if array.shape[0] > MAX_INSTANCES:  # every body shape and every handler's return
-        raise mismatch(f"{array.shape[0]} rows (at most {MAX_INSTANCES} a request)")
+    max_rows = limits()[0]
+    if array.shape[0] > max_rows:  # every body shape and every handler's return
+        raise mismatch(f"{array.shape[0]} rows (at most {max_rows} a request)")
     return _typed(array, spec, value, mismatch)  # after the shape: no work on what is refused
 
 
 def check_batch(rows: int, what: str) -> None:
     """Stop a parser that has read more rows than a request may carry (coerce checks the
     batch of every input; this bounds the work before it)."""
-    if rows > MAX_INSTANCES:
+    max_rows = limits()[0]
+    if rows > max_rows:
         raise SignatureMismatchError(
-            f"{what} has more than {MAX_INSTANCES} rows; at most {MAX_INSTANCES} a request.")
+            f"{what} has more than {max_rows} rows; at most {max_rows} a request.")
 
 
 def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
     if isinstance(value, np.ndarray):
         array = value
     else:
-        size = _count(value)
-        if size > MAX_ELEMENTS:
-            raise mismatch(f"{size} values (at most {MAX_ELEMENTS})")
+        max_values = limits()[1]
+        size = _count(value, max_values + 1)
+        if size > max_values:
+            raise mismatch(f"{size} values (at most {max_values})")
         try:
             array = np.array(value, dtype=object)
         except ValueError:

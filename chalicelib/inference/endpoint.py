@@ -136,6 +136,11 @@ class EndpointClient:
         self.quota = quota or RetryQuota()
         self._sleep, self._clock, self._rng = sleep, clock, rng
 
+    @property
+    def client(self) -> SageMakerRuntimeClient:
+        """The boto3 client (a job's ``InvokeEndpointAsync`` goes through it too)."""
+        return self._client
+
     def close(self) -> None:
         """Drop the client's pooled connections (they reopen on the next call)."""
         self._client.close()
@@ -334,8 +339,9 @@ def _inference_component_error(invocation: Invocation) -> InvalidParameterError:
         f"{invocation.inference_component!r}.")
 
 
-def make_client(settings: Settings) -> SageMakerRuntimeClient:
-    """A sagemaker-runtime client with sagegate's timeouts and botocore's retries off.
+def make_client(settings: Settings, read_timeout: float | None = None) -> SageMakerRuntimeClient:
+    """A sagemaker-runtime client with sagegate's timeouts and botocore's retries off
+    (``read_timeout``: instead of ``ENDPOINT_READ_TIMEOUT``, as a job's client has).
 
     boto3 honours ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, which is how the emulator is used.
     """
@@ -344,7 +350,7 @@ def make_client(settings: Settings) -> SageMakerRuntimeClient:
 
     config = Config(
         connect_timeout=settings.endpoint_connect_timeout,
-        read_timeout=settings.endpoint_read_timeout,
+        read_timeout=settings.endpoint_read_timeout if read_timeout is None else read_timeout,
         retries={"total_max_attempts": 1},
         tcp_keepalive=True,
         max_pool_connections=pool_size(settings),
@@ -371,10 +377,12 @@ def pool_size(settings: Settings, *, on_lambda: bool | None = None) -> int:
     return 1 if on_lambda else LOCAL_POOL_CONNECTIONS
 
 
-def policy_from(settings: Settings) -> RetryPolicy:
-    """The retry policy the settings describe."""
+def policy_from(settings: Settings, *, job: bool = False) -> RetryPolicy:
+    """The retry policy the settings describe (``job``: a job's, with its budget and its
+    endpoint read timeout, :attr:`Settings.job_read_timeout`)."""
     return RetryPolicy(
         max_attempts=settings.endpoint_max_attempts,
-        budget_seconds=settings.request_budget_seconds,
-        attempt_timeout=settings.endpoint_connect_timeout + settings.endpoint_read_timeout,
+        budget_seconds=settings.job_budget_seconds if job else settings.request_budget_seconds,
+        attempt_timeout=settings.endpoint_connect_timeout + (
+            settings.job_read_timeout if job else settings.endpoint_read_timeout),
     )

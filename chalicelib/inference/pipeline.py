@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from chalicelib.cache.prediction import CacheUse
-from chalicelib.calls import Answer, CallOptions, InvokeResult, ModelRequest, Served
+from chalicelib.calls import Answer, Call, CallOptions, InvokeResult, ModelRequest, Served
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import (
     InvalidEndpointResponseError,
@@ -194,6 +194,38 @@ class Predictor:
         result = self.predict(request.call.body, request.options, request_id, timer,
                               deadline, cache=cache)
         return result.served(request_id, request.call.body)
+
+    def preprocess(self, request: ModelRequest, timer: StageTimer,
+                   deadline: float | None = None) -> Call:
+        """What the endpoint would be sent for this request (the resized, re-encoded image,
+        or the upload passed through): the half of :meth:`serve` before the endpoint call, for
+        an asynchronous endpoint.
+
+        Raises:
+            SagegateError: (a subclass) a bad image, or preprocessing outlived its budget.
+        """
+        prepared = self._prepare(request.call.body, timer, deadline)
+        return Call(prepared.payload, self._settings.endpoint_content_type,
+                    self._settings.endpoint_accept)
+
+    def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
+                    sent: bytes = b"") -> Served:
+        """The answer :meth:`serve` gives for the endpoint's ``result``: the half after the
+        endpoint call, for an asynchronous endpoint's output (``sent``: what it was sent).
+
+        Raises:
+            InvalidEndpointResponseError: the output is not the probabilities expected.
+        """
+        top = self._top_k(result, self._settings.default_k if request.options.k is None
+                          else request.options.k)
+        served = PredictResult(
+            predictions=top, endpoint=self._settings.endpoint_name, variant=result.variant,
+            custom_attributes=result.custom_attributes, image_in=None, image_out=None,
+            sent=sent, sent_content_type=self._settings.endpoint_content_type,
+            received=result.body, received_content_type=result.content_type,
+            attempts=result.attempts).served(request_id, request.call.body)
+        served.invoked = True  # the endpoint answered, later; this process read no header
+        return served
 
     def predict(self, image: bytes, options: CallOptions, request_id: str,
                 timer: StageTimer | None = None, deadline: float | None = None,

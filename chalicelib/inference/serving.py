@@ -157,20 +157,38 @@ class ModelServer:
 
     def _tensor(self, model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
                 served: Served, request_id: str) -> Answer:
-        arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
-        result = invoke(tfsrest.tfs_request(arrays, model.signature), MediaType.JSON,
-                        MediaType.JSON)
-        outputs = tfsrest.tfs_outputs(result.body, model.signature)
-        names = [spec.name for spec in model.signature.outputs] or ["predictions"]
-        document: dict[str, Any] = {
-            "model": model.name,
-            "outputs": {name: tfsrest.to_json(array) for name, array in zip(names, outputs,
-                                                                            strict=False)}}
-        labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
-        if labelled is not None:
-            document["predictions"] = labelled
-        document.update(endpoint=model.endpoint, variant=served.variant, request_id=request_id)
-        return Answer.json(document)
+        result = invoke(tensor_input(model, call), MediaType.JSON, MediaType.JSON)
+        return tensor_answer(model, result.body, options, served.variant, request_id)
+
+
+def tensor_input(model: ModelSpec, call: Call) -> bytes:
+    """The tensor pipeline before the endpoint call: TF Serving's REST body for the request.
+
+    Raises:
+        SagegateError: (a 4xx subclass) the body does not fit the model's signature.
+    """
+    arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
+    return tfsrest.tfs_request(arrays, model.signature)
+
+
+def tensor_answer(model: ModelSpec, body: bytes, options: CallOptions, variant: str | None,
+                  request_id: str) -> Answer:
+    """The tensor pipeline after the endpoint call: the route's answer to TF Serving's body.
+
+    Raises:
+        InvalidEndpointResponseError: the body is not the outputs the signature declares.
+    """
+    outputs = tfsrest.tfs_outputs(body, model.signature)
+    names = [spec.name for spec in model.signature.outputs] or ["predictions"]
+    document: dict[str, Any] = {
+        "model": model.name,
+        "outputs": {name: tfsrest.to_json(array) for name, array in zip(names, outputs,
+                                                                        strict=False)}}
+    labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
+    if labelled is not None:
+        document["predictions"] = labelled
+    document.update(endpoint=model.endpoint, variant=variant, request_id=request_id)
+    return Answer.json(document)
 
 
 def _sample(call: Call) -> Any:
@@ -218,3 +236,51 @@ class HandledModel:
         with timer.stage("model"):
             return self.server.serve(self.model, request.call, request.options, request_id,
                                      deadline, cache=cache)
+
+    def preprocess(self, request: ModelRequest, timer: StageTimer,
+                   deadline: float | None = None) -> Call:
+        """What the endpoint would be sent (a tensor model only: a handler runs around the
+        call, so it cannot be split; the registry refuses ``async`` for those).
+
+        Raises:
+            SagegateError: (a 4xx subclass) the body does not fit the model's signature.
+        """
+        self._check_split()
+        with timer.stage("preprocess"):
+            return Call(tensor_input(self.model, request.call), MediaType.JSON, MediaType.JSON)
+
+    def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
+                    sent: bytes = b"") -> Served:
+        """The answer :meth:`serve` gives for the endpoint's ``result`` (a tensor model only).
+
+        Raises:
+            InvalidEndpointResponseError: the body is not the outputs the signature declares.
+        """
+        self._check_split()
+        served = Served(Answer(b"", ""), self.model.endpoint)
+        served.record(sent, MediaType.JSON, result)
+        served.answer = tensor_answer(self.model, result.body, request.options, result.variant,
+                                      request_id)
+        served.invoked = True
+        served.original, served.original_content_type = request.call.body, \
+            request.call.content_type
+        return served
+
+    def _check_split(self) -> None:
+        if self.model.pipeline != Pipeline.TENSOR:
+            raise ValueError(f"a {self.model.pipeline} model's pipeline cannot be split")
+
+
+class SplitPipeline(ServingPipeline, Protocol):
+    """A pipeline whose halves run apart, around an asynchronous endpoint: the image
+    classifier and the tensor pipeline (:data:`~chalicelib.registry.specs.ASYNC_PIPELINES`)."""
+
+    def preprocess(self, request: ModelRequest, timer: StageTimer,
+                   deadline: float | None = None) -> Call:
+        """What the endpoint is sent for ``request``."""
+        ...
+
+    def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
+                    sent: bytes = b"") -> Served:
+        """The route's answer to the endpoint's ``result``."""
+        ...

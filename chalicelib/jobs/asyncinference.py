@@ -13,9 +13,11 @@ from chalicelib.core.errors import EndpointTimeoutError, ModelError
 from chalicelib.jobs.records import Job, JobState, is_job_id
 from chalicelib.jobs.runner import PutResult, outcome_of
 from chalicelib.jobs.store import JobStore, Outcome
+from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
-DEFAULT_INVOCATION_TIMEOUT_SECONDS = 900
-"""``InvocationTimeoutSeconds`` when the model names none (SageMaker's default; at most 3600)."""
+__all__ = ["DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete", "parse_completion",
+           "start"]
+
 
 
 def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: str,

@@ -2,9 +2,12 @@
 large for the job record, with a presigned GET for the client to download it."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from chalicelib.calls import Answer
+from chalicelib.core.errors import UploadTypeMismatchError
+from chalicelib.core.media import bare
 from chalicelib.jobs.uploads import check_uploaded, head_upload, upload_id_of
 
 RESULTS = "results/"
@@ -27,6 +30,46 @@ def read_upload(client: Any, bucket: str, prefix: str, key: str, content_type: s
     upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
     size = check_uploaded(head_upload(client, bucket, key), key, prefix, content_type,
                           max_bytes)
+    return _read(client, bucket, key, size, max_bytes)
+
+
+def read_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
+               accepts: Callable[[str], bool]) -> tuple[bytes, str]:
+    """An uploaded object's bytes and bare content type, whatever type it was uploaded as,
+    when ``accepts`` takes that type (the model's route reads it).
+
+    Raises:
+        InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
+        UploadTooLargeError; botocore's errors.
+    """
+    content_type, size = _checked(client, bucket, prefix, key, max_bytes, accepts)
+    return _read(client, bucket, key, size, max_bytes), content_type
+
+
+def check_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
+                accepts: Callable[[str], bool]) -> str:
+    """Check an uploaded object a job will read (HEAD only); answers its bare content type.
+
+    Raises:
+        InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
+        UploadTooLargeError; botocore's errors.
+    """
+    return _checked(client, bucket, prefix, key, max_bytes, accepts)[0]
+
+
+def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
+             accepts: Callable[[str], bool]) -> tuple[str, int]:
+    upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
+    head = head_upload(client, bucket, key)
+    content_type = bare(str((head or {}).get("ContentType") or ""), "")
+    size = check_uploaded(head, key, prefix, content_type, max_bytes)
+    if not accepts(content_type):
+        raise UploadTypeMismatchError(f"The uploaded object is {content_type or 'untyped'!r}, "
+                                      "which this model does not read.")
+    return content_type, size
+
+
+def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int) -> bytes:
     answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}")
     body: bytes = answer["Body"].read(max_bytes + 1)
     return body

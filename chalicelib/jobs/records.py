@@ -8,7 +8,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.core.errors import NotFoundError
+from chalicelib.core.errors import JobNotFoundError
+
+__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "may_move",
+           "new_job_id", "owner_of", "states_before"]
 
 
 class JobState(enum.StrEnum):
@@ -61,12 +64,6 @@ def new_job_id() -> str:
 def is_job_id(text: str) -> bool:
     """Whether ``text`` has the shape of a job id (anything else is an unknown job)."""
     return bool(JOB_ID.match(text))
-
-
-class JobNotFoundError(NotFoundError):
-    """No such job, or not the caller's: both answer the same 404 so ids cannot be probed."""
-
-    CODE = "JobNotFound"
 
 
 @dataclasses.dataclass(frozen=True)

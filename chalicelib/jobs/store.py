@@ -182,6 +182,10 @@ class TableJobStore:
         """The DynamoDB client (built on first use)."""
         return self._client.get()
 
+    def close(self) -> None:
+        """Drop a built client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
+        self._client.close()
+
     def create(self, job: Job) -> Job:
         try:
             self.client.put_item(TableName=self.table, Item=encode_job(job),

@@ -9,12 +9,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chalicelib.core.errors import BadRequestError, PayloadTooLargeError, SagegateError
+from chalicelib.core.errors import (
+    InvalidUploadError,
+    UploadNotFoundError,
+    UploadTooLargeError,
+    UploadTypeMismatchError,
+)
+from chalicelib.registry.specs import DEFAULT_MAX_UPLOAD_BYTES, MAX_UPLOAD_BYTES
 
-DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
-"""A model's upload cap when its model.json names none (``jobs.max_upload_bytes``)."""
-MAX_UPLOAD_BYTES = 1024 ** 3
-"""The largest cap a model may set: SageMaker Asynchronous Inference takes inputs up to 1 GB."""
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError", "Upload",
+           "UploadNotFoundError", "UploadTooLargeError", "UploadTypeMismatchError"]
+
 DEFAULT_EXPIRY_SECONDS = 15 * 60
 """How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""
 UPLOADS = "uploads/"
@@ -24,32 +29,6 @@ _UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
 # type "/" subtype, RFC 6838's restricted-name characters; no parameters
 _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
                          r"/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z")
-
-
-class InvalidUploadError(BadRequestError):
-    """An upload id or content type that is not one the server makes or accepts."""
-
-    CODE = "InvalidUpload"
-
-
-class UploadNotFoundError(SagegateError):
-    """No uploaded object under that id (never posted, expired, or refused by S3)."""
-
-    STATUS_CODE = 404
-    CODE = "UploadNotFound"
-
-
-class UploadTypeMismatchError(SagegateError):
-    """The uploaded object's content type is not the one the upload was made for."""
-
-    STATUS_CODE = 415
-    CODE = "UploadTypeMismatch"
-
-
-class UploadTooLargeError(PayloadTooLargeError):
-    """The uploaded object is over the model's cap."""
-
-    CODE = "UploadTooLarge"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +145,9 @@ def check_uploaded(head: Mapping[str, Any] | None, key: str, prefix: str, conten
     upload_id = upload_id_of(key, prefix)
     if head is None:
         raise UploadNotFoundError(f"No uploaded object for upload {upload_id!r}: post the "
-                                  f"file to the URL POST /uploads answered, before it expires.")
+                                  f"file to the URL POST /uploads answered, before it expires "
+                                  f"(S3 refuses a file over this model's cap, {max_bytes} "
+                                  f"bytes).")
     size = head.get("ContentLength")
     if not isinstance(size, int) or size > max_bytes:
         raise UploadTooLargeError(f"The uploaded object is {size} bytes; this model takes "
@@ -187,9 +168,14 @@ def head_upload(client: Any, bucket: str, key: str) -> Mapping[str, Any] | None:
     try:
         answer: Mapping[str, Any] = client.head_object(Bucket=bucket, Key=key)
     except Exception as error:
-        response = getattr(error, "response", None)
-        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-        if code in ("404", "NoSuchKey", "NotFound"):
+        if is_missing(error):
             return None
         raise
     return answer
+
+
+def is_missing(error: Exception) -> bool:
+    """Whether a botocore error is S3's answer that there is no such object."""
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in ("404", "NoSuchKey", "NotFound")

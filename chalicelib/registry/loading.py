@@ -18,7 +18,8 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
      "cache": true,                       # false: never cache this model's answers
      "expose_handler_errors": false,      # true: a handler's exception type and message in 500s
      "image": {"resize_mode": "fill", "input_width": 299, ...},  # image-classification only
-     "description": "...", "example": {...}}   # shown by GET /models/{name}
+     "description": "...", "example": {...},   # shown by GET /models/{name}
+     "jobs": {"backend": "async", "endpoint": "iris-async"}}  # see registry.jobsblock
 
 Every file is validated when the registry is built: an unknown or badly typed key, a missing
 variable, a handler file the pipeline needs and lacks stop start-up with a
@@ -36,6 +37,7 @@ from typing import Any
 from chalicelib.core.config import SAGEMAKER_NAME, SettingError, Settings
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
 from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, MediaType
+from chalicelib.registry.jobsblock import read_jobs
 from chalicelib.registry.labels import read_labels
 from chalicelib.registry.specs import DType, ModelSpec, Pipeline, Signature, TensorSpec
 
@@ -154,7 +156,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
          "inference_component",
          "variant", "metadata", "default_k", "image", "description", "example", "cache",
-         "expose_handler_errors"}
+         "expose_handler_errors", "jobs"}
 
 
 class _ModelReader:
@@ -194,7 +196,8 @@ class _ModelReader:
             default_k=self._default_k(settings), labels=labels, settings=settings,
             description=self._optional_text("description"), example=self.doc.get("example"),
             expose_handler_errors=self._flag("expose_handler_errors"),
-            cache=self._cache(), inference_component=self._inference_component())
+            cache=self._cache(), inference_component=self._inference_component(),
+            jobs=read_jobs(self.doc.get("jobs"), pipeline, self.fail, self._endpoint_value))
         if pipeline == Pipeline.TENSOR and model.content_type != MediaType.JSON:
             raise self.fail("content_type", "must be application/json for the tensor pipeline "
                             "(it sends TF Serving's REST body)")
@@ -213,17 +216,19 @@ class _ModelReader:
                             f"{value!r}") from None
 
     def _endpoint(self) -> str:
-        value = self.doc.get("endpoint")
+        return self._endpoint_value("endpoint", self.doc.get("endpoint"))
+
+    def _endpoint_value(self, key: str, value: Any) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail("endpoint", "must name the SageMaker endpoint (or \"$VARIABLE\")")
+            raise self.fail(key, "must name the SageMaker endpoint (or \"$VARIABLE\")")
         reference = _ENV_REFERENCE.match(value)
         if reference:
             value = self.env.get(reference.group(1), "").strip()
             if not value:
-                raise self.fail("endpoint", f"reads ${reference.group(1)}, which is not set in "
+                raise self.fail(key, f"reads ${reference.group(1)}, which is not set in "
                                 "the stage's environment")
         if not SAGEMAKER_NAME.fullmatch(value):
-            raise self.fail("endpoint", f"must be a SageMaker endpoint name, not {value!r}")
+            raise self.fail(key, f"must be a SageMaker endpoint name, not {value!r}")
         return value
 
     def _inference_component(self) -> str | None:

@@ -80,6 +80,46 @@ class Signature:
                 "outputs": [spec.to_dict() for spec in self.outputs]}
 
 
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+"""A model's upload cap when its model.json names none (``jobs.max_upload_bytes``)."""
+MAX_UPLOAD_BYTES = 1024 ** 3
+"""The largest cap a model may set: SageMaker Asynchronous Inference takes inputs up to 1 GB."""
+DEFAULT_INVOCATION_TIMEOUT_SECONDS = 900
+"""``InvocationTimeoutSeconds`` when the model names none (SageMaker's default)."""
+MAX_INVOCATION_TIMEOUT_SECONDS = 3600
+"""SageMaker's largest ``InvocationTimeoutSeconds``."""
+
+
+class JobsBackend(enum.StrEnum):
+    """Where a model's jobs run: its real-time endpoint (the job's Lambda runs the pipeline),
+    or an asynchronous endpoint (``InvokeEndpointAsync``, finished by SNS)."""
+
+    REALTIME = "realtime"
+    ASYNC = "async"
+
+
+ASYNC_PIPELINES = (Pipeline.IMAGE_CLASSIFICATION, Pipeline.TENSOR)
+"""The pipelines whose preprocessing and postprocessing run apart from the endpoint call (a
+handler file's code runs around the call, in one process, so it cannot be split)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsSpec:
+    """A model's jobs (model.json's ``jobs``; every model has one, defaults without it).
+
+    Attributes:
+        backend: see :class:`JobsBackend`.
+        endpoint: the asynchronous endpoint (``async``), or None for the model's own.
+        max_upload_bytes: the largest upload (and so job input) the model takes.
+        invocation_timeout_seconds: ``InvocationTimeoutSeconds`` of an asynchronous call.
+    """
+
+    backend: JobsBackend = JobsBackend.REALTIME
+    endpoint: str | None = None
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    invocation_timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One registered model, validated.
@@ -123,6 +163,13 @@ class ModelSpec:
     expose_handler_errors: bool = False
     """Whether a handler's exception type and message are in its 500 answer (model.json's
     ``expose_handler_errors``; off: the log alone has them)."""
+    jobs: JobsSpec = dataclasses.field(default_factory=JobsSpec)
+    """How the model runs as a job (model.json's ``jobs``)."""
+
+    @property
+    def jobs_endpoint(self) -> str:
+        """The endpoint a job of this model calls (the asynchronous one, or the model's)."""
+        return self.jobs.endpoint or self.endpoint
 
     @property
     def handler_file(self) -> Path | None:

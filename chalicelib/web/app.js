@@ -1,6 +1,10 @@
 // sagegate's web page: pick, drop, paste or photograph an image; the page shrinks it to the
 // model's own resize rule (GET models/<name>), encodes it losslessly and POSTs the bytes raw;
 // it shows the top-k, the bytes sent against the original's and the server's Server-Timing.
+// What is still too large for the synchronous route (a file the browser cannot open, say)
+// goes through a job: POST uploads, the file straight to S3 by the presigned POST (with
+// XMLHttpRequest, whose upload progress fetch lacks), POST models/<name>/jobs, then
+// GET jobs/<id> until it ends; the answer is rendered as the synchronous one is.
 // Plain script, no build step, no third-party code; every URL is relative to the API's root
 // (the folder above this script), so the page works under an API Gateway stage (/api/).
 "use strict";
@@ -12,7 +16,13 @@
 
   // What the API reads as a raw upload (and so may be sent untouched).
   const SENDABLE = new Set(["image/jpeg", "image/png", "image/webp"]);
-  const MAX_UNREADABLE_BYTES = 6 * 1024 * 1024; // Lambda's request limit
+  // The largest body sent to the synchronous route: Lambda's 6 MB request, in which API
+  // Gateway base64-encodes the raw body (a third more), less room for the rest of the event
+  // (sagegate.transfer.SYNC_LIMIT_BYTES, the Python client's same rule).
+  const SYNC_LIMIT_BYTES = Math.floor((6 * 1024 * 1024 - 16 * 1024) * 3 / 4);
+  const POLL_FIRST_MS = 250; // a job is read again after this, then twice as long ...
+  const POLL_MAX_MS = 5000; // ... up to this, unless its Retry-After says longer
+  const WAIT_MAX_MS = 3600 * 1000; // SageMaker Asynchronous Inference's longest invocation
   const KEY_STORAGE = "sagegate.apiKey";
   const IMAGE_PIPELINE = "image-classification";
 
@@ -25,7 +35,8 @@
     error: $("error"), errorCode: $("error-code"), errorMessage: $("error-message"),
     predictions: $("predictions"), facts: $("facts"), sent: $("sent"),
     original: $("original"), answered: $("answered"), timingBlock: $("timing-block"),
-    timing: $("timing"),
+    timing: $("timing"), transfer: $("transfer"), uploadProgress: $("upload-progress"),
+    uploadText: $("upload-text"), jobText: $("job-text"),
   };
 
   const state = {
@@ -80,16 +91,24 @@
     return body;
   }
 
-  async function getJson(path, signal) {
-    let response;
+  async function call(path, init) {
     try {
-      response = await fetch(api(path), {headers: headers({Accept: "application/json"}),
-                                         cache: "no-store", signal});
+      return await fetch(api(path), {cache: "no-store", ...init});
     } catch (error) {
       if (error.name === "AbortError") throw error;
       throw new PageError("NetworkError", `Could not reach the API (${error.message}).`);
     }
-    return readAnswer(response);
+  }
+
+  async function getJson(path, signal) {
+    return readAnswer(await call(path, {headers: headers({Accept: "application/json"}), signal}));
+  }
+
+  async function postJson(path, body, signal) {
+    return readAnswer(await call(path, {
+      method: "POST", body: JSON.stringify(body), signal,
+      headers: headers({"Content-Type": "application/json", Accept: "application/json"}),
+    }));
   }
 
   async function loadModels() {
@@ -238,14 +257,14 @@
     const source = await decode(file);
     // the bytes are read once: k can change without another shrink, and a body that is an
     // ArrayBuffer has its length (and bytes) in the browser's network log, a Blob's has not
-    const done = async (what) => ({...what, bytes: await what.blob.arrayBuffer(),
-                                   prepareMs: performance.now() - started});
+    // (what goes through a job is posted as the Blob itself: a big file is not read here)
+    const done = async (what) => ({
+      ...what, prepareMs: performance.now() - started,
+      bytes: what.blob.size <= SYNC_LIMIT_BYTES ? await what.blob.arrayBuffer() : null,
+    });
     if (source === null) {
-      if (file.size > MAX_UNREADABLE_BYTES) {
-        throw new PageError("NotAnImage", `This browser cannot open ${file.name || "the file"} ` +
-          `as an image, and at ${formatBytes(file.size)} it is too large to send as it is.`);
-      }
-      // let the server judge what the browser cannot read (its Code and Message are shown)
+      // let the server judge what the browser cannot read (its Code and Message are shown);
+      // too large to send directly, it goes through a job, where the server's limits are larger
       return done({blob: file, type: file.type || "application/octet-stream", how: "unreadable"});
     }
     const {width, height} = sizeOf(source);
@@ -322,15 +341,176 @@
         if (!current()) return;
         state.prepared = prepared;
       }
-      setStatus(`Sending ${formatBytes(prepared.blob.size)}…`, true);
       showFacts(prepared, null);
-      const answer = await predict(prepared, k, model, controller.signal);
+      let answer;
+      if (prepared.blob.size > SYNC_LIMIT_BYTES) {
+        answer = await viaJob(prepared, k, model, controller.signal, current);
+      } else {
+        setStatus(`Sending ${formatBytes(prepared.blob.size)}…`, true);
+        answer = await predict(prepared, k, model, controller.signal);
+      }
       if (!current()) return;
       showResults(prepared, answer);
     } catch (error) {
       if (!current() || error.name === "AbortError") return;
       showError(error);
+    } finally {
+      if (current()) el.transfer.hidden = !state.prepared || !state.prepared.uploadId;
     }
+  }
+
+  // ---------------------------------------------------------------- jobs
+
+  // Through a job: the upload once (a new k or model reuses it), then a job and its wait.
+  async function viaJob(prepared, k, model, signal, current) {
+    const started = performance.now();
+    el.transfer.hidden = false;
+    el.jobText.textContent = "";
+    const reused = Boolean(prepared.uploadId) && prepared.uploadModel === model;
+    if (!reused) {
+      setStatus(`Uploading ${formatBytes(prepared.blob.size)}: too large to send directly, ` +
+        "it goes to storage and runs as a job…", true);
+      const presigned = await postJson("uploads", {model, content_type: prepared.type}, signal);
+      await sendToStorage(presigned, prepared.blob, signal);
+      prepared.uploadId = presigned.upload_id;
+      prepared.uploadModel = model;
+    }
+    const uploadMs = performance.now() - started;
+    const path = `models/${encodeURIComponent(model)}/jobs?k=${k}`;
+    let job;
+    try {
+      job = await postJson(path, {upload_id: prepared.uploadId}, signal);
+    } catch (error) {
+      if (error.code !== "UploadNotFound" || !reused) throw error;
+      prepared.uploadId = null; // expired or removed since it was made: upload it again
+      return viaJob(prepared, k, model, signal, current);
+    }
+    const done = await waitFor(job.job_id, signal, current);
+    const body = "result" in done ? done.result : await download(done.result_url, signal);
+    return {body, timing: null, roundTripMs: performance.now() - started, uploadMs,
+            jobMs: 1000 * (done.updated_at - done.created_at), jobId: done.job_id};
+  }
+
+  // The largest file a presigned POST's policy takes (its content-length-range), or null.
+  function policyCap(fields) {
+    try {
+      const policy = JSON.parse(atob(fields.policy || ""));
+      const range = (policy.conditions || []).find((condition) =>
+        Array.isArray(condition) && condition[0] === "content-length-range");
+      return range && Number.isFinite(range[2]) ? range[2] : null;
+    } catch {
+      return null;
+    }
+  }
+
+  // S3's XML error (Code, Message, and the size limit it names) as a PageError, or null.
+  function storageError(xml) {
+    const documentOf = new DOMParser().parseFromString(xml || "", "application/xml");
+    const text = (name) => (documentOf.querySelector(`Error > ${name}`)?.textContent || "").trim();
+    if (!text("Code")) return null;
+    const max = text("MaxSizeAllowed");
+    return new PageError(text("Code"), text("Message") +
+      (max ? ` (this upload takes at most ${formatBytes(Number(max))})` : ""));
+  }
+
+  function showUpload(sent, total) {
+    el.uploadProgress.max = total || 1;
+    el.uploadProgress.value = Math.min(sent, total || 1);
+    el.uploadText.textContent = `${formatBytes(sent)} of ${formatBytes(total)} uploaded`;
+  }
+
+  // The form's fields first and the file last, as S3 requires; the API key is not sent there.
+  function sendToStorage(presigned, blob, signal) {
+    const cap = policyCap(presigned.fields || {});
+    if (cap !== null && blob.size > cap) {
+      return Promise.reject(new PageError("EntityTooLarge", `The file is ` +
+        `${formatBytes(blob.size)}; this model's uploads take at most ${formatBytes(cap)}.`));
+    }
+    const form = new FormData();
+    for (const [name, value] of Object.entries(presigned.fields || {})) form.append(name, value);
+    form.append("file", blob);
+    showUpload(0, blob.size);
+    return new Promise((resolve, reject) => {
+      const request = new XMLHttpRequest();
+      request.open("POST", presigned.url);
+      request.upload.addEventListener("progress", (event) =>
+        showUpload(event.loaded, event.lengthComputable ? event.total : blob.size));
+      request.addEventListener("load", () => {
+        if (request.status >= 200 && request.status < 300) {
+          showUpload(blob.size, blob.size);
+          resolve();
+        } else {
+          reject(storageError(request.responseText) || new PageError(`HTTP ${request.status}`,
+            "The storage the API uploads to refused the file."));
+        }
+      });
+      request.addEventListener("error", () => reject(new PageError("NetworkError",
+        "Could not reach the storage the API uploads to.")));
+      request.addEventListener("abort", () => reject(new DOMException("Aborted", "AbortError")));
+      signal.addEventListener("abort", () => request.abort(), {once: true});
+      request.send(form);
+    });
+  }
+
+  function pause(ms, signal) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, ms);
+      signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        reject(new DOMException("Aborted", "AbortError"));
+      }, {once: true});
+    });
+  }
+
+  function retryAfterMs(response) {
+    const seconds = Number(response.headers.get("Retry-After"));
+    return Number.isFinite(seconds) && seconds > 0 ? Math.min(seconds, 10) * 1000 : 0;
+  }
+
+  // Read the job until it ends: 0.25 s, then twice as long each time up to 5 s.
+  async function waitFor(jobId, signal, current) {
+    const started = performance.now();
+    let delay = POLL_FIRST_MS;
+    let shown = null;
+    for (;;) {
+      const response = await call(`jobs/${encodeURIComponent(jobId)}`,
+                                  {headers: headers({Accept: "application/json"}), signal});
+      const job = await readAnswer(response);
+      if (!current()) throw new DOMException("Superseded", "AbortError");
+      const elapsed = performance.now() - started;
+      el.jobText.textContent = `Job ${jobId}: ${job.state}, ${Math.round(elapsed / 1000)} s`;
+      if (job.state !== shown) { // the live status says each new state once
+        shown = job.state;
+        setStatus(`Uploaded. The job is ${job.state}…`, true);
+      }
+      if (job.state === "succeeded") return job;
+      if (job.state === "failed") {
+        const error = job.error || {};
+        throw new PageError(error.Code || "JobFailed", error.Message || "The job failed.");
+      }
+      if (elapsed > WAIT_MAX_MS) {
+        throw new PageError("WaitTimeout", `Job ${jobId} is still ${job.state} after an hour.`);
+      }
+      await pause(Math.max(delay, retryAfterMs(response)), signal);
+      delay = Math.min(delay * 2, POLL_MAX_MS);
+    }
+  }
+
+  // An answer too large for the job record: a presigned GET of it (S3, not the API).
+  async function download(url, signal) {
+    let response;
+    try {
+      response = await fetch(url, {cache: "no-store", signal});
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      throw new PageError("NetworkError", `Could not download the job's answer (${error.message}).`);
+    }
+    if (!response.ok) {
+      const text = await response.text();
+      throw storageError(text) || new PageError(`HTTP ${response.status}`,
+        "The storage refused the job's answer.");
+    }
+    return readAnswer(response);
   }
 
   // ---------------------------------------------------------------- rendering
@@ -382,12 +562,14 @@
       smaller: "the original, smaller than a lossless copy",
       unreadable: "the file as it is: this browser cannot read it as an image",
     }[prepared.how];
+    const route = prepared.blob.size > SYNC_LIMIT_BYTES ? "; through a job: too large to send directly" : "";
     el.sent.textContent = `${formatBytes(prepared.blob.size)}, ${kindOf(prepared.type)}` +
-      `${dims(prepared.sent)} (${how})`;
+      `${dims(prepared.sent)} (${how}${route})`;
     el.original.textContent = `${formatBytes(file.size)}, ${kindOf(file.type)}${dims(prepared.original)}`;
     el.answered.textContent = answer
       ? `${answer.endpoint || "?"}${answer.variant ? ` (variant ${answer.variant})` : ""}` +
-        `${answer.request_id ? `, request ${answer.request_id}` : ""}`
+        `${answer.request_id ? `, request ${answer.request_id}` : ""}` +
+        `${prepared.jobId && prepared.jobId !== answer.request_id ? `, job ${prepared.jobId}` : ""}`
       : "…";
     el.facts.hidden = false;
   }
@@ -439,8 +621,13 @@
     const top = predictions[0];
     setStatus(top ? `Top ${predictions.length}: most likely ${top.label ?? top.index}, ` +
       `${formatPercent(top.probability)}.` : "The model gave no classes.", false);
+    prepared.jobId = answer.jobId || null;
     showFacts(prepared, answer.body);
     const rows = parseServerTiming(answer.timing).map((stage) => timingRow(stage.name, "server", stage.ms));
+    if (answer.jobId) {
+      rows.push(timingRow("upload", "browser", answer.uploadMs));
+      rows.push(timingRow("job", "server", answer.jobMs));
+    }
     rows.unshift(timingRow("shrink", "browser", prepared.prepareMs));
     rows.push(timingRow("round trip", "browser", answer.roundTripMs));
     el.timing.replaceChildren(...rows);

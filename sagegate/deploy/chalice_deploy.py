@@ -18,6 +18,9 @@
    (:mod:`sagegate.deploy.snapstart`), since ``chalice deploy`` wires the API to ``$LATEST``;
 7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack,
    ``sagegate-<stage>-usage-plan``, for the API id Chalice recorded.
+
+A stage that serves jobs (``JOBS_BUCKET``) is refused before anything runs: its bucket,
+table, topics and dead-letter queue are made by the SAM stack (Path A), not by Chalice.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import aws, check, package, policy, snapstart
+from sagegate.deploy import aws, check, jobs, package, policy, snapstart
 from sagegate.deploy.shell import (
     DeployError,
     Runner,
@@ -72,8 +75,14 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
     """Deploy ``stage`` with ``chalice deploy`` and what Chalice leaves out.
 
     Raises:
-        DeployError: (status 2) the stage has no layer; (1) a step failed.
+        DeployError: (status 2) the stage serves jobs or has no layer; (1) a step failed.
     """
+    if jobs.enabled(stage):
+        raise DeployError(f"stages.{stage.name} serves jobs (JOBS_BUCKET): deploy it with "
+                          f"sagegate deploy --stage {stage.name} (Path A), whose stack creates "
+                          "the jobs bucket with its notification, the table, the topics and "
+                          "the job functions' dead-letter queue; chalice deploy creates none "
+                          "of them", status=2)
     if not stage.layers:
         raise DeployError(f"stages.{stage.name}.layers is empty: run sagegate layer --stage "
                           f"{stage.name} --bucket ... (make layer STAGE={stage.name} "

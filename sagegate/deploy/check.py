@@ -19,7 +19,9 @@ Accepted findings are not skipped here but in the templates, on the resource the
 function's CKV_AWS_116/117/173, the API's CKV_AWS_120/76 (and CKV_AWS_73 while X-Ray is off),
 the log group's CKV_AWS_158, and the cache table's CKV_AWS_28 (no point-in-time recovery for
 a cache of answers the endpoint gives again) and CKV_AWS_119 (the AWS managed key, not a
-customer managed one, for those answers).
+customer managed one, for those answers); on a jobs stage, those of
+:mod:`sagegate.deploy.jobs_template` (the bucket's access logs and versioning, the table's
+and the dead-letter queue's keys, the job functions' VPC and variables).
 """
 from __future__ import annotations
 

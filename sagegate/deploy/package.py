@@ -5,7 +5,8 @@ SAM / CloudFormation (:func:`package_sam`), into ``build/package-<stage>``:
 1. the layer zip is built unless up to date (:mod:`sagegate.deploy.layer`);
 2. ``chalicelib``'s ``__pycache__`` directories are removed (never packaged);
 3. ``build/merge-<stage>.json`` gets the merge template (:mod:`sagegate.deploy.templates`);
-4. ``chalice package --stage S --merge-template build/merge-S.json build/package-S`` runs with
+4. ``chalice package --stage S --merge-template build/merge-S.json build/package-S`` runs
+   (through :mod:`sagegate.deploy.chalice_sam`, which can package the jobs' S3 event) with
    ``PYTHONDONTWRITEBYTECODE=1`` and ``AWS_DEFAULT_REGION=us-east-1`` (Chalice insists on a
    region; the template uses ``${AWS::Region}``). If it fails, ``.chalice/deployments`` is
    deleted: Chalice caches the function zip there by the hash of ``requirements.txt``, and a
@@ -46,6 +47,8 @@ from sagegate.deploy.sizes import ZipSize, report
 from sagegate.deploy.stages import ROOT, Stage, terraform_config
 
 FORMATS = ("cloudformation", "terraform")
+# `chalice` with SAM's S3 event for app.py's job runner (Chalice alone refuses to package it)
+CHALICE_SAM = (sys.executable, "-m", "sagegate.deploy.chalice_sam")
 
 
 def package_dir(stage: Stage, root: Path = ROOT) -> Path:
@@ -102,7 +105,7 @@ def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
     merge = build_dir(root) / f"merge-{stage.name}.json"
     merge.write_text(json.dumps(templates.merge_template(stage), indent=2) + "\n",
                      encoding="utf-8")
-    run_chalice([tool("chalice"), "package", "--stage", stage.name, "--merge-template",
+    run_chalice([*CHALICE_SAM, "package", "--stage", stage.name, "--merge-template",
                  str(merge.relative_to(root)), str(directory.relative_to(root))],
                 project=root, runner=runner, cwd=root)
     sam = directory / "sam.json"

@@ -15,9 +15,15 @@ Instead the role gets exactly what the function does, each action on its own res
   one item by its key and writes one, and DynamoDB's TTL deletes the expired ones);
 * with data capture on (``CAPTURE_MODE`` not ``off``): ``s3:PutObject`` under the
   ``CAPTURE_DESTINATION`` bucket/prefix, or ``firehose:PutRecordBatch`` on its delivery stream;
+* with jobs (``JOBS_BUCKET``): the uploads, tickets and job records the routes write and
+  read (:func:`sagegate.deploy.jobs_policy.api_statements`);
 * with X-Ray on (the stage's ``xray``): ``xray:PutTraceSegments`` and
   ``xray:PutTelemetryRecords``, which AWS only grants on ``"*"`` (X-Ray has no resource-level
   permissions), so X-Ray is opt-in and the prod test refuses it until someone decides to.
+
+The scheduled monitor (:func:`render_monitor`) and each job function
+(:func:`sagegate.deploy.jobs_policy.render_function`) get roles of their own, written beside
+it as ``policy-<stage>-<function>.json``.
 
 ARNs hold the account and region, so the committed files are rendered for the documentation
 account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy commands)
@@ -29,14 +35,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings, split_s3_uri
-from chalicelib.core.errors import ConfigurationError
-from chalicelib.registry.loading import load_registry
-from chalicelib.registry.specs import ModelSpec
+from sagegate.deploy import jobs, jobs_policy
+from sagegate.deploy.iam import (
+    allow,
+    capture_statement,
+    check_account_and_region,
+    log_statement,
+    models,
+    partition_of,
+)
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
 from sagegate.deploy.stages import MONITOR_FUNCTION, ROOT, Stage
 
@@ -45,22 +55,11 @@ if TYPE_CHECKING:
 
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
-_ACCOUNT_RE = re.compile(r"^[0-9]{12}\Z")
-_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]\Z")
 
 
 def policy_path(stage: str, root: Path = ROOT) -> Path:
     """Where Chalice looks for the stage's policy (``iam_policy_file`` in the config)."""
     return root / ".chalice" / f"policy-{stage}.json"
-
-
-def partition_of(region: str) -> str:
-    """The ARN partition of a region (``aws``, ``aws-cn``, ``aws-us-gov``)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
 
 
 def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
@@ -69,28 +68,25 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
     Raises:
         ValueError: a malformed account id or region.
     """
-    if not _ACCOUNT_RE.match(account):
-        raise ValueError(f"account must be 12 digits, not {account!r}")
-    if not _REGION_RE.match(region):
-        raise ValueError(f"not an AWS region: {region!r}")
+    check_account_and_region(account, region)
     arn = f"arn:{partition_of(region)}"
     sagemaker = f"{arn}:sagemaker:{region}:{account}"
     invoked = [f"{sagemaker}:endpoint/{endpoint}" for endpoint in endpoints(stage)] + [
         f"{sagemaker}:inference-component/{name}" for name in inference_components(stage)]
     statements = [
-        _allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], invoked),
-        _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
-               f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/{stage.function_name}:*"),
+        allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], invoked),
+        log_statement(arn, account, region, stage.function_name),
     ]
     if stage.cache_table:
-        statements.append(_allow("ReadWritePredictionCache",
+        statements.append(allow("ReadWritePredictionCache",
                                  ["dynamodb:GetItem", "dynamodb:PutItem"],
                                  f"{arn}:dynamodb:{region}:{account}:table/{stage.cache_table}"))
-    capture = _capture_statement(stage.env, arn, account, region)
+    capture = capture_statement(stage.env, arn, account, region)
     if capture is not None:
         statements.append(capture)
+    statements += jobs_policy.api_statements(stage, account, region)
     if stage.xray:
-        statements.append(_allow("WriteTraces",
+        statements.append(allow("WriteTraces",
                                  ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*"))
     return {"Version": "2012-10-17", "Statement": statements}
 
@@ -122,16 +118,14 @@ def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | 
         listed.setdefault(location.bucket, []).append(
             f"{location.prefix}/*" if location.prefix else "*")
     statements = [
-        {**_allow("ListCapturesAndBaselines", ["s3:ListBucket"], f"{arn}:s3:::{bucket}"),
+        {**allow("ListCapturesAndBaselines", ["s3:ListBucket"], f"{arn}:s3:::{bucket}"),
          "Condition": {"StringLike": {"s3:prefix": prefixes}}}
         for bucket, prefixes in listed.items()]
     statements += [
-        _allow("ReadCaptures", ["s3:GetObject"], _objects(arn, settings.captures)),
-        _allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
-        _allow("WriteMonitoringReports", ["s3:PutObject"], _objects(arn, settings.output)),
-        _allow("WriteOwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"],
-               f"{arn}:logs:{region}:{account}:log-group:/aws/lambda/"
-               f"{stage.monitor_function_name}:*"),
+        allow("ReadCaptures", ["s3:GetObject"], _objects(arn, settings.captures)),
+        allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
+        allow("WriteMonitoringReports", ["s3:PutObject"], _objects(arn, settings.output)),
+        log_statement(arn, account, region, stage.monitor_function_name),
     ]
     return {"Version": "2012-10-17", "Statement": statements}
 
@@ -150,7 +144,7 @@ def endpoints(stage: Stage) -> list[str]:
         ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
     """
     return sorted({stage.endpoint_name.lower(),
-                   *(model.endpoint.lower() for model in _models(stage))})
+                   *(model.endpoint.lower() for model in models(stage))})
 
 
 def inference_components(stage: Stage) -> list[str]:
@@ -161,38 +155,8 @@ def inference_components(stage: Stage) -> list[str]:
     Raises:
         ValueError: a model.json is invalid for this stage.
     """
-    return sorted({model.inference_component.lower() for model in _models(stage)
+    return sorted({model.inference_component.lower() for model in models(stage)
                    if model.inference_component})
-
-
-def _models(stage: Stage) -> list[ModelSpec]:
-
-    try:
-        settings = Settings.from_env(stage.env)
-        registry = load_registry(settings, stage.env)
-    except ConfigurationError as error:
-        raise ValueError(f"stage {stage.name!r}: {error.message}") from None
-    return list(registry.models.values())
-
-
-def _allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:
-    return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
-
-
-def _capture_statement(env: dict[str, str], arn: str, account: str,
-                       region: str) -> dict[str, Any] | None:
-    if env.get("CAPTURE_MODE", "off") in ("", "off"):
-        return None
-    destination = env.get("CAPTURE_DESTINATION", "")
-    if destination.startswith(S3_SCHEME):
-        bucket, prefix = split_s3_uri(destination)
-        objects = f"{bucket}/{prefix}/*" if prefix else f"{bucket}/*"
-        return _allow("WriteCaptures", ["s3:PutObject"], f"{arn}:s3:::{objects}")
-    if destination.startswith(FIREHOSE_SCHEME):
-        stream = destination[len(FIREHOSE_SCHEME):]
-        return _allow("WriteCaptures", ["firehose:PutRecordBatch"],
-                      f"{arn}:firehose:{region}:{account}:deliverystream/{stream}")
-    return None  # a local directory: nothing to grant (only meaningful off Lambda)
 
 
 def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
@@ -216,6 +180,14 @@ def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
         monitor_path = monitor_policy_path(stage.name, root)
         monitor_path.write_text(json.dumps(monitor, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {monitor_path.relative_to(root)} (the scheduled monitor's role)")
+    for function in jobs.functions(stage):
+        try:
+            role = jobs_policy.render_function(stage, function, account, region)
+        except ValueError as error:
+            raise DeployError(str(error), status=2) from None
+        function_path = root / ".chalice" / jobs.policy_file(stage, function)
+        function_path.write_text(json.dumps(role, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {function_path.relative_to(root)} ({function}'s role)")
     return path
 
 

@@ -1,9 +1,9 @@
 """Run the packaged handler the way a Lambda Python runtime does, in a bare interpreter.
 
 Started by :mod:`sagegate.deploy.sandbox` as
-``python -I -S -B sandbox_child.py TASK LAYER RUNTIME IN OUT``: no site-packages, no PYTHON*
-variables, no user site, no .pyc writes. ``sys.path`` becomes what Lambda gives a function:
-the function code (``/var/task``), the layer (``/opt/python``), then the runtime's own
+``python -I -S -B sandbox_child.py TASK LAYER RUNTIME IN OUT [HANDLER]``: no site-packages,
+no PYTHON* variables, no user site, no .pyc writes. ``sys.path`` becomes what Lambda gives a
+function: the function code (``/var/task``), the layer (``/opt/python``), then the runtime's own
 packages (``/var/runtime``: boto3, snapshot_restore_py), then the standard library. Nothing
 from the development virtualenv is importable, so a dependency missing from the zips fails
 here as it would on Lambda.
@@ -12,7 +12,9 @@ With ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` the child does what SnapStart
 init and the first invocation: it runs the registered before-snapshot hooks (in reverse order
 of registration), then the after-restore hooks (in order), and times the latter.
 
-IN is a JSON list of API Gateway events; OUT receives the handler's answers, the time each
+IN is a JSON list of events for HANDLER (``app``, the REST API's, by default; or an event
+function's, such as ``job_runner``: Lambda's handler ``app.<name>``); OUT receives the
+handler's answers, the time each
 phase took, and where each key module was imported from. Only the standard library is used
 before the path is set.
 """
@@ -68,6 +70,7 @@ def _built_at_import(app: object) -> bool:
 
 def main() -> None:
     task, layer, runtime, events_path, out_path = sys.argv[1:6]
+    handler_name = sys.argv[6] if len(sys.argv) > 6 else "app"
     sys.path[:0] = [task, layer, runtime]
     started = time.perf_counter()
     import app  # the handler module: Lambda calls "app.app"
@@ -78,10 +81,11 @@ def main() -> None:
         snapstart = _snapshot_and_restore()
     with open(events_path, encoding="utf-8") as handle:
         events = json.load(handle)
+    handler = getattr(app, handler_name)
     answers, request_ms = [], []
     for index, event in enumerate(events):
         began = time.perf_counter()
-        answers.append(app.app(event, LambdaContext(f"lambda-request-{index}")))
+        answers.append(handler(event, LambdaContext(f"lambda-request-{index}")))
         request_ms.append((time.perf_counter() - began) * 1000.0)
     origins = {name: getattr(sys.modules.get(name), "__file__", None)
                for name in ("app", "chalice", "chalicelib", "numpy", "cv2", "boto3", "botocore",

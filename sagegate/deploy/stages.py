@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chalicelib.core.access import AuthMode
+from sagegate.deploy.jobs import check_jobs
 
 if TYPE_CHECKING:
     from chalicelib.monitor.deployed import MonitorSettings
@@ -120,7 +121,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
     Raises:
         KeyError: the config has no such stage.
         ValueError: the stage would deploy an API nobody chose to leave open, has a bad
-            ``snapstart`` switch, or a ``CACHE_TABLE`` DynamoDB would refuse.
+            ``snapstart`` switch, a ``CACHE_TABLE`` DynamoDB would refuse, or jobs that
+            could not work (:func:`sagegate.deploy.jobs.check_jobs`).
     """
     from chalice.config import Config
 
@@ -145,6 +147,7 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
     if name in DEPLOY_STAGES:
         check_access(stage)
         check_monitor(stage, on_disk)
+        check_jobs(stage, on_disk)
     return stage
 
 

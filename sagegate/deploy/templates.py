@@ -27,6 +27,9 @@
   advance), no retry of a failed scheduled invocation (``EventInvokeConfig``
   ``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would otherwise run a timed
   out hour twice more), and its accepted findings.
+* With ``JOBS_BUCKET`` (app.py's event functions ``job_runner``, ``job_results``,
+  ``job_failures``): the jobs bucket, table, topics, dead-letter queue and the functions'
+  fixes (:mod:`sagegate.deploy.jobs_template`).
 * ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
 
 :func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
@@ -47,6 +50,7 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.core.access import AuthMode
+from sagegate.deploy import jobs, jobs_template
 from sagegate.deploy.gateway_responses import gateway_responses
 from sagegate.deploy.stages import Stage
 
@@ -162,6 +166,10 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
         resources[CACHE] = cache_table(stage)
         resources[FUNCTION]["DependsOn"].append(CACHE)
         outputs.update(_cache_outputs())
+    if jobs.enabled(stage):
+        resources.update(jobs_template.jobs_resources(stage))
+        resources[FUNCTION]["DependsOn"].append(jobs_template.TABLE)
+        outputs.update(jobs_template.jobs_outputs(stage))
     if stage.auth == AuthMode.API_KEY:
         resources.update(_usage_plan(stage, {"Ref": API}, {"Ref": f"{API}.Stage"}))
         parameters.update(_USAGE_PLAN_PARAMETERS)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.core.media import BINARY_TYPES, ImageFormat
+from sagegate.deploy import jobs
 from sagegate.deploy.check import SAM_TRANSLATE, cache_stack_path, write_stacks
 from sagegate.deploy.policy import policy_path
 from sagegate.deploy.stages import load_stage
@@ -95,7 +96,8 @@ def test_the_function_is_named_for_its_policy_and_log_group(built: Package) -> N
     name = f"sagegate-{built.stage}"
     function = built.resource("APIHandler")
     assert function["Properties"]["FunctionName"] == name
-    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache"]
+    jobs_table = ["JobsTable"] if jobs.enabled(load_stage(built.stage)) else []
+    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache", *jobs_table]
     group = built.resource("ApiHandlerLogGroup")["Properties"]
     assert group["LogGroupName"] == f"/aws/lambda/{name}"
     assert group["RetentionInDays"] > 0
@@ -131,9 +133,11 @@ def test_the_shared_cache_table_is_the_one_the_function_and_its_policy_name(
     variables = built.resource("APIHandler")["Properties"]["Environment"]["Variables"]
     assert variables["CACHE_TABLE"] == name
     role = built.resource("ApiHandlerRole")["Properties"]
+    jobs_table = f"table/{jobs.table(load_stage(built.stage))}"  # test_job_functions.py
     granted = [statement for policy in role["Policies"]
                for statement in policy["PolicyDocument"]["Statement"]
-               if any(action.startswith("dynamodb:") for action in statement["Action"])]
+               if any(action.startswith("dynamodb:") for action in statement["Action"])
+               and not statement["Resource"].endswith(jobs_table)]
     assert [(g["Action"], g["Resource"].rsplit(":", 1)[-1]) for g in granted] == [
         (["dynamodb:GetItem", "dynamodb:PutItem"], f"table/{name}")]
     assert built.template["Outputs"]["PredictionCacheTable"] == {

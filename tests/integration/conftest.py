@@ -15,8 +15,17 @@ import urllib3
 from playwright.sync_api import Browser, sync_playwright
 from skimage import data
 
+from sagegate import local_aws
 from sagegate.browser import BrowserError, find_chromium
-from sagegate.localstack import ApiProcess, EmulatorProcess, free_port, start_api, start_emulator
+from sagegate.local_aws import LocalJobs
+from sagegate.localstack import (
+    DEFAULT_EMULATOR_CONFIG,
+    ApiProcess,
+    EmulatorProcess,
+    free_port,
+    start_api,
+    start_emulator,
+)
 from sagegate.localstack import peak_rss_mb as peak_rss_mb  # re-exported for the tests
 from sagegate.localstack import rss_mb as rss_mb  # re-exported for the tests
 
@@ -100,6 +109,56 @@ def stack() -> Iterator[Stack]:
 def stack_without_endpoint() -> Iterator[Stack]:
     with tempfile.TemporaryDirectory(prefix="sagegate-it-") as logs:
         yield from _start_stack(HERE / "emulator-other-endpoint.json", Path(logs))
+
+
+SLOW_DELAY_S = 4
+"""The jobs stack's slow model: answers after 4 s, not make run's 75 ..."""
+INVOKE_TIMEOUT_S = 3
+"""... past its emulator's InvokeEndpoint limit (SageMaker's 60 s, scaled down), itself past
+the test stage's ENDPOINT_READ_TIMEOUT (2 s), so the synchronous route's 504 is sagegate's."""
+
+
+@dataclass
+class JobsStack:
+    """``make run``'s jobs flow started with its own helpers: moto's server (provisioned as
+    ``sagegate run`` does), the emulator writing to it, chalice local (stage test) with its
+    event pump."""
+
+    api: ApiProcess
+    http: urllib3.PoolManager
+    jobs: LocalJobs
+    api_log: Path
+
+    def call(self, method: str, path: str, document: Any = None, body: bytes | None = None,
+             content_type: str = "application/json") -> tuple[int, Any, urllib3.BaseHTTPResponse]:
+        """A JSON (or ``body``) request to the API: status, parsed answer, response."""
+        data = json.dumps(document).encode() if document is not None else body
+        response = self.http.request(method, self.api.url + path, body=data,
+                                     headers={"Content-Type": content_type} if data else {})
+        return response.status, json.loads(response.data), response
+
+
+def jobs_emulator_config(directory: Path) -> Path:
+    """``emulator/config.json`` (its model paths made absolute) with the slow model and the
+    InvokeEndpoint limit scaled down (see :data:`SLOW_DELAY_S`)."""
+    raw = json.loads(DEFAULT_EMULATOR_CONFIG.read_text())
+    for spec in raw["models"].values():
+        spec["path"] = str(DEFAULT_EMULATOR_CONFIG.parent / spec["path"])
+    raw["models"]["slow"]["delay_seconds"] = SLOW_DELAY_S
+    raw["invocation_timeout_seconds"] = INVOKE_TIMEOUT_S
+    path = directory / "emulator-jobs.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.fixture(scope="session")
+def jobs_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsStack]:
+    logs = tmp_path_factory.mktemp("jobs-stack")
+    config = jobs_emulator_config(logs)
+    with local_aws.jobs_stack(config, stage="test", logs=logs,
+                              env={"CAPTURE_MODE": "off"}) as (api, jobs):
+        yield JobsStack(api, urllib3.PoolManager(maxsize=4, retries=False, timeout=60), jobs,
+                        logs / "api.log")
 
 
 @pytest.fixture(scope="module")

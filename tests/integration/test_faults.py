@@ -178,7 +178,8 @@ class Console:
 @pytest.fixture
 def make_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Console, str]]:
     """``make run``'s stack on free ports with the integration emulator config, stage test."""
-    env = {**os.environ, "API_PORT": str(free_port()), "EMULATOR_PORT": str(free_port())}
+    env = {**os.environ, "API_PORT": str(free_port()), "EMULATOR_PORT": str(free_port()),
+           "MOTO_PORT": str(free_port())}
     command = [sys.executable, "-m", "sagegate.cli", "run", "--stage", "test",
                "--emulator-config", str(HERE / "emulator-config.json")]
     with open(tmp_path / "stderr.log", "w") as stderr:

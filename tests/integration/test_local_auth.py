@@ -53,7 +53,7 @@ def _ready_lines(process: subprocess.Popen[str], lines: queue.Queue[str],
             seen.append(lines.get(timeout=0.5))
         except queue.Empty:
             continue
-        if seen[-1].startswith("Ctrl-C stops both"):
+        if seen[-1].startswith("Ctrl-C stops"):
             return seen
     raise AssertionError(f"sagegate run did not get ready: {seen}")
 
@@ -64,7 +64,7 @@ def dev_stack() -> Iterator[Running]:
     env = {key: value for key, value in os.environ.items() if key != API_KEY_ENV}
     process = subprocess.Popen(
         [sys.executable, "-m", "sagegate.cli", "run", "--stage", "dev", "--api-port",
-         str(api_port), "--emulator-port", str(free_port())],
+         str(api_port), "--emulator-port", str(free_port()), "--moto-port", str(free_port())],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str] = queue.Queue()

@@ -61,7 +61,8 @@ def sagegate_run(env: dict[str, str], timeout: float = 30) -> subprocess.Complet
 
 
 def ports() -> dict[str, str]:
-    return {"API_PORT": str(free_port()), "EMULATOR_PORT": str(free_port())}
+    return {"API_PORT": str(free_port()), "EMULATOR_PORT": str(free_port()),
+            "MOTO_PORT": str(free_port())}
 
 
 def assert_one_clear_line(result: subprocess.CompletedProcess[str], *says: str) -> None:

@@ -6,14 +6,16 @@ import importlib
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import urllib3
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import JobsStack, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +67,36 @@ def test_the_generated_client_runs_a_tensor_model_and_reads_its_errors(
         {"instances": [[5.1, 3.5, 1.4]]}))
     assert refused.status_code == 400
     assert refused.parsed.code.value == "SignatureMismatch"
+
+
+def test_the_generated_client_runs_a_job_on_an_upload(generated: ModuleType,
+                                                      jobs_stack: JobsStack) -> None:
+    """The job routes as the description says them: a presigned POST, the form's fields then
+    the file straight to S3, the job, then its state until it ends, with the answer in it."""
+    client = generated.Client(base_url=jobs_stack.api.url)
+    models = importlib.import_module(f"{generated.__name__}.models")
+    upload = api(generated, "jobs.create_upload").sync(client=client, body=models.UploadRequest(
+        model="iris", content_type="text/csv"))
+    assert isinstance(upload, models.Upload), upload
+    form = [*upload.fields.to_dict().items(),
+            ("file", ("rows.csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n", "text/csv"))]
+    posted = urllib3.PoolManager().request("POST", upload.url, fields=form)
+    assert posted.status in (200, 201, 204), posted.data
+    accepted = api(generated, "jobs.create_job").sync_detailed(
+        "iris", client=client, body=models.CreateJobJsonBody.from_dict(
+            {"upload_id": upload.upload_id}), k=1)
+    assert accepted.status_code == 202 and accepted.headers["location"] == \
+        f"/jobs/{accepted.parsed.job_id}"
+    describe = api(generated, "jobs.describe_job")
+    deadline = time.monotonic() + 60
+    job = describe.sync(accepted.parsed.job_id, client=client)
+    while isinstance(job, models.Job) and job.state.value in ("queued", "running") \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+        job = describe.sync(accepted.parsed.job_id, client=client)
+    assert isinstance(job, models.Job), job  # the description's Job, parsed
+    assert job.state.value == "succeeded", job
+    rows = job.to_dict()["result"]["predictions"]
+    assert [row[0]["label"] for row in rows] == ["setosa", "virginica"]
+    missing = describe.sync_detailed("0" * 32, client=client)
+    assert missing.status_code == 404 and missing.parsed.code.value == "JobNotFound"

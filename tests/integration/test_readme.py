@@ -1,8 +1,8 @@
 """Every example in README.md runs (``make docs-check`` runs this file alone).
 
-The stack is `make run`'s: the emulator with its default configuration and ``chalice local
---stage local``, in a copy of the project, so the examples' files (``samples/``, ``captures/``)
-are the copy's. Each command of a ``sh`` block is run:
+The stack is `make run`'s: moto's server, the emulator with its default configuration and
+``chalice local --stage local`` with its event pump, in a copy of the project, so the
+examples' files (``samples/``, ``captures/``) are the copy's. Each command of a ``sh`` block is run:
 
 * ``curl``: against the stack; an answer documented in the ``#`` lines below it must be the
   answer given (the first prediction's index, label and probability to the digits shown);
@@ -28,13 +28,11 @@ from typing import Any
 
 import pytest
 
+from sagegate.local_aws import jobs_stack
 from sagegate.localstack import (
     DEFAULT_EMULATOR_CONFIG,
     ROOT,
     ApiProcess,
-    free_port,
-    start_chalice_local,
-    start_emulator,
     write_samples,
 )
 
@@ -99,13 +97,10 @@ def project() -> Iterator[Copy]:
                                 ignore=shutil.ignore_patterns("__pycache__", "deployments"))
             else:
                 shutil.copy2(source, root / name)
-        with start_emulator(DEFAULT_EMULATOR_CONFIG) as emulator, \
-                open(root / "api.log", "wb") as log:
-            api = start_chalice_local(free_port(), emulator.url, project_dir=root, log=log)
-            try:
-                yield Copy(root, api)
-            finally:
-                api.stop()
+        # make run's stack: jobs on (moto's S3, SNS and SQS, the event pump), so the
+        # examples that go through an upload and a job run as a user's would
+        with jobs_stack(DEFAULT_EMULATOR_CONFIG, project_dir=root, logs=root) as (api, _):
+            yield Copy(root, api)
 
 
 def test_the_readme_has_examples_of_every_kind() -> None:

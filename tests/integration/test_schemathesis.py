@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from sagegate.localstack import ROOT
-from tests.integration.conftest import Stack
+from tests.integration.conftest import JobsStack, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +47,31 @@ SCHEMA.config.phases.coverage.unexpected_methods = {"get", "put", "post", "delet
                                                     "options"}
 
 
-@SCHEMA.parametrize()
+# The job operations run against the stack with jobs on (moto's S3, the event pump): on the
+# other, a stage without JOBS_BUCKET, they answer 501 JobsDisabled by design.
+_JOB_PATHS = r"^/(uploads|jobs/|models/\{name\}/jobs)"
+
+
+@SCHEMA.exclude(path_regex=_JOB_PATHS).parametrize()
 def test_the_stack_answers_as_its_description_says(case: Case, stack: Stack) -> None:
     case.call_and_validate(base_url=stack.api.url, checks=CHECKS)
+
+
+@SCHEMA.include(path_regex=_JOB_PATHS).parametrize()
+def test_the_jobs_stack_answers_as_its_description_says(case: Case,
+                                                         jobs_stack: JobsStack) -> None:
+    case.call_and_validate(base_url=jobs_stack.api.url, checks=CHECKS)
+
+
+def test_the_job_operations_answer_501_where_jobs_are_off(stack: Stack) -> None:
+    upload = json.dumps({"model": "iris", "content_type": "text/csv"}).encode()
+    job = json.dumps({"upload_id": "0" * 32}).encode()
+    for method, path, body in (("POST", "/uploads", upload), ("POST", "/models/iris/jobs", job),
+                               ("GET", "/jobs/" + "0" * 32, None)):
+        response = stack.http.request(method, stack.api.url + path, body=body,
+                                      headers={"Content-Type": "application/json"})
+        assert response.status == 501, (path, response.data)
+        assert json.loads(response.data)["Code"] == "JobsDisabled"
 
 
 def test_the_served_description_is_the_file(stack: Stack) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import cv2
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from playwright.sync_api import (
 )
 from skimage import data
 
-from tests.integration.conftest import Stack, jpeg_of
+from tests.integration.conftest import JobsStack, Stack, jpeg_of
 
 pytestmark = pytest.mark.integration
 
@@ -385,3 +386,93 @@ def test_a_dropped_or_pasted_image_is_sent_as_it_is_when_that_is_smaller(
     web.wait_for_results(5)
     assert COFFEE_LABELS.match(web.labels()[0]), web.labels()
     web.assert_clean()
+
+
+# ---------------------------------------------------------------- through a job
+
+# A browser that cannot open the image (a phone out of memory for a large photo does this):
+# the page sends the file as it is, and one too large for the synchronous route goes through
+# a job, where the server decodes it.
+NO_DECODE_JS = """
+window.createImageBitmap = () => Promise.reject(new DOMException("out of memory",
+                                                                 "InvalidStateError"));
+HTMLImageElement.prototype.decode = function () {
+  return Promise.reject(new DOMException("out of memory", "EncodingError"));
+};
+"""
+VIOLATIONS_JS = ("window.__violations = [];"
+                 "document.addEventListener('securitypolicyviolation', (event) =>"
+                 " window.__violations.push(event.violatedDirective + ' ' + event.blockedURI));")
+
+
+@pytest.fixture(scope="module")
+def big_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 12 MP PNG of scikit-image's cat (about 9 MB), over the synchronous route's 4.7 MB."""
+    large = cv2.resize(data.chelsea(), (4032, 3024), interpolation=cv2.INTER_CUBIC)
+    ok, png = cv2.imencode(".png", cv2.cvtColor(large, cv2.COLOR_RGB2BGR),
+                           [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    assert ok
+    path = tmp_path_factory.mktemp("web-png") / "chelsea-12mp.png"
+    path.write_bytes(png.tobytes())
+    assert path.stat().st_size > 4_706_304
+    return path
+
+
+def stored_upload(s3_url: str, bucket: str, upload_id: str) -> bytes:
+    """An upload as the local S3 (moto's server) keeps it, read with boto3."""
+    s3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    key = f"jobs/uploads/{upload_id}"
+    return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def test_a_big_png_the_browser_cannot_open_goes_through_a_job(
+        browser: Browser, jobs_stack: JobsStack, big_png: Path) -> None:
+    jobs_url = jobs_stack.api.url
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(NO_DECODE_JS)
+    context.add_init_script(VIOLATIONS_JS)
+    try:
+        page = context.new_page()
+        watched = watch(page, jobs_url)
+        response = page.goto(jobs_url + "/")
+        assert response is not None and response.ok
+        policy = response.headers["content-security-policy"]
+        storage = re.search(r"connect-src 'self' (\S+);", policy)
+        assert storage is not None, policy  # the page may post to the local S3, and only it
+        expect(page.locator("#boot")).to_be_hidden()
+        with page.expect_response(lambda answer: answer.url.endswith("/uploads")) as presigned, \
+                page.expect_request(lambda request: request.url.startswith(storage[1])) as posted:
+            page.set_input_files("#file", big_png)
+        assert posted.value.method == "POST"
+        upload_id = presigned.value.json()["upload_id"]
+        watched.wait_for_results(5)
+        assert CAT_LABELS.match(watched.labels()[0]), watched.labels()
+
+        # the file went to S3 as it is, then a job: never the synchronous route
+        paths = [url.removeprefix(jobs_url) for url in watched.urls]
+        assert "/uploads" in paths and not any("predict" in path for path in paths)
+        assert any(re.fullmatch(r"/models/efficientnet-lite0/jobs\?k=5", p) for p in paths)
+        assert any(re.fullmatch(r"/jobs/[0-9a-f]{32}", p) for p in paths)
+        stored = stored_upload(storage[1], jobs_stack.jobs.bucket, upload_id)
+        assert stored == big_png.read_bytes()  # the file as it is
+        progress = page.locator("#upload-progress")
+        assert progress.get_attribute("value") == progress.get_attribute("max") == str(
+            big_png.stat().st_size)
+        expect(page.locator("#upload-text")).to_contain_text(
+            f"{size_text(big_png.stat().st_size)} of")
+        expect(page.locator("#job-text")).to_contain_text("succeeded")
+        expect(page.locator("#sent")).to_contain_text("through a job")
+        expect(page.locator("#timing")).to_contain_text("upload")
+
+        # k again: a new job on the same upload, not a second upload
+        with page.expect_request(lambda request: "/jobs?k=3" in request.url):
+            page.select_option("#k", "3")
+        expect(page.locator("#predictions li")).to_have_count(3)
+        assert sum(url.startswith(storage[1]) for url in watched.urls) == 1
+
+        assert page.evaluate("window.__violations") == []
+        assert page.evaluate(CONTRAST_JS) == []
+        assert watched.console_errors == [] and watched.page_errors == []
+    finally:
+        context.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ from chalicelib.core.retries import RETRY_COST, RetryQuota
 from chalicelib.images import imaging, sizing
 from chalicelib.images.probe import probe
 from sagegate import client as client_module
-from sagegate import predict_cli
+from sagegate import http_client, predict_cli
 from sagegate.client import Client, ClientError, Encoding, ShrinkRule, shrink
 from sagegate.localstack import free_port
-from tests import imagefactory
+from tests import httpfake, imagefactory
 
 
 def image_block(mode: str = "shorter-side", upscale: bool = False, passthrough: bool = True,
@@ -187,43 +186,15 @@ def json_answer(status: int, body: Any, **headers: str) -> tuple[int, dict[str, 
 @pytest.fixture
 def server() -> Iterator[tuple[str, Script]]:
     script = Script()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            status, headers, payload = script.answer({
-                "method": self.command, "path": self.path, "headers": dict(self.headers),
-                "body": body, "peer": self.client_address})
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_POST = _serve
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with httpfake.serve(script.answer) as url:
+        yield url, script
 
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr(client_module, "_sleep", slept.append)
-    monkeypatch.setattr(client_module, "_random", lambda: 1.0)  # full jitter at its top
+    monkeypatch.setattr(http_client, "_sleep", slept.append)
+    monkeypatch.setattr(http_client, "_random", lambda: 1.0)  # full jitter at its top
     return slept
 
 
@@ -265,7 +236,7 @@ def test_a_connection_that_fails_is_retried_then_reported(sleeps: list[float]) -
 def test_the_backoff_is_jittered(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> None:
     """Clients failing together do not come back together: each wait is drawn below the
     ceiling (0.25 s, 0.5 s ...)."""
-    monkeypatch.setattr(client_module, "_random", iter([0.2, 0.6]).__next__)
+    monkeypatch.setattr(http_client, "_random", iter([0.2, 0.6]).__next__)
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(ClientError):
         Client(url, retries=2, timeout=2).models()

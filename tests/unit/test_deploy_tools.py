@@ -218,7 +218,7 @@ CHALICE_SAM = {"Resources": {
 def fake_chalice_package(root: Path) -> Callable[[list[str]], None]:
     """Play `chalice package`: write sam.json and deployment.zip where it was told to."""
     def effect(command: list[str]) -> None:
-        if command[0] == CHALICE and "package" in command:
+        if command[0] in (CHALICE, package.CHALICE_SAM[0]) and "package" in command:
             assert not list((root / "chalicelib").rglob("__pycache__")), "bytecode packaged"
             out = Path(command[-1]) if Path(command[-1]).is_absolute() else root / command[-1]
             out.mkdir(parents=True)
@@ -324,8 +324,8 @@ def test_sam_package_runs_chalice_with_the_merge_template_then_snapstart_and_siz
     runner = Recorder(fake_chalice_package(project))
     directory = package.package_sam(stage, project, runner)
     assert runner.calls == [Call(
-        [CHALICE, "package", "--stage", "prod", "--merge-template", "build/merge-prod.json",
-         "build/package-prod"],
+        [*package.CHALICE_SAM, "package", "--stage", "prod", "--merge-template",
+         "build/merge-prod.json", "build/package-prod"],
         {"PYTHONDONTWRITEBYTECODE": "1", "AWS_DEFAULT_REGION": "us-east-1"}, project)]
     merge = json.loads((project / "build" / "merge-prod.json").read_text())
     assert merge == json.loads(json.dumps(templates.merge_template(stage)))
@@ -435,8 +435,9 @@ def test_check_packages_every_stage_then_translates_lints_and_scans(
          "cloudformation", "-f", files["dev"][0], "-f", files["dev"][2], "-f", files["dev"][3],
          "-f", files["prod"][0], "-f", files["prod"][2], "-f", files["prod"][3]],
     ]
-    assert [c[:4] for c in runner.commands[:2]] == [[CHALICE, "package", "--stage", "dev"],
-                                                    [CHALICE, "package", "--stage", "prod"]]
+    assert [c[:6] for c in runner.commands[:2]] == [
+        [*package.CHALICE_SAM, "package", "--stage", "dev"],
+        [*package.CHALICE_SAM, "package", "--stage", "prod"]]
     plan = json.loads((project / files["prod"][2]).read_text())
     assert plan == json.loads(json.dumps(templates.usage_plan_template(load_stage("prod"))))
     cache = json.loads((project / files["dev"][3]).read_text())
@@ -573,7 +574,7 @@ def test_sam_deploy_renders_the_policy_packages_and_deploys_the_stack(project: P
     with stub:
         sam_deploy.deploy(stage, "artifacts", FakeSession(sts=sts), params=["StageRateLimit=9"],
                           root=project, runner=runner)
-    assert runner.commands[0][:2] == [CHALICE, "package"]
+    assert runner.commands[0][:4] == [*package.CHALICE_SAM, "package"]
     assert runner.commands[1:] == [
         ["aws", "cloudformation", "package", "--region", "eu-west-1", "--template-file",
          "build/package-prod/sam.json", "--s3-bucket", "artifacts", "--s3-prefix",
@@ -652,8 +653,10 @@ def test_chalice_deploy_of_a_monitored_stage_sets_up_the_monitors_logs_and_retri
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the monitor's role may not create its log group: without it the function's log lines
     # and its Embedded Metric Format metrics would be dropped
-    stage = dataclasses.replace(load_stage("dev", project / ".chalice" / "config.json"),
-                                layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",))
+    dev = load_stage("dev", project / ".chalice" / "config.json")
+    stage = dataclasses.replace(dev, layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",),
+                                env={name: value for name, value in dev.env.items()
+                                     if not name.startswith("JOBS_")})  # Path A only
     assert stage.monitor is not None
     write_deployed(project, "dev", "a1b2c3d4e5")
     monkeypatch.setattr(snapstart, "switch", lambda action, st, session: "ok")
@@ -702,6 +705,15 @@ def test_the_cache_stack_commands_name_the_stage_region_and_cli(project: Path) -
         ["aws2", "cloudformation", "describe-stacks", "--region", "ap-south-1", "--stack-name",
          "sagegate-dev-cache", "--query", "Stacks[0].Outputs", "--output", "table"],
     ]
+
+
+def test_chalice_deploy_refuses_a_stage_that_serves_jobs(project: Path) -> None:
+    stage = dataclasses.replace(load_stage("dev", project / ".chalice" / "config.json"),
+                                layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",))
+    runner = Recorder()
+    with pytest.raises(shell.DeployError, match=r"serves jobs .* sagegate deploy") as refused:
+        chalice_deploy.chalice_deploy(stage, FakeSession(), root=project, runner=runner)
+    assert refused.value.status == 2 and runner.calls == []
 
 
 def test_chalice_deploy_refuses_a_stage_without_its_layer(project: Path) -> None:

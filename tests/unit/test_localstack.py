@@ -102,16 +102,18 @@ def test_read_port_refuses_what_is_not_a_port(raw: str) -> None:
 
 
 def test_port_options_beat_the_environment() -> None:
-    api, emulator = free_port(), free_port()
+    api, emulator, moto = free_port(), free_port(), free_port()
     args = parse_args(["--stage", "test", "--api-port", str(api),
-                       "--emulator-port", str(emulator)])
+                       "--emulator-port", str(emulator), "--moto-port", str(moto)])
 
-    api_port, emulator_port, settings, api_key = preflight(
-        args, {"API_PORT": "eighty", "EMULATOR_PORT": "eighty"})
+    plan = preflight(args, {"API_PORT": "eighty", "EMULATOR_PORT": "eighty",
+                            "MOTO_PORT": "eighty"})
 
-    assert (api_port, emulator_port) == (api, emulator)
-    assert settings.endpoint_name == "efficientnet-lite0"
-    assert api_key is None  # the test stage is open
+    assert (plan.api_port, plan.emulator_port, plan.moto_port) == (api, emulator, moto)
+    assert plan.settings.endpoint_name == "efficientnet-lite0"
+    assert plan.api_key is None  # the test stage is open
+    assert plan.jobs_env["JOBS_BUCKET"] == "sagegate-local-jobs"
+    assert plan.jobs_env["AWS_ENDPOINT_URL_S3"] == f"http://127.0.0.1:{moto}"
 
 
 def test_the_same_port_twice_is_refused() -> None:

@@ -1,0 +1,204 @@
+"""The jobs service the routes call: presign an upload for a model, create a job from an
+upload (or a small inline body), read a job for its caller.
+
+Running and finishing jobs (the event functions' side) is :mod:`.execution`; both share the
+collaborators in :class:`JobsContext`, built by the composition root.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from chalicelib.calls import CallOptions, ModelRequest
+from chalicelib.capture import Capturer
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import InvalidUploadError, UnsupportedMediaTypeError
+from chalicelib.core.media import bare
+from chalicelib.inference.accepted import ACCEPTED, accepts
+from chalicelib.inference.serving import SplitPipeline
+from chalicelib.jobs.objects import check_input, result_url
+from chalicelib.jobs.records import Job, JobState, check_owner, is_job_id, new_job_id
+from chalicelib.jobs.store import JobStore
+from chalicelib.jobs.uploads import UPLOADS, Upload, check_content_type, presign_upload, upload_key
+from chalicelib.registry.loading import Registry
+from chalicelib.registry.specs import ModelSpec
+
+TICKETS = "tickets/"
+"""Where job tickets go under ``JOBS_PREFIX``: writing one starts the job's runner (S3 event)."""
+INPUTS = "inputs/"
+"""Where an asynchronous endpoint's input goes under ``JOBS_PREFIX`` when it differs from the
+upload (the image resized, a tensor body made TF Serving's)."""
+
+ReadRequest = Callable[[bytes, str, Mapping[str, str], ModelSpec, int], ModelRequest]
+"""Reads a job's input as the model route reads a request: ``read(body, content_type, query,
+model, max_body_bytes)`` (:func:`chalicelib.http.options.read_request`, bound by the root)."""
+ReadOptions = Callable[[Mapping[str, str]], CallOptions]
+"""Validates a job's query options as the model route does (the root binds
+:func:`chalicelib.http.options.read_model_options`)."""
+
+
+@dataclasses.dataclass
+class JobsContext:
+    """What the jobs service works with; the composition root builds it on first use.
+
+    Attributes:
+        settings: ``JOBS_*``, ``JOB_*`` and ``UPLOAD_EXPIRY_SECONDS``.
+        registry: the models.
+        store: the job records.
+        s3: a boto3 S3 client (uploads, tickets, inputs, results).
+        runtime: a boto3 ``sagemaker-runtime`` client (``InvokeEndpointAsync``).
+        pipeline_for: a model's pipeline with the job's limits (its image pixel cap, the
+            job endpoint client's timeouts and budget).
+        read_request, read_options: see :data:`ReadRequest`, :data:`ReadOptions`.
+        capturer: data capture.
+        clock: epoch seconds.
+    """
+
+    settings: Settings
+    registry: Registry
+    store: JobStore
+    s3: Any
+    runtime: Any
+    pipeline_for: Callable[[ModelSpec], SplitPipeline]
+    read_request: ReadRequest
+    read_options: ReadOptions
+    capturer: Capturer
+    clock: Callable[[], float] = time.time
+
+    @property
+    def bucket(self) -> str:
+        """``JOBS_BUCKET``."""
+        return self.settings.jobs_bucket
+
+    @property
+    def prefix(self) -> str:
+        """``JOBS_PREFIX``."""
+        return self.settings.jobs_prefix
+
+    def location(self, key: str) -> str:
+        """``s3://<bucket>/<key>``."""
+        return f"s3://{self.bucket}/{key}"
+
+    def key_of(self, location: str) -> str:
+        """The key of one of this bucket's ``s3://`` locations.
+
+        Raises:
+            InvalidUploadError: a location in another bucket.
+        """
+        bucket, _, key = location.removeprefix("s3://").partition("/")
+        if bucket != self.bucket:
+            raise InvalidUploadError("The input is not an upload of this stage.")
+        return key
+
+
+def ticket_key(prefix: str, job_id: str) -> str:
+    """The key of a job's ticket: ``<prefix>tickets/<job_id>``."""
+    return f"{prefix}{TICKETS}{job_id}"
+
+
+def job_id_of_ticket(key: str, prefix: str) -> str | None:
+    """The job id a ticket's key names, or None when the key is no ticket of this stage."""
+    job_id = key[len(prefix) + len(TICKETS):]
+    if not key.startswith(prefix + TICKETS) or not is_job_id(job_id):
+        return None
+    return job_id
+
+
+def input_key(prefix: str, job_id: str) -> str:
+    """The key of a job's endpoint input: ``<prefix>inputs/<job_id>``."""
+    return f"{prefix}{INPUTS}{job_id}"
+
+
+class JobsService:
+    """The routes' side of jobs: uploads, job creation, job reads."""
+
+    def __init__(self, context: JobsContext) -> None:
+        self.context = context
+
+    def presign(self, model_name: str, content_type: object) -> Upload:
+        """A presigned POST for one input of ``model_name`` of ``content_type``.
+
+        Raises:
+            ModelNotFoundError: no such model.
+            InvalidUploadError: a content type that is no media type.
+            UnsupportedMediaTypeError: the model does not read that type.
+        """
+        model = self.context.registry.get(model_name)
+        kind = _model_type(model, bare(check_content_type(content_type)))
+        settings = self.context.settings
+        return presign_upload(self.context.s3, self.context.bucket, self.context.prefix, kind,
+                              model.jobs.max_upload_bytes, settings.upload_expiry_seconds,
+                              clock=self.context.clock)
+
+    def create_from_upload(self, model: ModelSpec, upload_id: object,
+                           options: Mapping[str, str], owner: str | None) -> Job:
+        """A queued job for an uploaded object, checked first (HEAD), with its ticket.
+
+        Raises:
+            InvalidUploadError: not an upload id this server makes.
+            UploadNotFoundError, UploadTooLargeError, UploadTypeMismatchError.
+        """
+        if not isinstance(upload_id, str):
+            raise InvalidUploadError("upload_id must be the id POST /uploads answered "
+                                     "(32 lowercase hex digits).")
+        key = upload_key(self.context.prefix, upload_id)
+        check_input(self.context.s3, self.context.bucket, self.context.prefix, key,
+                    model.jobs.max_upload_bytes, lambda kind: accepts(model, kind))
+        return self._create(model, key, options, owner)
+
+    def create_from_body(self, model: ModelSpec, body: bytes, content_type: str,
+                         options: Mapping[str, str], owner: str | None) -> Job:
+        """A queued job for a small inline body, kept as an upload the server makes itself.
+
+        Raises:
+            UnsupportedMediaTypeError: the model does not read that type.
+        """
+        kind = _model_type(model, bare(content_type))
+        key = f"{self.context.prefix}{UPLOADS}{uuid.uuid4().hex}"
+        self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
+                                   ContentType=kind)
+        return self._create(model, key, options, owner)
+
+    def _create(self, model: ModelSpec, key: str, options: Mapping[str, str],
+                owner: str | None) -> Job:
+        now = self.context.clock()
+        job = self.context.store.create(Job(
+            job_id=new_job_id(), model=model.name, state=JobState.QUEUED, created_at=now,
+            updated_at=now, input_location=self.context.location(key), options=dict(options),
+            owner=owner, expires_at=int(now + self.context.settings.jobs_ttl_seconds)))
+        self.context.s3.put_object(Bucket=self.context.bucket,
+                                   Key=ticket_key(self.context.prefix, job.job_id),
+                                   Body=json.dumps({"job_id": job.job_id}).encode(),
+                                   ContentType="application/json")
+        return job
+
+    def view(self, job_id: str, caller: str | None) -> dict[str, Any]:
+        """``GET /jobs/{job_id}``'s body: the job's view, with a presigned GET
+        (``result_url``) of an answer kept as an object.
+
+        Raises:
+            JobNotFoundError: no such job, or another caller's.
+        """
+        found = self.context.store.get(job_id) if is_job_id(job_id) else None
+        job = check_owner(found, job_id[:64], caller)
+        body = job.view()
+        if job.state is JobState.SUCCEEDED and job.result_location is not None:
+            body["result_url"] = result_url(self.context.s3, job.result_location)
+        return body
+
+
+def _model_type(model: ModelSpec, kind: str) -> str:
+    """``kind`` when the model reads it.
+
+    Raises:
+        UnsupportedMediaTypeError: it does not (the message lists what it reads).
+    """
+    if not accepts(model, kind):
+        raise UnsupportedMediaTypeError(
+            f"Model {model.name!r} does not read {kind[:64]!r}; it reads "
+            f"{', '.join(ACCEPTED[model.pipeline])}.")
+    return kind

@@ -1,0 +1,84 @@
+"""model.json's ``jobs`` block: how a model runs as a job (:class:`~.specs.JobsSpec`)::
+
+    "jobs": {"backend": "realtime" | "async", "endpoint": "iris-async",
+             "max_upload_bytes": 104857600, "invocation_timeout_seconds": 900}
+
+Without the block a model runs jobs on its own real-time endpoint with a 100 MiB cap.
+``async`` needs ``endpoint`` (an asynchronous endpoint, or ``"$VARIABLE"``) and a pipeline
+whose pre- and postprocessing run apart from the endpoint call (:data:`~.specs.ASYNC_PIPELINES`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.specs import (
+    ASYNC_PIPELINES,
+    DEFAULT_INVOCATION_TIMEOUT_SECONDS,
+    DEFAULT_MAX_UPLOAD_BYTES,
+    MAX_INVOCATION_TIMEOUT_SECONDS,
+    MAX_UPLOAD_BYTES,
+    JobsBackend,
+    JobsSpec,
+    Pipeline,
+)
+
+JOBS_KEYS = frozenset({"backend", "endpoint", "max_upload_bytes", "invocation_timeout_seconds"})
+
+Fail = Callable[[str, str], ConfigurationError]
+"""Makes the error naming the file and a key: ``fail(key, requirement)``."""
+ResolveEndpoint = Callable[[str, Any], str]
+"""Checks an endpoint value (``"$VARIABLE"`` read): ``resolve(key, value)``."""
+
+
+def read_jobs(value: Any, pipeline: Pipeline, fail: Fail,
+              resolve_endpoint: ResolveEndpoint) -> JobsSpec:
+    """The model's jobs from its ``jobs`` value (None when the key is absent).
+
+    Raises:
+        ConfigurationError: (made by ``fail``) an unknown key, a bad value, ``async`` without
+            an endpoint or for a pipeline that cannot be split.
+    """
+    if value is None:
+        return JobsSpec()
+    if not isinstance(value, dict):
+        raise fail("jobs", f"must be an object of: {', '.join(sorted(JOBS_KEYS))}")
+    unknown = sorted(set(value) - JOBS_KEYS)
+    if unknown:
+        raise fail(f"jobs.{unknown[0]}", f"is not a jobs key (known: "
+                   f"{', '.join(sorted(JOBS_KEYS))})")
+    backend = _backend(value.get("backend", JobsBackend.REALTIME), fail)
+    endpoint = value.get("endpoint")
+    if endpoint is not None:
+        endpoint = resolve_endpoint("jobs.endpoint", endpoint)
+    if backend == JobsBackend.ASYNC:
+        if endpoint is None:
+            raise fail("jobs.endpoint", "must name the asynchronous endpoint when "
+                       "jobs.backend is 'async'")
+        if pipeline not in ASYNC_PIPELINES:
+            raise fail("jobs.backend", f"cannot be 'async' for a {pipeline} model: its "
+                       "handler runs around the endpoint call, which an asynchronous endpoint "
+                       "answers later, in another function (use 'realtime'; 'async' is for "
+                       f"{', '.join(ASYNC_PIPELINES)})")
+    return JobsSpec(backend=backend, endpoint=endpoint,
+                    max_upload_bytes=_whole(value, "max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES,
+                                            MAX_UPLOAD_BYTES, fail),
+                    invocation_timeout_seconds=_whole(
+                        value, "invocation_timeout_seconds", DEFAULT_INVOCATION_TIMEOUT_SECONDS,
+                        MAX_INVOCATION_TIMEOUT_SECONDS, fail))
+
+
+def _backend(value: Any, fail: Fail) -> JobsBackend:
+    try:
+        return JobsBackend(value)
+    except ValueError:
+        raise fail("jobs.backend", f"must be one of {', '.join(JobsBackend)}, not "
+                   f"{value!r}") from None
+
+
+def _whole(block: dict[str, Any], key: str, default: int, maximum: int, fail: Fail) -> int:
+    value = block.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise fail(f"jobs.{key}", f"must be a whole number from 1 to {maximum}, not {value!r}")
+    return value

@@ -1,0 +1,157 @@
+"""Uploads and jobs, for :mod:`sagegate.client`: ``POST /uploads`` and the presigned S3
+POST (the file streamed, :mod:`sagegate.transfer`), ``POST /models/{name}/jobs``, and
+``GET /jobs/{id}`` until the job ends, then its answer (kept in the job, or downloaded from S3).
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sagegate import http_client, transfer
+from sagegate.http_client import ClientError, HttpClient, check_s3, json_object
+from sagegate.transfer import Source, Upload, UploadProgress, WaitProgress, as_is
+
+DEFAULT_WAIT_S = 3600.0
+"""How long :meth:`JobsClient.wait` waits for a job by default: SageMaker Asynchronous
+Inference's longest invocation."""
+_clock = time.monotonic  # the tests replace it
+
+
+class JobFailedError(ClientError):
+    """A job that ended ``failed``: its error's ``Code`` and ``Message`` (status 0: the job's
+    answer was a success; its work was not)."""
+
+    def __init__(self, job: Mapping[str, Any]) -> None:
+        error = job.get("error")
+        if not isinstance(error, Mapping):
+            error = {}
+        super().__init__(0, str(error.get("Code", "JobFailed")),
+                         str(error.get("Message", "The job failed.")))
+        self.job = dict(job)
+
+
+class JobsClient(HttpClient):
+    """The job steps one by one (:class:`sagegate.client.Client` puts them together)."""
+
+    def upload(self, path_or_bytes: Source | Upload, model: str,
+               content_type: str | None = None,
+               progress: UploadProgress | None = None) -> str:
+        """Upload a file for a job of ``model``: ``POST /uploads``, then the file straight
+        to S3 by the presigned POST (streamed: a file on disk is read as it is sent);
+        answers the upload id.
+
+        Raises:
+            ClientError: sagegate's refusal (a type the model does not take: 415), S3's (its
+                code and message: ``EntityTooLarge`` over the model's cap), or no connection.
+            OSError: the file cannot be read.
+        """
+        upload = path_or_bytes if isinstance(path_or_bytes, Upload) \
+            else as_is(path_or_bytes, content_type)
+        request = json.dumps({"model": model, "content_type": upload.content_type}).encode()
+        presigned = json_object(self.check(self.request(
+            "POST", "/uploads", request, {"Content-Type": "application/json"})), "POST /uploads")
+        url, fields = presigned.get("url"), presigned.get("fields")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or \
+                not isinstance(fields, dict) or "upload_id" not in presigned:
+            raise ClientError(200, "InvalidAnswer", "POST /uploads answered no upload.")
+        self._post_form(url, {str(k): str(v) for k, v in fields.items()}, upload, progress)
+        return str(presigned["upload_id"])
+
+    def _post_form(self, url: str, fields: Mapping[str, str], upload: Upload,
+                   progress: UploadProgress | None) -> None:
+        """The presigned POST: the fields, then the file, streamed; S3's refusal raised."""
+        cap = transfer.policy_max_bytes(fields)
+        if cap is not None and upload.size > cap:  # S3 would read it all to refuse it
+            raise ClientError(400, "EntityTooLarge", f"The file is {upload.size:,} bytes; "
+                              f"this model's uploads take at most {cap:,} bytes.")
+        form = transfer.form(fields, upload.content_type)
+        size = upload.size
+
+        def body() -> Iterable[bytes]:
+            return transfer.streamed(form, transfer.file_chunks(upload.source()), size,
+                                     progress)
+
+        check_s3(self._send("POST", url, body, {"Content-Type": form.content_type,
+                                                "Content-Length": str(form.length(size))}))
+
+    def submit_job(self, model: str, upload_id: str, k: int | None = None) -> dict[str, Any]:
+        """``POST /models/{model}/jobs`` for an upload; the job (``job_id``, ``state``).
+
+        Raises:
+            ClientError: the upload is missing (``UploadNotFound``), too large, of the wrong
+                type, an option is refused, or no connection.
+        """
+        path = f"/models/{urllib.parse.quote(model, '')}/jobs"
+        if k is not None:
+            path += f"?k={int(k)}"
+        response = self.check(self.request("POST", path, json.dumps(
+            {"upload_id": upload_id}).encode(), {"Content-Type": "application/json"}))
+        job = json_object(response, f"POST {path}")
+        if not isinstance(job.get("job_id"), str):
+            raise ClientError(response.status, "InvalidAnswer", f"POST {path} gave no job id.")
+        return job
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """``GET /jobs/{job_id}``: the job's state, and its result or error once it ends.
+
+        Raises:
+            ClientError: ``JobNotFound`` (404), or no connection.
+        """
+        return self._job(job_id)[0]
+
+    def _job(self, job_id: str) -> tuple[dict[str, Any], float | None]:
+        response = self.check(self.request("GET", "/jobs/" + urllib.parse.quote(job_id, "")))
+        return json_object(response, "GET /jobs"), http_client.retry_after_seconds(
+            response.headers.get("Retry-After"))
+
+    def wait(self, job_id: str, timeout: float = DEFAULT_WAIT_S,
+             progress: WaitProgress | None = None) -> dict[str, Any]:
+        """Read a job until it ends, waiting 0.25 s, then twice as long each time up to 5 s
+        (longer when the server's ``Retry-After`` says so); the succeeded job.
+
+        Raises:
+            JobFailedError: the job failed (its error's code and message).
+            ClientError: it did not end within ``timeout`` seconds (``WaitTimeout``), it is
+                not found, or no connection.
+        """
+        started, delay = _clock(), transfer.POLL_FIRST_S
+        while True:
+            job, retry_after = self._job(job_id)
+            elapsed = _clock() - started
+            if progress:
+                progress(job, elapsed)
+            state = job.get("state")
+            if state == "failed":
+                raise JobFailedError(job)
+            if state == "succeeded":
+                return job
+            if elapsed >= timeout:
+                raise ClientError(0, "WaitTimeout", f"Job {job_id} is still {state} after "
+                                  f"{elapsed:.0f} s; read it later with GET /jobs/{job_id}.")
+            http_client._sleep(transfer.next_poll(delay, retry_after, timeout - elapsed))
+            delay = transfer.backoff(delay)
+
+    def result(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """A succeeded job's answer: the synchronous route's, kept in the job or, when it
+        was too large for that, downloaded from its ``result_url``.
+
+        Raises:
+            JobFailedError: the job failed.
+            ClientError: no answer (not finished), or S3 refused the download.
+        """
+        if job.get("state") == "failed":
+            raise JobFailedError(job)
+        if "result" in job:
+            answer: dict[str, Any] = job["result"]
+            return answer
+        url = job.get("result_url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ClientError(200, "NoResult", f"Job {job.get('job_id')} has no result "
+                              f"(it is {job.get('state')}).")
+        answer = json.loads(check_s3(self._send("GET", url, None, {})).data)
+        return answer
+
+    # ------------------------------------------------------------------ images

@@ -1,0 +1,275 @@
+"""The local event pump: S3 and SNS events to the job functions, inside ``chalice local``.
+
+On AWS, S3 invokes the job runner's Lambda for each new ticket object, and SNS invokes the
+results and failures Lambdas for each SageMaker notification. ``chalice local`` serves routes
+only, so ``sagegate run`` has moto deliver those events to two SQS queues (the bucket's
+notification of its tickets prefix, and both topics subscribed with the SNS envelope), and this
+pump, a few threads inside the ``chalice local`` process (so the in-memory job store is the
+API's), long-polls them and calls the same functions Lambda would: ``app.job_runner``,
+``app.job_results`` and ``app.job_failures`` of the imported app module, each with a
+Lambda-shaped event and a Lambda context.
+
+As Lambda's asynchronous invocation does, a message is deleted once its function returned and
+left for redelivery when it raised, at most :data:`MAX_ATTEMPTS` times in all (the first try and
+Lambda's 2 retries); then one log line says it was dropped. S3's ``s3:TestEvent`` (sent when the
+notification is configured) never reaches a function, as on AWS. Only the standard library is
+imported here at module level; boto3 and chalice come with :func:`start_pump`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+TICKETS_QUEUE_ENV = "SAGEGATE_LOCAL_TICKETS_QUEUE"
+"""The SQS queue URL of the jobs bucket's ticket notifications (set by ``sagegate run``)."""
+NOTIFICATIONS_QUEUE_ENV = "SAGEGATE_LOCAL_NOTIFICATIONS_QUEUE"
+"""The SQS queue URL the jobs' SNS topics deliver to (set by ``sagegate run``)."""
+JOB_RUNNER = "job_runner"
+JOB_RESULTS = "job_results"
+JOB_FAILURES = "job_failures"
+MAX_ATTEMPTS = 3
+"""Calls per event at most: Lambda's asynchronous invocation tries twice more after a failure."""
+RETRY_DELAY_S = 1
+"""How long a failed event stays hidden before its next attempt."""
+WAIT_SECONDS = 2
+"""The long poll: also the longest a stop waits for an idle receiver."""
+WORKERS = 4
+"""Receivers per queue: the events of one queue handled at once."""
+LAMBDA_TIMEOUT_MS = 900_000
+LOG = logging.getLogger("sagegate.local_events")
+
+Handler = Callable[[dict[str, Any], Any], Any]
+Event = tuple[str, dict[str, Any]]
+"""A function's name and the Lambda event to call it with."""
+
+
+def s3_events(body: str) -> list[Event]:
+    """The job runner's event for an S3 notification delivered to SQS: the notification
+    itself, as is (Lambda gets the same document); none for ``s3:TestEvent``.
+
+    Raises:
+        ValueError: the body is not an S3 notification.
+    """
+    document = json.loads(body)
+    if not isinstance(document, dict):
+        raise ValueError("an S3 notification is a JSON object")
+    if document.get("Event") == "s3:TestEvent":
+        return []
+    if not isinstance(document.get("Records"), list):
+        raise ValueError("an S3 notification has Records")
+    return [(JOB_RUNNER, document)]
+
+
+def sns_record(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """A Lambda SNS record from the envelope SNS delivers to SQS (raw delivery off)."""
+    sns = {key: value for key, value in envelope.items()
+           if key not in ("SigningCertURL", "UnsubscribeURL")}
+    sns.setdefault("Subject", None)
+    sns.setdefault("MessageAttributes", {})
+    # Lambda spells these two "Url"; the SQS envelope "URL"
+    sns["SigningCertUrl"] = envelope.get("SigningCertURL")
+    sns["UnsubscribeUrl"] = envelope.get("UnsubscribeURL")
+    topic = str(envelope.get("TopicArn", ""))
+    return {"EventSource": "aws:sns", "EventVersion": "1.0",
+            "EventSubscriptionArn": f"{topic}:local", "Sns": sns}
+
+
+def topic_name(topic: str) -> str:
+    """A topic's name, from its ARN or its name."""
+    return topic.rsplit(":", 1)[-1]
+
+
+def sns_router(success_topic: str, error_topic: str) -> Callable[[str], list[Event]]:
+    """The SNS queue's router: a notification of the success topic goes to ``job_results``,
+    of the error topic to ``job_failures`` (both to ``job_results`` when they are one topic,
+    which then declares one function); of another topic, to none."""
+    names = {topic_name(t): JOB_FAILURES for t in (error_topic,) if t}
+    names.update({topic_name(t): JOB_RESULTS for t in (success_topic,) if t})
+
+    def route(body: str) -> list[Event]:
+        envelope = json.loads(body)
+        if not isinstance(envelope, dict) or envelope.get("Type") != "Notification":
+            raise ValueError("not an SNS notification envelope")
+        function = names.get(topic_name(str(envelope.get("TopicArn", ""))))
+        if function is None:
+            return []
+        return [(function, {"Records": [sns_record(envelope)]})]
+
+    return route
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One queue and how its messages become function calls."""
+
+    queue_url: str
+    events: Callable[[str], list[Event]]
+
+
+class EventPump:
+    """Receives each route's messages and calls the functions, Lambda's way (see module)."""
+
+    def __init__(self, sqs: Any, routes: Sequence[Route], handlers: Mapping[str, Handler],
+                 context: Callable[[str], Any], *, max_attempts: int = MAX_ATTEMPTS,
+                 retry_delay: int = RETRY_DELAY_S, wait_seconds: int = WAIT_SECONDS,
+                 workers: int = WORKERS) -> None:
+        """Prepares the pump; :meth:`start` runs it.
+
+        Args:
+            sqs: a boto3 SQS client (moto's server).
+            routes: the queues.
+            handlers: the functions by name (``job_runner`` ...); an event for a missing one
+                is dropped with a log line.
+            context: makes the Lambda context for a function name.
+            max_attempts: calls per event at most.
+            retry_delay: seconds a failed event stays hidden.
+            wait_seconds: the long poll.
+            workers: receiver threads per queue.
+        """
+        self.sqs = sqs
+        self.routes = tuple(routes)
+        self.handlers = dict(handlers)
+        self.context = context
+        self.max_attempts = max_attempts
+        self.retry_delay = retry_delay
+        self.wait_seconds = wait_seconds
+        self.workers = workers
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Starts the receivers (daemon threads: they never hold the process up)."""
+        for route in self.routes:
+            for index in range(self.workers):
+                thread = threading.Thread(target=self._receive, args=(route,), daemon=True,
+                                          name=f"event-pump-{index}")
+                thread.start()
+                self._threads.append(thread)
+
+    def stop(self, timeout: float = WAIT_SECONDS + 1.0) -> None:
+        """Asks the receivers to stop and waits for them, ``timeout`` seconds at most (a
+        function still running is left to finish or to die with the process)."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _receive(self, route: Route) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.poll(route, max_messages=1)
+            except Exception as error:  # moto unreachable (restarting): wait, try again
+                LOG.warning("event pump: cannot receive from %s: %s", route.queue_url, error)
+                self._stopping.wait(self.wait_seconds)
+
+    def poll(self, route: Route, max_messages: int = 10) -> int:
+        """Receives once from a route's queue (a long poll) and handles what came.
+
+        Returns:
+            The number of messages received.
+        """
+        answer = self.sqs.receive_message(
+            QueueUrl=route.queue_url, MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=self.wait_seconds, AttributeNames=["ApproximateReceiveCount"])
+        messages = answer.get("Messages", [])
+        for message in messages:
+            self.handle(route, message)
+        return len(messages)
+
+    def handle(self, route: Route, message: Mapping[str, Any]) -> bool:
+        """Calls the functions of one message; deletes it when they returned, else leaves it
+        for a later attempt (or drops it, with one log line, after the last).
+
+        Returns:
+            True when every call returned.
+        """
+        try:
+            events = route.events(str(message.get("Body", "")))
+        except (ValueError, TypeError) as error:  # JSONDecodeError is a ValueError
+            LOG.error("event pump: dropped a message of %s that is not an event: %s",
+                      route.queue_url, error)
+            self._delete(route, message)
+            return False
+        for name, event in events:
+            if not self._call(route, message, name, event):
+                return False
+        self._delete(route, message)
+        return True
+
+    def _call(self, route: Route, message: Mapping[str, Any], name: str,
+              event: dict[str, Any]) -> bool:
+        handler = self.handlers.get(name)
+        if handler is None:
+            LOG.error("event pump: no function %s in app.py; dropped its event", name)
+            return True
+        try:
+            handler(event, self.context(name))
+        except Exception as error:  # as Lambda: the event is retried, the pump goes on
+            self._failed(route, message, name, error)
+            return False
+        return True
+
+    def _failed(self, route: Route, message: Mapping[str, Any], name: str,
+                error: Exception) -> None:
+        attempt = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        what = f"{type(error).__name__}: {error}"
+        if attempt >= self.max_attempts:
+            LOG.error("event pump: %s failed %d times, event dropped (%s)", name, attempt,
+                      what, exc_info=error)
+            self._delete(route, message)
+            return
+        LOG.warning("event pump: %s failed (attempt %d of %d: %s); retrying in %d s", name,
+                    attempt, self.max_attempts, what, self.retry_delay)
+        self.sqs.change_message_visibility(QueueUrl=route.queue_url,
+                                           ReceiptHandle=message["ReceiptHandle"],
+                                           VisibilityTimeout=self.retry_delay)
+
+    def _delete(self, route: Route, message: Mapping[str, Any]) -> None:
+        self.sqs.delete_message(QueueUrl=route.queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def handlers_of(app_module: Any) -> dict[str, Handler]:
+    """The job functions the app module declares (none when jobs are off)."""
+    names = (JOB_RUNNER, JOB_RESULTS, JOB_FAILURES)
+    return {name: getattr(app_module, name) for name in names
+            if callable(getattr(app_module, name, None))}
+
+
+def routes_from(environ: Mapping[str, str]) -> list[Route]:
+    """The queues ``sagegate run`` named in the environment, with their routers."""
+    routes = []
+    if environ.get(TICKETS_QUEUE_ENV):
+        routes.append(Route(environ[TICKETS_QUEUE_ENV], s3_events))
+    if environ.get(NOTIFICATIONS_QUEUE_ENV):
+        router = sns_router(environ.get("JOBS_SUCCESS_TOPIC", ""),
+                            environ.get("JOBS_ERROR_TOPIC", ""))
+        routes.append(Route(environ[NOTIFICATIONS_QUEUE_ENV], router))
+    return routes
+
+
+def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump | None:
+    """Starts the pump for the app module's job functions, when ``sagegate run`` named its
+    queues and the app declares functions; None otherwise (plain ``chalice local``, jobs
+    off)."""
+    routes = routes_from(environ)
+    handlers = handlers_of(app_module)
+    if not routes or not handlers:
+        return None
+    import boto3
+    from botocore.config import Config
+    from chalice.local import LambdaContext
+
+    sqs = boto3.client("sqs", endpoint_url=environ.get("AWS_ENDPOINT_URL_SQS"),
+                       config=Config(read_timeout=WAIT_SECONDS + 10,
+                                     retries={"max_attempts": 1}))
+    pump = EventPump(sqs, routes, handlers,
+                     lambda name: LambdaContext(name, 1769, LAMBDA_TIMEOUT_MS))
+    pump.start()
+    LOG.info("event pump: delivering %s to %s", ", ".join(r.queue_url for r in routes),
+             ", ".join(sorted(handlers)))
+    return pump

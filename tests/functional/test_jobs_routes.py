@@ -1,0 +1,477 @@
+"""The job routes through Chalice's test client and the job functions called as Lambda calls
+them (S3 and SNS event dicts), on moto's in-process S3 and a stubbed sagemaker-runtime client:
+both backends end to end, the upload and job checks, retried events, failures, jobs off."""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import importlib.util
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+import requests
+from botocore.exceptions import ReadTimeoutError
+from botocore.stub import Stubber
+from chalice.test import Client
+from moto import mock_aws
+
+import app as app_module
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import CaptureRecord
+from chalicelib.core.config import Settings
+from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.jobs import runner
+from chalicelib.jobs.records import Job, JobState, new_job_id
+from chalicelib.jobs.store import MemoryJobStore
+from chalicelib.registry.specs import JobsBackend, JobsSpec
+from chalicelib.services import Services
+from tests.functional.conftest import ENDPOINT, endpoint_response, probabilities
+from tests.imagefactory import jpeg
+
+BUCKET, PREFIX = "sagegate-test-jobs", "test/jobs/"
+SUCCESS_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-done"
+ERROR_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-failed"
+IRIS_ROW = b"5.1,3.5,1.4,0.2\n"
+
+
+def _app_with_jobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """app.py imported afresh with a jobs stage's variables, as Lambda and `chalice package`
+    import it: the job functions are declared only then."""
+    for name, value in {"JOBS_BUCKET": BUCKET, "JOBS_PREFIX": PREFIX,
+                        "JOBS_SUCCESS_TOPIC": SUCCESS_TOPIC,
+                        "JOBS_ERROR_TOPIC": ERROR_TOPIC}.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location("app_with_jobs",
+                                                  Path(app_module.__file__))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class MemorySink:
+    """Keeps the records written (a capture sink in memory)."""
+
+    def __init__(self) -> None:
+        self.records: list[CaptureRecord] = []
+
+    def write(self, records: Any) -> None:
+        self.records.extend(records)
+
+    def close(self) -> None:
+        pass
+
+    def lines(self) -> list[bytes]:
+        return [record.line for record in self.records]
+
+
+@dataclasses.dataclass
+class Stage:
+    app: ModuleType
+    client: Client
+    s3: Any
+    stubber: Stubber
+    store: MemoryJobStore
+    sink: MemorySink
+    services: Services
+
+    def put_upload(self, body: bytes, content_type: str) -> str:
+        upload_id = uuid.uuid4().hex
+        self.s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}uploads/{upload_id}", Body=body,
+                           ContentType=content_type)
+        return upload_id
+
+    def post(self, path: str, body: bytes | str, content_type: str = "application/json") -> Any:
+        return self.client.http.post(path, body=body, headers={"Content-Type": content_type})
+
+    def post_job(self, model: str, upload_id: str, query: str = "") -> Any:
+        return self.post(f"/models/{model}/jobs{query}", json.dumps({"upload_id": upload_id}))
+
+    def get(self, path: str) -> tuple[int, Any]:
+        response = self.client.http.get(path)
+        return response.status_code, json.loads(response.body)
+
+    def tickets(self) -> list[str]:
+        listed = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}tickets/")
+        return [item["Key"] for item in listed.get("Contents", [])]
+
+    def run_tickets(self, keys: list[str] | None = None) -> Any:
+        """What S3 delivers to the runner: one record per ticket (keys URL-encoded)."""
+        records = [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                    "s3": {"bucket": {"name": BUCKET}, "object": {"key": key, "size": 40}}}
+                   for key in (self.tickets() if keys is None else keys)]
+        return self.app.job_runner({"Records": records}, None)
+
+    def notify(self, message: dict[str, Any], function: str = "job_results") -> Any:
+        topic = SUCCESS_TOPIC if function == "job_results" else ERROR_TOPIC
+        event = {"Records": [{"EventSource": "aws:sns", "Sns": {
+            "Type": "Notification", "TopicArn": topic, "Message": json.dumps(message),
+            "MessageAttributes": {}, "Subject": None}}]}
+        return getattr(self.app, function)(event, None)
+
+
+@pytest.fixture
+def stage(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stage]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    module = _app_with_jobs(monkeypatch)
+    settings = Settings.from_env({"ENDPOINT_NAME": ENDPOINT}, passthrough=False,
+                                 jobs_bucket=BUCKET, jobs_prefix=PREFIX)
+    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1")
+    sink = MemorySink()
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        store = MemoryJobStore()
+        services = Services(
+            settings, job_store=store, s3=s3, capturer=Capturer("both", sink),
+            job_endpoint=EndpointClient(runtime, RetryPolicy(max_attempts=1, budget_seconds=100,
+                                                             attempt_timeout=72)))
+        setattr(module, "services", services)  # noqa: B010 (a module loaded at run time)
+        with Stubber(runtime) as stubber, Client(module.app, stage_name="local") as client:
+            yield Stage(module, client, s3, stubber, store, sink, services)
+            stubber.assert_no_pending_responses()
+
+
+def _output(stage: Stage, body: bytes) -> str:
+    key = f"async-output/{uuid.uuid4().hex}.out"
+    stage.s3.put_object(Bucket=BUCKET, Key=key, Body=body, ContentType="application/json")
+    return f"s3://{BUCKET}/{key}"
+
+
+def _notification(job_id: str, status: str = "Completed", output: str | None = None,
+                  reason: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "awsRegion": "us-east-1", "eventTime": "2027-01-15T08:00:00.000Z",
+        "receivedTime": "2027-01-15T07:59:58.000Z", "invocationStatus": status,
+        "requestParameters": {"endpointName": "iris-async"},
+        "responseParameters": {"contentType": "application/json", "outputLocation": output},
+        "inferenceId": job_id, "eventVersion": "1.0", "eventSource": "aws:sagemaker",
+        "eventName": "InferenceResult"}
+    if reason is not None:
+        message["failureReason"] = reason
+    return message
+
+
+def test_a_realtime_image_job_answers_as_the_synchronous_route(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(1600, 1200), "image/jpeg")
+    response = stage.post_job(ENDPOINT, upload_id, "?k=2")
+    assert response.status_code == 202, response.body
+    accepted = json.loads(response.body)
+    job_id = accepted["job_id"]
+    assert accepted == {"job_id": job_id, "state": "queued"}
+    assert response.headers["Location"] == f"/jobs/{job_id}"
+    assert stage.get(f"/jobs/{job_id}")[1]["state"] == "queued"
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({285: 0.8})))
+    assert stage.run_tickets() == {"jobs": {job_id: "succeeded"}}
+    status, job = stage.get(f"/jobs/{job_id}")
+    assert status == 200 and job["state"] == "succeeded"
+    assert job["result"]["predictions"][0]["index"] == 285
+    assert len(job["result"]["predictions"]) == 2  # the job's k
+    assert job["result"]["request_id"] == job_id
+    records = [json.loads(line) for line in stage.sink.lines()]
+    assert [record["eventMetadata"]["inferenceId"] for record in records] == [job_id]
+
+
+def test_a_retried_ticket_runs_nothing_twice(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({7: 0.9})))
+    first = stage.run_tickets()
+    again = stage.run_tickets()  # the stubber holds no second answer: a call would fail
+    assert first == again == {"jobs": {job_id: "succeeded"}}
+
+
+def test_an_async_tensor_job_is_queued_then_finished_by_the_notification(stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    endpoint_input = f"s3://{BUCKET}/{PREFIX}inputs/{job_id}"
+    stage.stubber.add_response(
+        "invoke_endpoint_async", {"InferenceId": job_id, "OutputLocation": "s3://x/y.out"},
+        {"EndpointName": "iris-async", "InputLocation": endpoint_input, "InferenceId": job_id,
+         "ContentType": "application/json", "InvocationTimeoutSeconds": 900})
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}  # retried: not queued again
+    sent = stage.s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}inputs/{job_id}")["Body"].read()
+    assert json.loads(sent)["instances"] == [[5.1, 3.5, 1.4, 0.2]]
+    output = _output(stage, json.dumps({"predictions": [[0.9, 0.06, 0.04]]}).encode())
+    for _ in range(2):  # SNS delivers at least once
+        assert stage.notify(_notification(job_id, output=output)) == {
+            "jobs": {job_id: "succeeded"}}
+    status, job = stage.get(f"/jobs/{job_id}")
+    assert status == 200
+    assert job["result"]["predictions"] == [[{"index": 0, "label": "setosa",
+                                              "probability": pytest.approx(0.9)}]]
+    assert job["result"]["endpoint"] == "iris-async" and job["result"]["request_id"] == job_id
+    records = [json.loads(line) for line in stage.sink.lines()]
+    assert len(records) == 1  # captured once, as SageMaker's async capture writes it
+    assert json.loads(records[0]["captureData"]["endpointInput"]["data"]) == json.loads(sent)
+    assert records[0]["eventMetadata"]["inferenceId"] == job_id
+
+
+def _running_async_iris_job(stage: Stage) -> str:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    job_id: str = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint_async",
+                               {"InferenceId": job_id, "OutputLocation": "s3://x/y.out"})
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}
+    return job_id
+
+
+def test_an_output_object_that_is_gone_fails_the_job_instead_of_leaving_it_running(
+        stage: Stage) -> None:
+    # a retry cannot bring the object back: raising would spend Lambda's retries and leave
+    # the job running for ever
+    job_id = _running_async_iris_job(stage)
+    gone = f"s3://{BUCKET}/async-output/{uuid.uuid4().hex}.out"
+    assert stage.notify(_notification(job_id, output=gone)) == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "InvalidEndpointResponse" and gone in error["Message"]
+
+
+def test_an_input_that_is_gone_is_captured_without_it_and_the_job_succeeds(
+        stage: Stage) -> None:
+    job_id = _running_async_iris_job(stage)
+    stage.s3.delete_object(Bucket=BUCKET, Key=f"{PREFIX}inputs/{job_id}")
+    for listed in stage.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}uploads/")["Contents"]:
+        stage.s3.delete_object(Bucket=BUCKET, Key=listed["Key"])
+    output = _output(stage, json.dumps({"predictions": [[0.9, 0.06, 0.04]]}).encode())
+    assert stage.notify(_notification(job_id, output=output)) == {"jobs": {job_id: "succeeded"}}
+    [record] = [json.loads(line) for line in stage.sink.lines()]
+    assert record["captureData"]["endpointInput"]["data"] == ""
+
+
+@pytest.mark.parametrize("status,reason,code", [
+    ("Failed", "ClientError: Received server error (500) from model: bad row", "ModelError"),
+    ("Expired", "Request expired in the queue.", "EndpointTimeout")])
+def test_an_async_failure_fails_the_job_with_the_endpoints_message(
+        stage: Stage, status: str, reason: str, code: str) -> None:
+    job = stage.services.jobs.create_from_body(stage.services.registry.get("iris"), IRIS_ROW,
+                                               "text/csv", {}, None)
+    stage.store.advance(job.job_id, JobState.RUNNING)
+    assert stage.notify(_notification(job.job_id, status, reason=reason),
+                        "job_failures") == {"jobs": {job.job_id: "failed"}}
+    assert stage.get(f"/jobs/{job.job_id}")[1]["error"] == {"Code": code, "Message": reason}
+
+
+def test_an_endpoint_failure_lands_as_failed_with_the_models_message(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    stage.stubber.add_client_error(
+        "invoke_endpoint", service_error_code="ModelError", http_status_code=424,
+        response_meta={}, modeled_fields={"OriginalStatusCode": 500,
+                                          "OriginalMessage": "CUDA out of memory"})
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "ModelError" and "CUDA out of memory" in error["Message"]
+
+
+def test_an_answer_too_large_to_inline_is_a_presigned_get(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "INLINE_RESULT_BYTES", 64)
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({3: 0.7})))
+    stage.run_tickets()
+    job = stage.get(f"/jobs/{job_id}")[1]
+    assert "result" not in job and job["state"] == "succeeded"
+    answer = requests.get(job["result_url"], timeout=10)
+    assert answer.status_code == 200 and answer.json()["predictions"][0]["index"] == 3
+
+
+def test_an_upload_posted_through_the_presigned_form_runs_as_a_job(stage: Stage) -> None:
+    response = stage.post("/uploads", json.dumps({"model": ENDPOINT,
+                                                  "content_type": "image/jpeg"}))
+    assert response.status_code == 200, response.body
+    upload = json.loads(response.body)
+    assert set(upload) == {"upload_id", "url", "fields", "expires_at"}
+    posted = requests.post(upload["url"], data=upload["fields"],
+                           files={"file": ("photo.jpg", jpeg(640, 480), "image/jpeg")},
+                           timeout=10)
+    assert posted.status_code in (200, 204), posted.text
+    assert stage.post_job(ENDPOINT, upload["upload_id"]).status_code == 202
+
+
+@pytest.mark.parametrize("body,status,code", [
+    ({"model": "resnet", "content_type": "image/jpeg"}, 404, "ModelNotFound"),
+    ({"model": "iris", "content_type": "image/jpeg"}, 415, "UnsupportedMediaType"),
+    ({"model": "iris", "content_type": "text/csv; charset=utf-8"}, 400, "InvalidUpload"),
+    ({"model": "iris"}, 400, "InvalidUpload"),
+    ({"model": "iris", "content_type": "text/csv", "key": "../x"}, 400, "InvalidUpload"),
+    ("not json", 400, "InvalidJSON")])
+def test_bad_upload_requests_are_4xx(stage: Stage, body: Any, status: int, code: str) -> None:
+    response = stage.post("/uploads", body if isinstance(body, str) else json.dumps(body))
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (status, code), answer
+
+
+def test_a_missing_upload_is_404_naming_the_cap(stage: Stage) -> None:
+    response = stage.post_job("iris", uuid.uuid4().hex)
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (404, "UploadNotFound")
+    assert str(32 * 1024 * 1024) in answer["Message"]
+    assert stage.tickets() == []
+
+
+def test_an_upload_of_a_type_the_model_does_not_read_is_415(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(64, 64), "image/jpeg")
+    response = stage.post_job("iris", upload_id)
+    assert (response.status_code, json.loads(response.body)["Code"]) == (415,
+                                                                         "UploadTypeMismatch")
+
+
+def test_an_upload_over_the_models_cap_is_413(stage: Stage) -> None:
+    registry = stage.services.registry
+    registry.models["iris"] = dataclasses.replace(registry.models["iris"],
+                                                  jobs=JobsSpec(max_upload_bytes=8))
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    response = stage.post_job("iris", upload_id)
+    assert (response.status_code, json.loads(response.body)["Code"]) == (413, "UploadTooLarge")
+
+
+@pytest.mark.parametrize("body", [{"upload_id": "../../other/" + "a" * 32},
+                                  {"upload_id": 5}, {"upload_id": None},
+                                  {"upload_id": "A" * 32},
+                                  {"upload_id": "a" * 32, "k": 3}])
+def test_an_upload_id_the_server_never_made_is_400(stage: Stage, body: Any) -> None:
+    response = stage.post("/models/iris/jobs", json.dumps(body))
+    assert (response.status_code, json.loads(response.body)["Code"]) == (400, "InvalidUpload")
+
+
+def test_bad_query_options_are_refused_before_a_job_is_made(stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    for query in ("?k=0", "?colour=red"):
+        response = stage.post_job("iris", upload_id, query)
+        assert (response.status_code, json.loads(response.body)["Code"]) == (
+            400, "InvalidParameter")
+    assert stage.tickets() == []
+
+
+def test_an_inline_body_becomes_a_job_and_an_oversized_one_is_413(stage: Stage) -> None:
+    response = stage.post("/models/iris/jobs", IRIS_ROW, "text/csv")
+    assert response.status_code == 202
+    too_large = stage.post("/models/iris/jobs", b"1," * (4 * 1024 * 1024), "text/csv")
+    assert (too_large.status_code, json.loads(too_large.body)["Code"]) == (
+        413, "PayloadTooLarge")
+    wrong = stage.post("/models/iris/jobs", jpeg(64, 64), "image/jpeg")
+    assert (wrong.status_code, json.loads(wrong.body)["Code"]) == (415, "UnsupportedMediaType")
+
+
+def test_an_upload_gone_before_the_job_ran_fails_the_job(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    stage.s3.delete_object(Bucket=BUCKET, Key=f"{PREFIX}uploads/{upload_id}")
+    stage.run_tickets()
+    assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "UploadNotFound"
+
+
+def test_a_job_whose_input_is_outside_this_stages_uploads_fails(stage: Stage) -> None:
+    stage.s3.put_object(Bucket=BUCKET, Key="other-stage/jobs/uploads/" + "b" * 32,
+                        Body=IRIS_ROW, ContentType="text/csv")
+    job = stage.store.create(Job(
+        job_id=new_job_id(), model="iris-cortex", state=JobState.QUEUED, created_at=1.0,
+        updated_at=1.0, input_location=f"s3://{BUCKET}/other-stage/jobs/uploads/" + "b" * 32))
+    stage.run_tickets([f"{PREFIX}tickets/{job.job_id}"])
+    assert stage.get(f"/jobs/{job.job_id}")[1]["error"]["Code"] == "InvalidUpload"
+
+
+def test_tickets_that_name_no_job_of_this_stage_are_ignored(stage: Stage) -> None:
+    assert stage.run_tickets([f"{PREFIX}tickets/{new_job_id()}", "elsewhere/tickets/x",
+                              f"{PREFIX}tickets/not-an-id"]) == {"jobs": {}}
+    assert stage.notify({"eventSource": "aws:s3"}) == {"jobs": {}}
+    assert stage.notify(_notification(new_job_id(), output="s3://x/y")) == {"jobs": {}}
+
+
+def test_another_callers_job_is_404_as_a_missing_one(stage: Stage) -> None:
+    job = stage.store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
+                                 created_at=1.0, updated_at=1.0, owner="apikey:someone"))
+    theirs, missing = stage.get(f"/jobs/{job.job_id}"), stage.get(f"/jobs/{new_job_id()}")
+    assert theirs[0] == missing[0] == 404
+    assert theirs[1]["Code"] == missing[1]["Code"] == "JobNotFound"
+    assert stage.get("/jobs/..%2F..%2Fsecret")[0] == 404
+
+
+def test_jobs_are_501_on_a_stage_without_a_bucket() -> None:
+    with Client(app_module.app, stage_name="local") as client:
+        answers = [client.http.post("/uploads", body="{}",
+                                    headers={"Content-Type": "application/json"}),
+                   client.http.post("/models/iris/jobs", body=IRIS_ROW,
+                                    headers={"Content-Type": "text/csv"}),
+                   client.http.get(f"/jobs/{new_job_id()}")]
+    for response in answers:
+        assert (response.status_code, json.loads(response.body)["Code"]) == (501,
+                                                                             "JobsDisabled")
+    assert not hasattr(app_module, "job_runner")  # and no event function is declared
+
+
+def test_the_synchronous_timeout_names_the_job_route(stage: Stage) -> None:
+    class TimingOut:
+        def invoke_endpoint(self, **_: Any) -> Any:
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1:9")
+
+    setattr(stage.app, "services", Services(  # noqa: B010 (a module loaded at run time)
+        stage.services.settings,
+        endpoint=EndpointClient(TimingOut(), sleep=lambda _: None)))  # type: ignore[arg-type]
+    response = stage.post("/models/iris/predict", IRIS_ROW, "text/csv")
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (504, "EndpointTimeout")
+    assert "POST /models/iris/jobs" in answer["Message"]
+
+
+def test_an_async_endpoint_that_refuses_the_job_fails_it(stage: Stage) -> None:
+    job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    stage.stubber.add_client_error(
+        "invoke_endpoint_async", service_error_code="ValidationError", http_status_code=400,
+        service_message="Endpoint slow-async of account 123456789012 not found.")
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "EndpointError" and "ValidationError" in error["Message"]
+
+
+def test_a_throttled_async_call_is_retried_by_lambda_not_failed(stage: Stage) -> None:
+    job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    stage.stubber.add_client_error("invoke_endpoint_async",
+                                   service_error_code="ThrottlingException",
+                                   http_status_code=400)
+    with pytest.raises(Exception, match="ThrottlingException"):
+        stage.run_tickets()
+    assert stage.get(f"/jobs/{job_id}")[1]["state"] == "queued"
+
+
+def test_an_async_image_job_takes_its_options_from_the_query_only(stage: Stage) -> None:
+    registry = stage.services.registry
+    registry.models[ENDPOINT] = dataclasses.replace(
+        registry.models[ENDPOINT], jobs=JobsSpec(JobsBackend.ASYNC, "efficientnet-async"))
+    body = json.dumps({"image": base64.b64encode(jpeg(64, 64)).decode(), "k": 3})
+    job_id = json.loads(stage.post(f"/models/{ENDPOINT}/jobs", body).body)["job_id"]
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "InvalidParameter" and "query string" in error["Message"]
+
+
+def test_an_async_image_job_sends_the_resized_image_and_answers_top_k(stage: Stage) -> None:
+    registry = stage.services.registry
+    registry.models[ENDPOINT] = dataclasses.replace(
+        registry.models[ENDPOINT], jobs=JobsSpec(JobsBackend.ASYNC, "efficientnet-async"))
+    upload_id = stage.put_upload(jpeg(2000, 1500), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id, "?k=1").body)["job_id"]
+    stage.stubber.add_response(
+        "invoke_endpoint_async", {"InferenceId": job_id},
+        {"EndpointName": "efficientnet-async", "InferenceId": job_id,
+         "InputLocation": f"s3://{BUCKET}/{PREFIX}inputs/{job_id}",
+         "ContentType": "application/x-image", "InvocationTimeoutSeconds": 900})
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}
+    sent = stage.s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}inputs/{job_id}")["Body"].read()
+    assert sent.startswith(b"\x89PNG") and len(sent) < 1_000_000  # resized, as synchronously
+    output = _output(stage, json.dumps(probabilities({285: 0.8})).encode())
+    stage.notify(_notification(job_id, output=output))
+    result = stage.get(f"/jobs/{job_id}")[1]["result"]
+    assert [p["index"] for p in result["predictions"]] == [285]
+    assert result["endpoint"] == "efficientnet-async"
