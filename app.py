@@ -454,7 +454,7 @@ if _JOBS_BUCKET:
                      events=["s3:ObjectCreated:*"], name=JOB_RUNNER_FUNCTION)
     def job_runner(event: Any) -> dict[str, Any]:
         """Run the jobs whose tickets were written."""
-        return run_job_tickets(event.to_dict())
+        return run_job_tickets(event.to_dict(), event.context)
 
     if _JOBS_SUCCESS_TOPIC:
         @app.on_sns_message(topic=_JOBS_SUCCESS_TOPIC, name=JOB_RESULTS_FUNCTION)
@@ -470,15 +470,23 @@ if _JOBS_BUCKET:
             return complete_jobs(event.to_dict())
 
 
-def run_job_tickets(event: dict[str, Any]) -> dict[str, Any]:
+def run_job_tickets(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """The job runner's work: each ticket of the S3 notification, run once (a retried event
-    does nothing twice). Unexpected errors propagate, so Lambda retries the event."""
+    does nothing twice). Unexpected errors propagate, so Lambda retries the event.
+
+    The runner is named by Lambda's ``context.aws_request_id``, which Lambda's retries of one
+    event keep and a duplicate delivery does not: a job another invocation is running is not
+    run again. Without a context (a test, a local call) each call is a runner of its own.
+    """
     # Deferred on purpose: the request path's cold start must not load the jobs room (its
     # runner, the S3 side); only the job functions and the job routes pay for it.
+    import uuid
+
     from chalicelib.jobs.events import s3_keys
 
+    runner_id = str(getattr(context, "aws_request_id", None) or uuid.uuid4())
     execution = services.job_execution
-    return _job_states("job ran", (execution.run_ticket(key) for key in
+    return _job_states("job ran", (execution.run_ticket(key, runner_id) for key in
                                    s3_keys(event, services.settings.jobs_bucket)))
 
 

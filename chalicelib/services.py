@@ -28,7 +28,7 @@ from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import HandledModel, ModelServer, ServingPipeline
 from chalicelib.jobs.store import JobStore, MemoryJobStore, TableJobStore
 from chalicelib.registry.loading import Registry, load_registry
-from chalicelib.registry.specs import JobsBackend, ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec, Pipeline
 
 if TYPE_CHECKING:
     from chalicelib.inference.serving import SplitPipeline
@@ -51,8 +51,9 @@ class Services:
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
         job_store: a ready job store; in memory, or the ``JOBS_TABLE`` table, when None.
         s3: a ready S3 client (jobs' uploads, tickets and results); boto3's when None.
-        job_endpoint: a ready endpoint client for jobs (its boto3 client also sends
-            ``InvokeEndpointAsync``); built with the job's timeouts and budget when None.
+        job_endpoint: a ready endpoint client for jobs (its boto3 client then also sends
+            ``InvokeEndpointAsync``: tests stub one client); built with the job's timeouts
+            and budget when None.
     """
 
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
@@ -74,6 +75,8 @@ class Services:
         self._job_store = job_store
         self._s3 = LazyClient(_s3_client, s3)
         self._job_endpoint = job_endpoint
+        self._job_runtime = LazyClient(lambda: _async_runtime(self.settings),
+                                       job_endpoint.client if job_endpoint else None)
         self._job_pipelines: dict[str, SplitPipeline] = {}
         self._jobs_context: JobsContext | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
@@ -182,7 +185,8 @@ class Services:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""
         store = self._job_store if isinstance(self._job_store, TableJobStore) else None
         return [holder for holder in (self._endpoint, self._capturer, self._cache,
-                                      self._job_endpoint, store, self._s3)
+                                      self._job_endpoint, store, self._s3,
+                                      self._job_runtime)
                 if holder is not None]
 
     # --- jobs: built on first use; the request path's cold start loads none of it ---------
@@ -209,16 +213,16 @@ class Services:
             return self._job_endpoint
 
     def job_pipeline_for(self, model: ModelSpec) -> SplitPipeline:
-        """A model's pipeline inside a job: the job's image pixel cap, its endpoint client;
-        an asynchronous model's answers name its asynchronous endpoint."""
+        """A model's pipeline inside a job: the job's image pixel cap, its endpoint client,
+        and the job's endpoint (model.json's ``jobs.endpoint``, by default the model's own:
+        a real-time job calls it, an asynchronous model's answers name it)."""
         with self._lock:
             if model.name not in self._job_pipelines:
                 self._job_pipelines[model.name] = self._job_pipeline(model)
             return self._job_pipelines[model.name]
 
     def _job_pipeline(self, model: ModelSpec) -> SplitPipeline:
-        if model.jobs.backend == JobsBackend.ASYNC:
-            model = dataclasses.replace(model, endpoint=model.jobs_endpoint)
+        model = dataclasses.replace(model, endpoint=model.jobs_endpoint)
         if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
             assert model.settings is not None
             settings = dataclasses.replace(
@@ -245,7 +249,7 @@ class Services:
             if self._jobs_context is None:
                 self._jobs_context = JobsContext(
                     settings=settings, registry=self.registry, store=self.job_store,
-                    s3=self._s3.get(), runtime=self.job_endpoint.client,
+                    s3=self._s3.get(), runtime=self._job_runtime.get(),
                     pipeline_for=self.job_pipeline_for,
                     read_request=_read_job_input, read_options=_read_job_options,
                     capturer=self.capturer)
@@ -288,6 +292,25 @@ def _s3_client() -> Any:
     # redirects a new bucket of another region); an IP endpoint stays path-style.
     return boto3.client("s3", config=Config(signature_version="s3v4",
                                             s3={"addressing_style": "virtual"}))
+
+
+ASYNC_INVOKE_ATTEMPTS = 5
+"""Attempts of one ``InvokeEndpointAsync`` (botocore's standard retries: throttling and
+transient errors, with backoff). The job is claimed before it is sent, so when they are spent
+the job fails (``EndpointUnavailable``) instead of the event being retried."""
+
+
+def _async_runtime(settings: Settings) -> Any:
+    """The sagemaker-runtime client of ``InvokeEndpointAsync``: the endpoint's timeouts and
+    botocore's standard retries (the endpoint client's own retries serve InvokeEndpoint, and
+    its boto3 client has botocore's off)."""
+    import boto3  # deferred, as in _s3_client
+    from botocore.config import Config
+
+    return boto3.client("sagemaker-runtime", config=Config(
+        connect_timeout=settings.endpoint_connect_timeout,
+        read_timeout=settings.endpoint_read_timeout, tcp_keepalive=True,
+        retries={"mode": "standard", "total_max_attempts": ASYNC_INVOKE_ATTEMPTS}))
 
 
 def build_endpoint(settings: Settings) -> EndpointClient:

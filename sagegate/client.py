@@ -36,7 +36,7 @@ from sagegate.http_client import (
     retry_after_seconds,
     retry_policy,
 )
-from sagegate.jobs_client import DEFAULT_WAIT_S, JobFailedError, JobsClient
+from sagegate.jobs_client import DEFAULT_WAIT_S, JobFailedError, JobsClient, answer_of
 from sagegate.shrinking import (
     DEFAULT_ENCODING,
     OCTET_STREAM,
@@ -155,13 +155,13 @@ class Client(JobsClient):
     def send(self, upload: Upload, k: int = 5, model: str | None = None,
              headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Post a prepared upload to the synchronous route of the model (None:
-        ``/predict``); the answer's JSON."""
+        ``/predict``); its answer (see :func:`~sagegate.jobs_client.answer_of`)."""
         path = "/predict" if model is None else \
             f"/models/{urllib.parse.quote(model, '')}/predict"
-        answer: dict[str, Any] = self._json(
+        # a handler model may answer CSV, text or bytes: read by its Content-Type
+        return answer_of(self.check(self.request(
             "POST", f"{path}?k={int(k)}", upload.body(),
-            {**(headers or {}), "Content-Type": upload.content_type})
-        return answer
+            {**(headers or {}), "Content-Type": upload.content_type})))
 
     def predict(self, path_or_bytes: Source, k: int = 5, model: str | None = None,
                 shrink: bool = True, mode: Mode | str = Mode.AUTO, *,

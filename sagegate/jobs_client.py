@@ -4,12 +4,16 @@ POST (the file streamed, :mod:`sagegate.transfer`), ``POST /models/{name}/jobs``
 """
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import urllib3
+
+from chalicelib.core.media import MediaType, bare, is_binary
 from sagegate import http_client, transfer
 from sagegate.http_client import ClientError, HttpClient, check_s3, json_object
 from sagegate.transfer import Source, Upload, UploadProgress, WaitProgress, as_is
@@ -18,6 +22,35 @@ DEFAULT_WAIT_S = 3600.0
 """How long :meth:`JobsClient.wait` waits for a job by default: SageMaker Asynchronous
 Inference's longest invocation."""
 _clock = time.monotonic  # the tests replace it
+
+
+def answer_of(response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
+    """An answer (the synchronous route's, or a job's download), read by its
+    ``Content-Type``: a JSON object as it is; any other (a handler model's JSON list, CSV, text
+    or bytes) as ``{"content_type": TYPE, "body": VALUE_OR_TEXT}``, or ``{"content_type":
+    TYPE, "body_base64": B64}`` for bytes that are not text, so it prints and dumps as JSON
+    like every other answer.
+
+    Raises:
+        ClientError: a JSON answer that does not parse (``InvalidAnswer``).
+    """
+    content_type = response.headers.get("Content-Type") or MediaType.OCTET_STREAM
+    kind, data = bare(content_type), bytes(response.data)
+    if kind == MediaType.JSON or kind.endswith("+json"):
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            raise ClientError(response.status, "InvalidAnswer", f"The answer says it is "
+                              f"{kind} but is not JSON ({data[:80]!r}).") from None
+        if isinstance(answer, dict):
+            return answer
+        return {"content_type": content_type, "body": answer}
+    if not is_binary(content_type):
+        try:
+            return {"content_type": content_type, "body": data.decode()}
+        except UnicodeDecodeError:
+            pass  # not text after all
+    return {"content_type": content_type, "body_base64": base64.b64encode(data).decode()}
 
 
 class JobFailedError(ClientError):
@@ -136,11 +169,13 @@ class JobsClient(HttpClient):
 
     def result(self, job: Mapping[str, Any]) -> dict[str, Any]:
         """A succeeded job's answer: the synchronous route's, kept in the job or, when it
-        was too large for that, downloaded from its ``result_url``.
+        was too large for that or not JSON, downloaded from its ``result_url`` (read by
+        :func:`answer_of`).
 
         Raises:
             JobFailedError: the job failed.
-            ClientError: no answer (not finished), or S3 refused the download.
+            ClientError: no answer (not finished), S3 refused the download, or a JSON
+                answer that does not parse.
         """
         if job.get("state") == "failed":
             raise JobFailedError(job)
@@ -151,7 +186,4 @@ class JobsClient(HttpClient):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ClientError(200, "NoResult", f"Job {job.get('job_id')} has no result "
                               f"(it is {job.get('state')}).")
-        answer = json.loads(check_s3(self._send("GET", url, None, {})).data)
-        return answer
-
-    # ------------------------------------------------------------------ images
+        return answer_of(check_s3(self._send("GET", url, None, {})))

@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -42,6 +43,8 @@ WORKERS = 4
 """Receivers per queue: the events of one queue handled at once."""
 LAMBDA_TIMEOUT_MS = 900_000
 LOG = logging.getLogger("sagegate.local_events")
+_REQUEST_IDS = uuid.UUID("6f1d3c52-5a8e-4f0b-9d7e-2b7a1c0e4a11")
+"""The namespace the pump's request ids are made in (from each SQS message's id)."""
 
 Handler = Callable[[dict[str, Any], Any], Any]
 Event = tuple[str, dict[str, Any]]
@@ -115,7 +118,7 @@ class EventPump:
     """Receives each route's messages and calls the functions, Lambda's way (see module)."""
 
     def __init__(self, sqs: Any, routes: Sequence[Route], handlers: Mapping[str, Handler],
-                 context: Callable[[str], Any], *, max_attempts: int = MAX_ATTEMPTS,
+                 context: Callable[[str, str], Any], *, max_attempts: int = MAX_ATTEMPTS,
                  retry_delay: int = RETRY_DELAY_S, wait_seconds: int = WAIT_SECONDS,
                  workers: int = WORKERS) -> None:
         """Prepares the pump; :meth:`start` runs it.
@@ -125,7 +128,8 @@ class EventPump:
             routes: the queues.
             handlers: the functions by name (``job_runner`` ...); an event for a missing one
                 is dropped with a log line.
-            context: makes the Lambda context for a function name.
+            context: makes the Lambda context for a function name and a request id (the
+                same for every attempt at one event, as Lambda's retries keep theirs).
             max_attempts: calls per event at most.
             retry_delay: seconds a failed event stays hidden.
             wait_seconds: the long poll.
@@ -195,20 +199,20 @@ class EventPump:
                       route.queue_url, error)
             self._delete(route, message)
             return False
-        for name, event in events:
-            if not self._call(route, message, name, event):
+        for index, (name, event) in enumerate(events):
+            if not self._call(route, message, name, event, request_id(message, index)):
                 return False
         self._delete(route, message)
         return True
 
     def _call(self, route: Route, message: Mapping[str, Any], name: str,
-              event: dict[str, Any]) -> bool:
+              event: dict[str, Any], invocation: str) -> bool:
         handler = self.handlers.get(name)
         if handler is None:
             LOG.error("event pump: no function %s in app.py; dropped its event", name)
             return True
         try:
-            handler(event, self.context(name))
+            handler(event, self.context(name, invocation))
         except Exception as error:  # as Lambda: the event is retried, the pump goes on
             self._failed(route, message, name, error)
             return False
@@ -231,6 +235,13 @@ class EventPump:
 
     def _delete(self, route: Route, message: Mapping[str, Any]) -> None:
         self.sqs.delete_message(QueueUrl=route.queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def request_id(message: Mapping[str, Any], index: int) -> str:
+    """The ``aws_request_id`` of one event of a message: the same on every attempt (Lambda's
+    retries of an event keep its request id, and the job runner tells a retry from a duplicate
+    delivery by it), another for every other event."""
+    return str(uuid.uuid5(_REQUEST_IDS, f"{message.get('MessageId', '')}/{index}"))
 
 
 def handlers_of(app_module: Any) -> dict[str, Handler]:
@@ -267,8 +278,12 @@ def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump 
     sqs = boto3.client("sqs", endpoint_url=environ.get("AWS_ENDPOINT_URL_SQS"),
                        config=Config(read_timeout=WAIT_SECONDS + 10,
                                      retries={"max_attempts": 1}))
-    pump = EventPump(sqs, routes, handlers,
-                     lambda name: LambdaContext(name, 1769, LAMBDA_TIMEOUT_MS))
+    def context(name: str, invocation: str) -> Any:
+        made = LambdaContext(name, 1769, LAMBDA_TIMEOUT_MS)
+        made.aws_request_id = invocation
+        return made
+
+    pump = EventPump(sqs, routes, handlers, context)
     pump.start()
     LOG.info("event pump: delivering %s to %s", ", ".join(r.queue_url for r in routes),
              ", ".join(sorted(handlers)))

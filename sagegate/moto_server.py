@@ -6,10 +6,14 @@ server, prints one line once it listens and stops on SIGTERM or SIGINT.
 :func:`sagegate.local_aws.start_moto` starts it as ``make run``'s child.
 
 moto stores a browser-form POST upload without reading its policy. S3 refuses a file outside
-the policy's ``content-length-range`` (400 ``EntityTooLarge`` / ``EntityTooSmall``), fields that
-fail an exact-match or ``starts-with`` condition, and an expired policy (403 ``AccessDenied``):
-:class:`PostPolicyCheck` makes those checks before moto sees the upload, so a local upload over
-a model's cap is refused as S3 refuses it. The signature is not checked (moto takes any key).
+the policy's ``content-length-range`` (400 ``EntityTooLarge`` / ``EntityTooSmall``), and with
+403 ``AccessDenied``: a form without a policy (anonymous, to a private bucket), fields that fail
+an exact-match or ``starts-with`` condition, fields no condition names ("Extra input fields"),
+and an expired policy; a bucket POST that is not ``multipart/form-data`` is 412
+``PreconditionFailed``. :class:`PostPolicyCheck` makes those checks before moto sees the upload,
+at a path-style URL (``POST /<bucket>``) or a virtual-hosted one (``POST /`` to
+``<bucket>.localhost``, read as moto reads it), so a local upload over a model's cap is refused
+as S3 refuses it. The signature is not checked (moto takes any key).
 With ``SAGEGATE_INSTANCE`` set, every answer carries it in ``X-Sagegate-Instance``, so the
 parent knows it is talking to its own child.
 """
@@ -24,8 +28,9 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 READY_PREFIX = "moto: serving on "
@@ -33,6 +38,10 @@ INSTANCE_ENV = "SAGEGATE_INSTANCE"
 INSTANCE_HEADER = "X-Sagegate-Instance"
 MAX_FORM_BYTES = 1024 ** 3 + 1024 * 1024
 """The largest POST upload read (S3's form uploads go up to 5 GB; sagegate's caps to 1 GiB)."""
+EXEMPT_FIELDS = frozenset({"policy", "x-amz-signature", "signature", "awsaccesskeyid", "file"})
+"""The form fields S3 needs no policy condition for (SigV4's and SigV2's), besides those whose
+names start with :data:`IGNORED_PREFIX`."""
+IGNORED_PREFIX = "x-ignore-"
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -73,24 +82,40 @@ def check_policy(fields: Mapping[str, str], bucket: str, size: int,
         now: the time to check the expiration against (default: now).
 
     Raises:
-        PolicyError: S3's refusal (an upload without a policy passes: S3 then needs a public
-            bucket, which moto does not check either).
+        PolicyError: S3's refusal (a form without a policy is anonymous: S3 takes it only into
+            a public bucket, and the local stack's buckets are private).
     """
     lowered = {name.lower(): value for name, value in fields.items()}
     raw = lowered.get("policy")
     if raw is None:
-        return
+        raise PolicyError(403, "AccessDenied", "Access Denied")
     try:
         policy = json.loads(base64.b64decode(raw, validate=True))
         expiration = datetime.fromisoformat(str(policy["expiration"]).replace("Z", "+00:00"))
         conditions = list(policy.get("conditions", []))
-    except (ValueError, KeyError, TypeError):
+        if expiration.tzinfo is None:
+            raise ValueError("no time zone")
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise _denied("Policy could not be parsed.") from None
     if (now or datetime.now(UTC)) > expiration:
         raise _denied("Policy expired.")
     values = {**lowered, "bucket": bucket}
     for condition in conditions:
         _check_condition(condition, values, size)
+    named = EXEMPT_FIELDS.union(*(_fields_of(condition) for condition in conditions))
+    extra = [name for name in fields
+             if name.lower() not in named and not name.lower().startswith(IGNORED_PREFIX)]
+    if extra:
+        raise _denied("Extra input fields: " + ", ".join(extra))
+
+
+def _fields_of(condition: object) -> set[str]:
+    """The fields a condition (one already checked) names, lower-cased."""
+    if isinstance(condition, dict):
+        return {str(name).lower() for name in condition}
+    if isinstance(condition, list) and condition[0] != "content-length-range":
+        return {str(condition[1]).lstrip("$").lower()}
+    return set()
 
 
 def _check_condition(condition: object, values: Mapping[str, str], size: int) -> None:
@@ -103,7 +128,12 @@ def _check_condition(condition: object, values: Mapping[str, str], size: int) ->
         raise _denied("Policy could not be parsed.")
     operator, first, second = condition
     if operator == "content-length-range":
-        _check_size(size, int(first), int(second))
+        try:
+            low, high = int(first), int(second)
+        except (TypeError, ValueError):
+            raise _denied(f'Policy Condition failed: ["{operator}", "{first}", "{second}"]'
+                          ) from None
+        _check_size(size, low, high)
         return
     name = str(first).lstrip("$").lower()
     actual = values.get(name, "")
@@ -125,8 +155,9 @@ def _check_size(size: int, low: int, high: int) -> None:
 
 
 class PostPolicyCheck:
-    """WSGI middleware: checks S3 form uploads (``POST /<bucket>``, multipart) against their
-    policy before the wrapped application stores them; adds the instance header."""
+    """WSGI middleware: checks S3 form uploads (a bucket's ``POST``, path-style or
+    virtual-hosted) against their policy before the wrapped application stores them; adds the
+    instance header."""
 
     def __init__(self, app: WsgiApp, instance: str = "") -> None:
         self.app = app
@@ -138,9 +169,10 @@ class PostPolicyCheck:
                 headers = [*headers, (INSTANCE_HEADER, self.instance)]
             return start_response(status, headers, *rest)
 
-        if _is_form_upload(environ):
+        bucket = posted_bucket(environ)
+        if bucket is not None:
             try:
-                self._check(environ)
+                self._check(environ, bucket)
             except PolicyError as error:
                 body = error.xml()
                 headers = [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
@@ -150,10 +182,22 @@ class PostPolicyCheck:
                 return [body]
         return self.app(environ, start)
 
-    def _check(self, environ: Environ) -> None:
+    def _check(self, environ: Environ, bucket: str) -> None:
         from werkzeug.formparser import parse_form_data
 
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        kind = str(environ.get("CONTENT_TYPE", "")).lower()
+        if not kind.startswith("multipart/form-data"):
+            if kind.startswith("application/x-www-form-urlencoded") and \
+                    not environ.get("HTTP_AUTHORIZATION"):  # a form moto would store
+                raise PolicyError(412, "PreconditionFailed", "At least one of the "
+                                  "pre-conditions you specified did not hold", {
+                                      "Condition": "Bucket POST must be of the enclosure-type "
+                                                   "multipart/form-data"})
+            return  # a signed API call (moto answers it), or no form moto reads
+        if not str(environ.get("CONTENT_LENGTH") or "").isdigit():
+            raise PolicyError(411, "MissingContentLength",
+                              "You must provide the Content-Length HTTP header.")
+        length = int(environ["CONTENT_LENGTH"])
         if length > MAX_FORM_BYTES:
             raise PolicyError(400, "EntityTooLarge",
                               "Your proposed upload exceeds the maximum allowed size",
@@ -163,19 +207,35 @@ class PostPolicyCheck:
         copy = {**environ, "wsgi.input": io.BytesIO(body)}
         _, form, files = parse_form_data(copy, max_form_memory_size=MAX_FORM_BYTES)
         upload = files.get("file")
-        size = 0 if upload is None else upload.stream.seek(0, io.SEEK_END)
-        bucket = environ.get("PATH_INFO", "/").strip("/").split("/")[0]
+        if upload is not None:
+            size = upload.stream.seek(0, io.SEEK_END)
+        else:  # a file sent as a plain field (no filename): moto stores that too
+            size = len(form.get("file", "").encode())
         check_policy(form.to_dict(), bucket, size)
 
 
-_REASONS = {400: "Bad Request", 403: "Forbidden"}
+_REASONS = {400: "Bad Request", 403: "Forbidden", 411: "Length Required",
+            412: "Precondition Failed"}
 
 
-def _is_form_upload(environ: Mapping[str, Any]) -> bool:
+def posted_bucket(environ: Mapping[str, Any]) -> str | None:
+    """The bucket a request posts an object to, its URL read as moto reads it: the Host's
+    first label for a virtual-hosted URL (``POST /`` to ``<bucket>.localhost:<port>`` or
+    ``<bucket>.s3.amazonaws.com``), else the path's one segment (``POST /<bucket>``). None
+    for every other request: not a POST, a key's POST, ``?delete``, a POST to ``/`` with no
+    bucket in its Host (SNS, SQS ...)."""
+    if environ.get("REQUEST_METHOD") != "POST" or "delete" in parse_qs(
+            str(environ.get("QUERY_STRING", "")), keep_blank_values=True):
+        return None
+    from moto.s3.responses import S3Response
+    from moto.s3.utils import bucket_name_from_url
+
+    host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or "")
     path = str(environ.get("PATH_INFO", "/")).strip("/")
-    return (environ.get("REQUEST_METHOD") == "POST" and bool(path) and "/" not in path
-            and str(environ.get("CONTENT_TYPE", "")).startswith("multipart/form-data")
-            and "delete" not in str(environ.get("QUERY_STRING", "")))
+    url = f"http://{host}/{path}"
+    if S3Response.subdomain_based_buckets(SimpleNamespace(headers={"host": host}, url=url)):
+        return None if path else bucket_name_from_url(url)
+    return path if path and "/" not in path else None
 
 
 def build_app(instance: str = "") -> WsgiApp:

@@ -5,38 +5,76 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import Answer
-from chalicelib.core.errors import EndpointTimeoutError, ModelError
+from chalicelib.core.errors import (
+    EndpointError,
+    EndpointTimeoutError,
+    EndpointUnavailableError,
+    ModelError,
+)
+from chalicelib.core.retries import classify
 from chalicelib.jobs.records import Job, JobState, is_job_id
 from chalicelib.jobs.runner import PutResult, outcome_of
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
-__all__ = ["DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete", "parse_completion",
-           "start"]
+__all__ = ["DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete", "invoke_failure",
+           "parse_completion", "start"]
 
+logger = logging.getLogger("sagegate.jobs")
 
 
 def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: str,
-          timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS) -> Job:
-    """Queue a job on an asynchronous endpoint and move it to running.
+          timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *, runner_id: str) -> Job:
+    """Claim a queued job (only one caller moves it to running) and queue it on an
+    asynchronous endpoint.
 
-    A job already running or finished is not sent again (a retried start).
+    Only the caller that claimed the job sends it: a retried or duplicate start answers the
+    job as it stands, so the endpoint never gets it twice. Once claimed, a failed call
+    (botocore has retried what is worth a retry) fails the job (:func:`invoke_failure`)
+    rather than raising: a retry of the event would find the job claimed and do nothing.
 
     Raises:
-        botocore's errors (the event is retried; the inference id keeps it one job).
+        the job store's errors before the claim (the event is retried; nothing was sent).
     """
-    current = store.get(job.job_id) or job
-    if current.state is not JobState.QUEUED:
-        return current
-    client.invoke_endpoint_async(EndpointName=endpoint, InputLocation=job.input_location,
-                                 InferenceId=job.job_id, ContentType=content_type,
-                                 InvocationTimeoutSeconds=timeout_seconds)
-    running, _ = store.advance(job.job_id, JobState.RUNNING)
-    return running
+    claimed, moved = store.claim(job.job_id, runner_id)
+    if not moved:
+        return claimed
+    try:
+        client.invoke_endpoint_async(EndpointName=endpoint, InputLocation=job.input_location,
+                                     InferenceId=job.job_id, ContentType=content_type,
+                                     InvocationTimeoutSeconds=timeout_seconds)
+    except Exception as error:
+        logger.warning("job %s: InvokeEndpointAsync failed (%s)", job.job_id,
+                       type(error).__name__, exc_info=error)
+        failure = invoke_failure(error, endpoint)
+        failed, _ = store.advance(job.job_id, JobState.FAILED, Outcome(
+            error={"Code": failure.CODE, "Message": failure.message}))
+        return failed
+    return claimed
+
+
+def invoke_failure(error: Exception, endpoint: str) -> EndpointError:
+    """A failed ``InvokeEndpointAsync`` as the job's error: SageMaker's refusal that a retry
+    cannot cure (no such endpoint, a bad request) as ``EndpointError`` with its message;
+    anything else (throttled or unreachable past botocore's retries, no answer at all) as
+    ``EndpointUnavailable``."""
+    response = getattr(error, "response", None)
+    response = response if isinstance(response, dict) else {}
+    code = response.get("Error", {}).get("Code")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if isinstance(code, str) and classify(code, status) is None \
+            and isinstance(status, int) and 400 <= status < 500:
+        message = str(response.get("Error", {}).get("Message", ""))[:512]
+        return EndpointError(f"The asynchronous endpoint refused the job ({code}): {message}")
+    what = code if isinstance(code, str) else type(error).__name__
+    return EndpointUnavailableError(
+        f"The asynchronous endpoint {endpoint[:256]!r} could not take the job ({what[:128]}), "
+        "retries included; submit it again later.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,13 +17,11 @@ from typing import Any
 from chalicelib.calls import Answer, Call, CallOptions, InvokeResult, ModelRequest, Served
 from chalicelib.core.config import CaptureMode
 from chalicelib.core.errors import (
-    EndpointError,
     InvalidEndpointResponseError,
     InvalidParameterError,
     ModelError,
     SagegateError,
 )
-from chalicelib.core.retries import classify
 from chalicelib.inference.accepted import accepts
 from chalicelib.inference.coercion import batch_limits
 from chalicelib.inference.pipeline import StageTimer
@@ -50,9 +48,15 @@ class JobsExecution:
     def __init__(self, context: JobsContext) -> None:
         self.context = context
 
-    def run_ticket(self, key: str) -> Job | None:
+    def run_ticket(self, key: str, runner_id: str) -> Job | None:
         """Run the job a ticket's key names; None when it names none of this stage's jobs
         (logged, not retried).
+
+        Args:
+            key: the ticket's object key.
+            runner_id: this invocation's id (Lambda's request id, kept by its retries of one
+                event): a job another runner is running is not run again (a duplicate
+                delivery of the ticket's event).
 
         Raises:
             botocore's errors and anything unexpected (the event is retried; a job that
@@ -67,9 +71,10 @@ class JobsExecution:
             return job
         model = self.context.registry.get(job.model)
         if model.jobs.backend == JobsBackend.ASYNC:
-            return self._start_async(job, model)
+            return self._start_async(job, model, runner_id)
         return run_job(self.context.store, job.job_id,
-                       lambda running: self._work(running, model), self._put_result)
+                       lambda running: self._work(running, model), self._put_result,
+                       runner_id=runner_id)
 
     def _put_result(self, job: Job, answer: Answer) -> str:
         return put_result(self.context.s3, self.context.bucket, self.context.prefix,
@@ -105,8 +110,9 @@ class JobsExecution:
                 served, job.job_id, request.options.custom_attributes, self._deadline())
             logger.info("job captured", extra={"job_id": job.job_id, "capture": outcome})
 
-    def _start_async(self, job: Job, model: ModelSpec) -> Job:
-        """An asynchronous job: preprocess, keep the endpoint's input, queue it."""
+    def _start_async(self, job: Job, model: ModelSpec, runner_id: str) -> Job:
+        """An asynchronous job: preprocess, keep the endpoint's input, queue it (once:
+        :func:`~chalicelib.jobs.asyncinference.start`)."""
         if job.state is not JobState.QUEUED:
             return job  # started already (a retried event): the notification finishes it
         try:
@@ -123,16 +129,10 @@ class JobsExecution:
             self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=call.body,
                                        ContentType=call.content_type)
             location = self.context.location(key)
-        try:
-            return asyncinference.start(
-                self.context.runtime, self.context.store,
-                dataclasses.replace(job, input_location=location), model.jobs_endpoint,
-                call.content_type, model.jobs.invocation_timeout_seconds)
-        except Exception as error:
-            refused = _refusal(error)
-            if refused is None:
-                raise  # a retryable failure, or no answer at all: the event is retried
-            return self._fail(job, refused)
+        return asyncinference.start(
+            self.context.runtime, self.context.store,
+            dataclasses.replace(job, input_location=location), model.jobs_endpoint,
+            call.content_type, model.jobs.invocation_timeout_seconds, runner_id=runner_id)
 
     def _fail(self, job: Job, error: SagegateError) -> Job:
         failed, _ = self.context.store.advance(
@@ -221,21 +221,6 @@ def _check_async_options(request: ModelRequest, query: CallOptions, model: Model
         raise InvalidParameterError(
             "An asynchronous job takes its options from the query string of POST "
             f"/models/{model.name}/jobs (?k=...), not from the uploaded body.")
-
-
-def _refusal(error: Exception) -> EndpointError | None:
-    """SageMaker's refusal of ``InvokeEndpointAsync`` that a retry cannot cure (no such
-    endpoint, a bad request), as the job's error; None for anything else."""
-    response = getattr(error, "response", None)
-    if not isinstance(response, dict):
-        return None
-    code = response.get("Error", {}).get("Code")
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if not isinstance(code, str) or classify(code, status) is not None \
-            or not (isinstance(status, int) and 400 <= status < 500):
-        return None
-    message = str(response.get("Error", {}).get("Message", ""))[:512]
-    return EndpointError(f"The asynchronous endpoint refused the job ({code}): {message}")
 
 
 def _with_model_message(error: ModelError) -> ModelError:

@@ -10,8 +10,8 @@ from typing import Any
 
 from chalicelib.core.errors import JobNotFoundError
 
-__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "may_move",
-           "new_job_id", "owner_of", "states_before"]
+__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "may_claim",
+           "may_move", "new_job_id", "owner_of", "states_before"]
 
 
 class JobState(enum.StrEnum):
@@ -39,12 +39,27 @@ _RANKS = {JobState.QUEUED: 0, JobState.RUNNING: 1, JobState.SUCCEEDED: 2, JobSta
 def may_move(current: JobState, target: JobState) -> bool:
     """Whether a job in ``current`` may be moved to ``target``.
 
-    States only move forward. ``running`` may be entered again (a runner retried after dying
-    mid-way starts over); a final state is never left, not even for the other final state.
+    States only move forward; a final state is never left, not even for the other final
+    state. Entering ``running`` again is a runner's claim (:func:`may_claim`), not a move.
     """
     if current.final:
         return False
-    return target.rank > current.rank or target is current is JobState.RUNNING
+    return target.rank > current.rank
+
+
+def may_claim(job: Job, runner_id: str, now: float, reclaim_after: float | None) -> bool:
+    """Whether the runner ``runner_id`` (the Lambda invocation's request id) may move ``job``
+    to ``running`` and run it.
+
+    A queued job may be claimed. A running one only when ``reclaim_after`` is given and its
+    runner is ``runner_id`` (Lambda's retry of the same event: it keeps the request id) or
+    it has not moved for more than ``reclaim_after`` seconds (its runner is gone); never by
+    another delivery of the event while its runner may still be at work.
+    """
+    if job.state is JobState.QUEUED:
+        return True
+    return job.state is JobState.RUNNING and reclaim_after is not None and (
+        job.runner_id == runner_id or now - job.updated_at > reclaim_after)
 
 
 def states_before(target: JobState) -> tuple[JobState, ...]:
@@ -82,6 +97,8 @@ class Job:
         error: ``{"Code", "Message"}`` of a failed job.
         owner: the caller's identity when auth identifies callers (see :func:`owner_of`).
         expires_at: epoch seconds after which the store may forget the job (its TTL).
+        runner_id: the request id of the invocation that moved it to ``running`` last
+            (see :func:`may_claim`).
     """
 
     job_id: str
@@ -96,6 +113,7 @@ class Job:
     error: Mapping[str, str] | None = None
     owner: str | None = None
     expires_at: int = 0
+    runner_id: str | None = None
 
     def view(self) -> dict[str, Any]:
         """The body of ``GET /jobs/{job_id}`` (without the presigned GET of a result object,

@@ -22,16 +22,32 @@ from chalicelib.inference.accepted import ACCEPTED, accepts
 from chalicelib.inference.serving import SplitPipeline
 from chalicelib.jobs.objects import check_input, result_url
 from chalicelib.jobs.records import Job, JobState, check_owner, is_job_id, new_job_id
-from chalicelib.jobs.store import JobStore
+from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.jobs.uploads import UPLOADS, Upload, check_content_type, presign_upload, upload_key
 from chalicelib.registry.loading import Registry
-from chalicelib.registry.specs import ModelSpec
+from chalicelib.registry.specs import JobsBackend, ModelSpec
 
 TICKETS = "tickets/"
 """Where job tickets go under ``JOBS_PREFIX``: writing one starts the job's runner (S3 event)."""
 INPUTS = "inputs/"
 """Where an asynchronous endpoint's input goes under ``JOBS_PREFIX`` when it differs from the
 upload (the image resized, a tensor body made TF Serving's)."""
+
+JOB_LOST = "JobLost"
+"""The error code of a job nothing will finish (see :meth:`JobsService._settled`)."""
+QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
+"""How long a queued job may wait for its runner: Lambda may keep a throttled event up to 6
+hours before running it (``MaximumEventAgeInSeconds``' default), the attempt that claims the
+job may take 15 minutes (Lambda's longest timeout; an asynchronous job is claimed after its
+preprocessing), and 5 minutes' margin."""
+RUNNER_PATIENCE_SECONDS = 15 * 60 + 3 * 60 + 60
+"""How long after its last move a real-time job may still be running: one attempt of its
+function (Lambda's longest timeout, 15 minutes), Lambda's longest wait before a retry (2
+minutes, rounded up) and a minute's margin."""
+ASYNC_PATIENCE_SECONDS = 6 * 3600 + 300
+"""Beyond the invocation's timeout, how long SageMaker may keep an asynchronous request queued
+(``RequestTTLSeconds``' default, 6 hours) and a margin: past it the endpoint has notified, or
+never will."""
 
 ReadRequest = Callable[[bytes, str, Mapping[str, str], ModelSpec, int], ModelRequest]
 """Reads a job's input as the model route reads a request: ``read(body, content_type, query,
@@ -184,11 +200,43 @@ class JobsService:
             JobNotFoundError: no such job, or another caller's.
         """
         found = self.context.store.get(job_id) if is_job_id(job_id) else None
-        job = check_owner(found, job_id[:64], caller)
+        job = self._settled(check_owner(found, job_id[:64], caller))
         body = job.view()
         if job.state is JobState.SUCCEEDED and job.result_location is not None:
             body["result_url"] = result_url(self.context.s3, job.result_location)
         return body
+
+
+    def _settled(self, job: Job) -> Job:
+        """The job, failed as ``JobLost`` when nothing will move it any more.
+
+        A runner moves its job to ``running`` when it starts and ends it within its budget;
+        Lambda tries an event three times, each within the function's timeout, a retry at
+        most 2 minutes after the attempt before. A job queued for
+        :data:`QUEUED_PATIENCE_SECONDS` was never claimed (its event was dropped), and one
+        running on a real-time endpoint for :data:`RUNNER_PATIENCE_SECONDS` past its last
+        move was dropped by every attempt (its function ran out of memory or time): it is
+        failed, so its clients stop waiting.
+        An asynchronous job waits for the endpoint's notification as long as SageMaker may
+        keep it (the invocation's timeout and the request's time to live).
+        """
+        if job.state.final:
+            return job
+        waited = self.context.clock() - job.updated_at
+        model = self.context.registry.models.get(job.model)
+        if job.state is JobState.QUEUED:
+            patience = QUEUED_PATIENCE_SECONDS
+        elif model is not None and model.jobs.backend == JobsBackend.ASYNC:
+            patience = model.jobs.invocation_timeout_seconds + ASYNC_PATIENCE_SECONDS
+        else:
+            patience = RUNNER_PATIENCE_SECONDS
+        if waited <= patience:
+            return job
+        failed, _ = self.context.store.advance(job.job_id, JobState.FAILED, Outcome(error={
+            "Code": JOB_LOST, "Message": f"The job was {job.state} for {int(waited)} s with no "
+            "runner left to finish it (its function ran out of memory or time on every "
+            "attempt); submit it again, or with a smaller input."}))
+        return failed
 
 
 def _model_type(model: ModelSpec, kind: str) -> str:

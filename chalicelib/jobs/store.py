@@ -2,8 +2,9 @@
 local``) and a DynamoDB table (every Lambda of a stage), with the same forward-only rules.
 
 Writes are conditional so that retries are idempotent on the job id: creating a job that
-exists answers the existing record, and a move a job may not make (backwards, out of a final
-state) changes nothing and answers the record as it stands.
+exists answers the existing record, a move a job may not make (backwards, out of a final
+state) changes nothing and answers the record as it stands, and of the runners that claim one
+job (duplicate deliveries of its event) one wins.
 """
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from chalicelib.core.clients import LazyClient
-from chalicelib.jobs.records import Job, JobNotFoundError, JobState, may_move, states_before
+from chalicelib.jobs.records import (
+    Job,
+    JobNotFoundError,
+    JobState,
+    may_claim,
+    may_move,
+    states_before,
+)
 
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
 """How long a job is kept when no TTL is given: a week."""
@@ -46,6 +54,17 @@ class JobStore(Protocol):
         """Move a job to ``state`` (with its outcome when final) if it may move there
         (:func:`~chalicelib.jobs.records.may_move`); answers the job as it stands after and
         whether this call changed it.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+    def claim(self, job_id: str, runner_id: str,
+              reclaim_after: float | None = None) -> tuple[Job, bool]:
+        """Move a job to ``running`` for the runner ``runner_id``, kept in the record, if it
+        may (:func:`~chalicelib.jobs.records.may_claim`: from queued; from running only with
+        ``reclaim_after``, for its own runner or after that long without a move); answers
+        the job as it stands after and whether this call moved it (only one caller wins).
 
         Raises:
             JobNotFoundError: no such job.
@@ -91,6 +110,20 @@ class MemoryJobStore:
             self._jobs[job_id] = moved
             return moved, True
 
+    def claim(self, job_id: str, runner_id: str,
+              reclaim_after: float | None = None) -> tuple[Job, bool]:
+        with self._lock:
+            job = self._live(job_id)
+            if job is None:
+                raise JobNotFoundError(f"No job {job_id!r}.")
+            now = self._clock()
+            if not may_claim(job, runner_id, now, reclaim_after):
+                return job, False
+            claimed = dataclasses.replace(job, state=JobState.RUNNING, updated_at=now,
+                                          runner_id=runner_id)
+            self._jobs[job_id] = claimed
+            return claimed, True
+
     def _live(self, job_id: str) -> Job | None:
         job = self._jobs.get(job_id)
         if job is not None and job.expires_at and job.expires_at <= self._clock():
@@ -113,8 +146,10 @@ def encode_job(job: Job) -> dict[str, Any]:
         "options": {"S": json.dumps(dict(job.options), sort_keys=True)},
         "expires_at": {"N": str(int(job.expires_at))}}
     item.update(_outcome_attributes(Outcome(job.result, job.result_location, job.error)))
-    if job.owner is not None:
-        item["owner"] = {"S": job.owner}
+    for name in ("owner", "runner_id"):
+        value = getattr(job, name)
+        if value is not None:
+            item[name] = {"S": value}
     return item
 
 
@@ -154,7 +189,8 @@ def decode_job(item: Mapping[str, Any]) -> Job:
                    result=json.loads(item["result"]["S"]) if "result" in item else None,
                    result_location=item.get("result_location", {}).get("S"),
                    error=error, owner=item.get("owner", {}).get("S"),
-                   expires_at=int(item["expires_at"]["N"]))
+                   expires_at=int(item["expires_at"]["N"]),
+                   runner_id=item.get("runner_id", {}).get("S"))
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         if isinstance(error, CorruptJobError):
             raise
@@ -218,24 +254,39 @@ class TableJobStore:
             if job is None:
                 raise JobNotFoundError(f"No job {job_id!r}.")
             return job, False
-        outcome = outcome or Outcome()
-        attributes = _outcome_attributes(outcome)
-        names = {"#state": "state", "#updated_at": "updated_at", "#expires_at": "expires_at"}
-        values: dict[str, Any] = {":state": {"S": str(state)},
-                                  ":now": {"N": repr(float(self._clock()))}, ":never": {"N": "0"}}
-        sets = ["#state = :state", "#updated_at = :now"]
-        for name, value in attributes.items():
-            names[f"#{name}"] = name
-            values[f":{name}"] = value
-            sets.append(f"#{name} = :{name}")
+        attributes = {"state": {"S": str(state)}, **_outcome_attributes(outcome or Outcome())}
         removed = [name for name in ("result", "result_location", "error")
                    if name not in attributes]
-        for name in removed:
+        froms = {f":from{index}": {"S": str(before)} for index, before in enumerate(allowed)}
+        return self._update(job_id, self._clock(), attributes, removed,
+                            "#state IN (" + ", ".join(froms) + ")", froms)
+
+    def claim(self, job_id: str, runner_id: str,
+              reclaim_after: float | None = None) -> tuple[Job, bool]:
+        now = self._clock()
+        attributes = {"state": {"S": str(JobState.RUNNING)}, "runner_id": {"S": runner_id}}
+        values = {":queued": {"S": str(JobState.QUEUED)}}
+        condition = "#state = :queued"
+        if reclaim_after is not None:  # as records.may_claim
+            values[":stale"] = {"N": repr(float(now - reclaim_after))}
+            condition = ("(#state = :queued OR (#state = :state AND"
+                         " (#runner_id = :runner_id OR #updated_at < :stale)))")
+        return self._update(job_id, now, attributes, [], condition, values)
+
+    def _update(self, job_id: str, now: float, attributes: Mapping[str, Any],
+                removed: list[str], condition: str,
+                values: Mapping[str, Any]) -> tuple[Job, bool]:
+        """Set ``attributes`` (each ``:<name>`` in ``condition``), ``updated_at`` to ``now``,
+        remove ``removed``, when the job is live and ``condition`` holds."""
+        names = {"#updated_at": "updated_at", "#expires_at": "expires_at"}
+        expression_values: dict[str, Any] = {**values, ":now": {"N": repr(float(now))},
+                                             ":never": {"N": "0"}}
+        sets = ["#updated_at = :now"]
+        for name, value in attributes.items():
             names[f"#{name}"] = name
-        allowed_names = []
-        for index, before in enumerate(allowed):
-            values[f":from{index}"] = {"S": str(before)}
-            allowed_names.append(f":from{index}")
+            expression_values[f":{name}"] = value
+            sets.append(f"#{name} = :{name}")
+        names.update({f"#{name}": name for name in removed})
         update = "SET " + ", ".join(sets)
         if removed:
             update += " REMOVE " + ", ".join(f"#{name}" for name in removed)
@@ -244,8 +295,8 @@ class TableJobStore:
                 TableName=self.table, Key={"job_id": {"S": job_id}}, UpdateExpression=update,
                 ConditionExpression=("attribute_exists(job_id)"
                                      " AND (#expires_at = :never OR #expires_at > :now)"
-                                     " AND #state IN (" + ", ".join(allowed_names) + ")"),
-                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                                     f" AND {condition}"),
+                ExpressionAttributeNames=names, ExpressionAttributeValues=expression_values,
                 ReturnValues="ALL_NEW")
         except Exception as error:
             if not _condition_failed(error):

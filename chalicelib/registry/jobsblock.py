@@ -3,9 +3,11 @@
     "jobs": {"backend": "realtime" | "async", "endpoint": "iris-async",
              "max_upload_bytes": 104857600, "invocation_timeout_seconds": 900}
 
-Without the block a model runs jobs on its own real-time endpoint with a 100 MiB cap.
-``async`` needs ``endpoint`` (an asynchronous endpoint, or ``"$VARIABLE"``) and a pipeline
-whose pre- and postprocessing run apart from the endpoint call (:data:`~.specs.ASYNC_PIPELINES`).
+Without the block a model runs jobs on its own real-time endpoint with a 100 MiB cap; a
+``realtime`` block with ``endpoint`` runs them on that real-time endpoint instead (one sized
+for big inputs, say). ``async`` needs ``endpoint`` (an asynchronous endpoint, or
+``"$VARIABLE"``) and a pipeline whose pre- and postprocessing run apart from the endpoint call
+(:data:`~.specs.ASYNC_PIPELINES`).
 """
 from __future__ import annotations
 

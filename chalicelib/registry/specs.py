@@ -109,7 +109,8 @@ class JobsSpec:
 
     Attributes:
         backend: see :class:`JobsBackend`.
-        endpoint: the asynchronous endpoint (``async``), or None for the model's own.
+        endpoint: the endpoint a job calls: the asynchronous one (``async``), or a
+            real-time one; None for the model's own (see :attr:`ModelSpec.jobs_endpoint`).
         max_upload_bytes: the largest upload (and so job input) the model takes.
         invocation_timeout_seconds: ``InvocationTimeoutSeconds`` of an asynchronous call.
     """

@@ -9,7 +9,8 @@ Every object statement names one prefix under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>
   ``s3:GetObject`` on ``uploads/*`` (the HEAD check: HeadObject is authorized by GetObject) and
   ``results/*`` (the presigned GET of a large answer); ``s3:ListBucket`` on the bucket, so that a
   missing upload is S3's 404, not a 403; and
-  ``dynamodb:PutItem`` / ``GetItem`` on the table. No ``InvokeEndpointAsync``.
+  ``dynamodb:PutItem`` / ``GetItem`` / ``UpdateItem`` on the table (the last to fail a lost
+  job, ``JobLost``). No ``InvokeEndpointAsync``.
 * ``job_runner``: reads ``uploads/*`` (with the same listing, for 404s), writes ``inputs/*``
   (an asynchronous endpoint's preprocessed input) and ``results/*``; ``GetItem`` /
   ``UpdateItem``; ``sagemaker:InvokeEndpoint`` on the endpoints a realtime job calls (and
@@ -78,7 +79,9 @@ def api_statements(stage: Stage, account: str, region: str) -> list[dict[str, An
         allow("ReadUploadsAndResults", ["s3:GetObject"],
               arns.objects(jobs.UPLOADS, jobs.RESULTS)),
         arns.listing("ListUploads"),
-        arns.table("CreateAndReadJobs", ["dynamodb:PutItem", "dynamodb:GetItem"]),
+        # UpdateItem: GET /jobs/{id} fails a job nothing will move any more (JobLost)
+        arns.table("CreateAndReadJobs",
+                   ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"]),
     ]
 
 

@@ -143,7 +143,8 @@ def jobs_bucket(stage: Stage) -> dict[str, Any]:
                 "ExpirationInDays": jobs.ttl_days(stage),
                 "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]},
             "CorsConfiguration": {"CorsRules": [{
-                "AllowedMethods": ["POST"], "AllowedOrigins": origins,
+                # the page's presigned POST of an upload, and its GET of a large answer
+                "AllowedMethods": ["POST", "GET"], "AllowedOrigins": origins,
                 "AllowedHeaders": ["*"], "MaxAge": 3000}]},
             "Tags": _tags(stage),
         },

@@ -125,7 +125,8 @@ def test_the_bucket_is_private_encrypted_and_expires_the_stages_objects(dev: Pac
     assert rule["Prefix"] == "jobs/" and rule["Status"] == "Enabled"
     assert rule["ExpirationInDays"] == 8  # JOBS_TTL_SECONDS' default 7 days, plus one
     [cors] = props["CorsConfiguration"]["CorsRules"]
-    assert cors["AllowedMethods"] == ["POST"]  # the presigned POST, nothing else
+    # the page's presigned POST of an upload and presigned GET of a large answer, no more
+    assert cors["AllowedMethods"] == ["POST", "GET"]
     assert cors["AllowedOrigins"] == [
         {"Fn::Sub": "https://${RestAPI}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}]
     [deny] = dev.resource("JobsBucketPolicy")["Properties"]["PolicyDocument"]["Statement"]
@@ -193,7 +194,8 @@ def test_the_api_function_gains_uploads_tickets_and_records_only() -> None:
         ["s3:PutObject"], [f"{OBJECTS}uploads/*", f"{OBJECTS}tickets/*"])
     assert found["ReadUploadsAndResults"] == (
         ["s3:GetObject"], [f"{OBJECTS}uploads/*", f"{OBJECTS}results/*"])
-    assert found["CreateAndReadJobs"] == (["dynamodb:PutItem", "dynamodb:GetItem"], TABLE)
+    assert found["CreateAndReadJobs"] == (
+        ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"], TABLE)
     [listing] = [s for s in document["Statement"] if s["Sid"] == "ListUploads"]
     # unconditioned: S3 answers a missing key 404 only to a role that may list the bucket
     assert listing["Resource"] == "arn:aws:s3:::sagegate-dev-jobs" and "Condition" not in listing

@@ -7,10 +7,11 @@ import base64
 import dataclasses
 import importlib.util
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import boto3
@@ -28,6 +29,7 @@ from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
 from chalicelib.jobs import runner
 from chalicelib.jobs.records import Job, JobState, new_job_id
+from chalicelib.jobs.runner import RUNNER_LIFETIME_SECONDS
 from chalicelib.jobs.store import MemoryJobStore
 from chalicelib.registry.specs import JobsBackend, JobsSpec
 from chalicelib.services import Services
@@ -101,12 +103,14 @@ class Stage:
         listed = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}tickets/")
         return [item["Key"] for item in listed.get("Contents", [])]
 
-    def run_tickets(self, keys: list[str] | None = None) -> Any:
-        """What S3 delivers to the runner: one record per ticket (keys URL-encoded)."""
+    def run_tickets(self, keys: list[str] | None = None, request_id: str | None = None) -> Any:
+        """What S3 delivers to the runner: one record per ticket (keys URL-encoded); with
+        ``request_id``, in a Lambda invocation of that request id (else none, as locally)."""
         records = [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
                     "s3": {"bucket": {"name": BUCKET}, "object": {"key": key, "size": 40}}}
                    for key in (self.tickets() if keys is None else keys)]
-        return self.app.job_runner({"Records": records}, None)
+        context = SimpleNamespace(aws_request_id=request_id) if request_id else None
+        return self.app.job_runner({"Records": records}, context)
 
     def notify(self, message: dict[str, Any], function: str = "job_results") -> Any:
         topic = SUCCESS_TOPIC if function == "job_results" else ERROR_TOPIC
@@ -435,14 +439,104 @@ def test_an_async_endpoint_that_refuses_the_job_fails_it(stage: Stage) -> None:
     assert error["Code"] == "EndpointError" and "ValidationError" in error["Message"]
 
 
-def test_a_throttled_async_call_is_retried_by_lambda_not_failed(stage: Stage) -> None:
+def test_an_async_call_still_failing_after_botocores_retries_fails_the_job(
+        stage: Stage) -> None:
+    # the job was claimed before the call: a retried event would find it so and send nothing
     job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
     stage.stubber.add_client_error("invoke_endpoint_async",
                                    service_error_code="ThrottlingException",
                                    http_status_code=400)
-    with pytest.raises(Exception, match="ThrottlingException"):
-        stage.run_tickets()
+    assert stage.run_tickets(request_id="request-1") == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "EndpointUnavailable"
+    assert "'slow-async' could not take the job (ThrottlingException)" in error["Message"]
+    assert stage.run_tickets(request_id="request-1") == {"jobs": {job_id: "failed"}}
+
+
+def test_an_async_job_whose_claim_failed_is_sent_once_by_the_retried_event(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    claim = stage.store.claim
+
+    def throttled(job_id: str, runner_id: str, reclaim_after: float | None = None) -> Any:
+        raise RuntimeError("ProvisionedThroughputExceededException (simulated)")
+
+    monkeypatch.setattr(stage.store, "claim", throttled)
+    with pytest.raises(RuntimeError):  # nothing was sent (no answer is stubbed for it)
+        stage.run_tickets(request_id="request-1")
     assert stage.get(f"/jobs/{job_id}")[1]["state"] == "queued"
+    monkeypatch.setattr(stage.store, "claim", claim)
+    stage.stubber.add_response("invoke_endpoint_async",  # one answer: a second call fails
+                               {"InferenceId": job_id, "OutputLocation": "s3://x/y.out"})
+    for request_id in ("request-1", "request-1", "request-2"):  # retries, then a duplicate
+        assert stage.run_tickets(request_id=request_id) == {"jobs": {job_id: "running"}}
+
+
+def test_an_async_job_another_runner_claimed_first_is_not_sent_again(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    claim = stage.store.claim
+
+    def raced(job_id: str, runner_id: str, reclaim_after: float | None = None) -> Any:
+        claim(job_id, "request-0")  # a duplicate delivery's runner, a moment sooner
+        return claim(job_id, runner_id, reclaim_after)
+
+    monkeypatch.setattr(stage.store, "claim", raced)
+    # no answer is stubbed: a call would fail the job
+    assert stage.run_tickets(request_id="request-1") == {"jobs": {job_id: "running"}}
+    job = stage.store.get(job_id)
+    assert job is not None and job.runner_id == "request-0"
+
+
+def _running_image_job(stage: Stage, runner_id: str, claimed_at: float | None = None,
+                       monkeypatch: pytest.MonkeyPatch | None = None) -> str:
+    """A real-time job the runner ``runner_id`` claimed (at ``claimed_at``) and is still at,
+    or died at (the endpoint call is slow, or its function ran out of memory)."""
+    upload_id = stage.put_upload(jpeg(64, 64), "image/jpeg")
+    job_id: str = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    if claimed_at is not None and monkeypatch is not None:
+        with monkeypatch.context() as past:
+            past.setattr(stage.store, "_clock", lambda: claimed_at)
+            stage.store.claim(job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+    else:
+        stage.store.claim(job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+    return job_id
+
+
+def test_a_duplicate_delivery_does_not_run_a_job_its_runner_is_running(stage: Stage) -> None:
+    job_id = _running_image_job(stage, "request-1")
+    # no endpoint answer is stubbed: a call would fail the job
+    assert stage.run_tickets(request_id="request-2") == {"jobs": {job_id: "running"}}
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}  # no context: another runner
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({1: 0.9})))
+    # Lambda's retry of request-1's event (its function raised) keeps the request id
+    assert stage.run_tickets(request_id="request-1") == {"jobs": {job_id: "succeeded"}}
+
+
+def test_a_job_whose_runner_is_gone_is_run_by_the_next_delivery(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_ago = time.time() - RUNNER_LIFETIME_SECONDS - 5
+    job_id = _running_image_job(stage, "request-1", long_ago, monkeypatch)
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({1: 0.9})))
+    assert stage.run_tickets(request_id="request-2") == {"jobs": {job_id: "succeeded"}}
+
+
+def test_a_realtime_job_calls_the_jobs_endpoint_of_model_json(stage: Stage) -> None:
+    registry = stage.services.registry
+    registry.models[ENDPOINT] = dataclasses.replace(
+        registry.models[ENDPOINT], jobs=JobsSpec(JobsBackend.REALTIME, "efficientnet-big"))
+    called: list[str] = []
+    stage.services.job_endpoint.client.meta.events.register(
+        "before-parameter-build.sagemaker-runtime.InvokeEndpoint",
+        lambda params, **kwargs: called.append(params["EndpointName"]))
+    job_id = json.loads(stage.post_job(ENDPOINT, stage.put_upload(jpeg(64, 64),
+                                                                  "image/jpeg")).body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({3: 0.9})))
+    assert stage.run_tickets() == {"jobs": {job_id: "succeeded"}}
+    assert called == ["efficientnet-big"]  # the deploy's IAM grants InvokeEndpoint on it
+    assert stage.get(f"/jobs/{job_id}")[1]["result"]["endpoint"] == "efficientnet-big"
 
 
 def test_an_async_image_job_takes_its_options_from_the_query_only(stage: Stage) -> None:
@@ -475,3 +569,33 @@ def test_an_async_image_job_sends_the_resized_image_and_answers_top_k(stage: Sta
     result = stage.get(f"/jobs/{job_id}")[1]["result"]
     assert [p["index"] for p in result["predictions"]] == [285]
     assert result["endpoint"] == "efficientnet-async"
+
+
+@pytest.mark.parametrize("backend_model,state,after,lost", [
+    # Lambda may keep a throttled event 6 hours, then run it for 15 minutes
+    ("efficientnet-lite0", JobState.QUEUED, 6 * 3600 + 15 * 60 + 1, False),
+    ("iris", JobState.QUEUED, 6 * 3600 + 20 * 60, False),
+    ("efficientnet-lite0", JobState.QUEUED, 6 * 3600 + 20 * 60 + 1, True),  # never ran it
+    ("iris", JobState.QUEUED, 6 * 3600 + 20 * 60 + 1, True),
+    ("efficientnet-lite0", JobState.RUNNING, 1139, False),
+    ("efficientnet-lite0", JobState.RUNNING, 1141, True),  # its runner died on every attempt
+    ("iris", JobState.RUNNING, 3600, False),  # an asynchronous endpoint may take its time...
+    ("iris", JobState.RUNNING, 900 + 6 * 3600 + 301, True)])  # ... not past SageMaker's TTL
+def test_a_job_nothing_will_move_any_more_is_failed_as_lost(
+        stage: Stage, backend_model: str, state: JobState, after: int, lost: bool) -> None:
+    body, kind = (jpeg(64, 64), "image/jpeg") if backend_model != "iris" else (IRIS_ROW,
+                                                                                "text/csv")
+    job = stage.services.jobs.create_from_body(stage.services.registry.get(backend_model), body,
+                                               kind, {}, None)
+    if state is JobState.RUNNING:
+        stage.store.claim(job.job_id, "request-1")
+    moved = stage.store.get(job.job_id)
+    assert moved is not None
+    stage.services.jobs_context.clock = lambda: moved.updated_at + after
+    answer = stage.get(f"/jobs/{job.job_id}")[1]
+    assert answer["state"] == ("failed" if lost else str(state))
+    if lost:
+        assert answer["error"]["Code"] == "JobLost"
+        assert f"was {state} for {after} s" in answer["error"]["Message"]
+        kept = stage.store.get(job.job_id)
+        assert kept is not None and kept.state is JobState.FAILED  # kept so

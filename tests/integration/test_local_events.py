@@ -96,7 +96,7 @@ def test_moto_delivers_tickets_and_notifications_and_chalices_handlers_read_them
     seen: list[tuple[str, Any]] = []
     handlers = fake_app(jobs.bucket, jobs.tickets_prefix, seen)
     pump = EventPump(client(jobs, "sqs"), routes_from(jobs.api_env()), handlers,
-                     lambda name: None, wait_seconds=1, workers=1)
+                     lambda name, invocation: None, wait_seconds=1, workers=1)
     s3, sns = client(jobs, "s3"), client(jobs, "sns")
 
     s3.put_object(Bucket=jobs.bucket, Key=f"{jobs.tickets_prefix}job 1", Body=b"{}")

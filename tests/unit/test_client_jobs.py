@@ -45,6 +45,9 @@ class FakeGate:
         self.states: list[dict[str, Any]] = []  # what GET /jobs answers, in turn
         self.jobs: dict[str, dict[str, Any]] = {}
         self.models: dict[str, Any] = {"m": IMAGE_MODEL, "iris": TENSOR_MODEL}
+        self.results: dict[str, tuple[str, bytes]] = {  # answers kept as objects, by job id
+            "1": ("application/json", json.dumps(ANSWER).encode())}
+        self.sync_answer: tuple[str, bytes] | None = None  # the synchronous route's, if not ANSWER
         self.lock = threading.Lock()
 
     # sagegate's side
@@ -110,9 +113,12 @@ class FakeGate:
                 return self.submit(request)
             if method == "GET" and path.startswith("/jobs/"):
                 return self.job(path.removeprefix("/jobs/"))
-            if method == "GET" and path == "/s3/b/jobs/results/1":
-                return answer(200, ANSWER)
+            if method == "GET" and path.removeprefix("/s3/b/jobs/results/") in self.results:
+                kind, body = self.results[path.removeprefix("/s3/b/jobs/results/")]
+                return 200, {"Content-Type": kind} if kind else {}, body
             if method == "POST" and path.endswith("/predict"):
+                if self.sync_answer is not None:
+                    return 200, {"Content-Type": self.sync_answer[0]}, self.sync_answer[1]
                 return answer(200, ANSWER)
             return answer(404, {"Code": "NotFound", "Message": path})
 
@@ -316,6 +322,53 @@ def test_an_answer_kept_as_an_object_is_downloaded(gate: FakeGate) -> None:
     assert "x-api-key" not in {name.lower() for name in download["headers"]}
 
 
+CSV_ANSWER = "label,probability\ntabby,0.61\n"
+
+
+@pytest.mark.parametrize(("kind", "body", "expected"), [
+    ("application/json; charset=utf-8", json.dumps(ANSWER).encode(), ANSWER),
+    ("application/vnd.handler+json", b'{"ok": true}', {"ok": True}),
+    ("text/csv; charset=utf-8", CSV_ANSWER.encode(),
+     {"content_type": "text/csv; charset=utf-8", "body": CSV_ANSWER}),
+    ("application/jsonlines", b'{"a": 1}\n{"a": 2}\n',
+     {"content_type": "application/jsonlines", "body": '{"a": 1}\n{"a": 2}\n'}),
+    ("image/png", b"\x89PNG\r\n", {"content_type": "image/png",
+                                   "body_base64": base64.b64encode(b"\x89PNG\r\n").decode()}),
+    ("binary/octet-stream", b"\x93NUMPY\xff", {"content_type": "binary/octet-stream",
+                                              "body_base64": "k05VTVBZ/w=="}),
+    ("", b"\0\1", {"content_type": "application/octet-stream", "body_base64": "AAE="}),
+])
+def test_an_answer_kept_as_an_object_is_read_by_its_content_type(
+        gate: FakeGate, kind: str, body: bytes, expected: dict[str, Any]) -> None:
+    """A handler model may answer any type: JSON comes back as JSON, anything else as its
+    type and its text (or its bytes in base64), never a JSON parser's traceback."""
+    gate.results["2"] = (kind, body)
+    job = {"job_id": "2", "state": "succeeded", "result_url": f"{gate.url}/s3/b/jobs/results/2"}
+    assert Client(gate.url).result(job) == expected
+
+
+@pytest.mark.parametrize(("kind", "body", "expected"), [
+    ("text/csv", CSV_ANSWER.encode(), {"content_type": "text/csv", "body": CSV_ANSWER}),
+    ("application/json", b"[[0.9, 0.1]]", {"content_type": "application/json",
+                                           "body": [[0.9, 0.1]]})])
+def test_a_synchronous_answer_is_read_by_its_content_type_too(
+        gate: FakeGate, kind: str, body: bytes, expected: dict[str, Any]) -> None:
+    """The synchronous route of a handler model may answer CSV or a JSON list: the same
+    reading as a job's, not a JSON parser's traceback or a caller's AttributeError."""
+    gate.sync_answer = (kind, body)
+    assert Client(gate.url).predict(b"5.1,3.5,1.4,0.2", model="iris",
+                                    content_type="text/csv") == expected
+
+
+def test_an_answer_that_says_json_but_is_not_is_an_invalid_answer(gate: FakeGate) -> None:
+    gate.results["2"] = ("application/json", b"label,probability\n")
+    job = {"job_id": "2", "state": "succeeded", "result_url": f"{gate.url}/s3/b/jobs/results/2"}
+    with pytest.raises(ClientError) as raised:
+        Client(gate.url).result(job)
+    assert (raised.value.status, raised.value.code) == (200, "InvalidAnswer")
+    assert "application/json" in raised.value.message
+
+
 # ---------------------------------------------------------------- predict's modes
 
 def test_auto_sends_what_fits_synchronously_and_the_rest_through_a_job(
@@ -493,3 +546,18 @@ def test_the_bars_show_the_upload_then_the_wait() -> None:
     assert bars.lines() == []  # the file's line goes when it is done
     with Bars(0, jobs=False) as quiet, quiet.job("x") as callbacks:
         assert callbacks == (None, None) and quiet.lines() == []
+
+
+def test_predict_prints_a_handlers_answer_that_is_not_json(
+        gate: FakeGate, sleeps: list[float], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    gate.results["2"] = ("text/csv", CSV_ANSWER.encode())
+    gate.states = [{"state": "succeeded", "result_url": f"{gate.url}/s3/b/jobs/results/2"}]
+    batch = tmp_path / "batch.csv"
+    batch.write_text("5.1,3.5,1.4,0.2\n")
+    code, out = run_cli(gate, str(batch), "--model", "iris", "--async", "--format", "json",
+                        capsys=capsys)
+    assert code == 0
+    assert json.loads(out)[0]["predictions"] == {"content_type": "text/csv", "body": CSV_ANSWER}
+    code, out = run_cli(gate, str(batch), "--model", "iris", "--async", capsys=capsys)
+    assert code == 0 and "text/csv" in out and "tabby" in out

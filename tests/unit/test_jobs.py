@@ -77,7 +77,7 @@ def test_job_ids_are_uuid4_hex_and_unique() -> None:
 
 @pytest.mark.parametrize(("current", "target", "allowed"), [
     (QUEUED, RUNNING, True), (QUEUED, SUCCEEDED, True), (QUEUED, FAILED, True),
-    (RUNNING, RUNNING, True), (RUNNING, SUCCEEDED, True), (RUNNING, FAILED, True),
+    (RUNNING, RUNNING, False), (RUNNING, SUCCEEDED, True), (RUNNING, FAILED, True),
     (QUEUED, QUEUED, False), (RUNNING, QUEUED, False),
     (SUCCEEDED, FAILED, False), (FAILED, SUCCEEDED, False), (SUCCEEDED, SUCCEEDED, False),
     (SUCCEEDED, RUNNING, False), (FAILED, QUEUED, False)])
@@ -170,14 +170,48 @@ def test_a_final_state_is_never_left_and_retries_change_nothing(store: JobStore,
     assert store.get(job.job_id) == first
 
 
-def test_a_retried_runner_may_enter_running_again(store: JobStore, clock: Clock) -> None:
+LIFETIME = 960.0  # a runner's longest life (the runner passes its own)
+
+
+def test_one_runner_claims_a_job_and_only_its_retry_may_claim_it_again(store: JobStore,
+                                                                       clock: Clock) -> None:
     job = store.create(_job())
-    store.advance(job.job_id, RUNNING)
-    clock.now += 30
-    again, changed = store.advance(job.job_id, RUNNING)
-    assert changed and again.state is RUNNING and again.updated_at == NOW + 30
+    claimed, changed = store.claim(job.job_id, "request-1", LIFETIME)
+    assert changed and claimed.state is RUNNING and claimed.runner_id == "request-1"
+    assert store.get(job.job_id) == claimed
+    clock.now += LIFETIME  # a duplicate delivery while the runner may be at work: refused
+    other, changed = store.claim(job.job_id, "request-2", LIFETIME)
+    assert not changed and other == claimed
+    moved, changed = store.advance(job.job_id, RUNNING)  # running is entered by a claim only
+    assert not changed and moved == claimed
+    retried, changed = store.claim(job.job_id, "request-1", LIFETIME)  # Lambda's retry
+    assert changed and retried.runner_id == "request-1" and retried.updated_at == NOW + LIFETIME
     back, changed = store.advance(job.job_id, QUEUED)
-    assert not changed and back.state is RUNNING
+    assert not changed and back == retried
+
+
+def test_a_running_job_whose_runner_is_gone_may_be_claimed_by_another(store: JobStore,
+                                                                      clock: Clock) -> None:
+    job = store.create(_job(expires_at=int(NOW) + 100_000))
+    store.claim(job.job_id, "request-1", LIFETIME)
+    clock.now += LIFETIME + 1
+    taken, changed = store.claim(job.job_id, "request-2", LIFETIME)
+    assert changed and taken.runner_id == "request-2" and taken.updated_at == NOW + LIFETIME + 1
+    store.advance(job.job_id, SUCCEEDED, Outcome(result=1))
+    clock.now += 10 * LIFETIME
+    done, changed = store.claim(job.job_id, "request-2", LIFETIME)
+    assert not changed and done.state is SUCCEEDED
+
+
+def test_without_a_lifetime_only_a_queued_job_is_claimed(store: JobStore,
+                                                         clock: Clock) -> None:
+    job = store.create(_job(expires_at=int(NOW) + 200_000))
+    _, first = store.claim(job.job_id, "request-1")
+    clock.now += 100 * LIFETIME
+    again, second = store.claim(job.job_id, "request-1")  # not even by the same runner
+    assert first and not second and again.updated_at == NOW
+    with pytest.raises(JobNotFoundError):
+        store.claim(new_job_id(), "request-1")
 
 
 def test_moving_an_unknown_job_is_not_found(store: JobStore) -> None:
@@ -201,8 +235,9 @@ def test_a_job_without_owner_round_trips(store: JobStore) -> None:
 
 
 def test_the_table_item_round_trips_and_refuses_strangers() -> None:
-    job = _job(state=FAILED, error={"Code": "ModelError", "Message": "m"})
+    job = _job(state=FAILED, error={"Code": "ModelError", "Message": "m"}, runner_id="r-1")
     assert decode_job(encode_job(job)) == job
+    assert decode_job(encode_job(dataclasses.replace(job, runner_id=None))).runner_id is None
     item = encode_job(job)
     for broken in ({k: v for k, v in item.items() if k != "state"},
                    {**item, "state": {"S": "paused"}}, {**item, "options": {"S": "[1]"}},

@@ -51,11 +51,64 @@ def test_a_job_is_queued_on_the_endpoint_once_with_its_id() -> None:
             {"EndpointName": "iris-async", "InputLocation": job.input_location,
              "InferenceId": job.job_id, "ContentType": "text/csv",
              "InvocationTimeoutSeconds": 1200})
-        running = start(client, store, job, "iris-async", "text/csv", 1200)
-        assert running.state is JobState.RUNNING
-        again = start(client, store, job, "iris-async", "text/csv", 1200)  # no second call
-        assert again == running
+        running = start(client, store, job, "iris-async", "text/csv", 1200, runner_id="r-1")
+        assert running.state is JobState.RUNNING and running.runner_id == "r-1"
+        for runner_id in ("r-1", "r-2"):  # Lambda's retry, a duplicate delivery: no call
+            again = start(client, store, job, "iris-async", "text/csv", 1200,
+                          runner_id=runner_id)
+            assert again == running
         stubber.assert_no_pending_responses()
+
+
+def _runtime() -> Any:
+    return boto3.client("sagemaker-runtime", region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def test_a_start_that_loses_the_claim_sends_nothing() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    store.claim(job.job_id, "r-1")  # another runner claimed it a moment before
+    client = _runtime()
+    with Stubber(client) as stubber:  # no response queued: a call would fail the test
+        started = start(client, store, job, "iris-async", "text/csv", runner_id="r-2")
+        stubber.assert_no_pending_responses()
+    assert started.state is JobState.RUNNING and started.runner_id == "r-1"
+
+
+@pytest.mark.parametrize(("code", "status", "expected", "words"), [
+    ("ThrottlingException", 400, "EndpointUnavailable", "'iris-async' could not take the job "
+                                                        "(ThrottlingException)"),
+    ("ServiceUnavailable", 503, "EndpointUnavailable", "(ServiceUnavailable), retries included"),
+    ("ValidationError", 400, "EndpointError", "refused the job (ValidationError): no such "
+                                              "endpoint")])
+def test_a_failed_call_fails_the_claimed_job_and_a_retry_sends_nothing(
+        code: str, status: int, expected: str, words: str) -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    client = _runtime()
+    with Stubber(client) as stubber:
+        stubber.add_client_error("invoke_endpoint_async", service_error_code=code,
+                                 http_status_code=status, service_message="no such endpoint")
+        failed = start(client, store, job, "iris-async", "text/csv", runner_id="r-1")
+        assert failed.state is JobState.FAILED
+        assert failed.view()["error"]["Code"] == expected
+        assert words in failed.view()["error"]["Message"]
+        assert start(client, store, job, "iris-async", "text/csv", runner_id="r-1") == failed
+        stubber.assert_no_pending_responses()
+
+
+def test_a_call_that_never_answered_fails_the_job_as_unavailable() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+
+    class Unreachable:
+        def invoke_endpoint_async(self, **kwargs: Any) -> None:
+            raise ConnectionRefusedError("connection refused")
+
+    failed = start(Unreachable(), store, job, "iris-async", "text/csv", runner_id="r-1")
+    assert failed.view()["error"]["Code"] == "EndpointUnavailable"
+    assert "(ConnectionRefusedError)" in failed.view()["error"]["Message"]
 
 
 def test_a_completed_inference_becomes_the_jobs_answer_once() -> None:

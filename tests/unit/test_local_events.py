@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -82,13 +83,15 @@ class Function:
             raise RuntimeError("the endpoint is down")
 
 
-def message(body: str, attempt: int = 1) -> dict[str, Any]:
-    return {"Body": body, "ReceiptHandle": "h",
+def message(body: str, attempt: int = 1, message_id: str = "m-1") -> dict[str, Any]:
+    return {"Body": body, "ReceiptHandle": "h", "MessageId": message_id,
             "Attributes": {"ApproximateReceiveCount": str(attempt)}}
 
 
 def pump(sqs: FakeSqs, **handlers: Function) -> EventPump:
-    return EventPump(sqs, [], handlers, lambda name: SimpleNamespace(function_name=name),
+    return EventPump(sqs, [], handlers,
+                     lambda name, invocation: SimpleNamespace(function_name=name,
+                                                              aws_request_id=invocation),
                      wait_seconds=0)
 
 
@@ -167,6 +170,20 @@ def test_a_message_is_deleted_once_its_function_returned() -> None:
     assert sqs.deleted == ["h"] and sqs.hidden == []
 
 
+def test_every_attempt_at_one_event_has_its_request_id_and_other_events_others() -> None:
+    # the job runner re-runs a job for a retry (the same aws_request_id, as Lambda's retries)
+    # and not for a duplicate delivery (another one)
+    sqs, runner = FakeSqs(), Function(failures=1)
+    body = json.dumps(S3_NOTIFICATION)
+    events = pump(sqs, job_runner=runner)
+    events.handle(TICKETS, message(body, attempt=1))
+    events.handle(TICKETS, message(body, attempt=2))
+    events.handle(TICKETS, message(body, message_id="m-2"))
+    first, retry, other = (context.aws_request_id for context in runner.contexts)
+    assert first == retry and other != first
+    assert str(uuid.UUID(first)) == first
+
+
 def test_a_failed_call_leaves_the_message_for_a_later_attempt() -> None:
     sqs, runner = FakeSqs(), Function(failures=1)
 
@@ -218,7 +235,8 @@ def test_an_event_for_a_function_the_app_lacks_is_dropped() -> None:
 
 def test_the_receivers_stop_when_asked() -> None:
     sqs = FakeSqs()
-    events = EventPump(sqs, [TICKETS, NOTES], {}, lambda name: None, wait_seconds=0, workers=2)
+    events = EventPump(sqs, [TICKETS, NOTES], {}, lambda name, invocation: None,
+                       wait_seconds=0, workers=2)
     events.start()
 
     events.stop(timeout=5)
