@@ -12,7 +12,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from chalicelib.cache.prediction import PredictionCache
 from chalicelib.calls import CallOptions, ModelRequest
@@ -26,7 +26,6 @@ from chalicelib.inference.endpoint import EndpointClient, make_client, policy_fr
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import HandledModel, ModelServer, ServingPipeline
-from chalicelib.jobs.store import JobStore, MemoryJobStore, TableJobStore
 from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from chalicelib.inference.serving import SplitPipeline
     from chalicelib.jobs.execution import JobsExecution
     from chalicelib.jobs.service import JobsContext, JobsService
+    from chalicelib.jobs.store import JobStore
 
 
 class Services:
@@ -183,7 +183,9 @@ class Services:
 
     def connection_holders(self) -> list[lifecycle.Closable]:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""
-        store = self._job_store if isinstance(self._job_store, TableJobStore) else None
+        # a table's store pools connections (the memory store has nothing to close)
+        store = cast("lifecycle.Closable", self._job_store) \
+            if hasattr(self._job_store, "close") else None
         return [holder for holder in (self._endpoint, self._capturer, self._cache,
                                       self._job_endpoint, store, self._s3,
                                       self._job_runtime)
@@ -194,6 +196,9 @@ class Services:
     @property
     def job_store(self) -> JobStore:
         """The job records: the ``JOBS_TABLE`` table, or in memory (one process)."""
+        # deferred, as every part of jobs: the request path's cold start loads none of it
+        from chalicelib.jobs.store import MemoryJobStore, TableJobStore
+
         with self._lock:
             if self._job_store is None:
                 table = self.settings.jobs_table

@@ -29,17 +29,18 @@ from chalicelib.jobs import asyncinference
 from chalicelib.jobs.objects import put_result, read_input
 from chalicelib.jobs.records import Job, JobState, is_job_id
 from chalicelib.jobs.runner import run_job
-from chalicelib.jobs.service import JobsContext, input_key, job_id_of_ticket
+from chalicelib.jobs.service import (
+    JOB_MAX_ELEMENTS,
+    JOB_MAX_INSTANCES,
+    JobsContext,
+    input_key,
+    job_id_of_ticket,
+)
 from chalicelib.jobs.store import Outcome
 from chalicelib.jobs.uploads import head_upload, is_missing
 from chalicelib.registry.specs import JobsBackend, ModelSpec
 
 logger = logging.getLogger("sagegate.jobs")
-JOB_MAX_INSTANCES = 4_000_000
-"""Rows an asynchronous job's tensor input may carry (a 30 MB CSV batch is about 2 million;
-one real-time request carries at most :data:`~chalicelib.inference.coercion.MAX_INSTANCES`)."""
-JOB_MAX_ELEMENTS = 16_000_000
-"""Values one input of an asynchronous job may carry."""
 
 
 class JobsExecution:

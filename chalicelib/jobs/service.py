@@ -19,13 +19,15 @@ from chalicelib.core.config import Settings
 from chalicelib.core.errors import InvalidUploadError, UnsupportedMediaTypeError
 from chalicelib.core.media import bare
 from chalicelib.inference.accepted import ACCEPTED, accepts
+from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
+from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import SplitPipeline
 from chalicelib.jobs.objects import check_input, result_url
 from chalicelib.jobs.records import Job, JobState, check_owner, is_job_id, new_job_id
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.jobs.uploads import UPLOADS, Upload, check_content_type, presign_upload, upload_key
 from chalicelib.registry.loading import Registry
-from chalicelib.registry.specs import JobsBackend, ModelSpec
+from chalicelib.registry.specs import ASYNC_PIPELINES, JobsBackend, ModelSpec
 
 TICKETS = "tickets/"
 """Where job tickets go under ``JOBS_PREFIX``: writing one starts the job's runner (S3 event)."""
@@ -33,6 +35,11 @@ INPUTS = "inputs/"
 """Where an asynchronous endpoint's input goes under ``JOBS_PREFIX`` when it differs from the
 upload (the image resized, a tensor body made TF Serving's)."""
 
+JOB_MAX_INSTANCES = 4_000_000
+"""Rows an asynchronous job's tensor input may carry (a 30 MB CSV batch is about 2 million;
+one real-time request carries at most :data:`~chalicelib.inference.coercion.MAX_INSTANCES`)."""
+JOB_MAX_ELEMENTS = 16_000_000
+"""Values one input of an asynchronous job may carry."""
 JOB_LOST = "JobLost"
 """The error code of a job nothing will finish (see :meth:`JobsService._settled`)."""
 QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
@@ -170,10 +177,19 @@ class JobsService:
                          options: Mapping[str, str], owner: str | None) -> Job:
         """A queued job for a small inline body, kept as an upload the server makes itself.
 
+        The body is read first as the job will read it (as the model route reads a request),
+        so one the model cannot read is the caller's 4xx now, not a failed job later.
+
         Raises:
             UnsupportedMediaTypeError: the model does not read that type.
+            BadRequestError and the other errors of the model route's reader.
         """
         kind = _model_type(model, bare(content_type))
+        request = self.context.read_request(body, content_type, options, model,
+                                            max(len(body), 1))
+        if model.pipeline in ASYNC_PIPELINES:  # sagegate's own preprocessing (not a handler's)
+            with batch_limits(*job_batch_limits(model)):
+                self.context.pipeline_for(model).preprocess(request, StageTimer())
         key = f"{self.context.prefix}{UPLOADS}{uuid.uuid4().hex}"
         self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
                                    ContentType=kind)
@@ -237,6 +253,14 @@ class JobsService:
             "runner left to finish it (its function ran out of memory or time on every "
             "attempt); submit it again, or with a smaller input."}))
         return failed
+
+
+def job_batch_limits(model: ModelSpec) -> tuple[int, int]:
+    """The rows and values one input of ``model``'s jobs may carry: an asynchronous endpoint
+    takes a whole batch, a real-time one what one request may."""
+    if model.jobs.backend == JobsBackend.ASYNC:
+        return JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS
+    return MAX_INSTANCES, MAX_ELEMENTS
 
 
 def _model_type(model: ModelSpec, kind: str) -> str:

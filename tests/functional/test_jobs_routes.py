@@ -368,6 +368,21 @@ def test_an_inline_body_becomes_a_job_and_an_oversized_one_is_413(stage: Stage) 
     assert (wrong.status_code, json.loads(wrong.body)["Code"]) == (415, "UnsupportedMediaType")
 
 
+@pytest.mark.parametrize("model,body,kind,code", [
+    ("iris", b"5.1,3.5,1.4,0.2", "application/json", "InvalidJSON"),  # CSV sent as JSON
+    ("iris", b'{"instances": "five"}', "application/json", "SignatureMismatch"),
+    (ENDPOINT, b'{"image": "not base64!"}', "application/json", "InvalidBase64"),
+    (ENDPOINT, b'{"picture": "AAAA"}', "application/json", "MissingImage")])
+def test_an_inline_body_the_model_cannot_read_is_refused_before_a_job_is_made(
+        stage: Stage, model: str, body: bytes, kind: str, code: str) -> None:
+    # the same answer the model route gives the same body, not a 202 and a failed job
+    synchronous = stage.post(f"/models/{model}/predict", body, kind)
+    response = stage.post(f"/models/{model}/jobs", body, kind)
+    assert response.status_code == synchronous.status_code == 400, response.body
+    assert json.loads(response.body)["Code"] == json.loads(synchronous.body)["Code"] == code
+    assert stage.tickets() == []
+
+
 def test_an_upload_gone_before_the_job_ran_fails_the_job(stage: Stage) -> None:
     upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
     job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]

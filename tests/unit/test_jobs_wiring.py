@@ -33,10 +33,14 @@ from chalicelib.inference.endpoint import EndpointClient, policy_from
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import tensor_input
 from chalicelib.jobs.events import s3_keys, sns_messages
-from chalicelib.jobs.execution import JOB_MAX_ELEMENTS, JOB_MAX_INSTANCES
 from chalicelib.jobs.objects import read_input
 from chalicelib.jobs.records import Job, JobState, new_job_id
-from chalicelib.jobs.service import job_id_of_ticket, ticket_key
+from chalicelib.jobs.service import (
+    JOB_MAX_ELEMENTS,
+    JOB_MAX_INSTANCES,
+    job_id_of_ticket,
+    ticket_key,
+)
 from chalicelib.jobs.store import MemoryJobStore, TableJobStore
 from chalicelib.registry.loading import load_model
 from chalicelib.registry.specs import JobsBackend, JobsSpec
