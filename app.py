@@ -294,7 +294,7 @@ def create_upload() -> Response:
             or not isinstance(asked["model"], str):
         raise InvalidUploadError('Send {"model": NAME, "content_type": TYPE}.')
     request_log().model = asked["model"][:64]
-    return Response(body=jobs.presign(asked["model"], asked["content_type"]).view())
+    return Response(body=jobs.presign(asked["model"], asked["content_type"], _caller()).view())
 
 
 @app.route("/models/{name}/jobs", methods=["POST"], content_types=_ANY_CONTENT_TYPE,

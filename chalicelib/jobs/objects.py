@@ -2,13 +2,13 @@
 large for the job record, with a presigned GET for the client to download it."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import Answer
 from chalicelib.core.errors import UploadTypeMismatchError
 from chalicelib.core.media import bare
-from chalicelib.jobs.uploads import check_uploaded, head_upload, upload_id_of
+from chalicelib.jobs.uploads import check_uploaded, head_upload, upload_id_of, uploaded_by
 
 RESULTS = "results/"
 """Where answers go under the stage's ``JOBS_PREFIX``."""
@@ -42,23 +42,30 @@ def read_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
         InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
         UploadTooLargeError; botocore's errors.
     """
-    content_type, size = _checked(client, bucket, prefix, key, max_bytes, accepts)
+    content_type, size, _ = _checked(client, bucket, prefix, key, max_bytes, accepts)
     return _read(client, bucket, key, size, max_bytes), content_type
 
 
 def check_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
-                accepts: Callable[[str], bool]) -> str:
+                accepts: Callable[[str], bool], caller: str | None = None) -> str:
     """Check an uploaded object a job will read (HEAD only); answers its bare content type.
+
+    An upload presigned for a caller (:func:`~chalicelib.jobs.uploads.uploaded_by`) is that
+    caller's: to anyone else it is missing, as another caller's job is.
 
     Raises:
         InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
         UploadTooLargeError; botocore's errors.
     """
-    return _checked(client, bucket, prefix, key, max_bytes, accepts)[0]
+    content_type, _, head = _checked(client, bucket, prefix, key, max_bytes, accepts)
+    owner = uploaded_by(head)
+    if owner is not None and owner != caller:
+        check_uploaded(None, key, prefix, content_type, max_bytes)  # raises: "no such upload"
+    return content_type
 
 
 def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
-             accepts: Callable[[str], bool]) -> tuple[str, int]:
+             accepts: Callable[[str], bool]) -> tuple[str, int, Mapping[str, Any] | None]:
     upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
     head = head_upload(client, bucket, key)
     content_type = bare(str((head or {}).get("ContentType") or ""), "")
@@ -66,7 +73,7 @@ def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
     if not accepts(content_type):
         raise UploadTypeMismatchError(f"The uploaded object is {content_type or 'untyped'!r}, "
                                       "which this model does not read.")
-    return content_type, size
+    return content_type, size, head
 
 
 def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int) -> bytes:

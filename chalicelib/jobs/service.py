@@ -142,8 +142,10 @@ class JobsService:
     def __init__(self, context: JobsContext) -> None:
         self.context = context
 
-    def presign(self, model_name: str, content_type: object) -> Upload:
-        """A presigned POST for one input of ``model_name`` of ``content_type``.
+    def presign(self, model_name: str, content_type: object,
+                owner: str | None = None) -> Upload:
+        """A presigned POST for one input of ``model_name`` of ``content_type``, for
+        ``owner``'s jobs only when auth identifies callers.
 
         Raises:
             ModelNotFoundError: no such model.
@@ -155,7 +157,7 @@ class JobsService:
         settings = self.context.settings
         return presign_upload(self.context.s3, self.context.bucket, self.context.prefix, kind,
                               model.jobs.max_upload_bytes, settings.upload_expiry_seconds,
-                              clock=self.context.clock)
+                              clock=self.context.clock, owner=owner)
 
     def create_from_upload(self, model: ModelSpec, upload_id: object,
                            options: Mapping[str, str], owner: str | None) -> Job:
@@ -163,14 +165,15 @@ class JobsService:
 
         Raises:
             InvalidUploadError: not an upload id this server makes.
-            UploadNotFoundError, UploadTooLargeError, UploadTypeMismatchError.
+            UploadNotFoundError (also for an upload presigned for another caller),
+            UploadTooLargeError, UploadTypeMismatchError.
         """
         if not isinstance(upload_id, str):
             raise InvalidUploadError("upload_id must be the id POST /uploads answered "
                                      "(32 lowercase hex digits).")
         key = upload_key(self.context.prefix, upload_id)
         check_input(self.context.s3, self.context.bucket, self.context.prefix, key,
-                    model.jobs.max_upload_bytes, lambda kind: accepts(model, kind))
+                    model.jobs.max_upload_bytes, lambda kind: accepts(model, kind), owner)
         return self._create(model, key, options, owner)
 
     def create_from_body(self, model: ModelSpec, body: bytes, content_type: str,

@@ -23,6 +23,10 @@ __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError",
 DEFAULT_EXPIRY_SECONDS = 15 * 60
 """How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""
 UPLOADS = "uploads/"
+OWNER_METADATA = "sagegate-owner"
+"""The user metadata naming an upload's caller (S3 answers it in HeadObject's ``Metadata``)."""
+OWNER_FIELD = f"x-amz-meta-{OWNER_METADATA}"
+"""The presigned POST's field that sets it."""
 """Where uploads go under the stage's ``JOBS_PREFIX``."""
 
 _UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
@@ -102,13 +106,15 @@ def max_upload_bytes(model_config: Mapping[str, Any]) -> int:
 
 def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max_bytes: int,
                    expiry_seconds: int = DEFAULT_EXPIRY_SECONDS,
-                   clock: Callable[[], float] = time.time) -> Upload:
+                   clock: Callable[[], float] = time.time, owner: str | None = None) -> Upload:
     """A presigned POST for one new object ``<prefix>uploads/<new id>`` of ``content_type``
     and at most ``max_bytes``, usable for ``expiry_seconds``.
 
     The key is the server's (no ``${filename}``), so the policy's ``key`` condition is an
     exact match; ``Content-Type`` is a field and an exact-match condition; the size is a
-    ``content-length-range`` condition, checked by S3 itself.
+    ``content-length-range`` condition, checked by S3 itself. With an ``owner`` (the caller,
+    when auth identifies callers), the object carries it as metadata (:data:`OWNER_FIELD`,
+    a field and an exact-match condition): only that caller's jobs may read the upload.
 
     Raises:
         InvalidUploadError: a bad content type; ValueError: a cap outside 1 B to 1 GiB.
@@ -119,9 +125,10 @@ def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max
     upload_id = uuid.uuid4().hex
     key = upload_key(prefix, upload_id)
     expires_at = clock() + expiry_seconds
+    fields = {"Content-Type": content_type, **({OWNER_FIELD: owner} if owner else {})}
     post = client.generate_presigned_post(
-        Bucket=bucket, Key=key, Fields={"Content-Type": content_type},
-        Conditions=[{"Content-Type": content_type},
+        Bucket=bucket, Key=key, Fields=fields,
+        Conditions=[*({name: value} for name, value in fields.items()),
                     ["content-length-range", 1, max_bytes]],
         ExpiresIn=expiry_seconds)
     return Upload(upload_id=upload_id, key=key, url=post["url"], fields=post["fields"],
@@ -157,6 +164,13 @@ def check_uploaded(head: Mapping[str, Any] | None, key: str, prefix: str, conten
         raise UploadTypeMismatchError(f"The uploaded object is {actual or 'untyped'!r}, "
                                       f"not {content_type!r}.")
     return size
+
+
+def uploaded_by(head: Mapping[str, Any] | None) -> str | None:
+    """The caller an uploaded object was presigned for (None: anyone's)."""
+    metadata = (head or {}).get("Metadata") or {}
+    owner = metadata.get(OWNER_METADATA) if isinstance(metadata, Mapping) else None
+    return owner if isinstance(owner, str) and owner else None
 
 
 def head_upload(client: Any, bucket: str, key: str) -> Mapping[str, Any] | None:

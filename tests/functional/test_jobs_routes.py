@@ -26,6 +26,7 @@ import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.core.config import Settings
+from chalicelib.core.errors import UploadNotFoundError
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
 from chalicelib.jobs import runner
 from chalicelib.jobs.records import Job, JobState, new_job_id
@@ -301,6 +302,25 @@ def test_an_upload_posted_through_the_presigned_form_runs_as_a_job(stage: Stage)
                            timeout=10)
     assert posted.status_code in (200, 204), posted.text
     assert stage.post_job(ENDPOINT, upload["upload_id"]).status_code == 202
+
+
+def test_an_upload_made_for_a_caller_is_that_callers_only(stage: Stage) -> None:
+    # where auth identifies callers, an upload id that leaks is no use to anyone else: the
+    # object carries its caller (a field and a condition of the presigned POST)
+    jobs, iris = stage.services.jobs, stage.services.registry.get("iris")
+    upload = jobs.presign("iris", "text/csv", "apikey:alice")
+    assert upload.fields["x-amz-meta-sagegate-owner"] == "apikey:alice"
+    posted = requests.post(upload.url, data=upload.fields,
+                           files={"file": ("rows.csv", IRIS_ROW, "text/csv")}, timeout=10)
+    assert posted.status_code in (200, 204), posted.text
+    for other in ("apikey:bob", None):
+        with pytest.raises(UploadNotFoundError, match="No uploaded object"):
+            jobs.create_from_upload(iris, upload.upload_id, {}, other)
+    assert stage.tickets() == []
+    job = jobs.create_from_upload(iris, upload.upload_id, {}, "apikey:alice")
+    assert job.owner == "apikey:alice" and job.state is JobState.QUEUED
+    anyone = jobs.presign("iris", "text/csv")  # no caller identified: no owner field
+    assert not any(name.startswith("x-amz-meta-") for name in anyone.fields)
 
 
 @pytest.mark.parametrize("body,status,code", [
