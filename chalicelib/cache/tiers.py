@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import InvokeResult
-from chalicelib.core.clients import LazyClient
+from chalicelib.core.clients import DynamoTable
 
 logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
 
@@ -147,7 +147,7 @@ def decode_item(item: Mapping[str, Any], key: str, now: float) -> tuple[InvokeRe
                         custom_attributes=attributes, attempts=0), expires_at
 
 
-class TableTier:
+class TableTier(DynamoTable):
     """The shared tier: one DynamoDB table (``CACHE_TABLE``), key ``key`` (S), TTL attribute
     ``expires_at``. Reads are eventually consistent GetItems; a write is one PutItem.
 
@@ -159,18 +159,7 @@ class TableTier:
 
     def __init__(self, table: str, client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.table = table
-        self._client = LazyClient(_client, client)
-        self._clock = clock
-
-    @property
-    def client(self) -> Any:
-        """The DynamoDB client (built on first use)."""
-        return self._client.get()
-
-    def close(self) -> None:
-        """Drop the client's pooled connections (they reopen on the next call)."""
-        self._client.close()
+        super().__init__(table, _client, client, clock)
 
     def get(self, key: str) -> tuple[InvokeResult, float] | None:
         """The answer under ``key`` and its expiry, or None (absent or expired).

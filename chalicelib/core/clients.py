@@ -7,6 +7,7 @@ boto3, and a container that never uses the service never pays for it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,3 +36,30 @@ class LazyClient:
         """Drop a built client's pooled connections (they reopen on the next call)."""
         if self._client is not None:
             self._client.close()
+
+
+class DynamoTable:
+    """One DynamoDB table behind a client built on first use: what the cache's shared tier
+    and the jobs' store have in common.
+
+    Args:
+        table: the table's name.
+        build: makes the DynamoDB client (see :class:`LazyClient`).
+        client: a ready client (tests pass a Stubber's); built on first use when None.
+        clock: epoch seconds (TTLs are compared with it).
+    """
+
+    def __init__(self, table: str, build: Callable[[], Any], client: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.table = table
+        self._client = LazyClient(build, client)
+        self._clock = clock
+
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client (built on first use)."""
+        return self._client.get()
+
+    def close(self) -> None:
+        """Drop a built client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
+        self._client.close()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from chalicelib.core.clients import LazyClient
+from chalicelib.core.clients import DynamoTable
 from chalicelib.jobs.records import (
     Job,
     JobNotFoundError,
@@ -197,7 +197,7 @@ def decode_job(item: Mapping[str, Any]) -> Job:
         raise CorruptJobError(f"malformed job item ({type(error).__name__})") from None
 
 
-class TableJobStore:
+class TableJobStore(DynamoTable):
     """Jobs in one DynamoDB table (``JOBS_TABLE``): key ``job_id`` (S), TTL attribute
     ``expires_at``. Reads are strongly consistent (a job is read right after it moves); every
     write is conditional (see the module's docstring).
@@ -209,18 +209,7 @@ class TableJobStore:
 
     def __init__(self, table: str, client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.table = table
-        self._client = LazyClient(_dynamodb, client)
-        self._clock = clock
-
-    @property
-    def client(self) -> Any:
-        """The DynamoDB client (built on first use)."""
-        return self._client.get()
-
-    def close(self) -> None:
-        """Drop a built client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
-        self._client.close()
+        super().__init__(table, _dynamodb, client, clock)
 
     def create(self, job: Job) -> Job:
         try:
