@@ -16,7 +16,10 @@ peak resident memory is its own:
   object as the S3 sink writes them, with a local folder standing in for S3.
 
 Records per second (wall time of the whole check: reading, statistics, the checks, the three
-files and the report), the peak RSS, and each check's time over the floor's.
+files and the report), the peak RSS, and each check's time over the floor's. Then the batch
+case: one capture record of a TF Serving batch of 20,000 and of 200,000 instances (2,000 and
+20,000 with ``--quick``), each checked in a fresh process: rows a second and peak RSS, which
+grows with the record's bytes only (one row per instance, read one instance at a time).
 """
 from __future__ import annotations
 
@@ -55,4 +58,20 @@ def report(quick: bool = False) -> Report:
             f"objects of one record (as the S3 sink writes them), a local folder for S3: "
             f"{deployed['objects'] / deployed['seconds']:,.0f} objects/s without the "
             "network; x floor is per record.")
+    _batches(out, quick)
     return out
+
+
+def _batches(out: Report, quick: bool) -> None:
+    """One record of a TF Serving batch (a job's record): one row per instance, in memory
+    that grows with the record's bytes only, not with its rows or columns."""
+    sizes = [2_000, 20_000] if quick else list(monitor_bench.BATCH_SIZES)
+    results = monitor_bench.measure_batches(sizes)
+    out.say("", table.section("Monitor - one record of a TF Serving batch (7 features)"))
+    rows = [[f"{size:,}", f"{figures['record_mb']:.1f} MB", f"{figures['records']:,.0f}",
+             f"{figures['records_per_second']:,.0f}", f"{figures['peak_rss_mb']:.0f} MB"]
+            for size, figures in results.items()]
+    out.say(table.render(["instances", "record", "rows", "rows/s", "peak RSS"], rows))
+    for size, figures in results.items():
+        if figures["records"] != size:
+            out.failures.append(f"monitor batch of {size:,}: {figures['records']:.0f} rows")

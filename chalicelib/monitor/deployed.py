@@ -280,7 +280,8 @@ def _check_endpoint(s3: Any, settings: MonitorSettings, endpoint: str,
     if isinstance(baseline, str):
         return EndpointRun(endpoint, "no-baseline", error=baseline)
     statistics, constraints = baseline
-    reader = RecordReader(_preprocess(endpoint, preprocessors))
+    reader = RecordReader(_preprocess(endpoint, preprocessors), window=window,
+                          csv_names=[str(f["name"]) for f in statistics["features"]])
     reading = Reading()
     files = capture_files(s3, settings.captures, endpoint, *window, stop=stop, reading=reading)
     rows = (row for name, lines in files for row in reader.rows(name, lines))

@@ -1,40 +1,55 @@
 """Capture records (JSON Lines) to rows of features, as the analyzer reads them.
 
-For each line: records of shadow invocations (``eventMetadata.invocationSource`` is
-``ShadowExperiment``) are skipped; cache hits (``eventMetadata.sagegateCacheHit`` true) are
-kept unless excluded; then either the user's record preprocessor makes the row (a falsy result
-such as ``[]`` drops the record), or the record is flattened:
+For each line: a line that is not a JSON object (or is nested past what can be read) is
+skipped and counted, never the run's end; records whose ``eventMetadata.inferenceTime`` is
+outside the window (``[start, end)``) are skipped and counted; records of shadow invocations
+(``eventMetadata.invocationSource`` is ``ShadowExperiment``) are skipped; cache hits
+(``eventMetadata.sagegateCacheHit`` true) are kept unless excluded; then either the user's
+record preprocessor makes the row (a falsy result such as ``[]`` drops the record), or the
+record is flattened (:mod:`chalicelib.monitor.flattening`): one row per instance of a batch,
+the output's columns first.
 
-- CSV sides (``encoding`` ``CSV``): the values of the output, then of the input, named
-  ``_c0``, ``_c1``, ... (the names Spark gives CSV columns without a header, which the analyzer
-  uses; output first, as the analyzer puts it, so a training CSV with its label first lines up).
-  A body of several lines is several rows when both sides have as many lines.
-- JSON sides: an object's keys, nested keys joined with ``.`` and array elements by index
-  (``{"a": {"b": [1, 2]}}`` gives ``a.b.0``, ``a.b.1``); a top-level array or scalar is named
-  ``prediction0``, ``prediction1``, ... on the output side and ``feature0``, ... on the input
-  side (the flattened shape the analyzer's documentation asks preprocessors to return).
-- Base64 sides (images, binary bodies) give no columns: such endpoints need a preprocessor.
+A row wider than ``max_columns`` (1,000 by default) is refused (:class:`ColumnLimitError`):
+per-feature statistics of thousands of columns are not data quality monitoring, and a record
+of a million keys would otherwise cost gigabytes.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
+import datetime
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+from chalicelib.monitor.flattening import (
+    FlattenError,
+    Naming,
+    TooWide,
+    flatten_json,
+    flatten_record,
+)
+
+__all__ = ["CACHE_HIT_KEY", "MAX_COLUMNS", "SHADOW_SOURCE", "ColumnLimitError", "Preprocess",
+           "RecordError", "RecordReader", "Tally", "flatten_json", "flatten_record"]
 
 SHADOW_SOURCE = "ShadowExperiment"
 CACHE_HIT_KEY = "sagegateCacheHit"
 """``eventMetadata`` key the front end sets (true) on the record of a cached answer."""
-_SIDES = (("endpointOutput", "prediction"), ("endpointInput", "feature"))
+MAX_COLUMNS = 1000
+"""The widest row the monitor accepts (``--max-columns``)."""
 
 Preprocess = Callable[[dict[str, Any], str], "dict[str, Any] | None"]
 """A record preprocessor: (raw record, ``file:line``) -> row, or None to drop the record."""
+Window = tuple[datetime.datetime, datetime.datetime]
 
 
 class RecordError(ValueError):
-    """A line is not a capture record; the message names the file and line."""
+    """A record cannot be read into rows; the message names the file and line."""
+
+
+class ColumnLimitError(RecordError):
+    """A record makes a row wider than the limit; the message names the file, the line and
+    the count."""
 
 
 @dataclasses.dataclass
@@ -49,6 +64,20 @@ class Tally:
     """Records the preprocessor dropped (returned a falsy value)."""
     empty: int = 0
     """Records without a preprocessor that had nothing to flatten (binary bodies)."""
+    outside_window: int = 0
+    """Records whose ``inferenceTime`` is outside the window."""
+    untimed: int = 0
+    """Records without a readable ``inferenceTime`` while a window was asked for."""
+    bad_lines: int = 0
+    """Lines skipped because they are not a readable capture record."""
+    first_bad: str = ""
+    """``FILE:LINE: reason`` of the first of them."""
+
+    def bad(self, where: str, reason: str) -> None:
+        """Count a skipped line (the first one is remembered, to be named)."""
+        self.bad_lines += 1
+        if not self.first_bad:
+            self.first_bad = f"{where}: {reason}"
 
 
 class RecordReader:
@@ -57,43 +86,92 @@ class RecordReader:
     Args:
         preprocess: the user's record preprocessor, or None to flatten.
         include_cache_hits: keep records of answers served from the cache.
+        window: ``(start, end)``: only records whose ``inferenceTime`` is in ``[start, end)``.
+        csv_names: the baseline's feature names in order: a headerless CSV capture's columns
+            take them by position (output first), as the analyzer reads CSV with the
+            baseline's schema; columns past them are ``_cN``.
+        max_columns: the widest row accepted.
     """
 
     def __init__(self, preprocess: Preprocess | None = None,
-                 include_cache_hits: bool = True) -> None:
+                 include_cache_hits: bool = True, window: Window | None = None,
+                 csv_names: Sequence[str] | None = None,
+                 max_columns: int = MAX_COLUMNS) -> None:
         self._preprocess = preprocess
         self._cache_hits = include_cache_hits
+        self._window = window
+        self._naming = Naming(csv_names, max_columns)
+        self._max_columns = max_columns
+        self._times = _TimeCache()
         self.tally = Tally()
 
     def rows(self, name: str, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
-        """The rows of one file's lines (``name`` is how errors name the file)."""
-        tally, preprocess, loads = self.tally, self._preprocess, json.loads
+        """The rows of one file's lines (``name`` is how messages name the file).
+
+        Raises:
+            ColumnLimitError: a record makes a row wider than ``max_columns``.
+        """
+        tally = self.tally
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            try:
-                record = loads(line)
-            except ValueError:
-                raise RecordError(f"{name}:{number}: not a JSON capture record") from None
-            if not isinstance(record, dict):
-                raise RecordError(f"{name}:{number}: not a JSON capture record")
+            where = f"{name}:{number}"
+            record = self._record(line, where)
+            if record is None:
+                continue
             tally.records += 1
             metadata = record.get("eventMetadata")
             if isinstance(metadata, dict) and self._skip(metadata):
                 continue
-            if preprocess is not None:
-                row = preprocess(record, f"{name}:{number}")
-                if row:
-                    tally.rows += 1
-                    yield row
-                else:
-                    tally.dropped += 1
+            if self._window is not None and not self._in_window(metadata):
                 continue
-            produced = flatten_record(record)
-            if not produced:
-                tally.empty += 1
-            tally.rows += len(produced)
-            yield from produced
+            if self._preprocess is not None:
+                yield from self._preprocessed(record, where)
+            else:
+                yield from self._flattened(record, where)
+
+    def _record(self, line: str | bytes, where: str) -> dict[str, Any] | None:
+        try:
+            record = json.loads(line)
+        except RecursionError:
+            self.tally.bad(where, "nested too deep to read")
+            return None
+        except ValueError:
+            self.tally.bad(where, "not JSON")
+            return None
+        if not isinstance(record, dict):
+            self.tally.bad(where, "not a JSON capture record (an object)")
+            return None
+        return record
+
+    def _preprocessed(self, record: dict[str, Any], where: str) -> Iterator[dict[str, Any]]:
+        assert self._preprocess is not None
+        row = self._preprocess(record, where)
+        if not row:
+            self.tally.dropped += 1
+            return
+        if len(row) > self._max_columns:
+            raise ColumnLimitError(
+                f"{where}: the preprocessor's row has {len(row):,} columns, over the limit of "
+                f"{self._max_columns:,} (--max-columns): return the features to monitor")
+        self.tally.rows += 1
+        yield row
+
+    def _flattened(self, record: dict[str, Any], where: str) -> Iterator[dict[str, Any]]:
+        produced = 0
+        try:
+            for row in flatten_record(record, self._naming):
+                produced += 1
+                yield row
+        except TooWide as error:
+            raise ColumnLimitError(f"{where}: {error}") from None
+        except (FlattenError, RecursionError) as error:
+            reason = "nested too deep to read" if isinstance(error, RecursionError) \
+                else str(error)
+            self.tally.bad(where, reason)
+        if not produced:
+            self.tally.empty += 1
+        self.tally.rows += produced
 
     def _skip(self, metadata: dict[str, Any]) -> bool:
         if metadata.get("invocationSource") == SHADOW_SOURCE:
@@ -104,69 +182,38 @@ class RecordReader:
             return True
         return False
 
+    def _in_window(self, metadata: Any) -> bool:
+        assert self._window is not None
+        text = metadata.get("inferenceTime") if isinstance(metadata, dict) else None
+        moment = self._times.parse(text)
+        if moment is None:
+            self.tally.untimed += 1
+            return False
+        start, end = self._window
+        if start <= moment < end:
+            return True
+        self.tally.outside_window += 1
+        return False
 
-def flatten_record(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows the analyzer makes of a record without a preprocessor (module docstring)."""
-    capture = record.get("captureData")
-    if not isinstance(capture, dict):
-        return []
-    csv_parts: list[list[list[str]]] = []
-    row: dict[str, Any] = {}
-    for key, prefix in _SIDES:
-        side = capture.get(key)
-        if not isinstance(side, dict) or not isinstance(side.get("data"), str):
-            continue
-        encoding = str(side.get("encoding", "")).upper()
-        if encoding == "CSV":
-            csv_parts.append(csv_lines(side["data"]))
-        elif encoding == "JSON":
+
+class _TimeCache:
+    """``inferenceTime`` strings to UTC datetimes; consecutive records often share a second."""
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._moment: datetime.datetime | None = None
+
+    def parse(self, text: Any) -> datetime.datetime | None:
+        if text == self._text:
+            return self._moment
+        moment = None
+        if isinstance(text, str) and len(text) <= 64:
             try:
-                document = json.loads(side["data"])
+                moment = datetime.datetime.fromisoformat(text)
             except ValueError:
-                continue
-            flatten_json(document, prefix, row)
-    if not csv_parts:
-        return [row] if row else []
-    return [{**row, **csv_row} for csv_row in _csv_rows(csv_parts)]
-
-
-def csv_lines(data: str) -> list[list[str]]:
-    """The rows of a CSV body."""
-    if "\n" not in data and '"' not in data:
-        return [data.split(",")]
-    return [line for line in csv.reader(io.StringIO(data)) if line]
-
-
-def _csv_rows(parts: list[list[list[str]]]) -> list[dict[str, str]]:
-    lengths = {len(lines) for lines in parts}
-    count = lengths.pop() if len(lengths) == 1 else 1
-    rows = []
-    for index in range(count):
-        values = [v for lines in parts for v in (lines[index] if index < len(lines) else [])]
-        rows.append({f"_c{i}": value for i, value in enumerate(values)})
-    return rows
-
-
-def flatten_json(document: Any, prefix: str, into: dict[str, Any]) -> dict[str, Any]:
-    """A JSON document's scalars keyed by their path (module docstring); returns ``into``."""
-    if isinstance(document, dict):
-        for key, value in document.items():
-            _flatten(value, str(key), into)
-    elif isinstance(document, list):
-        for index, value in enumerate(document):
-            _flatten(value, f"{prefix}{index}", into)
-    else:
-        into[f"{prefix}0"] = document
-    return into
-
-
-def _flatten(value: Any, path: str, into: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(item, f"{path}.{key}", into)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _flatten(item, f"{path}.{index}", into)
-    else:
-        into[path] = value
-
+                moment = None
+            if moment is not None:
+                moment = moment.replace(tzinfo=datetime.UTC) if moment.tzinfo is None \
+                    else moment.astimezone(datetime.UTC)
+        self._text, self._moment = text, moment
+        return moment

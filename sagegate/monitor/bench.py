@@ -69,6 +69,30 @@ def write_window(root: Path, records: int, per_file: int = 500) -> None:
             lines = []
 
 
+def write_batch(root: Path, instances: int) -> None:
+    """One capture record of a TF Serving batch of ``instances`` rows of seven features
+    (``{"instances": [[...], ...]}`` in, ``{"predictions": [[p], ...]}`` out), as a job's
+    record is, under ``root/AllTraffic/yyyy/mm/dd/hh``."""
+    rng = random.Random(11)
+    folder = root / "AllTraffic" / f"{HOUR:%Y/%m/%d/%H}"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [[round(rng.gauss(0, 1), 3) for _ in range(7)] for _ in range(instances)]
+    answers = [[round(rng.random(), 4)] for _ in range(instances)]
+    record = {"captureData": {
+        "endpointInput": {"observedContentType": "application/json", "mode": "INPUT",
+                          "data": json.dumps({"instances": rows}), "encoding": "JSON"},
+        "endpointOutput": {"observedContentType": "application/json", "mode": "OUTPUT",
+                           "data": json.dumps({"predictions": answers}), "encoding": "JSON"}},
+        "eventMetadata": {"eventId": str(uuid.uuid4()),
+                          "inferenceTime": f"{HOUR:%Y-%m-%dT%H}:30:00Z",
+                          "inferenceId": "job"}, "eventVersion": "0"}
+    del rows, answers
+    (folder / f"30-00-000-{uuid.uuid4()}.jsonl").write_text(json.dumps(record) + "\n",
+                                                           encoding="utf-8")
+
+
+BATCH_SIZES = (20_000, 200_000)
+"""Instances in the one record of each batch case."""
 MODES = ("floor", "flattened", "preprocessor", "deployed")
 DEPLOYED_SHARE = 5
 """The deployed mode reads a fifth of the window's records, one record an object."""
@@ -176,14 +200,16 @@ def one(folder: Path, mode: str) -> dict[str, float]:
         return floor(folder)
     if mode == "deployed":
         return deployed(folder)
-    args = ["check", str(folder / "iris"), "--baseline", str(folder / "baseline"), "-o",
+    captures = folder / (mode if mode.startswith("batch-") else "iris")
+    args = ["check", str(captures), "--baseline", str(folder / "baseline"), "-o",
             str(folder / f"out-{mode}"), *WINDOW]
     if mode == "preprocessor":
         args += ["--preprocess-handler", str(folder / "preprocessor.py")]
     started = time.perf_counter()
     from sagegate.monitor import cli  # deferred: see the note above HOUR (the floor's memory)
 
-    status = cli.main(args)
+    with contextlib.redirect_stdout(sys.stderr):  # the violations' lines are no figure
+        status = cli.main(args)
     elapsed = time.perf_counter() - started
     items = json.loads((folder / f"out-{mode}" / "statistics.json").read_text())
     count = items["dataset"]["item_count"]
@@ -197,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sagegate.monitor.bench",
                                      description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, nargs="*", default=list(BATCH_SIZES),
+                        metavar="INSTANCES", help="the batch cases' sizes (instances in one "
+                        "record; none: no batch case)")
     parser.add_argument("--one", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -209,7 +238,31 @@ def main(argv: list[str] | None = None) -> int:
             f"monitor check, {label}"
         print(f"{label}: {figures['records_per_second']:>9,.0f} records/s "
               f"({figures['seconds']:.2f} s), peak RSS {figures['peak_rss_mb']:.0f} MB")
+    for size, figures in measure_batches(args.batch).items():
+        print(f"batch record of {size:,} instances: {figures['records']:,.0f} rows, "
+              f"{figures['records_per_second']:,.0f} rows/s ({figures['seconds']:.2f} s), "
+              f"peak RSS {figures['peak_rss_mb']:.0f} MB (record {figures['record_mb']:.1f} MB)")
     return 0
+
+
+def measure_batches(sizes: list[int]) -> dict[int, dict[str, float]]:
+    """Check one record of each batch size in a fresh process: its rows a second and its
+    peak memory (which must not grow with the batch beyond the record's own bytes)."""
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="monitor-bench-batch-") as temp:
+        folder = Path(temp)
+        write_batch(folder / "base-window", 2_000)
+        _baseline_for(folder, "flattened")
+        for size in sizes:
+            write_batch(folder / f"batch-{size}", size)
+            done = subprocess.run([sys.executable, "-m", "sagegate.monitor.bench", "--one",
+                                   f"batch-{size}", str(folder)], capture_output=True,
+                                  text=True, check=True)
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            record = next((folder / f"batch-{size}").rglob("*.jsonl"))
+            figures["record_mb"] = record.stat().st_size / 1e6
+            results[size] = figures
+    return results
 
 
 def measure(records: int) -> dict[str, dict[str, float]]:

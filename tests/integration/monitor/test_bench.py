@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def test_the_benchmark_prints_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(["--records", "3000"]) == 0
+    assert bench.main(["--records", "3000", "--batch", "2000"]) == 0
     printed = capsys.readouterr().out.splitlines()
     lines = [line for line in printed if line.startswith("monitor check")]
     assert len(lines) == 2
@@ -18,3 +18,6 @@ def test_the_benchmark_prints_every_mode(capsys: pytest.CaptureFixture[str]) -> 
     [deployed] = [line for line in printed if line.startswith("deployed path")]
     assert "600 records, deployed" in deployed and "(one an object)" in deployed
     assert all("records/s" in line and "peak RSS" in line for line in [*lines, deployed])
+    # one record of a TF Serving batch: one row per instance
+    [batch] = [line for line in printed if line.startswith("batch record")]
+    assert "2,000 instances: 2,000 rows" in batch and "peak RSS" in batch

@@ -64,7 +64,7 @@ def test_a_feature_missing_from_a_third_of_records_is_incomplete(base: tuple[dic
         row["n"] = ""
     result = analysis.check(rows, *base, title="t")
     assert _types(result) == [("n", "completeness_check")]
-    assert "Observed completeness: 66.7%" in \
+    assert "Observed completeness: 66.66666666666666%." in \
         result.evaluation.violations["violations"][0]["description"]
 
 
@@ -177,3 +177,24 @@ def test_a_baseline_in_the_analyzers_own_sketch_layout_is_compared(
     assert _types(analysis.check(_rows(1500, seed=2), statistics, base[1], title="t")) == []
     assert _types(analysis.check(_rows(1500, seed=2, shift=0.6), statistics, base[1],
                                  title="t")) == [("b", "baseline_drift_check")]
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (99.64592817400101, "99.64592817400101"), (100.0, "100.0"), (0.0, "0.0"),
+    (0.001, "0.001"), (1e-4, "1.0E-4"), (12345678.9, "1.23456789E7"), (1e7, "1.0E7"),
+    (-2.5e20, "-2.5E20"), (9999999.5, "9999999.5"), (float("nan"), "NaN"),
+    (float("inf"), "Infinity")])
+def test_doubles_are_printed_as_java_prints_them(value: float, text: str) -> None:
+    assert checks.java_double(value) == text
+
+
+def test_a_feature_whose_type_changed_is_not_also_reported_as_drift(
+        base: tuple[dict, dict]) -> None:
+    rows = _rows(600, seed=4)
+    for row in rows:
+        row["n"] = f"{float(row['n']) * 50 + 0.5}"  # Integral -> Fractional, far away
+    result = analysis.check(rows, *base, title="t")
+    assert ("n", "data_type_check") in _types(result)
+    assert ("n", "baseline_drift_check") not in _types(result)
+    feature = next(f for f in result.evaluation.features if f.name == "n")
+    assert feature.distance is not None and feature.distance > 0.5
