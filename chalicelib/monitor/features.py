@@ -3,10 +3,11 @@
 Values arrive as a chunk's list (strings from CSV, JSON scalars from JSON or a record
 preprocessor). Each value is typed as Deequ (Model Monitor's analyzer) types it: missing
 (None, empty, NaN), Integral (``-12``), Fractional (``3.5``, ``1e-3``) or String (anything
-else, booleans included). Numbers go to running moments and a KLL sketch in one bulk update per
-chunk; strings (and, once a feature has shown strings, its numbers too) go to a frequent-items
-sketch and a HyperLogLog distinct counter. Every part merges, so an hour is the unit and a day
-is the merge of its hours.
+else, booleans included). Numbers go to running moments and Deequ's KLL sketch in one bulk
+update per chunk (in arrival order: Deequ's sketch, like Model Monitor's, depends on it);
+strings (and, once a feature has shown strings, its numbers too) go to a frequent-items sketch
+and a HyperLogLog distinct counter. Every part merges, so an hour is the unit and a day is the
+merge of its hours.
 """
 from __future__ import annotations
 

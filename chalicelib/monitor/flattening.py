@@ -97,6 +97,28 @@ class _Side:
         return iter(self.items) if isinstance(self.items, list) else self.items()
 
 
+def simple_csv_row(record: dict[str, Any], naming: Naming) -> dict[str, Any] | None:
+    """The row of the most common record, one CSV line each way (what most tabular endpoints
+    capture), or None for any other: the fast path of :func:`flatten_record`, same result.
+
+    Raises:
+        TooWide: the row would be wider than ``naming.max_columns``.
+    """
+    capture = record.get("captureData")
+    if type(capture) is not dict:
+        return None
+    sent, received = capture.get("endpointInput"), capture.get("endpointOutput")
+    if type(sent) is not dict or type(received) is not dict \
+            or sent.get("encoding") != "CSV" or received.get("encoding") != "CSV":
+        return None
+    inputs, outputs = sent.get("data"), received.get("data")
+    if type(inputs) is not str or type(outputs) is not str \
+            or "\n" in inputs or "\n" in outputs or '"' in inputs or '"' in outputs \
+            or "\r" in inputs or "\r" in outputs:
+        return None
+    return naming.csv(outputs.split(",") + inputs.split(","))
+
+
 def flatten_record(record: dict[str, Any],
                    naming: Naming | None = None) -> Iterator[dict[str, Any]]:
     """The rows the analyzer makes of a record without a preprocessor (module docstring).

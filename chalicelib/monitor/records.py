@@ -27,6 +27,7 @@ from chalicelib.monitor.flattening import (
     TooWide,
     flatten_json,
     flatten_record,
+    simple_csv_row,
 )
 
 __all__ = ["CACHE_HIT_KEY", "MAX_COLUMNS", "SHADOW_SOURCE", "ColumnLimitError", "Preprocess",
@@ -111,36 +112,43 @@ class RecordReader:
         Raises:
             ColumnLimitError: a record makes a row wider than ``max_columns``.
         """
-        tally = self.tally
+        tally, naming, preprocess = self.tally, self._naming, self._preprocess
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            where = f"{name}:{number}"
-            record = self._record(line, where)
+            record = self._record(line, name, number)
             if record is None:
                 continue
             tally.records += 1
             metadata = record.get("eventMetadata")
-            if isinstance(metadata, dict) and self._skip(metadata):
+            if type(metadata) is dict and self._skip(metadata):
                 continue
             if self._window is not None and not self._in_window(metadata):
                 continue
-            if self._preprocess is not None:
-                yield from self._preprocessed(record, where)
+            if preprocess is not None:
+                yield from self._preprocessed(record, f"{name}:{number}")
+                continue
+            try:
+                row = simple_csv_row(record, naming)
+            except TooWide as error:
+                raise ColumnLimitError(f"{name}:{number}: {error}") from None
+            if row is not None:
+                tally.rows += 1
+                yield row
             else:
-                yield from self._flattened(record, where)
+                yield from self._flattened(record, f"{name}:{number}")
 
-    def _record(self, line: str | bytes, where: str) -> dict[str, Any] | None:
+    def _record(self, line: str | bytes, name: str, number: int) -> dict[str, Any] | None:
         try:
             record = json.loads(line)
         except RecursionError:
-            self.tally.bad(where, "nested too deep to read")
+            self.tally.bad(f"{name}:{number}", "nested too deep to read")
             return None
         except ValueError:
-            self.tally.bad(where, "not JSON")
+            self.tally.bad(f"{name}:{number}", "not JSON")
             return None
-        if not isinstance(record, dict):
-            self.tally.bad(where, "not a JSON capture record (an object)")
+        if type(record) is not dict:
+            self.tally.bad(f"{name}:{number}", "not a JSON capture record (an object)")
             return None
         return record
 
@@ -169,6 +177,7 @@ class RecordReader:
             reason = "nested too deep to read" if isinstance(error, RecursionError) \
                 else str(error)
             self.tally.bad(where, reason)
+            return
         if not produced:
             self.tally.empty += 1
         self.tally.rows += produced

@@ -14,10 +14,11 @@ from typing import Any
 
 from chalicelib.monitor import sketches
 from chalicelib.monitor.features import STRING, UNKNOWN, FeatureStats, Moments
-from chalicelib.monitor.sketches import frequent_strings_sketch, hll_sketch, kll_doubles_sketch
+from chalicelib.monitor.sketches import DeequKll, frequent_strings_sketch, hll_sketch
 
 CHUNK_ROWS = 4096
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the numeric sketch is Deequ's (version 1 held a DataSketches KLL)."""
 
 
 class DatasetStatistics:
@@ -140,7 +141,7 @@ def _feature_state(feature: FeatureStats) -> dict[str, Any]:
     return {"name": feature.name, "present": feature.present, "integral": feature.integral,
             "fractional": feature.fractional, "strings": feature.strings,
             "moments": [m.count, m.sum, m.mean, m.m2, m.min, m.max],
-            "kll": _b64(feature.kll.serialize()),
+            "kll": feature.kll.to_state(),
             "frequent": _b64(feature.frequent.serialize()),
             "distinct": _b64(feature.distinct.serialize_compact())}
 
@@ -153,7 +154,7 @@ def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
     count, moments.sum, moments.mean, moments.m2, moments.min, moments.max = saved["moments"]
     moments.count = int(count)
     feature.moments = moments
-    feature.kll = kll_doubles_sketch.deserialize(base64.b64decode(saved["kll"]))
+    feature.kll = DeequKll.from_state(saved["kll"])
     feature.frequent = frequent_strings_sketch.deserialize(base64.b64decode(saved["frequent"]))
     feature.distinct = hll_sketch.deserialize(base64.b64decode(saved["distinct"]))
     return feature

@@ -161,3 +161,17 @@ def test_a_json_side_that_is_not_json_is_a_bad_line() -> None:
     reader = RecordReader()
     assert list(reader.rows("f", [_line(document)])) == []
     assert reader.tally.first_bad == "f:1: endpointOutput's data is not JSON"
+
+
+@pytest.mark.parametrize(("sent", "received"), [
+    ("1,2,3", "0.5"), ("1,,3", "0.5\n"), ("1,2\r\n", "0.5"), ('"a,b",2', "0.5"), ("", ""),
+    ("1,2\n3,4", "0.1\n0.2"), ("x", "1,2,3")])
+def test_the_one_line_csv_fast_path_gives_the_general_paths_rows(sent: str,
+                                                                  received: str) -> None:
+    document = record([1.0], 0.5, WHEN)
+    document["captureData"]["endpointInput"]["data"] = sent
+    document["captureData"]["endpointOutput"]["data"] = received
+    general = list(flatten_record(document, flattening.Naming(["label", "a"])))
+    fast = flattening.simple_csv_row(document, flattening.Naming(["label", "a"]))
+    assert fast is None or [fast] == general
+    assert list(RecordReader(csv_names=["label", "a"]).rows("f", [_line(document)])) == general
