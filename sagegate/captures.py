@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -30,11 +29,11 @@ from chalicelib.core.config import S3_SCHEME, split_s3_uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
 from chalicelib.monitor.preprocessing import (
-    LOGGER_NAME,
     CapturedData,
     HandlerError,
     HandlerFailed,
     Preprocessor,
+    handler_logger,
     is_cache_hit,
     is_shadow,
 )
@@ -236,7 +235,7 @@ def _convert(args: argparse.Namespace) -> str:
     entries, skipped = _Counted(args.source, args.exclude_cache_hits), [0]
     handler: Preprocessor | None = None
     if args.preprocess_handler:
-        handler = Preprocessor(args.preprocess_handler, _handler_logger())
+        handler = Preprocessor(args.preprocess_handler, handler_logger(sys.stderr))
         items = handler_rows(entries, handler, skipped)
     else:
         items = DefaultRows(args.top_k, _labels(args))(entries)
@@ -252,24 +251,6 @@ def _convert(args: argparse.Namespace) -> str:
     if entries.cache_hits_excluded:
         shadow += f", {entries.cache_hits_excluded} cache hit(s) excluded"
     return f"{count} row(s) from {entries.records} record(s) of {args.source}{shadow}"
-
-
-def _handler_logger() -> logging.Logger:
-    """The logger a ``preprocess_handler(inference_record, logger)`` gets: its lines on
-    stderr (the analyzer sends them to the job's log)."""
-    logger = logging.getLogger(LOGGER_NAME)
-    for old in [h for h in logger.handlers if h.get_name() == _LOG_HANDLER]:
-        logger.removeHandler(old)  # an earlier run's, bound to the stderr of its time
-    handler = logging.StreamHandler(sys.stderr)
-    handler.set_name(_LOG_HANDLER)
-    handler.setFormatter(logging.Formatter("preprocess_handler %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    return logger
-
-
-_LOG_HANDLER = "sagegate-capture"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

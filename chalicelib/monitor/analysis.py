@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from chalicelib.monitor import checks, constraints, report
-from chalicelib.monitor.statistics import DatasetStatistics
+from chalicelib.monitor.statistics import MAX_FEATURES, DatasetStatistics
 
 STATISTICS, CONSTRAINTS, VIOLATIONS, REPORT = (
     "statistics.json", "constraints.json", "constraint_violations.json", "report.html")
@@ -38,9 +38,14 @@ def dumps(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
-def baseline(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """``statistics.json`` and the ``constraints.json`` it suggests."""
-    statistics = DatasetStatistics().add_all(rows).to_json()
+def baseline(rows: Iterable[Mapping[str, Any]],
+             max_features: int = MAX_FEATURES) -> dict[str, str]:
+    """``statistics.json`` and the ``constraints.json`` it suggests.
+
+    Raises:
+        FeatureLimitError: the rows have more than ``max_features`` distinct features.
+    """
+    statistics = DatasetStatistics(max_features=max_features).add_all(rows).to_json()
     return {STATISTICS: dumps(statistics),
             CONSTRAINTS: dumps(constraints.suggest(statistics))}
 
@@ -48,7 +53,7 @@ def baseline(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, Any],
           baseline_constraints: Mapping[str, Any], title: str,
           window: tuple[datetime.datetime, datetime.datetime] | None = None,
-          with_report: bool = True) -> CheckResult:
+          with_report: bool = True, max_features: int = MAX_FEATURES) -> CheckResult:
     """The window's statistics, its violations and (``with_report``) the report.
 
     Args:
@@ -58,8 +63,12 @@ def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, A
         title: what the report says was checked.
         window: the window's bounds, for the report.
         with_report: render ``report.html`` too.
+        max_features: the most distinct features the window may have.
+
+    Raises:
+        FeatureLimitError: the window has more than ``max_features`` distinct features.
     """
-    statistics = DatasetStatistics().add_all(rows).to_json()
+    statistics = DatasetStatistics(max_features=max_features).add_all(rows).to_json()
     evaluation = checks.evaluate(baseline_statistics, baseline_constraints, statistics)
     files = {STATISTICS: dumps(statistics), VIOLATIONS: dumps(evaluation.violations)}
     if with_report:

@@ -48,7 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, windows
+from chalicelib.monitor import analysis, documents, windows
 from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
 from chalicelib.monitor.records import Preprocess, RecordReader
 
@@ -72,6 +72,8 @@ FETCHERS = 10
 object per request."""
 PREFETCH_BYTES = 64 * 1024 * 1024
 """At most this much of objects fetched ahead of the check; a larger object is streamed."""
+BASELINE_BYTES = 64 * 1024 * 1024
+"""The largest baseline document read (a 70-feature baseline is a few hundred KB)."""
 RESERVE_SECONDS = 60.0
 """Of the invocation's remaining time, kept for the last endpoint's check and writes."""
 
@@ -329,8 +331,9 @@ def _baseline(s3: Any, location: S3Location,
     with 404 to a role that may list its prefix and with 403 to one that may not (the
     monitor's policy lists the baseline prefix, but a bucket policy or a narrower role can
     still deny), so a 403 is reported like a missing baseline, not as the run's failure."""
-    documents = []
-    for name in (analysis.STATISTICS, analysis.CONSTRAINTS):
+    loaded = []
+    for name, load in ((analysis.STATISTICS, documents.load_statistics),
+                       (analysis.CONSTRAINTS, documents.load_constraints)):
         uri = f"{location.uri}/{endpoint}/{name}"
         try:
             body = s3.get_object(Bucket=location.bucket, Key=location.key(endpoint, name))
@@ -340,14 +343,11 @@ def _baseline(s3: Any, location: S3Location,
             if _error_code(error) not in _DENIED:
                 raise
             return f"{uri}: access denied (no baseline there, or the role may not read it)"
-        try:
-            document = json.loads(body["Body"].read())
-        except ValueError:
-            raise ValueError(f"{uri} is not JSON") from None
-        if not isinstance(document, dict):
-            raise ValueError(f"{uri} is not a JSON object")
-        documents.append(document)
-    return documents[0], documents[1]
+        data = body["Body"].read(BASELINE_BYTES + 1)
+        if len(data) > BASELINE_BYTES:
+            raise documents.DocumentError(f"{uri}: larger than {BASELINE_BYTES:,} bytes")
+        loaded.append(load(data, uri))  # DocumentError names the file and the bad part
+    return loaded[0], loaded[1]
 
 
 def _error_code(error: Exception) -> str:

@@ -17,13 +17,18 @@ here, so the CLI runs a handler exactly as the scheduled function does.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import json
 import logging
-from collections.abc import Callable
+import numbers
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any, ClassVar
+from types import FrameType, ModuleType
+from typing import Any, ClassVar, TextIO
 
 from chalicelib.monitor.records import CACHE_HIT_KEY
 
@@ -138,6 +143,102 @@ class HandlerFailed(Exception):
     """The user's ``preprocess_handler`` raised or returned something that is not a row."""
 
 
+LOG_FORMAT = "preprocess_handler %(levelname)s: %(message)s"
+_LOG_HANDLER = "sagegate-preprocess-handler"
+_MESSAGE_CHARS = 500  # of a handler's exception message, so a failure stays one line
+_SCALARS = (str, int, float, bool, type(None))
+_FALSY_CHECKED = (list, tuple, str, bytes, int, float, bool, set, frozenset)
+"""Built-in types whose falsy values drop a record: their truth is read without running any of
+the handler's code (an object's own ``__bool__`` might raise, or exit)."""
+
+
+def handler_logger(stream: TextIO) -> logging.Logger:
+    """The logger a ``preprocess_handler(inference_record, logger)`` gets on the command line
+    (``sagegate capture`` and ``sagegate monitor``): its lines on ``stream`` as
+    ``preprocess_handler LEVEL: message``, from INFO up (the analyzer sends them to the job's
+    log). Each call replaces the handler an earlier call added (bound to the stream of its
+    time, which a test may have swapped since).
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    for old in [h for h in logger.handlers if h.get_name() == _LOG_HANDLER]:
+        logger.removeHandler(old)
+    handler = logging.StreamHandler(stream)
+    handler.set_name(_LOG_HANDLER)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # once: not again through the root logger's handlers
+    return logger
+
+
+class _Interrupts:
+    """SIGINTs received while :func:`watching_interrupts` is on."""
+
+    received = 0
+
+    @classmethod
+    def on_sigint(cls, signum: int, frame: FrameType | None) -> None:
+        cls.received += 1
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def watching_interrupts() -> Iterator[None]:
+    """Count the user's Ctrl-C (SIGINT) before it raises :class:`KeyboardInterrupt`.
+
+    A handler's call then tells the two apart: a KeyboardInterrupt with a SIGINT counted during
+    the call is the user's, and stops the run; one without is the handler's own ``raise``, its
+    failure like any other exception. Without the watch (the scheduled function, or a thread
+    other than the main one, where signals cannot be handled) every KeyboardInterrupt out of a
+    handler is the handler's failure: the run stops either way.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _Interrupts.on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_user_code(call: Callable[[], Any], failed: Callable[[str], HandlerFailed]) -> Any:
+    """``call()``'s result; whatever it raises (an exit or a KeyboardInterrupt included, but
+    not the user's Ctrl-C) is ``failed(description)``."""
+    before = _Interrupts.received
+    try:
+        return call()
+    except KeyboardInterrupt:
+        if _Interrupts.received != before:
+            raise  # the user pressed Ctrl-C: the run stops as they asked
+        raise failed("KeyboardInterrupt raised by the handler's code") from None
+    except BaseException as error:  # the user's code: one line, never a traceback or an exit
+        raise failed(describe(error)) from None
+
+
+def describe(error: BaseException) -> str:
+    """An exception of the user's code as one line: ``Type: message`` (cut to 500
+    characters), or what a ``sys.exit()`` call means here."""
+    if isinstance(error, SystemExit):
+        return (f"it called sys.exit({_quoted(error.code)}) (a handler returns; only the "
+                f"monitor ends the run)")
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # its __str__ is the user's code too
+        text = "(its message cannot be printed)"
+    if len(text) > _MESSAGE_CHARS:
+        text = text[:_MESSAGE_CHARS] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _quoted(value: Any) -> str:
+    if value is None or type(value) in (int, bool):
+        return str(value)
+    if type(value) is str:
+        return json.dumps(" ".join(value.split())[:80])
+    return type(value).__name__
+
+
 class Preprocessor:
     """A Model Monitor record preprocessor file, called as the analyzer calls it.
 
@@ -156,8 +257,8 @@ class Preprocessor:
         self._handler: Callable[..., Any] = self.module.preprocess_handler
         try:
             parameters = inspect.signature(self._handler).parameters
-        except (TypeError, ValueError):
-            parameters = {}  # type: ignore[assignment]  # a builtin: called with the record
+        except Exception:  # a builtin (or an object of the user's): called with the record
+            parameters = {}  # type: ignore[assignment]
         self._logger = (logger or logging.getLogger(LOGGER_NAME)) if "logger" in parameters \
             else None
 
@@ -165,38 +266,108 @@ class Preprocessor:
         """The handler's row for ``record``, or None when it drops it (falsy result).
 
         Raises:
-            HandlerFailed: the handler raised, or returned something other than a dict;
-                the message names the file and the record.
+            HandlerFailed: the handler raised (or exited), or returned something other than a
+                dict of features (JSON scalars by name); the message names the file and the
+                record.
         """
-        try:
-            if self._logger is not None:
-                row = self._handler(record, self._logger)
-            else:
-                row = self._handler(record)
-        except Exception as error:  # the user's code: one line, no traceback
-            raise HandlerFailed(f"{self.path.name}: preprocess_handler failed on {where}: "
-                                f"{type(error).__name__}: {error}") from None
-        if not row:
-            return None
-        if not isinstance(row, dict):
-            raise HandlerFailed(f"{self.path.name}: preprocess_handler returned "
-                                f"{type(row).__name__}, not a dict, for {where}")
-        return row
+        def failed(detail: str) -> HandlerFailed:
+            return HandlerFailed(f"{self.path.name}: preprocess_handler failed on {where}: "
+                                 f"{detail}")
+
+        if self._logger is not None:
+            logger = self._logger
+            row = _run_user_code(lambda: self._handler(record, logger), failed)
+        else:
+            row = _run_user_code(lambda: self._handler(record), failed)
+        return checked_row(row, lambda what, detail: HandlerFailed(
+            f"{self.path.name}: preprocess_handler returned {what} for the record on {where}: "
+            f"{detail}"))
 
     def postprocess(self) -> None:
         """Run the file's ``postprocess_handler()`` if it has one.
 
         Raises:
-            HandlerFailed: it raised.
+            HandlerFailed: it raised or exited.
         """
-        handler = getattr(self.module, "postprocess_handler", None)
-        if not callable(handler):
-            return
-        try:
-            handler()
-        except Exception as error:  # the user's code: one line, no traceback
-            raise HandlerFailed(f"{self.path.name}: postprocess_handler failed: "
-                                f"{type(error).__name__}: {error}") from None
+        handler = _lookup(self.module, "postprocess_handler")
+        if callable(handler):
+            _postprocess(handler, self.path)
+
+
+BadRow = Callable[[str, str], HandlerFailed]
+"""Makes the error of a bad row: (what was returned, what is wrong with it)."""
+
+
+def checked_row(row: Any, bad: BadRow) -> dict[str, Any] | None:
+    """A handler's result as a row: a plain dict of JSON scalars (a number or a string of a
+    subclass, numpy's included, made the plain type), or None for a falsy result.
+
+    Raises:
+        HandlerFailed: ``bad(what, detail)``: not a dict, a key that is not a string (or an
+            int), a value that is not a JSON scalar (a nested dict or list is not a feature:
+            the handler flattens it).
+    """
+    if row is None or (type(row) in _FALSY_CHECKED and not row):
+        return None
+    if not isinstance(row, dict):
+        raise bad(f"{type(row).__name__}, not a dict,",
+                  "a row is a dict of features (or [] drops the record)")
+    items = list(dict.items(row))  # dict's own: a subclass's overrides are the user's code
+    if not items:
+        return None
+    clean = type(row) is dict
+    for index, (key, value) in enumerate(items):
+        if type(key) not in (str, int) or type(value) not in _SCALARS:
+            items[index] = (_feature_key(key, bad), _feature_value(key, value, bad))
+            clean = False
+    return row if clean else dict(items)
+
+
+def _feature_key(key: Any, bad: BadRow) -> str | int:
+    if type(key) in (str, int):
+        return key
+    if isinstance(key, str):
+        return str.__str__(key)  # the plain string, without the subclass's methods
+    raise bad("a bad row", f"a key is {type(key).__name__}, not a string (a feature's name)")
+
+
+def _feature_value(key: Any, value: Any, bad: BadRow) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    name = json.dumps(key[:80]) if isinstance(key, str) else str(key)
+    if isinstance(value, dict | list | tuple | set | frozenset):
+        raise bad("a bad row", f"the value of {name} is a {type(value).__name__}: a feature "
+                  f"is one value (a string, a number, a boolean or None); flatten it into "
+                  f"several keys")
+    converted = _plain(value)
+    if converted is None:
+        raise bad("a bad row", f"the value of {name} is {type(value).__name__}: a feature "
+                  f"is a string, a number, a boolean or None")
+    return converted
+
+
+def _plain(value: Any) -> str | int | float | None:
+    """A string or number of another type (a subclass, numpy's scalars) as the plain one;
+    None when it is neither."""
+    try:
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, int):
+            return int.__int__(value)
+        if isinstance(value, float):
+            return float.__float__(value)
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real):
+            return float(value)
+    except Exception:  # a numeric type of the user's whose conversion fails: not a number
+        return None
+    return None
+
+
+def _postprocess(handler: Callable[[], Any], path: Path) -> None:
+    _run_user_code(handler, lambda detail: HandlerFailed(
+        f"{path.name}: postprocess_handler failed: {detail}"))
 
 
 def _import(path: Path, function: str = "preprocess_handler",
@@ -204,7 +375,8 @@ def _import(path: Path, function: str = "preprocess_handler",
     """Import a user's script (a preprocessor or a postprocessor) that must define ``function``.
 
     Raises:
-        HandlerError: the file is missing, fails to import, or lacks ``function``.
+        HandlerError: the file is missing, fails to import (or exits while it does), or
+            lacks ``function``.
     """
     if not path.is_file():
         raise HandlerError(f"{path}: no such file")
@@ -212,14 +384,23 @@ def _import(path: Path, function: str = "preprocess_handler",
     if spec is None or spec.loader is None:
         raise HandlerError(f"{path}: cannot be imported (not a Python file?)")
     module = importlib.util.module_from_spec(spec)
+    loader = spec.loader
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # the user's file: report it, do not crash on it
-        raise HandlerError(f"{path}: importing it failed: {type(error).__name__}: "
-                           f"{error}") from None
-    if not callable(getattr(module, function, None)):
+        _run_user_code(lambda: loader.exec_module(module), HandlerFailed)
+    except HandlerFailed as error:  # the user's file: report it, do not crash on it
+        raise HandlerError(f"{path}: importing it failed: {error}") from None
+    if not callable(_lookup(module, function)):
         raise HandlerError(f"{path}: has no {call}")
     return module
+
+
+def _lookup(module: ModuleType, name: str) -> Any:
+    """``module.name``, or None; a module ``__getattr__`` of the user's that raises (or
+    exits) means it has none."""
+    try:
+        return _run_user_code(lambda: getattr(module, name, None), HandlerFailed)
+    except HandlerFailed:
+        return None
 
 
 def load_postprocessor(path: str | Path) -> Callable[[], None]:
@@ -232,10 +413,6 @@ def load_postprocessor(path: str | Path) -> Callable[[], None]:
     handler = _import(file, "postprocess_handler", "postprocess_handler()").postprocess_handler
 
     def postprocess() -> None:
-        try:
-            handler()
-        except Exception as error:  # the user's code: one line, no traceback
-            raise HandlerFailed(f"{file.name}: postprocess_handler failed: "
-                                f"{type(error).__name__}: {error}") from None
+        _postprocess(handler, file)
 
     return postprocess

@@ -21,14 +21,27 @@ STATE_VERSION = 2
 """2: the numeric sketch is Deequ's (version 1 held a DataSketches KLL)."""
 
 
+MAX_FEATURES = 1000
+"""The most distinct features a dataset's statistics keep (the monitor's column limit)."""
+
+
+class FeatureLimitError(ValueError):
+    """Rows whose keys differ from row to row add up to more features than the limit."""
+
+
 class DatasetStatistics:
     """The statistics of every feature seen, in first-seen order.
 
     Args:
         chunk_rows: rows buffered before the features are updated in bulk.
+        max_features: the most distinct features kept (:class:`FeatureLimitError` past it):
+            each feature holds sketches, so keys that change from row to row (a preprocessor
+            keying rows by an id) would otherwise grow without bound.
     """
 
-    def __init__(self, chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(self, chunk_rows: int = CHUNK_ROWS,
+                 max_features: int = MAX_FEATURES) -> None:
+        self.max_features = max_features
         self.item_count = 0
         self.features: dict[str, FeatureStats] = {}
         self._chunk_rows = chunk_rows
@@ -43,6 +56,11 @@ class DatasetStatistics:
             if values is None:
                 values = buffer[name] = []
                 if name not in self.features:  # a preprocessor may key its row by int
+                    if len(self.features) >= self.max_features:
+                        raise FeatureLimitError(
+                            f"the rows have more than {self.max_features:,} distinct features "
+                            f"(each row's keys are features): a preprocessor should return the "
+                            f"same features for every record")
                     self.features[name] = FeatureStats(str(name))
             values.append(value)
         self._buffered += 1

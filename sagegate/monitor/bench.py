@@ -111,8 +111,9 @@ class LocalS3:
         def __init__(self, path: Path) -> None:
             self.path = path
 
-        def read(self) -> bytes:
-            return self.path.read_bytes()
+        def read(self, amt: int | None = None) -> bytes:
+            data = self.path.read_bytes()
+            return data if amt is None else data[:amt]
 
         def iter_lines(self) -> list[bytes]:
             return self.path.read_bytes().splitlines()

@@ -7,30 +7,37 @@ endpoint's captures of a window (default: the last full hour), runs the record p
 one is given, and writes ``statistics.json``, ``constraint_violations.json`` and
 ``report.html``, then runs the postprocessing script. docs/MONITOR.md has the details.
 
-Exit status: 0 no violations, 3 violations found (CI and cron act on it), 2 a usage or input
-error (one line on stderr naming the file and record when a handler fails).
+Exit status: 0 no violations; 3 violations found (CI and cron act on it); 4 nothing checked:
+no records in the window (its own status, so a cron job never reads an empty window as a
+clean one); 2 a usage or input error: one line on stderr, ``sagegate monitor: ...``, naming
+the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, windows
+from chalicelib.monitor import analysis, documents, windows
 from chalicelib.monitor.preprocessing import (
     CapturedData,
     HandlerError,
     HandlerFailed,
     Preprocessor,
+    handler_logger,
     load_postprocessor,
+    watching_interrupts,
 )
-from chalicelib.monitor.records import Preprocess, RecordError, RecordReader, Tally
+from chalicelib.monitor.records import MAX_COLUMNS, Preprocess, RecordError, RecordReader, Tally
+from chalicelib.monitor.statistics import FeatureLimitError
 from sagegate.monitor import sources
 
-EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS = 0, 2, 3
+EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+Window = tuple[datetime.datetime, datetime.datetime]
 HELP = "Model Monitor's data quality baseline and checks, on captures here or in S3"
 
 
@@ -85,16 +92,41 @@ def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
                         "run unchanged on each capture record")
     parser.add_argument("--exclude-cache-hits", action="store_true",
                         help="leave out records of answers served from the cache")
+    parser.add_argument("--max-columns", type=_positive, default=MAX_COLUMNS, metavar="N",
+                        help=f"refuse a record or row of more than N columns (default: "
+                        f"{MAX_COLUMNS}; a wider one needs a --preprocess-handler that returns "
+                        f"the features to monitor)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text[:40]!r}") \
+            from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the parsed ``monitor`` command; returns its exit status."""
+    """Run the parsed ``monitor`` command; returns its exit status (module docstring).
+
+    The user's Ctrl-C is watched for while it runs, so a KeyboardInterrupt a record
+    preprocessor raises itself is that handler's failure (exit 2, one line), and the user's
+    own Ctrl-C stops the run (exit 130, one line), whenever it comes.
+    """
     try:
-        if args.monitor_command == "baseline":
-            return _baseline(args)
-        return _check(args)
+        with watching_interrupts():
+            if args.monitor_command == "baseline":
+                return _baseline(args)
+            return _check(args)
+    except KeyboardInterrupt:
+        print("sagegate monitor: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (UsageError, sources.SourceError, windows.WindowError, RecordError,
-            HandlerError, HandlerFailed, OSError) as error:
+            documents.DocumentError, FeatureLimitError, HandlerError, HandlerFailed,
+            OSError) as error:
         print(f"sagegate monitor: {error}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -123,22 +155,28 @@ _BOUNDS = ("--start", "--end")
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    reader = _reader(args)
-    if sources.is_capture_source(args.dataset):
-        span = windows.window(args.start, args.end) if args.start or args.end else None
-        files = sources.capture_files(args.dataset, *(span or (None, None)))
+    capture = sources.is_capture_source(args.dataset)
+    if not capture and (args.start or args.end or args.preprocess_handler
+                        or args.exclude_cache_hits):
+        raise UsageError(f"{args.dataset}: --start, --end, --preprocess-handler and "
+                         f"--exclude-cache-hits apply to capture folders, not to a "
+                         f"dataset file")
+    span = windows.window(args.start, args.end) if capture and (args.start or args.end) \
+        else None
+    reader = _reader(args, span)
+    if capture:
+        start, end = span or (None, None)
+        files = sources.capture_files(args.dataset, start, end, command="baseline")
         rows: Iterator[dict[str, Any]] = sources.capture_rows(reader, files)
     else:
-        if args.start or args.end or args.preprocess_handler or args.exclude_cache_hits:
-            raise UsageError(f"{args.dataset}: --start, --end, --preprocess-handler and "
-                             f"--exclude-cache-hits apply to capture folders, not to a "
-                             f"dataset file")
-        rows = sources.dataset_rows(args.dataset, args.header)
-    files_out = analysis.baseline(rows)
+        rows = sources.dataset_rows(args.dataset, args.header, reader, args.max_columns)
+    files_out = analysis.baseline(rows, max_features=args.max_columns)
     if not json.loads(files_out[analysis.STATISTICS])["dataset"]["item_count"]:
-        raise UsageError(f"{args.dataset}: no rows to make a baseline of")
+        _refuse_all_bad(args.dataset, reader.tally)
+        read = f" ({_tally(reader.tally)})" if reader.tally.records else ""
+        raise UsageError(f"{args.dataset}: no rows to make a baseline of{read}")
     _write(Path(args.output), files_out)
-    _summary(args.output, reader.tally, files_out)
+    _summary(args.output, reader.tally, files_out, span)
     return EXIT_OK
 
 
@@ -146,17 +184,19 @@ def _check(args: argparse.Namespace) -> int:
     statistics, constraints = _load_baseline(Path(args.baseline))
     postprocess = _postprocessor(args.postprocess_handler)
     start, end = windows.window(args.start, args.end)
-    reader = _reader(args)
+    # a headerless CSV capture's columns take the baseline's names, by position
+    reader = _reader(args, (start, end), [f["name"] for f in statistics["features"]])
     rows = sources.capture_rows(reader, sources.capture_files(args.captures, start, end))
     result = analysis.check(rows, statistics, constraints, title=args.captures,
-                            window=(start, end), with_report=args.report)
+                            window=(start, end), with_report=args.report,
+                            max_features=args.max_columns)
     if not result.statistics["dataset"]["item_count"]:
-        print(f"note: no records in {args.captures} from {start:%Y-%m-%dT%H:%MZ} to "
-              f"{end:%Y-%m-%dT%H:%MZ} ({_tally(reader.tally)}): nothing checked, no files "
-              f"written", file=sys.stderr)
-        return EXIT_OK
+        _refuse_all_bad(args.captures, reader.tally)
+        print(f"note: no records in {args.captures} from {_span((start, end))} "
+              f"({_tally(reader.tally)}): nothing checked, no files written", file=sys.stderr)
+        return EXIT_EMPTY
     _write(Path(args.output), result.files)
-    _summary(args.output, reader.tally, result.files)
+    _summary(args.output, reader.tally, result.files, (start, end))
     if postprocess is not None:
         postprocess()
     for violation in result.evaluation.violations["violations"]:
@@ -165,29 +205,36 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_VIOLATIONS if result.violation_count else EXIT_OK
 
 
-def _reader(args: argparse.Namespace) -> RecordReader:
+def _refuse_all_bad(source: str, tally: Tally) -> None:
+    """No row, and lines were skipped as unreadable: the source is broken, not empty."""
+    if tally.bad_lines and not tally.rows:
+        raise UsageError(f"{source}: no readable record: {tally.bad_lines} bad line(s) "
+                         f"skipped, the first {tally.first_bad}")
+
+
+def _reader(args: argparse.Namespace, window: Window | None,
+            csv_names: list[str] | None = None) -> RecordReader:
     preprocess: Preprocess | None = None
     if args.preprocess_handler:
-        handler = Preprocessor(args.preprocess_handler)
+        # its logger's lines on stderr, as sagegate capture prints them
+        handler = Preprocessor(args.preprocess_handler, handler_logger(sys.stderr))
 
         def preprocess(record: dict[str, Any], where: str) -> dict[str, Any] | None:
             return handler(CapturedData(record), where)
 
-    return RecordReader(preprocess, include_cache_hits=not args.exclude_cache_hits)
+    return RecordReader(preprocess, include_cache_hits=not args.exclude_cache_hits,
+                        window=window, csv_names=csv_names, max_columns=args.max_columns)
 
 
 def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    documents = []
-    for name in (analysis.STATISTICS, analysis.CONSTRAINTS):
-        path = folder / name
-        try:
-            documents.append(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such file (make it with sagegate monitor "
-                             f"baseline)") from None
-        except ValueError as error:
-            raise UsageError(f"{path}: not JSON ({error})") from None
-    return documents[0], documents[1]
+    """The baseline's two documents, read (regular files only) and checked."""
+    try:
+        statistics = sources.read_regular(folder / analysis.STATISTICS)
+        constraints = sources.read_regular(folder / analysis.CONSTRAINTS)
+    except sources.MissingFile as error:
+        raise UsageError(f"{error} (make it with sagegate monitor baseline)") from None
+    return (documents.load_statistics(statistics, str(folder / analysis.STATISTICS)),
+            documents.load_constraints(constraints, str(folder / analysis.CONSTRAINTS)))
 
 
 def _postprocessor(path: str | None) -> Callable[[], None] | None:
@@ -197,20 +244,36 @@ def _postprocessor(path: str | None) -> Callable[[], None] | None:
 def _write(folder: Path, files: dict[str, str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
+        with sources.create_regular(folder / name) as file:
+            file.write(text.encode("utf-8"))
 
 
 def _tally(tally: Tally) -> str:
     parts = [f"{tally.records} record(s) read", f"{tally.rows} row(s)"]
-    for label, count in (("shadow skipped", tally.shadow),
+    for label, count in (("outside the window", tally.outside_window),
+                         ("without a readable eventMetadata.inferenceTime", tally.untimed),
+                         ("shadow skipped", tally.shadow),
                          ("cache hits excluded", tally.cache_hits_excluded),
                          ("dropped by the preprocessor", tally.dropped),
                          ("with nothing to flatten (use --preprocess-handler)", tally.empty)):
         if count:
             parts.append(f"{count} {label}")
+    if tally.bad_lines:
+        parts.append(f"{tally.bad_lines} bad line(s) skipped (the first {tally.first_bad})")
     return ", ".join(parts)
 
 
-def _summary(output: str, tally: Tally, files: dict[str, str]) -> None:
-    read = _tally(tally) if tally.records else "dataset read"
-    print(f"{read}; wrote {', '.join(sorted(files))} to {output}", file=sys.stderr)
+def _span(window: Window) -> str:
+    """The window as given (to the second when it has seconds), not as whole hours."""
+    return f"{_when(window[0])} to {_when(window[1])}"
+
+
+def _when(moment: datetime.datetime) -> str:
+    shown = moment.replace(microsecond=0)
+    return f"{shown:%Y-%m-%dT%H:%M:%SZ}" if shown.second else f"{shown:%Y-%m-%dT%H:%MZ}"
+
+
+def _summary(output: str, tally: Tally, files: dict[str, str], window: Window | None) -> None:
+    read = _tally(tally) if tally.records or tally.bad_lines else "dataset read"
+    span = f" from {_span(window)}" if window else ""
+    print(f"{read}{span}; wrote {', '.join(sorted(files))} to {output}", file=sys.stderr)

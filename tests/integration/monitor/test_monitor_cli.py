@@ -107,9 +107,10 @@ def test_only_the_windows_hours_are_read(baseline: Path, tmp_path: Path) -> None
 def test_an_empty_window_checks_nothing_and_says_so(baseline: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     captures = capturegen.write_window(tmp_path / "iris", 10)
+    # its own status: a cron job must not read "nothing checked" as "no violations"
     assert _run("check", str(captures), "--baseline", str(baseline), "-o",
                 str(tmp_path / "out"), "--start", "2026-11-24T00:00Z", "--end",
-                "2026-11-24T01:00Z") == 0
+                "2026-11-24T01:00Z") == cli.EXIT_EMPTY == 4
     assert "no records" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import random
 from pathlib import Path
 
 import boto3
@@ -30,12 +31,28 @@ def _count(out: Path) -> int:
     return int(document["dataset"]["item_count"])
 
 
+def _write_at(root: Path, times: list[datetime.datetime]) -> None:
+    """One record at each time, in the hour folder of its time."""
+    features = capturegen.iris_like()
+    rng = random.Random(5)
+    for when in times:
+        folder = root / "AllTraffic" / windows.hour_folder(when)
+        folder.mkdir(parents=True, exist_ok=True)
+        record = capturegen.record(features(rng, 0), rng.random(), when)
+        with (folder / "batch.jsonl").open("a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+
+
 def test_a_relative_window_reads_the_hours_just_captured(baseline: Path,
                                                           tmp_path: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
     root = tmp_path / "iris"
-    capturegen.write_window(root, 300, hour=windows.floor_hour(now))
-    capturegen.write_window(root, 200, hour=windows.floor_hour(now) - 3 * windows.HOUR)
+    # records are in a window by their inferenceTime: 300 in the last 50 minutes, 200 three
+    # hours before
+    _write_at(root, [now - datetime.timedelta(minutes=50) + i * datetime.timedelta(seconds=9)
+                     for i in range(300)])
+    _write_at(root, [now - 3 * windows.HOUR + i * datetime.timedelta(seconds=9)
+                     for i in range(200)])
     out = tmp_path / "out"
     # "--start -PT1H" as two arguments: argparse alone would read -PT1H as an option
     assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
@@ -59,7 +76,7 @@ def test_a_window_at_the_calendars_ends_is_a_usage_error_or_read(
     if bounds[0] == "--end":
         assert status == cli.EXIT_USAGE and "outside the calendar" in err
     else:  # the calendar's last hour is read (the captures are of another hour)
-        assert status == cli.EXIT_OK and "no records" in err
+        assert status == cli.EXIT_EMPTY and "no records" in err
 
 
 def test_a_window_of_years_lists_the_folders_that_exist(

@@ -128,7 +128,7 @@ def test_an_endpoint_whose_models_bring_two_preprocessors_is_refused(tmp_path: P
             NoSuchKey = KeyError
 
         def get_object(self, **_: str) -> dict[str, object]:
-            return {"Body": io.BytesIO(b"{}")}
+            return {"Body": io.BytesIO(b'{"features": [], "dataset": {"item_count": 0}}')}
 
     [run] = deployed.run({"shared": found["shared"]}, settings, "s", now=WHEN, s3=S3(),
                          emit=lambda line: None)
@@ -172,8 +172,8 @@ class FakeS3:
         def __init__(self, data: bytes) -> None:
             self.stream = io.BytesIO(data)
 
-        def read(self) -> bytes:
-            return self.stream.read()
+        def read(self, amt: int | None = None) -> bytes:
+            return self.stream.read(amt)
 
         def iter_lines(self) -> Iterator[bytes]:
             yield from self.stream.read().splitlines()

@@ -139,3 +139,13 @@ def test_integers_with_signs_and_blanks_are_integral_beside_fractions() -> None:
     feature = FeatureStats("x")
     feature.add(["1", "-2", " 3", "+4", "4.5", "1e3", "7"])
     assert (feature.integral, feature.fractional, feature.present) == (5, 2, 7)
+
+
+def test_rows_whose_keys_change_are_refused_past_the_feature_limit() -> None:
+    from chalicelib.monitor.statistics import FeatureLimitError
+
+    rows = ({f"id-{i}": 1.0} for i in range(10**6))
+    with pytest.raises(FeatureLimitError, match="more than 50 distinct features"):
+        DatasetStatistics(max_features=50).add_all(rows)
+    assert len(DatasetStatistics(max_features=50).add_all(
+        {f"f{i % 50}": 1.0} for i in range(500)).features) == 50
