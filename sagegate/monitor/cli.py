@@ -34,7 +34,7 @@ from chalicelib.monitor.preprocessing import (
 )
 from chalicelib.monitor.records import MAX_COLUMNS, Preprocess, RecordError, RecordReader, Tally
 from chalicelib.monitor.statistics import FeatureLimitError
-from sagegate.monitor import sources
+from sagegate.monitor import datasets, files, sources
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 Window = tuple[datetime.datetime, datetime.datetime]
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("sagegate monitor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (UsageError, sources.SourceError, windows.WindowError, RecordError,
+    except (UsageError, files.SourceError, windows.WindowError, RecordError,
             documents.DocumentError, FeatureLimitError, HandlerError, HandlerFailed,
             OSError) as error:
         print(f"sagegate monitor: {error}", file=sys.stderr)
@@ -166,10 +166,10 @@ def _baseline(args: argparse.Namespace) -> int:
     reader = _reader(args, span)
     if capture:
         start, end = span or (None, None)
-        files = sources.capture_files(args.dataset, start, end, command="baseline")
-        rows: Iterator[dict[str, Any]] = sources.capture_rows(reader, files)
+        captured = sources.capture_files(args.dataset, start, end, command="baseline")
+        rows: Iterator[dict[str, Any]] = sources.capture_rows(reader, captured)
     else:
-        rows = sources.dataset_rows(args.dataset, args.header, reader, args.max_columns)
+        rows = datasets.dataset_rows(args.dataset, args.header, reader, args.max_columns)
     files_out = analysis.baseline(rows, max_features=args.max_columns)
     if not json.loads(files_out[analysis.STATISTICS])["dataset"]["item_count"]:
         _refuse_all_bad(args.dataset, reader.tally)
@@ -229,9 +229,9 @@ def _reader(args: argparse.Namespace, window: Window | None,
 def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The baseline's two documents, read (regular files only) and checked."""
     try:
-        statistics = sources.read_regular(folder / analysis.STATISTICS)
-        constraints = sources.read_regular(folder / analysis.CONSTRAINTS)
-    except sources.MissingFile as error:
+        statistics = files.read_regular(folder / analysis.STATISTICS)
+        constraints = files.read_regular(folder / analysis.CONSTRAINTS)
+    except files.MissingFile as error:
         raise UsageError(f"{error} (make it with sagegate monitor baseline)") from None
     return (documents.load_statistics(statistics, str(folder / analysis.STATISTICS)),
             documents.load_constraints(constraints, str(folder / analysis.CONSTRAINTS)))
@@ -241,10 +241,10 @@ def _postprocessor(path: str | None) -> Callable[[], None] | None:
     return load_postprocessor(path) if path else None
 
 
-def _write(folder: Path, files: dict[str, str]) -> None:
+def _write(folder: Path, outputs: dict[str, str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        with sources.create_regular(folder / name) as file:
+    for name, text in outputs.items():
+        with files.create_regular(folder / name) as file:
             file.write(text.encode("utf-8"))
 
 
@@ -273,7 +273,7 @@ def _when(moment: datetime.datetime) -> str:
     return f"{shown:%Y-%m-%dT%H:%M:%SZ}" if shown.second else f"{shown:%Y-%m-%dT%H:%MZ}"
 
 
-def _summary(output: str, tally: Tally, files: dict[str, str], window: Window | None) -> None:
+def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None) -> None:
     read = _tally(tally) if tally.records or tally.bad_lines else "dataset read"
     span = f" from {_span(window)}" if window else ""
-    print(f"{read}{span}; wrote {', '.join(sorted(files))} to {output}", file=sys.stderr)
+    print(f"{read}{span}; wrote {', '.join(sorted(outputs))} to {output}", file=sys.stderr)

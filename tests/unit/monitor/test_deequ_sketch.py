@@ -15,7 +15,7 @@ import pytest
 
 from chalicelib.monitor import analysis, sketches
 from chalicelib.monitor.sketches import DeequKll, capacity
-from sagegate.monitor.sources import dataset_rows
+from sagegate.monitor.datasets import dataset_rows
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "model_monitor_introduction"
 ROWS = 2333

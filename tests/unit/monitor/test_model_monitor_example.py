@@ -16,7 +16,7 @@ import pytest
 
 from chalicelib.monitor import analysis
 from chalicelib.monitor.records import RecordReader
-from sagegate.monitor.sources import dataset_rows
+from sagegate.monitor.datasets import dataset_rows
 from tests.unit.monitor import notebook
 
 
