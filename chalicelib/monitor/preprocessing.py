@@ -147,6 +147,8 @@ LOG_FORMAT = "preprocess_handler %(levelname)s: %(message)s"
 _LOG_HANDLER = "sagegate-preprocess-handler"
 _MESSAGE_CHARS = 500  # of a handler's exception message, so a failure stays one line
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+_KEY_TYPES = frozenset((str, int))
 _FALSY_CHECKED = (list, tuple, str, bytes, int, float, bool, set, frozenset)
 """Built-in types whose falsy values drop a record: their truth is read without running any of
 the handler's code (an object's own ``__bool__`` might raise, or exit)."""
@@ -309,6 +311,9 @@ def checked_row(row: Any, bad: BadRow) -> dict[str, Any] | None:
     """
     if row is None or (type(row) in _FALSY_CHECKED and not row):
         return None
+    if type(row) is dict and _KEY_TYPES.issuperset(map(type, row)) \
+            and _SCALAR_TYPES.issuperset(map(type, row.values())):
+        return row or None  # the common row, checked at C speed: every record pays this
     if not isinstance(row, dict):
         raise bad(f"{type(row).__name__}, not a dict,",
                   "a row is a dict of features (or [] drops the record)")
