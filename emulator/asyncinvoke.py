@@ -9,10 +9,18 @@ bounded (``max_queued``: one more request is throttled) and so is every input
 (``max_input_bytes``, checked before it is read). S3 and SNS go through boto3 at the endpoint
 URLs the emulator is given (moto's server locally). Nothing here raises into a worker: every
 failure becomes a failure object and an error notification.
+
+With a :class:`~emulator.journal.Journal` (a state directory) the queue is durable, as
+SageMaker's is: each call is written down before its 202, and :meth:`AsyncInference.resume`
+runs again, on the next start, what a dead process left queued or running (a running one from
+the start, as SageMaker retries an instance failure, at most :data:`MAX_ATTEMPTS` times), and
+sends the notifications it had not sent.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
@@ -30,6 +38,8 @@ from typing import Any, Protocol
 
 from emulator import errors
 from emulator.config import AsyncConfig, EndpointConfig
+from emulator.journal import COMPLETED as DONE
+from emulator.journal import QUEUED, RUNNING, Entry, Journal
 from emulator.runtime import (
     INFERENCE_ID_MAX,
     BackgroundCall,
@@ -56,6 +66,10 @@ VIRTUAL_HOST = re.compile(r"(.+)\.s3[.-].*amazonaws\.com(\.cn)?", re.IGNORECASE)
 READ_CHUNK = 1024 * 1024
 COMPLETED, FAILED, EXPIRED = "Completed", "Failed", "Expired"
 """``invocationStatus`` of a notification."""
+MAX_ATTEMPTS = 3
+"""Runs of one invocation a restart may start: one cut short by the process's death is run
+again from the start, up to this many in all; then it fails (a poison input must not kill
+every restart)."""
 
 
 class InputError(Exception):
@@ -111,13 +125,65 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Job:
-    """A queued invocation."""
+    """A queued invocation.
+
+    Attributes:
+        key: its journal entry's name (a fresh UUID; the inference id may repeat).
+        attempts: the runs already started (by processes that died before the end).
+    """
 
     request: AsyncRequest
     accepted: Accepted
     timeout_s: int
     ttl_s: int
     received_at: float
+    key: str = ""
+    attempts: int = 0
+
+    def to_document(self) -> dict[str, Any]:
+        """The job as JSON (an inline body in base64), for the journal."""
+        request = {name: getattr(self.request, name) for name in _REQUEST_TEXT}
+        if self.request.body is not None:
+            request["body"] = base64.b64encode(self.request.body).decode("ascii")
+        accepted = self.accepted
+        return {"request": request, "inference_id": accepted.inference_id,
+                "output_location": accepted.output_location,
+                "failure_location": accepted.failure_location, "timeout_s": self.timeout_s,
+                "ttl_s": self.ttl_s, "received_at": self.received_at}  # fmt: skip
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any], key: str, attempts: int) -> Job:
+        """Reads :meth:`to_document`'s JSON back.
+
+        Raises:
+            ValueError: a member is missing or of the wrong type.
+        """
+        try:
+            raw = dict(document["request"])
+            encoded = raw.pop("body", None)
+            body = None if encoded is None else base64.b64decode(encoded, validate=True)
+            request = AsyncRequest(**{name: _text(raw.get(name)) for name in _REQUEST_TEXT},
+                                   body=body, body_length=len(body or b""))  # fmt: skip
+            if not isinstance(request.endpoint_name, str):
+                raise ValueError("no endpoint name")
+            accepted = Accepted(str(document["inference_id"]), str(document["output_location"]),
+                                _text(document.get("failure_location")))  # fmt: skip
+            return cls(request, accepted, int(document["timeout_s"]), int(document["ttl_s"]),
+                       float(document["received_at"]), key, attempts)  # fmt: skip
+        except (KeyError, TypeError, ValueError, binascii.Error) as error:
+            raise ValueError(f"not a job: {error!r}") from None
+
+
+_REQUEST_TEXT = ("endpoint_name", "input_location", "content_type", "accept",
+                 "custom_attributes", "inference_id", "invocation_timeout", "request_ttl",
+                 "output_extension", "filename")  # fmt: skip
+"""The members of :class:`AsyncRequest` that are text (or None)."""
+
+
+def _text(value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{value!r} is not text")
+    return value
 
 
 @dataclass(frozen=True)
@@ -281,6 +347,7 @@ class AsyncInference:
         clock: Callable[[], float] = time.time,
         wait: Callable[[threading.Event, float], bool] = _wait,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        journal: Journal | None = None,
     ) -> None:
         """Builds the queues (one per asynchronous endpoint); :meth:`start` runs the workers.
 
@@ -292,6 +359,8 @@ class AsyncInference:
             clock: wall time in seconds (injected for tests: queue TTL, timestamps).
             wait: waits for the model call's event up to a timeout; False when it timed out.
             new_id: makes inference ids and object names.
+            journal: where accepted calls are written down until they complete (None: the
+                queue is in memory only, lost with the process).
         """
         self.runtime = runtime
         self.store = store
@@ -300,12 +369,16 @@ class AsyncInference:
         self.clock = clock
         self.wait = wait
         self.new_id = new_id
+        self.journal = journal
+        # unbounded: a restart puts back every call it finds; submit() applies max_queued
         self.queues: dict[str, queue.Queue[Job | None]] = {
-            name: queue.Queue(maxsize=endpoint.asynchronous.max_queued)
+            name: queue.Queue()
             for name, endpoint in runtime.config.endpoints.items()
             if endpoint.asynchronous is not None
         }
         self._threads: list[threading.Thread] = []
+        self._admit = threading.Lock()
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         """Starts ``max_concurrent_invocations`` daemon workers per asynchronous endpoint."""
@@ -318,13 +391,12 @@ class AsyncInference:
                 self._threads.append(worker)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Asks the workers to stop after the jobs they run; waits up to ``timeout``."""
+        """Asks the workers to stop after the jobs they run (none starts another: with a
+        journal, the queued ones wait on disk for the next start); waits up to ``timeout``."""
+        self._stopping.set()
         for name, jobs in self.queues.items():
             for _ in range(self._settings(name).max_concurrent_invocations):
-                try:
-                    jobs.put_nowait(None)
-                except queue.Full:
-                    break
+                jobs.put_nowait(None)
         deadline = time.monotonic() + timeout
         for worker in self._threads:
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -348,15 +420,102 @@ class AsyncInference:
         settings = self._async_settings(endpoint)
         inference_id = request.inference_id or self.new_id()
         accepted = self._locations(settings, request, inference_id)
-        job = Job(request, accepted, timeout, ttl, self.clock())
-        try:
-            self.queues[endpoint.name].put_nowait(job)
-        except queue.Full:
-            raise errors.ThrottlingException(
-                f"Too many requests are queued for endpoint {endpoint.name} "
-                f"({settings.max_queued}); retry later."
-            ) from None
+        job = Job(request, accepted, timeout, ttl, self.clock(), uuid.uuid4().hex)
+        jobs = self.queues[endpoint.name]
+        with self._admit:  # the check and the put together, or two calls take one slot
+            if jobs.qsize() >= settings.max_queued:
+                raise errors.ThrottlingException(
+                    f"Too many requests are queued for endpoint {endpoint.name} "
+                    f"({settings.max_queued}); retry later."
+                )
+            self._keep(job)  # written down before the 202: what is accepted is not lost
+            jobs.put_nowait(job)
         return accepted
+
+    def resume(self) -> int:
+        """Puts back what the journal holds from a process that died: queued and running
+        calls are queued again (a running one is run from the start), completed ones have
+        their notification sent (in a thread: SNS may be slow). Call it once, after
+        :meth:`start`, before the server answers.
+
+        Returns:
+            How many calls were found.
+        """
+        if self.journal is None:
+            return 0
+        found = self.journal.load()
+        unsent: list[Entry] = []
+        for entry in found:
+            job = self._resumable(entry)
+            if job is None:
+                continue
+            if entry.phase == DONE:
+                unsent.append(entry)
+            else:
+                self.queues[job.request.endpoint_name].put_nowait(job)
+        if unsent:
+            threading.Thread(target=self._send_unsent, args=(unsent,), daemon=True,
+                             name="async-resume").start()  # fmt: skip
+        if found:
+            LOG.info("state: %d asynchronous invocation(s) found in %s: %d to run, %d to "
+                     "notify", len(found), self.journal.directory,
+                     len(found) - len(unsent), len(unsent))  # fmt: skip
+        return len(found)
+
+    def _resumable(self, entry: Entry) -> Job | None:
+        """The entry's job, or None (logged, removed) when this configuration cannot run it."""
+        journal = self.journal
+        assert journal is not None
+        try:
+            job = Job.from_document(entry.job, entry.key, entry.attempts)
+        except ValueError as error:
+            LOG.error("state: entry %s dropped: %s", entry.key, error)
+            journal.remove(entry.key)
+            return None
+        if job.request.endpoint_name not in self.queues:
+            LOG.error("state: async %s dropped: endpoint %s is not an asynchronous endpoint of "
+                      "this configuration", job.accepted.inference_id,
+                      job.request.endpoint_name)  # fmt: skip
+            journal.remove(entry.key)
+            return None
+        return job
+
+    def _send_unsent(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            completion = entry.completion or {}
+            job = Job.from_document(entry.job, entry.key, entry.attempts)
+            self._deliver(job, completion.get("topic_arn"), str(completion.get("status")),
+                          dict(completion.get("message") or {}))  # fmt: skip
+
+    def _keep(self, job: Job, phase: str = QUEUED,
+              completion: dict[str, Any] | None = None) -> None:
+        """Writes the job's journal entry (nothing without a journal).
+
+        Raises:
+            InternalFailure: at submission, the entry cannot be written (the call is refused:
+                accepting what cannot be kept would lose it silently).
+        """
+        if self.journal is None:
+            return
+        attempts = job.attempts + (phase == RUNNING)
+        entry = Entry(job.key, job.to_document(), phase, attempts, completion)
+        try:
+            self.journal.write(entry)
+        except OSError as error:
+            LOG.error("async %s: cannot write its journal entry: %s",
+                      job.accepted.inference_id, error)  # fmt: skip
+            if phase == QUEUED:
+                raise errors.InternalFailure("An internal failure occurred: the request "
+                                             "could not be queued durably.") from None
+
+    def _forget(self, job: Job) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.remove(job.key)
+        except OSError as error:  # sent once more at the next start, at worst
+            LOG.error("async %s: cannot remove its journal entry: %s",
+                      job.accepted.inference_id, error)  # fmt: skip
 
     def _async_settings(self, endpoint: EndpointConfig) -> AsyncConfig:
         if endpoint.asynchronous is None:
@@ -382,7 +541,7 @@ class AsyncInference:
         return Accepted(inference_id, output, failure)
 
     def _work(self, jobs: queue.Queue[Job | None]) -> None:
-        while (job := jobs.get()) is not None:
+        while (job := jobs.get()) is not None and not self._stopping.is_set():
             try:
                 self.run(job)
             except Exception:  # never lose the worker
@@ -408,6 +567,13 @@ class AsyncInference:
             reason = (f"Request expired: it waited {waited:.0f} s in the queue, over its "
                       f"RequestTTLSeconds of {job.ttl_s}.")  # fmt: skip
             return self._fail(job, EXPIRED, reason)
+        if job.attempts >= MAX_ATTEMPTS:
+            reason = (f"InternalFailure: the instance failed {job.attempts} times while "
+                      "running this request.")  # fmt: skip
+            return self._fail(job, FAILED, reason)
+        self._keep(job, RUNNING)
+        LOG.info("async %s on %s: running (attempt %d)", job.accepted.inference_id,
+                 job.request.endpoint_name, job.attempts + 1)  # fmt: skip
         settings = self._settings(job.request.endpoint_name)
         try:
             body, stored_type = self._input(job.request, settings.max_input_bytes)
@@ -504,6 +670,15 @@ class AsyncInference:
             message["failureReason"] = reason
         settings = self._settings(request.endpoint_name)
         topic = settings.success_topic if status == COMPLETED else settings.error_topic
+        # written down first: a death between here and the end sends it at the next start
+        self._keep(job, DONE, {"topic_arn": topic, "status": status, "message": message})
+        self._deliver(job, topic, status, message)
+        LOG.info("async %s on %s: %s%s", job.accepted.inference_id, request.endpoint_name,
+                 status, "" if reason is None else f" ({reason})")  # fmt: skip
+        return Completion(status, message)
+
+    def _deliver(self, job: Job, topic: str | None, status: str, message: dict[str, Any]) -> None:
+        """Sends a completion (SNS, the outbox), then forgets the job."""
         self._notify(topic, message, job.accepted.inference_id)
         if self.outbox is not None:
             try:
@@ -511,9 +686,7 @@ class AsyncInference:
             except OSError as error:
                 LOG.error("async %s: cannot append to the outbox: %s",
                           job.accepted.inference_id, error)  # fmt: skip
-        LOG.info("async %s on %s: %s%s", job.accepted.inference_id, request.endpoint_name,
-                 status, "" if reason is None else f" ({reason})")  # fmt: skip
-        return Completion(status, message)
+        self._forget(job)
 
     def _notify(self, topic: str | None, message: dict[str, Any], inference_id: str) -> None:
         if topic is None or self.notifier is None:
@@ -604,8 +777,17 @@ def build_async(
     s3_endpoint_url: str | None,
     sns_endpoint_url: str | None,
     outbox: Path | None,
+    journal: Journal | None = None,
 ) -> AsyncInference | None:
-    """Builds and starts the asynchronous side of a runtime, if any endpoint is asynchronous.
+    """Builds and starts the asynchronous side of a runtime, if any endpoint is asynchronous
+    (call :meth:`AsyncInference.resume` once the server listens).
+
+    Args:
+        runtime: the models and endpoints.
+        s3_endpoint_url: S3's URL (None: boto3's own resolution).
+        sns_endpoint_url: SNS's URL (None: S3's).
+        outbox: the JSON Lines file of completions, or None.
+        journal: the state directory's journal (None: the queue is in memory only).
 
     Returns:
         The running service, or None when every endpoint is real-time.
@@ -620,6 +802,7 @@ def build_async(
     )
     notifier = SnsNotifier(sns_endpoint_url or s3_endpoint_url, region) if needs_sns else None
     service = AsyncInference(runtime, S3Store(s3_endpoint_url, region), notifier,
-                             None if outbox is None else Outbox(outbox))  # fmt: skip
+                             None if outbox is None else Outbox(outbox),
+                             journal=journal)  # fmt: skip
     service.start()
     return service

@@ -15,7 +15,16 @@ request, with the body base64-encoded in it) cannot reach the synchronous route.
 ``mode="auto"`` (the default) :meth:`Client.predict` sends such a body, after the shrink,
 through ``POST /uploads`` (a presigned S3 POST, the file streamed straight to S3),
 ``POST /models/{name}/jobs`` and ``GET /jobs/{id}`` until the job ends; the answer is the one
-the synchronous route gives. ``mode="async"`` always does so, ``mode="sync"`` never.
+the synchronous route gives. Where the model runs jobs (``GET /models/{name}`` says so), auto
+mode also sends a job what the synchronous route cannot take: a batch of more rows than one
+request carries (on an asynchronous backend, which takes whole batches), and, once, after the
+synchronous route answered 504 ``EndpointTimeout`` or a 413 that names the job route; it says so
+through ``note`` (the command line prints it on stderr). ``mode="async"`` always takes a job,
+``mode="sync"`` never.
+
+Defaults, one set for the library and ``sagegate predict``: an explicit argument, else the
+environment (:data:`URL_ENV`, :data:`API_KEY_ENV`, :data:`TIMEOUT_ENV`,
+:data:`WAIT_TIMEOUT_ENV`), else the default (:class:`ClientSettings`).
 
 The steps of a job are :class:`~sagegate.jobs_client.JobsClient`'s (``upload``,
 ``submit_job``, ``job``, ``wait``, ``result``); the HTTP, its retries and its errors
@@ -23,12 +32,23 @@ The steps of a job are :class:`~sagegate.jobs_client.JobsClient`'s (``upload``,
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import logging
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from chalicelib.inference.coercion import MAX_INSTANCES
+from sagegate.client_settings import (
+    API_KEY_ENV,
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    URL_ENV,
+    WAIT_TIMEOUT_ENV,
+    ClientSettings,
+)
 from sagegate.http_client import (
     DEFAULT_URL,
     MAX_RETRY_AFTER_S,
@@ -36,7 +56,15 @@ from sagegate.http_client import (
     retry_after_seconds,
     retry_policy,
 )
-from sagegate.jobs_client import DEFAULT_WAIT_S, JobFailedError, JobsClient, answer_of
+from sagegate.jobs_client import (
+    DEFAULT_WAIT_S,
+    JobFailedError,
+    JobsClient,
+    answer_of,
+    names_job_route,
+    over_row_limit,
+    rows_of,
+)
 from sagegate.shrinking import (
     DEFAULT_ENCODING,
     OCTET_STREAM,
@@ -56,12 +84,31 @@ from sagegate.transfer import (
     read_input,
 )
 
-__all__ = ["DEFAULT_ENCODING", "DEFAULT_URL", "DEFAULT_WAIT_S", "MAX_RETRY_AFTER_S",
-           "OCTET_STREAM", "SYNC_LIMIT_BYTES", "Client", "ClientError", "Encoding",
-           "JobFailedError", "Mode", "ShrinkRule", "Upload", "content_type_of", "encode",
-           "read_input", "retry_after_seconds", "retry_policy", "shrink"]
+__all__ = ["API_KEY_ENV", "DEFAULT_ENCODING", "DEFAULT_TIMEOUT_S", "DEFAULT_URL",
+           "DEFAULT_WAIT_S", "MAX_RETRY_AFTER_S", "OCTET_STREAM", "SYNC_LIMIT_BYTES",
+           "TIMEOUT_ENV", "URL_ENV", "WAIT_TIMEOUT_ENV", "Client", "ClientError",
+           "ClientSettings", "Encoding", "JobFailedError", "Mode", "ShrinkRule", "Upload",
+           "content_type_of", "encode", "read_input", "retry_after_seconds", "retry_policy",
+           "shrink"]
 
 _shrink = shrink  # for Client.prepare, whose argument of the same name shadows it
+LOG = logging.getLogger("sagegate.client")
+
+Note = Callable[[str], None]
+"""Told, in a sentence, when auto mode sends a file another way than it was asked to."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Delivery:
+    """One file's way to its answer: what :meth:`Client.deliver` was given."""
+
+    upload: Upload
+    k: int
+    model: str | None
+    timeout: float | None
+    upload_progress: UploadProgress | None
+    wait_progress: WaitProgress | None
+    note: Note
 
 
 class Mode(enum.StrEnum):
@@ -80,21 +127,35 @@ class Client(JobsClient):
     is too large), resizes, the models.
 
     Args:
-        url: the API's base URL.
-        api_key: sent as ``x-api-key`` (deployed stages with API-key authentication).
+        url: the API's base URL (None: :data:`URL_ENV`, else ``make run``'s).
+        api_key: sent as ``x-api-key`` (deployed stages with API-key authentication; None:
+            :data:`API_KEY_ENV`, else none).
         retries: how many times a request is retried after a 503 or a failed connection.
-        timeout: seconds to connect, and to wait for each answer.
+        timeout: seconds to connect, and to wait for each answer (None: :data:`TIMEOUT_ENV`,
+            else 30).
+        wait_timeout: seconds to wait for a job to end (None: :data:`WAIT_TIMEOUT_ENV`, else
+            3600).
         pool: keep-alive connections kept for the host (at least the threads sharing the
             client, to keep every one of them).
         encoding: how shrunk images are encoded (:class:`Encoding`).
+        environ: the environment the defaults are read from (None: this process's).
+
+    Raises:
+        ValueError: a timeout that is not a positive number of seconds.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, retries: int = 3,
-                 timeout: float = 30, pool: int = 8,
-                 encoding: Encoding | str = DEFAULT_ENCODING) -> None:
-        super().__init__(url, api_key, retries=retries, timeout=timeout, pool=pool)
+    def __init__(self, url: str | None = None, api_key: str | None = None, *,
+                 retries: int = 3, timeout: float | None = None,
+                 wait_timeout: float | None = None, pool: int = 8,
+                 encoding: Encoding | str = DEFAULT_ENCODING,
+                 environ: Mapping[str, str] | None = None) -> None:
+        settings = ClientSettings.resolve(url, api_key, timeout, wait_timeout, environ)
+        super().__init__(settings.url, settings.api_key, retries=retries,
+                         timeout=settings.timeout, pool=pool)
+        self.settings = settings
+        self.wait_timeout = settings.wait_timeout
         self.encoding = Encoding(encoding)
-        self._rules: dict[str | None, ShrinkRule | None] = {}
+        self._descriptions: dict[str, dict[str, Any] | None] = {}
         self._default: str | None = None
         self._lock = threading.Lock()
 
@@ -120,19 +181,32 @@ class Client(JobsClient):
     def rule(self, model: str | None = None) -> ShrinkRule | None:
         """The shrink rule of ``model`` (None: the default model), asked once per client;
         None when the model takes no images or the server does not describe its models."""
-        with self._lock:
-            if model not in self._rules:
-                self._rules[model] = self._fetch_rule(model)
-            return self._rules[model]
+        description = self.description(model)
+        return None if description is None else ShrinkRule.from_model(description)
 
-    def _fetch_rule(self, model: str | None) -> ShrinkRule | None:
+    def description(self, model: str | None = None) -> dict[str, Any] | None:
+        """``GET /models/{name}`` of ``model`` (None: the default model), asked once per
+        client; None when there is no such model or the server describes none."""
         try:
-            name = model if model is not None else str(self.models()["default"])
-            return ShrinkRule.from_model(self.model(name))
+            name = model if model is not None else self.default_model()
+            with self._lock:
+                if name not in self._descriptions:
+                    self._descriptions[name] = self.model(name)
+                return self._descriptions[name]
         except ClientError as error:
             if error.status in (404, 405):  # no such model (predict says so), or no /models
                 return None
             raise
+
+    def jobs_backend(self, model: str | None = None) -> str | None:
+        """How the model runs jobs (``realtime`` or ``async``, as ``GET /models/{name}``
+        says); None when it says none."""
+        try:
+            jobs = (self.description(model) or {}).get("jobs")
+        except ClientError:
+            return None  # not known: auto mode sends as it would without jobs
+        backend = jobs.get("backend") if isinstance(jobs, dict) else None
+        return str(backend) if backend else None
 
     # ------------------------------------------------------------------ predictions
 
@@ -165,12 +239,25 @@ class Client(JobsClient):
 
     def predict(self, path_or_bytes: Source, k: int = 5, model: str | None = None,
                 shrink: bool = True, mode: Mode | str = Mode.AUTO, *,
-                content_type: str | None = None, timeout: float = DEFAULT_WAIT_S,
+                content_type: str | None = None, timeout: float | None = None,
                 upload_progress: UploadProgress | None = None,
-                wait_progress: WaitProgress | None = None) -> dict[str, Any]:
+                wait_progress: WaitProgress | None = None,
+                note: Note | None = None) -> dict[str, Any]:
         """Run a model on a file: an image shrunk here by the model's rule (unless
         ``shrink`` is False), then sent as ``mode`` says (:class:`Mode`); the answer's JSON
         (``predictions``, ``endpoint``, ``variant`` ...), the same either way.
+
+        Args:
+            path_or_bytes: the file, or its bytes.
+            k: top-k.
+            model: a model of ``GET /models`` (None: the default model, ``/predict``).
+            shrink: whether an image is shrunk by the model's rule first.
+            mode: :class:`Mode`.
+            content_type: the file's type (default: by its first bytes, else its name).
+            timeout: seconds to wait for a job (None: the client's ``wait_timeout``).
+            upload_progress, wait_progress: told how an upload and a job go.
+            note: told when auto mode takes a job the size rule did not ask for (None: the
+                ``sagegate.client`` logger).
 
         Raises:
             ClientError: an error answer, no connection, a job that failed
@@ -179,7 +266,8 @@ class Client(JobsClient):
         """
         upload = self.prepare(path_or_bytes, model, shrink, content_type)
         return self.deliver(upload, k, model, mode, timeout=timeout,
-                            upload_progress=upload_progress, wait_progress=wait_progress)
+                            upload_progress=upload_progress, wait_progress=wait_progress,
+                            note=note)
 
     @staticmethod
     def needs_job(upload: Upload, mode: Mode | str = Mode.AUTO) -> bool:
@@ -188,17 +276,73 @@ class Client(JobsClient):
         return mode is Mode.ASYNC or (mode is Mode.AUTO and upload.size > SYNC_LIMIT_BYTES)
 
     def deliver(self, upload: Upload, k: int = 5, model: str | None = None,
-                mode: Mode | str = Mode.AUTO, *, timeout: float = DEFAULT_WAIT_S,
+                mode: Mode | str = Mode.AUTO, *, timeout: float | None = None,
                 upload_progress: UploadProgress | None = None,
-                wait_progress: WaitProgress | None = None) -> dict[str, Any]:
+                wait_progress: WaitProgress | None = None,
+                note: Note | None = None) -> dict[str, Any]:
         """Send a prepared upload synchronously or through a job, as ``mode`` says; the
-        answer (see :meth:`predict`)."""
-        if not self.needs_job(upload, mode):
+        answer (see :meth:`predict`, whose arguments these are)."""
+        mode = Mode(mode)
+        delivery = _Delivery(upload, k, model, timeout, upload_progress, wait_progress,
+                             note or LOG.info)
+        if self.needs_job(upload, mode):
+            return self._through_job(delivery)
+        if mode is Mode.SYNC:
             return self.send(upload, k, model)
-        name = model if model is not None else self.default_model()
-        upload_id = self.upload(upload, name, progress=upload_progress)
-        job = self.submit_job(name, upload_id=upload_id, k=k)
-        return self.result(self.wait(str(job["job_id"]), timeout, wait_progress))
+        return self._auto(delivery)
+
+    def _through_job(self, delivery: _Delivery) -> dict[str, Any]:
+        name = delivery.model if delivery.model is not None else self.default_model()
+        upload_id = self.upload(delivery.upload, name, progress=delivery.upload_progress)
+        job = self.submit_job(name, upload_id=upload_id, k=delivery.k)
+        return self.result(self.wait(str(job["job_id"]), delivery.timeout,
+                                     delivery.wait_progress))
+
+    def _auto(self, delivery: _Delivery) -> dict[str, Any]:
+        """A file that fits a request: synchronously, unless the model's jobs take what the
+        synchronous route would refuse (too many rows), or it refused the file for a reason
+        a job does not have (the endpoint's time, the body's size): then once as a job."""
+        reason = self._rows_reason(delivery)
+        if reason is not None:
+            return self._instead(delivery, reason, None)
+        try:
+            return self.send(delivery.upload, delivery.k, delivery.model)
+        except ClientError as error:
+            reason = self._refusal_reason(error, delivery.model)
+            if reason is None:
+                raise
+            return self._instead(delivery, reason, error)
+
+    def _rows_reason(self, delivery: _Delivery) -> str | None:
+        rows = rows_of(delivery.upload)  # first: no question to the server for an image
+        # only an asynchronous backend takes a whole batch: a real-time job takes a request's
+        if rows is None or rows <= MAX_INSTANCES or self.jobs_backend(delivery.model) != "async":
+            return None
+        return f"{rows:,} rows is over the model's {MAX_INSTANCES:,} a request"
+
+    def _refusal_reason(self, error: ClientError, model: str | None) -> str | None:
+        timed_out = error.status == 504 and error.code == "EndpointTimeout"
+        too_large = error.status == 413 and names_job_route(error.message)
+        too_many = error.status == 400 and over_row_limit(error.message)
+        backend = self.jobs_backend(model) if timed_out or too_large or too_many else None
+        if backend is None or (too_many and backend != "async"):
+            return None
+        return f"the synchronous route answered {error.status} {error.code}"
+
+    def _instead(self, delivery: _Delivery, reason: str,
+                 refusal: ClientError | None) -> dict[str, Any]:
+        """Once as a job; where the stage runs none (501 ``JobsDisabled``: the model's
+        description cannot say so), the synchronous route's refusal, or its answer."""
+        delivery.note(f"{reason}: sending it as a job")
+        try:
+            return self._through_job(delivery)
+        except ClientError as error:
+            if error.code != "JobsDisabled":
+                raise
+            if refusal is not None:
+                raise refusal from error
+        delivery.note("this stage runs no jobs (501 JobsDisabled): sending it synchronously")
+        return self.send(delivery.upload, delivery.k, delivery.model)
 
 
     # ------------------------------------------------------------------ images

@@ -1,11 +1,16 @@
 """Uploads and jobs, for :mod:`sagegate.client`: ``POST /uploads`` and the presigned S3
 POST (the file streamed, :mod:`sagegate.transfer`), ``POST /models/{name}/jobs``, and
-``GET /jobs/{id}`` until the job ends, then its answer (kept in the job, or downloaded from S3).
+``GET /jobs/{id}`` until the job ends, then its answer (kept in the job, or downloaded from S3);
+and what tells that a file is for a job rather than the synchronous route (its rows, a refusal
+that names the job route).
 """
 from __future__ import annotations
 
 import base64
+import csv
+import io
 import json
+import re
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -22,6 +27,49 @@ DEFAULT_WAIT_S = 3600.0
 """How long :meth:`JobsClient.wait` waits for a job by default: SageMaker Asynchronous
 Inference's longest invocation."""
 _clock = time.monotonic  # the tests replace it
+_JOB_ROUTE = re.compile(r"POST /models/\S+/jobs")
+"""How sagegate's refusals name the job route (``POST /models/{name}/jobs``)."""
+_ROW_LIMIT = re.compile(r"at most [0-9,]+ a request")
+"""How sagegate refuses a batch of more rows than one request carries."""
+_BLANK = re.compile(rb"\s*")
+
+
+def names_job_route(message: str) -> bool:
+    """Whether a refusal's message names the job route (a 413 over the body limit, a 504)."""
+    return _JOB_ROUTE.search(message) is not None
+
+
+def over_row_limit(message: str) -> bool:
+    """Whether a refusal's message is of a batch over one request's rows."""
+    return _ROW_LIMIT.search(message) is not None
+
+
+def rows_of(upload: Upload) -> int | None:
+    """The rows of a batch file in memory, counted as sagegate reads them (CSV records, JSON
+    lines, a JSON document's ``instances`` or its bare list of rows); None for anything
+    else (an image, ``.npy``, a file left on disk, a body that does not parse)."""
+    if upload.path is not None:
+        return None
+    kind = bare(upload.content_type)
+    try:
+        if kind == MediaType.CSV:
+            rows = csv.reader(io.StringIO(upload.data.decode("utf-8-sig")))
+            return sum(1 for row in rows if row)
+        if kind == MediaType.JSONLINES:
+            return sum(1 for line in upload.data.splitlines() if not _BLANK.fullmatch(line))
+        if kind == MediaType.JSON:
+            return _json_rows(json.loads(upload.data))
+    except (ValueError, csv.Error):  # not what it says: the server's refusal is clearer
+        return None
+    return None
+
+
+def _json_rows(document: Any) -> int | None:
+    if isinstance(document, dict):
+        document = document.get("instances")
+    if isinstance(document, list) and document and isinstance(document[0], list | dict):
+        return len(document)
+    return None
 
 
 def answer_of(response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
@@ -68,6 +116,9 @@ class JobFailedError(ClientError):
 
 class JobsClient(HttpClient):
     """The job steps one by one (:class:`sagegate.client.Client` puts them together)."""
+
+    wait_timeout: float = DEFAULT_WAIT_S
+    """How long :meth:`wait` waits by default (:class:`sagegate.client.Client` sets it)."""
 
     def upload(self, path_or_bytes: Source | Upload, model: str,
                content_type: str | None = None,
@@ -140,16 +191,18 @@ class JobsClient(HttpClient):
         return json_object(response, "GET /jobs"), http_client.retry_after_seconds(
             response.headers.get("Retry-After"))
 
-    def wait(self, job_id: str, timeout: float = DEFAULT_WAIT_S,
+    def wait(self, job_id: str, timeout: float | None = None,
              progress: WaitProgress | None = None) -> dict[str, Any]:
         """Read a job until it ends, waiting 0.25 s, then twice as long each time up to 5 s
-        (longer when the server's ``Retry-After`` says so); the succeeded job.
+        (longer when the server's ``Retry-After`` says so), at most ``timeout`` seconds (None:
+        :attr:`wait_timeout`); the succeeded job.
 
         Raises:
             JobFailedError: the job failed (its error's code and message).
             ClientError: it did not end within ``timeout`` seconds (``WaitTimeout``), it is
                 not found, or no connection.
         """
+        timeout = self.wait_timeout if timeout is None else timeout
         started, delay = _clock(), transfer.POLL_FIRST_S
         while True:
             job, retry_after = self._job(job_id)

@@ -7,7 +7,11 @@ a time over one client's keep-alive connections; a file that fails gets a row wi
 code and the batch goes on. A file still too large for the synchronous route after the shrink
 (or any file, with ``--async``) goes through an upload and a job, with a progress bar for the
 upload and the wait on stderr when it is a terminal. Other models' files (``--model iris
-batch.json``) are sent as they are, typed by their extension or ``--content-type``.
+batch.json``) are sent as they are, typed by their extension or ``--content-type``; auto mode
+sends a job what the model's jobs take and its synchronous route does not (a note on stderr
+says so), and files of a directory that are not images are named on stderr as skipped. The
+URL, the key and the timeouts are read as the library reads them
+(:class:`sagegate.client_settings.ClientSettings`).
 ``sagegate resize PATH --width W --height H`` asks ``POST /resize`` for one image at an exact
 size. One module serves both commands: ``main`` reads which from
 ``prog`` (``sagegate predict`` or ``sagegate resize``).
@@ -18,7 +22,7 @@ import argparse
 import csv
 import dataclasses
 import json
-import os
+import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from sagegate.client import (
+    API_KEY_ENV,
     DEFAULT_ENCODING,
+    DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
     DEFAULT_WAIT_S,
+    TIMEOUT_ENV,
+    URL_ENV,
+    WAIT_TIMEOUT_ENV,
     Client,
     ClientError,
     Encoding,
@@ -36,13 +45,14 @@ from sagegate.client import (
 )
 from sagegate.progress import Bars
 
-URL_ENV = "SAGEGATE_URL"
-API_KEY_ENV = "SAGEGATE_API_KEY"
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp"})
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 PROGRESS_FROM = 4
 """Runs of at least this many files show a progress bar."""
 MAX_K = 1_000_000
+SKIPPED_NAMED = 5
+"""Skipped files named one a line; more are counted in one line."""
+HOW_TO_SEND = "a directory gives its image files; name a data file itself, with --model, to send it"
 
 
 class UsageError(Exception):
@@ -62,25 +72,57 @@ def looks_like_image(path: Path) -> bool:
     return head.startswith(IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
-def collect(paths: Iterable[str]) -> list[Path]:
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What the paths named hold: the files to send, and a directory's files left out."""
+
+    files: list[Path]
+    skipped: list[Path]
+
+
+def find(paths: Iterable[str]) -> Found:
     """The files to classify: each file named, and the image files under each directory
-    named (recursively, sorted). A file named on the command line is always taken.
+    named (recursively, sorted); a directory's other files are skipped. A file named on the
+    command line is always taken.
 
     Raises:
         UsageError: a path does not exist, or nothing is left to classify.
     """
     found: list[Path] = []
+    skipped: list[Path] = []
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.is_file() and looks_like_image(p))
+            for file in sorted(p for p in path.rglob("*") if p.is_file()):
+                (found if looks_like_image(file) else skipped).append(file)
         elif path.is_file():
             found.append(path)
         else:
             raise UsageError(f"{name}: no such file or directory")
+    taken = set(found)
+    skipped = [file for file in dict.fromkeys(skipped) if file not in taken]
     if not found:
-        raise UsageError("no image files found in " + ", ".join(paths))
-    return list(dict.fromkeys(found))
+        others = f" (only {len(skipped):,} other file{'s' if len(skipped) > 1 else ''}: " \
+            f"{HOW_TO_SEND})" if skipped else ""
+        raise UsageError("no image files found in " + ", ".join(paths) + others)
+    return Found(list(dict.fromkeys(found)), skipped)
+
+
+def collect(paths: Iterable[str]) -> list[Path]:
+    """The files to classify (:func:`find`'s, without the skipped ones)."""
+    return find(paths).files
+
+
+def skipped_lines(skipped: Sequence[Path]) -> list[str]:
+    """What stderr says of a directory's files that are not sent: each by name (up to
+    :data:`SKIPPED_NAMED`), then a count of the rest, and how to send one."""
+    lines = [f"skipped {path}: not an image" for path in skipped[:SKIPPED_NAMED]]
+    rest = len(skipped) - SKIPPED_NAMED
+    if rest > 0:
+        lines.append(f"skipped {rest:,} more file{'s' if rest > 1 else ''} that "
+                     f"{'are' if rest > 1 else 'is'} not an image")
+    lines[-1] += f" ({HOW_TO_SEND})"
+    return lines
 
 
 @dataclasses.dataclass
@@ -107,9 +149,16 @@ class Outcome:
         return entry
 
 
+def say(line: str) -> None:
+    """One line on stderr, in one write (the files' threads share it)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def classify(client: Client, path: Path, args: argparse.Namespace, bars: Bars) -> Outcome:
     """Shrink (unless ``--no-shrink``) and classify one file, synchronously or through a job
-    (``--async``, or a file too large); errors become the outcome."""
+    (``--async``, a file too large, or one the model's jobs take and its synchronous route
+    does not: a note on stderr says so); errors become the outcome."""
     outcome = Outcome(str(path), False)
     try:
         upload = client.prepare(path, args.model, shrink=not args.no_shrink,
@@ -119,7 +168,8 @@ def classify(client: Client, path: Path, args: argparse.Namespace, bars: Bars) -
             answer = client.deliver(upload, args.k, args.model,
                                     Mode.ASYNC if args.force_async else Mode.AUTO,
                                     timeout=args.wait_timeout, upload_progress=uploaded,
-                                    wait_progress=waited)
+                                    wait_progress=waited,
+                                    note=lambda text: say(f"note: {path}: {text}"))
     except ClientError as error:
         outcome.error = {"status": error.status, "code": error.code, "message": error.message}
         return outcome
@@ -224,11 +274,35 @@ def _positive(limit: int) -> Callable[[str], int]:
     return parse
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
-                        help=f"the API (default ${URL_ENV}, else {DEFAULT_URL}: make run)")
-    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                        help=f"sent as x-api-key (default ${API_KEY_ENV})")
+    # None: not given here, so the client reads the environment, then its default
+    parser.add_argument("--url", help=f"the API (default ${URL_ENV}, else {DEFAULT_URL}: "
+                        "make run)")
+    parser.add_argument("--api-key", help=f"sent as x-api-key (default ${API_KEY_ENV})")
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                        help=f"to connect, and for each answer (default ${TIMEOUT_ENV}, else "
+                        f"{DEFAULT_TIMEOUT_S:g})")
+
+
+def client_of(parser: argparse.ArgumentParser, args: argparse.Namespace,
+              **options: Any) -> Client:
+    """The client the options ask for (the environment's and the defaults for the others);
+    a bad variable is a usage error (exit code 2)."""
+    try:
+        return Client(args.url, args.api_key, timeout=args.timeout,
+                      wait_timeout=getattr(args, "wait_timeout", None), **options)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def predict_parser(prog: str) -> argparse.ArgumentParser:
@@ -239,7 +313,10 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
         "before it is sent, unless the server would take it as it is. A file still too large "
         "for the synchronous route (4.7 MB: Lambda's 6 MB, base64-encoded) goes through an "
         "upload to S3 and a job (POST /uploads, POST /models/NAME/jobs, GET /jobs/ID), with "
-        "progress on stderr when it is a terminal; the output is the same either way.",
+        "progress on stderr when it is a terminal; the output is the same either way. Where "
+        "the model runs jobs, so does a batch of more rows than a request carries (on "
+        "asynchronous jobs), and a file the synchronous route refused with 504 "
+        "EndpointTimeout or a 413 naming the job route, once, with a note on stderr.",
         epilog="Exit codes: 0 every file classified, 1 some failed (each has a row with its "
         "error code), 2 a usage error.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="image files or directories")
@@ -254,9 +331,9 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--async", dest="force_async", action="store_true",
                         help="send every file through an upload and a job, even one that "
                         "fits the synchronous route")
-    parser.add_argument("--wait-timeout", type=_positive(86_400), default=int(DEFAULT_WAIT_S),
-                        metavar="SECONDS", help="how long to wait for a job (default "
-                        "%(default)s: SageMaker Asynchronous Inference's longest)")
+    parser.add_argument("--wait-timeout", type=_positive(86_400), metavar="SECONDS",
+                        help=f"how long to wait for a job (default ${WAIT_TIMEOUT_ENV}, else "
+                        f"{DEFAULT_WAIT_S:g}: SageMaker Asynchronous Inference's longest)")
     parser.add_argument("--content-type", metavar="TYPE",
                         help="the type of files that are not images (default: by extension: "
                         ".json, .jsonl, .csv, .npy; else by their first bytes)")
@@ -274,12 +351,14 @@ def predict(argv: Sequence[str], prog: str) -> int:
     parser = predict_parser(prog)
     args = parser.parse_args(argv)
     try:
-        files = collect(args.paths)
+        found = find(args.paths)
     except UsageError as error:
         parser.error(str(error))
+    files = found.files
+    for line in skipped_lines(found.skipped) if found.skipped else []:
+        say(line)
     batch = len(files) >= PROGRESS_FROM and (args.format == "table" or sys.stdout.isatty())
-    with Client(args.url, args.api_key, pool=args.concurrency,
-                encoding=args.encoding) as client, \
+    with client_of(parser, args, pool=args.concurrency, encoding=args.encoding) as client, \
             Bars(len(files) if batch else 0, jobs=sys.stderr.isatty()) as bars:
         outcomes = run_all(client, files, args, bars)
     if args.format == "json":
@@ -326,7 +405,7 @@ def resize(argv: Sequence[str], prog: str) -> int:
     if not source.is_file():
         parser.error(f"{args.path}: no such file")
     try:
-        with Client(args.url, args.api_key, pool=1) as client:
+        with client_of(parser, args, pool=1) as client:
             image = client.resize(source, args.width, args.height, args.mode, args.format,
                                   args.quality)
     except ClientError as error:

@@ -113,11 +113,16 @@ def read_upload(
     )
 
 
+_AS_A_JOB = ("Or run it as a job, which takes far larger inputs: POST /uploads, post the file "
+             'to the URL it gives, then POST /models/{name}/jobs with {"upload_id": ...} '
+             "(sagegate predict --async does all three).")
+
+
 def _too_large(size: int, limit: int, base64_body: bool) -> str:
     advice = ("Send a smaller image (resize it on the client), or send it as binary to avoid "
               "base64's 4/3 growth." if base64_body else
               "Send a smaller image: resize or recompress it on the client.")
-    return f"Request body is {size} bytes; the limit is {limit}. {advice}"
+    return f"Request body is {size} bytes; the limit is {limit}. {advice} {_AS_A_JOB}"
 
 
 def _read_json(body: bytes, field: str, legacy_field: str, *, assumed: bool) -> Upload:

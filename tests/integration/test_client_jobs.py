@@ -101,6 +101,45 @@ def test_a_batch_runs_on_the_asynchronous_endpoint_and_moves_through_its_states(
     assert ranks == sorted(ranks)  # forward only
 
 
+def test_auto_mode_sends_a_batch_over_a_requests_rows_as_a_job_and_says_so(
+        jobs_stack: JobsStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2,000 CSV rows, over the 1,024 a synchronous request carries: ``sagegate predict`` in
+    auto mode reads iris's asynchronous jobs in ``GET /models/iris`` and runs a job at once,
+    instead of the synchronous route's 400."""
+    batch = tmp_path / "iris-2000.csv"
+    batch.write_bytes(b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n" * 1000)
+    logged = jobs_stack.api_log.stat().st_size  # the session's stack: only this test's lines
+    code = cli.main(["predict", str(batch), "--model", "iris", "--k", "1", "--url",
+                     jobs_stack.api.url, "--format", "json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    [entry] = json.loads(captured.out)
+    labels = [row[0]["label"] for row in entry["predictions"]]
+    assert labels == ["setosa", "virginica"] * 1000
+    assert captured.err.splitlines() == [
+        f"note: {batch}: 2,000 rows is over the model's 1,024 a request: sending it as a job"]
+    with open(jobs_stack.api_log, "rb") as log:
+        log.seek(logged)
+        lines = log.read().decode(errors="replace")
+    assert "/models/iris/jobs" in lines and "/models/iris/predict" not in lines
+
+
+def test_auto_mode_sends_a_model_too_slow_for_the_synchronous_route_again_as_a_job(
+        jobs_stack: JobsStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The jobs stack's slow model answers after 4 s, past the test stage's 2 s read timeout:
+    the synchronous route's 504 ``EndpointTimeout`` names the job route, and auto mode sends
+    the file there once."""
+    rows = tmp_path / "slow.csv"
+    rows.write_bytes(b"5.1,3.5,1.4,0.2\n")
+    code = cli.main(["predict", str(rows), "--model", "slow", "--k", "1", "--url",
+                     jobs_stack.api.url, "--format", "json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert json.loads(captured.out)[0]["predictions"][0][0]["label"] == "setosa"
+    assert captured.err.splitlines() == [
+        f"note: {rows}: the synchronous route answered 504 EndpointTimeout: sending it as a job"]
+
+
 def test_a_job_that_fails_is_the_files_error(jobs_url: str, big_photo: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.jpg"

@@ -22,7 +22,6 @@ from emulator import errors
 from emulator.asyncinvoke import (
     AsyncInference,
     AsyncRequest,
-    InputError,
     Outbox,
     split_location,
 )
@@ -30,7 +29,7 @@ from emulator.config import ConfigError, parse_config
 from emulator.container import ContainerReply
 from emulator.runtime import InvokeRequest, Runtime
 from emulator.server import EmulatorServer
-from tests.unit.emulator.fakes import FakeContainer
+from tests.unit.emulator.fakes import Clock, FakeContainer, MemoryStore, Topics
 
 SUCCESS = "arn:aws:sns:us-east-1:123456789012:async-success"
 ERROR = "arn:aws:sns:us-east-1:123456789012:async-error"
@@ -51,40 +50,6 @@ RAW: dict[str, Any] = {
         },
     },
 }
-
-
-class MemoryStore:
-    """S3 as a dict of ``(bucket, key) -> (body, content type)``."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], tuple[bytes, str | None]] = {}
-
-    def read(self, bucket: str, key: str, limit: int) -> tuple[bytes, str | None]:
-        if (bucket, key) not in self.objects:
-            raise InputError(f"the input s3://{bucket}/{key} does not exist (NoSuchKey)")
-        body, content_type = self.objects[(bucket, key)]
-        if len(body) > limit:
-            raise InputError(f"the input has {len(body)} bytes, over the limit of {limit}")
-        return body, content_type
-
-    def write(self, bucket: str, key: str, body: bytes, content_type: str) -> None:
-        self.objects[(bucket, key)] = (body, content_type)
-
-
-class Topics:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, dict[str, Any]]] = []
-
-    def publish(self, topic_arn: str, message: str) -> None:
-        self.published.append((topic_arn, json.loads(message)))
-
-
-class Clock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def build(
