@@ -447,6 +447,50 @@ def run_monitor(event: Any, s3: Any = None) -> dict[str, Any]:
             "violations": sum(run.violations for run in runs)}
 
 
+# The jobs' re-drive (chalicelib/jobs/redrive.py, docs/DEPLOY.md): a scheduled function that
+# hands the job runner again the tickets of jobs still queued minutes after they were made
+# (their S3 event was lost). Declared, as the job functions are, for a stage with JOBS_BUCKET.
+JOB_REDRIVE_FUNCTION = "job_redrive"  # its name in .chalice/config.json's lambda_functions
+
+
+def _redrive_rate() -> str:
+    """EventBridge's rate for ``JOB_REDRIVE_PERIOD_SECONDS`` (default 300): whole minutes,
+    rounded up. The value itself is checked where it is used (and by ``sagegate package``)."""
+    raw = os.environ.get("JOB_REDRIVE_PERIOD_SECONDS", "").strip()
+    minutes = max(1, -(-int(raw) // 60)) if raw.isdigit() else 5
+    return f"rate({minutes} minute{'s' if minutes > 1 else ''})"
+
+
+if os.environ.get("JOBS_BUCKET", "").strip():
+    @app.schedule(_redrive_rate(), name=JOB_REDRIVE_FUNCTION,
+                  description="sagegate: run again the queued jobs whose S3 event was lost")
+    def job_redrive(event: Any) -> dict[str, Any]:
+        """Re-deliver the tickets of the jobs still queued after their S3 event's time."""
+        return redrive_jobs(str(getattr(event, "time", "") or ""))
+
+
+def redrive_jobs(scheduled: str = "",
+                 deliver: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The re-drive's work (:func:`chalicelib.jobs.redrive.redrive`) for the run scheduled at
+    ``scheduled`` (an ISO time; empty: now). ``deliver`` hands the job runner one ticket
+    event: by default an asynchronous invocation of the stage's runner function (Chalice
+    names it ``<app>-<stage>-job_runner``, beside this one); the local event pump passes its
+    own (a message on its tickets queue)."""
+    # Deferred on purpose, as in run_job_tickets: the request path loads no part of jobs.
+    from chalicelib.jobs import redrive
+
+    context = services.jobs_context
+    if deliver is None:
+        own = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or f"{app.app_name}-{JOB_REDRIVE_FUNCTION}"
+        runner = own.removesuffix(JOB_REDRIVE_FUNCTION) + JOB_RUNNER_FUNCTION
+        deliver = redrive.invoke_runner(redrive.lambda_client(), runner)
+    done = redrive.redrive(context.store,
+                           redrive.Tickets(context.s3, context.bucket, context.prefix), deliver,
+                           redrive.RedriveSettings.from_env(os.environ),
+                           redrive.scheduled_time(scheduled))
+    return done.view()
+
+
 # The job functions (docs/DEPLOY.md): declared only for a stage that sets JOBS_BUCKET (read at
 # import, as the monitor's: `chalice package` imports this file with the stage's variables).
 JOB_RUNNER_FUNCTION = "job_runner"  # runs a job when its ticket is written
@@ -484,6 +528,8 @@ def run_job_tickets(event: dict[str, Any], context: Any = None) -> dict[str, Any
     The runner is named by Lambda's ``context.aws_request_id``, which Lambda's retries of one
     event keep and a duplicate delivery does not: a job another invocation is running is not
     run again. Without a context (a test, a local call) each call is a runner of its own.
+    Each job's work, its endpoint's retries included, ends before the invocation's time does
+    (the context's remaining time, less a margin).
     """
     # Deferred on purpose: the request path's cold start must not load the jobs room (its
     # runner, the S3 side); only the job functions and the job routes pay for it.
@@ -492,9 +538,10 @@ def run_job_tickets(event: dict[str, Any], context: Any = None) -> dict[str, Any
     from chalicelib.jobs.events import s3_keys
 
     runner_id = str(getattr(context, "aws_request_id", None) or uuid.uuid4())
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
     execution = services.job_execution
-    return _job_states("job ran", (execution.run_ticket(key, runner_id) for key in
-                                   s3_keys(event, services.settings.jobs_bucket)))
+    return _job_states("job ran", (execution.run_ticket(key, runner_id, remaining_ms)
+                                   for key in s3_keys(event, services.settings.jobs_bucket)))
 
 
 def complete_jobs(event: dict[str, Any]) -> dict[str, Any]:

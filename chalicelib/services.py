@@ -30,6 +30,8 @@ from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
 if TYPE_CHECKING:
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
+
     from chalicelib.inference.serving import SplitPipeline
     from chalicelib.jobs.execution import JobsExecution
     from chalicelib.jobs.service import JobsContext, JobsService
@@ -207,14 +209,18 @@ class Services:
 
     @property
     def job_endpoint(self) -> EndpointClient:
-        """The endpoint client of jobs: SageMaker's own time limit per call, and the job's
-        budget (``JOB_BUDGET_SECONDS``) for all its attempts."""
+        """The endpoint client of jobs: SageMaker's own time limit per call, retries until the
+        job's deadline, and no second call once an answer arrived
+        (:mod:`chalicelib.jobs.invoking`)."""
+        from chalicelib.jobs.invoking import WholeAnswers, job_retry_policy
+
         with self._lock:
             if self._job_endpoint is None:
                 settings = self.settings
+                client = make_client(settings, read_timeout=settings.job_read_timeout)
                 self._job_endpoint = EndpointClient(
-                    make_client(settings, read_timeout=settings.job_read_timeout),
-                    policy_from(settings, job=True))
+                    cast("SageMakerRuntimeClient", WholeAnswers(client)),
+                    job_retry_policy(settings))
             return self._job_endpoint
 
     def job_pipeline_for(self, model: ModelSpec) -> SplitPipeline:
@@ -244,6 +250,7 @@ class Services:
             JobsDisabledError: ``JOBS_BUCKET`` is not set.
         """
         # Deferred on purpose: only the job routes and the job functions load the jobs room.
+        from chalicelib.jobs.lifetime import RunnerLifetime
         from chalicelib.jobs.service import JobsContext
 
         settings = self.settings
@@ -257,7 +264,8 @@ class Services:
                     s3=self._s3.get(), runtime=self._job_runtime.get(),
                     pipeline_for=self.job_pipeline_for,
                     read_request=_read_job_input, read_options=_read_job_options,
-                    capturer=self.capturer)
+                    capturer=self.capturer, lifetime=RunnerLifetime.from_env(
+                        os.environ if self._env is None else self._env))
             return self._jobs_context
 
     @property
@@ -294,9 +302,15 @@ def _s3_client() -> Any:
     # boto3 reads AWS_ENDPOINT_URL_S3 itself (the local stack's S3). Presigned POSTs and GETs
     # must be Signature Version 4 (botocore presigns S3 with version 2 by default, which
     # buckets made since mid-2020 refuse) and name the bucket's region (the global host
-    # redirects a new bucket of another region); an IP endpoint stays path-style.
+    # redirects a new bucket of another region); an IP endpoint stays path-style. A bucket
+    # that does not answer fails a route in seconds (503 JobsUnavailable), not after
+    # botocore's 60 s connect timeout, five times over; reads keep the default read timeout
+    # (a 1 GB upload streams for a while).
     return boto3.client("s3", config=Config(signature_version="s3v4",
-                                            s3={"addressing_style": "virtual"}))
+                                            s3={"addressing_style": "virtual"},
+                                            connect_timeout=2,
+                                            retries={"mode": "standard",
+                                                     "total_max_attempts": 3}))
 
 
 ASYNC_INVOKE_ATTEMPTS = 5

@@ -1,14 +1,19 @@
-"""The local stack's AWS side: moto's server (S3, SNS, SQS) and what sagegate's jobs need in it.
+"""The local stack's AWS side: moto's server (S3, SNS, SQS, DynamoDB) and what sagegate's jobs
+and the stage's tables need in it.
 
 :func:`start_moto` starts :mod:`sagegate.moto_server` as a child (as the emulator and
-``chalice local`` are started: ready once this child itself answers, stopped by its PID);
-:func:`provision` creates the jobs bucket, the asynchronous endpoints' buckets and topics, and
-the event plumbing the local event pump reads (:mod:`sagegate.local_events`): the bucket's
-notification of new tickets to one SQS queue, and both SNS topics subscribed to another (raw
-delivery off, so the SNS envelope arrives, as Lambda's SNS records carry it). :class:`LocalJobs`
-then gives ``chalice local`` and the emulator the variables and options that point them there.
-:class:`MotoStack` is ``sagegate run``'s moto; :func:`jobs_stack` the whole stack with jobs on,
-for the integration tests and the benchmark.
+``chalice local`` are started: ready once this child itself answers, stopped by its PID), its
+gate closed: it answers 503 to everyone but this process until :func:`provision` has created
+the jobs bucket, the asynchronous endpoints' buckets and topics, the event plumbing the local
+event pump reads (:mod:`sagegate.local_events`: the bucket's notification of new tickets to one
+SQS queue, both SNS topics subscribed to another, raw delivery off, so the SNS envelope
+arrives, as Lambda's SNS records carry it), the stage's DynamoDB tables (the jobs' and the
+prediction cache's, with the keys, index and TTL the templates declare) and the bucket of an
+``s3://`` capture destination, and then opens it. So no ticket can be written before the
+bucket notifies its event (after a restart too, while ``chalice local`` keeps serving).
+:class:`LocalJobs` then gives ``chalice local`` and the emulator the variables and options that
+point them there. :class:`MotoStack` is ``sagegate run``'s moto; :func:`jobs_stack` the whole
+stack with jobs on, for the integration tests and the benchmark.
 
 moto keeps everything in memory: when its server dies, the uploads, results and queued events
 are gone; ``sagegate run`` restarts it (:class:`sagegate.supervision.Supervisor`) and
@@ -22,6 +27,7 @@ import os
 import secrets
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +48,7 @@ from sagegate.localstack import (
     start_emulator,
     wait_until_serving,
 )
+from sagegate.moto_server import OPEN_PATH, PROVISION_HEADER, PROVISION_KEY_ENV
 
 JOBS_BUCKET = "sagegate-local-jobs"
 """The local jobs bucket: uploads, tickets, results, and the async endpoints' outputs."""
@@ -69,16 +76,21 @@ class MotoStartError(RuntimeError):
 class MotoProcess(ApiProcess):
     """A running :mod:`sagegate.moto_server` child; a context manager that stops it."""
 
+    provision_key = ""
+    """The key its gate lets through before :func:`provision` opens it."""
+
 
 def start_moto(port: int, *, host: str = HOST, log: IO[bytes] | None = None,
                timeout: float = 60.0) -> MotoProcess:
-    """Start moto's server on ``host:port`` and wait until this child itself answers.
+    """Start moto's server on ``host:port`` and wait until this child itself answers (503,
+    its gate closed until :func:`provision` opens it).
 
     Raises:
         MotoStartError: the child exited or never answered (it is then stopped).
     """
-    instance = secrets.token_hex(8)
-    env = {**os.environ, **DUMMY_AWS_ENV, INSTANCE_ENV: instance, "MOTO_PORT": str(port)}
+    instance, key = secrets.token_hex(8), secrets.token_hex(16)
+    env = {**os.environ, **DUMMY_AWS_ENV, INSTANCE_ENV: instance, PROVISION_KEY_ENV: key,
+           "MOTO_PORT": str(port)}
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     process = subprocess.Popen(
@@ -86,6 +98,7 @@ def start_moto(port: int, *, host: str = HOST, log: IO[bytes] | None = None,
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT if log else None)
     moto = MotoProcess(process, host, port, instance)
+    moto.provision_key = key
     try:
         wait_until_serving(moto, timeout, MOTO_READY_PATH, None, what="moto's server")
     except ApiStartError as error:
@@ -110,14 +123,22 @@ class LocalJobs:
     """The SQS queue URL of the bucket's ticket notifications (set by :func:`provision`)."""
     notifications_queue: str = ""
     """The SQS queue URL both topics deliver to (set by :func:`provision`)."""
+    table: str = ""
+    """The jobs' DynamoDB table (``JOBS_TABLE``; empty: records in chalice local's memory)."""
+    cache_table: str = ""
+    """The prediction cache's DynamoDB table (``CACHE_TABLE``; empty: none)."""
+    capture_bucket: str = ""
+    """The bucket of an ``s3://`` capture destination (empty: captures go elsewhere)."""
 
     def settings_env(self) -> dict[str, str]:
-        """The variables sagegate reads: the bucket, the topics, and boto3's endpoints."""
+        """The variables sagegate reads: the bucket, the topics, the tables, and boto3's
+        endpoints."""
+        tables = {name: value for name, value in (("JOBS_TABLE", self.table),
+                                                  ("CACHE_TABLE", self.cache_table)) if value}
         return {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
-                "JOBS_ERROR_TOPIC": self.error_topic,
-                "AWS_ENDPOINT_URL_S3": self.endpoint_url,
-                "AWS_ENDPOINT_URL_SNS": self.endpoint_url,
-                "AWS_ENDPOINT_URL_SQS": self.endpoint_url}
+                "JOBS_ERROR_TOPIC": self.error_topic, **tables,
+                **{f"AWS_ENDPOINT_URL_{service}": self.endpoint_url
+                   for service in ("S3", "SNS", "SQS", "DYNAMODB")}}
 
     def api_env(self) -> dict[str, str]:
         """Everything ``chalice local`` needs: :meth:`settings_env` and the pump's queues."""
@@ -135,21 +156,32 @@ class LocalJobs:
         return f"{self.prefix}tickets/"
 
 
-def _clients(endpoint_url: str) -> tuple[Any, Any, Any]:
+def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
+    """boto3's S3, SNS, SQS and DynamoDB clients for moto's server, each request carrying
+    the gate's key (the only requests it lets through before it opens)."""
     import boto3  # deferred: only provisioning needs it
 
     session = boto3.session.Session(
         aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"], region_name=REGION)
-    return tuple(session.client(name, endpoint_url=endpoint_url)
-                 for name in ("s3", "sns", "sqs"))
+    clients = tuple(session.client(name, endpoint_url=endpoint_url)
+                    for name in ("s3", "sns", "sqs", "dynamodb"))
+
+    def with_key(request: Any, **_: Any) -> None:
+        request.headers[PROVISION_HEADER] = key
+
+    for client in clients:
+        client.meta.events.register("before-send", with_key)
+    return clients[0], clients[1], clients[2], clients[3]
 
 
-def provision(jobs: LocalJobs, buckets: Iterable[str] = (),
-              topics: Iterable[str] = ()) -> LocalJobs:
+def provision(jobs: LocalJobs, buckets: Iterable[str] = (), topics: Iterable[str] = (), *,
+              key: str = "") -> LocalJobs:
     """Create the jobs bucket, the other ``buckets`` and ``topics`` (ARNs) the emulator's
-    asynchronous endpoints use, the two event queues, the bucket's ticket notification and
-    the topics' subscriptions. Idempotent (moto answers the same for an existing resource).
+    asynchronous endpoints use, the two event queues, the bucket's ticket notification, the
+    topics' subscriptions, the stage's tables and capture bucket; then open moto's gate with
+    ``key`` (:attr:`MotoProcess.provision_key`), never before. Idempotent (moto answers the
+    same for an existing resource).
 
     Returns:
         ``jobs`` with its queue URLs.
@@ -159,25 +191,62 @@ def provision(jobs: LocalJobs, buckets: Iterable[str] = (),
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    s3, sns, sqs = _clients(jobs.endpoint_url)
+    s3, sns, sqs, dynamodb = _clients(jobs.endpoint_url, key)
     try:
-        for bucket in dict.fromkeys([jobs.bucket, *buckets]):
+        for bucket in dict.fromkeys(filter(None, [jobs.bucket, jobs.capture_bucket, *buckets])):
             s3.create_bucket(Bucket=bucket)
         for arn in dict.fromkeys(filter(None, [jobs.success_topic, jobs.error_topic, *topics])):
             sns.create_topic(Name=arn.rsplit(":", 1)[-1])
         tickets, tickets_arn = _queue(sqs, TICKETS_QUEUE)
         notes, notes_arn = _queue(sqs, NOTIFICATIONS_QUEUE)
         s3.put_bucket_notification_configuration(
-            Bucket=jobs.bucket, NotificationConfiguration={"QueueConfigurations": [{
-                "Id": "job-tickets", "QueueArn": tickets_arn,
-                "Events": ["s3:ObjectCreated:*"],
-                "Filter": {"Key": {"FilterRules": [
-                    {"Name": "prefix", "Value": jobs.tickets_prefix}]}}}]})
+            Bucket=jobs.bucket, NotificationConfiguration=ticket_notification(jobs, tickets_arn))
         _subscribe(sns, {jobs.success_topic, jobs.error_topic} - {""}, notes_arn)
-    except (BotoCoreError, ClientError) as error:
+        for table, schema in table_schemas(jobs).items():
+            _table(dynamodb, table, schema)
+        if key:  # last: until now, nothing but this process could reach moto
+            _open_gate(jobs.endpoint_url, key)
+    except (BotoCoreError, ClientError, OSError) as error:
         raise MotoStartError(f"cannot provision moto's server at {jobs.endpoint_url}: "
                              f"{error}") from None
     return dataclasses.replace(jobs, tickets_queue=tickets, notifications_queue=notes)
+
+
+def ticket_notification(jobs: LocalJobs, queue_arn: str) -> dict[str, Any]:
+    """The bucket's notification of new tickets to the tickets queue."""
+    return {"QueueConfigurations": [{
+        "Id": "job-tickets", "QueueArn": queue_arn, "Events": ["s3:ObjectCreated:*"],
+        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": jobs.tickets_prefix}]}}}]}
+
+
+def table_schemas(jobs: LocalJobs) -> dict[str, dict[str, Any]]:
+    """The tables to create, by name, each with the keys, indexes and TTL its template
+    declares (:mod:`sagegate.deploy.jobs_template`, :mod:`sagegate.deploy.templates`)."""
+    from sagegate.deploy.jobs_template import jobs_table_schema
+    from sagegate.deploy.templates import cache_table_schema
+
+    schemas = {jobs.table: jobs_table_schema(), jobs.cache_table: cache_table_schema()}
+    return {name: schema for name, schema in schemas.items() if name}
+
+
+def _table(dynamodb: Any, name: str, schema: dict[str, Any]) -> None:
+    """Create one on-demand table and its TTL (an existing one is left as it is)."""
+    keys = {key: value for key, value in schema.items() if key != "TimeToLiveSpecification"}
+    try:
+        dynamodb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **keys)
+    except dynamodb.exceptions.ResourceInUseException:
+        return
+    if "TimeToLiveSpecification" in schema:
+        dynamodb.update_time_to_live(TableName=name,
+                                     TimeToLiveSpecification=schema["TimeToLiveSpecification"])
+
+
+def _open_gate(endpoint_url: str, key: str) -> None:
+    request = urllib.request.Request(endpoint_url + OPEN_PATH, method="POST", data=b"",
+                                     headers={PROVISION_HEADER: key})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        if answer.status != 204:
+            raise MotoStartError(f"moto's server did not open its gate ({answer.status})")
 
 
 def _queue(sqs: Any, name: str) -> tuple[str, str]:
@@ -224,7 +293,8 @@ def emulator_resources(config_path: Path) -> tuple[list[str], list[str]]:
 @contextlib.contextmanager
 def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = "local",
                logs: Path | None = None, env: Mapping[str, str] | None = None,
-               project_dir: Path = ROOT) -> Iterator[tuple[ApiProcess, LocalJobs]]:
+               project_dir: Path = ROOT, local: LocalJobs | None = None,
+               ) -> Iterator[tuple[ApiProcess, LocalJobs]]:
     """``make run``'s stack with jobs on, on free ports, started with its own helpers: moto's
     server (provisioned as ``sagegate run`` does), the emulator writing to it, ``chalice local``
     for ``stage`` with its event pump (and ``env``); each stopped by its PID on the way out.
@@ -236,6 +306,8 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
             output is discarded).
         env: more variables for ``chalice local``.
         project_dir: the Chalice project (default: sagegate's; a copy of it, say).
+        local: what to provision (its URL is replaced by moto's; default: the local stage's
+            bucket and topics, records in chalice local's memory).
     """
     buckets, topics = emulator_resources(emulator_config)
     with contextlib.ExitStack() as stack:
@@ -243,7 +315,8 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
             return stack.enter_context(open(logs / name if logs else os.devnull, mode))
 
         moto = stack.enter_context(start_moto(free_port(HOST), log=log("moto.log", "wb")))
-        jobs = provision(LocalJobs(moto.url), buckets, topics)
+        jobs = provision(dataclasses.replace(local, endpoint_url=moto.url) if local
+                         else LocalJobs(moto.url), buckets, topics, key=moto.provision_key)
         emulator = stack.enter_context(start_emulator(
             emulator_config, echo_stderr=log("emulator.log", "w") if logs else None,
             extra_args=jobs.emulator_args()))
@@ -278,15 +351,18 @@ class MotoStack:
     @classmethod
     def for_plan(cls, port: int, settings: Settings, emulator_config: Path,
                  say: Callable[[str], None]) -> MotoStack | None:
-        """The stack for a stage's settings; None when the stage has jobs off (port 0)."""
+        """The stack for a stage's settings (its bucket, topics, tables, capture bucket);
+        None when the stage has jobs off (port 0)."""
         if not port or not settings.jobs_enabled:
             return None
         jobs = LocalJobs(f"http://{HOST}:{port}", settings.jobs_bucket, settings.jobs_prefix,
-                         arn_of(settings.jobs_success_topic), arn_of(settings.jobs_error_topic))
+                         arn_of(settings.jobs_success_topic), arn_of(settings.jobs_error_topic),
+                         table=settings.jobs_table, cache_table=settings.cache_table,
+                         capture_bucket=capture_bucket(settings.capture_destination))
         return cls(port, jobs, emulator_config, say)
 
     def start(self) -> MotoProcess:
-        """Start moto's server and provision it.
+        """Start moto's server and provision it (its gate opens once all is there).
 
         Raises:
             MotoStartError: it did not start, or refused a resource (it is then stopped).
@@ -294,16 +370,31 @@ class MotoStack:
         buckets, topics = emulator_resources(self.emulator_config)
         moto = start_moto(self.port)
         try:
-            self.jobs = provision(self.jobs, buckets, topics)
+            self.jobs = provision(self.jobs, buckets, topics, key=moto.provision_key)
         except BaseException:
             moto.stop(timeout=2.0)
             raise
         return moto
 
-    def describe(self) -> str:
-        """The banner's line on the jobs flow: where uploads go and how events arrive."""
+    def describe(self, redrive_period: int) -> str:
+        """The banner's line on the jobs flow: where uploads, records and the stage's tables
+        are, and how events arrive."""
         moto = self.supervisor.current
         where = f" (pid {moto.pid})" if moto is not None else ""
-        return (f"jobs: uploads and results go to s3://{self.jobs.bucket}/{self.jobs.prefix} "
-                f"on moto's server {self.jobs.endpoint_url}{where}, in memory; its S3 and SNS "
-                "events reach the job functions through a pump in chalice local")
+        jobs = self.jobs
+        records = (f"records in DynamoDB table {jobs.table} there" if jobs.table
+                   else "records in chalice local's memory")
+        also = [f"prediction cache table {jobs.cache_table}"] if jobs.cache_table else []
+        also += [f"capture bucket {jobs.capture_bucket}"] if jobs.capture_bucket else []
+        return (f"jobs: uploads and results go to s3://{jobs.bucket}/{jobs.prefix} on moto's "
+                f"server {jobs.endpoint_url}{where}, in memory ({records}"
+                + "".join(f", {item}" for item in also) + "); its S3 and SNS events reach the "
+                "job functions through a pump in chalice local, which re-drives jobs still "
+                f"queued (lost events) every {redrive_period} s")
+
+
+def capture_bucket(destination: str) -> str:
+    """The bucket of an ``s3://bucket/prefix`` capture destination ("" for any other)."""
+    if not destination.startswith("s3://"):
+        return ""
+    return destination.removeprefix("s3://").split("/", 1)[0]

@@ -12,8 +12,13 @@ Lambda-shaped event and a Lambda context.
 As Lambda's asynchronous invocation does, a message is deleted once its function returned and
 left for redelivery when it raised, at most :data:`MAX_ATTEMPTS` times in all (the first try and
 Lambda's 2 retries); then one log line says it was dropped. S3's ``s3:TestEvent`` (sent when the
-notification is configured) never reaches a function, as on AWS. Only the standard library is
-imported here at module level; boto3 and chalice come with :func:`start_pump`.
+notification is configured) never reaches a function, as on AWS.
+
+The jobs' scheduled re-drive (``app.job_redrive``, which EventBridge runs on AWS) runs here on
+its own period (``JOB_REDRIVE_PERIOD_SECONDS``): the pump calls ``app.redrive_jobs`` with a
+delivery of its own, each ticket event a message on the tickets queue, so a re-driven job
+reaches ``job_runner`` as its S3 event would have. Only the standard library is imported here
+at module level; boto3 and chalice come with :func:`start_pump`.
 """
 from __future__ import annotations
 
@@ -33,6 +38,10 @@ NOTIFICATIONS_QUEUE_ENV = "SAGEGATE_LOCAL_NOTIFICATIONS_QUEUE"
 JOB_RUNNER = "job_runner"
 JOB_RESULTS = "job_results"
 JOB_FAILURES = "job_failures"
+JOB_REDRIVE = "job_redrive"
+"""The scheduled re-drive app.py declares with the job functions ..."""
+REDRIVE_WORK = "redrive_jobs"
+"""... and its work, which the pump calls with its own delivery."""
 MAX_ATTEMPTS = 3
 """Calls per event at most: Lambda's asynchronous invocation tries twice more after a failure."""
 RETRY_DELAY_S = 1
@@ -114,13 +123,23 @@ class Route:
     events: Callable[[str], list[Event]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Scheduled:
+    """A scheduled function: its work, run every ``period`` seconds (the first run one
+    period after the start, as EventBridge's rate starts)."""
+
+    name: str
+    run: Callable[[], Any]
+    period: float
+
+
 class EventPump:
     """Receives each route's messages and calls the functions, Lambda's way (see module)."""
 
     def __init__(self, sqs: Any, routes: Sequence[Route], handlers: Mapping[str, Handler],
                  context: Callable[[str, str], Any], *, max_attempts: int = MAX_ATTEMPTS,
                  retry_delay: int = RETRY_DELAY_S, wait_seconds: int = WAIT_SECONDS,
-                 workers: int = WORKERS) -> None:
+                 workers: int = WORKERS, scheduled: Sequence[Scheduled] = ()) -> None:
         """Prepares the pump; :meth:`start` runs it.
 
         Args:
@@ -134,6 +153,7 @@ class EventPump:
             retry_delay: seconds a failed event stays hidden.
             wait_seconds: the long poll.
             workers: receiver threads per queue.
+            scheduled: the scheduled functions, each run on its own thread.
         """
         self.sqs = sqs
         self.routes = tuple(routes)
@@ -143,17 +163,28 @@ class EventPump:
         self.retry_delay = retry_delay
         self.wait_seconds = wait_seconds
         self.workers = workers
+        self.scheduled = tuple(scheduled)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
+    @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The threads :meth:`start` started (receivers, then scheduled functions)."""
+        return tuple(self._threads)
+
     def start(self) -> None:
-        """Starts the receivers (daemon threads: they never hold the process up)."""
+        """Starts the receivers and the scheduled functions (daemon threads: they never hold
+        the process up)."""
         for route in self.routes:
             for index in range(self.workers):
-                thread = threading.Thread(target=self._receive, args=(route,), daemon=True,
-                                          name=f"event-pump-{index}")
-                thread.start()
-                self._threads.append(thread)
+                self._spawn(self._receive, route, name=f"event-pump-{index}")
+        for job in self.scheduled:
+            self._spawn(self._repeat, job, name=f"event-pump-{job.name}")
+
+    def _spawn(self, target: Callable[[Any], None], argument: Any, name: str) -> None:
+        thread = threading.Thread(target=target, args=(argument,), daemon=True, name=name)
+        thread.start()
+        self._threads.append(thread)
 
     def stop(self, timeout: float = WAIT_SECONDS + 1.0) -> None:
         """Asks the receivers to stop and waits for them, ``timeout`` seconds at most (a
@@ -162,6 +193,14 @@ class EventPump:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _repeat(self, job: Scheduled) -> None:
+        while not self._stopping.wait(job.period):
+            try:
+                job.run()
+            except Exception as error:  # as a failed scheduled run: logged, the next one is due
+                LOG.error("event pump: %s failed (%s: %s)", job.name, type(error).__name__,
+                          error, exc_info=error)
 
     def _receive(self, route: Route) -> None:
         while not self._stopping.is_set():
@@ -263,10 +302,33 @@ def routes_from(environ: Mapping[str, str]) -> list[Route]:
     return routes
 
 
+def redrive_schedule(app_module: Any, environ: Mapping[str, str],
+                     send: Callable[[str, str], Any]) -> list[Scheduled]:
+    """The jobs' re-drive on its period (``JOB_REDRIVE_PERIOD_SECONDS``), when the app
+    declares it and ``sagegate run`` named the tickets queue; each ticket event it hands the
+    runner is sent there (``send(queue_url, body)``), as S3 would have sent it.
+
+    Raises:
+        ConfigurationError: a re-drive setting is wrong (``sagegate run`` checks them first).
+    """
+    work = getattr(app_module, REDRIVE_WORK, None)
+    queue = environ.get(TICKETS_QUEUE_ENV, "")
+    if not callable(getattr(app_module, JOB_REDRIVE, None)) or not callable(work) or not queue:
+        return []
+    from chalicelib.jobs.redrive import RedriveSettings
+
+    period = RedriveSettings.from_env(environ).period_seconds
+
+    def deliver(event: dict[str, Any]) -> None:
+        send(queue, json.dumps(event))
+
+    return [Scheduled(JOB_REDRIVE, lambda: work(deliver=deliver), period)]
+
+
 def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump | None:
-    """Starts the pump for the app module's job functions, when ``sagegate run`` named its
-    queues and the app declares functions; None otherwise (plain ``chalice local``, jobs
-    off)."""
+    """Starts the pump for the app module's job functions (and its re-drive), when
+    ``sagegate run`` named its queues and the app declares functions; None otherwise (plain
+    ``chalice local``, jobs off)."""
     routes = routes_from(environ)
     handlers = handlers_of(app_module)
     if not routes or not handlers:
@@ -278,13 +340,17 @@ def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump 
     sqs = boto3.client("sqs", endpoint_url=environ.get("AWS_ENDPOINT_URL_SQS"),
                        config=Config(read_timeout=WAIT_SECONDS + 10,
                                      retries={"max_attempts": 1}))
+
     def context(name: str, invocation: str) -> Any:
         made = LambdaContext(name, 1769, LAMBDA_TIMEOUT_MS)
         made.aws_request_id = invocation
         return made
 
-    pump = EventPump(sqs, routes, handlers, context)
+    scheduled = redrive_schedule(app_module, environ, lambda queue, body: sqs.send_message(
+        QueueUrl=queue, MessageBody=body))
+    pump = EventPump(sqs, routes, handlers, context, scheduled=scheduled)
     pump.start()
-    LOG.info("event pump: delivering %s to %s", ", ".join(r.queue_url for r in routes),
-             ", ".join(sorted(handlers)))
+    LOG.info("event pump: delivering %s to %s%s", ", ".join(r.queue_url for r in routes),
+             ", ".join(sorted(handlers)),
+             "".join(f"; {job.name} every {job.period:g} s" for job in scheduled))
     return pump

@@ -401,12 +401,15 @@ def write_samples() -> dict[str, Path]:
     return paths
 
 
-def describe_capture(settings: Settings) -> str:
-    """One line on what data capture does, for the ready banner."""
+def describe_capture(settings: Settings, local_s3: bool = False) -> str:
+    """One line on what data capture does, for the ready banner (``local_s3``: an ``s3://``
+    destination is moto's server's bucket)."""
     if settings.capture_mode == "off":
         return "data capture off"
     where = settings.capture_destination
     line = f"capturing {settings.capture_mode} of each prediction to {where}"
+    if local_s3 and where.startswith("s3://"):
+        return line + " (on moto's server, in memory)"
     if "://" in where:
         return line
     cap = settings.capture_max_bytes
@@ -429,7 +432,7 @@ def _banner(api: ApiProcess, emulator: Child, settings: Settings,
     return "\n".join([
         f"sagegate: ready on {api.url} (pid {api.pid}; endpoint "
         f"{settings.endpoint_name} on emulator {emulator.url}, pid {emulator.pid}); "
-        f"{describe_capture(settings)}",
+        f"{describe_capture(settings, local_s3=jobs_line is not None)}",
         *_key_lines(api_key),
         jobs_line or "jobs: off (the stage sets no JOBS_BUCKET)",
         f"web page: {api.url}/   models: {api.url}/models   API: {api.url}/openapi.yaml",
@@ -491,7 +494,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="sagegate run",
         description="Serve sagegate on this machine, no AWS account: the SageMaker runtime "
-                    "emulator, moto's server (the S3, SNS and SQS of the jobs flow), then "
+                    "emulator, moto's server (the S3, SNS and SQS of the jobs flow, the "
+                    "stage's DynamoDB tables), then "
                     "`chalice local` for a stage with boto3 pointed at them. Checks the "
                     "stage's settings and the ports first; restarts the emulator or moto's "
                     "server if it dies; Ctrl-C stops them all.",
@@ -529,6 +533,8 @@ class Plan(NamedTuple):
     """moto's server's port; 0 when the stage has jobs off (then no moto)."""
     jobs_env: Mapping[str, str] = {}
     """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
+    redrive_period: int = 0
+    """How often the event pump re-drives queued jobs (seconds; 0 with jobs off)."""
 
 
 def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
@@ -565,8 +571,25 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     _check_ports(ports)
     api_key = check_auth(args.stage, env)
     check_models(settings, env)
+    period = check_redrive(args.stage, env) if settings.jobs_enabled else 0
     return Plan(ports["API_PORT"], ports["EMULATOR_PORT"], settings, api_key,
-                ports["MOTO_PORT"], jobs_env)
+                ports["MOTO_PORT"], jobs_env, period)
+
+
+def check_redrive(stage: str, env: Mapping[str, str]) -> int:
+    """The re-drive's period (the event pump runs it), its settings checked as the scheduled
+    function reads them.
+
+    Raises:
+        StartError: a ``JOB_REDRIVE_*`` variable has a bad value; the message names it.
+    """
+    from chalicelib.jobs.redrive import RedriveSettings
+
+    try:
+        return RedriveSettings.from_env(env).period_seconds
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (set in the environment or in stage "
+                         f"{stage!r} of .chalice/config.json)") from None
 
 
 def _jobs_env(moto_port: int) -> dict[str, str]:
@@ -615,7 +638,7 @@ def _run(args: argparse.Namespace) -> int:
             raise StartError(str(error)) from None
         try:
             _say(_banner(api, emulator, plan.settings, plan.api_key,
-                         moto.describe() if moto is not None else None))
+                         moto.describe(plan.redrive_period) if moto is not None else None))
             return serve(api, *supervisors)
         finally:
             api.stop()

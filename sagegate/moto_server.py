@@ -1,248 +1,273 @@
-"""moto's server for the local stack, with S3's POST policy checked.
+"""moto's server for the local stack, behind a front that answers as S3 where moto would not.
 
 ``python -m sagegate.moto_server --host 127.0.0.1 --port 8070`` serves moto's WSGI application
-(S3, SNS, SQS and the rest of moto's services, as ``moto_server`` does) on werkzeug's threaded
-server, prints one line once it listens and stops on SIGTERM or SIGINT.
+(S3, SNS, SQS, DynamoDB and the rest of moto's services, as ``moto_server`` does) on
+werkzeug's threaded server, prints one line once it listens and stops on SIGTERM or SIGINT.
 :func:`sagegate.local_aws.start_moto` starts it as ``make run``'s child.
 
-moto stores a browser-form POST upload without reading its policy. S3 refuses a file outside
-the policy's ``content-length-range`` (400 ``EntityTooLarge`` / ``EntityTooSmall``), and with
-403 ``AccessDenied``: a form without a policy (anonymous, to a private bucket), fields that fail
-an exact-match or ``starts-with`` condition, fields no condition names ("Extra input fields"),
-and an expired policy; a bucket POST that is not ``multipart/form-data`` is 412
-``PreconditionFailed``. :class:`PostPolicyCheck` makes those checks before moto sees the upload,
-at a path-style URL (``POST /<bucket>``) or a virtual-hosted one (``POST /`` to
-``<bucket>.localhost``, read as moto reads it), so a local upload over a model's cap is refused
-as S3 refuses it. The signature is not checked (moto takes any key).
-With ``SAGEGATE_INSTANCE`` set, every answer carries it in ``X-Sagegate-Instance``, so the
-parent knows it is talking to its own child.
+:class:`PostPolicyCheck`, in front of moto, takes the POSTs moto gets wrong:
+
+* a bucket's form upload (path-style ``POST /<bucket>``, or virtual-hosted ``POST /`` to
+  ``<bucket>.localhost``, the URL read as moto reads it): moto stores it without reading its
+  policy, and reads its fields its own way. The front reads the form as S3 does and checks
+  its policy (:mod:`sagegate.s3_forms`), then hands moto exactly the fields and the file it
+  checked. A bucket POST that is not ``multipart/form-data`` is 412 ``PreconditionFailed``;
+* a bucket's ``POST ?delete`` (DeleteObjects) must carry its XML document: anything else is
+  400 ``MalformedXML``, not moto's 500;
+* ``POST`` on an object without a subresource S3 takes there (``uploads``, ``uploadId``,
+  ``restore``, ``select``) is 405 ``MethodNotAllowed`` (as a virtual-hosted ``Host`` makes a
+  path-style URL's bucket a key).
+
+A request signed for another service (its SigV4 scope) passes untouched, whatever its path.
+The signature is not checked (moto takes any key).
+
+:class:`ProvisionGate`: with ``SAGEGATE_PROVISION_KEY`` set, every request answers 503
+``ServiceUnavailable`` until the parent, sending the key in ``X-Sagegate-Provision``, has
+provisioned the jobs' resources and opened the gate (``POST /_sagegate/open``): nothing can
+write to the bucket before its notification is configured (a ticket written in between would
+start no job). With ``SAGEGATE_INSTANCE`` set, every answer carries it in
+``X-Sagegate-Instance``, so the parent knows it is talking to its own child.
 """
 from __future__ import annotations
 
 import argparse
-import base64
+import hmac
 import io
-import json
 import os
 import signal
 import sys
+import threading
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from types import FrameType, SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
-from xml.sax.saxutils import escape
+
+from sagegate.s3_forms import S3Error, check_policy, read_form
+
+__all__ = [
+    "INSTANCE_ENV",
+    "INSTANCE_HEADER",
+    "PROVISION_HEADER",
+    "PROVISION_KEY_ENV",
+    "PostPolicyCheck",
+    "ProvisionGate",
+    "S3Error",
+    "build_app",
+    "check_policy",
+    "main",
+    "s3_target",
+]
 
 READY_PREFIX = "moto: serving on "
 INSTANCE_ENV = "SAGEGATE_INSTANCE"
 INSTANCE_HEADER = "X-Sagegate-Instance"
+PROVISION_KEY_ENV = "SAGEGATE_PROVISION_KEY"
+"""The key that lets requests through the gate before it opens (set by the parent)."""
+PROVISION_HEADER = "X-Sagegate-Provision"
+OPEN_PATH = "/_sagegate/open"
+"""``POST`` here, with the key, opens the gate."""
 MAX_FORM_BYTES = 1024 ** 3 + 1024 * 1024
 """The largest POST upload read (S3's form uploads go up to 5 GB; sagegate's caps to 1 GiB)."""
-EXEMPT_FIELDS = frozenset({"policy", "x-amz-signature", "signature", "awsaccesskeyid", "file"})
-"""The form fields S3 needs no policy condition for (SigV4's and SigV2's), besides those whose
-names start with :data:`IGNORED_PREFIX`."""
-IGNORED_PREFIX = "x-ignore-"
+MAX_DELETE_BYTES = 2 * 1024 * 1024
+"""The largest DeleteObjects document read (1,000 keys of 1,024 bytes, and their markup)."""
+OBJECT_POSTS = frozenset({"uploads", "uploadid", "restore", "select"})
+"""The subresources S3 takes a POST on an object for (multipart uploads, restore, select)."""
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-
-class PolicyError(Exception):
-    """The upload breaks its policy: S3's status, code and message (and extra XML members)."""
-
-    def __init__(self, status: int, code: str, message: str,
-                 extra: Mapping[str, object] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = dict(extra or {})
-
-    def xml(self) -> bytes:
-        """S3's error document."""
-        members = "".join(f"<{name}>{escape(str(value))}</{name}>"
-                          for name, value in self.extra.items())
-        return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{self.code}</Code>'
-                f"<Message>{escape(self.message)}</Message>{members}</Error>").encode()
+_REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
+            411: "Length Required", 412: "Precondition Failed", 503: "Service Unavailable"}
 
 
-def _denied(what: str) -> PolicyError:
-    return PolicyError(403, "AccessDenied", f"Invalid according to Policy: {what}")
+def _answer(error: S3Error, environ: Mapping[str, Any], start: StartResponse) -> list[bytes]:
+    body = error.xml()
+    headers = [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
+    if environ.get("HTTP_ORIGIN"):  # as moto's own answers: a page may read it
+        headers.append(("Access-Control-Allow-Origin", "*"))
+    start(f"{error.status} {_REASONS.get(error.status, 'Error')}", headers)
+    return [body]
 
 
-def check_policy(fields: Mapping[str, str], bucket: str, size: int,
-                 now: datetime | None = None) -> None:
-    """Checks a POST upload against its policy as S3 does (not the signature).
+def _with_instance(start_response: StartResponse, instance: str) -> StartResponse:
+    def start(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+        if instance:
+            headers = [*headers, (INSTANCE_HEADER, instance)]
+        return start_response(status, headers, *rest)
 
-    Args:
-        fields: the form's fields (names compared case-insensitively), ``policy`` among them.
-        bucket: the bucket posted to.
-        size: the file's size in bytes.
-        now: the time to check the expiration against (default: now).
-
-    Raises:
-        PolicyError: S3's refusal (a form without a policy is anonymous: S3 takes it only into
-            a public bucket, and the local stack's buckets are private).
-    """
-    lowered = {name.lower(): value for name, value in fields.items()}
-    raw = lowered.get("policy")
-    if raw is None:
-        raise PolicyError(403, "AccessDenied", "Access Denied")
-    try:
-        policy = json.loads(base64.b64decode(raw, validate=True))
-        expiration = datetime.fromisoformat(str(policy["expiration"]).replace("Z", "+00:00"))
-        conditions = list(policy.get("conditions", []))
-        if expiration.tzinfo is None:
-            raise ValueError("no time zone")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise _denied("Policy could not be parsed.") from None
-    if (now or datetime.now(UTC)) > expiration:
-        raise _denied("Policy expired.")
-    values = {**lowered, "bucket": bucket}
-    for condition in conditions:
-        _check_condition(condition, values, size)
-    named = EXEMPT_FIELDS.union(*(_fields_of(condition) for condition in conditions))
-    extra = [name for name in fields
-             if name.lower() not in named and not name.lower().startswith(IGNORED_PREFIX)]
-    if extra:
-        raise _denied("Extra input fields: " + ", ".join(extra))
-
-
-def _fields_of(condition: object) -> set[str]:
-    """The fields a condition (one already checked) names, lower-cased."""
-    if isinstance(condition, dict):
-        return {str(name).lower() for name in condition}
-    if isinstance(condition, list) and condition[0] != "content-length-range":
-        return {str(condition[1]).lstrip("$").lower()}
-    return set()
-
-
-def _check_condition(condition: object, values: Mapping[str, str], size: int) -> None:
-    if isinstance(condition, dict):
-        for name, expected in condition.items():
-            if values.get(str(name).lower()) != expected:
-                raise _denied(f'Policy Condition failed: ["eq", "${name}", "{expected}"]')
-        return
-    if not isinstance(condition, list) or len(condition) != 3:
-        raise _denied("Policy could not be parsed.")
-    operator, first, second = condition
-    if operator == "content-length-range":
-        try:
-            low, high = int(first), int(second)
-        except (TypeError, ValueError):
-            raise _denied(f'Policy Condition failed: ["{operator}", "{first}", "{second}"]'
-                          ) from None
-        _check_size(size, low, high)
-        return
-    name = str(first).lstrip("$").lower()
-    actual = values.get(name, "")
-    ok = actual == second if operator == "eq" else (
-        operator == "starts-with" and actual.startswith(str(second)))
-    if not ok:
-        raise _denied(f'Policy Condition failed: ["{operator}", "{first}", "{second}"]')
-
-
-def _check_size(size: int, low: int, high: int) -> None:
-    if size > high:
-        raise PolicyError(400, "EntityTooLarge",
-                          "Your proposed upload exceeds the maximum allowed size",
-                          {"ProposedSize": size, "MaxSizeAllowed": high})
-    if size < low:
-        raise PolicyError(400, "EntityTooSmall",
-                          "Your proposed upload is smaller than the minimum allowed size",
-                          {"ProposedSize": size, "MinSizeAllowed": low})
+    return start
 
 
 class PostPolicyCheck:
-    """WSGI middleware: checks S3 form uploads (a bucket's ``POST``, path-style or
-    virtual-hosted) against their policy before the wrapped application stores them; adds the
-    instance header."""
+    """WSGI middleware: the POSTs S3 answers otherwise than moto (see the module), checked
+    before the wrapped application sees them; adds the instance header."""
 
     def __init__(self, app: WsgiApp, instance: str = "") -> None:
         self.app = app
         self.instance = instance
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        def start(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
-            if self.instance:
-                headers = [*headers, (INSTANCE_HEADER, self.instance)]
-            return start_response(status, headers, *rest)
-
-        bucket = posted_bucket(environ)
-        if bucket is not None:
+        start = _with_instance(start_response, self.instance)
+        target = s3_target(environ) if environ.get("REQUEST_METHOD") == "POST" else None
+        if target is not None:
             try:
-                self._check(environ, bucket)
-            except PolicyError as error:
-                body = error.xml()
-                headers = [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
-                if environ.get("HTTP_ORIGIN"):  # as moto's own answers: a page may read it
-                    headers.append(("Access-Control-Allow-Origin", "*"))
-                start(f"{error.status} {_REASONS.get(error.status, 'Error')}", headers)
-                return [body]
+                self._check(environ, *target)
+            except S3Error as error:
+                return _answer(error, environ, start)
         return self.app(environ, start)
 
-    def _check(self, environ: Environ, bucket: str) -> None:
-        from werkzeug.formparser import parse_form_data
-
-        kind = str(environ.get("CONTENT_TYPE", "")).lower()
-        if not kind.startswith("multipart/form-data"):
-            if kind.startswith("application/x-www-form-urlencoded") and \
-                    not environ.get("HTTP_AUTHORIZATION"):  # a form moto would store
-                raise PolicyError(412, "PreconditionFailed", "At least one of the "
-                                  "pre-conditions you specified did not hold", {
-                                      "Condition": "Bucket POST must be of the enclosure-type "
-                                                   "multipart/form-data"})
-            return  # a signed API call (moto answers it), or no form moto reads
-        if not str(environ.get("CONTENT_LENGTH") or "").isdigit():
-            raise PolicyError(411, "MissingContentLength",
-                              "You must provide the Content-Length HTTP header.")
-        length = int(environ["CONTENT_LENGTH"])
-        if length > MAX_FORM_BYTES:
-            raise PolicyError(400, "EntityTooLarge",
-                              "Your proposed upload exceeds the maximum allowed size",
-                              {"ProposedSize": length, "MaxSizeAllowed": MAX_FORM_BYTES})
-        body = environ["wsgi.input"].read(length)
-        environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
-        copy = {**environ, "wsgi.input": io.BytesIO(body)}
-        _, form, files = parse_form_data(copy, max_form_memory_size=MAX_FORM_BYTES)
-        upload = files.get("file")
-        if upload is not None:
-            size = upload.stream.seek(0, io.SEEK_END)
-        else:  # a file sent as a plain field (no filename): moto stores that too
-            size = len(form.get("file", "").encode())
-        check_policy(form.to_dict(), bucket, size)
+    def _check(self, environ: Environ, bucket: str, key: str) -> None:
+        query = {name.lower() for name in parse_qs(str(environ.get("QUERY_STRING", "")),
+                                                   keep_blank_values=True)}
+        if key:
+            if not query & OBJECT_POSTS:
+                raise S3Error(405, "MethodNotAllowed", "The specified method is not allowed "
+                              "against this resource.", {"Method": "POST",
+                                                         "ResourceType": "OBJECT"})
+            return
+        if "delete" in query:
+            _check_delete(environ)
+            return
+        _check_form(environ, bucket)
 
 
-_REASONS = {400: "Bad Request", 403: "Forbidden", 411: "Length Required",
-            412: "Precondition Failed"}
+def _body(environ: Environ, limit: int) -> bytes:
+    """The request's body, read once and put back for the wrapped application.
+
+    Raises:
+        S3Error: no Content-Length (411), or one over ``limit`` (400 ``EntityTooLarge``).
+    """
+    if not str(environ.get("CONTENT_LENGTH") or "").isdigit():
+        raise S3Error(411, "MissingContentLength",
+                      "You must provide the Content-Length HTTP header.")
+    length = int(environ["CONTENT_LENGTH"])
+    if length > limit:
+        raise S3Error(400, "EntityTooLarge",
+                      "Your proposed upload exceeds the maximum allowed size",
+                      {"ProposedSize": length, "MaxSizeAllowed": limit})
+    body: bytes = environ["wsgi.input"].read(length)
+    environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
+    return body
 
 
-def posted_bucket(environ: Mapping[str, Any]) -> str | None:
-    """The bucket a request posts an object to, its URL read as moto reads it: the Host's
-    first label for a virtual-hosted URL (``POST /`` to ``<bucket>.localhost:<port>`` or
-    ``<bucket>.s3.amazonaws.com``), else the path's one segment (``POST /<bucket>``). None
-    for every other request: not a POST, a key's POST, ``?delete``, a POST to ``/`` with no
-    bucket in its Host (SNS, SQS ...)."""
-    if environ.get("REQUEST_METHOD") != "POST" or "delete" in parse_qs(
-            str(environ.get("QUERY_STRING", "")), keep_blank_values=True):
+def _check_delete(environ: Environ) -> None:
+    """DeleteObjects: its body must be S3's ``Delete`` document, whatever type the request
+    declares (S3 reads it as XML; moto reads a body declared as a form as one, and fails).
+
+    Raises:
+        S3Error: 400 ``MalformedXML`` (or the body's length errors).
+    """
+    body = _body(environ, MAX_DELETE_BYTES)
+    environ["CONTENT_TYPE"] = "application/xml"
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        root = None
+    if root is None or _local(root.tag) != "Delete" or not any(
+            _local(item.tag) == "Object" and any(_local(part.tag) == "Key" for part in item)
+            for item in root):
+        raise S3Error(400, "MalformedXML", "The XML you provided was not well-formed or did "
+                      "not validate against our published schema")
+
+
+def _local(tag: str) -> str:
+    """An XML tag without its namespace."""
+    return tag.rsplit("}", 1)[-1]
+
+
+def _check_form(environ: Environ, bucket: str) -> None:
+    """A bucket's form upload: read as S3 reads it, checked against its policy, and handed on
+    as exactly the fields and the file that were checked.
+
+    Raises:
+        S3Error: S3's refusal.
+    """
+    kind = str(environ.get("CONTENT_TYPE", ""))
+    if not kind.lower().startswith("multipart/form-data"):
+        raise S3Error(412, "PreconditionFailed", "At least one of the pre-conditions you "
+                      "specified did not hold", {"Condition": "Bucket POST must be of the "
+                                                              "enclosure-type multipart/form-data"})
+    form = read_form(_body(environ, MAX_FORM_BYTES), kind)
+    check_policy(dict(form.fields), bucket, form.size)
+    environ["wsgi.input"], length = form.forwarded()
+    environ["CONTENT_LENGTH"] = str(length)
+
+
+def signed_service(environ: Mapping[str, Any]) -> str | None:
+    """The service a request is signed for: SigV4's credential scope (the header's, or a
+    presigned URL's), ``s3`` for SigV2 (S3 alone still takes it); None when unsigned."""
+    header = str(environ.get("HTTP_AUTHORIZATION", ""))
+    if header.startswith("AWS "):
+        return "s3"
+    scope = header.partition("Credential=")[2].split(",", 1)[0]
+    if not scope:
+        query = parse_qs(str(environ.get("QUERY_STRING", "")))
+        scope = (query.get("X-Amz-Credential") or [""])[0]
+    parts = scope.split("/")
+    return parts[3].strip() if len(parts) >= 5 else ("s3" if header else None)
+
+
+def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The bucket and key an S3 request is for, its URL read as moto reads it: the Host's
+    first label for a virtual-hosted URL (``<bucket>.localhost:<port>``,
+    ``<bucket>.s3.amazonaws.com``) and the path as the key, else the path's first segment and
+    the rest (``/<bucket>/<key>``). None for a request signed for another service or one that
+    names no bucket (``POST /``: SNS, SQS, DynamoDB ...)."""
+    service = signed_service(environ)
+    if service not in (None, "s3"):
         return None
     from moto.s3.responses import S3Response
-    from moto.s3.utils import bucket_name_from_url
 
     host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or "")
-    path = str(environ.get("PATH_INFO", "/")).strip("/")
+    path = str(environ.get("PATH_INFO", "/")).lstrip("/")
     url = f"http://{host}/{path}"
     if S3Response.subdomain_based_buckets(SimpleNamespace(headers={"host": host}, url=url)):
-        return None if path else bucket_name_from_url(url)
-    return path if path and "/" not in path else None
+        return host.split(".", 1)[0], path
+    bucket, _, key = path.partition("/")
+    return (bucket, key) if bucket else None
 
 
-def build_app(instance: str = "") -> WsgiApp:
-    """moto's server application (every service), behind :class:`PostPolicyCheck`."""
+class ProvisionGate:
+    """WSGI middleware: with a key, every request but the key's answers 503 until the key's
+    ``POST`` to :data:`OPEN_PATH` opens the gate (see the module); without one, open."""
+
+    def __init__(self, app: WsgiApp, key: str = "", instance: str = "") -> None:
+        self.app = app
+        self.key = key.encode()
+        self.instance = instance
+        self._open = threading.Event()
+        if not key:
+            self._open.set()
+
+    @property
+    def open(self) -> bool:
+        """Whether every request goes through."""
+        return self._open.is_set()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if self._open.is_set():
+            return self.app(environ, start_response)
+        start = _with_instance(start_response, self.instance)
+        given = str(environ.get("HTTP_" + PROVISION_HEADER.upper().replace("-", "_"), ""))
+        if not hmac.compare_digest(given.encode(), self.key):
+            return _answer(S3Error(503, "ServiceUnavailable", "moto's server is being "
+                                   "provisioned; try again shortly."), environ, start)
+        if environ.get("PATH_INFO") == OPEN_PATH and environ.get("REQUEST_METHOD") == "POST":
+            self._open.set()
+            start("204 No Content", [("Content-Length", "0")])
+            return [b""]
+        return self.app(environ, start_response)
+
+
+def build_app(instance: str = "", provision_key: str = "") -> WsgiApp:
+    """moto's server application (every service), behind :class:`PostPolicyCheck` and, with
+    a key, :class:`ProvisionGate`."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    return PostPolicyCheck(DomainDispatcherApplication(create_backend_app), instance)
+    return ProvisionGate(PostPolicyCheck(DomainDispatcherApplication(create_backend_app),
+                                         instance), provision_key, instance)
 
 
 def _quiet_handler() -> type[Any]:
@@ -261,16 +286,18 @@ def _quiet_handler() -> type[Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop, 2 when the port cannot be bound."""
     parser = argparse.ArgumentParser(prog="python -m sagegate.moto_server",
-                                     description="moto's server (S3, SNS, SQS ...) with S3's "
-                                                 "POST policy checked, for the local stack.")
+                                     description="moto's server (S3, SNS, SQS, DynamoDB ...) "
+                                                 "with S3's POST policy checked, for the local "
+                                                 "stack.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     args = parser.parse_args(argv)
     from werkzeug.serving import make_server
 
     try:
-        server = make_server(args.host, args.port, build_app(os.environ.get(INSTANCE_ENV, "")),
-                             threaded=True, request_handler=_quiet_handler())
+        app = build_app(os.environ.get(INSTANCE_ENV, ""), os.environ.get(PROVISION_KEY_ENV, ""))
+        server = make_server(args.host, args.port, app, threaded=True,
+                             request_handler=_quiet_handler())
     except OSError as error:
         print(f"moto: cannot start: {error}", file=sys.stderr, flush=True)
         return 2

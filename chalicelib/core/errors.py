@@ -165,6 +165,39 @@ class JobsDisabledError(SagegateError):
 # --- 5xx: sagegate itself, busy -----------------------------------------------------------
 
 
+class RetryLaterError(SagegateError):
+    """Something behind sagegate is unreachable, throttling or not ready: a 503 whose
+    ``Retry-After`` (whole seconds) says when to come back.
+
+    ``retry_after`` is set by whoever gives up, from what it knows (the upstream's own wait,
+    the backoff it would have waited next), not left at its default.
+    """
+
+    STATUS_CODE = 503  # each subclass names its own CODE
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: int = 1,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class JobsUnavailableError(RetryLaterError):
+    """The jobs' storage (the S3 bucket, the DynamoDB table) could not be reached, timed out,
+    throttled or failed on its side: nothing was decided, the same request may be sent again
+    (:mod:`chalicelib.jobs.awsfaults` is the one place AWS failures become this)."""
+
+    CODE = "JobsUnavailable"
+
+
 class PreprocessingTimeoutError(SagegateError):
     """Preparing the request (decode and resize, a handler's input_handler) used up the
     request's time budget before the endpoint could be called: nothing was sent to it.
@@ -207,7 +240,7 @@ class InvalidEndpointResponseError(EndpointError):
     CODE = "InvalidEndpointResponse"
 
 
-class EndpointUnavailableError(EndpointError):
+class EndpointUnavailableError(EndpointError, RetryLaterError):
     """Throttled, model not ready, or service unavailable: the client should retry.
 
     ``retry_after`` is set by the endpoint client from what it knows when it gives up
@@ -216,20 +249,6 @@ class EndpointUnavailableError(EndpointError):
 
     STATUS_CODE = 503
     CODE = "EndpointUnavailable"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retry_after: int = 1,
-        details: dict[str, object] | None = None,
-    ) -> None:
-        super().__init__(message, details=details)
-        self.retry_after = retry_after
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after)}
 
 
 class EndpointTimeoutError(EndpointError):

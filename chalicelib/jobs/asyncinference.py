@@ -22,10 +22,17 @@ from chalicelib.jobs.runner import PutResult, outcome_of
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
-__all__ = ["DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete", "invoke_failure",
-           "parse_completion", "start"]
+__all__ = ["ASYNC_VARIANT", "DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete",
+           "invoke_failure", "parse_completion", "start"]
 
 logger = logging.getLogger("sagegate.jobs")
+
+ASYNC_VARIANT = "AllTraffic"
+"""The production variant an asynchronous job's answer names. Neither InvokeEndpointAsync's
+answer nor SageMaker's notification names one (a real-time answer's
+``x-Amzn-Invoked-Production-Variant`` has no counterpart): the answer names the variant
+SageMaker's tools give an endpoint of one variant, as data capture does for an answer that
+names none, so the job's answer and the synchronous route's agree."""
 
 
 def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: str,

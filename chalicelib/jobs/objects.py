@@ -8,7 +8,16 @@ from typing import Any
 from chalicelib.calls import Answer
 from chalicelib.core.errors import UploadTypeMismatchError
 from chalicelib.core.media import bare
-from chalicelib.jobs.uploads import check_uploaded, head_upload, upload_id_of, uploaded_by
+from chalicelib.jobs.uploads import (
+    Pin,
+    changed,
+    check_uploaded,
+    head_upload,
+    is_changed,
+    pin_of,
+    upload_id_of,
+    uploaded_by,
+)
 
 RESULTS = "results/"
 """Where answers go under the stage's ``JOBS_PREFIX``."""
@@ -34,21 +43,28 @@ def read_upload(client: Any, bucket: str, prefix: str, key: str, content_type: s
 
 
 def read_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
-               accepts: Callable[[str], bool]) -> tuple[bytes, str]:
+               accepts: Callable[[str], bool], pin: Pin | None = None) -> tuple[bytes, str]:
     """An uploaded object's bytes and bare content type, whatever type it was uploaded as,
     when ``accepts`` takes that type (the model's route reads it).
 
+    Args:
+        pin: the object the job was made for (:func:`check_input`'s): exactly that one is
+            read (its ETag a condition of the HEAD and of the read, its version named), never
+            what was uploaded in its place. None (a job made before pins): what is there.
+
     Raises:
         InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
-        UploadTooLargeError; botocore's errors.
+        UploadTooLargeError, UploadChangedError; botocore's errors.
     """
-    content_type, size, _ = _checked(client, bucket, prefix, key, max_bytes, accepts)
-    return _read(client, bucket, key, size, max_bytes), content_type
+    content_type, size, _ = _checked(client, bucket, prefix, key, max_bytes, accepts, pin)
+    return _read(client, bucket, key, size, max_bytes, pin), content_type
 
 
 def check_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
-                accepts: Callable[[str], bool], caller: str | None = None) -> str:
-    """Check an uploaded object a job will read (HEAD only); answers its bare content type.
+                accepts: Callable[[str], bool],
+                caller: str | None = None) -> tuple[str, Pin | None]:
+    """Check an uploaded object a job will read (HEAD only); answers its bare content type
+    and its pin (the object checked: the job reads that one or none).
 
     An upload presigned for a caller (:func:`~chalicelib.jobs.uploads.uploaded_by`) is that
     caller's: to anyone else it is missing, as another caller's job is.
@@ -61,13 +77,14 @@ def check_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
     owner = uploaded_by(head)
     if owner is not None and owner != caller:
         check_uploaded(None, key, prefix, content_type, max_bytes)  # raises: "no such upload"
-    return content_type
+    return content_type, pin_of(head)
 
 
 def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
-             accepts: Callable[[str], bool]) -> tuple[str, int, Mapping[str, Any] | None]:
+             accepts: Callable[[str], bool],
+             pin: Pin | None = None) -> tuple[str, int, Mapping[str, Any] | None]:
     upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
-    head = head_upload(client, bucket, key)
+    head = head_upload(client, bucket, key, pin)
     content_type = bare(str((head or {}).get("ContentType") or ""), "")
     size = check_uploaded(head, key, prefix, content_type, max_bytes)
     if not accepts(content_type):
@@ -76,8 +93,24 @@ def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
     return content_type, size, head
 
 
-def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int) -> bytes:
-    answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}")
+def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int,
+          pin: Pin | None = None) -> bytes:
+    """The object's first ``size`` bytes (never more than the cap): with a pin, of that object
+    only (S3 refuses the read when another one replaced it since the HEAD).
+
+    Raises:
+        UploadChangedError: the pinned object is no longer there.
+    """
+    try:
+        answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}",
+                                   **(pin.conditions() if pin else {}))
+    except Exception as error:
+        if pin is not None and is_changed(error):
+            raise changed(pin) from None
+        raise
+    found = answer.get("ETag")
+    if pin is not None and isinstance(found, str) and found != pin.etag:
+        raise changed(pin, found)  # a store that ignored If-Match: the same verdict
     body: bytes = answer["Body"].read(max_bytes + 1)
     return body
 

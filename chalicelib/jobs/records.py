@@ -99,6 +99,9 @@ class Job:
         expires_at: epoch seconds after which the store may forget the job (its TTL).
         runner_id: the request id of the invocation that moved it to ``running`` last
             (see :func:`may_claim`).
+        input_etag, input_version: the input object the job was made for (its ETag, its
+            version when the bucket keeps versions): the job reads that one or none (see
+            :class:`~chalicelib.jobs.uploads.Pin`). None for a job made before pins.
     """
 
     job_id: str
@@ -114,6 +117,8 @@ class Job:
     owner: str | None = None
     expires_at: int = 0
     runner_id: str | None = None
+    input_etag: str | None = None
+    input_version: str | None = None
 
     def view(self) -> dict[str, Any]:
         """The body of ``GET /jobs/{job_id}`` (without the presigned GET of a result object,

@@ -1,8 +1,13 @@
 """Running one job: claim it (move it to running for this runner), do its work, keep the
 answer (inline when small, else as an object) or the error, and move it to its final state.
 Safe to run again for the same job id: a finished job is answered as it stands; a running one
-starts over only for a retry of its own runner's event or after its runner is surely gone,
-never for a duplicate delivery while its runner may still be at work.
+starts over only for a retry of its own runner's event or after its runner is surely gone
+(:class:`~chalicelib.jobs.lifetime.RunnerLifetime`), never for a duplicate delivery while its
+runner may still be at work.
+
+Once the work has an outcome (the endpoint answered, or refused), keeping it is retried while
+S3 or DynamoDB fail in a way a retry may cure (:mod:`.awsfaults`): giving up there would have
+Lambda run the event again, and the endpoint invoked a second time for an answer it gave.
 
 The work itself (read the upload, run the model's pipeline) is passed in, so this module
 loads nothing heavy and the same steps serve every backend and every test.
@@ -10,18 +15,26 @@ loads nothing heavy and the same steps serve every backend and every test.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Callable
 
 from chalicelib.calls import Answer
 from chalicelib.core.errors import SagegateError
+from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota
+from chalicelib.jobs.awsfaults import retriable
+from chalicelib.jobs.lifetime import FINISH_MARGIN_SECONDS, RunnerLifetime
 from chalicelib.jobs.records import Job, JobNotFoundError, JobState
 from chalicelib.jobs.store import JobStore, Outcome, result_text
 
-RUNNER_LIFETIME_SECONDS = 15 * 60 + 60
-"""How long a runner may live: Lambda's longest timeout (15 minutes) and a minute's margin.
-A job running that long past its last move has no runner left; another one may take it."""
+logger = logging.getLogger("sagegate.jobs")
+
 INLINE_RESULT_BYTES = 256 * 1024
 """The largest JSON answer kept in the job record (DynamoDB items hold at most 400 KB)."""
+KEEP_POLICY = RetryPolicy(max_attempts=6, budget_seconds=FINISH_MARGIN_SECONDS / 2,
+                          base_delay=0.5, max_delay=8.0)
+"""Keeping an outcome: a few attempts within half of what the runner kept of its time."""
+_KEEP_QUOTA = RetryQuota()  # this process's retries of S3 and DynamoDB writes
 
 Work = Callable[[Job], Answer]
 """A job's work: the answer the synchronous route would have given for its input."""
@@ -45,16 +58,18 @@ def outcome_of(job: Job, answer: Answer, put_result: PutResult) -> Outcome:
 
 
 def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
-            runner_id: str) -> Job:
+            runner_id: str, lifetime: RunnerLifetime,
+            sleep: Callable[[float], None] = time.sleep) -> Job:
     """Run a job once (or again, after its runner died) and answer it as it ends.
 
     ``runner_id`` names this invocation (Lambda's request id, the same for its retries of one
     event): the job runs when this runner claims it (see
-    :func:`~chalicelib.jobs.records.may_claim`, with :data:`RUNNER_LIFETIME_SECONDS`);
-    otherwise it is answered as it stands. A :class:`SagegateError` from the work (a missing
-    or wrong upload, a bad image, the endpoint's failure) fails the job with its code and
-    message. Anything else propagates and leaves the job running, so the event that started
-    it is retried (with the same request id: the retry may run it again).
+    :func:`~chalicelib.jobs.records.may_claim`, with ``lifetime``'s
+    :attr:`~chalicelib.jobs.lifetime.RunnerLifetime.seconds`); otherwise it is answered as it
+    stands. A :class:`SagegateError` from the work (a missing, changed or wrong upload, a bad
+    image, the endpoint's failure) fails the job with its code and message. Anything else
+    propagates and leaves the job running, so the event that started it is retried (with the
+    same request id: the retry may run it again).
 
     Raises:
         JobNotFoundError: no such job (or past its TTL).
@@ -64,14 +79,38 @@ def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
         raise JobNotFoundError(f"No job {job_id!r}.")
     if job.state.final:
         return job
-    job, claimed = store.claim(job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+    job, claimed = store.claim(job_id, runner_id, lifetime.seconds)
     if not claimed:  # another runner has it, or finished it meanwhile
         return job
     try:
-        outcome = outcome_of(job, work(job), put_result)
+        answer = work(job)
     except SagegateError as error:
-        failed, _ = store.advance(job_id, JobState.FAILED,
-                                  Outcome(error={"Code": error.CODE, "Message": error.message}))
-        return failed
-    done, _ = store.advance(job_id, JobState.SUCCEEDED, outcome)
-    return done
+        failure = Outcome(error={"Code": error.CODE, "Message": error.message})
+        return _keep(store, job_id, JobState.FAILED, lambda: failure, sleep)
+    return _keep(store, job_id, JobState.SUCCEEDED,
+                 lambda: outcome_of(job, answer, put_result), sleep)
+
+
+def _keep(store: JobStore, job_id: str, state: JobState, outcome: Callable[[], Outcome],
+          sleep: Callable[[float], None]) -> Job:
+    """Move the job to its final ``state`` with ``outcome()`` (which may write the answer
+    object), again after a failure of S3 or DynamoDB a retry may cure, within
+    :data:`KEEP_POLICY`.
+
+    Raises:
+        whatever the last attempt raised, when it is no such failure or the retries are spent.
+    """
+    retrier = Retrier(KEEP_POLICY, _KEEP_QUOTA)
+    while True:
+        try:
+            done, _ = store.advance(job_id, state, outcome())
+        except Exception as error:
+            delay = retrier.failed() if retriable(error) else None
+            if delay is None:
+                raise
+            logger.warning("job %s: keeping its outcome failed (%s); retrying in %.1f s",
+                           job_id, type(error).__name__, delay)
+            sleep(delay)
+            continue
+        retrier.succeeded()
+        return done

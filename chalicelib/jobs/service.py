@@ -22,10 +22,20 @@ from chalicelib.inference.accepted import ACCEPTED, accepts
 from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import SplitPipeline
+from chalicelib.jobs.awsfaults import translated
+from chalicelib.jobs.lifetime import RunnerLifetime
 from chalicelib.jobs.objects import check_input, result_url
 from chalicelib.jobs.records import Job, JobState, check_owner, is_job_id, new_job_id
 from chalicelib.jobs.store import JobStore, Outcome
-from chalicelib.jobs.uploads import UPLOADS, Upload, check_content_type, presign_upload, upload_key
+from chalicelib.jobs.uploads import (
+    UPLOADS,
+    Pin,
+    Upload,
+    check_content_type,
+    pin_of,
+    presign_upload,
+    upload_key,
+)
 from chalicelib.registry.loading import Registry
 from chalicelib.registry.specs import ASYNC_PIPELINES, JobsBackend, ModelSpec
 
@@ -47,10 +57,6 @@ QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
 hours before running it (``MaximumEventAgeInSeconds``' default), the attempt that claims the
 job may take 15 minutes (Lambda's longest timeout; an asynchronous job is claimed after its
 preprocessing), and 5 minutes' margin."""
-RUNNER_PATIENCE_SECONDS = 15 * 60 + 3 * 60 + 60
-"""How long after its last move a real-time job may still be running: one attempt of its
-function (Lambda's longest timeout, 15 minutes), Lambda's longest wait before a retry (2
-minutes, rounded up) and a minute's margin."""
 ASYNC_PATIENCE_SECONDS = 6 * 3600 + 300
 """Beyond the invocation's timeout, how long SageMaker may keep an asynchronous request queued
 (``RequestTTLSeconds``' default, 6 hours) and a margin: past it the endpoint has notified, or
@@ -79,6 +85,8 @@ class JobsContext:
         read_request, read_options: see :data:`ReadRequest`, :data:`ReadOptions`.
         capturer: data capture.
         clock: epoch seconds.
+        lifetime: the job runner function's timeout and what follows from it (when its
+            runner is gone, when a job is lost).
     """
 
     settings: Settings
@@ -91,6 +99,7 @@ class JobsContext:
     read_options: ReadOptions
     capturer: Capturer
     clock: Callable[[], float] = time.time
+    lifetime: RunnerLifetime = dataclasses.field(default_factory=RunnerLifetime)
 
     @property
     def bucket(self) -> str:
@@ -137,11 +146,14 @@ def input_key(prefix: str, job_id: str) -> str:
 
 
 class JobsService:
-    """The routes' side of jobs: uploads, job creation, job reads."""
+    """The routes' side of jobs: uploads, job creation, job reads. Each method's failures of
+    S3 or DynamoDB that a retry may cure are 503 ``JobsUnavailable``
+    (:func:`~chalicelib.jobs.awsfaults.aws_faults`); the others keep their meaning."""
 
     def __init__(self, context: JobsContext) -> None:
         self.context = context
 
+    @translated("presign upload")
     def presign(self, model_name: str, content_type: object,
                 owner: str | None = None) -> Upload:
         """A presigned POST for one input of ``model_name`` of ``content_type``, for
@@ -159,23 +171,29 @@ class JobsService:
                               model.jobs.max_upload_bytes, settings.upload_expiry_seconds,
                               clock=self.context.clock, owner=owner)
 
+    @translated("create job")
     def create_from_upload(self, model: ModelSpec, upload_id: object,
                            options: Mapping[str, str], owner: str | None) -> Job:
-        """A queued job for an uploaded object, checked first (HEAD), with its ticket.
+        """A queued job for an uploaded object, checked first (HEAD), with its ticket. The
+        job is pinned to the object checked (its ETag and version): replaced later, it is
+        not what the job runs.
 
         Raises:
             InvalidUploadError: not an upload id this server makes.
             UploadNotFoundError (also for an upload presigned for another caller),
             UploadTooLargeError, UploadTypeMismatchError.
+            JobsUnavailableError: S3 or DynamoDB did not answer.
         """
         if not isinstance(upload_id, str):
             raise InvalidUploadError("upload_id must be the id POST /uploads answered "
                                      "(32 lowercase hex digits).")
         key = upload_key(self.context.prefix, upload_id)
-        check_input(self.context.s3, self.context.bucket, self.context.prefix, key,
-                    model.jobs.max_upload_bytes, lambda kind: accepts(model, kind), owner)
-        return self._create(model, key, options, owner)
+        _, pin = check_input(self.context.s3, self.context.bucket, self.context.prefix, key,
+                             model.jobs.max_upload_bytes, lambda kind: accepts(model, kind),
+                             owner)
+        return self._create(model, key, options, owner, pin)
 
+    @translated("create job")
     def create_from_body(self, model: ModelSpec, body: bytes, content_type: str,
                          options: Mapping[str, str], owner: str | None) -> Job:
         """A queued job for a small inline body, kept as an upload the server makes itself.
@@ -186,6 +204,7 @@ class JobsService:
         Raises:
             UnsupportedMediaTypeError: the model does not read that type.
             BadRequestError and the other errors of the model route's reader.
+            JobsUnavailableError: S3 or DynamoDB did not answer.
         """
         kind = _model_type(model, bare(content_type))
         request = self.context.read_request(body, content_type, options, model,
@@ -194,29 +213,32 @@ class JobsService:
             with batch_limits(*job_batch_limits(model)):
                 self.context.pipeline_for(model).preprocess(request, StageTimer())
         key = f"{self.context.prefix}{UPLOADS}{uuid.uuid4().hex}"
-        self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
-                                   ContentType=kind)
-        return self._create(model, key, options, owner)
+        put = self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
+                                         ContentType=kind)
+        return self._create(model, key, options, owner, pin_of(put))
 
     def _create(self, model: ModelSpec, key: str, options: Mapping[str, str],
-                owner: str | None) -> Job:
+                owner: str | None, pin: Pin | None) -> Job:
         now = self.context.clock()
         job = self.context.store.create(Job(
             job_id=new_job_id(), model=model.name, state=JobState.QUEUED, created_at=now,
             updated_at=now, input_location=self.context.location(key), options=dict(options),
-            owner=owner, expires_at=int(now + self.context.settings.jobs_ttl_seconds)))
+            owner=owner, expires_at=int(now + self.context.settings.jobs_ttl_seconds),
+            input_etag=pin.etag if pin else None, input_version=pin.version_id if pin else None))
         self.context.s3.put_object(Bucket=self.context.bucket,
                                    Key=ticket_key(self.context.prefix, job.job_id),
                                    Body=json.dumps({"job_id": job.job_id}).encode(),
                                    ContentType="application/json")
         return job
 
+    @translated("read job")
     def view(self, job_id: str, caller: str | None) -> dict[str, Any]:
         """``GET /jobs/{job_id}``'s body: the job's view, with a presigned GET
         (``result_url``) of an answer kept as an object.
 
         Raises:
             JobNotFoundError: no such job, or another caller's.
+            JobsUnavailableError: DynamoDB did not answer.
         """
         found = self.context.store.get(job_id) if is_job_id(job_id) else None
         job = self._settled(check_owner(found, job_id[:64], caller))
@@ -225,7 +247,6 @@ class JobsService:
             body["result_url"] = result_url(self.context.s3, job.result_location)
         return body
 
-
     def _settled(self, job: Job) -> Job:
         """The job, failed as ``JobLost`` when nothing will move it any more.
 
@@ -233,7 +254,8 @@ class JobsService:
         Lambda tries an event three times, each within the function's timeout, a retry at
         most 2 minutes after the attempt before. A job queued for
         :data:`QUEUED_PATIENCE_SECONDS` was never claimed (its event was dropped), and one
-        running on a real-time endpoint for :data:`RUNNER_PATIENCE_SECONDS` past its last
+        running on a real-time endpoint for the runner's
+        :attr:`~chalicelib.jobs.lifetime.RunnerLifetime.lost_after_seconds` past its last
         move was dropped by every attempt (its function ran out of memory or time): it is
         failed, so its clients stop waiting.
         An asynchronous job waits for the endpoint's notification as long as SageMaker may
@@ -243,12 +265,13 @@ class JobsService:
             return job
         waited = self.context.clock() - job.updated_at
         model = self.context.registry.models.get(job.model)
+        patience: float
         if job.state is JobState.QUEUED:
             patience = QUEUED_PATIENCE_SECONDS
         elif model is not None and model.jobs.backend == JobsBackend.ASYNC:
             patience = model.jobs.invocation_timeout_seconds + ASYNC_PATIENCE_SECONDS
         else:
-            patience = RUNNER_PATIENCE_SECONDS
+            patience = self.context.lifetime.lost_after_seconds
         if waited <= patience:
             return job
         failed, _ = self.context.store.advance(job.job_id, JobState.FAILED, Outcome(error={

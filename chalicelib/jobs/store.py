@@ -70,6 +70,12 @@ class JobStore(Protocol):
             JobNotFoundError: no such job.
         """
 
+    def queued_between(self, since: float, before: float, limit: int) -> list[tuple[str, float]]:
+        """The ids and creation times of at most ``limit`` jobs still queued that were created
+        from ``since`` to ``before`` (epoch seconds), oldest first: jobs no runner has claimed
+        (the re-drive's candidates, :mod:`chalicelib.jobs.redrive`). A listing, not a read: a
+        job may have moved since (a claim decides)."""
+
 
 def _moved(job: Job, state: JobState, outcome: Outcome | None, now: float) -> Job:
     outcome = outcome or Outcome()
@@ -131,6 +137,13 @@ class MemoryJobStore:
             return None
         return job
 
+    def queued_between(self, since: float, before: float, limit: int) -> list[tuple[str, float]]:
+        with self._lock:
+            live = [job for job in map(self._live, list(self._jobs)) if job is not None]
+        queued = sorted((job.created_at, job.job_id) for job in live
+                        if job.state is JobState.QUEUED and since <= job.created_at <= before)
+        return [(job_id, created_at) for created_at, job_id in queued[:limit]]
+
 
 class CorruptJobError(ValueError):
     """A table item is not one this module wrote."""
@@ -146,7 +159,7 @@ def encode_job(job: Job) -> dict[str, Any]:
         "options": {"S": json.dumps(dict(job.options), sort_keys=True)},
         "expires_at": {"N": str(int(job.expires_at))}}
     item.update(_outcome_attributes(Outcome(job.result, job.result_location, job.error)))
-    for name in ("owner", "runner_id"):
+    for name in ("owner", "runner_id", "input_etag", "input_version"):
         value = getattr(job, name)
         if value is not None:
             item[name] = {"S": value}
@@ -190,7 +203,9 @@ def decode_job(item: Mapping[str, Any]) -> Job:
                    result_location=item.get("result_location", {}).get("S"),
                    error=error, owner=item.get("owner", {}).get("S"),
                    expires_at=int(item["expires_at"]["N"]),
-                   runner_id=item.get("runner_id", {}).get("S"))
+                   runner_id=item.get("runner_id", {}).get("S"),
+                   input_etag=item.get("input_etag", {}).get("S"),
+                   input_version=item.get("input_version", {}).get("S"))
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         if isinstance(error, CorruptJobError):
             raise
@@ -296,6 +311,29 @@ class TableJobStore(DynamoTable):
             return job, False
         return decode_job(answer["Attributes"]), True
 
+    QUEUED_INDEX = "state-created_at"
+    """The table's global secondary index that :meth:`queued_between` queries: partition key
+    ``state`` (S), sort key ``created_at`` (N), keys only (the stack declares it)."""
+
+    def queued_between(self, since: float, before: float, limit: int) -> list[tuple[str, float]]:
+        # the index is eventually consistent: a job claimed a moment ago may still be listed
+        query: dict[str, Any] = {
+            "TableName": self.table, "IndexName": self.QUEUED_INDEX,
+            "KeyConditionExpression": "#state = :queued AND #created_at BETWEEN :since AND :before",
+            "ExpressionAttributeNames": {"#state": "state", "#created_at": "created_at"},
+            "ExpressionAttributeValues": {":queued": {"S": str(JobState.QUEUED)},
+                                          ":since": {"N": repr(float(since))},
+                                          ":before": {"N": repr(float(before))}}}
+        found: list[tuple[str, float]] = []
+        while len(found) < limit:
+            answer = self.client.query(**query, Limit=limit - len(found))
+            found += [(item["job_id"]["S"], float(item["created_at"]["N"]))
+                      for item in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                break
+            query["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        return found[:limit]
+
 
 def _condition_failed(error: Exception) -> bool:
     """Whether a botocore error is DynamoDB's refusal of a conditional write."""
@@ -306,5 +344,10 @@ def _condition_failed(error: Exception) -> bool:
 
 def _dynamodb() -> Any:
     import boto3  # deferred: only paid by the functions that use jobs
+    from botocore.config import Config
 
-    return boto3.client("dynamodb")
+    # a table that does not answer fails the call in seconds (then 503 JobsUnavailable, see
+    # chalicelib.jobs.awsfaults), not after botocore's 60 s connect timeout, ten times over
+    return boto3.client("dynamodb", config=Config(
+        connect_timeout=2, read_timeout=5,
+        retries={"mode": "standard", "total_max_attempts": 3}))

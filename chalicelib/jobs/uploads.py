@@ -11,14 +11,16 @@ from typing import Any
 
 from chalicelib.core.errors import (
     InvalidUploadError,
+    SagegateError,
     UploadNotFoundError,
     UploadTooLargeError,
     UploadTypeMismatchError,
 )
 from chalicelib.registry.specs import DEFAULT_MAX_UPLOAD_BYTES, MAX_UPLOAD_BYTES
 
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError", "Upload",
-           "UploadNotFoundError", "UploadTooLargeError", "UploadTypeMismatchError"]
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError", "Pin", "Upload",
+           "UploadChangedError", "UploadNotFoundError", "UploadTooLargeError",
+           "UploadTypeMismatchError"]
 
 DEFAULT_EXPIRY_SECONDS = 15 * 60
 """How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""
@@ -33,6 +35,51 @@ _UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
 # type "/" subtype, RFC 6838's restricted-name characters; no parameters
 _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
                          r"/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z")
+
+
+class UploadChangedError(SagegateError):
+    """The upload was replaced after its job was made (the same presigned fields posted
+    again): the job runs nothing rather than bytes it was not made for. A job's failure only,
+    never a route's answer (as ``JobLost``)."""
+
+    STATUS_CODE = 409
+    CODE = "UploadChanged"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    """The one object a job was made for: its ETag, and its version when the bucket keeps
+    versions. A job reads that object or nothing (:func:`head_upload`, and the read's own
+    conditions)."""
+
+    etag: str
+    version_id: str | None = None
+
+    def conditions(self) -> dict[str, str]:
+        """HeadObject's and GetObject's arguments that select this object and no other."""
+        return {"IfMatch": self.etag, **({"VersionId": self.version_id}
+                                         if self.version_id else {})}
+
+
+def pin_of(answer: Mapping[str, Any] | None) -> Pin | None:
+    """The pin of the object a HeadObject or PutObject answer describes (None without an
+    ETag). S3's ``null`` version (a bucket whose versioning is off or suspended) is no version:
+    the next upload replaces it in place, so only the ETag tells them apart."""
+    etag = (answer or {}).get("ETag")
+    if not isinstance(etag, str) or not etag:
+        return None
+    version = (answer or {}).get("VersionId")
+    return Pin(etag, version if isinstance(version, str) and version not in ("", "null")
+               else None)
+
+
+def changed(pin: Pin, found: str | None = None) -> UploadChangedError:
+    """The error of a job whose upload is no longer the object ``pin`` names (``found``: the
+    ETag there now, when known)."""
+    now = f", it is {found[:64]} now" if found else ""
+    return UploadChangedError(
+        f"The upload was replaced after this job was made (its ETag was {pin.etag[:64]}{now}): "
+        "the job ran nothing. Make a new job for the new upload.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,23 +220,42 @@ def uploaded_by(head: Mapping[str, Any] | None) -> str | None:
     return owner if isinstance(owner, str) and owner else None
 
 
-def head_upload(client: Any, bucket: str, key: str) -> Mapping[str, Any] | None:
+def head_upload(client: Any, bucket: str, key: str,
+                pin: Pin | None = None) -> Mapping[str, Any] | None:
     """S3's HeadObject answer for an upload, or None when there is no such object.
 
+    Args:
+        pin: the object the job was made for: another one there is an error, not an answer.
+
     Raises:
+        UploadChangedError: ``pin`` no longer names the object at ``key``.
         botocore's errors other than not-found.
     """
     try:
-        answer: Mapping[str, Any] = client.head_object(Bucket=bucket, Key=key)
+        answer: Mapping[str, Any] = client.head_object(
+            Bucket=bucket, Key=key, **(pin.conditions() if pin else {}))
     except Exception as error:
         if is_missing(error):
             return None
+        if pin is not None and is_changed(error):
+            raise changed(pin) from None
         raise
+    found = answer.get("ETag")
+    if pin is not None and isinstance(found, str) and found != pin.etag:
+        raise changed(pin, found)  # a store that ignored If-Match: the same verdict
     return answer
 
 
 def is_missing(error: Exception) -> bool:
     """Whether a botocore error is S3's answer that there is no such object."""
+    return _code(error) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
+
+
+def is_changed(error: Exception) -> bool:
+    """Whether a botocore error is S3's answer that an ``If-Match`` no longer holds."""
+    return _code(error) in ("412", "PreconditionFailed")
+
+
+def _code(error: Exception) -> object:
     response = getattr(error, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return code in ("404", "NoSuchKey", "NotFound")
+    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None

@@ -9,6 +9,9 @@ setting declares its event functions, so ``chalice package`` and ``chalice deplo
 * ``job_results`` (with ``JOBS_SUCCESS_TOPIC``) and ``job_failures`` (with a different
   ``JOBS_ERROR_TOPIC``): ``@app.on_sns_message``, finish a job from SageMaker's
   notification; when both settings name one topic, ``job_results`` alone takes both.
+* ``job_redrive``: ``@app.schedule`` every ``JOB_REDRIVE_PERIOD_SECONDS`` (5 minutes): hands
+  ``job_runner`` again the tickets of jobs still queued ``JOB_REDRIVE_AFTER_SECONDS`` after
+  they were made (their S3 event was lost; :mod:`chalicelib.jobs.redrive`).
 
 Under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``: ``uploads/`` (presigned POSTs, the server's own
 inline uploads), ``tickets/`` (one per job: the S3 event that starts ``job_runner``),
@@ -34,6 +37,7 @@ JOB_RUNNER = "job_runner"  # app.py's names for its event functions (lambda_func
 JOB_RESULTS = "job_results"
 JOB_FAILURES = "job_failures"
 JOB_FUNCTIONS = (JOB_RUNNER, JOB_RESULTS, JOB_FAILURES)
+JOB_REDRIVE = "job_redrive"  # app.py's scheduled re-drive (not an event function: no DLQ)
 DEFAULT_PREFIX = "jobs/"  # JOBS_PREFIX's default (chalicelib.core.config)
 UPLOADS, TICKETS, INPUTS, RESULTS = "uploads/", "tickets/", "inputs/", "results/"
 ASYNC_OUTPUTS = "async/"
@@ -117,6 +121,11 @@ def functions(stage: Stage) -> list[str]:
     return [JOB_RUNNER, *(topic.function for topic in topics(stage))]
 
 
+def roles(stage: Stage) -> list[str]:
+    """Every jobs function with a role of its own: the event functions, then the re-drive."""
+    return [*functions(stage), JOB_REDRIVE] if enabled(stage) else []
+
+
 def function_name(stage: Stage, function: str) -> str:
     """An event function's Lambda name, as Chalice names it (``<app>-<stage>-<function>``)."""
     return f"{stage.function_name}-{function}"
@@ -137,8 +146,9 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
 
     Raises:
         ValueError: ``JOBS_BUCKET`` is set without ``JOBS_TABLE`` (the in-memory store lives
-            in one process: the event functions would never find the API's jobs), or an event
-            function has no policy file of its own.
+            in one process: the event functions would never find the API's jobs), a jobs
+            function has no policy file of its own, or a re-drive setting is wrong (its
+            period must be whole minutes: EventBridge's rate).
     """
     if not enabled(stage):
         return
@@ -147,11 +157,25 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
         raise ValueError(f"{where} sets JOBS_BUCKET without JOBS_TABLE: deployed, the API and "
                          "the job functions are separate processes and need the DynamoDB "
                          "table to share jobs")
+    _check_redrive(stage, where)
     configured = on_disk["stages"][stage.name].get("lambda_functions", {})
-    for function in functions(stage):
+    for function in roles(stage):
         wanted = policy_file(stage, function)
         named = configured.get(function, {}).get("iam_policy_file")
         if named != wanted:
             raise ValueError(f"{where} serves jobs: give {function} its own role with "
                              f"lambda_functions.{function}.iam_policy_file = {wanted!r} "
                              f"(sagegate policy renders it), not {named!r}")
+
+
+def _check_redrive(stage: Stage, where: str) -> None:
+    from chalicelib.core.errors import ConfigurationError
+    from chalicelib.jobs.redrive import RedriveSettings
+
+    try:
+        period = RedriveSettings.from_env(stage.env).period_seconds
+    except ConfigurationError as error:
+        raise ValueError(f"{where}: {error.message}") from None
+    if period % 60:
+        raise ValueError(f"{where}: JOB_REDRIVE_PERIOD_SECONDS must be whole minutes when "
+                         f"deployed (EventBridge's rate), not {period}")

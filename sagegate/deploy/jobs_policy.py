@@ -24,11 +24,16 @@ Every object statement names one prefix under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>
 * ``job_failures``: ``GetItem`` / ``UpdateItem`` only (the failure's reason is in the
   notification; a failure reads no object and captures nothing); its logs; the dead-letter
   queue.
+* ``job_redrive`` (:func:`render_redrive`): ``dynamodb:Query`` on the table's queued index
+  only, ``GetItem`` on the table (reads, never writes: the runner claims), ``s3:GetObject``
+  on ``tickets/*`` (the HEAD that the ticket exists) with the bucket's listing (a missing one
+  is a 404), ``lambda:InvokeFunction`` on the stage's ``job_runner`` only; its logs.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from chalicelib.jobs.store import TableJobStore
 from chalicelib.registry.specs import JobsBackend, ModelSpec
 from sagegate.deploy import jobs
 from sagegate.deploy.iam import (
@@ -93,6 +98,8 @@ def render_function(stage: Stage, function: str, account: str,
         ValueError: a malformed account id or region, or a model.json invalid for the stage.
     """
     check_account_and_region(account, region)
+    if function == jobs.JOB_REDRIVE and jobs.enabled(stage):
+        return render_redrive(stage, account, region)
     if function not in jobs.functions(stage):
         return None
     arns = _Arns(stage, account, region)
@@ -109,6 +116,24 @@ def render_function(stage: Stage, function: str, account: str,
               f"{arns.arn}:sqs:{region}:{account}:{jobs.dead_letter_queue(stage)}"),
     ]
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def render_redrive(stage: Stage, account: str, region: str) -> dict[str, Any]:
+    """The scheduled re-drive's IAM policy: what it reads (the queued index, a job, a
+    ticket's HEAD) and the one function it invokes; nothing it could write or delete."""
+    arns = _Arns(stage, account, region)
+    table = f"{arns.arn}:dynamodb:{region}:{account}:table/{jobs.table(stage)}"
+    runner = f"{arns.arn}:lambda:{region}:{account}:function:" \
+             f"{jobs.function_name(stage, jobs.JOB_RUNNER)}"
+    return {"Version": "2012-10-17", "Statement": [
+        allow("ListQueuedJobs", ["dynamodb:Query"],
+              f"{table}/index/{TableJobStore.QUEUED_INDEX}"),
+        allow("ReadJobs", ["dynamodb:GetItem"], table),
+        allow("ReadTickets", ["s3:GetObject"], arns.objects(jobs.TICKETS)),
+        arns.listing("ListTickets"),
+        allow("InvokeJobRunner", ["lambda:InvokeFunction"], runner),
+        log_statement(arns.arn, account, region, jobs.function_name(stage, jobs.JOB_REDRIVE)),
+    ]}
 
 
 def _results_statements(stage: Stage, arns: _Arns) -> list[dict[str, Any]]:

@@ -23,12 +23,16 @@ invoke ``job_runner``. :func:`jobs_resources` adds:
 * ``JobsDeadLetterQueue``: the events a job function still failed on after Lambda's two
   retries (a job left ``queued`` can be run again from there), kept 14 days;
 * for each event function: the fixes the monitor gets too (its Chalice name, the layer, its
-  log group named in advance and waited for) and the dead-letter queue.
+  log group named in advance and waited for) and the dead-letter queue;
+* for the scheduled re-drive (``job_redrive``, whose EventBridge rule Chalice writes): the same
+  fixes, and no asynchronous retry of a failed run (the next run, a period later, does the
+  same work).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from chalicelib.jobs.store import TableJobStore
 from sagegate.deploy import jobs
 from sagegate.deploy.stages import Stage
 
@@ -39,6 +43,8 @@ TOPIC_POLICY = "JobsTopicPolicy"
 DEAD_LETTER_QUEUE = "JobsDeadLetterQueue"
 JOB_KEY = "job_id"  # the table's partition key (S)
 JOB_TTL_ATTRIBUTE = "expires_at"  # the item's expiry (N, epoch seconds)
+JOB_STATE, JOB_CREATED = "state", "created_at"  # the queued index's keys (S, N)
+QUEUED_INDEX = TableJobStore.QUEUED_INDEX  # the index the re-drive queries
 SNS_KEY = "alias/aws/sns"  # the AWS managed key: a publisher in the account needs no grant
 DEAD_LETTER_SECONDS = 14 * 86_400  # SQS's longest retention
 LOG_GROUP_SKIPS = [
@@ -52,6 +58,18 @@ _FUNCTION_SKIPS = [
     ("CKV_AWS_173", "Environment variables hold settings only (bucket, table and topic names, "
                     "limits), no secrets; encrypted at rest with the AWS managed key."),
 ]
+_REDRIVE_SKIPS = [
+    ("CKV_AWS_116", "Its event is the schedule's, empty: a failed run is logged and the next "
+                    "run, a period later, does the same work; a dead-letter queue would hold "
+                    "only the schedule's empty event."),
+    ("CKV_AWS_117", "Calls only public AWS APIs (DynamoDB, S3, Lambda, CloudWatch Logs); a VPC "
+                    "adds NAT cost and cold-start latency and no isolation. Set "
+                    "subnet_ids/security_group_ids in the stage to run in one."),
+    ("CKV_AWS_173", "Environment variables hold settings only (bucket and table names, the "
+                    "re-drive's period), no secrets; encrypted at rest with the AWS managed "
+                    "key."),
+]
+REDRIVE_RETRY_ATTEMPTS = 0  # Lambda's asynchronous retries of a failed scheduled run
 _BUCKET_SKIPS = [
     ("CKV_AWS_18", "Access logs need a second bucket this stack would have to own; every job "
                    "is logged by the functions with its id, and CloudTrail data events can be "
@@ -91,6 +109,7 @@ def jobs_resources(stage: Stage) -> dict[str, Any]:
     waits = {topic.function: topic.logical_id for topic in created}
     for function in jobs.functions(stage):
         resources.update(_function(stage, function, waits.get(function)))
+    resources.update(_redrive(stage))
     return resources
 
 
@@ -152,6 +171,26 @@ def jobs_bucket(stage: Stage) -> dict[str, Any]:
     }
 
 
+def jobs_table_schema() -> dict[str, Any]:
+    """The job table's keys, index and TTL: what every copy of it needs (the stack's, and the
+    local stack's on moto's server). The index lists queued jobs by age for the re-drive
+    (:meth:`chalicelib.jobs.store.TableJobStore.queued_between`): ``state`` and
+    ``created_at`` are attributes every record has, so no write changes for it; keys only,
+    so it stores a few dozen bytes a job."""
+    return {
+        "AttributeDefinitions": [{"AttributeName": JOB_KEY, "AttributeType": "S"},
+                                 {"AttributeName": JOB_STATE, "AttributeType": "S"},
+                                 {"AttributeName": JOB_CREATED, "AttributeType": "N"}],
+        "KeySchema": [{"AttributeName": JOB_KEY, "KeyType": "HASH"}],
+        "GlobalSecondaryIndexes": [{
+            "IndexName": QUEUED_INDEX,
+            "KeySchema": [{"AttributeName": JOB_STATE, "KeyType": "HASH"},
+                          {"AttributeName": JOB_CREATED, "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "KEYS_ONLY"}}],
+        "TimeToLiveSpecification": {"AttributeName": JOB_TTL_ATTRIBUTE, "Enabled": True},
+    }
+
+
 def jobs_table(stage: Stage) -> dict[str, Any]:
     """The job records' table (``JOBS_TABLE``)."""
     return {
@@ -161,9 +200,7 @@ def jobs_table(stage: Stage) -> dict[str, Any]:
         "Properties": {
             "TableName": jobs.table(stage),
             "BillingMode": "PAY_PER_REQUEST",
-            "AttributeDefinitions": [{"AttributeName": JOB_KEY, "AttributeType": "S"}],
-            "KeySchema": [{"AttributeName": JOB_KEY, "KeyType": "HASH"}],
-            "TimeToLiveSpecification": {"AttributeName": JOB_TTL_ATTRIBUTE, "Enabled": True},
+            **jobs_table_schema(),
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
             "SSESpecification": {"SSEEnabled": True},
             "Tags": _tags(stage),
@@ -229,6 +266,26 @@ def _function(stage: Stage, function: str, topic: str | None) -> dict[str, Any]:
                            "DeadLetterQueue": {"Type": "SQS", "TargetArn": {
                                "Fn::GetAtt": [DEAD_LETTER_QUEUE, "Arn"]}}},
             "Metadata": _skips(_FUNCTION_SKIPS),
+        },
+        log_group: {"Properties": {"LogGroupName": f"/aws/lambda/{name}"},
+                    "Metadata": _skips(LOG_GROUP_SKIPS)},
+    }
+
+
+def _redrive(stage: Stage) -> dict[str, Any]:
+    """The scheduled re-drive's fixes: its Chalice name (its role's log and the runner's ARN
+    are known in advance), the layer (app.py imports numpy and OpenCV), its log group, no
+    asynchronous retry; it waits for the table and the runner it reads and invokes."""
+    name = jobs.function_name(stage, jobs.JOB_REDRIVE)
+    function_id = logical_id(jobs.JOB_REDRIVE)
+    log_group = f"{function_id}LogGroup"
+    return {
+        function_id: {
+            "DependsOn": [log_group, TABLE, logical_id(jobs.JOB_RUNNER)],
+            "Properties": {"FunctionName": name, "Layers": [{"Ref": "DependenciesLayer"}],
+                           "EventInvokeConfig": {"MaximumRetryAttempts":
+                                                 REDRIVE_RETRY_ATTEMPTS}},
+            "Metadata": _skips(_REDRIVE_SKIPS),
         },
         log_group: {"Properties": {"LogGroupName": f"/aws/lambda/{name}"},
                     "Metadata": _skips(LOG_GROUP_SKIPS)},

@@ -180,7 +180,7 @@ def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
         monitor_path = monitor_policy_path(stage.name, root)
         monitor_path.write_text(json.dumps(monitor, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {monitor_path.relative_to(root)} (the scheduled monitor's role)")
-    for function in jobs.functions(stage):
+    for function in jobs.roles(stage):
         try:
             role = jobs_policy.render_function(stage, function, account, region)
         except ValueError as error:

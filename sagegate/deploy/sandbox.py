@@ -84,11 +84,12 @@ class Run:
 
 def invoke(tree: LambdaTree, env: Mapping[str, str], events: Sequence[Mapping[str, Any]],
            workdir: Path, python: str = sys.executable, timeout: float = 120.0,
-           handler: str = "app") -> Run:
+           handler: str = "app", function_timeout: float = 28.0) -> Run:
     """Replay ``events`` through the packaged handler in a fresh ``python -I -S -B``.
 
     ``handler`` is the name in app.py that Lambda calls: ``app`` for the REST API, an event
-    function's name (``job_runner``, ``monitor``) for its events.
+    function's name (``job_runner``, ``monitor``) for its events. ``function_timeout`` is the
+    function's configured timeout: each invocation's context counts down from it, as Lambda's.
 
     Raises:
         RuntimeError: the child failed (its output is in the message).
@@ -98,7 +99,7 @@ def invoke(tree: LambdaTree, env: Mapping[str, str], events: Sequence[Mapping[st
     events_path.write_text(json.dumps(list(events)))
     done = subprocess.run(
         [python, "-I", "-S", "-B", str(CHILD), str(tree.task), str(tree.layer / "python"),
-         str(tree.runtime), str(events_path), str(out), handler],
+         str(tree.runtime), str(events_path), str(out), handler, str(function_timeout)],
         env=dict(env), cwd=workdir, capture_output=True, text=True, timeout=timeout,
         check=False)
     logs = done.stdout + done.stderr

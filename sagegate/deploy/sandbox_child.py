@@ -29,7 +29,7 @@ STARTED = time.perf_counter()
 class LambdaContext:
     """The attributes Lambda's context object has that code commonly reads."""
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, timeout_seconds: float = 28.0) -> None:
         name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "sagegate")
         self.function_name = name
         self.function_version = "$LATEST"
@@ -38,7 +38,7 @@ class LambdaContext:
         self.aws_request_id = request_id
         self.log_group_name = f"/aws/lambda/{name}"
         self.log_stream_name = "2026/11/23/[$LATEST]0123456789abcdef"
-        self._deadline = time.monotonic() + 28.0
+        self._deadline = time.monotonic() + timeout_seconds
 
     def get_remaining_time_in_millis(self) -> int:
         return int((self._deadline - time.monotonic()) * 1000)
@@ -71,6 +71,7 @@ def _built_at_import(app: object) -> bool:
 def main() -> None:
     task, layer, runtime, events_path, out_path = sys.argv[1:6]
     handler_name = sys.argv[6] if len(sys.argv) > 6 else "app"
+    function_timeout = float(sys.argv[7]) if len(sys.argv) > 7 else 28.0
     sys.path[:0] = [task, layer, runtime]
     started = time.perf_counter()
     import app  # the handler module: Lambda calls "app.app"
@@ -85,7 +86,7 @@ def main() -> None:
     answers, request_ms = [], []
     for index, event in enumerate(events):
         began = time.perf_counter()
-        answers.append(handler(event, LambdaContext(f"lambda-request-{index}")))
+        answers.append(handler(event, LambdaContext(f"lambda-request-{index}", function_timeout)))
         request_ms.append((time.perf_counter() - began) * 1000.0)
     origins = {name: getattr(sys.modules.get(name), "__file__", None)
                for name in ("app", "chalice", "chalicelib", "numpy", "cv2", "boto3", "botocore",

@@ -265,14 +265,20 @@ def cache_table(stage: Stage) -> dict[str, Any]:
         "Properties": {
             "TableName": stage.cache_table,
             "BillingMode": "PAY_PER_REQUEST",
-            "AttributeDefinitions": [{"AttributeName": CACHE_KEY, "AttributeType": "S"}],
-            "KeySchema": [{"AttributeName": CACHE_KEY, "KeyType": "HASH"}],
-            "TimeToLiveSpecification": {"AttributeName": CACHE_TTL_ATTRIBUTE, "Enabled": True},
+            **cache_table_schema(),
             "SSESpecification": {"SSEEnabled": True},
             "Tags": [{"Key": key, "Value": value} for key, value in sorted(stage.tags.items())],
         },
         "Metadata": _skips(_CACHE_SKIPS),
     }
+
+
+def cache_table_schema() -> dict[str, Any]:
+    """The cache table's key and TTL: what every copy of it needs (the stack's, and the local
+    stack's on moto's server)."""
+    return {"AttributeDefinitions": [{"AttributeName": CACHE_KEY, "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": CACHE_KEY, "KeyType": "HASH"}],
+            "TimeToLiveSpecification": {"AttributeName": CACHE_TTL_ATTRIBUTE, "Enabled": True}}
 
 
 def cache_template(stage: Stage) -> dict[str, Any]:

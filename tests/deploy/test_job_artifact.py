@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.server
 import json
 import os
+import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import pytest
 
 from emulator.process import free_port, start_emulator
 from sagegate.deploy import sandbox
+from sagegate.deploy.jobs_template import jobs_table_schema
 from sagegate.deploy.sandbox import DUMMY_CREDENTIALS, LambdaTree
 from tests.deploy.conftest import EVENTS, ROOT, Package, load_event
 from tests.deploy.test_artifact import CATS
@@ -48,7 +52,8 @@ NOTIFICATION_WAIT_S = 120.0
 
 ROLES = {"APIHandler": "policy-dev.json", "JobRunner": "policy-dev-job_runner.json",
          "JobResults": "policy-dev-job_results.json",
-         "JobFailures": "policy-dev-job_failures.json"}
+         "JobFailures": "policy-dev-job_failures.json",
+         "JobRedrive": "policy-dev-job_redrive.json"}
 ADMIN = {"Version": "2012-10-17",
          "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 
@@ -137,10 +142,10 @@ def aws() -> Iterator[Aws]:
         s3 = client("s3", url, admin)
         for bucket in (BUCKET, CAPTURES):
             s3.create_bucket(Bucket=bucket)
-        client("dynamodb", url, admin).create_table(
-            TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}])
+        schema = jobs_table_schema()  # the keys and the re-drive's index the stack declares
+        schema.pop("TimeToLiveSpecification")
+        client("dynamodb", url, admin).create_table(TableName=TABLE,
+                                                    BillingMode="PAY_PER_REQUEST", **schema)
         for topic in TOPICS:
             client("sns", url, admin).create_topic(Name=topic)
         yield Aws(url, admin, roles, s3)
@@ -206,6 +211,7 @@ class Handlers:
                  workdir: Path) -> None:
         self.dev, self.tree, self.aws, self.emulator_url = dev, tree, aws, emulator_url
         self.workdir, self.runs = workdir, 0
+        self.extra_env: dict[str, str] = {}
 
     def __call__(self, logical_id: str, events: list[dict[str, Any]],
                  handler: str = "app") -> sandbox.Run:
@@ -216,10 +222,10 @@ class Handlers:
         key, secret = self.aws.roles[logical_id]
         env.pop("AWS_SESSION_TOKEN")
         env.update(AWS_ENDPOINT_URL_S3=self.aws.url, AWS_ENDPOINT_URL_DYNAMODB=self.aws.url,
-                   AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+                   AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, **self.extra_env)
         self.runs += 1
         return sandbox.invoke(self.tree, env, events, self.workdir / f"run-{self.runs}",
-                              handler=handler)
+                              handler=handler, function_timeout=float(function["Timeout"]))
 
 
 def _create_jobs(handlers: Handlers, aws: Aws, image: bytes) -> tuple[list[dict[str, Any]],
@@ -371,3 +377,96 @@ def test_the_job_functions_log_no_traceback_credentials_or_input(flow: Flow, aws
         assert secret not in flow.logs
     image_b64 = load_event("predict-binary")["body"]
     assert image_b64[1000:1064] not in flow.logs
+
+
+class FakeLambda(http.server.BaseHTTPRequestHandler):
+    """Lambda's Invoke API on 127.0.0.1, as far as the re-drive uses it: each asynchronous
+    invocation recorded (function, type, payload), answered 202 as Lambda answers it."""
+
+    invocations: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        function = self.path.split("/functions/", 1)[1].split("/", 1)[0]
+        self.invocations.append((urllib.parse.unquote(function),
+                                 self.headers.get("X-Amz-Invocation-Type", ""),
+                                 json.loads(body)))
+        self.send_response(202)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_lambda() -> Iterator[tuple[str, list[tuple[str, str, dict[str, Any]]]]]:
+    FakeLambda.invocations = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeLambda)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", FakeLambda.invocations
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def schedule_event(at: float) -> dict[str, Any]:
+    event = json.loads((EVENTS / "schedule-monitor.json").read_text())
+    event["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    event["resources"] = ["arn:aws:events:us-east-1:123456789012:rule/sagegate-dev-job_redrive"]
+    return event
+
+
+def test_the_packaged_redrive_hands_a_lost_job_to_the_runner_which_runs_it_once(
+        dev: Package, tree: LambdaTree, aws: Aws, fake_lambda: Any,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``app.job_redrive`` from the dev zip, with its own role (moto, IAM enforced): a job
+    queued with its ticket and no event is due 6 minutes on; the re-drive lists it through
+    the table's index, checks its ticket, and invokes ``sagegate-dev-job_runner``
+    asynchronously with the ticket's S3 event; the packaged runner, given that event, runs
+    it; the next run and a claimed job get nothing."""
+    lambda_url, invocations = fake_lambda
+    workdir = tmp_path_factory.mktemp("jobs-redrive")
+    image = base64.b64decode(load_event("predict-binary")["body"])
+    emulator_env = {**os.environ, "AWS_ACCESS_KEY_ID": aws.admin[0],
+                    "AWS_SECRET_ACCESS_KEY": aws.admin[1], "AWS_DEFAULT_REGION": "us-east-1"}
+    with start_emulator(EMULATOR_CONFIG, env=emulator_env,
+                        extra_args=["--s3-endpoint-url", aws.url]) as emulator:
+        handlers = Handlers(dev, tree, aws, emulator.url, workdir)
+        handlers.extra_env = {"AWS_ENDPOINT_URL_LAMBDA": lambda_url}
+        lost = json.loads(handlers("APIHandler", [_realtime_job(aws, image)]).answers[0][
+            "body"])["job_id"]
+        claimed = json.loads(handlers("APIHandler", [_realtime_job(aws, image)]).answers[0][
+            "body"])["job_id"]
+        dynamodb = client("dynamodb", aws.url, aws.admin)
+        dynamodb.update_item(TableName=TABLE, Key={"job_id": {"S": claimed}},
+                             UpdateExpression="SET #s = :r, runner_id = :id",
+                             ExpressionAttributeNames={"#s": "state"},
+                             ExpressionAttributeValues={":r": {"S": "running"},
+                                                        ":id": {"S": "another-runner"}})
+        due = time.time() + 360
+
+        run = handlers("JobRedrive", [schedule_event(due)], "job_redrive")
+
+        assert run.answers[0]["redriven"] == [lost], run.logs
+        [(function, kind, event)] = invocations
+        assert (function, kind) == ("sagegate-dev-job_runner", "Event")
+        ran = handlers("JobRunner", [event], "job_runner")
+        # the runner took it (claimed, then ended it: the runner's own tests say how)
+        [(job_id, state)] = ran.answers[0]["jobs"].items()
+        assert job_id == lost and state in ("succeeded", "failed"), ran.logs
+        again = handlers("JobRedrive", [schedule_event(due + 300)], "job_redrive")
+        assert again.answers[0]["redriven"] == [] and len(invocations) == 1
+    state = dynamodb.get_item(TableName=TABLE, Key={"job_id": {"S": claimed}})["Item"]
+    assert state["state"] == {"S": "running"} and state["runner_id"] == {"S": "another-runner"}
+    assert "Traceback" not in run.logs + again.logs
+
+
+def _realtime_job(aws: Aws, image: bytes) -> dict[str, Any]:
+    upload = uuid.uuid4().hex
+    aws.s3.put_object(Bucket=BUCKET, Key=f"jobs/uploads/{upload}", Body=image,
+                      ContentType="image/jpeg")
+    return api_event("POST", "/models/{name}/jobs", "/models/efficientnet-lite0/jobs",
+                     {"name": "efficientnet-lite0"}, json.dumps({"upload_id": upload}))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from chalicelib.jobs.store import TableJobStore
 from sagegate.deploy import jobs, jobs_policy, jobs_template
 from sagegate.deploy.chalice_sam import s3_event
 from sagegate.deploy.policy import policy_path, render
@@ -139,7 +140,16 @@ def test_the_table_is_the_one_the_functions_name(dev: Package) -> None:
     props = table["Properties"]
     assert props["TableName"] == "sagegate-dev-jobs"
     assert props["KeySchema"] == [{"AttributeName": "job_id", "KeyType": "HASH"}]
-    assert props["AttributeDefinitions"] == [{"AttributeName": "job_id", "AttributeType": "S"}]
+    # the re-drive's index of queued jobs by age: attributes every record already has
+    assert props["AttributeDefinitions"] == [{"AttributeName": "job_id", "AttributeType": "S"},
+                                             {"AttributeName": "state", "AttributeType": "S"},
+                                             {"AttributeName": "created_at",
+                                              "AttributeType": "N"}]
+    assert props["GlobalSecondaryIndexes"] == [{
+        "IndexName": TableJobStore.QUEUED_INDEX,
+        "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"},
+                      {"AttributeName": "created_at", "KeyType": "RANGE"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"}}]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
@@ -232,14 +242,73 @@ def test_the_finishers_read_outputs_and_nothing_they_do_not_need() -> None:
                                  "logs:CreateLogStream", "logs:PutLogEvents", "sqs:SendMessage"}
 
 
-@pytest.mark.parametrize("function", jobs.JOB_FUNCTIONS)
+@pytest.mark.parametrize("function", [*jobs.JOB_FUNCTIONS, jobs.JOB_REDRIVE])
 def test_each_job_policy_is_committed_scoped_and_deletes_nothing(function: str) -> None:
     document = policy_of(function)
     assert document == jobs_policy.render_function(load_stage("dev"), function, ACCOUNT, REGION)
-    assert not actions(document) & NEVER
+    # the re-drive lists queued jobs through the table's index: Query there, nowhere else
+    assert not actions(document) & NEVER - ({"dynamodb:Query"}
+                                            if function == jobs.JOB_REDRIVE else set())
     assert_no_wildcards(document)
     logs = granted(document)["WriteOwnLogs"][1]
     assert logs.endswith(f":log-group:/aws/lambda/sagegate-dev-{function}:*")
+
+
+def test_the_redrive_is_a_scheduled_function_of_its_own(dev: Package,
+                                                          expanded: dict[str, Any]) -> None:
+    resource = dev.resource("JobRedrive")
+    properties = resource["Properties"]
+    configured = load_config()["stages"]["dev"]["lambda_functions"]["job_redrive"]
+    assert properties["Handler"] == "app.job_redrive"
+    assert properties["FunctionName"] == "sagegate-dev-job_redrive"
+    assert (properties["MemorySize"], properties["Timeout"]) == (
+        configured["lambda_memory_size"], configured["lambda_timeout"])
+    assert properties["ReservedConcurrentExecutions"] == 1  # one run at a time
+    assert properties["Layers"] == [{"Ref": "DependenciesLayer"}]
+    assert properties["EventInvokeConfig"] == {"MaximumRetryAttempts": 0}
+    assert "DeadLetterQueue" not in properties and "SnapStart" not in properties
+    assert properties["Events"] == {"JobRedriveEvent": {
+        "Type": "Schedule", "Properties": {"Schedule": "rate(5 minutes)"}}}
+    assert resource["DependsOn"] == ["JobRedriveLogGroup", "JobsTable", "JobRunner"]
+    assert dev.resource("JobRedriveLogGroup")["Properties"]["LogGroupName"] == \
+        "/aws/lambda/sagegate-dev-job_redrive"
+    role = dev.resource("JobRedriveRole")["Properties"]
+    assert [p["PolicyDocument"] for p in role["Policies"]] == [policy_of("job_redrive")]
+    [rule] = [r["Properties"] for r in expanded.values() if r["Type"] == "AWS::Events::Rule"
+              and r["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": ["JobRedrive", "Arn"]}]
+    assert rule["ScheduleExpression"] == "rate(5 minutes)"
+    [permission] = [r["Properties"] for r in expanded.values()
+                    if r["Type"] == "AWS::Lambda::Permission"
+                    and r["Properties"]["FunctionName"] == {"Ref": "JobRedrive"}]
+    assert permission["Principal"] == "events.amazonaws.com"
+
+
+def test_the_redrive_reads_jobs_and_tickets_and_invokes_the_runner_only() -> None:
+    found = granted(policy_of("job_redrive"))
+    assert found["ListQueuedJobs"] == (
+        ["dynamodb:Query"], f"{TABLE}/index/{TableJobStore.QUEUED_INDEX}")
+    assert found["ReadJobs"] == (["dynamodb:GetItem"], TABLE)
+    assert found["ReadTickets"] == (["s3:GetObject"], [f"{OBJECTS}tickets/*"])
+    assert found["ListTickets"] == (["s3:ListBucket"], "arn:aws:s3:::sagegate-dev-jobs")
+    assert found["InvokeJobRunner"] == (
+        ["lambda:InvokeFunction"],
+        f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:sagegate-dev-job_runner")
+    assert set(found) == {"ListQueuedJobs", "ReadJobs", "ReadTickets", "ListTickets",
+                          "InvokeJobRunner", "WriteOwnLogs"}
+    assert not {action for action in actions(policy_of("job_redrive"))
+                if action.startswith("s3:Put") or action.endswith(("UpdateItem", "PutItem"))}
+
+
+def test_a_redrive_without_its_own_policy_or_with_a_period_eventbridge_cannot_run_is_refused(
+        tmp_path: Path) -> None:
+    functions = load_config()["stages"]["dev"]["lambda_functions"]
+    del functions["job_redrive"]["iam_policy_file"]
+    with pytest.raises(ValueError, match=r"lambda_functions\.job_redrive\.iam_policy_file"):
+        load_stage("dev", _config_with(tmp_path, functions))
+    with pytest.raises(ValueError, match="whole minutes"):
+        load_stage("dev", _config_with(tmp_path, JOB_REDRIVE_PERIOD_SECONDS="90"))
+    with pytest.raises(ValueError, match="JOB_REDRIVE_AFTER_SECONDS"):
+        load_stage("dev", _config_with(tmp_path, JOB_REDRIVE_AFTER_SECONDS="soon"))
 
 
 def test_a_stage_without_jobs_bucket_has_no_jobs(package: Callable[[str], Package]) -> None:

@@ -98,8 +98,9 @@ def test_the_api_functions_role_gains_nothing_of_the_monitor(dev: Package) -> No
 def test_the_schedule_becomes_an_events_rule_invoking_the_monitor(dev: Package) -> None:
     transformed = sam_transform(dev)  # AWS's SAM translator, as sagegate check runs it
     rules = {name: r for name, r in transformed["Resources"].items()
-             if r["Type"] == "AWS::Events::Rule"}
-    assert len(rules) == 1
+             if r["Type"] == "AWS::Events::Rule"
+             and r["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": ["Monitor", "Arn"]}}
+    assert len(rules) == 1  # (the jobs' re-drive has its own rule)
     [rule] = rules.values()
     assert rule["Properties"]["ScheduleExpression"] == "cron(5 * * * ? *)"
     [target] = rule["Properties"]["Targets"]

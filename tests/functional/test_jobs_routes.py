@@ -7,9 +7,12 @@ import base64
 import dataclasses
 import importlib.util
 import json
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import boto3
 import pytest
 import requests
-from botocore.exceptions import ReadTimeoutError
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from botocore.stub import Stubber
 from chalice.test import Client
 from moto import mock_aws
@@ -27,11 +30,12 @@ from chalicelib.capture import Capturer
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import UploadNotFoundError
+from chalicelib.inference.coercion import MAX_INSTANCES
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
 from chalicelib.jobs import runner
+from chalicelib.jobs.lifetime import RunnerLifetime
 from chalicelib.jobs.records import Job, JobState, new_job_id
-from chalicelib.jobs.runner import RUNNER_LIFETIME_SECONDS
-from chalicelib.jobs.store import MemoryJobStore
+from chalicelib.jobs.store import MemoryJobStore, TableJobStore
 from chalicelib.registry.specs import JobsBackend, JobsSpec
 from chalicelib.services import Services
 from tests.functional.conftest import ENDPOINT, endpoint_response, probabilities
@@ -41,6 +45,7 @@ BUCKET, PREFIX = "sagegate-test-jobs", "test/jobs/"
 SUCCESS_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-done"
 ERROR_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-failed"
 IRIS_ROW = b"5.1,3.5,1.4,0.2\n"
+RUNNER_LIFETIME_SECONDS = RunnerLifetime().seconds  # the stage sets no JOB_RUNNER_TIMEOUT_SECONDS
 
 
 def _app_with_jobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -437,7 +442,11 @@ def test_another_callers_job_is_404_as_a_missing_one(stage: Stage) -> None:
     assert stage.get("/jobs/..%2F..%2Fsecret")[0] == 404
 
 
-def test_jobs_are_501_on_a_stage_without_a_bucket() -> None:
+def test_jobs_are_501_on_a_stage_without_a_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the app's own services may have read a stage with a bucket already (a test entering
+    # Chalice's default stage, dev): these are a stage's without one
+    monkeypatch.setattr(app_module, "services",
+                        Services(Settings.from_env({"ENDPOINT_NAME": ENDPOINT})))
     with Client(app_module.app, stage_name="local") as client:
         answers = [client.http.post("/uploads", body="{}",
                                     headers={"Content-Type": "application/json"}),
@@ -634,3 +643,355 @@ def test_a_job_nothing_will_move_any_more_is_failed_as_lost(
         assert f"was {state} for {after} s" in answer["error"]["Message"]
         kept = stage.store.get(job.job_id)
         assert kept is not None and kept.state is JobState.FAILED  # kept so
+
+
+# --- S3 and DynamoDB failing: one 503 with Retry-After, the rest keeps its meaning ----------
+
+def _refuse(*_: Any, **__: Any) -> None:
+    """A botocore hook: the connection is refused (moto's server, or S3, down)."""
+    raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9/")
+
+
+def _assert_unavailable(response: Any) -> None:
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (503, "JobsUnavailable"), answer
+    assert int(response.headers["Retry-After"]) >= 1
+    assert set(answer) >= {"Code", "Message", "request_id"}
+    assert "127.0.0.1" not in answer["Message"]
+
+
+def test_jobs_answer_503_with_retry_after_while_s3_is_unreachable(stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    stage.s3.meta.events.register("before-send.s3", _refuse)
+    _assert_unavailable(stage.post_job("iris", upload_id))  # its HEAD
+    _assert_unavailable(stage.post("/models/iris/jobs", IRIS_ROW, "text/csv"))  # its PUT
+    assert stage.post("/uploads", json.dumps({"model": "iris", "content_type": "text/csv"})
+                      ).status_code == 200  # presigning asks S3 nothing
+    stage.s3.meta.events.unregister("before-send.s3", _refuse)
+    assert stage.post_job("iris", upload_id).status_code == 202  # S3 is back: as before
+
+
+def test_a_throttled_or_failing_s3_is_503_and_its_refusals_keep_their_meaning(
+        stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    with Stubber(stage.s3) as s3:
+        s3.add_client_error("head_object", "SlowDown", http_status_code=503)
+        s3.add_client_error("head_object", "InternalError", http_status_code=500)
+        s3.add_client_error("head_object", "404", http_status_code=404)
+        throttled = stage.post_job("iris", upload_id)
+        _assert_unavailable(throttled)
+        assert throttled.headers["Retry-After"] == "5"
+        _assert_unavailable(stage.post_job("iris", upload_id))
+        missing = stage.post_job("iris", upload_id)
+    assert (missing.status_code, json.loads(missing.body)["Code"]) == (404, "UploadNotFound")
+
+
+@pytest.fixture
+def table_stage(stage: Stage) -> Stage:
+    """The stage with its jobs in a DynamoDB table (moto's in-process one)."""
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    dynamodb.create_table(TableName="sagegate-test-jobs", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+                          AttributeDefinitions=[{"AttributeName": "job_id",
+                                                 "AttributeType": "S"}])
+    services = Services(stage.services.settings, s3=stage.s3,
+                        job_store=TableJobStore("sagegate-test-jobs", client=dynamodb),
+                        capturer=Capturer("both", stage.sink))
+    setattr(stage.app, "services", services)  # noqa: B010 (a module loaded at run time)
+    return dataclasses.replace(stage, services=services)
+
+
+def test_a_job_read_answers_503_while_its_table_is_unreachable(table_stage: Stage) -> None:
+    stage = table_stage
+    job_id = json.loads(stage.post("/models/iris/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    assert stage.get(f"/jobs/{job_id}")[1]["state"] == "queued"
+    table = stage.services.job_store.client  # type: ignore[attr-defined]
+    table.meta.events.register("before-send.dynamodb", _refuse)
+    response = stage.client.http.get(f"/jobs/{job_id}")
+    _assert_unavailable(response)
+    _assert_unavailable(stage.post("/models/iris/jobs", IRIS_ROW, "text/csv"))
+    table.meta.events.unregister("before-send.dynamodb", _refuse)
+    with Stubber(table) as dynamodb:
+        dynamodb.add_client_error("get_item", "ProvisionedThroughputExceededException",
+                                  http_status_code=400)
+        dynamodb.add_client_error("get_item", "AccessDeniedException", http_status_code=400)
+        throttled = stage.client.http.get(f"/jobs/{job_id}")
+        denied = stage.client.http.get(f"/jobs/{job_id}")
+    _assert_unavailable(throttled)
+    assert denied.status_code == 500  # a misconfiguration: retrying would not cure it
+    assert stage.get(f"/jobs/{job_id}") == (200, stage.get(f"/jobs/{job_id}")[1])
+
+
+# --- an owner reads its own job, and only its own ---------------------------------------------
+
+def _api_event(method: str, path: str, resource: str, api_key_id: str | None,
+               body: bytes = b"", content_type: str = "text/csv",
+               params: dict[str, str] | None = None) -> dict[str, Any]:
+    """API Gateway's proxy event for a request of an API key's caller (its id in the request
+    context, as API Gateway puts it once the key is checked)."""
+    headers = {"Content-Type": content_type} if body else {}
+    return {"resource": resource, "path": path, "httpMethod": method, "headers": headers,
+            "multiValueHeaders": {name: [value] for name, value in headers.items()},
+            "queryStringParameters": None, "multiValueQueryStringParameters": None,
+            "pathParameters": params, "stageVariables": None,
+            "body": base64.b64encode(body).decode() if body else None,
+            "isBase64Encoded": bool(body),
+            "requestContext": {"resourcePath": resource, "path": f"/api{path}",
+                               "httpMethod": method, "stage": "api", "requestId": "r-1",
+                               "identity": {"sourceIp": "203.0.113.7",
+                                            "apiKeyId": api_key_id}}}
+
+
+def _as_caller(stage: Stage, api_key_id: str | None, method: str, path: str, resource: str,
+               body: bytes = b"", params: dict[str, str] | None = None) -> tuple[int, Any]:
+    answer = stage.app.app(_api_event(method, path, resource, api_key_id, body,
+                                      params=params), None)
+    return answer["statusCode"], json.loads(answer["body"])
+
+
+def test_a_callers_job_is_its_own_to_read(stage: Stage) -> None:
+    status, accepted = _as_caller(stage, "key-alice", "POST", "/models/iris/jobs",
+                                  "/models/{name}/jobs", IRIS_ROW, {"name": "iris"})
+    assert status == 202, accepted
+    job_id = accepted["job_id"]
+    stored = stage.store.get(job_id)
+    assert stored is not None and stored.owner == "apikey:key-alice"
+
+    def read(caller: str | None) -> tuple[int, Any]:
+        return _as_caller(stage, caller, "GET", f"/jobs/{job_id}", "/jobs/{job_id}",
+                          params={"job_id": job_id})
+
+    status, view = read("key-alice")
+    assert (status, view["job_id"], view["state"]) == (200, job_id, "queued")
+    for other in ("key-bob", None):
+        status, refused = read(other)
+        assert (status, refused["Code"]) == (404, "JobNotFound")
+
+
+# --- the input the job was made for, and no other ---------------------------------------------
+
+def _replace(stage: Stage, key: str, body: bytes, content_type: str) -> None:
+    """What a client posting the same presigned fields again does."""
+    stage.s3.put_object(Bucket=BUCKET, Key=key, Body=body, ContentType=content_type)
+
+
+def test_an_upload_replaced_after_its_job_was_made_fails_the_job(stage: Stage) -> None:
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    _replace(stage, f"{PREFIX}uploads/{upload_id}", jpeg(640, 480), "image/jpeg")
+    # no endpoint answer is stubbed: a call would fail the job with another code
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    error = stage.get(f"/jobs/{job_id}")[1]["error"]
+    assert error["Code"] == "UploadChanged" and "replaced" in error["Message"]
+
+
+def test_an_async_jobs_replaced_upload_is_not_sent(stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    _replace(stage, f"{PREFIX}uploads/{upload_id}", b"9.9,9.9,9.9,9.9\n", "text/csv")
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}  # nothing stubbed: none sent
+    assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "UploadChanged"
+
+
+def test_an_inline_bodys_job_is_pinned_too(stage: Stage) -> None:
+    job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    job = stage.store.get(job_id)
+    assert job is not None and job.input_etag
+    stage.s3.put_object(Bucket=BUCKET, Key=job.input_location.split(f"{BUCKET}/", 1)[1],
+                        Body=b"1,1,1,1\n", ContentType="text/csv")
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "UploadChanged"
+
+
+def test_an_unchanged_upload_is_copied_for_the_async_endpoint(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    # preprocessing that leaves the upload as it is (already the endpoint's body): the
+    # endpoint still reads the server's own copy, which no client can replace before the
+    # endpoint gets to it
+    pipeline = stage.services.job_pipeline_for(stage.services.registry.get("iris"))
+    monkeypatch.setattr(type(pipeline), "preprocess", lambda self, request, *_: request.call)
+    body = json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]]}).encode()
+    upload_id = stage.put_upload(body, "application/json")
+    job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
+    stage.stubber.add_response(
+        "invoke_endpoint_async", {"InferenceId": job_id},
+        {"EndpointName": "iris-async", "InferenceId": job_id,
+         "InputLocation": f"s3://{BUCKET}/{PREFIX}inputs/{job_id}",
+         "ContentType": "application/json", "InvocationTimeoutSeconds": 900})
+    assert stage.run_tickets() == {"jobs": {job_id: "running"}}
+    sent = stage.s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}inputs/{job_id}")["Body"].read()
+    assert sent == body
+
+
+# --- a job's answer names the variant as the synchronous route's does --------------------------
+
+def test_a_jobs_answer_names_the_variant_the_synchronous_answer_names(stage: Stage) -> None:
+    with Stubber(stage.services.endpoint.client) as endpoint:  # the synchronous route's
+        endpoint.add_response("invoke_endpoint", endpoint_response(
+            json.dumps({"predictions": [[0.9, 0.06, 0.04]]}).encode()))
+        synchronous = json.loads(stage.post("/models/iris/predict", IRIS_ROW, "text/csv").body)
+    assert synchronous["variant"] == "AllTraffic"
+    job_id = _running_async_iris_job(stage)  # iris's jobs: its asynchronous endpoint
+    output = _output(stage, json.dumps({"predictions": [[0.9, 0.06, 0.04]]}).encode())
+    stage.notify(_notification(job_id, output=output))
+    assert stage.get(f"/jobs/{job_id}")[1]["result"]["variant"] == synchronous["variant"]
+    upload_id = stage.put_upload(jpeg(320, 240), "image/jpeg")
+    realtime = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({7: 0.9})))
+    stage.run_tickets([f"{PREFIX}tickets/{realtime}"])
+    assert stage.get(f"/jobs/{realtime}")[1]["result"]["variant"] == "AllTraffic"
+
+
+# --- the runner's lifetime follows its function's timeout ---------------------------------------
+
+@pytest.mark.parametrize(("after", "lost"), [(539, False), (541, True)])
+def test_a_running_job_is_lost_after_its_configured_runner_could_have_finished(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch, after: int, lost: bool) -> None:
+    # a 300 s runner: gone 360 s after its last move, its event's last retry 180 s later
+    monkeypatch.setenv("JOB_RUNNER_TIMEOUT_SECONDS", "300")
+    job = stage.services.jobs.create_from_body(stage.services.registry.get(ENDPOINT),
+                                               jpeg(64, 64), "image/jpeg", {}, None)
+    claimed, _ = stage.store.claim(job.job_id, "request-1")
+    stage.services.jobs_context.clock = lambda: claimed.updated_at + after
+    answer = stage.get(f"/jobs/{job.job_id}")[1]
+    assert answer["state"] == ("failed" if lost else "running")
+
+
+@pytest.mark.parametrize(("after", "runs"), [(300, False), (361, True)])
+def test_another_delivery_takes_a_job_once_its_configured_runner_is_gone(
+        stage: Stage, monkeypatch: pytest.MonkeyPatch, after: int, runs: bool) -> None:
+    monkeypatch.setenv("JOB_RUNNER_TIMEOUT_SECONDS", "300")
+    job_id = _running_image_job(stage, "request-1", time.time() - after, monkeypatch)
+    if runs:
+        stage.stubber.add_response("invoke_endpoint",
+                                   endpoint_response(probabilities({1: 0.9})))
+    assert stage.run_tickets(request_id="request-2") == {
+        "jobs": {job_id: "succeeded" if runs else "running"}}
+
+
+def test_a_jobs_work_ends_before_its_invocations_time(stage: Stage) -> None:
+    # 100 s left: not enough for one endpoint attempt (72 s) after the finishing margin
+    upload_id = stage.put_upload(jpeg(64, 64), "image/jpeg")
+    job_id = json.loads(stage.post_job(ENDPOINT, upload_id).body)["job_id"]
+    context = SimpleNamespace(aws_request_id="request-1",
+                              get_remaining_time_in_millis=lambda: 100_000)
+    records = [{"s3": {"bucket": {"name": BUCKET}, "object": {"key": key}}}
+               for key in stage.tickets()]
+    assert stage.app.job_runner({"Records": records}, context) == {"jobs": {job_id: "failed"}}
+    assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "PreprocessingTimeout"
+
+
+# --- a job's rows: a whole batch for an asynchronous endpoint, one request's for a real-time one
+
+def test_an_inline_batch_is_bounded_by_its_jobs_backend(stage: Stage) -> None:
+    rows = IRIS_ROW * (MAX_INSTANCES + 1)
+    assert stage.post("/models/iris/jobs", rows, "text/csv").status_code == 202  # async
+    registry = stage.services.registry
+    registry.models["iris"] = dataclasses.replace(registry.models["iris"],
+                                                  jobs=JobsSpec(JobsBackend.REALTIME))
+    refused = stage.post("/models/iris/jobs", rows, "text/csv")
+    assert (refused.status_code, json.loads(refused.body)["Code"]) == (400, "SignatureMismatch")
+    assert stage.post("/models/iris/jobs", IRIS_ROW * MAX_INSTANCES,
+                      "text/csv").status_code == 202
+
+
+# --- a real-time job's endpoint calls over a real connection ------------------------------------
+
+class ScriptedEndpoint:
+    """InvokeEndpoint on 127.0.0.1, nothing listening until :meth:`listen` (connections are
+    refused, as while the emulator restarts); then each call answered by the next of
+    ``script``: ``ok`` (an answer, its variant named), ``unavailable`` (503
+    ServiceUnavailable), ``cut`` (an answer cut short after its headers)."""
+
+    def __init__(self, *script: str) -> None:
+        self.script = list(script)
+        self.calls: list[str] = []
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def listen(self) -> None:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                endpoint.calls.append(self.headers.get("X-Amzn-SageMaker-Inference-Id", ""))
+                endpoint.answer(self, endpoint.script.pop(0))
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, handler: BaseHTTPRequestHandler, what: str) -> None:
+        body = json.dumps(probabilities({5: 0.9})).encode()
+        if what == "unavailable":
+            body = json.dumps({"message": "restarting"}).encode()
+            handler.send_response(503)
+            handler.send_header("x-amzn-ErrorType", "ServiceUnavailable")
+        else:
+            handler.send_response(200)
+            handler.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body) * (4 if what == "cut" else 1)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        handler.close_connection = True
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.fixture
+def scripted(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedEndpoint]:
+    """The stage's jobs calling a :class:`ScriptedEndpoint` with the job endpoint client the
+    stage builds (its retry policy, its reader), not one the test gives."""
+    endpoint = ScriptedEndpoint()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", endpoint.url)
+    services = Services(stage.services.settings, s3=stage.s3, job_store=stage.store,
+                        capturer=Capturer("both", stage.sink))
+    setattr(stage.app, "services", services)  # noqa: B010 (a module loaded at run time)
+    try:
+        yield endpoint
+    finally:
+        endpoint.close()
+
+
+def _image_job(stage: Stage) -> str:
+    job_id: str = json.loads(stage.post_job(ENDPOINT, stage.put_upload(
+        jpeg(64, 64), "image/jpeg")).body)["job_id"]
+    return job_id
+
+
+def test_a_realtime_job_waits_for_its_endpoint_to_come_back(
+        stage: Stage, scripted: ScriptedEndpoint) -> None:
+    scripted.script = ["unavailable", "ok"]
+    job_id = _image_job(stage)
+    timer = threading.Timer(1.5, scripted.listen)  # refused for 1.5 s, as a restart is
+    timer.start()
+    try:
+        assert stage.run_tickets() == {"jobs": {job_id: "succeeded"}}
+    finally:
+        timer.cancel()
+    assert scripted.calls == [job_id, job_id]  # refused ones never arrived; the 503 retried
+    result = stage.get(f"/jobs/{job_id}")[1]["result"]
+    assert result["predictions"][0]["index"] == 5 and result["variant"] == "AllTraffic"
+
+
+def test_an_answer_cut_short_is_not_asked_for_twice(
+        stage: Stage, scripted: ScriptedEndpoint) -> None:
+    scripted.script = ["cut", "ok"]
+    scripted.listen()
+    job_id = _image_job(stage)
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    assert scripted.calls == [job_id]  # the endpoint ran it once; it is not run again
+    assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "EndpointError"

@@ -43,7 +43,7 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoProcess]:
 
 @pytest.fixture(scope="module")
 def jobs(moto: MotoProcess) -> LocalJobs:
-    return provision(LocalJobs(moto.url), ["other-bucket"])
+    return provision(LocalJobs(moto.url), ["other-bucket"], key=moto.provision_key)
 
 
 def client(jobs: LocalJobs, name: str) -> Any:

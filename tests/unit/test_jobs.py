@@ -75,6 +75,15 @@ def test_job_ids_are_uuid4_hex_and_unique() -> None:
     assert not is_job_id("../etc") and not is_job_id("A" * 32) and not is_job_id("")
 
 
+@pytest.mark.parametrize(("text", "valid"), [
+    ("a" * 32, True), ("0123456789abcdef" * 2, True),
+    ("a" * 31, False), ("a" * 33, False),  # one digit short, one too many
+    ("a" * 31 + "g", False), ("a" * 31 + "A", False), ("a" * 32 + "\n", False),
+    (" " + "a" * 31, False)])
+def test_a_job_id_is_exactly_32_lowercase_hex_digits(text: str, valid: bool) -> None:
+    assert is_job_id(text) is valid
+
+
 @pytest.mark.parametrize(("current", "target", "allowed"), [
     (QUEUED, RUNNING, True), (QUEUED, SUCCEEDED, True), (QUEUED, FAILED, True),
     (RUNNING, RUNNING, False), (RUNNING, SUCCEEDED, True), (RUNNING, FAILED, True),
@@ -229,15 +238,42 @@ def test_a_job_past_its_ttl_is_gone(store: JobStore, clock: Clock) -> None:
         store.advance(job.job_id, RUNNING)
 
 
+@pytest.mark.parametrize(("after", "live"), [(-1, True), (0, False), (1, False)])
+def test_a_job_lives_until_the_second_before_its_expiry(store: JobStore, clock: Clock,
+                                                        after: int, live: bool) -> None:
+    # expires_at is the first second the job is gone, for a read and for a move alike
+    job = store.create(_job())
+    clock.now = job.expires_at + after
+    assert (store.get(job.job_id) is not None) is live
+    if live:
+        moved, changed = store.advance(job.job_id, RUNNING)
+        assert changed and moved.state is RUNNING
+    else:
+        with pytest.raises(JobNotFoundError):
+            store.advance(job.job_id, RUNNING)
+
+
+def test_the_pinned_input_round_trips(store: JobStore) -> None:
+    job = store.create(_job(input_etag='"9b2cf535f27731c974343645a3985328"',
+                            input_version="3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"))
+    assert store.get(job.job_id) == job
+    done, _ = store.advance(job.job_id, FAILED, Outcome(error={"Code": "X", "Message": "m"}))
+    assert (done.input_etag, done.input_version) == (job.input_etag, job.input_version)
+
+
 def test_a_job_without_owner_round_trips(store: JobStore) -> None:
     job = store.create(_job(owner=None, options={}))
     assert store.get(job.job_id) == job
 
 
 def test_the_table_item_round_trips_and_refuses_strangers() -> None:
-    job = _job(state=FAILED, error={"Code": "ModelError", "Message": "m"}, runner_id="r-1")
+    job = _job(state=FAILED, error={"Code": "ModelError", "Message": "m"}, runner_id="r-1",
+               input_etag='"e"', input_version="v1")
     assert decode_job(encode_job(job)) == job
     assert decode_job(encode_job(dataclasses.replace(job, runner_id=None))).runner_id is None
+    unpinned = decode_job(encode_job(dataclasses.replace(job, input_etag=None,
+                                                         input_version=None)))
+    assert (unpinned.input_etag, unpinned.input_version) == (None, None)
     item = encode_job(job)
     for broken in ({k: v for k, v in item.items() if k != "state"},
                    {**item, "state": {"S": "paused"}}, {**item, "options": {"S": "[1]"}},
@@ -345,6 +381,18 @@ def test_the_uploaded_object_is_checked_before_a_job_reads_it() -> None:
                      "dev/jobs/uploads/../x"):
         with pytest.raises(InvalidUploadError):
             check_uploaded(head, stranger, "dev/jobs/", "image/jpeg", 10**9)
+
+
+@pytest.mark.parametrize(("size", "allowed"), [(4095, True), (4096, True), (4097, False)])
+def test_an_upload_of_exactly_the_cap_is_taken_and_one_byte_more_is_not(size: int,
+                                                                        allowed: bool) -> None:
+    key, cap = upload_key("dev/jobs/", "b" * 32), 4096
+    head = {"ContentLength": size, "ContentType": "text/csv"}
+    if allowed:
+        assert check_uploaded(head, key, "dev/jobs/", "text/csv", cap) == size
+    else:
+        with pytest.raises(UploadTooLargeError, match=f"{size} bytes.*at most {cap}"):
+            check_uploaded(head, key, "dev/jobs/", "text/csv", cap)
 
 
 # --- settings ------------------------------------------------------------------------------

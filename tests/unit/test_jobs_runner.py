@@ -3,17 +3,24 @@ failures with the endpoint's message, and retries that never run a finished job 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from chalicelib.calls import Answer
-from chalicelib.core.errors import ModelError
+from chalicelib.core.errors import ConfigurationError, ModelError
+from chalicelib.jobs.lifetime import RunnerLifetime
 from chalicelib.jobs.records import Job, JobNotFoundError, JobState, new_job_id
-from chalicelib.jobs.runner import INLINE_RESULT_BYTES, RUNNER_LIFETIME_SECONDS, run_job
-from chalicelib.jobs.store import MemoryJobStore
+from chalicelib.jobs.runner import INLINE_RESULT_BYTES, run_job
+from chalicelib.jobs.store import MemoryJobStore, Outcome
 
 NOW = 1_800_000_000.0
 RUNNER = "request-1"  # the Lambda request id of the runner
+LIFETIME = RunnerLifetime()  # a runner of Lambda's longest timeout
+RUNNER_LIFETIME_SECONDS = LIFETIME.seconds
+CONFIG = json.loads((Path(__file__).resolve().parents[2] / ".chalice" / "config.json")
+                    .read_text())
 
 
 def _store_with_job() -> tuple[MemoryJobStore, str]:
@@ -42,7 +49,7 @@ def test_a_small_json_answer_is_kept_in_the_record() -> None:
         return Answer.json({"predictions": [{"label": "setosa", "probability": 0.98}]})
 
     results = Results()
-    done = run_job(store, job_id, work, results, runner_id=RUNNER)
+    done = run_job(store, job_id, work, results, runner_id=RUNNER, lifetime=LIFETIME)
     assert seen == [JobState.RUNNING]
     assert done.state is JobState.SUCCEEDED and results.put == []
     assert done.result == {"predictions": [{"label": "setosa", "probability": 0.98}]}
@@ -56,7 +63,7 @@ def test_a_small_json_answer_is_kept_in_the_record() -> None:
 def test_a_large_or_non_json_answer_becomes_an_object(answer: Answer) -> None:
     store, job_id = _store_with_job()
     results = Results()
-    done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER)
+    done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER, lifetime=LIFETIME)
     assert done.state is JobState.SUCCEEDED and done.result is None
     assert done.result_location == f"s3://b/jobs/results/{job_id}"
     assert results.put == [(job_id, answer)]
@@ -69,7 +76,7 @@ def test_an_endpoint_failure_fails_the_job_with_its_message() -> None:
     def work(job: Job) -> Answer:
         raise ModelError("The model failed: division by zero")
 
-    failed = run_job(store, job_id, work, Results(), runner_id=RUNNER)
+    failed = run_job(store, job_id, work, Results(), runner_id=RUNNER, lifetime=LIFETIME)
     assert failed.state is JobState.FAILED
     assert failed.view()["error"] == {"Code": ModelError.CODE,
                                       "Message": "The model failed: division by zero"}
@@ -84,7 +91,7 @@ def test_a_runner_that_dies_is_retried_and_a_finished_job_is_never_run_again() -
         raise MemoryError("the function ran out of memory")
 
     with pytest.raises(MemoryError):
-        run_job(store, job_id, dies, Results(), runner_id=RUNNER)
+        run_job(store, job_id, dies, Results(), runner_id=RUNNER, lifetime=LIFETIME)
     job = store.get(job_id)
     assert job is not None and job.state is JobState.RUNNING
 
@@ -92,16 +99,18 @@ def test_a_runner_that_dies_is_retried_and_a_finished_job_is_never_run_again() -
         calls.append("works")
         return Answer(json.dumps([1, 2]).encode(), "application/json; charset=utf-8")
 
-    done = run_job(store, job_id, works, Results(), runner_id=RUNNER)  # Lambda's retry
+    # Lambda's retry
+    done = run_job(store, job_id, works, Results(), runner_id=RUNNER, lifetime=LIFETIME)
     assert done.state is JobState.SUCCEEDED and done.result == [1, 2]
-    again = run_job(store, job_id, works, Results(), runner_id="another")
+    again = run_job(store, job_id, works, Results(), runner_id="another", lifetime=LIFETIME)
     assert again == done and calls == ["dies", "works"]
 
 
 def test_an_unknown_job_is_not_found() -> None:
     store, _ = _store_with_job()
     with pytest.raises(JobNotFoundError):
-        run_job(store, new_job_id(), lambda job: Answer.json({}), Results(), runner_id=RUNNER)
+        run_job(store, new_job_id(), lambda job: Answer.json({}), Results(), runner_id=RUNNER,
+                lifetime=LIFETIME)
 
 
 def _running_by(runner_id: str) -> tuple[MemoryJobStore, str, list[float]]:
@@ -119,7 +128,7 @@ def test_a_duplicate_delivery_does_not_run_a_job_another_runner_is_running() -> 
     store, job_id, now = _running_by(RUNNER)
     now[0] += RUNNER_LIFETIME_SECONDS  # as long as a runner may live, not longer
     again = run_job(store, job_id, lambda job: pytest.fail("ran again"), Results(),
-                    runner_id="request-2")
+                    runner_id="request-2", lifetime=LIFETIME)
     assert again.state is JobState.RUNNING and again.runner_id == RUNNER
     assert store.get(job_id) == again  # not even touched
 
@@ -132,5 +141,161 @@ def test_a_running_job_is_run_again_by_its_own_retry_or_once_its_runner_is_gone(
     store, job_id, now = _running_by(RUNNER)
     now[0] += after
     done = run_job(store, job_id, lambda job: Answer.json({"ran_by": job.runner_id}),
-                   Results(), runner_id=runner_id)
+                   Results(), runner_id=runner_id, lifetime=LIFETIME)
     assert done.state is JobState.SUCCEEDED and done.result == {"ran_by": runner_id}
+
+
+# --- the inline answer's cap, at its edge ---------------------------------------------------
+
+def _plain(record: int) -> Answer:
+    """A JSON answer as compact as the record keeps it: ``record`` bytes sent and kept."""
+    return Answer(b'{"blob":"' + b"x" * (record - 11) + b'"}', "application/json")
+
+
+def _inflating(record: int) -> Answer:
+    """A JSON answer 5 bytes shorter as sent than as kept (``1e5`` is kept as ``100000.0``):
+    only the kept length can put it over the cap."""
+    return Answer(b'{"n":1e5,"blob":"' + b"x" * (record - 24) + b'"}', "application/json")
+
+
+def _spaced(sent: int) -> Answer:
+    """A JSON answer 1 byte longer as sent than as kept (a space the record drops)."""
+    return Answer(b'{"blob": "' + b"x" * (sent - 12) + b'"}', "application/json")
+
+
+@pytest.mark.parametrize(("answer", "inline"), [
+    (_plain(INLINE_RESULT_BYTES - 1), True), (_plain(INLINE_RESULT_BYTES), True),
+    (_plain(INLINE_RESULT_BYTES + 1), False),
+    (_inflating(INLINE_RESULT_BYTES - 1), True), (_inflating(INLINE_RESULT_BYTES), True),
+    (_inflating(INLINE_RESULT_BYTES + 1), False),
+    (_spaced(INLINE_RESULT_BYTES), True),  # kept: one byte under
+    (_spaced(INLINE_RESULT_BYTES + 1), False)],  # as sent over the cap: not even parsed
+    ids=["plain-below", "plain-at", "plain-above", "kept-below", "kept-at", "kept-above",
+         "sent-at", "sent-above"])
+def test_an_answer_is_inline_up_to_exactly_the_cap(answer: Answer, inline: bool) -> None:
+    store, job_id = _store_with_job()
+    results = Results()
+    done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER,
+                   lifetime=LIFETIME)
+    assert done.state is JobState.SUCCEEDED
+    assert (done.result is not None, bool(results.put)) == (inline, not inline)
+    if inline:
+        assert len(json.dumps(done.result, separators=(",", ":")).encode()) <= INLINE_RESULT_BYTES
+
+
+# --- keeping the outcome: never a second call for an answer given ---------------------------
+
+class FlakyStore(MemoryJobStore):
+    """A store whose first ``fails`` final moves raise ``error`` (S3 or DynamoDB failing)."""
+
+    def __init__(self, error: Exception, fails: int = 1) -> None:
+        super().__init__(clock=lambda: NOW)
+        self.error, self.fails = error, fails
+
+    def advance(self, job_id: str, state: JobState,
+                outcome: Outcome | None = None) -> tuple[Job, bool]:
+        if state.final and self.fails:
+            self.fails -= 1
+            raise self.error
+        return super().advance(job_id, state, outcome)
+
+
+def _flaky(error: Exception, fails: int = 1) -> tuple[FlakyStore, str]:
+    store = FlakyStore(error, fails)
+    job = store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
+                           created_at=NOW, updated_at=NOW, expires_at=int(NOW) + 60))
+    return store, job.job_id
+
+
+@pytest.mark.parametrize("work_fails", [False, True])
+def test_keeping_an_outcome_is_retried_so_the_endpoint_is_not_called_again(
+        work_fails: bool) -> None:
+    store, job_id = _flaky(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), 2)
+    calls: list[str] = []
+    sleeps: list[float] = []
+
+    def work(job: Job) -> Answer:
+        calls.append(job.job_id)  # the endpoint answered (or refused: a model's error)
+        if work_fails:
+            raise ModelError("The model failed: bad row")
+        return Answer.json({"ok": True})
+
+    done = run_job(store, job_id, work, Results(), runner_id=RUNNER, lifetime=LIFETIME,
+                   sleep=sleeps.append)
+    assert calls == [job_id] and len(sleeps) == 2
+    assert done.state is (JobState.FAILED if work_fails else JobState.SUCCEEDED)
+
+
+def test_a_failure_a_retry_cannot_cure_is_not_retried() -> None:
+    store, job_id = _flaky(ClientError({"Error": {"Code": "AccessDeniedException",
+                                                  "Message": "no"},
+                                        "ResponseMetadata": {"HTTPStatusCode": 400}},
+                                       "UpdateItem"))
+    sleeps: list[float] = []
+    with pytest.raises(ClientError):
+        run_job(store, job_id, lambda job: Answer.json({}), Results(), runner_id=RUNNER,
+                lifetime=LIFETIME, sleep=sleeps.append)
+    assert sleeps == []
+
+
+# --- a runner's life: never shorter than its function's timeout -----------------------------
+
+@pytest.mark.parametrize("timeout", [1, 28, 300, 900])
+def test_no_other_runner_takes_a_job_while_its_function_may_still_run(timeout: int) -> None:
+    lifetime = RunnerLifetime(timeout)
+    assert lifetime.seconds > timeout and lifetime.lost_after_seconds > lifetime.seconds
+    now = [NOW]
+    store = MemoryJobStore(clock=lambda: now[0])
+    job = store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
+                           created_at=NOW, updated_at=NOW, expires_at=int(NOW) + 7200))
+    run = store.claim(job.job_id, RUNNER, lifetime.seconds)[0]
+    now[0] += timeout  # the first runner's function may be in its last second
+    again = run_job(store, job.job_id, lambda job: pytest.fail("ran twice at once"), Results(),
+                    runner_id="request-2", lifetime=lifetime)
+    assert again == run
+    now[0] = NOW + lifetime.seconds + 1  # its function was stopped by now
+    done = run_job(store, job.job_id, lambda job: Answer.json({"by": job.runner_id}),
+                   Results(), runner_id="request-2", lifetime=lifetime)
+    assert done.result == {"by": "request-2"}
+
+
+def test_the_lifetime_follows_the_configured_timeout() -> None:
+    assert RunnerLifetime.from_env({}) == RunnerLifetime(900)  # Lambda's longest
+    short = RunnerLifetime.from_env({"JOB_RUNNER_TIMEOUT_SECONDS": "300"})
+    assert (short.seconds, short.lost_after_seconds) == (360.0, 540.0)
+    assert (LIFETIME.seconds, LIFETIME.lost_after_seconds) == (960.0, 1140.0)
+    for bad in ("0", "901", "1.5", "-3", "ten", "٣٠٠"):
+        with pytest.raises(ConfigurationError, match="JOB_RUNNER_TIMEOUT_SECONDS"):
+            RunnerLifetime.from_env({"JOB_RUNNER_TIMEOUT_SECONDS": bad})
+
+
+RUNNER_STAGES = sorted(name for name, stage in CONFIG["stages"].items()
+                       if "job_runner" in stage.get("lambda_functions", {}))
+
+
+def test_a_deployed_stage_configures_a_job_runner() -> None:
+    assert "dev" in RUNNER_STAGES  # the check below has something to check
+
+
+@pytest.mark.parametrize("stage", RUNNER_STAGES)
+def test_every_stage_knows_its_runner_lives_as_long_as_its_function(stage: str) -> None:
+    runner = CONFIG["stages"][stage]["lambda_functions"]["job_runner"]
+    env = {**CONFIG.get("environment_variables", {}),
+           **CONFIG["stages"][stage].get("environment_variables", {})}
+    lifetime = RunnerLifetime.from_env(env)
+    assert lifetime.timeout_seconds >= runner["lambda_timeout"], (
+        f"{stage}: JOB_RUNNER_TIMEOUT_SECONDS must be job_runner's lambda_timeout")
+    assert lifetime.seconds > runner["lambda_timeout"]
+
+
+@pytest.mark.parametrize(("remaining_s", "budget", "expected"), [
+    (None, 840.0, 840.0),  # not on Lambda: the stage's budget
+    (900.0, 840.0, 840.0), (400.0, 840.0, 340.0),  # the invocation's time, less the margin
+    (30.0, 840.0, 0.0),  # nothing left to work with
+    (900.0, 100.0, 100.0)])
+def test_a_jobs_work_ends_before_its_function_does(remaining_s: float | None, budget: float,
+                                                   expected: float) -> None:
+    remaining = None if remaining_s is None else (lambda: int(remaining_s * 1000))
+    assert LIFETIME.work_seconds(remaining, budget) == expected
+    # a function allowed longer than the others believe still stops within their belief
+    assert RunnerLifetime(300).work_seconds(lambda: 900_000, 840.0) == 240.0

@@ -4,6 +4,7 @@ pipeline halves an asynchronous endpoint runs between."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -28,16 +29,23 @@ from chalicelib.core.errors import (
     UploadTooLargeError,
     UploadTypeMismatchError,
 )
-from chalicelib.inference.coercion import MAX_INSTANCES, batch_limits
+from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.endpoint import EndpointClient, policy_from
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import tensor_input
 from chalicelib.jobs.events import s3_keys, sns_messages
+from chalicelib.jobs.invoking import (
+    JOB_MAX_ATTEMPTS,
+    JOB_MAX_DELAY_SECONDS,
+    WholeAnswers,
+    job_retry_policy,
+)
 from chalicelib.jobs.objects import read_input
 from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.service import (
     JOB_MAX_ELEMENTS,
     JOB_MAX_INSTANCES,
+    job_batch_limits,
     job_id_of_ticket,
     ticket_key,
 )
@@ -171,6 +179,36 @@ def test_a_ticket_names_a_job_only_under_this_stages_prefix() -> None:
     assert job_id_of_ticket("dev/jobs/tickets/../" + job_id, "dev/jobs/") is None
 
 
+@pytest.mark.parametrize("key", [
+    # as long as "dev/jobs/tickets/", so the id sits where a ticket's would: only the prefix
+    # tells them apart
+    "dev/jobs/uploads/{id}", "dev/jobs/results/{id}", "qa1/jobs/tickets/{id}",
+    "dev/jobs/Tickets/{id}", "xxxxxxxxxxxxxxxxx{id}"])
+def test_a_key_of_the_same_length_elsewhere_is_no_ticket(key: str) -> None:
+    assert len(key.format(id="")) == len("dev/jobs/tickets/")
+    assert job_id_of_ticket(key.format(id=new_job_id()), "dev/jobs/") is None
+
+
+def test_a_location_is_read_only_in_this_stages_bucket(aws: None) -> None:
+    context = Services(Settings(endpoint_name="e", jobs_bucket="sagegate-jobs")).jobs_context
+    assert context.key_of("s3://sagegate-jobs/jobs/uploads/x") == "jobs/uploads/x"
+    assert context.key_of(context.location("jobs/inputs/y")) == "jobs/inputs/y"
+    for stranger in ("s3://other-bucket/jobs/uploads/x", "s3://sagegate-jobs-2/jobs/uploads/x",
+                     "s3://sagegate-job/jobs/uploads/x", "s3:///sagegate-jobs/jobs/uploads/x",
+                     "https://sagegate-jobs.s3.amazonaws.com/jobs/uploads/x"):
+        with pytest.raises(InvalidUploadError, match="not an upload of this stage"):
+            context.key_of(stranger)
+
+
+def test_a_jobs_batch_bound_is_its_backends() -> None:
+    registry = Services(SETTINGS).registry
+    iris = registry.get("iris")
+    assert iris.jobs.backend == JobsBackend.ASYNC  # a whole batch goes to the endpoint
+    assert job_batch_limits(iris) == (JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS)
+    realtime = dataclasses.replace(iris, jobs=JobsSpec(JobsBackend.REALTIME))
+    assert job_batch_limits(realtime) == (MAX_INSTANCES, MAX_ELEMENTS)  # one request's
+
+
 # --- the composition root ---------------------------------------------------------------------
 
 @pytest.fixture
@@ -212,6 +250,17 @@ def test_the_job_endpoint_client_has_the_jobs_timeouts(aws: None) -> None:
     assert runtime is not client.client
     assert runtime.meta.config.retries == {"mode": "standard", "total_max_attempts": 5}
     assert client.client.meta.config.retries["total_max_attempts"] == 1  # its own retries
+
+
+def test_the_job_endpoint_client_retries_until_the_jobs_deadline(aws: None) -> None:
+    services = Services(Settings(endpoint_name="e", jobs_bucket="sagegate-jobs",
+                                 endpoint_max_attempts=2))
+    policy = services.job_endpoint._policy
+    assert policy == job_retry_policy(services.settings)
+    assert policy.max_attempts == JOB_MAX_ATTEMPTS  # the deadline ends them, not a count
+    assert (policy.base_delay, policy.max_delay) == (0.5, JOB_MAX_DELAY_SECONDS)
+    assert (policy.budget_seconds, policy.attempt_timeout) == (840.0, 72.0)
+    assert isinstance(services.job_endpoint.client, WholeAnswers)  # no second call after one
 
 
 def test_a_given_job_endpoint_client_also_sends_invoke_endpoint_async(aws: None) -> None:

@@ -1,11 +1,14 @@
 """The local event pump on its own (:mod:`sagegate.local_events`): the Lambda events it builds
-from what moto delivers to SQS, and what it does with a message once its function returned or
-raised (delete, redeliver, drop after the last attempt). An in-memory SQS and fake functions."""
+from what moto delivers to SQS, what it does with a message once its function returned or
+raised (delete, redeliver, drop after the last attempt), its receivers and scheduled functions
+started and stopped, and the jobs' re-drive run on its period with its tickets sent to the
+tickets queue. An in-memory SQS and fake functions."""
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -13,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from chalicelib.core.errors import ConfigurationError
 from sagegate.local_events import (
     JOB_FAILURES,
     JOB_RESULTS,
@@ -21,7 +25,9 @@ from sagegate.local_events import (
     TICKETS_QUEUE_ENV,
     EventPump,
     Route,
+    Scheduled,
     handlers_of,
+    redrive_schedule,
     routes_from,
     s3_events,
     sns_router,
@@ -233,16 +239,112 @@ def test_an_event_for_a_function_the_app_lacks_is_dropped() -> None:
     assert sqs.deleted == ["h"]
 
 
-def test_the_receivers_stop_when_asked() -> None:
-    sqs = FakeSqs()
+class PollingSqs(FakeSqs):
+    """An empty queue that counts the long polls of each queue (each a few milliseconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        with self._lock:
+            self.polls[kwargs["QueueUrl"]] = self.polls.get(kwargs["QueueUrl"], 0) + 1
+        time.sleep(0.005)
+        return {}
+
+
+def until(check: Any, what: str, limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not happen within {limit:g} s"
+        time.sleep(0.01)
+
+
+def test_the_receivers_start_polling_every_queue_then_stop_when_asked() -> None:
+    sqs = PollingSqs()
     events = EventPump(sqs, [TICKETS, NOTES], {}, lambda name, invocation: None,
                        wait_seconds=0, workers=2)
     events.start()
+    started = events.threads
+    try:
+        assert len(started) == 4 and all(thread.is_alive() for thread in started)
+        until(lambda: all(sqs.polls.get(route.queue_url, 0) >= 4 for route in (TICKETS, NOTES)),
+              "every receiver polling")
+    finally:
+        events.stop(timeout=5)
 
-    events.stop(timeout=5)
+    assert not any(thread.is_alive() for thread in started)
+    polled = dict(sqs.polls)
+    time.sleep(0.05)
+    assert sqs.polls == polled  # nothing polls any more
 
-    assert not any(thread.is_alive() for thread in threading.enumerate()
-                   if thread.name.startswith("event-pump-"))
+
+def test_a_scheduled_function_runs_on_its_period_until_the_pump_stops(
+        caplog: pytest.LogCaptureFixture) -> None:
+    runs: list[float] = []
+
+    def work() -> None:
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise RuntimeError("the table did not answer")  # the next run is due all the same
+
+    events = EventPump(FakeSqs(), [], {}, lambda name, invocation: None,
+                       scheduled=[Scheduled("job_redrive", work, 0.05)])
+    started = time.monotonic()
+    events.start()
+    try:
+        until(lambda: len(runs) >= 3, "three runs")
+    finally:
+        events.stop(timeout=5)
+    done = len(runs)
+
+    assert runs[0] - started >= 0.05  # a period after the start, as a rate's first run
+    assert not any(thread.is_alive() for thread in events.threads)
+    time.sleep(0.15)
+    assert len(runs) == done
+    assert any("job_redrive failed (RuntimeError" in r.getMessage() for r in caplog.records)
+
+
+class RedrivingApp:
+    """app.py's re-drive as the pump sees it: the scheduled function and its work."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    def job_redrive(self, event: Any, context: Any) -> None:
+        raise AssertionError("the pump calls the work with its own delivery, not this")
+
+    def redrive_jobs(self, scheduled: str = "", deliver: Any = None) -> dict[str, Any]:
+        self.calls.append(deliver)
+        deliver({"Records": S3_NOTIFICATION["Records"]})
+        return {"redriven": ["abc"]}
+
+
+def test_the_redrive_runs_on_its_period_and_sends_its_tickets_to_the_tickets_queue() -> None:
+    app, sent = RedrivingApp(), []
+    environ = {TICKETS_QUEUE_ENV: "http://m/t", "JOB_REDRIVE_PERIOD_SECONDS": "7"}
+
+    [scheduled] = redrive_schedule(app, environ, lambda queue, body: sent.append((queue, body)))
+    scheduled.run()
+
+    assert (scheduled.name, scheduled.period) == ("job_redrive", 7)
+    [(queue, body)] = sent
+    assert queue == "http://m/t"
+    # on the tickets queue, the event reaches the runner as S3's own notification would
+    assert s3_events(body) == [(JOB_RUNNER, {"Records": S3_NOTIFICATION["Records"]})]
+
+
+def test_no_redrive_without_the_app_declaring_it_or_without_a_tickets_queue() -> None:
+    app = RedrivingApp()
+    send = print
+
+    assert redrive_schedule(SimpleNamespace(redrive_jobs=app.redrive_jobs),
+                            {TICKETS_QUEUE_ENV: "http://m/t"}, send) == []
+    assert redrive_schedule(app, {}, send) == []
+    assert redrive_schedule(app, {TICKETS_QUEUE_ENV: "http://m/t"}, send)[0].period == 300
+    with pytest.raises(ConfigurationError, match="JOB_REDRIVE_PERIOD_SECONDS"):
+        redrive_schedule(app, {TICKETS_QUEUE_ENV: "q", "JOB_REDRIVE_PERIOD_SECONDS": "0"}, send)
 
 
 # ---------------------------------------------------------------- wiring

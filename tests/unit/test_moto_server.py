@@ -1,13 +1,16 @@
-"""S3's POST policy, checked in front of moto (:mod:`sagegate.moto_server`): the size range,
-the exact-match and ``starts-with`` conditions, the expiry, a form without a policy, fields no
-condition names; and the WSGI wrapper that refuses a form upload (path-style or
-virtual-hosted) as S3 does before moto stores it, and passes everything else through."""
+"""S3's POST policy, checked in front of moto (:mod:`sagegate.moto_server`,
+:mod:`sagegate.s3_forms`): the size range, the exact-match and ``starts-with`` conditions, the
+expiry, a form without a policy, fields no condition names; the form read as S3 reads it
+(names without case, no field twice, the first file the content, nothing after it a field);
+the WSGI front that answers S3's own errors before moto stores or mishandles anything
+(path-style or virtual-hosted, ``?delete``, object POSTs, signed calls of other services), and
+the gate that keeps everyone out until the parent has provisioned moto."""
 from __future__ import annotations
 
 import base64
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +18,15 @@ import pytest
 import urllib3
 
 from chalicelib.jobs.uploads import presign_upload
-from sagegate.moto_server import INSTANCE_HEADER, PolicyError, PostPolicyCheck, check_policy
+from sagegate.moto_server import (
+    INSTANCE_HEADER,
+    OPEN_PATH,
+    PROVISION_HEADER,
+    PostPolicyCheck,
+    ProvisionGate,
+    check_policy,
+)
+from sagegate.s3_forms import S3Error as PolicyError
 
 NOW = datetime(2026, 11, 25, 17, 0, tzinfo=UTC)
 KEY = "jobs/uploads/0123456789abcdef0123456789abcdef"
@@ -150,18 +161,35 @@ def test_a_condition_of_any_kind_covers_its_field_whatever_its_case() -> None:
 # ---------------------------------------------------------------- the WSGI wrapper
 
 class Inner:
-    """moto, as far as the wrapper can tell: records what reached it."""
+    """moto, as far as the wrapper can tell: records what reached it, and each form read as
+    moto reads it (werkzeug's parser: its fields, each file's name and bytes)."""
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
+        self.forms: list[tuple[dict[str, list[str]], list[tuple[str, bytes]]]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        self.bodies.append(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
+        from werkzeug.formparser import parse_form_data
+
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        self.bodies.append(body)
+        if str(environ.get("CONTENT_TYPE", "")).startswith("multipart/form-data"):
+            _, fields, files = parse_form_data({**environ, "wsgi.input": io.BytesIO(body),
+                                                "CONTENT_LENGTH": str(len(body))})
+            self.forms.append(({name: fields.getlist(name) for name in fields},
+                               [(name, part.read()) for name, part in files.items(multi=True)]))
         start_response("204 No Content", [])
         return [b""]
 
 
-def call(app: PostPolicyCheck, method: str, path: str, body: bytes = b"",
+def as_moto_reads(given: Mapping[str, str], file: bytes) -> tuple[dict[str, list[str]],
+                                                                  list[tuple[str, bytes]]]:
+    """The form moto gets for ``given`` fields and a file: each field once, its name in lower
+    case (moto reads ``key`` by that name), and the one file."""
+    return {name.lower(): [value] for name, value in given.items()}, [("file", file)]
+
+
+def call(app: Callable[..., Iterable[bytes]], method: str, path: str, body: bytes = b"",
          content_type: str = "", **extra: str) -> tuple[str, dict[str, str], bytes]:
     answer: dict[str, Any] = {}
 
@@ -203,20 +231,29 @@ def test_a_refusal_to_a_page_carries_cors_as_motos_own_answers_do() -> None:
 
 def test_a_form_upload_within_its_policy_reaches_moto_whole() -> None:
     inner = Inner()
-    body, content_type = form(live_fields(), b"x" * 10)
+    sent = live_fields()
+    body, content_type = form(sent, b"x" * 10)
 
     status, headers, _ = call(PostPolicyCheck(inner, "i-1"), "POST", "/jobs", body, content_type)
 
     assert status.startswith("204") and headers[INSTANCE_HEADER] == "i-1"
-    assert inner.bodies == [body]
+    assert inner.forms == [as_moto_reads(sent, b"x" * 10)]
+
+
+DELETE_XML = (b'<?xml version="1.0" encoding="UTF-8"?><Delete xmlns='
+              b'"http://s3.amazonaws.com/doc/2006-03-01/"><Object><Key>jobs/uploads/a</Key>'
+              b"</Object><Quiet>true</Quiet></Delete>")
+S3_SIGNED = "AWS4-HMAC-SHA256 Credential=AKID/20261125/us-east-1/s3/aws4_request, Signature=x"
 
 
 @pytest.mark.parametrize(("method", "path", "content_type", "extra"), [
     ("PUT", "/jobs/key", "image/jpeg", {}),
-    ("POST", "/jobs/key", "multipart/form-data; boundary=x", {}),  # multipart upload parts
+    ("POST", "/jobs/key", "multipart/form-data; boundary=x", {"QUERY_STRING": "uploads"}),
+    ("POST", "/jobs/key", "application/xml", {"QUERY_STRING": "uploadId=abc"}),
     ("POST", "/", "application/x-www-form-urlencoded", {}),  # SQS, SNS
     ("POST", "/", "application/x-www-form-urlencoded", {"HTTP_HOST": "localhost:8070"}),
-    ("POST", "/jobs", "application/xml", {"QUERY_STRING": "delete"}),  # DeleteObjects
+    ("POST", "/", "application/x-amz-json-1.0",  # DynamoDB
+     {"HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=a/b/us-east-1/dynamodb/aws4_request"}),
     ("POST", "/restapis", "application/x-www-form-urlencoded",  # a signed call elsewhere
      {"HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=a/b/us-east-1/apigateway/aws4"}),
 ])
@@ -228,6 +265,35 @@ def test_other_requests_pass_through(method: str, path: str, content_type: str,
                         **extra)
 
     assert status.startswith("204") and inner.bodies == [b"payload"]
+
+
+@pytest.mark.parametrize("content_type", [
+    "", "application/xml",
+    # what `curl -d @delete.xml` sends: read as a form, it would be a 412
+    "application/x-www-form-urlencoded"])
+def test_delete_objects_is_not_read_as_a_form(content_type: str) -> None:
+    inner = Inner()
+
+    status, _, _ = call(PostPolicyCheck(inner), "POST", "/jobs", DELETE_XML, content_type,
+                        QUERY_STRING="delete", HTTP_AUTHORIZATION=S3_SIGNED)
+
+    assert status.startswith("204") and inner.bodies == [DELETE_XML]
+
+
+@pytest.mark.parametrize("body", [
+    None,  # a form upload's body
+    b"<Delete></Delete>", b"<Delete><Object><Key>a</Key>", b"not xml at all"])
+def test_delete_objects_without_its_document_is_malformed_xml(body: bytes | None) -> None:
+    inner = Inner()
+    content_type = "application/xml"
+    if body is None:
+        body, content_type = form(live_fields(), b"x")
+
+    status, _, answer = call(PostPolicyCheck(inner), "POST", "/jobs", body, content_type,
+                             QUERY_STRING="delete")
+
+    assert status.startswith("400") and b"<Code>MalformedXML</Code>" in answer
+    assert inner.bodies == []
 
 
 def test_a_form_upload_without_a_policy_never_reaches_moto() -> None:
@@ -273,7 +339,8 @@ def test_a_virtual_hosted_form_upload_is_checked_against_its_hosts_bucket(host: 
 
     status, _, _ = call(PostPolicyCheck(inner), "POST", "/", within, content_type,
                         HTTP_HOST=host)
-    assert status.startswith("204") and inner.bodies == [within]
+    assert status.startswith("204") and len(inner.forms) == 1
+    assert inner.forms[0][1] == [("file", b"x" * 10)]
 
 
 def test_a_path_style_upload_to_s3s_own_host_names_its_bucket_in_the_path() -> None:
@@ -344,3 +411,201 @@ def test_boto3s_presigned_post_names_every_field_it_gives(version: str, token: s
                             HTTP_HOST="jobs.localhost:8070")
         assert status.startswith(expected)
     assert len(inner.bodies) == 1
+
+
+# ---------------------------------------------------------------- the form, read as S3 reads it
+
+def raw_form(*parts: tuple[str, bytes, str | None], boundary: str = "b0undary") -> tuple[
+        bytes, str]:
+    """A multipart body of ``(name, data, filename)`` parts in this order, as sent."""
+    chunks = []
+    for name, data, filename in parts:
+        disposition = f'form-data; name="{name}"' + (
+            f'; filename="{filename}"' if filename is not None else "")
+        chunks.append(f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode()
+                      + data + b"\r\n")
+    return b"".join(chunks) + f"--{boundary}--\r\n".encode(), \
+        f"multipart/form-data; boundary={boundary}"
+
+
+def fields_of(given: Mapping[str, str]) -> list[tuple[str, bytes, str | None]]:
+    return [(name, value.encode(), None) for name, value in given.items()]
+
+
+def post(inner: Inner, body: bytes, content_type: str, **extra: str) -> tuple[str, bytes]:
+    status, _, answer = call(PostPolicyCheck(inner), "POST", "/jobs", body, content_type,
+                             **extra)
+    return status, answer
+
+
+def test_a_key_given_twice_in_two_cases_is_refused_not_stored_under_either() -> None:
+    """``key=<another's key>`` with ``KEY=<the policy's key>`` passed the check (names
+    lower-cased, the last winning) and moto stored the other key (it reads ``key``)."""
+    inner = Inner()
+    given = live_fields()
+    given["KEY"] = given.pop("key")
+    body, content_type = raw_form(("key", b"jobs/uploads/" + b"f" * 32, None),
+                                  *fields_of(given), ("file", b"x", "f.jpg"))
+
+    status, answer = post(inner, body, content_type)
+
+    assert status.startswith("400") and b"<Code>InvalidArgument</Code>" in answer
+    assert b"<ArgumentName>KEY</ArgumentName>" in answer and inner.bodies == []
+
+
+def test_only_the_first_file_is_the_content_and_a_second_one_is_refused() -> None:
+    """A second file part over the cap was stored (moto keeps the last file part) while the
+    check read the first."""
+    inner = Inner()
+    body, content_type = raw_form(*fields_of(live_fields()), ("file", b"x" * 10, "a.jpg"),
+                                  ("file", b"x" * 11, "b.jpg"))
+
+    status, answer = post(inner, body, content_type)
+
+    assert status.startswith("400") and b"<Code>InvalidArgument</Code>" in answer
+    assert b"<ArgumentName>file</ArgumentName><ArgumentValue>2</ArgumentValue>" in answer
+    assert inner.bodies == []
+
+
+def test_fields_after_the_file_are_not_read_nor_handed_to_moto() -> None:
+    inner = Inner()
+    given = live_fields()
+    body, content_type = raw_form(*fields_of(given), ("file", b"x" * 10, "a.jpg"),
+                                  ("acl", b"public-read", None),
+                                  ("key", b"jobs/uploads/" + b"f" * 32, None))
+
+    status, _ = post(inner, body, content_type)
+
+    assert status.startswith("204")
+    assert inner.forms == [as_moto_reads(given, b"x" * 10)]
+
+
+def test_field_names_are_one_field_whatever_their_case_and_moto_gets_them_lowered() -> None:
+    inner = Inner()
+    given = live_fields()
+    given["KEY"] = given.pop("key")
+    given["CONTENT-TYPE"] = given.pop("Content-Type")
+    body, content_type = raw_form(*fields_of(given), ("File", b"x" * 3, "a.jpg"))
+
+    status, _ = post(inner, body, content_type)
+
+    assert status.startswith("204")
+    assert inner.forms == [as_moto_reads(given, b"xxx")]
+    assert inner.forms[0][0]["key"] == [KEY]
+
+
+@pytest.mark.parametrize(("parts", "code", "says"), [
+    ([], "InvalidArgument", b"<ArgumentValue>0</ArgumentValue>"),  # no file
+    ([("file", b"x", "a.jpg")], "InvalidArgument", b"a field named 'key'"),  # the key after it
+])
+def test_a_form_without_its_key_or_its_file_is_invalid(
+        parts: list[tuple[str, bytes, str | None]], code: str, says: bytes) -> None:
+    inner = Inner()
+    given = live_fields()
+    key = given.pop("key")
+    body, content_type = raw_form(*fields_of(given), *parts, ("key", key.encode(), None))
+
+    status, answer = post(inner, body, content_type)
+
+    assert status.startswith("400") and f"<Code>{code}</Code>".encode() in answer
+    assert says in answer and inner.bodies == []
+
+
+@pytest.mark.parametrize("body", [
+    b"no delimiter at all",
+    b'--b0undary\r\nContent-Disposition: form-data; name="key"\r\n\r\nunterminated',
+    b"--b0undary\r\nContent-Type: text/plain\r\n\r\nno name\r\n--b0undary--\r\n",
+    b"--b0undary\r\nno colon here\r\n\r\nx\r\n--b0undary--\r\n"])
+def test_a_body_that_is_not_multipart_is_a_malformed_post(body: bytes) -> None:
+    inner = Inner()
+
+    status, answer = post(inner, body, "multipart/form-data; boundary=b0undary")
+
+    assert status.startswith("400") and b"<Code>MalformedPOSTRequest</Code>" in answer
+    assert inner.bodies == []
+
+
+def test_too_much_before_the_file_is_refused_as_s3_refuses_it() -> None:
+    inner = Inner()
+    body, content_type = raw_form(*fields_of({**live_fields(), "x-ignore-pad": "p" * 20_500}),
+                                  ("file", b"x", "a.jpg"))
+
+    status, answer = post(inner, body, content_type)
+
+    assert status.startswith("400") and b"MaxPostPreDataLengthExceeded" in answer
+    assert inner.bodies == []
+
+
+def test_an_urlencoded_bucket_post_signed_for_s3_is_a_failed_precondition() -> None:
+    """moto answered it with a 500."""
+    inner = Inner()
+
+    status, _, answer = call(PostPolicyCheck(inner), "POST", "/jobs", b"key=a&file=hello",
+                             "application/x-www-form-urlencoded", HTTP_AUTHORIZATION=S3_SIGNED)
+
+    assert status.startswith("412") and b"<Code>PreconditionFailed</Code>" in answer
+    assert inner.bodies == []
+
+
+@pytest.mark.parametrize("query", ["", "acl", "tagging"])
+def test_a_post_on_an_object_is_not_allowed_without_its_subresource(query: str) -> None:
+    """A virtual-hosted Host on a path-style URL makes the bucket's name a key: moto answered
+    the form with a 500."""
+    inner = Inner()
+    body, content_type = form(live_fields(), b"x")
+
+    status, _, answer = call(PostPolicyCheck(inner), "POST", "/jobs", body, content_type,
+                             HTTP_HOST="jobs.localhost:8070", QUERY_STRING=query)
+
+    assert status.startswith("405") and b"<Code>MethodNotAllowed</Code>" in answer
+    assert b"<ResourceType>OBJECT</ResourceType>" in answer and inner.bodies == []
+
+
+def test_the_owner_pinned_by_a_presigned_post_is_checked_by_the_front() -> None:
+    """An upload presigned for one caller carries that caller (a field and an exact-match
+    condition): the front refuses the form without it or with another caller."""
+    import boto3
+
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:8070",
+                      aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+    upload = presign_upload(s3, "jobs", "jobs/", "image/jpeg", 10, owner="apikey:alice")
+    owner_field = "x-amz-meta-sagegate-owner"
+    assert upload.fields[owner_field] == "apikey:alice"
+    without = {name: value for name, value in upload.fields.items() if name != owner_field}
+    inner = Inner()
+    for sent, expected in [({**upload.fields, owner_field: "apikey:bob"}, "403"),
+                           (without, "403"), (upload.fields, "204")]:
+        body, content_type = form(sent, b"x")
+        status, answer = post(inner, body, content_type)
+        assert status.startswith(expected), answer
+        if expected == "403":
+            assert owner_field.encode() in answer
+    assert inner.forms[0][0][owner_field] == ["apikey:alice"]
+
+
+# ---------------------------------------------------------------- the gate
+
+def test_the_gate_keeps_everyone_out_until_the_key_opens_it() -> None:
+    inner = Inner()
+    gate = ProvisionGate(inner, "k3y", instance="i-1")
+    key_header = "HTTP_" + PROVISION_HEADER.upper().replace("-", "_")
+
+    status, headers, answer = call(gate, "PUT", "/jobs/jobs/tickets/a", b"{}", "")
+    assert status.startswith("503") and b"<Code>ServiceUnavailable</Code>" in answer
+    assert headers[INSTANCE_HEADER] == "i-1"  # the parent knows its child meanwhile
+    assert call(gate, "POST", OPEN_PATH, b"", "", **{key_header: "wrong"})[0].startswith("503")
+    assert inner.bodies == [] and not gate.open
+
+    assert call(gate, "PUT", "/jobs", b"mine", "", **{key_header: "k3y"})[0].startswith("204")
+    assert call(gate, "POST", OPEN_PATH, b"", "", **{key_header: "k3y"})[0].startswith("204")
+    assert gate.open
+    assert call(gate, "PUT", "/jobs/jobs/tickets/a", b"{}", "")[0].startswith("204")
+    assert inner.bodies == [b"mine", b"{}"]
+
+
+def test_without_a_key_the_gate_is_open() -> None:
+    inner = Inner()
+
+    status, _, _ = call(ProvisionGate(inner), "PUT", "/jobs/a", b"x", "")
+
+    assert status.startswith("204") and ProvisionGate(inner).open

@@ -1,0 +1,234 @@
+"""The re-drive: queued jobs whose ticket's S3 event never started a runner, delivered again.
+
+A job is queued with its ticket, and S3's notification of the ticket invokes the job runner.
+That event can be delayed or dropped (on AWS; locally, a bucket that came back without its
+notification), and nothing else would move the job until ``GET /jobs/{id}`` fails it as
+``JobLost`` hours later. A scheduled function (``app.job_redrive``, every
+:data:`DEFAULT_PERIOD_SECONDS`) lists the jobs still queued :data:`DEFAULT_AFTER_SECONDS`
+after they were made and, for each whose ticket object exists, hands the runner the event S3
+would have sent (:func:`ticket_event`).
+
+Running it twice is harmless: the runner claims a job conditionally (only from ``queued``), so
+a job claimed or finished meanwhile (the original event was only late) is answered as it
+stands and never run twice. A job is re-delivered when it becomes due and then each time its
+wait doubles (:func:`due`), so a runner that is only throttled gets a few duplicate events in
+its queue, not one per period.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.jobs.records import JobState
+from chalicelib.jobs.store import JobStore
+from chalicelib.jobs.uploads import head_upload
+
+logger = logging.getLogger("sagegate.jobs")
+
+PERIOD_ENV = "JOB_REDRIVE_PERIOD_SECONDS"
+"""How often the re-drive runs (seconds; on AWS whole minutes, EventBridge's unit)."""
+AFTER_ENV = "JOB_REDRIVE_AFTER_SECONDS"
+"""How long a job stays queued before it is re-driven (seconds)."""
+DEFAULT_PERIOD_SECONDS = 300
+DEFAULT_AFTER_SECONDS = 300
+"""S3 delivers an event within seconds, nearly always: five minutes of waiting means lost."""
+MAX_LISTED = 10_000
+"""Queued jobs one run looks at (their keys only: a few hundred kilobytes)."""
+MAX_DELIVERED = 500
+"""Events one run sends at most (the rest are due again in a later run)."""
+_MAX_SECONDS = 86_400
+
+Deliver = Callable[[dict[str, Any]], None]
+"""Hands the job runner one S3 notification (:func:`ticket_event`): on Lambda an asynchronous
+invocation of the runner function, locally a message on the event pump's tickets queue."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RedriveSettings:
+    """When the re-drive runs and what it takes.
+
+    Attributes:
+        period_seconds: how often it runs (``JOB_REDRIVE_PERIOD_SECONDS``).
+        after_seconds: how long a job waits queued before it is re-driven
+            (``JOB_REDRIVE_AFTER_SECONDS``).
+    """
+
+    period_seconds: int = DEFAULT_PERIOD_SECONDS
+    after_seconds: int = DEFAULT_AFTER_SECONDS
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RedriveSettings:
+        """The settings in ``environ`` (defaults for those unset or blank).
+
+        Raises:
+            ConfigurationError: a value is not a whole number of seconds from 1 to 86400.
+        """
+        return cls(_seconds(environ, PERIOD_ENV, DEFAULT_PERIOD_SECONDS),
+                   _seconds(environ, AFTER_ENV, DEFAULT_AFTER_SECONDS))
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= _MAX_SECONDS:
+        raise ConfigurationError(f"{name} must be a whole number of seconds from 1 to "
+                                 f"{_MAX_SECONDS}, not {raw[:32]!r}")
+    return int(raw)
+
+
+def due(waited: float, settings: RedriveSettings) -> bool:
+    """Whether a job queued for ``waited`` seconds is re-delivered by this run: once it has
+    waited ``after_seconds``, then in the runs 1, 2, 4, 8 ... periods later (a run that failed
+    or a delivery that was lost is made up for, a throttled runner is not flooded)."""
+    if waited < settings.after_seconds:
+        return False
+    periods = int((waited - settings.after_seconds) // settings.period_seconds)
+    return periods & (periods - 1) == 0  # 0 or a power of two
+
+
+def ticket_event(bucket: str, key: str, now: float | None = None) -> dict[str, Any]:
+    """The S3 notification of a ticket, as S3 sends it to the runner (one record; the key
+    URL-encoded as S3 encodes it)."""
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    return {"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+        "eventTime": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "s3": {"s3SchemaVersion": "1.0", "configurationId": "sagegate-job-redrive",
+               "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+               "object": {"key": urllib.parse.quote_plus(key, safe="/")}}}]}
+
+
+@dataclasses.dataclass
+class Redriven:
+    """What one run did: the jobs re-delivered, and the others it looked at."""
+
+    redriven: list[str] = dataclasses.field(default_factory=list)
+    not_due: int = 0
+    """Listed, but not due in this run (or past its cap, :data:`MAX_DELIVERED`)."""
+    moved: int = 0
+    """Listed as queued, but claimed or gone by the time they were read."""
+    no_ticket: int = 0
+    """Queued without a ticket object: the API failed before writing it (its client got an
+    error, not a 202), or the bucket lost it; nothing can run such a job."""
+    failed: int = 0
+    """Deliveries that raised (each due again in a later run)."""
+
+    def view(self) -> dict[str, Any]:
+        """The scheduled function's answer."""
+        return {"redriven": list(self.redriven), "not_due": self.not_due, "moved": self.moved,
+                "no_ticket": self.no_ticket, "failed": self.failed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tickets:
+    """Where the stage's tickets are: the jobs bucket, its prefix and an S3 client."""
+
+    s3: Any
+    bucket: str
+    prefix: str
+
+    def exists(self, job_id: str) -> bool:
+        """Whether the job's ticket object is there (a HEAD).
+
+        Raises:
+            botocore's errors other than not-found.
+        """
+        return head_upload(self.s3, self.bucket, self.key(job_id)) is not None
+
+    def event(self, job_id: str, now: float) -> dict[str, Any]:
+        """The job's ticket notification (see :func:`ticket_event`)."""
+        return ticket_event(self.bucket, self.key(job_id), now)
+
+    def key(self, job_id: str) -> str:
+        """The job's ticket key."""
+        # deferred: the settings above are read by sagegate's tools, which load no inference
+        from chalicelib.jobs.service import ticket_key
+
+        return ticket_key(self.prefix, job_id)
+
+
+def redrive(store: JobStore, tickets: Tickets, deliver: Deliver, settings: RedriveSettings,
+            now: float) -> Redriven:
+    """Re-deliver the tickets of the queued jobs that are due (see the module).
+
+    Args:
+        store: the job records.
+        tickets: where the tickets are.
+        deliver: hands the runner one ticket event.
+        settings: the period and the wait.
+        now: the run's time (its scheduled time: a late run re-drives what the run on time
+            would have).
+
+    Raises:
+        botocore's errors listing the jobs (the run fails; the next one starts over).
+    """
+    from chalicelib.jobs.service import QUEUED_PATIENCE_SECONDS  # deferred, as in Tickets.key
+
+    done = Redriven()
+    listed = store.queued_between(now - QUEUED_PATIENCE_SECONDS, now - settings.after_seconds,
+                                  MAX_LISTED)
+    for job_id, created_at in listed:
+        if not due(now - created_at, settings) or len(done.redriven) >= MAX_DELIVERED:
+            done.not_due += 1
+        else:
+            _redrive_one(store, tickets, deliver, job_id, now, done)
+    return done
+
+
+def _redrive_one(store: JobStore, tickets: Tickets, deliver: Deliver, job_id: str, now: float,
+                 done: Redriven) -> None:
+    """Deliver one listed job's ticket, if it is still queued and has one."""
+    job = store.get(job_id)  # the listing may lag; the record is read consistently
+    if job is None or job.state is not JobState.QUEUED:
+        done.moved += 1
+        return
+    if not tickets.exists(job_id):
+        done.no_ticket += 1
+        return
+    try:
+        deliver(tickets.event(job_id, now))
+    except Exception as error:  # one job's failed delivery must not stop the others'
+        done.failed += 1
+        logger.warning("job %s: re-drive failed (%s)", job_id, type(error).__name__,
+                       exc_info=error)
+        return
+    done.redriven.append(job_id)
+    logger.info("job re-driven", extra={"job_id": job_id, "queued_s": round(now - job.created_at)})
+
+
+def scheduled_time(text: str, clock: Callable[[], float] = time.time) -> float:
+    """The epoch time of a schedule event's ``time`` (``2026-11-25T17:05:00Z``), or the
+    clock's when it has none or an unreadable one."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return clock()
+    return moment.timestamp() if moment.tzinfo is not None else clock()
+
+
+def invoke_runner(client: Any, function_name: str) -> Deliver:
+    """Deliveries as asynchronous invocations of the runner function (``InvocationType``
+    ``Event``, as S3 invokes it: Lambda queues, retries and dead-letters it the same way)."""
+    def deliver(event: dict[str, Any]) -> None:
+        client.invoke(FunctionName=function_name, InvocationType="Event",
+                      Payload=json.dumps(event).encode())
+
+    return deliver
+
+
+def lambda_client() -> Any:
+    """A Lambda client with short timeouts (an asynchronous invocation answers at once)."""
+    import boto3  # deferred: only the re-drive's function uses Lambda
+    from botocore.config import Config
+
+    return boto3.client("lambda", config=Config(connect_timeout=2, read_timeout=10,
+                                                retries={"mode": "standard",
+                                                         "max_attempts": 3}))
