@@ -9,7 +9,10 @@ its moto and its emulator (each by the PID this module started it with, on the s
   once (counted in the emulator's log by inference id, the job id); they name the variant the
   synchronous route names;
 - an upload replaced (its presigned fields posted again) after its job was made fails that
-  job with ``UploadChanged``, and the other bytes never reach the endpoint.
+  job with ``UploadChanged``, and the other bytes never reach the endpoint;
+- an asynchronous job whose emulator is killed (SIGKILL) while the model works completes once
+  the emulator is back: its queue is kept in a state folder and resumed, as SageMaker's
+  asynchronous queue is durable.
 """
 from __future__ import annotations
 
@@ -88,7 +91,12 @@ class FaultStack:
     def restart_emulator(self) -> None:
         self.emulator = start_emulator(self.emulator_config, port=self.emulator.port,
                                        echo_stderr=self.open_log("emulator.log", "a"),
-                                       extra_args=self.jobs.emulator_args())
+                                       extra_args=self.emulator_args())
+
+    def emulator_args(self) -> list[str]:
+        """The emulator's options: the jobs' S3 and SNS, and its queue's state folder (kept
+        across its restarts, as ``make run``'s default folder of its port is)."""
+        return [*self.jobs.emulator_args(), "--state-dir", str(self.logs / "emulator-state")]
 
     def emulator_calls(self, inference_id: str) -> int:
         """The emulator's calls for one inference id (a job's id), both of its runs."""
@@ -115,7 +123,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
         jobs = provision(LocalJobs(moto.url, table=JOBS_TABLE), buckets, topics,
                          key=moto.provision_key)
         emulator = start_emulator(config, echo_stderr=open_log("emulator.log", "w"),
-                                  extra_args=jobs.emulator_args())
+                                  extra_args=[*jobs.emulator_args(), "--state-dir",
+                                              str(logs / "emulator-state")])
         started.append(emulator)
         api = start_chalice_local(free_port(HOST), emulator.url, stage="test",
                                   log=open_log("api.log", "wb"),
@@ -234,3 +243,25 @@ def test_realtime_jobs_wait_out_an_emulator_restart_and_a_replaced_upload_runs_n
                                          "image/jpeg")
     assert status == 200
     assert _state(faults, waiting[0])["result"]["variant"] == synchronous["variant"]
+
+
+def test_an_async_job_survives_its_emulator_killed_mid_flight(faults: FaultStack) -> None:
+    faults.ensure_running()
+    instances = json.dumps({"instances": [[6.2, 2.9, 4.3, 1.3]]}).encode()
+    status, answer, _ = faults.call("POST", "/models/slow/jobs", instances)
+    assert status == 202, answer
+    job = str(answer["job_id"])
+    # running: the runner handed it to the asynchronous endpoint, whose model thinks 4 s
+    _wait(lambda: _state(faults, job)["state"] == "running", "the job to be running", 60)
+    faults.emulator.process.kill()  # SIGKILL, to the emulator this module started
+    faults.emulator.process.wait(timeout=10)
+    time.sleep(1)
+    assert _state(faults, job)["state"] == "running"
+
+    faults.restart_emulator()
+
+    view = _finished(faults, job)
+    assert view["state"] == "succeeded", view
+    status, direct, _ = faults.call("POST", "/models/iris/predict", instances)
+    assert status == 200
+    assert view["result"]["predictions"] == direct["predictions"]
