@@ -182,9 +182,9 @@ def predict() -> Response:
 @renders_errors
 def list_models() -> Response:
     """Every registered model: pipeline, accepted content types, signature."""
-    registry = services.registry
+    registry, jobs = services.registry, bool(services.settings.jobs_bucket)
     return Response(body={"default": registry.default,
-                          "models": [catalog.describe(registry.models[name])
+                          "models": [catalog.describe(registry.models[name], jobs=jobs)
                                      for name in registry.names()]})
 
 
@@ -192,7 +192,8 @@ def list_models() -> Response:
 @renders_errors
 def describe_model(name: str) -> Response:
     """One model, with an example request body a client can copy."""
-    return Response(body=catalog.describe(services.registry.get(name), example=True))
+    return Response(body=catalog.describe(services.registry.get(name), example=True,
+                                          jobs=bool(services.settings.jobs_bucket)))
 
 
 @app.route("/models/{name}/predict", methods=["POST"], content_types=_ANY_CONTENT_TYPE,

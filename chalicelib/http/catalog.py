@@ -15,8 +15,9 @@ from chalicelib.registry.specs import DType, ModelSpec, Pipeline, TensorSpec
 __all__ = ["ACCEPTED", "describe", "example_body"]
 
 
-def describe(model: ModelSpec, example: bool = False) -> dict[str, Any]:
-    """A model's description (with ``example``: plus a request body to copy)."""
+def describe(model: ModelSpec, example: bool = False, jobs: bool = True) -> dict[str, Any]:
+    """A model's description (with ``example``: plus a request body to copy; ``jobs``: the
+    stage serves jobs, so its ``jobs`` entry says how; without, it is null)."""
     document: dict[str, Any] = {
         "name": model.name,
         "pipeline": str(model.pipeline),
@@ -27,7 +28,7 @@ def describe(model: ModelSpec, example: bool = False) -> dict[str, Any]:
         "path": f"/models/{model.name}/predict",
         "jobs": {"backend": str(model.jobs.backend),
                  "max_upload_bytes": model.jobs.max_upload_bytes,
-                 "path": f"/models/{model.name}/jobs"},
+                 "path": f"/models/{model.name}/jobs"} if jobs else None,
     }
     if model.description:
         document["description"] = model.description

@@ -159,6 +159,7 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
                          "table to share jobs")
     _check_redrive(stage, where)
     configured = on_disk["stages"][stage.name].get("lambda_functions", {})
+    _check_runner_timeout(stage, configured, where)
     for function in roles(stage):
         wanted = policy_file(stage, function)
         named = configured.get(function, {}).get("iam_policy_file")
@@ -166,6 +167,25 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
             raise ValueError(f"{where} serves jobs: give {function} its own role with "
                              f"lambda_functions.{function}.iam_policy_file = {wanted!r} "
                              f"(sagegate policy renders it), not {named!r}")
+
+
+def _check_runner_timeout(stage: Stage, configured: dict[str, Any], where: str) -> None:
+    """The runner's timeout the API and the other functions assume (``JOB_RUNNER_TIMEOUT_
+    SECONDS``, by default Lambda's longest) must be the one the runner is given: shorter, a
+    job would be declared lost while its runner still works; longer, a dead runner's job
+    would wait longer than it must."""
+    from chalicelib.core.errors import ConfigurationError
+    from chalicelib.jobs.lifetime import RUNNER_TIMEOUT_ENV, RunnerLifetime
+
+    try:
+        assumed = RunnerLifetime.from_env(stage.env).timeout_seconds
+    except ConfigurationError as error:
+        raise ValueError(f"{where}: {error.message}") from None
+    given = configured.get(JOB_RUNNER, {}).get("lambda_timeout")
+    if given is not None and int(given) != assumed:
+        raise ValueError(f"{where}: {RUNNER_TIMEOUT_ENV} is {assumed} s but "
+                         f"lambda_functions.{JOB_RUNNER}.lambda_timeout is {given} s: set "
+                         f"{RUNNER_TIMEOUT_ENV} to the runner's timeout")
 
 
 def _check_redrive(stage: Stage, where: str) -> None:

@@ -378,3 +378,15 @@ def test_only_the_stages_own_bucket_can_carry_an_s3_event(
     assert s3_event(mine)["Properties"] == {  # type: ignore[arg-type]
         "Bucket": {"Ref": "JobsBucket"}, "Events": ["s3:ObjectCreated:*"],
         "Filter": {"S3Key": {"Rules": [{"Name": "suffix", "Value": ".jpg"}]}}}
+
+
+def test_a_runner_timeout_the_api_does_not_assume_is_refused(tmp_path: Path) -> None:
+    # the API judges a runner gone by JOB_RUNNER_TIMEOUT_SECONDS (default 900, dev's timeout)
+    load_stage("dev", _config_with(tmp_path, JOB_RUNNER_TIMEOUT_SECONDS="900"))
+    with pytest.raises(ValueError, match=r"JOB_RUNNER_TIMEOUT_SECONDS is 600 s but "
+                       r"lambda_functions\.job_runner\.lambda_timeout is 900 s"):
+        load_stage("dev", _config_with(tmp_path, JOB_RUNNER_TIMEOUT_SECONDS="600"))
+    functions = load_config()["stages"]["dev"]["lambda_functions"]
+    functions["job_runner"]["lambda_timeout"] = 300
+    with pytest.raises(ValueError, match=r"is 900 s but .* is 300 s"):
+        load_stage("dev", _config_with(tmp_path, functions))

@@ -453,6 +453,11 @@ def test_jobs_are_501_on_a_stage_without_a_bucket(monkeypatch: pytest.MonkeyPatc
                    client.http.post("/models/iris/jobs", body=IRIS_ROW,
                                     headers={"Content-Type": "text/csv"}),
                    client.http.get(f"/jobs/{new_job_id()}")]
+        described = json.loads(client.http.get("/models/iris").body)
+        listed = json.loads(client.http.get("/models").body)
+    # the catalog does not offer what the stage refuses (a client's auto mode reads it)
+    assert described["jobs"] is None
+    assert {model["jobs"] for model in listed["models"]} == {None}
     for response in answers:
         assert (response.status_code, json.loads(response.body)["Code"]) == (501,
                                                                              "JobsDisabled")
@@ -995,3 +1000,16 @@ def test_an_answer_cut_short_is_not_asked_for_twice(
     assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
     assert scripted.calls == [job_id]  # the endpoint ran it once; it is not run again
     assert stage.get(f"/jobs/{job_id}")[1]["error"]["Code"] == "EndpointError"
+
+
+def test_the_catalog_says_how_each_model_runs_as_a_job(stage: Stage) -> None:
+    status, listed = stage.get("/models")
+    assert status == 200
+    jobs = {model["name"]: model["jobs"] for model in listed["models"]}
+    assert jobs["iris"] == {"backend": "async", "max_upload_bytes": 32 * 1024 * 1024,
+                            "path": "/models/iris/jobs"}
+    assert jobs["efficientnet-lite0"] == {"backend": "realtime",
+                                          "max_upload_bytes": 100 * 1024 * 1024,
+                                          "path": f"/models/{ENDPOINT}/jobs"}
+    status, iris = stage.get("/models/iris")
+    assert (status, iris["jobs"]) == (200, jobs["iris"])

@@ -46,11 +46,9 @@ def test_the_catalog_lists_every_model_and_describes_one(harness: Harness) -> No
                          "iris-cortex": "cortex", "sentiment": "sagemaker-tfs",
                          "slow": "tensor"}
     assert listed["default"] == "efficientnet-lite0"
-    jobs = {model["name"]: model["jobs"] for model in listed["models"]}
-    assert jobs["iris"] == {"backend": "async", "max_upload_bytes": 32 * 1024 * 1024,
-                            "path": "/models/iris/jobs"}
-    assert jobs["efficientnet-lite0"]["backend"] == "realtime"
-    assert jobs["efficientnet-lite0"]["max_upload_bytes"] == 100 * 1024 * 1024
+    # this stage serves no jobs (no JOBS_BUCKET): the catalog offers none (test_jobs_routes
+    # reads a jobs stage's entries)
+    assert {model["jobs"] for model in listed["models"]} == {None}
     iris = json.loads(harness.client.http.get("/models/iris").body)
     assert iris["signature"]["inputs"] == [{"name": "features", "dtype": "float32",
                                             "shape": [-1, 4]}]
