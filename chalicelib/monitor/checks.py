@@ -99,7 +99,7 @@ def evaluate(baseline: Mapping[str, Any], constraints: Mapping[str, Any],
 def _check_feature(result: FeatureResult, constraint: Mapping[str, Any],
                    config: FeatureConfig, items: int) -> None:
     window = result.window or {}
-    present = _common(window).get("num_present", 0)
+    present = common_statistics(window).get("num_present", 0)
     kind = constraint.get("inferred_type", "Unknown")
     add = result.violations.append
     type_failed = False
@@ -210,10 +210,15 @@ def _frequencies(buckets: list[Mapping[str, Any]]) -> dict[str, float]:
     return {str(b["value"]): float(b["count"]) / total for b in buckets}
 
 
-def _common(feature: Mapping[str, Any]) -> Mapping[str, Any]:
-    stats = feature.get("numerical_statistics") or feature.get("string_statistics") or {}
-    common: Mapping[str, Any] = stats.get("common", {})
-    return common
+def common_statistics(feature: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A ``statistics.json`` feature's ``common`` part (``num_present``, ``num_missing``),
+    from its numerical or string statistics; empty when it has none (or no feature)."""
+    for key in ("numerical_statistics", "string_statistics"):
+        part = (feature or {}).get(key)
+        if isinstance(part, Mapping) and isinstance(part.get("common"), Mapping):
+            common: Mapping[str, Any] = part["common"]
+            return common
+    return {}
 
 
 def _kll(feature: Mapping[str, Any]) -> sketches.WeightedCdf | None:
@@ -231,13 +236,13 @@ def _categories(feature: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _integral_count(feature: Mapping[str, Any]) -> float:
-    return float(_common(feature).get("num_present", 0)) \
+    return float(common_statistics(feature).get("num_present", 0)) \
         if feature.get("inferred_type") == "Integral" else float(_type_counts(feature)[0])
 
 
 def _numeric_count(feature: Mapping[str, Any]) -> float:
     if feature.get("inferred_type") in ("Integral", "Fractional"):
-        return float(_common(feature).get("num_present", 0))
+        return float(common_statistics(feature).get("num_present", 0))
     return float(_type_counts(feature)[1])
 
 
@@ -249,7 +254,7 @@ def _type_counts(feature: Mapping[str, Any]) -> tuple[int, int]:
 
 
 _MATCHERS = {"Integral": _integral_count, "Fractional": _numeric_count,
-             "String": lambda feature: float(_common(feature).get("num_present", 0))}
+             "String": lambda feature: float(common_statistics(feature).get("num_present", 0))}
 
 
 def _overrides(constraint: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -8,11 +8,12 @@
   is one row per line.
 - JSON sides: a TF Serving batch (``{"instances": [...]}`` in, ``{"predictions": [...]}`` out)
   is one row per instance, each instance aligned with its prediction, read one instance at a
-  time from a large body, so memory does not grow with the batch. An instance (or prediction)
-  that is a list gives ``feature0``, ``feature1``, ... (``prediction0``, ... on the output
-  side), an object its keys. The document's other keys, nested keys joined with ``.`` and
-  array elements by index (``{"a": {"b": [1, 2]}}`` gives ``a.b.0``, ``a.b.1``), are columns of
-  every row; a top-level array or scalar is ``feature0``, ... (``prediction0``, ...).
+  time from a large body (:mod:`chalicelib.monitor.json_scan`), so memory does not grow with
+  the batch. An instance (or prediction) that is a list gives ``feature0``, ``feature1``, ...
+  (``prediction0``, ... on the output side), an object its keys. The document's other keys,
+  nested keys joined with ``.`` and array elements by index (``{"a": {"b": [1, 2]}}`` gives
+  ``a.b.0``, ``a.b.1``), are columns of every row; a top-level array or scalar is
+  ``feature0``, ... (``prediction0``, ...).
 - Base64 sides (images, binary bodies) give no columns: such endpoints need a preprocessor.
 
 A row may have at most ``max_columns`` columns (:class:`TooWide`, which gives the
@@ -24,16 +25,15 @@ import csv
 import dataclasses
 import io
 import json
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from chalicelib.monitor.json_scan import array_items, members, value_at
 
 _SIDES = (("endpointOutput", "prediction", "predictions"),
           ("endpointInput", "feature", "instances"))
 STREAM_BYTES = 1 << 20
 """A JSON body past this size is read one instance at a time instead of parsed whole."""
-_DECODER = json.JSONDecoder()
-_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 class FlattenError(ValueError):
@@ -161,11 +161,11 @@ def _record_width(capture: dict[str, Any]) -> int:
 def _json_width(data: str, batch_key: str) -> int:
     if len(data) > STREAM_BYTES and f'"{batch_key}"' in data:
         width = 0
-        for key, start, count in _members(data):
+        for key, start, count in members(data):
             if key == batch_key and count:
-                width += _leaves(next(_array_items(data, start)))
+                width += _leaves(next(array_items(data, start)))
             elif key != batch_key:
-                width += _leaves(_DECODER.raw_decode(data, start)[0])
+                width += _leaves(value_at(data, start))
         return width
     document = json.loads(data)
     if isinstance(document, dict) and isinstance(document.get(batch_key), list):
@@ -272,81 +272,15 @@ def _streamed_json_side(data: str, prefix: str, batch_key: str, naming: Naming) 
     and the batch's extent and count, then its instances decoded one at a time."""
     shared: dict[str, Any] = {}
     batch: tuple[int, int] | None = None
-    for key, start, count in _members(data):
+    for key, start, count in members(data):
         if key == batch_key and count is not None and batch is None:
             batch = (start, count)
         else:
-            _flatten_value(_DECODER.raw_decode(data, start)[0], key, shared, naming)
+            _flatten_value(value_at(data, start), key, shared, naming)
     if batch is None:
         return _Side(shared)
     start, count = batch
-    return _Side(shared, count, items=lambda: _array_items(data, start), prefix=prefix)
-
-
-def _skip(data: str, position: int) -> int:
-    return _SPACE.match(data, position).end()  # type: ignore[union-attr]
-
-
-def _members(data: str) -> Iterator[tuple[str, int, int | None]]:
-    """(key, where its value starts, its item count if it is an array) of each member of
-    the JSON object ``data``; arrays are walked item by item, so no large value is held."""
-    position = _skip(data, 0)
-    if data[position:position + 1] != "{":
-        raise ValueError("not an object")
-    position = _skip(data, position + 1)
-    if data[position:position + 1] == "}":
-        return
-    while True:
-        key, position = _DECODER.raw_decode(data, position)
-        position = _skip(data, position)
-        if not isinstance(key, str) or data[position:position + 1] != ":":
-            raise ValueError("a member expected")
-        start = _skip(data, position + 1)
-        count: int | None = None
-        if data[start:start + 1] == "[":
-            count, position = _array_extent(data, start)
-        else:
-            position = _DECODER.raw_decode(data, start)[1]
-        yield key, start, count
-        position = _skip(data, position)
-        mark = data[position:position + 1]
-        if mark == "}":
-            return
-        if mark != ",":
-            raise ValueError("',' or '}' expected")
-        position = _skip(data, position + 1)
-
-
-def _array_extent(data: str, start: int) -> tuple[int, int]:
-    """(items, the position after it) of the JSON array at ``start``, walked item by item."""
-    count, end = 0, _skip(data, start + 1) + 1  # "[]"
-    for count, step in enumerate(_array_positions(data, start), 1):  # noqa: B007
-        end = step[1]
-    return count, end
-
-
-def _array_items(data: str, start: int) -> Iterator[Any]:
-    for item, _end in _array_positions(data, start):
-        yield item
-
-
-def _array_positions(data: str, start: int) -> Iterator[tuple[Any, int]]:
-    """Each item of the JSON array at ``start``, with the position after it (after the
-    closing bracket for the last one)."""
-    position = _skip(data, start + 1)
-    if data[position:position + 1] == "]":
-        return
-    while True:
-        item, position = _DECODER.raw_decode(data, position)
-        position = _skip(data, position)
-        mark = data[position:position + 1]
-        if mark == "]":
-            yield item, position + 1
-            return
-        if mark != ",":
-            raise ValueError("',' or ']' expected")
-        yield item, position
-        position = _skip(data, position + 1)
+    return _Side(shared, count, items=lambda: array_items(data, start), prefix=prefix)
 
 
 def flatten_json(document: Any, prefix: str, into: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,15 @@
-"""The record a Model Monitor record preprocessor receives, and the way the analyzer calls it.
+"""A Model Monitor record preprocessor file, called as the analyzer calls it.
 
-Model Monitor's analyzer hands ``preprocess_handler`` a ``CapturedData`` (the class its
-documentation prints in full, "Preprocessing and Postprocessing"): ``event_metadata``
-(``event_id``, ``event_time``, ``custom_attribute``), ``endpoint_input`` / ``endpoint_output``
-/ ``batch_transform_output`` / ``ground_truth`` (``encoding``, ``data``,
-``observedContentType``, ``mode``), ``event_version`` and ``event_dict`` (the raw record); a
-part the record lacks is None. Its preprocessor wrapper passes its logger as a second argument
-when the handler has a parameter named ``logger``, and skips records whose
-``eventMetadata.invocationSource`` is ``ShadowExperiment`` before calling the handler. The
-classes here have exactly those attributes, so a handler that runs here runs there; reading
-one they lack is an :class:`AttributeError` that lists the ones they have.
+Model Monitor's analyzer imports the user's file and calls its ``preprocess_handler`` with a
+``CapturedData`` (:mod:`chalicelib.monitor.captured_data`) for each record. Its preprocessor
+wrapper passes its logger as a second argument when the handler has a parameter named
+``logger``, and skips records whose ``eventMetadata.invocationSource`` is ``ShadowExperiment``
+before calling the handler (here the record reader skips those,
+:class:`~chalicelib.monitor.records.RecordReader`); a falsy result drops the record.
+:class:`Preprocessor` calls a handler the same way, and keeps the user's code from ending the
+run with a traceback or an exit: whatever the handler raises is one line naming the file and
+the record (:class:`HandlerFailed`), and what it returns is checked to be a row of features
+(:func:`checked_row`).
 
 It lives in the monitor room because the scheduled monitor runs a model's
 ``preprocessor.py`` in Lambda; ``sagegate capture`` and ``sagegate monitor`` import it from
@@ -28,111 +28,20 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any, ClassVar, TextIO
+from typing import Any, TextIO
 
-from chalicelib.monitor.records import CACHE_HIT_KEY
+from chalicelib.monitor.captured_data import (  # the record's classes, importable here too
+    CapturedData,
+    EventData,
+    is_cache_hit,
+    is_shadow,
+)
 
-_KEY_METADATA = "eventMetadata"
-_KEY_CAPTURE = "captureData"
-_INVOCATION_SOURCE = "invocationSource"
-SHADOW_SOURCE = "ShadowExperiment"
+__all__ = ["LOGGER_NAME", "LOG_FORMAT", "BadRow", "CapturedData", "EventData", "HandlerError",
+           "HandlerFailed", "Preprocessor", "checked_row", "describe", "handler_logger",
+           "is_cache_hit", "is_shadow", "load_postprocessor", "watching_interrupts"]
+
 LOGGER_NAME = "Preprocessing"  # the analyzer's name for the logger it hands handlers
-
-
-class _Described:
-    """Reading an attribute the analyzer's class does not have names the ones it has."""
-
-    _ATTRIBUTES: tuple[str, ...] = ()
-
-    def __getattr__(self, name: str) -> Any:  # only called when the attribute is missing
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(
-            f"{type(self).__name__} has no attribute {name!r}; it has "
-            f"{', '.join(self._ATTRIBUTES)} (Model Monitor's {type(self).__name__})")
-
-
-class EventMetadata(_Described):
-    """``eventMetadata``: the analyzer's three fields, None when the record lacks them."""
-
-    _ATTRIBUTES = ("event_id", "event_time", "custom_attribute")
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.event_id: str | None = raw.get("eventId")
-        self.event_time: str | None = raw.get("inferenceTime")
-        self.custom_attribute: list[str] | None = raw.get("customAttributes")
-
-
-class EventData(_Described):
-    """One side of ``captureData`` (or ``groundTruthData``)."""
-
-    _ATTRIBUTES = ("encoding", "data", "observedContentType", "mode", "as_dict()")
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self.encoding: str | None = raw.get("encoding")
-        self.data: str | None = raw.get("data")
-        self.observedContentType: str | None = raw.get("observedContentType")
-        self.mode: str | None = raw.get("mode")
-
-    def as_dict(self) -> dict[str, Any]:
-        """The analyzer's ``as_dict``: encoding, data and observedContentType."""
-        return {"encoding": self.encoding, "data": self.data,
-                "observedContentType": self.observedContentType}
-
-
-def _side(parent: Any, key: str) -> EventData | None:
-    value = parent.get(key) if isinstance(parent, dict) else None
-    return EventData(value) if isinstance(value, dict) else None
-
-
-class CapturedData(_Described):
-    """What ``preprocess_handler(inference_record)`` receives: one capture record."""
-
-    _ATTRIBUTES = ("event_metadata", "endpoint_input", "endpoint_output",
-                   "batch_transform_output", "ground_truth", "event_version", "event_dict",
-                   "as_dict()")
-    _SIDES: ClassVar[dict[str, str]] = {
-        "endpointInput": "endpoint_input", "endpointOutput": "endpoint_output",
-        "batchTransformOutput": "batch_transform_output"}
-
-    def __init__(self, event_dict: dict[str, Any]) -> None:
-        self.event_dict = event_dict
-        metadata = event_dict.get(_KEY_METADATA)
-        self.event_metadata = EventMetadata(metadata) if isinstance(metadata, dict) else None
-        capture = event_dict.get(_KEY_CAPTURE)
-        self.endpoint_input = _side(capture, "endpointInput")
-        self.endpoint_output = _side(capture, "endpointOutput")
-        self.batch_transform_output = _side(capture, "batchTransformOutput")
-        self.ground_truth = _side(event_dict, "groundTruthData")
-        self.event_version: str | None = event_dict.get("eventVersion")
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record, each captured side as :meth:`EventData.as_dict` (as the analyzer's)."""
-        document = dict(self.event_dict)
-        capture = document.get(_KEY_CAPTURE)
-        if isinstance(capture, dict):
-            capture = dict(capture)
-            for key, attribute in self._SIDES.items():
-                side = getattr(self, attribute)
-                if key in capture and side is not None:
-                    capture[key] = side.as_dict()
-            document[_KEY_CAPTURE] = capture
-        return document
-
-    def __str__(self) -> str:
-        return str(self.as_dict())
-
-
-def is_cache_hit(event_dict: dict[str, Any]) -> bool:
-    """Whether a record is of an answer sagegate served from its prediction cache."""
-    metadata = event_dict.get(_KEY_METADATA)
-    return isinstance(metadata, dict) and metadata.get(CACHE_HIT_KEY) is True
-
-
-def is_shadow(event_dict: dict[str, Any]) -> bool:
-    """Whether a record comes from a shadow variant (the analyzer skips those)."""
-    metadata = event_dict.get(_KEY_METADATA)
-    return isinstance(metadata, dict) and metadata.get(_INVOCATION_SOURCE) == SHADOW_SOURCE
 
 
 class HandlerError(ValueError):

@@ -474,6 +474,11 @@ def test_an_empty_or_reversed_window_is_refused(baseline: Path, captures: Path,
                                                 tmp_path: Path, bounds: list[str]) -> None:
     _refused(_monitor("check", str(captures), "--baseline", str(baseline), "-o",
                       str(tmp_path / "out"), *bounds), "is not before its end")
+    # a baseline of a capture window reads its bounds the same way
+    start, end = bounds[1], bounds[3]
+    _refused(_monitor("baseline", str(captures), "-o", str(tmp_path / "out"), *bounds),
+             f"the window's start ({start}) is not before its end ({end})")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_window_of_only_bad_lines_is_refused_naming_the_first(baseline: Path,

@@ -198,3 +198,38 @@ def test_a_feature_whose_type_changed_is_not_also_reported_as_drift(
     assert ("n", "baseline_drift_check") not in _types(result)
     feature = next(f for f in result.evaluation.features if f.name == "n")
     assert feature.distance is not None and feature.distance > 0.5
+
+
+def test_a_simple_drift_exactly_at_the_threshold_is_not_flagged() -> None:
+    # four values each side, so each sketch holds them all at weight 1 and every step of the
+    # two CDFs is exact: moving the window's largest value from 4 to 5 parts the CDFs by
+    # exactly 1/4 at x = 4 (the threshold below), and to 5 twice by 1/2
+    statistics, suggested = _baseline([{"x": str(v)} for v in (1, 2, 3, 4)])
+    simple = copy.deepcopy(suggested)
+    config = simple["monitoring_config"]["distribution_constraints"]
+    config["comparison_method"], config["comparison_threshold"] = "Simple", 0.25
+    at = analysis.check([{"x": str(v)} for v in (1, 2, 3, 5)], statistics, simple, title="t")
+    [feature] = at.evaluation.features
+    assert (feature.distance, feature.threshold, feature.method) == (0.25, 0.25, "Simple")
+    assert _types(at) == []  # "above the threshold", as the analyzer compares: not at it
+    over = analysis.check([{"x": str(v)} for v in (1, 2, 5, 5)], statistics, simple, title="t")
+    assert over.evaluation.features[0].distance == 0.5
+    assert _types(over) == [("x", "baseline_drift_check")]
+
+
+def _even_rows(count: int) -> list[dict[str, Any]]:
+    return [{"n": str(i % 10), "c": ("red", "green", "blue")[i % 3]} for i in range(count)]
+
+
+@pytest.mark.parametrize(("feature", "value", "check"), [
+    ("n", "4.5", checks.DATA_TYPE), ("n", "", checks.COMPLETENESS),
+    ("c", "purple", checks.CATEGORICAL)])
+def test_one_value_in_two_hundred_is_flagged_against_a_threshold_of_one(
+        feature: str, value: str, check: str) -> None:
+    # 199 of 200 is a fraction of 0.995 against the suggested 1.0: the tolerance only absorbs
+    # a double's rounding, never half a percent
+    statistics, suggested = _baseline(_even_rows(300))
+    rows = _even_rows(200)
+    assert _types(analysis.check(rows, statistics, suggested, title="t")) == []
+    rows[0][feature] = value
+    assert _types(analysis.check(rows, statistics, suggested, title="t")) == [(feature, check)]

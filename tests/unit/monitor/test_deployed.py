@@ -1,4 +1,5 @@
-"""The scheduled monitor's settings and metrics (chalicelib.monitor.deployed), without AWS."""
+"""The scheduled monitor (chalicelib.monitor.deployed), its settings, capture objects and
+metrics, without AWS."""
 from __future__ import annotations
 
 import datetime
@@ -13,7 +14,13 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from chalicelib.monitor import analysis, deployed
+from chalicelib.monitor import analysis, capture_objects, deployed, metrics
+from chalicelib.monitor.deployed_settings import (
+    MonitorConfigError,
+    MonitorSettings,
+    S3Location,
+    default_output,
+)
 from chalicelib.monitor.records import RecordReader
 from tests.unit.monitor import capturegen
 
@@ -21,39 +28,37 @@ WHEN = datetime.datetime(2026, 11, 25, 10, tzinfo=datetime.UTC)
 
 
 def test_settings_from_the_stages_environment() -> None:
-    settings = deployed.MonitorSettings.from_env({
+    settings = MonitorSettings.from_env({
         "MONITOR_BASELINE": "s3://b/baselines/", "CAPTURE_DESTINATION": "s3://b/team/captures"})
     assert settings is not None
-    assert settings.baseline == deployed.S3Location("b", "baselines")
-    assert settings.captures == deployed.S3Location("b", "team/captures")
-    assert settings.output == deployed.S3Location("b", "team/monitoring")  # beside captures
+    assert settings.baseline == S3Location("b", "baselines")
+    assert settings.captures == S3Location("b", "team/captures")
+    assert settings.output == S3Location("b", "team/monitoring")  # beside captures
     assert settings.schedule == "cron(5 * * * ? *)"
     assert settings.output.key("iris", "2026/11/25/09") == "team/monitoring/iris/2026/11/25/09"
-    assert deployed.default_output(deployed.S3Location("c", "")) == \
-        deployed.S3Location("c", "monitoring")
-    assert deployed.default_output(deployed.S3Location("c", "captures")).folder("iris") == \
-        "monitoring/iris/"
+    assert default_output(S3Location("c", "")) == S3Location("c", "monitoring")
+    assert default_output(S3Location("c", "captures")).folder("iris") == "monitoring/iris/"
 
 
 def test_monitoring_is_off_without_a_baseline_and_refused_without_s3_captures() -> None:
-    assert deployed.MonitorSettings.from_env({"CAPTURE_DESTINATION": "s3://b/c"}) is None
+    assert MonitorSettings.from_env({"CAPTURE_DESTINATION": "s3://b/c"}) is None
     for destination in ("captures", "firehose://s", ""):
-        with pytest.raises(deployed.MonitorConfigError, match="CAPTURE_DESTINATION"):
-            deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                               "CAPTURE_DESTINATION": destination})
+        with pytest.raises(MonitorConfigError, match="CAPTURE_DESTINATION"):
+            MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                      "CAPTURE_DESTINATION": destination})
     for schedule in ("hourly", "cron(5 * * * ? *", "rate(1 hour)) or (x)"):
-        with pytest.raises(deployed.MonitorConfigError, match="MONITOR_SCHEDULE"):
-            deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                               "CAPTURE_DESTINATION": "s3://b/c",
-                                               "MONITOR_SCHEDULE": schedule})
-    custom = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                                "CAPTURE_DESTINATION": "s3://b/c",
-                                                "MONITOR_SCHEDULE": "rate(1 day)"})
+        with pytest.raises(MonitorConfigError, match="MONITOR_SCHEDULE"):
+            MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                      "CAPTURE_DESTINATION": "s3://b/c",
+                                      "MONITOR_SCHEDULE": schedule})
+    custom = MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                       "CAPTURE_DESTINATION": "s3://b/c",
+                                       "MONITOR_SCHEDULE": "rate(1 day)"})
     assert custom is not None and custom.schedule == "rate(1 day)"
-    with pytest.raises(deployed.MonitorConfigError, match="MONITOR_OUTPUT"):
-        deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                           "CAPTURE_DESTINATION": "s3://b/c",
-                                           "MONITOR_OUTPUT": "s3:///nobucket"})
+    with pytest.raises(MonitorConfigError, match="MONITOR_OUTPUT"):
+        MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                  "CAPTURE_DESTINATION": "s3://b/c",
+                                  "MONITOR_OUTPUT": "s3:///nobucket"})
 
 
 def _result(rows: Sequence[Mapping[str, Any]], baseline_rows: Sequence[Mapping[str, Any]]
@@ -74,7 +79,7 @@ def _rows(name: str, records: int, shift: dict[int, float] | None = None
 
 def test_emf_names_model_monitors_metrics_under_its_namespace_and_dimensions() -> None:
     result = _result(_rows("window", 800, {1: 2.0}), _rows("base", 1500))
-    [line] = deployed.emf_lines(result, "iris", "sagegate-dev-monitor", WHEN)
+    [line] = metrics.emf_lines(result, "iris", "sagegate-dev-monitor", WHEN)
     document = json.loads(line)
     [directive] = document["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "aws/sagemaker/Endpoints/data-metrics"
@@ -93,18 +98,18 @@ def test_emf_names_model_monitors_metrics_under_its_namespace_and_dimensions() -
 def test_emf_lines_hold_at_most_100_metrics_each() -> None:
     wide = [{f"f{i}": float(j % 7 + i) for i in range(60)} for j in range(50)]
     result = _result(wide, wide)
-    lines = [json.loads(line) for line in deployed.emf_lines(result, "e", "s", WHEN)]
+    lines = [json.loads(line) for line in metrics.emf_lines(result, "e", "s", WHEN)]
     counts = [len(line["_aws"]["CloudWatchMetrics"][0]["Metrics"]) for line in lines]
     assert max(counts) <= 100
-    assert sum(counts) == len(deployed.metrics(result)) > 100
+    assert sum(counts) == len(metrics.metrics(result)) > 100
 
 
 def test_a_distance_that_is_not_finite_is_not_published() -> None:
     result = _result(_rows("window", 50), _rows("base", 50))
     result.evaluation.features[0].distance = float("nan")
-    names = deployed.metrics(result)
+    names = metrics.metrics(result)
     assert f"feature_baseline_drift_{result.evaluation.features[0].name}" not in names
-    assert deployed.emf_lines(result, "e", "s", WHEN)  # still valid JSON
+    assert metrics.emf_lines(result, "e", "s", WHEN)  # still valid JSON
 
 
 def test_an_endpoint_whose_models_bring_two_preprocessors_is_refused(tmp_path: Path) -> None:
@@ -227,29 +232,29 @@ def test_capture_files_fetches_ahead_in_key_order_and_stops_when_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objects = _one_record_per_object(tmp_path, 200)
     s3 = FakeS3(objects)
-    location = deployed.S3Location("b", "c")
+    location = S3Location("b", "c")
     start, end = capturegen.HOUR, capturegen.HOUR + datetime.timedelta(hours=1)
-    names = [name for name, _ in deployed.capture_files(s3, location, "iris", start, end)]
+    names = [name for name, _ in capture_objects.capture_files(s3, location, "iris", start, end)]
     assert names == [f"s3://b/{key}" for key in sorted(objects)]
     # told to stop after 30 files: the rest are counted, not read
     calls = iter(range(10_000))
-    reading = deployed.Reading()
-    read = [list(lines) for _, lines in deployed.capture_files(
+    reading = capture_objects.Reading()
+    read = [list(lines) for _, lines in capture_objects.capture_files(
         s3, location, "iris", start, end, stop=lambda: next(calls) >= 30, reading=reading)]
     assert len(read) == 30 == reading.files_read
     assert reading.files_left == 170
     # prefetching is bounded: never more than PREFETCH_BYTES (here three objects) ahead
     biggest = max(map(len, objects.values()))
-    monkeypatch.setattr(deployed, "PREFETCH_BYTES", 3 * biggest)
-    monkeypatch.setattr(deployed, "FETCHERS", 2)
+    monkeypatch.setattr(capture_objects, "PREFETCH_BYTES", 3 * biggest)
+    monkeypatch.setattr(capture_objects, "FETCHERS", 2)
     s3.fetched.clear()
-    for taken, _ in enumerate(deployed.capture_files(s3, location, "iris", start, end), 1):
+    for taken, _ in enumerate(capture_objects.capture_files(s3, location, "iris", start, end), 1):
         assert len(s3.fetched) <= taken + 3
     assert taken == 200 and sorted(s3.fetched) == sorted(objects)
     # an object over a fetcher's share of that is not held ahead: streamed in its turn
-    monkeypatch.setattr(deployed, "PREFETCH_BYTES", biggest // 2)
+    monkeypatch.setattr(capture_objects, "PREFETCH_BYTES", biggest // 2)
     s3.fetched.clear()
-    for taken, _ in enumerate(deployed.capture_files(s3, location, "iris", start, end), 1):
+    for taken, _ in enumerate(capture_objects.capture_files(s3, location, "iris", start, end), 1):
         assert len(s3.fetched) == taken
     assert s3.fetched == sorted(objects)
 
@@ -290,15 +295,49 @@ def test_a_run_with_time_enough_reads_every_object_and_none_left_is_skipped(
 
 
 def test_the_monitor_reads_monitor_captures_when_the_captures_go_elsewhere() -> None:
-    settings = deployed.MonitorSettings.from_env({
+    settings = MonitorSettings.from_env({
         "MONITOR_BASELINE": "s3://b/base", "CAPTURE_DESTINATION": "firehose://captures",
         "MONITOR_CAPTURES": "s3://delivered/firehose/"})
     assert settings is not None
-    assert settings.captures == deployed.S3Location("delivered", "firehose")
-    assert settings.output == deployed.S3Location("delivered", "monitoring")
-    with pytest.raises(deployed.MonitorConfigError, match="MONITOR_CAPTURES"):
-        deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                           "CAPTURE_DESTINATION": "firehose://captures"})
-    with pytest.raises(deployed.MonitorConfigError, match="MONITOR_CAPTURES must be"):
-        deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
-                                           "MONITOR_CAPTURES": "/var/captures"})
+    assert settings.captures == S3Location("delivered", "firehose")
+    assert settings.output == S3Location("delivered", "monitoring")
+    with pytest.raises(MonitorConfigError, match="MONITOR_CAPTURES"):
+        MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                  "CAPTURE_DESTINATION": "firehose://captures"})
+    with pytest.raises(MonitorConfigError, match="MONITOR_CAPTURES must be"):
+        MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+                                  "MONITOR_CAPTURES": "/var/captures"})
+
+
+def test_each_endpoint_reads_for_its_share_of_the_time_left_among_the_endpoints_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]  # the invocation's clock, moved by the checks below alone
+    monkeypatch.setattr(deployed.time, "monotonic", lambda: clock[0])
+    deadline = deployed.RESERVE_SECONDS + 300.0
+
+    def remaining() -> float:
+        return deadline - clock[0]
+
+    used = {"a": 40.0}  # the first endpoint is done early: its unused time is passed on
+    left_at: dict[str, float] = {}
+    granted: dict[str, float] = {}
+
+    def check(s3: Any, settings: Any, endpoint: str, preprocessors: Any, window: Any,
+              schedule_name: str, emit: Any, stop: Any) -> deployed.EndpointRun:
+        started = clock[0]
+        left_at[endpoint] = remaining()
+        while not stop():  # the share: how long this endpoint may read
+            clock[0] += 1.0
+        granted[endpoint] = clock[0] - started
+        clock[0] = started + used.get(endpoint, granted[endpoint])
+        return deployed.EndpointRun(endpoint, "checked")
+
+    monkeypatch.setattr(deployed, "_check_endpoint", check)
+    assert SETTINGS is not None
+    runs = deployed.run({"a": [], "b": [], "c": []}, SETTINGS, "s", now=WHEN, s3=object(),
+                        emit=lambda line: None, remaining=remaining)
+    assert [run.status for run in runs] == ["checked"] * 3
+    # the 2nd endpoint: what is left after the 1st, less the reserve, over the 2 endpoints left
+    assert left_at["b"] == deployed.RESERVE_SECONDS + 260.0
+    assert granted["b"] == (left_at["b"] - deployed.RESERVE_SECONDS) / 2 == 130.0
+    assert granted == {"a": 100.0, "b": 130.0, "c": 130.0}

@@ -149,3 +149,22 @@ def test_rows_whose_keys_change_are_refused_past_the_feature_limit() -> None:
         DatasetStatistics(max_features=50).add_all(rows)
     assert len(DatasetStatistics(max_features=50).add_all(
         {f"f{i % 50}": 1.0} for i in range(500)).features) == 50
+
+
+def _categories(statistics: DatasetStatistics) -> dict[str, dict[str, int]]:
+    return {f["name"]: {b["value"]: b["count"]
+                        for b in f["string_statistics"]["distribution"]["categorical"]["buckets"]}
+            for f in statistics.to_json()["features"]}
+
+
+def test_a_merge_keeps_both_windows_categorical_counts() -> None:
+    # few values: the frequent-items sketch counts them exactly, so the buckets of the merge
+    # are the sums; "new" is only in the second window (merged into a feature made for it)
+    first = DatasetStatistics().add_all([{"c": "p"}] * 30 + [{"c": "q"}] * 20)
+    second = DatasetStatistics().add_all([{"c": "q"}] * 5 + [{"c": "r", "new": "s"}] * 7)
+    first.merge(second)
+    assert _categories(first) == {"c": {"p": 30, "q": 25, "r": 7}, "new": {"s": 7}}
+    # and so after a round trip through the saved state (hours computed apart make a day)
+    day = DatasetStatistics.from_state(json.loads(json.dumps(first.to_state())))
+    day.merge(DatasetStatistics().add_all([{"c": "p", "new": "t"}]))
+    assert _categories(day) == {"c": {"p": 31, "q": 25, "r": 7}, "new": {"s": 7, "t": 1}}

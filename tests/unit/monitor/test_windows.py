@@ -47,6 +47,15 @@ def test_a_relative_window_like_a_schedules() -> None:
         window("now", "-PT1H", NOW)
 
 
+@pytest.mark.parametrize(("start", "end"), [
+    ("2026-11-25T07:00Z", "2026-11-25T07:00Z"), ("-PT1H", "-PT1H"), ("now", "now"),
+    ("2026-11-25T08:00+01:00", "2026-11-25T07:00Z")])  # one instant, two spellings
+def test_an_empty_window_is_refused(start: str, end: str) -> None:
+    # [start, start) holds no time: a check of it would read nothing and pass
+    with pytest.raises(WindowError, match=r"start \(.*\) is not before its end"):
+        window(start, end, NOW)
+
+
 def test_a_window_at_the_calendars_ends_is_a_window_error_or_its_hours() -> None:
     # the default start, an hour before the end, would be before the year 1
     with pytest.raises(WindowError, match="outside the calendar"):

@@ -1,0 +1,128 @@
+"""The scheduled monitor's settings: where it reads baselines and captures and writes its files.
+
+A stage enables the monitor with ``MONITOR_BASELINE=s3://bucket/prefix/``. The captures are
+read from ``MONITOR_CAPTURES`` (an ``s3://`` prefix: where a Firehose stream delivers them,
+say), by default from ``CAPTURE_DESTINATION`` (then ``s3://`` only: a directory or a stream
+cannot be listed by hour). The outputs go to ``MONITOR_OUTPUT``, by default ``monitoring/``
+beside the capture prefix (``s3://b/captures`` -> ``s3://b/monitoring``). ``MONITOR_SCHEDULE``
+is the EventBridge schedule (:data:`DEFAULT_SCHEDULE`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+MONITOR_BASELINE, MONITOR_OUTPUT, MONITOR_SCHEDULE, MONITOR_CAPTURES = (
+    "MONITOR_BASELINE", "MONITOR_OUTPUT", "MONITOR_SCHEDULE", "MONITOR_CAPTURES")
+CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
+DEFAULT_SCHEDULE = "cron(5 * * * ? *)"
+"""Hourly, five minutes past the hour (late capture files of the hour have landed)."""
+_S3 = "s3://"
+_SCHEDULE = re.compile(r"^(cron|rate)\([^()]+\)\Z")
+
+
+class MonitorConfigError(ValueError):
+    """The stage's monitor settings are incomplete or contradictory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Location:
+    """A bucket and a key prefix (no slash at either end; may be empty)."""
+
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, uri: str, setting: str) -> S3Location:
+        """``s3://bucket/prefix`` as a location.
+
+        Args:
+            uri: the setting's value.
+            setting: the setting's name, for the error.
+
+        Raises:
+            MonitorConfigError: not an ``s3://`` URI with a bucket.
+        """
+        text = uri.strip()
+        bucket, _, prefix = text[len(_S3):].partition("/")
+        if not text.startswith(_S3) or not bucket:
+            raise MonitorConfigError(f"{setting} must be an s3://bucket/prefix URI, "
+                                     f"not {text[:80]!r}")
+        return cls(bucket, prefix.strip("/"))
+
+    def key(self, *parts: str) -> str:
+        """The key of ``parts`` under the prefix."""
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    def folder(self, *parts: str) -> str:
+        """:meth:`key` with a trailing slash (a listing prefix); empty at the bucket's root."""
+        key = self.key(*parts)
+        return f"{key}/" if key else ""
+
+    def object_uri(self, key: str) -> str:
+        """``s3://bucket/key``: the URI of a key of this bucket (a full key, not a part)."""
+        return f"{_S3}{self.bucket}/{key}"
+
+    @property
+    def uri(self) -> str:
+        """``s3://bucket/prefix``."""
+        return f"{_S3}{self.bucket}/{self.prefix}".rstrip("/")
+
+
+@dataclasses.dataclass(frozen=True)
+class MonitorSettings:
+    """Where the scheduled monitor reads and writes."""
+
+    baseline: S3Location
+    captures: S3Location
+    output: S3Location
+    schedule: str = DEFAULT_SCHEDULE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MonitorSettings | None:
+        """The stage's monitor settings; None when ``MONITOR_BASELINE`` is unset.
+
+        Args:
+            env: the stage's environment variables.
+
+        Raises:
+            MonitorConfigError: monitoring is on but neither ``MONITOR_CAPTURES`` nor
+                ``CAPTURE_DESTINATION`` is an ``s3://`` prefix (a directory or Firehose
+                stream cannot be listed by hour), a setting is not an ``s3://`` URI, or
+                ``MONITOR_SCHEDULE`` is not a schedule expression.
+        """
+        baseline_uri = env.get(MONITOR_BASELINE, "").strip()
+        if not baseline_uri:
+            return None
+        captures = _captures(env)
+        output_uri = env.get(MONITOR_OUTPUT, "").strip()
+        output = S3Location.parse(output_uri, MONITOR_OUTPUT) if output_uri \
+            else default_output(captures)
+        schedule = env.get(MONITOR_SCHEDULE, "").strip() or DEFAULT_SCHEDULE
+        if not _SCHEDULE.match(schedule):
+            raise MonitorConfigError(f"{MONITOR_SCHEDULE} must be an EventBridge schedule "
+                                     f"expression, cron(...) or rate(...), not "
+                                     f"{schedule[:80]!r}")
+        return cls(baseline=S3Location.parse(baseline_uri, MONITOR_BASELINE),
+                   captures=captures, output=output, schedule=schedule)
+
+
+def _captures(env: Mapping[str, str]) -> S3Location:
+    """``MONITOR_CAPTURES``, else ``CAPTURE_DESTINATION`` when it is an ``s3://`` prefix."""
+    read_from = env.get(MONITOR_CAPTURES, "").strip()
+    if read_from:
+        return S3Location.parse(read_from, MONITOR_CAPTURES)
+    destination = env.get(CAPTURE_DESTINATION, "").strip()
+    if not destination.startswith(_S3):
+        raise MonitorConfigError(
+            f"{MONITOR_BASELINE} is set, so {CAPTURE_DESTINATION} must be the s3:// "
+            f"prefix the captures are written to, not {destination[:80]!r} (or set "
+            f"{MONITOR_CAPTURES} to the s3:// prefix they are delivered to)")
+    return S3Location.parse(destination, CAPTURE_DESTINATION)
+
+
+def default_output(captures: S3Location) -> S3Location:
+    """``monitoring`` beside the capture prefix (in its parent folder, same bucket)."""
+    parent = captures.prefix.rpartition("/")[0]
+    return S3Location(captures.bucket, f"{parent}/monitoring" if parent else "monitoring")
