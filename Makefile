@@ -32,7 +32,7 @@ help:
 	@echo "  make run             emulator + moto + chalice local on 127.0.0.1 (*_PORT variables)"
 	@echo "  make test            ruff, mypy, deploy-check, a Chromium, then every test tier"
 	@echo "  make browser         find (or install) the Chromium the web page's tests drive"
-	@echo "  make lint            ruff, and import-linter's contracts between chalicelib's rooms"
+	@echo "  make lint            ruff, and import-linter's contracts between the rooms (no cycle)"
 	@echo "  make typecheck       mypy"
 	@echo "  make unit | functional | integration   one test tier"
 	@echo "  make docs-check      run every example of README.md against make run's stack"
@@ -86,7 +86,8 @@ iac-tools: $(IAC_STAMP)
 # --- checks and tests ----------------------------------------------------------------------
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	@# chalicelib's rooms import downwards only: the contracts in pyproject.toml
+	@# chalicelib's and sagegate's rooms import downwards only, never in a circle: the
+	@# contracts in pyproject.toml
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)

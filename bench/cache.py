@@ -2,7 +2,7 @@
 
 ``make run``'s stack (the emulator's real EfficientNet-Lite0, ``chalice local --stage local``,
 whose cache is the in-process tier only: the stage sets no ``CACHE_TABLE``) on free ports,
-started with :mod:`sagegate.localstack` as parts 2 and clients start it. Phone-like photos
+started with :mod:`sagegate.local.processes` as parts 2 and clients start it. Phone-like photos
 (``bench/images.py``: 640x480, 1920x1080 and 4032x3024 JPEGs). For each sample the photo gets
 a fresh JPEG comment segment (``COM``, right after ``SOI``: the pixels, and so the endpoint's
 work, are unchanged, but the bytes, which are the cache key, are new), and is posted to
@@ -36,7 +36,7 @@ from typing import Any
 from bench import images, table
 from bench.report import Report
 from bench.timing import Budget
-from sagegate.localstack import quiet_stack
+from sagegate.local.processes import quiet_stack
 
 HOST = "127.0.0.1"
 STAGE = "local"

@@ -1,7 +1,7 @@
 """Clients part: what shrinking on the client (``sagegate.client``) saves, end to end.
 
 ``make run``'s stack (the emulator's real EfficientNet-Lite0, ``chalice local --stage local``)
-on free ports, started with :mod:`sagegate.localstack` as part 2 starts it. Two tables:
+on free ports, started with :mod:`sagegate.local.processes` as part 2 starts it. Two tables:
 
 * **Encodings**: the scikit-image photos of the integration tests, enlarged as the ``photos``
   fixture enlarges them (bicubic, JPEG quality 90), at 640x480, 1920x1080 and 4032x3024; each
@@ -31,8 +31,8 @@ from bench import images, table
 from bench.report import Report
 from bench.timing import Budget
 from sagegate.client import Client, Encoding, ShrinkRule, Upload, content_type_of, shrink
-from sagegate.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
-from sagegate.localstack import quiet_stack
+from sagegate.client.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
+from sagegate.local.processes import quiet_stack
 
 STAGE = "local"
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")

@@ -1,8 +1,8 @@
 """Part 2: end-to-end latency through ``chalice local`` and the emulator, both front-ends.
 
 One emulator (the real EfficientNet-Lite0 model) serves both. sagegate runs as ``make run``
-runs it (``sagegate.localstack.start_api``, stage ``local``); the 2018 reference is
-``bench/reference_app`` under the same launcher (``sagegate.localstack.start_chalice_local``:
+runs it (``sagegate.local.processes.start_api``, stage ``local``); the 2018 reference is
+``bench/reference_app`` under the same launcher (``sagegate.local.processes.start_chalice_local``:
 ``chalice local`` with TCP_NODELAY).
 A keep-alive client posts the same JSON body to each, alternately, and times each answer,
 with ``Cache-Control: no-cache``: sagegate's prediction cache is measured by the cache part.
@@ -27,15 +27,14 @@ from bench.report import Report
 from bench.timing import Budget, ratio
 from chalicelib.core.config import Settings
 from chalicelib.inference.predictions import load_labels
-from sagegate.localstack import (
+from sagegate.local.processes import (
     ApiProcess,
-    check_settings,
     free_port,
-    stage_env,
     start_api,
     start_chalice_local,
     start_emulator,
 )
+from sagegate.local.stack import check_settings, stage_env
 
 REFERENCE_APP = Path(__file__).resolve().parent / "reference_app"
 HOST = "127.0.0.1"

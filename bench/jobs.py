@@ -1,6 +1,6 @@
 """Jobs part: what the job path adds over the synchronous path, for an input that fits both.
 
-``make run``'s stack with jobs on (:func:`sagegate.local_aws.jobs_stack`: moto's server as S3,
+``make run``'s stack with jobs on (:func:`sagegate.local.aws.jobs_stack`: moto's server as S3,
 SNS and SQS, the emulator's real EfficientNet-Lite0, ``chalice local --stage local`` with its
 event pump) on free ports. One photo (``bench/images.py``'s 640x480 JPEG), one model, three
 ways, side by side in one run (the order rotates every round, so drift hits all three):
@@ -33,7 +33,7 @@ import urllib3
 from bench import images, table
 from bench.report import Report
 from bench.timing import Budget, Samples
-from sagegate.local_aws import jobs_stack
+from sagegate.local.aws import jobs_stack
 
 STAGE = "local"
 MODEL = "efficientnet-lite0"

@@ -1,7 +1,7 @@
 """Part 3: load on the real local stack, 1 to 32 keep-alive clients, valid and invalid requests.
 
 ``make run``'s processes (the emulator, ``chalice local --stage local`` through
-``sagegate.localstack.start_api``) take a mix of requests from N clients, each with its own
+``sagegate.local.processes.start_api``) take a mix of requests from N clients, each with its own
 keep-alive connection. Every answer is checked against its own request: its request id, its
 status and error code, its ``k`` and its top-k classes (those a single client got for the same
 body before the run). Reported per level: throughput, p50/p95/p99, resets, wrong answers, 5xx,

@@ -3,7 +3,7 @@
     with start_emulator("emulator/config.json") as emulator:
         client = boto3.client("sagemaker-runtime", endpoint_url=emulator.url, ...)
 
-The emulator's own launcher: the local stack (``sagegate/localstack.py``: ``sagegate run``,
+The emulator's own launcher: the local stack (``sagegate/local/processes.py``: ``sagegate run``,
 the integration tests, the benchmarks) starts it through this module, which knows nothing of
 sagegate. Only the standard library is imported here, so callers do not pay for numpy or
 OpenCV.

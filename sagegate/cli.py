@@ -25,19 +25,19 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "run": Command("sagegate.localstack", "serve the API on 127.0.0.1:8000 against a local "
+    "run": Command("sagegate.local.stack", "serve the API on 127.0.0.1:8000 against a local "
                    "SageMaker emulator (no AWS account needed)", "Develop"),
     "emulator": Command("emulator.__main__", "run the SageMaker runtime emulator alone",
                         "Develop"),
-    "capture": Command("sagegate.captures", "read data capture records (directory, file or "
+    "capture": Command("sagegate.captures.reader", "read data capture records (directory, file or "
                        "s3://) as JSON Lines or CSV", "Develop"),
     "monitor": Command("sagegate.monitor.cli", "Model Monitor's data quality baseline and "
                        "checks of captured traffic (local or s3://)", "Develop"),
-    "browser": Command("sagegate.browser", "find the Chromium the web page's tests drive, "
+    "browser": Command("sagegate.local.browser", "find the Chromium the web page's tests drive, "
                        "installing one if there is none (make test runs it)", "Develop"),
-    "predict": Command("sagegate.predict_cli", "classify image files and directories, "
+    "predict": Command("sagegate.client.cli", "classify image files and directories, "
                        "shrinking each photo here before it is sent", "Use"),
-    "resize": Command("sagegate.predict_cli", "resize one image to an exact size with POST "
+    "resize": Command("sagegate.client.cli", "resize one image to an exact size with POST "
                       "/resize", "Use"),
     "bench": Command("bench.__main__", "side-by-side benchmarks against the 2018 reference",
                      "Measure"),

@@ -18,7 +18,7 @@
   const SENDABLE = new Set(["image/jpeg", "image/png", "image/webp"]);
   // The largest body sent to the synchronous route: Lambda's 6 MB request, in which API
   // Gateway base64-encodes the raw body (a third more), less room for the rest of the event
-  // (sagegate.transfer.SYNC_LIMIT_BYTES, the Python client's same rule).
+  // (sagegate.client.transfer.SYNC_LIMIT_BYTES, the Python client's same rule).
   const SYNC_LIMIT_BYTES = Math.floor((6 * 1024 * 1024 - 16 * 1024) * 3 / 4);
   const POLL_FIRST_MS = 250; // a job is read again after this, then twice as long ...
   const POLL_MAX_MS = 5000; // ... up to this, unless its Retry-After says longer

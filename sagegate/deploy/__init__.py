@@ -11,7 +11,9 @@ Needing AWS: ``sagegate layer --bucket``, :mod:`~sagegate.deploy.sam_deploy`
 :mod:`~sagegate.deploy.snapstart`, through :mod:`~sagegate.deploy.aws`.
 
 Shared: :mod:`~sagegate.deploy.stages` (a stage's settings as Chalice resolves them, and
-:data:`~sagegate.deploy.stages.DEPLOY_STAGES`), :mod:`~sagegate.deploy.runtime` (the Lambda
-runtime and its wheels), :mod:`~sagegate.deploy.sandbox` (the packaged handler run as Lambda
-runs it, for the deploy tests and the cold-start benchmark). Never packaged into the function.
+:data:`~sagegate.deploy.stages.DEPLOY_STAGES`), :mod:`~sagegate.deploy.stage` (the
+:class:`~sagegate.deploy.stage.Stage` value every module reads; it imports no other module
+here), :mod:`~sagegate.deploy.runtime` (the Lambda runtime and its wheels),
+:mod:`~sagegate.deploy.sandbox` (the packaged handler run as Lambda runs it, for the deploy
+tests and the cold-start benchmark). Never packaged into the function.
 """

@@ -14,7 +14,8 @@ from typing import Any
 from sagegate.deploy import templates
 from sagegate.deploy.runtime import ARCHITECTURE
 from sagegate.deploy.shell import DeployError, config_path
-from sagegate.deploy.stages import ROOT, Stage, record_layer
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import ROOT, record_layer
 
 LAYER_DESCRIPTION = "numpy, OpenCV and the other compiled dependencies"
 

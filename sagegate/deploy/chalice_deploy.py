@@ -41,7 +41,8 @@ from sagegate.deploy.shell import (
     stage_for,
     tool,
 )
-from sagegate.deploy.stages import ROOT, Stage, rest_api_id
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import ROOT, rest_api_id
 
 
 def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence[str] = (),

@@ -39,7 +39,8 @@ from sagegate.deploy.shell import (
     run,
     stage_for,
 )
-from sagegate.deploy.stages import DEPLOY_STAGES, ROOT, Stage
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import DEPLOY_STAGES, ROOT
 
 SAM_TRANSLATE = Path(__file__).resolve().parent / "sam_translate.py"
 

@@ -9,7 +9,7 @@ from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings, split_s
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.loading import load_registry
 from chalicelib.registry.specs import ModelSpec
-from sagegate.deploy.stages import Stage
+from sagegate.deploy.stage import Stage
 
 _ACCOUNT_RE = re.compile(r"^[0-9]{12}\Z")
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]\Z")

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sagegate.deploy.stages import Stage
+from sagegate.deploy.stage import Stage
 
 JOB_RUNNER = "job_runner"  # app.py's names for its event functions (lambda_functions keys)
 JOB_RESULTS = "job_results"

@@ -44,7 +44,7 @@ from sagegate.deploy.iam import (
     models,
     partition_of,
 )
-from sagegate.deploy.stages import Stage
+from sagegate.deploy.stage import Stage
 
 
 class _Arns:

@@ -34,7 +34,7 @@ from typing import Any
 
 from chalicelib.jobs.store import TableJobStore
 from sagegate.deploy import jobs
-from sagegate.deploy.stages import Stage
+from sagegate.deploy.stage import Stage
 
 BUCKET = "JobsBucket"  # the logical id chalice_sam's S3 event refers to
 BUCKET_POLICY = "JobsBucketPolicy"

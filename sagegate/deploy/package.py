@@ -44,7 +44,8 @@ from sagegate.deploy.shell import (
     tool,
 )
 from sagegate.deploy.sizes import ZipSize, report
-from sagegate.deploy.stages import ROOT, Stage, terraform_config
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import ROOT, terraform_config
 
 FORMATS = ("cloudformation", "terraform")
 # `chalice` with SAM's S3 event for app.py's job runner (Chalice alone refuses to package it)

@@ -48,7 +48,8 @@ from sagegate.deploy.iam import (
     partition_of,
 )
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
-from sagegate.deploy.stages import MONITOR_FUNCTION, ROOT, Stage
+from sagegate.deploy.stage import MONITOR_FUNCTION, Stage
+from sagegate.deploy.stages import ROOT
 
 if TYPE_CHECKING:
     from chalicelib.monitor.deployed import S3Location

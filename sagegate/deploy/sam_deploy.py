@@ -17,7 +17,8 @@ from typing import Any
 
 from sagegate.deploy import aws, package, policy
 from sagegate.deploy.shell import Runner, add_stage_option, guarded, run, stage_for
-from sagegate.deploy.stages import ROOT, Stage
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import ROOT
 
 
 def stack_name(stage: Stage) -> str:

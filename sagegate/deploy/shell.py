@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from sagegate.deploy.stages import CONFIG_PATH, DEPLOY_STAGES, ROOT, Stage, load_stage
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import CONFIG_PATH, DEPLOY_STAGES, ROOT, load_stage
 
 BUILD = "build"
 # `chalice package` insists on a region name; the template itself uses ${AWS::Region}.

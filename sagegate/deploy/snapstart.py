@@ -26,7 +26,8 @@ import dataclasses
 import sys
 from typing import Any
 
-from sagegate.deploy.stages import DEPLOY_STAGES, Stage, deploy_stage, rest_api_id
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import DEPLOY_STAGES, deploy_stage, rest_api_id
 
 ALIAS = "live"
 STATEMENT_ID = f"sagegate-apigateway-{ALIAS}"

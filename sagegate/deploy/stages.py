@@ -3,6 +3,8 @@
 The deploy helpers (IAM policy, SAM merge template, layer ARN) read the stage through
 Chalice's own :class:`chalice.config.Config`, so a value set globally, per stage or per
 function resolves here exactly as it does in ``chalice deploy`` and ``chalice package``.
+:func:`load_stage` makes the :class:`~sagegate.deploy.stage.Stage` they read, and checks a
+deploy stage (its authentication, its monitor, its jobs: :func:`sagegate.deploy.jobs.check_jobs`).
 The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere else::
 
     sagegate stage prod                  # every resolved setting of the stage
@@ -11,101 +13,24 @@ The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere e
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalicelib.core.access import AuthMode
 from sagegate.deploy.jobs import check_jobs
-
-if TYPE_CHECKING:
-    from chalicelib.monitor.deployed import MonitorSettings
+from sagegate.deploy.stage import MONITOR_FUNCTION, Stage
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
 # The stages that go to AWS (every deploy command, `sagegate check`); the only list of them.
 DEPLOY_STAGES = ("dev", "prod")
-MONITOR_FUNCTION = "monitor"  # app.py's scheduled monitor, by its name in lambda_functions
 # DynamoDB's rule for table names (so no wildcard, no ARN separator, can reach the policy)
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 _LAYER_ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+\Z")
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """What the deploy helpers need to know about one stage.
-
-    Attributes:
-        name: the Chalice stage.
-        app_name: the Chalice app name.
-        function_name: the REST API handler's Lambda function name (``<app>-<stage>``).
-        env: the function's environment variables (global merged with the stage's).
-        xray: whether X-Ray tracing is on.
-        layers: layer version ARNs from the config.
-        python_version: the Lambda runtime (``python3.11``), as Chalice picks it.
-        api_gateway_stage: the API Gateway stage name.
-        log_retention_in_days: how long the function's logs are kept (None: forever).
-        snapstart: publish versions with SnapStart behind the ``live`` alias that API Gateway
-            invokes (``"snapstart"`` in the stage, sagegate's own key; Chalice ignores it).
-        open_api: the stage deploys without authentication on purpose
-            (``SAGEGATE_OPEN_API=true`` beside ``SAGEGATE_AUTH=none``, which the function
-            itself checks again on Lambda).
-        tags: the function's tags as Chalice resolves them (the stage's ``tags`` and
-            Chalice's own ``aws-chalice``), given to the resources sagegate adds beside it.
-    """
-
-    name: str
-    app_name: str
-    function_name: str
-    env: dict[str, str]
-    xray: bool
-    layers: tuple[str, ...]
-    python_version: str
-    api_gateway_stage: str
-    log_retention_in_days: int | None = None
-    snapstart: bool = False
-    open_api: bool = False
-    tags: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    @property
-    def cache_table(self) -> str:
-        """The DynamoDB table of the shared prediction cache (``CACHE_TABLE``; empty: the
-        function keeps its in-process cache only, and no table is deployed or granted)."""
-        return self.env.get("CACHE_TABLE", "").strip()
-
-    @property
-    def monitor(self) -> MonitorSettings | None:
-        """The scheduled monitor's settings (``MONITOR_BASELINE``; None: not monitored).
-
-        Raises:
-            ValueError: monitoring is on without an ``s3://`` ``CAPTURE_DESTINATION``, or a
-                monitor setting is not an ``s3://`` URI.
-        """
-        # deferred: the monitor's analysis modules cost more to import than this whole
-        # module; only a command that reads a stage's monitor settings pays for them
-        from chalicelib.monitor.deployed import MonitorSettings
-
-        return MonitorSettings.from_env(self.env)
-
-    @property
-    def monitor_function_name(self) -> str:
-        """The scheduled monitor's Lambda function (``<app>-<stage>-monitor``, Chalice's
-        name for app.py's ``@app.schedule(..., name="monitor")``)."""
-        return f"{self.function_name}-{MONITOR_FUNCTION}"
-
-    @property
-    def endpoint_name(self) -> str:
-        """The SageMaker endpoint the function calls."""
-        return self.env["ENDPOINT_NAME"]
-
-    @property
-    def auth(self) -> str:
-        """The authentication mode (``SAGEGATE_AUTH``; checked present by :func:`load_stage`)."""
-        return self.env.get("SAGEGATE_AUTH", "").strip().lower()
 
 
 def load_config(path: Path = CONFIG_PATH) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from typing import Any
 from chalicelib.core.access import AuthMode
 from sagegate.deploy import jobs, jobs_template
 from sagegate.deploy.gateway_responses import gateway_responses
-from sagegate.deploy.stages import Stage
+from sagegate.deploy.stage import Stage
 
 LAYER_ZIP = "./layer.zip"
 API = "RestAPI"  # Chalice's logical id for the REST API

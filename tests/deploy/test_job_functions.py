@@ -19,7 +19,8 @@ from chalicelib.jobs.store import TableJobStore
 from sagegate.deploy import jobs, jobs_policy, jobs_template
 from sagegate.deploy.chalice_sam import s3_event
 from sagegate.deploy.policy import policy_path, render
-from sagegate.deploy.stages import Stage, load_config, load_stage
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import load_config, load_stage
 from tests.deploy.conftest import ROOT, Package
 from tests.deploy.test_policies import assert_no_wildcards
 from tests.deploy.test_templates import sam_transform

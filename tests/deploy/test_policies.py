@@ -13,7 +13,8 @@ from chalicelib.core.config import Settings
 from chalicelib.registry.loading import load_registry
 from sagegate.deploy import jobs
 from sagegate.deploy.policy import policy_path, render
-from sagegate.deploy.stages import DEPLOY_STAGES, Stage, load_config, load_stage
+from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
 
 pytestmark = pytest.mark.deploy
 

@@ -20,7 +20,7 @@ from chalice import CognitoUserPoolAuthorizer, IAMAuthorizer, local
 from chalice.app import RouteEntry
 from chalice.config import Config
 
-from sagegate.chalice_local import ApiKeyGateway
+from sagegate.local.chalice_local import ApiKeyGateway
 from tests.functional.conftest import Harness
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ import urllib3
 from playwright.sync_api import Browser, sync_playwright
 from skimage import data
 
-from sagegate import local_aws
-from sagegate.browser import BrowserError, find_chromium
-from sagegate.local_aws import LocalJobs
-from sagegate.localstack import (
+from sagegate.local import aws as local_aws
+from sagegate.local.aws import LocalJobs
+from sagegate.local.browser import BrowserError, find_chromium
+from sagegate.local.processes import (
     DEFAULT_EMULATOR_CONFIG,
     ApiProcess,
     EmulatorProcess,
@@ -26,8 +26,8 @@ from sagegate.localstack import (
     start_api,
     start_emulator,
 )
-from sagegate.localstack import peak_rss_mb as peak_rss_mb  # re-exported for the tests
-from sagegate.localstack import rss_mb as rss_mb  # re-exported for the tests
+from sagegate.local.processes import peak_rss_mb as peak_rss_mb  # re-exported for the tests
+from sagegate.local.processes import rss_mb as rss_mb  # re-exported for the tests
 
 HERE = Path(__file__).resolve().parent
 

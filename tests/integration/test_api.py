@@ -16,8 +16,8 @@ import boto3
 import numpy as np
 import pytest
 
-from sagegate.fidelity import probability_vector, top5_deviation
-from sagegate.localstack import free_port, start_api
+from sagegate.client.fidelity import probability_vector, top5_deviation
+from sagegate.local.processes import free_port, start_api
 from tests import imagefactory
 from tests.integration.conftest import Stack
 

@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from sagegate import captures as reader
+from sagegate.captures import reader
 from tests import imagefactory
 from tests.integration.conftest import Stack
 

@@ -14,7 +14,7 @@ import pytest
 from chalicelib.capture import Capturer, Exchange
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
 from chalicelib.core.observability import Outcome
-from sagegate import captures
+from sagegate.captures import reader
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_s3_sink_writes_model_monitor_layout_readable_by_the_cli(
     assert len(keys) == 3
     assert all(key.startswith("datacapture/efficientnet-lite0/AllTraffic/") and
                key.endswith(".jsonl") and key.count("/") == 7 for key in keys)
-    assert captures.main(["s3://capture-bucket/datacapture", "--labels", "", "--top-k", "1"]) \
+    assert reader.main(["s3://capture-bucket/datacapture", "--labels", "", "--top-k", "1"]) \
         == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(row["inferenceId"] for row in rows) == ["r0", "r1", "r2"]
@@ -70,9 +70,9 @@ def test_the_cli_reads_the_prefix_as_a_folder_not_its_neighbours(
         assert [capturer.capture(exchange(i)) for i in range(count)] == [Outcome.WRITTEN] * count
 
     for uri in ("s3://neighbours/capture", "s3://neighbours/capture/"):
-        assert captures.main([uri, "--labels", "", "--top-k", "1"]) == 0
+        assert reader.main([uri, "--labels", "", "--top-k", "1"]) == 0
         assert len(capsys.readouterr().out.splitlines()) == 2
-    assert captures.main(["s3://neighbours", "--labels", "", "--top-k", "1"]) == 0
+    assert reader.main(["s3://neighbours", "--labels", "", "--top-k", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 5
 
 

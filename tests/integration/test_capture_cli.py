@@ -15,8 +15,8 @@ import pytest
 
 from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
-from sagegate.captures import inference_id, read_records
-from sagegate.localstack import free_port
+from sagegate.captures.reader import inference_id, read_records
+from sagegate.local.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -15,7 +15,7 @@ import pytest
 
 from sagegate import cli
 from sagegate.client import Client
-from sagegate.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
+from sagegate.client.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
 from tests import imagefactory
 from tests.integration.conftest import Stack, jpeg_of
 

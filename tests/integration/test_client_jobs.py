@@ -14,8 +14,8 @@ import cv2
 import pytest
 from skimage import data
 
-from sagegate import cli, transfer
-from sagegate.client import SYNC_LIMIT_BYTES, Client, ClientError, JobFailedError, Mode
+from sagegate import cli
+from sagegate.client import SYNC_LIMIT_BYTES, Client, ClientError, JobFailedError, Mode, transfer
 from tests import imagefactory
 from tests.integration.conftest import JobsStack, jpeg_of
 

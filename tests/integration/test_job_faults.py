@@ -26,15 +26,15 @@ from typing import IO, Any
 import pytest
 import urllib3
 
-from sagegate.local_aws import (
+from sagegate.local.aws import (
     LocalJobs,
     MotoProcess,
     emulator_resources,
     provision,
     start_moto,
 )
-from sagegate.local_events import WORKERS
-from sagegate.localstack import (
+from sagegate.local.events import WORKERS
+from sagegate.local.processes import (
     HOST,
     ApiProcess,
     EmulatorProcess,

@@ -1,5 +1,5 @@
-"""The local jobs plumbing against a real moto server on 127.0.0.1 (:mod:`sagegate.local_aws`,
-:mod:`sagegate.local_events`): moto's S3 notification of the tickets prefix and its SNS
+"""The local jobs plumbing against a real moto server on 127.0.0.1 (:mod:`sagegate.local.aws`,
+:mod:`sagegate.local.events`): moto's S3 notification of the tickets prefix and its SNS
 subscriptions really reach SQS in server mode; the pump turns them into the events Chalice's
 own S3 and SNS handlers read; inside a real ``chalice local`` child (a project of fake job
 functions) events are delivered, retried after a failure, and never block its shutdown."""
@@ -18,9 +18,9 @@ import pytest
 import urllib3
 from chalice import Chalice
 
-from sagegate.local_aws import LocalJobs, MotoProcess, MotoStack, provision, start_moto
-from sagegate.local_events import EventPump, routes_from
-from sagegate.localstack import (
+from sagegate.local.aws import LocalJobs, MotoProcess, MotoStack, provision, start_moto
+from sagegate.local.events import EventPump, routes_from
+from sagegate.local.processes import (
     DEFAULT_EMULATOR_CONFIG,
     DUMMY_AWS_ENV,
     free_port,

@@ -1,4 +1,4 @@
-"""The local S3 front against a real moto child on 127.0.0.1 (:mod:`sagegate.moto_server`, as
+"""The local S3 front against a real moto child on 127.0.0.1 (:mod:`sagegate.local.moto_server`, as
 ``make run`` starts it): nothing reaches moto before it is provisioned; form uploads read as
 S3 reads them (a key given twice, a second file, fields after the file); S3's own 4xx where
 moto answered 500; ``?delete`` as S3 takes it; and the owner a presigned POST pins, checked
@@ -22,8 +22,8 @@ from botocore.exceptions import ClientError
 from chalicelib.core.errors import UploadNotFoundError
 from chalicelib.jobs.objects import check_input
 from chalicelib.jobs.uploads import OWNER_FIELD, presign_upload
-from sagegate.local_aws import LocalJobs, MotoProcess, provision, start_moto
-from sagegate.localstack import free_port
+from sagegate.local.aws import LocalJobs, MotoProcess, provision, start_moto
+from sagegate.local.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,4 +1,4 @@
-"""``make run``'s stack as a user meets it: ``sagegate run`` (:mod:`sagegate.localstack`) in a
+"""``make run``'s stack as a user meets it: ``sagegate run`` (:mod:`sagegate.local.stack`) in a
 subprocess (bad settings, ports in use, someone else answering /health, a burst of new
 connections) and chalice local's own server.
 
@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from sagegate.localstack import (
+from sagegate.local.processes import (
     ApiProcess,
     ApiStartError,
     EmulatorProcess,
-    Supervisor,
     free_port,
     start_chalice_local,
     start_emulator,
     wait_until_serving,
 )
+from sagegate.local.supervision import Supervisor
 from tests import imagefactory
 from tests.integration.conftest import Stack
 from tests.integration.test_emulator import MODEL

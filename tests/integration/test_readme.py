@@ -28,13 +28,9 @@ from typing import Any
 
 import pytest
 
-from sagegate.local_aws import jobs_stack
-from sagegate.localstack import (
-    DEFAULT_EMULATOR_CONFIG,
-    ROOT,
-    ApiProcess,
-    write_samples,
-)
+from sagegate.local.aws import jobs_stack
+from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, ROOT, ApiProcess
+from sagegate.local.stack import write_samples
 
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent

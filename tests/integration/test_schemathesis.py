@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from sagegate.localstack import ROOT
+from sagegate.local.processes import ROOT
 from tests.integration.conftest import JobsStack, Stack
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Finding or installing the web page tests' Chromium (:mod:`sagegate.browser`), on fake
+"""Finding or installing the web page tests' Chromium (:mod:`sagegate.local.browser`), on fake
 hosts: nothing is installed and no browser is started here."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from sagegate import browser
-from sagegate.browser import (
+from sagegate.local import browser
+from sagegate.local.browser import (
     APT_ENV,
     PLAYWRIGHT_STEP,
     BrowserError,

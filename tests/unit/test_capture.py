@@ -19,7 +19,7 @@ from chalicelib.capture import Capturer, Exchange, build_record
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.capture.sinks import CaptureSinkError, DirectorySink, FirehoseSink, S3Sink
 from chalicelib.core.observability import Outcome
-from sagegate import captures as reader
+from sagegate.captures import reader
 
 WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, 123456, tzinfo=datetime.UTC)
 

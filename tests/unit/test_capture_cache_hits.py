@@ -16,7 +16,7 @@ from chalicelib.capture.records import CACHE_HIT_KEY
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.observability import Outcome
 from chalicelib.monitor import records as monitor_records
-from sagegate import captures as reader
+from sagegate.captures import reader
 
 WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, tzinfo=datetime.UTC)
 ANSWER = json.dumps([0.1, 0.7, 0.2]).encode()

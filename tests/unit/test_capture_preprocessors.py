@@ -16,7 +16,7 @@ import pytest
 from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
-from sagegate import captures as reader
+from sagegate.captures import reader
 
 HANDLERS = Path(__file__).resolve().parents[1] / "preprocessors"
 WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, tzinfo=datetime.UTC)

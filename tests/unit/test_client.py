@@ -16,9 +16,10 @@ from chalicelib.core.retries import RETRY_COST, RetryQuota
 from chalicelib.images import imaging, sizing
 from chalicelib.images.probe import probe
 from sagegate import client as client_module
-from sagegate import http_client, predict_cli
 from sagegate.client import Client, ClientError, Encoding, ShrinkRule, shrink
-from sagegate.localstack import free_port
+from sagegate.client import cli as predict_cli
+from sagegate.client import http as http_client
+from sagegate.local.processes import free_port
 from tests import httpfake, imagefactory
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sagegate import predict_cli
 from sagegate.client import Client, ClientError, Mode
-from sagegate.jobs_client import names_job_route, rows_of
-from sagegate.transfer import as_is
+from sagegate.client import cli as predict_cli
+from sagegate.client.jobs import names_job_route, rows_of
+from sagegate.client.transfer import as_is
 from tests import httpfake
 from tests.unit.test_client_jobs import ANSWER, SUCCEEDED, FakeGate, answer
 
@@ -78,7 +78,7 @@ def gate() -> Iterator[Gate]:
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sagegate import http_client
+    from sagegate.client import http as http_client
     monkeypatch.setattr(http_client, "_sleep", lambda seconds: None)
 
 

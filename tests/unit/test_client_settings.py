@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from sagegate import predict_cli
 from sagegate.client import (
     API_KEY_ENV,
     DEFAULT_TIMEOUT_S,
@@ -20,6 +19,7 @@ from sagegate.client import (
     ClientError,
     ClientSettings,
 )
+from sagegate.client import cli as predict_cli
 from tests import httpfake
 
 ENV = {URL_ENV: "http://env.invalid:1", API_KEY_ENV: "env-key", TIMEOUT_ENV: "7",
@@ -86,7 +86,8 @@ def test_a_bad_timeout_variable_is_named(value: str, monkeypatch: pytest.MonkeyP
 
 def test_the_job_wait_defaults_to_the_clients_wait_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from sagegate import http_client, jobs_client
+    from sagegate.client import http as http_client
+    from sagegate.client import jobs as jobs_client
 
     monkeypatch.setenv(WAIT_TIMEOUT_ENV, "12")
     client = Client("http://127.0.0.1:9")

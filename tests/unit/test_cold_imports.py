@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sagegate.deploy.stages import load_config, load_stage
-from sagegate.localstack import ROOT
+from sagegate.local.processes import ROOT
 
 DEFERRED_PACKAGES = ("chalicelib/jobs", "chalicelib/monitor")
 """Folders of the project none of whose files app.py may load."""

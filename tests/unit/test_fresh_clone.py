@@ -11,7 +11,8 @@ TESTS = Path(__file__).resolve().parents[1]
 GENERATED = re.compile(r"""(ROOT|parents\[\d+\])\s*/\s*["'](samples|captures|build)["']"""
                        r"""|["']samples/[\w.-]+["']""")
 # these make what they read: the README test writes its own samples into its copy of the
-# project (localstack.write_samples), the deploy tier runs `sagegate package` before it reads
+# project (sagegate.local.stack.write_samples), the deploy tier runs `sagegate package`
+# before it reads
 MAKES_ITS_OWN = {"integration/test_readme.py", "deploy/conftest.py"}
 
 

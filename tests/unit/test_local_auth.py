@@ -1,6 +1,6 @@
-"""API keys under ``chalice local`` (:mod:`sagegate.chalice_local`, :mod:`sagegate.local_auth`):
-Chalice's own local gateway with sagegate's key check, called in process on a small app, and
-the key ``sagegate run`` plans for each kind of stage."""
+"""API keys under ``chalice local`` (:mod:`sagegate.local.chalice_local`,
+:mod:`sagegate.local.auth`): Chalice's own local gateway with sagegate's key check, called in
+process on a small app, and the key ``sagegate run`` plans for each kind of stage."""
 from __future__ import annotations
 
 import json
@@ -12,14 +12,14 @@ import pytest
 from chalice import Chalice, CORSConfig, local
 from chalice.config import Config
 
-from sagegate import localstack
-from sagegate.chalice_local import ApiKeyGateway, local_key, requires_api_key
-from sagegate.local_auth import (
+from sagegate.local import processes, stack
+from sagegate.local.auth import (
     API_KEY_ENV,
     UncheckableAuth,
     local_api_key,
 )
-from sagegate.localstack import StartError, check_auth, parse_args, preflight
+from sagegate.local.chalice_local import ApiKeyGateway, local_key, requires_api_key
+from sagegate.local.stack import StartError, check_auth, parse_args, preflight
 
 KEY = "k" * 40
 
@@ -144,8 +144,8 @@ def test_a_bad_auth_setting_is_one_line_naming_it() -> None:
 
 
 def test_sagegate_run_plans_a_key_for_the_dev_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = parse_args(["--stage", "dev", "--api-port", str(localstack.free_port()),
-                       "--emulator-port", str(localstack.free_port())])
+    args = parse_args(["--stage", "dev", "--api-port", str(processes.free_port()),
+                       "--emulator-port", str(processes.free_port())])
     monkeypatch.setenv(API_KEY_ENV, KEY)
     assert preflight(args, {}).api_key == KEY
     monkeypatch.delenv(API_KEY_ENV)
@@ -153,13 +153,13 @@ def test_sagegate_run_plans_a_key_for_the_dev_stage(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_ready_lines_print_the_key_and_use_it_in_every_example() -> None:
-    api = cast(localstack.ApiProcess, types.SimpleNamespace(url="http://127.0.0.1:8000", pid=1))
-    emulator = cast(localstack.EmulatorProcess,
+    api = cast(processes.ApiProcess, types.SimpleNamespace(url="http://127.0.0.1:8000", pid=1))
+    emulator = cast(processes.EmulatorProcess,
                     types.SimpleNamespace(url="http://127.0.0.1:8080", pid=2))
-    settings = localstack.check_settings("local", {"ENDPOINT_NAME": "efficientnet-lite0"})
-    lines = localstack._banner(api, emulator, settings, KEY).splitlines()
+    settings = stack.check_settings("local", {"ENDPOINT_NAME": "efficientnet-lite0"})
+    lines = stack._banner(api, emulator, settings, KEY).splitlines()
     assert any(line.startswith(f"API key: {KEY} ") and API_KEY_ENV in line for line in lines)
     examples = [line for line in lines if line.lstrip().startswith(("curl", ".venv"))]
     assert examples and all(KEY in line for line in examples)
-    open_lines = localstack._banner(api, emulator, settings).splitlines()
+    open_lines = stack._banner(api, emulator, settings).splitlines()
     assert not any("API key" in line or "x-api-key" in line for line in open_lines)

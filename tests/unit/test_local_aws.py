@@ -1,4 +1,4 @@
-"""The local stack's AWS side without a server (:mod:`sagegate.local_aws`): what ``chalice
+"""The local stack's AWS side without a server (:mod:`sagegate.local.aws`): what ``chalice
 local`` and the emulator are told, the resources read from the emulator's configuration, the
 stage's settings deciding whether moto runs, and the supervisor's lines for moto's server."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from chalicelib.core.config import Settings
 from chalicelib.jobs.store import TableJobStore
-from sagegate import local_aws
 from sagegate.deploy.jobs_template import jobs_table_schema
 from sagegate.deploy.templates import cache_table_schema
-from sagegate.local_aws import (
+from sagegate.local import aws as local_aws
+from sagegate.local.aws import (
     ERROR_TOPIC,
     JOBS_BUCKET,
     MOTO_MEANWHILE,
@@ -31,9 +31,10 @@ from sagegate.local_aws import (
     table_schemas,
     topic_arn,
 )
-from sagegate.local_events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
-from sagegate.localstack import DEFAULT_EMULATOR_CONFIG, Supervisor, terminate
-from sagegate.moto_server import PROVISION_HEADER
+from sagegate.local.events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
+from sagegate.local.moto_server import PROVISION_HEADER
+from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, terminate
+from sagegate.local.supervision import Supervisor
 
 URL = "http://127.0.0.1:8070"
 

@@ -1,4 +1,4 @@
-"""The local event pump on its own (:mod:`sagegate.local_events`): the Lambda events it builds
+"""The local event pump on its own (:mod:`sagegate.local.events`): the Lambda events it builds
 from what moto delivers to SQS, what it does with a message once its function returned or
 raised (delete, redeliver, drop after the last attempt), its receivers and scheduled functions
 started and stopped, and the jobs' re-drive run on its period with its tickets sent to the
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from chalicelib.core.errors import ConfigurationError
-from sagegate.local_events import (
+from sagegate.local.events import (
     JOB_FAILURES,
     JOB_RESULTS,
     JOB_RUNNER,

@@ -1,6 +1,7 @@
-"""The local stack's helpers (:mod:`sagegate.localstack`) on their own: port checks, the
-command line's ports, readiness (an answer from our own child only), termination by PID, memory
-readings, the environment and the ready banner's capture line.
+"""The local stack's helpers (:mod:`sagegate.local.stack`, :mod:`sagegate.local.processes`) on
+their own: port checks, the command line's ports, readiness (an answer from our own child
+only), termination by PID, memory readings, the environment and the ready banner's capture
+line.
 
 Every child process is started here and stopped by its PID; every server listens on 127.0.0.1.
 """
@@ -20,23 +21,26 @@ from typing import ClassVar
 import pytest
 
 from chalicelib.core.config import Settings
-from sagegate import localstack
-from sagegate.localstack import (
+from sagegate.local import stack
+from sagegate.local.processes import (
     INSTANCE_HEADER,
     ApiProcess,
     ApiStartError,
-    StartError,
-    check_port_free,
-    describe_capture,
+    api_env,
     free_port,
     own_answer,
-    parse_args,
     peak_rss_mb,
-    preflight,
-    read_port,
     rss_mb,
     terminate,
     wait_until_serving,
+)
+from sagegate.local.stack import (
+    StartError,
+    check_port_free,
+    describe_capture,
+    parse_args,
+    preflight,
+    read_port,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -291,7 +295,7 @@ def test_api_env_points_boto3_at_the_emulator_with_dummy_credentials(
     monkeypatch.setenv("AWS_PROFILE", "production")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a-real-key")
 
-    env = localstack.api_env("http://127.0.0.1:9", {"CAPTURE_MODE": "both"})
+    env = api_env("http://127.0.0.1:9", {"CAPTURE_MODE": "both"})
 
     assert "AWS_PROFILE" not in env
     assert env["AWS_ACCESS_KEY_ID"] == "testing"
@@ -327,13 +331,13 @@ def test_sagegate_run_refuses_to_start_on_a_broken_model(tmp_path: Path) -> None
 
     settings = Settings(endpoint_name="efficientnet-lite0")
     shutil.copytree(MODELS_DIR, tmp_path / "models")
-    assert "iris-cortex" in localstack.check_models(settings, {}, tmp_path / "models")
+    assert "iris-cortex" in stack.check_models(settings, {}, tmp_path / "models")
     handler = tmp_path / "models" / "iris-cortex" / "handler.py"
     # a post_inference of no form Cortex ever called (it may be left out, not misshapen)
     handler.write_text(handler.read_text().replace(
         "def post_inference(prediction, signature, metadata)",
         "def post_inference(prediction, signature, metadata, extra)"))
-    with pytest.raises(localstack.StartError) as caught:
-        localstack.check_models(settings, {}, tmp_path / "models")
+    with pytest.raises(StartError) as caught:
+        stack.check_models(settings, {}, tmp_path / "models")
     assert "models/iris-cortex/handler.py" in str(caught.value)
     assert "post_inference" in str(caught.value)

@@ -1,5 +1,5 @@
-"""S3's POST policy, checked in front of moto (:mod:`sagegate.moto_server`,
-:mod:`sagegate.s3_forms`): the size range, the exact-match and ``starts-with`` conditions, the
+"""S3's POST policy, checked in front of moto (:mod:`sagegate.local.moto_server`,
+:mod:`sagegate.local.s3_forms`): the size range, the exact-match and ``starts-with`` conditions, the
 expiry, a form without a policy, fields no condition names; the form read as S3 reads it
 (names without case, no field twice, the first file the content, nothing after it a field);
 the WSGI front that answers S3's own errors before moto stores or mishandles anything
@@ -18,7 +18,7 @@ import pytest
 import urllib3
 
 from chalicelib.jobs.uploads import presign_upload
-from sagegate.moto_server import (
+from sagegate.local.moto_server import (
     INSTANCE_HEADER,
     OPEN_PATH,
     PROVISION_HEADER,
@@ -26,7 +26,7 @@ from sagegate.moto_server import (
     ProvisionGate,
     check_policy,
 )
-from sagegate.s3_forms import S3Error as PolicyError
+from sagegate.local.s3_forms import S3Error as PolicyError
 
 NOW = datetime(2026, 11, 25, 17, 0, tzinfo=UTC)
 KEY = "jobs/uploads/0123456789abcdef0123456789abcdef"

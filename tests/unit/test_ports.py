@@ -1,4 +1,4 @@
-"""Naming the program on a port (:mod:`sagegate.ports`): a real socket this test opens on
+"""Naming the program on a port (:mod:`sagegate.local.ports`): a real socket this test opens on
 127.0.0.1, then fake ``/proc`` trees for what the real one cannot show on demand (another
 user's process, no ``/proc`` at all)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sagegate.localstack import StartError, check_port_free
-from sagegate.ports import Owner, describe_owner, listening_inodes, port_owners
+from sagegate.local.ports import Owner, describe_owner, listening_inodes, port_owners
+from sagegate.local.stack import StartError, check_port_free
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
@@ -104,7 +104,7 @@ def test_without_proc_the_owner_is_unknown(tmp_path: Path) -> None:
 
 def test_an_unnamed_owner_still_leaves_one_way_out(monkeypatch: pytest.MonkeyPatch,
                                                    listening: int) -> None:
-    monkeypatch.setattr("sagegate.localstack.describe_owner", lambda port: None)
+    monkeypatch.setattr("sagegate.local.stack.describe_owner", lambda port: None)
     with pytest.raises(StartError) as refused:
         check_port_free(listening, "EMULATOR_PORT")
     message = str(refused.value)

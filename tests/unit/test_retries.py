@@ -26,7 +26,7 @@ from chalicelib.core.retries import (
     parse_retry_after,
     upstream_hint,
 )
-from sagegate import localstack
+from sagegate.local import supervision
 
 
 @dataclass
@@ -248,9 +248,9 @@ def test_one_classifier_decides_for_every_aws_caller(code: str | None, status: i
 # -- the emulator's supervisor ------------------------------------------------------------------
 
 def test_the_supervisor_waits_the_policys_ceiling() -> None:
-    assert [localstack.backoff(n) for n in range(1, 7)] == [0.5, 1, 2, 4, 8, 8]
-    policy = localstack.RESTART_POLICY
-    assert [localstack.backoff(n) for n in range(1, 7)] == [policy.ceiling(n)
+    assert [supervision.backoff(n) for n in range(1, 7)] == [0.5, 1, 2, 4, 8, 8]
+    policy = supervision.RESTART_POLICY
+    assert [supervision.backoff(n) for n in range(1, 7)] == [policy.ceiling(n)
                                                             for n in range(1, 7)]
 
 

@@ -18,7 +18,7 @@ from typing import Any, Self
 import urllib3
 
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, parse_retry_after
-from sagegate import transfer
+from sagegate.client import transfer
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_RETRY_AFTER_S = 10.0
@@ -37,7 +37,7 @@ class ClientError(Exception):
     """An error answer (``status`` > 0: sagegate's ``Code`` and ``Message``, or S3's), or
     none: ``status`` 0 with code ``ConnectionError`` (no answer at all), ``WaitTimeout`` (a
     job that did not end in time) or a failed job's code
-    (:class:`~sagegate.jobs_client.JobFailedError`)."""
+    (:class:`~sagegate.client.jobs.JobFailedError`)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"{status} {code}: {message}" if status else f"{code}: {message}")

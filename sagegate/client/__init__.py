@@ -1,17 +1,17 @@
 """A small Python client for sagegate: it shrinks images before it uploads them, and sends
 what is too large for the synchronous route through an upload and a job.
 
-Shrinking (:mod:`sagegate.shrinking`): a photo is brought here to the model's own input size,
-by the server's own code and losslessly, so a 12 MP photo goes up as about a hundred kilobytes
-and the model is given the same tensor.
+Shrinking (:mod:`sagegate.client.shrinking`): a photo is brought here to the model's own input
+size, by the server's own code and losslessly, so a 12 MP photo goes up as about a hundred
+kilobytes and the model is given the same tensor.
 
     >>> from sagegate.client import Client
     >>> client = Client("http://127.0.0.1:8000")
     >>> client.predict("samples/cat.jpg", k=3)["predictions"][0]["label"]
     'tiger cat'
 
-Large inputs (:mod:`sagegate.transfer`): a body over :data:`SYNC_LIMIT_BYTES` (Lambda's 6 MB
-request, with the body base64-encoded in it) cannot reach the synchronous route. With
+Large inputs (:mod:`sagegate.client.transfer`): a body over :data:`SYNC_LIMIT_BYTES` (Lambda's
+6 MB request, with the body base64-encoded in it) cannot reach the synchronous route. With
 ``mode="auto"`` (the default) :meth:`Client.predict` sends such a body, after the shrink,
 through ``POST /uploads`` (a presigned S3 POST, the file streamed straight to S3),
 ``POST /models/{name}/jobs`` and ``GET /jobs/{id}`` until the job ends; the answer is the one
@@ -26,9 +26,18 @@ Defaults, one set for the library and ``sagegate predict``: an explicit argument
 environment (:data:`URL_ENV`, :data:`API_KEY_ENV`, :data:`TIMEOUT_ENV`,
 :data:`WAIT_TIMEOUT_ENV`), else the default (:class:`ClientSettings`).
 
-The steps of a job are :class:`~sagegate.jobs_client.JobsClient`'s (``upload``,
+The steps of a job are :class:`~sagegate.client.jobs.JobsClient`'s (``upload``,
 ``submit_job``, ``job``, ``wait``, ``result``); the HTTP, its retries and its errors
-(:class:`ClientError`) are :mod:`sagegate.http_client`'s.
+(:class:`ClientError`) are :mod:`sagegate.client.http`'s.
+
+This package is the client's room, and this module its library (every public name above is
+here: ``from sagegate.client import Client``). Its parts import downwards only:
+:mod:`~sagegate.client.cli` (``sagegate predict`` and ``sagegate resize``, with
+:mod:`~sagegate.client.progress`'s bars) over this library, over
+:mod:`~sagegate.client.settings`, :mod:`~sagegate.client.jobs`, :mod:`~sagegate.client.http`,
+:mod:`~sagegate.client.transfer` and :mod:`~sagegate.client.shrinking`;
+:mod:`~sagegate.client.fidelity` measures the shrink's promise (the tests, the bench). It
+imports nothing of the local stack or of deployment (the contracts in ``pyproject.toml``).
 """
 from __future__ import annotations
 
@@ -41,22 +50,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.inference.coercion import MAX_INSTANCES
-from sagegate.client_settings import (
-    API_KEY_ENV,
-    DEFAULT_TIMEOUT_S,
-    TIMEOUT_ENV,
-    URL_ENV,
-    WAIT_TIMEOUT_ENV,
-    ClientSettings,
-)
-from sagegate.http_client import (
+from sagegate.client.http import (
     DEFAULT_URL,
     MAX_RETRY_AFTER_S,
     ClientError,
     retry_after_seconds,
     retry_policy,
 )
-from sagegate.jobs_client import (
+from sagegate.client.jobs import (
     DEFAULT_WAIT_S,
     JobFailedError,
     JobsClient,
@@ -65,7 +66,15 @@ from sagegate.jobs_client import (
     over_row_limit,
     rows_of,
 )
-from sagegate.shrinking import (
+from sagegate.client.settings import (
+    API_KEY_ENV,
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    URL_ENV,
+    WAIT_TIMEOUT_ENV,
+    ClientSettings,
+)
+from sagegate.client.shrinking import (
     DEFAULT_ENCODING,
     OCTET_STREAM,
     Encoding,
@@ -74,7 +83,7 @@ from sagegate.shrinking import (
     encode,
     shrink,
 )
-from sagegate.transfer import (
+from sagegate.client.transfer import (
     SYNC_LIMIT_BYTES,
     Source,
     Upload,
@@ -229,7 +238,7 @@ class Client(JobsClient):
     def send(self, upload: Upload, k: int = 5, model: str | None = None,
              headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Post a prepared upload to the synchronous route of the model (None:
-        ``/predict``); its answer (see :func:`~sagegate.jobs_client.answer_of`)."""
+        ``/predict``); its answer (see :func:`~sagegate.client.jobs.answer_of`)."""
         path = "/predict" if model is None else \
             f"/models/{urllib.parse.quote(model, '')}/predict"
         # a handler model may answer CSV, text or bytes: read by its Content-Type

@@ -8,8 +8,8 @@ import math
 import os
 from collections.abc import Mapping
 
-from sagegate.http_client import DEFAULT_URL
-from sagegate.jobs_client import DEFAULT_WAIT_S
+from sagegate.client.http import DEFAULT_URL
+from sagegate.client.jobs import DEFAULT_WAIT_S
 
 URL_ENV = "SAGEGATE_URL"
 """The API's base URL, when no ``url`` is given."""

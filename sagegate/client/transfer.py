@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.media import MediaType
-from sagegate.shrinking import OCTET_STREAM, content_type_of
+from sagegate.client.shrinking import OCTET_STREAM, content_type_of
 
 LAMBDA_REQUEST_BYTES = 6 * 1024 * 1024
 """Lambda's synchronous request limit: the whole event, the body in it base64-encoded."""

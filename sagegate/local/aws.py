@@ -1,11 +1,11 @@
 """The local stack's AWS side: moto's server (S3, SNS, SQS, DynamoDB) and what sagegate's jobs
 and the stage's tables need in it.
 
-:func:`start_moto` starts :mod:`sagegate.moto_server` as a child (as the emulator and
+:func:`start_moto` starts :mod:`sagegate.local.moto_server` as a child (as the emulator and
 ``chalice local`` are started: ready once this child itself answers, stopped by its PID), its
 gate closed: it answers 503 to everyone but this process until :func:`provision` has created
 the jobs bucket, the asynchronous endpoints' buckets and topics, the event plumbing the local
-event pump reads (:mod:`sagegate.local_events`: the bucket's notification of new tickets to one
+event pump reads (:mod:`sagegate.local.events`: the bucket's notification of new tickets to one
 SQS queue, both SNS topics subscribed to another, raw delivery off, so the SNS envelope
 arrives, as Lambda's SNS records carry it), the stage's DynamoDB tables (the jobs' and the
 prediction cache's, with the keys, index and TTL the templates declare) and the bucket of an
@@ -16,7 +16,7 @@ point them there. :class:`MotoStack` is ``sagegate run``'s moto; :func:`jobs_sta
 stack with jobs on, for the integration tests and the benchmark.
 
 moto keeps everything in memory: when its server dies, the uploads, results and queued events
-are gone; ``sagegate run`` restarts it (:class:`sagegate.supervision.Supervisor`) and
+are gone; ``sagegate run`` restarts it (:class:`sagegate.local.supervision.Supervisor`) and
 provisions it again, and says so.
 """
 from __future__ import annotations
@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from chalicelib.core.config import Settings
-from sagegate.local_events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
-from sagegate.localstack import (
+from sagegate.local.events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
+from sagegate.local.moto_server import OPEN_PATH, PROVISION_HEADER, PROVISION_KEY_ENV
+from sagegate.local.processes import (
     DEFAULT_EMULATOR_CONFIG,
     DUMMY_AWS_ENV,
     HOST,
@@ -42,13 +43,12 @@ from sagegate.localstack import (
     ROOT,
     ApiProcess,
     ApiStartError,
-    Supervisor,
     free_port,
     start_chalice_local,
     start_emulator,
     wait_until_serving,
 )
-from sagegate.moto_server import OPEN_PATH, PROVISION_HEADER, PROVISION_KEY_ENV
+from sagegate.local.supervision import Supervisor
 
 JOBS_BUCKET = "sagegate-local-jobs"
 """The local jobs bucket: uploads, tickets, results, and the async endpoints' outputs."""
@@ -74,7 +74,7 @@ class MotoStartError(RuntimeError):
 
 
 class MotoProcess(ApiProcess):
-    """A running :mod:`sagegate.moto_server` child; a context manager that stops it."""
+    """A running :mod:`sagegate.local.moto_server` child; a context manager that stops it."""
 
     provision_key = ""
     """The key its gate lets through before :func:`provision` opens it."""
@@ -94,7 +94,7 @@ def start_moto(port: int, *, host: str = HOST, log: IO[bytes] | None = None,
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     process = subprocess.Popen(
-        [sys.executable, "-m", "sagegate.moto_server", "--host", host, "--port", str(port)],
+        [sys.executable, "-m", "sagegate.local.moto_server", "--host", host, "--port", str(port)],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT if log else None)
     moto = MotoProcess(process, host, port, instance)

@@ -1,7 +1,7 @@
 """A stage's authentication under ``chalice local``, as far as this machine can honestly check it.
 
 ``chalice local`` does not check API keys: a route with ``api_key_required`` answers anyone.
-:mod:`sagegate.chalice_local` checks them as API Gateway does (403 ``{"message":"Forbidden"}``
+:mod:`sagegate.local.chalice_local` checks them as API Gateway does (403 ``{"message":"Forbidden"}``
 unless ``x-api-key`` is the key), against one local key: ``SAGEGATE_LOCAL_API_KEY`` when set,
 else a fresh random one per run, which ``sagegate run`` prints in its ready lines.
 

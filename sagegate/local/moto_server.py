@@ -1,16 +1,16 @@
 """moto's server for the local stack, behind a front that answers as S3 where moto would not.
 
-``python -m sagegate.moto_server --host 127.0.0.1 --port 8070`` serves moto's WSGI application
+``python -m sagegate.local.moto_server --host 127.0.0.1 --port 8070`` serves moto's WSGI application
 (S3, SNS, SQS, DynamoDB and the rest of moto's services, as ``moto_server`` does) on
 werkzeug's threaded server, prints one line once it listens and stops on SIGTERM or SIGINT.
-:func:`sagegate.local_aws.start_moto` starts it as ``make run``'s child.
+:func:`sagegate.local.aws.start_moto` starts it as ``make run``'s child.
 
 :class:`PostPolicyCheck`, in front of moto, takes the POSTs moto gets wrong:
 
 * a bucket's form upload (path-style ``POST /<bucket>``, or virtual-hosted ``POST /`` to
   ``<bucket>.localhost``, the URL read as moto reads it): moto stores it without reading its
   policy, and reads its fields its own way. The front reads the form as S3 does and checks
-  its policy (:mod:`sagegate.s3_forms`), then hands moto exactly the fields and the file it
+  its policy (:mod:`sagegate.local.s3_forms`), then hands moto exactly the fields and the file it
   checked. A bucket POST that is not ``multipart/form-data`` is 412 ``PreconditionFailed``;
 * a bucket's ``POST ?delete`` (DeleteObjects) must carry its XML document: anything else is
   400 ``MalformedXML``, not moto's 500;
@@ -43,7 +43,7 @@ from types import FrameType, SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
-from sagegate.s3_forms import S3Error, check_policy, read_form
+from sagegate.local.s3_forms import S3Error, check_policy, read_form
 
 __all__ = [
     "INSTANCE_ENV",
@@ -285,7 +285,7 @@ def _quiet_handler() -> type[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop, 2 when the port cannot be bound."""
-    parser = argparse.ArgumentParser(prog="python -m sagegate.moto_server",
+    parser = argparse.ArgumentParser(prog="python -m sagegate.local.moto_server",
                                      description="moto's server (S3, SNS, SQS, DynamoDB ...) "
                                                  "with S3's POST policy checked, for the local "
                                                  "stack.")

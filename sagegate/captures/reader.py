@@ -4,7 +4,7 @@ record preprocessor does.
 ``sagegate capture SOURCE`` reads every ``.jsonl`` under a directory or an
 ``s3://bucket/prefix`` and writes one flat row per record (JSON Lines or CSV): the event
 metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, each endpoint's
-records named with its own model's labels (:mod:`sagegate.capture_labels`).
+records named with its own model's labels (:mod:`sagegate.captures.labels`).
 ``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
 unchanged and called as the analyzer calls it (:mod:`chalicelib.monitor.preprocessing`),
 instead, then its ``postprocess_handler()`` if it has one. Records of answers served from
@@ -37,8 +37,8 @@ from chalicelib.monitor.preprocessing import (
     is_cache_hit,
     is_shadow,
 )
-from sagegate.capture_labels import EndpointLabels, endpoint_of, registry_labels
-from sagegate.capture_rows import (
+from sagegate.captures.labels import EndpointLabels, endpoint_of, registry_labels
+from sagegate.captures.rows import (
     CaptureFormatError,
     DefaultRows,
     Entry,

@@ -1,6 +1,6 @@
 """Keeping ``make run``'s children running: a :class:`Supervisor` restarts a child that died
 (the emulator, moto's server), with backoff, until it has failed too often in a row, and says
-so on the console. :mod:`sagegate.localstack` runs one per child it supervises.
+so on the console. :mod:`sagegate.local.stack` runs one per child it supervises.
 """
 from __future__ import annotations
 

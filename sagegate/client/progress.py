@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from sagegate.transfer import UploadProgress, WaitProgress
+from sagegate.client.transfer import UploadProgress, WaitProgress
 
 
 def megabytes(size: int) -> str:

@@ -11,7 +11,7 @@ batch.json``) are sent as they are, typed by their extension or ``--content-type
 sends a job what the model's jobs take and its synchronous route does not (a note on stderr
 says so), and files of a directory that are not images are named on stderr as skipped. The
 URL, the key and the timeouts are read as the library reads them
-(:class:`sagegate.client_settings.ClientSettings`).
+(:class:`sagegate.client.settings.ClientSettings`).
 ``sagegate resize PATH --width W --height H`` asks ``POST /resize`` for one image at an exact
 size. One module serves both commands: ``main`` reads which from
 ``prog`` (``sagegate predict`` or ``sagegate resize``).
@@ -43,7 +43,7 @@ from sagegate.client import (
     Encoding,
     Mode,
 )
-from sagegate.progress import Bars
+from sagegate.client.progress import Bars
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp"})
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")

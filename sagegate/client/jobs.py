@@ -1,5 +1,5 @@
 """Uploads and jobs, for :mod:`sagegate.client`: ``POST /uploads`` and the presigned S3
-POST (the file streamed, :mod:`sagegate.transfer`), ``POST /models/{name}/jobs``, and
+POST (the file streamed, :mod:`sagegate.client.transfer`), ``POST /models/{name}/jobs``, and
 ``GET /jobs/{id}`` until the job ends, then its answer (kept in the job, or downloaded from S3);
 and what tells that a file is for a job rather than the synchronous route (its rows, a refusal
 that names the job route).
@@ -19,9 +19,9 @@ from typing import Any
 import urllib3
 
 from chalicelib.core.media import MediaType, bare, is_binary
-from sagegate import http_client, transfer
-from sagegate.http_client import ClientError, HttpClient, check_s3, json_object
-from sagegate.transfer import Source, Upload, UploadProgress, WaitProgress, as_is
+from sagegate.client import http, transfer
+from sagegate.client.http import ClientError, HttpClient, check_s3, json_object
+from sagegate.client.transfer import Source, Upload, UploadProgress, WaitProgress, as_is
 
 DEFAULT_WAIT_S = 3600.0
 """How long :meth:`JobsClient.wait` waits for a job by default: SageMaker Asynchronous
@@ -188,7 +188,7 @@ class JobsClient(HttpClient):
 
     def _job(self, job_id: str) -> tuple[dict[str, Any], float | None]:
         response = self.check(self.request("GET", "/jobs/" + urllib.parse.quote(job_id, "")))
-        return json_object(response, "GET /jobs"), http_client.retry_after_seconds(
+        return json_object(response, "GET /jobs"), http.retry_after_seconds(
             response.headers.get("Retry-After"))
 
     def wait(self, job_id: str, timeout: float | None = None,
@@ -217,7 +217,7 @@ class JobsClient(HttpClient):
             if elapsed >= timeout:
                 raise ClientError(0, "WaitTimeout", f"Job {job_id} is still {state} after "
                                   f"{elapsed:.0f} s; read it later with GET /jobs/{job_id}.")
-            http_client._sleep(transfer.next_poll(delay, retry_after, timeout - elapsed))
+            http._sleep(transfer.next_poll(delay, retry_after, timeout - elapsed))
             delay = transfer.backoff(delay)
 
     def result(self, job: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,10 @@ so a keep-alive client (boto3, browsers) waits about 40 ms per request. This run
 Two more fixes to the server: a listen backlog of 128 instead of socketserver's 5 (bursts of
 new connections were reset), and one log line instead of a traceback when a client goes away
 before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carries it in
-``X-Sagegate-Instance``, so :mod:`sagegate.localstack` knows it is talking to its own child.
+``X-Sagegate-Instance``, so :mod:`sagegate.local.processes` knows it is talking to its own child.
 
 And the job functions' S3 and SNS events, which ``chalice local`` does not deliver: with the
-queues ``sagegate run`` names, :mod:`sagegate.local_events` pumps them to ``app.job_runner``,
+queues ``sagegate run`` names, :mod:`sagegate.local.events` pumps them to ``app.job_runner``,
 ``app.job_results`` and ``app.job_failures`` in this process (so the API and the functions share
 the in-memory job store).
 
@@ -19,12 +19,12 @@ And API keys, which ``chalice local`` does not check: a route with ``api_key_req
 answers 403 ``{"message":"Forbidden"}`` (API Gateway's answer) unless ``x-api-key`` is the
 local key, ``SAGEGATE_LOCAL_API_KEY`` (a random one, printed, when unset). The check runs where
 API Gateway makes it: after the route matched and CORS preflights were answered, before the
-function (see :mod:`sagegate.local_auth`).
+function (see :mod:`sagegate.local.auth`).
 
-:func:`sagegate.localstack.start_chalice_local` starts it; by hand (same arguments as
+:func:`sagegate.local.processes.start_chalice_local` starts it; by hand (same arguments as
 ``chalice``, from the Chalice project's directory)::
 
-    python -m sagegate.chalice_local local --stage local --port 8000 --no-autoreload
+    python -m sagegate.local.chalice_local local --stage local --port 8000 --no-autoreload
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from chalice.app import Chalice
 from chalice.cli import main as chalice_main
 from chalice.config import Config
 
-from sagegate.local_auth import (
+from sagegate.local.auth import (
     API_KEY_ENV,
     API_KEY_HEADER,
     FORBIDDEN_BODY,
@@ -50,8 +50,8 @@ from sagegate.local_auth import (
     configured_key,
     new_api_key,
 )
-from sagegate.local_events import start_pump
-from sagegate.localstack import INSTANCE_ENV, INSTANCE_HEADER
+from sagegate.local.events import start_pump
+from sagegate.local.processes import INSTANCE_ENV, INSTANCE_HEADER
 
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
@@ -144,7 +144,7 @@ def local_key(app_obj: Chalice, environ: Any = os.environ) -> str:
 
 class PumpedDevServer(local.LocalDevServer):
     """Chalice's local server, with the job functions' event pump running while it serves
-    (:mod:`sagegate.local_events`: only when ``sagegate run`` named the queues)."""
+    (:mod:`sagegate.local.events`: only when ``sagegate run`` named the queues)."""
 
     def serve_forever(self) -> None:
         """Serves; the pump starts first and is stopped on the way out."""
