@@ -11,10 +11,11 @@ from typing import Any
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 from chalice.app import Request
 
+from chalicelib import awsclients
 from chalicelib.cache.control import request_cache_control
 from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Served
-from chalicelib.core import lifecycle, media
+from chalicelib.core import aws, lifecycle, media
 from chalicelib.core.access import Access, AuthMode
 from chalicelib.core.errors import (
     ConfigurationError,
@@ -443,6 +444,8 @@ def run_monitor(event: Any, s3: Any = None) -> dict[str, Any]:
     context: Any = getattr(event, "context", None)  # Lambda's: the remaining time
     remaining = (lambda: float(context.get_remaining_time_in_millis()) / 1000) \
         if hasattr(context, "get_remaining_time_in_millis") else None
+    if s3 is None:
+        s3 = awsclients.build("s3", aws.MONITOR_S3)
     runs = deployed.run(endpoints, settings, schedule, now=now, s3=s3, remaining=remaining)
     return {"endpoints": {run.endpoint: run.status for run in runs},
             "violations": sum(run.violations for run in runs)}

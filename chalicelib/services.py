@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from chalicelib import awsclients
 from chalicelib.cache.prediction import PredictionCache
 from chalicelib.calls import CallOptions, ModelRequest
 from chalicelib.capture import Capturer
-from chalicelib.core import lifecycle
+from chalicelib.core import aws, lifecycle
 from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.errors import JobsDisabledError
@@ -296,40 +297,17 @@ def _read_job_options(query: Mapping[str, str]) -> CallOptions:
 
 
 def _s3_client() -> Any:
-    import boto3  # deferred: paid by the first use of jobs, not by every cold start
-    from botocore.config import Config
-
-    # boto3 reads AWS_ENDPOINT_URL_S3 itself (the local stack's S3). Presigned POSTs and GETs
-    # must be Signature Version 4 (botocore presigns S3 with version 2 by default, which
-    # buckets made since mid-2020 refuse) and name the bucket's region (the global host
-    # redirects a new bucket of another region); an IP endpoint stays path-style. A bucket
-    # that does not answer fails a route in seconds (503 JobsUnavailable), not after
-    # botocore's 60 s connect timeout, five times over; reads keep the default read timeout
-    # (a 1 GB upload streams for a while).
-    return boto3.client("s3", config=Config(signature_version="s3v4",
-                                            s3={"addressing_style": "virtual"},
-                                            connect_timeout=2,
-                                            retries={"mode": "standard",
-                                                     "total_max_attempts": 3}))
-
-
-ASYNC_INVOKE_ATTEMPTS = 5
-"""Attempts of one ``InvokeEndpointAsync`` (botocore's standard retries: throttling and
-transient errors, with backoff). The job is claimed before it is sent, so when they are spent
-the job fails (``EndpointUnavailable``) instead of the event being retried."""
+    # boto3 reads AWS_ENDPOINT_URL_S3 itself (the local stack's S3); presigned URLs need
+    # Signature Version 4 (see aws.JOBS_S3)
+    return awsclients.build("s3", aws.JOBS_S3)
 
 
 def _async_runtime(settings: Settings) -> Any:
     """The sagemaker-runtime client of ``InvokeEndpointAsync``: the endpoint's timeouts and
     botocore's standard retries (the endpoint client's own retries serve InvokeEndpoint, and
     its boto3 client has botocore's off)."""
-    import boto3  # deferred, as in _s3_client
-    from botocore.config import Config
-
-    return boto3.client("sagemaker-runtime", config=Config(
-        connect_timeout=settings.endpoint_connect_timeout,
-        read_timeout=settings.endpoint_read_timeout, tcp_keepalive=True,
-        retries={"mode": "standard", "total_max_attempts": ASYNC_INVOKE_ATTEMPTS}))
+    return awsclients.build("sagemaker-runtime", aws.ASYNC_ENDPOINT.with_timeouts(
+        settings.endpoint_connect_timeout, settings.endpoint_read_timeout))
 
 
 def build_endpoint(settings: Settings) -> EndpointClient:

@@ -12,6 +12,7 @@ from chalicelib.cache.control import BYPASSED, NO_DIRECTIVES, CacheControl
 from chalicelib.cache.keys import cache_key
 from chalicelib.cache.tiers import PUT_SECONDS, MemoryTier, TableTier
 from chalicelib.calls import InvokeResult
+from chalicelib.core.aws import error_code
 from chalicelib.core.config import Settings
 
 logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
@@ -198,8 +199,7 @@ class CacheUse:
     def failed(self, operation: str, error: Exception) -> None:
         """Log and count a failure of the table tier (its code or type, never its message)."""
         self.errors += 1
-        code = getattr(error, "response", {}).get("Error", {}).get("Code") \
-            if hasattr(error, "response") else None
+        code = error_code(error)
         logger.warning("prediction cache %s failed: %s", operation,
                        code or type(error).__name__)
 

@@ -9,7 +9,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chalicelib import awsclients
 from chalicelib.calls import InvokeResult
+from chalicelib.core import aws
 from chalicelib.core.clients import DynamoTable
 
 logger = logging.getLogger("sagegate.cache")  # a child of Powertools' JSON logger
@@ -186,9 +188,4 @@ class TableTier(DynamoTable):
 
 
 def _client() -> Any:
-    import boto3  # deferred like the other clients: only paid when the table tier is on
-    from botocore.config import Config
-
-    config = Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 1},
-                    tcp_keepalive=True)
-    return boto3.client("dynamodb", config=config)
+    return awsclients.build("dynamodb", aws.CACHE_TABLE)

@@ -16,8 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from chalicelib import awsclients
 from chalicelib.capture.records import CaptureRecord
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, split_s3_uri
+from chalicelib.core import aws
+from chalicelib.core.aws import S3Uri, error_code
+from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, classify
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit
@@ -202,9 +205,8 @@ def retry_kind(error: Exception) -> bool | None:
         return False
     if not isinstance(error, ClientError):
         return None
-    code = error.response.get("Error", {}).get("Code")
     status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return classify(code, status)
+    return classify(error_code(error), status)
 
 
 def _usage(folder: Path) -> int:
@@ -309,16 +311,12 @@ def sink_for(destination: str, max_bytes: int = 0) -> Sink:
     destination; 0 for no cap.
     """
     if destination.startswith(S3_SCHEME):
-        return S3Sink(_client("s3"), *split_s3_uri(destination))
+        uri = S3Uri.parse(destination)
+        return S3Sink(_client("s3"), uri.bucket, uri.prefix)
     if destination.startswith(FIREHOSE_SCHEME):
         return FirehoseSink(_client("firehose"), destination[len(FIREHOSE_SCHEME):])
     return DirectorySink(destination, max_bytes)
 
 
 def _client(service: str) -> Any:
-    import boto3  # deferred like the endpoint client: only paid when capture is on
-    from botocore.config import Config
-
-    # botocore does not retry: the sinks do, by the one policy (CAPTURE_POLICY)
-    config = Config(connect_timeout=1, read_timeout=3, retries={"total_max_attempts": 1})
-    return boto3.client(service, config=config)
+    return awsclients.build(service, aws.CAPTURE)

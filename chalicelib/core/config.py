@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chalicelib.core.aws import S3_SCHEME
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.core.media import (
     ENDPOINT_ANSWER_TYPES,
@@ -93,7 +94,6 @@ class CaptureMode(enum.StrEnum):
 
 
 CAPTURE_MODES = tuple(CaptureMode)
-S3_SCHEME = "s3://"
 FIREHOSE_SCHEME = "firehose://"
 CAPTURE_SCHEMES = (S3_SCHEME, FIREHOSE_SCHEME)  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.
@@ -320,21 +320,6 @@ class Settings:
         if "endpoint_name" not in values:
             raise ConfigurationError(f"{ENDPOINT_NAME} is not set: name the SageMaker endpoint")
         return cls(**values)
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` as ``("bucket", "some/prefix")`` (the prefix without its
-    slashes at either end; empty when there is none).
-
-    Raises:
-        ValueError: ``uri`` does not start with ``s3://`` or names no bucket.
-    """
-    if not uri.startswith(S3_SCHEME):
-        raise ValueError(f"not an {S3_SCHEME} URI: {uri[:64]!r}")
-    bucket, _, prefix = uri[len(S3_SCHEME):].partition("/")
-    if not bucket:
-        raise ValueError(f"no bucket in {uri[:64]!r}")
-    return bucket, prefix.strip("/")
 
 
 def _listed(values: tuple[str, ...]) -> str:

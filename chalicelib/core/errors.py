@@ -27,6 +27,10 @@ class SagegateError(Exception):
         """Extra response headers this error needs (e.g. ``Retry-After``)."""
         return {}
 
+    def as_failure(self) -> dict[str, str]:
+        """This error as a failed job's ``error`` (its record's ``{"Code", "Message"}``)."""
+        return {"Code": self.CODE, "Message": self.message}
+
 
 class HandlerError(SagegateError):
     """A user's handler file raised at request time: a generic message for the client, the

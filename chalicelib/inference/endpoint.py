@@ -28,8 +28,10 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
+from chalicelib import awsclients
 from chalicelib.calls import InvokeResult
-from chalicelib.core import lifecycle
+from chalicelib.core import aws, lifecycle
+from chalicelib.core.aws import error_code
 from chalicelib.core.config import SAGEMAKER_NAME, Settings
 from chalicelib.core.errors import (
     EndpointError,
@@ -241,7 +243,7 @@ class EndpointClient:
 def _retry_kind(error: ClientError) -> bool | None:
     """:func:`chalicelib.core.retries.classify` of an answer: True throttled, False transient,
     None not retryable."""
-    return classify(error.response.get("Error", {}).get("Code"),
+    return classify(error_code(error),
                     error.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
 
 
@@ -281,9 +283,8 @@ def translate_client_error(error: ClientError, invocation: Invocation) -> Sagega
     The endpoint's own message is echoed only for ModelError (the container's message is the
     point of it) and never with account details; everything else gets a fixed message.
     """
-    info = error.response.get("Error", {})
-    code = info.get("Code", "Unknown")
-    message = info.get("Message", "")
+    code = error_code(error) or "Unknown"
+    message = error.response.get("Error", {}).get("Message", "")
     logger.warning("endpoint error %s: %s", code, message)
     if code == "ModelError":
         return _model_error(error.response)
@@ -345,17 +346,12 @@ def make_client(settings: Settings, read_timeout: float | None = None) -> SageMa
 
     boto3 honours ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, which is how the emulator is used.
     """
-    import boto3  # deferred: boto3 is slow to import, paid on first use, not at cold start
-    from botocore.config import Config
-
-    config = Config(
-        connect_timeout=settings.endpoint_connect_timeout,
-        read_timeout=settings.endpoint_read_timeout if read_timeout is None else read_timeout,
-        retries={"total_max_attempts": 1},
-        tcp_keepalive=True,
-        max_pool_connections=pool_size(settings),
-    )
-    return boto3.client("sagemaker-runtime", config=config)
+    policy = dataclasses.replace(aws.ENDPOINT.with_timeouts(
+        settings.endpoint_connect_timeout,
+        settings.endpoint_read_timeout if read_timeout is None else read_timeout),
+        max_pool_connections=pool_size(settings))
+    client: SageMakerRuntimeClient = awsclients.build("sagemaker-runtime", policy)
+    return client
 
 
 # chalice local serves each connection on its own thread, with no upper bound; this many

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import Answer
+from chalicelib.core.aws import error_code
 from chalicelib.core.errors import (
     EndpointError,
     EndpointTimeoutError,
@@ -60,7 +61,7 @@ def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: s
                        type(error).__name__, exc_info=error)
         failure = invoke_failure(error, endpoint)
         failed, _ = store.advance(job.job_id, JobState.FAILED, Outcome(
-            error={"Code": failure.CODE, "Message": failure.message}))
+            error=failure.as_failure()))
         return failed
     return claimed
 
@@ -72,13 +73,13 @@ def invoke_failure(error: Exception, endpoint: str) -> EndpointError:
     ``EndpointUnavailable``."""
     response = getattr(error, "response", None)
     response = response if isinstance(response, dict) else {}
-    code = response.get("Error", {}).get("Code")
+    code = error_code(error)
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if isinstance(code, str) and classify(code, status) is None \
+    if code and classify(code, status) is None \
             and isinstance(status, int) and 400 <= status < 500:
         message = str(response.get("Error", {}).get("Message", ""))[:512]
         return EndpointError(f"The asynchronous endpoint refused the job ({code}): {message}")
-    what = code if isinstance(code, str) else type(error).__name__
+    what = code or type(error).__name__
     return EndpointUnavailableError(
         f"The asynchronous endpoint {endpoint[:256]!r} could not take the job ({what[:128]}), "
         "retries included; submit it again later.")
@@ -138,11 +139,11 @@ def complete(store: JobStore, completion: Completion, read_output: Callable[[str
         done, _ = store.advance(job.job_id, JobState.SUCCEEDED, outcome)
         return done
     if completion.status == "Expired":
-        error = {"Code": EndpointTimeoutError.CODE,
-                 "Message": completion.failure_reason or "The request expired in the "
-                 "asynchronous endpoint's queue before it was run."}
+        error = EndpointTimeoutError(
+            completion.failure_reason or "The request expired in the asynchronous endpoint's "
+            "queue before it was run.").as_failure()
     else:
-        error = {"Code": ModelError.CODE,
-                 "Message": completion.failure_reason or "The asynchronous inference failed."}
+        error = ModelError(
+            completion.failure_reason or "The asynchronous inference failed.").as_failure()
     failed, _ = store.advance(job.job_id, JobState.FAILED, Outcome(error=error))
     return failed

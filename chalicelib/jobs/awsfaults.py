@@ -25,6 +25,7 @@ from typing import ParamSpec, TypeVar
 import botocore.exceptions
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 
+from chalicelib.core.aws import error_code
 from chalicelib.core.errors import JobsUnavailableError
 from chalicelib.core.retries import MAX_RETRY_AFTER_S, classify, upstream_hint
 
@@ -54,9 +55,8 @@ def unavailable(error: BaseException) -> JobsUnavailableError | None:
         return _unavailable(type(error).__name__, RETRY_AFTER_SECONDS)
     if not isinstance(error, ClientError):
         return None
-    info = error.response.get("Error", {})
     meta = error.response.get("ResponseMetadata", {})
-    code = info.get("Code")
+    code = error_code(error)
     throttled = classify(code, meta.get("HTTPStatusCode"))
     if throttled is None:
         return None

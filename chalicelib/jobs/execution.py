@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from chalicelib.calls import Answer, Call, CallOptions, InvokeResult, ModelRequest, Served
+from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import CaptureMode
 from chalicelib.core.errors import (
     InvalidEndpointResponseError,
@@ -176,7 +177,7 @@ class JobsExecution:
     def _fail(self, job: Job, error: SagegateError) -> Job:
         failed, _ = self.context.store.advance(
             job.job_id, JobState.FAILED,
-            Outcome(error={"Code": error.CODE, "Message": error.message}))
+            Outcome(error=error.as_failure()))
         return failed
 
     def complete(self, message: Any) -> Job | None:
@@ -223,9 +224,9 @@ class JobsExecution:
             InvalidEndpointResponseError: there is no such object (a retry would not make
                 one: the job fails instead of staying ``running`` once the retries are spent).
         """
-        bucket, _, key = location.removeprefix("s3://").partition("/")
+        uri = S3Uri.parse(location)
         try:
-            answer = self.context.s3.get_object(Bucket=bucket, Key=key)
+            answer = self.context.s3.get_object(Bucket=uri.bucket, Key=uri.key)
         except Exception as error:
             if not is_missing(error):
                 raise

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import Answer
+from chalicelib.core.aws import S3Uri
 from chalicelib.core.errors import UploadTypeMismatchError
 from chalicelib.core.media import bare
 from chalicelib.jobs.uploads import (
@@ -124,12 +125,13 @@ def put_result(client: Any, bucket: str, prefix: str, job_id: str, answer: Answe
     """Write a job's answer; answers its ``s3://bucket/key``."""
     key = result_key(prefix, job_id)
     client.put_object(Bucket=bucket, Key=key, Body=answer.body, ContentType=answer.content_type)
-    return f"s3://{bucket}/{key}"
+    return str(S3Uri(bucket, key))
 
 
 def result_url(client: Any, location: str, expiry_seconds: int = RESULT_URL_SECONDS) -> str:
     """A presigned GET of an answer object (``s3://bucket/key``)."""
-    bucket, _, key = location.removeprefix("s3://").partition("/")
-    url: str = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},
+    uri = S3Uri.parse(location)
+    url: str = client.generate_presigned_url("get_object",
+                                             Params={"Bucket": uri.bucket, "Key": uri.key},
                                              ExpiresIn=expiry_seconds)
     return url

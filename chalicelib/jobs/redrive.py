@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from chalicelib import awsclients
+from chalicelib.core import aws
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.jobs.records import JobState
 from chalicelib.jobs.store import JobStore
@@ -226,9 +228,4 @@ def invoke_runner(client: Any, function_name: str) -> Deliver:
 
 def lambda_client() -> Any:
     """A Lambda client with short timeouts (an asynchronous invocation answers at once)."""
-    import boto3  # deferred: only the re-drive's function uses Lambda
-    from botocore.config import Config
-
-    return boto3.client("lambda", config=Config(connect_timeout=2, read_timeout=10,
-                                                retries={"mode": "standard",
-                                                         "max_attempts": 3}))
+    return awsclients.build("lambda", aws.JOBS_REDRIVE)

@@ -85,7 +85,7 @@ def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
     try:
         answer = work(job)
     except SagegateError as error:
-        failure = Outcome(error={"Code": error.CODE, "Message": error.message})
+        failure = Outcome(error=error.as_failure())
         return _keep(store, job_id, JobState.FAILED, lambda: failure, sleep)
     return _keep(store, job_id, JobState.SUCCEEDED,
                  lambda: outcome_of(job, answer, put_result), sleep)

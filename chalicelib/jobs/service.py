@@ -15,6 +15,7 @@ from typing import Any
 
 from chalicelib.calls import CallOptions, ModelRequest
 from chalicelib.capture import Capturer
+from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import InvalidUploadError, UnsupportedMediaTypeError
 from chalicelib.core.media import bare
@@ -113,7 +114,7 @@ class JobsContext:
 
     def location(self, key: str) -> str:
         """``s3://<bucket>/<key>``."""
-        return f"s3://{self.bucket}/{key}"
+        return str(S3Uri(self.bucket, key))
 
     def key_of(self, location: str) -> str:
         """The key of one of this bucket's ``s3://`` locations.
@@ -121,10 +122,13 @@ class JobsContext:
         Raises:
             InvalidUploadError: a location in another bucket.
         """
-        bucket, _, key = location.removeprefix("s3://").partition("/")
-        if bucket != self.bucket:
+        try:
+            uri = S3Uri.parse(location)
+        except ValueError:
+            uri = None
+        if uri is None or uri.bucket != self.bucket:
             raise InvalidUploadError("The input is not an upload of this stage.")
-        return key
+        return uri.key
 
 
 def ticket_key(prefix: str, job_id: str) -> str:

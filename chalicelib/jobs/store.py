@@ -15,6 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from chalicelib import awsclients
+from chalicelib.core import aws
+from chalicelib.core.aws import error_code
 from chalicelib.core.clients import DynamoTable
 from chalicelib.jobs.records import (
     Job,
@@ -337,17 +340,8 @@ class TableJobStore(DynamoTable):
 
 def _condition_failed(error: Exception) -> bool:
     """Whether a botocore error is DynamoDB's refusal of a conditional write."""
-    response = getattr(error, "response", None)
-    return isinstance(response, dict) and \
-        response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+    return error_code(error) == "ConditionalCheckFailedException"
 
 
 def _dynamodb() -> Any:
-    import boto3  # deferred: only paid by the functions that use jobs
-    from botocore.config import Config
-
-    # a table that does not answer fails the call in seconds (then 503 JobsUnavailable, see
-    # chalicelib.jobs.awsfaults), not after botocore's 60 s connect timeout, ten times over
-    return boto3.client("dynamodb", config=Config(
-        connect_timeout=2, read_timeout=5,
-        retries={"mode": "standard", "total_max_attempts": 3}))
+    return awsclients.build("dynamodb", aws.JOBS_TABLE)

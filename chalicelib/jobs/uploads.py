@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chalicelib.core.aws import error_code
 from chalicelib.core.errors import (
     InvalidUploadError,
     SagegateError,
@@ -16,6 +17,7 @@ from chalicelib.core.errors import (
     UploadTooLargeError,
     UploadTypeMismatchError,
 )
+from chalicelib.jobs.records import JOB_ID
 from chalicelib.registry.specs import DEFAULT_MAX_UPLOAD_BYTES, MAX_UPLOAD_BYTES
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError", "Pin", "Upload",
@@ -31,7 +33,6 @@ OWNER_FIELD = f"x-amz-meta-{OWNER_METADATA}"
 """The presigned POST's field that sets it."""
 """Where uploads go under the stage's ``JOBS_PREFIX``."""
 
-_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
 # type "/" subtype, RFC 6838's restricted-name characters; no parameters
 _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
                          r"/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z")
@@ -104,7 +105,7 @@ def upload_key(prefix: str, upload_id: str) -> str:
     Raises:
         InvalidUploadError: ``upload_id`` is not one :func:`presign_upload` makes.
     """
-    if not _UPLOAD_ID.match(upload_id):
+    if not JOB_ID.match(upload_id):
         raise InvalidUploadError("upload_id must be the id POST /uploads answered "
                                  "(32 lowercase hex digits).")
     return f"{prefix}{UPLOADS}{upload_id}"
@@ -118,7 +119,7 @@ def upload_id_of(key: str, prefix: str) -> str:
             makes.
     """
     upload_id = key[len(prefix) + len(UPLOADS):]
-    if not key.startswith(prefix + UPLOADS) or not _UPLOAD_ID.match(upload_id):
+    if not key.startswith(prefix + UPLOADS) or not JOB_ID.match(upload_id):
         raise InvalidUploadError("The input is not an upload of this stage.")
     return upload_id
 
@@ -133,22 +134,6 @@ def check_content_type(content_type: object) -> str:
         raise InvalidUploadError("content_type must be a media type such as 'image/jpeg' "
                                  "(type/subtype, no parameters).")
     return content_type.lower()
-
-
-def max_upload_bytes(model_config: Mapping[str, Any]) -> int:
-    """A model's upload cap from its model.json (``jobs.max_upload_bytes``).
-
-    Raises:
-        ValueError: the value is not a whole number of bytes from 1 to 1 GiB.
-    """
-    jobs = model_config.get("jobs", {})
-    if not isinstance(jobs, Mapping):
-        raise ValueError("model.json's 'jobs' must be an object")
-    cap = jobs.get("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES)
-    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_UPLOAD_BYTES:
-        raise ValueError(f"jobs.max_upload_bytes must be a whole number from 1 to "
-                         f"{MAX_UPLOAD_BYTES}, not {cap!r}")
-    return cap
 
 
 def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max_bytes: int,
@@ -248,14 +233,9 @@ def head_upload(client: Any, bucket: str, key: str,
 
 def is_missing(error: Exception) -> bool:
     """Whether a botocore error is S3's answer that there is no such object."""
-    return _code(error) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
+    return error_code(error) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
 
 
 def is_changed(error: Exception) -> bool:
     """Whether a botocore error is S3's answer that an ``If-Match`` no longer holds."""
-    return _code(error) in ("412", "PreconditionFailed")
-
-
-def _code(error: Exception) -> object:
-    response = getattr(error, "response", None)
-    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return error_code(error) in ("412", "PreconditionFailed")

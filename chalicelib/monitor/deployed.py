@@ -114,7 +114,7 @@ def endpoint_preprocessors(models: Iterable[tuple[str, Path]]) -> dict[str, list
 
 def run(endpoints: Mapping[str, Sequence[Path]], settings: MonitorSettings,
         schedule_name: str,
-        now: datetime.datetime | None = None, s3: Any = None,
+        now: datetime.datetime | None = None, *, s3: Any,
         emit: Emit = print,
         remaining: Callable[[], float] | None = None) -> list[EndpointRun]:
     """Check the last full hour before ``now`` of each endpoint's captures.
@@ -129,17 +129,13 @@ def run(endpoints: Mapping[str, Sequence[Path]], settings: MonitorSettings,
         settings: where to read and write.
         schedule_name: the ``MonitoringSchedule`` dimension (the function's name).
         now: the time of the run (default: now).
-        s3: a boto3 S3 client (default: a new one).
+        s3: a boto3 S3 client (the caller's: this room builds no client).
         emit: where the EMF lines and the log lines go (stdout: the function's log).
         remaining: the invocation's remaining time in seconds (Lambda's context; None: no
             limit): each endpoint reads for an equal share of what is left, less
             :data:`RESERVE_SECONDS`, among the endpoints left, then is checked on what it
             read (``partial``).
     """
-    if s3 is None:
-        import boto3  # deferred: paid only when no client is given (the Lambda runtime's)
-
-        s3 = boto3.client("s3")
     window = windows.window(None, None, now)
     runs = []
     names = sorted(endpoints)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from chalicelib.core.config import S3_SCHEME, split_s3_uri
+from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
 from chalicelib.monitor.preprocessing import (
@@ -62,7 +62,8 @@ def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[st
 def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
     import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
-    bucket, prefix = split_s3_uri(source)
+    uri = S3Uri.parse(source)
+    bucket, prefix = uri.bucket, uri.prefix
     folder = f"{prefix}/" if prefix else ""  # the prefix is a folder, as the S3 sink writes it
     s3 = boto3.client("s3")
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
@@ -153,7 +154,7 @@ def check_source(source: str) -> None:
         ValueError: ``s3://`` names no bucket.
     """
     if source.startswith(S3_SCHEME):
-        split_s3_uri(source)
+        S3Uri.parse(source)
     elif not Path(source).exists():
         raise SourceError(f"{source}: no such file or directory")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings, split_s3_uri
+from chalicelib.core.aws import S3Uri
+from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.loading import load_registry
 from chalicelib.registry.specs import ModelSpec
@@ -69,8 +70,8 @@ def capture_statement(env: dict[str, str], arn: str, account: str,
         return None
     destination = env.get("CAPTURE_DESTINATION", "")
     if destination.startswith(S3_SCHEME):
-        bucket, prefix = split_s3_uri(destination)
-        objects = f"{bucket}/{prefix}/*" if prefix else f"{bucket}/*"
+        uri = S3Uri.parse(destination)
+        objects = f"{uri.bucket}/{uri.prefix}/*" if uri.prefix else f"{uri.bucket}/*"
         return allow("WriteCaptures", ["s3:PutObject"], f"{arn}:s3:::{objects}")
     if destination.startswith(FIREHOSE_SCHEME):
         stream = destination[len(FIREHOSE_SCHEME):]

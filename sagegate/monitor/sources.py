@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.monitor import windows
 from chalicelib.monitor.records import RecordReader
 from sagegate.monitor.files import SourceError, open_regular
 
-S3_SCHEME = "s3://"
 _YEAR = re.compile(r"^\d{4}\Z")
 _PROBE = 50
 """At most this many folders are listed at each level to tell an endpoint's folder from the
@@ -130,17 +130,20 @@ def _s3_files(source: str, start: datetime.datetime | None,
     from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
 
     try:
-        yield from _s3_objects(source, start, end, command)
+        uri = S3Uri.parse(source)
+    except ValueError as error:
+        raise SourceError(f"{source}: {error}") from None
+    try:
+        yield from _s3_objects(source, uri, start, end, command)
     except (BotoCoreError, ClientError) as error:  # one line, not a traceback
         raise SourceError(f"{source}: {error}") from None
 
 
-def _s3_objects(source: str, start: datetime.datetime | None,
+def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
                 end: datetime.datetime | None, command: str) -> Files:
     import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
-    bucket, _, prefix = source[len(S3_SCHEME):].partition("/")
-    prefix = prefix.strip("/")
+    bucket, prefix = uri.bucket, uri.prefix
     folder = f"{prefix}/" if prefix else ""
     s3 = boto3.client("s3")
     children = _s3_folders(s3, bucket, folder)

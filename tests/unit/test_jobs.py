@@ -34,14 +34,11 @@ from chalicelib.jobs.store import (
     encode_job,
 )
 from chalicelib.jobs.uploads import (
-    DEFAULT_MAX_UPLOAD_BYTES,
-    MAX_UPLOAD_BYTES,
     InvalidUploadError,
     UploadNotFoundError,
     UploadTooLargeError,
     UploadTypeMismatchError,
     check_uploaded,
-    max_upload_bytes,
     presign_upload,
     upload_key,
 )
@@ -343,17 +340,6 @@ def test_a_bad_content_type_is_refused(content_type: Any) -> None:
     with pytest.raises(InvalidUploadError) as error:
         presign_upload(client, "bucket", "dev/jobs/", content_type, 10)
     assert error.value.STATUS_CODE == 400
-
-
-def test_the_cap_comes_from_model_json_within_1_gib() -> None:
-    assert max_upload_bytes({}) == DEFAULT_MAX_UPLOAD_BYTES
-    assert max_upload_bytes({"jobs": {"max_upload_bytes": 2048}}) == 2048
-    assert max_upload_bytes({"jobs": {"max_upload_bytes": MAX_UPLOAD_BYTES}}) == MAX_UPLOAD_BYTES
-    for bad in (0, -1, MAX_UPLOAD_BYTES + 1, True, 1.5, "10"):
-        with pytest.raises(ValueError):
-            max_upload_bytes({"jobs": {"max_upload_bytes": bad}})
-    with pytest.raises(ValueError):
-        max_upload_bytes({"jobs": []})
 
 
 def test_upload_ids_cannot_reach_outside_the_uploads_prefix() -> None:

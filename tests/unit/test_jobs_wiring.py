@@ -137,6 +137,9 @@ def test_an_async_block_names_its_endpoint(tmp_path: Path) -> None:
     ({"max_upload_bytes": 0}, "jobs.max_upload_bytes"),
     ({"max_upload_bytes": 2 * 1024 ** 3}, "jobs.max_upload_bytes"),
     ({"max_upload_bytes": True}, "jobs.max_upload_bytes"),
+    ({"max_upload_bytes": -1}, "jobs.max_upload_bytes"),
+    ({"max_upload_bytes": 1.5}, "jobs.max_upload_bytes"),
+    ({"max_upload_bytes": "10"}, "jobs.max_upload_bytes"),
     ({"invocation_timeout_seconds": 3601}, "jobs.invocation_timeout_seconds"),
     ({"queue": "x"}, "jobs.queue"),
     ([], "jobs")])

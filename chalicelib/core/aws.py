@@ -1,0 +1,129 @@
+"""AWS's vocabulary without botocore: the client policies, error codes and ``s3://`` URIs.
+
+The one place that says, per use, how long a client waits and how often botocore retries
+(:class:`ClientPolicy`; :mod:`chalicelib.awsclients` builds the clients from them), reads a
+``ClientError``'s code (:func:`error_code`) and parses an ``s3://`` URI (:class:`S3Uri`).
+Nothing here imports botocore: the light rooms may use it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+S3_SCHEME = "s3://"
+
+RetryMode = Literal["legacy", "standard", "adaptive"]
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """How one use's boto3 client waits and retries (botocore's ``Config``).
+
+    Args:
+        connect_timeout: seconds to open a connection.
+        read_timeout: seconds to wait for a response's bytes.
+        retry_mode: botocore's retry mode.
+        total_max_attempts: attempts of one call, the first included (1: botocore retries
+            nothing; the caller's own policy does).
+        tcp_keepalive: keep idle pooled connections alive.
+        max_pool_connections: the connection pool's size (None: botocore's default).
+        s3v4: S3 only: Signature Version 4, virtual-hosted addressing (presigned URLs).
+    """
+
+    connect_timeout: float
+    read_timeout: float
+    retry_mode: RetryMode
+    total_max_attempts: int
+    tcp_keepalive: bool = False
+    max_pool_connections: int | None = None
+    s3v4: bool = False
+
+    def with_timeouts(self, connect_timeout: float, read_timeout: float) -> ClientPolicy:
+        """This policy with a stage's own timeouts (the endpoint's are settings)."""
+        return replace(self, connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+
+ENDPOINT = ClientPolicy(connect_timeout=2.0, read_timeout=20.0, retry_mode="legacy",
+                        total_max_attempts=1, tcp_keepalive=True)
+"""``InvokeEndpoint``: the settings' timeouts (these are their defaults); botocore retries
+nothing (the endpoint client retries by its own policy)."""
+
+ASYNC_ENDPOINT = ClientPolicy(connect_timeout=2.0, read_timeout=20.0, retry_mode="standard",
+                              total_max_attempts=5, tcp_keepalive=True)
+"""``InvokeEndpointAsync``: the endpoint's timeouts, botocore's standard retries (the job is
+claimed before it is sent: when they are spent the job fails)."""
+
+JOBS_S3 = ClientPolicy(connect_timeout=2.0, read_timeout=60.0, retry_mode="standard",
+                       total_max_attempts=3, s3v4=True)
+"""The jobs' bucket: a bucket that does not answer fails a route in seconds (503
+JobsUnavailable); reads keep botocore's 60 s (a 1 GB upload streams for a while)."""
+
+JOBS_TABLE = ClientPolicy(connect_timeout=2.0, read_timeout=5.0, retry_mode="standard",
+                          total_max_attempts=3)
+"""The jobs' table: a table that does not answer fails the call in seconds (503
+JobsUnavailable, see chalicelib.jobs.awsfaults), not after botocore's 60 s, ten times over."""
+
+JOBS_REDRIVE = ClientPolicy(connect_timeout=2.0, read_timeout=10.0, retry_mode="standard",
+                            total_max_attempts=4)
+"""The re-drive's Lambda client (an asynchronous invocation answers at once)."""
+
+CACHE_TABLE = ClientPolicy(connect_timeout=1.0, read_timeout=2.0, retry_mode="legacy",
+                           total_max_attempts=1, tcp_keepalive=True)
+"""The cache's shared tier: a miss is cheaper than a wait; botocore retries nothing."""
+
+CAPTURE = ClientPolicy(connect_timeout=1.0, read_timeout=3.0, retry_mode="legacy",
+                       total_max_attempts=1)
+"""The capture sinks (S3, Firehose): botocore retries nothing, the sinks do (CAPTURE_POLICY)."""
+
+MONITOR_S3 = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="legacy",
+                          total_max_attempts=5)
+"""The scheduled monitor's S3 reads and writes: botocore's defaults (a run has minutes)."""
+
+
+def error_code(error: BaseException) -> str:
+    """A botocore ``ClientError``'s code (``response["Error"]["Code"]``), "" for anything else."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, Mapping):
+        return ""
+    info = response.get("Error")
+    return str(info.get("Code") or "") if isinstance(info, Mapping) else ""
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    """``s3://bucket/key``: an object, or a prefix (a key that names a folder)."""
+
+    bucket: str
+    key: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> S3Uri:
+        """``s3://bucket/key`` (the key as written, slashes included).
+
+        Raises:
+            ValueError: ``text`` does not start with ``s3://`` or names no bucket.
+        """
+        if not text.startswith(S3_SCHEME):
+            raise ValueError(f"not an {S3_SCHEME} URI: {text[:64]!r}")
+        bucket, _, key = text[len(S3_SCHEME):].partition("/")
+        if not bucket:
+            raise ValueError(f"no bucket in {text[:64]!r}")
+        return cls(bucket, key)
+
+    @property
+    def prefix(self) -> str:
+        """The key without its slashes at either end (a prefix's folder name, "" for none)."""
+        return self.key.strip("/")
+
+    def child(self, *parts: str) -> S3Uri:
+        """The URI of ``parts`` under this prefix, joined by single slashes."""
+        names = [name for name in (self.prefix, *(part.strip("/") for part in parts)) if name]
+        return S3Uri(self.bucket, "/".join(names))
+
+    def join(self, key: str) -> S3Uri:
+        """Another key of this bucket (a full key, not a part)."""
+        return S3Uri(self.bucket, key)
+
+    def __str__(self) -> str:
+        return f"{S3_SCHEME}{self.bucket}/{self.key}"
