@@ -225,10 +225,20 @@ def head_upload(client: Any, bucket: str, key: str,
         if pin is not None and is_changed(error):
             raise changed(pin) from None
         raise
+    check_pinned(pin, answer)
+    return answer
+
+
+def check_pinned(pin: Pin | None, answer: Mapping[str, Any]) -> None:
+    """Refuse an answer of another object than the pinned one (a store that ignored
+    If-Match: the same verdict as S3's 412).
+
+    Raises:
+        UploadChangedError: the answer's ETag is not the pin's.
+    """
     found = answer.get("ETag")
     if pin is not None and isinstance(found, str) and found != pin.etag:
-        raise changed(pin, found)  # a store that ignored If-Match: the same verdict
-    return answer
+        raise changed(pin, found)
 
 
 def is_missing(error: Exception) -> bool:
