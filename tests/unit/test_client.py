@@ -16,7 +16,7 @@ from chalicelib.core.retries import RETRY_COST, RetryQuota
 from chalicelib.images import imaging, sizing
 from chalicelib.images.probe import probe
 from sagegate import client as client_module
-from sagegate.client import Client, ClientError, Encoding, ShrinkRule, shrink
+from sagegate.client import Client, ClientError, Encoding, ShrinkRule, inputs, shrink
 from sagegate.client import cli as predict_cli
 from sagegate.client import http as http_client
 from sagegate.local.processes import free_port
@@ -341,11 +341,11 @@ def test_directories_give_their_image_files_by_extension_or_magic(tmp_path: Path
     (tmp_path / "sub" / "b.PNG").write_bytes(b"x")
     (tmp_path / "sub" / "IMG_0001").write_bytes(photo_jpeg(64, 48))
     (tmp_path / "notes.txt").write_text("hello")
-    found = predict_cli.collect([str(tmp_path)])
+    found = inputs.collect([str(tmp_path)])
     assert [p.relative_to(tmp_path).as_posix() for p in found] == [
         "a.jpg", "sub/IMG_0001", "sub/b.PNG"]
     # a file named is always taken
-    assert predict_cli.collect([str(tmp_path / "notes.txt")]) == [tmp_path / "notes.txt"]
+    assert inputs.collect([str(tmp_path / "notes.txt")]) == [tmp_path / "notes.txt"]
 
 
 @pytest.mark.parametrize("argv", [["predict", "no/such/path"], ["predict"],

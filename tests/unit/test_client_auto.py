@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sagegate.client import Client, ClientError, Mode
-from sagegate.client import cli as predict_cli
+from sagegate.client import Client, ClientError, Mode, inputs
 from sagegate.client.jobs import names_job_route, rows_of
 from sagegate.client.transfer import as_is
 from tests import httpfake
@@ -183,21 +182,21 @@ def test_predict_names_the_files_of_a_directory_it_skips(
     (tmp_path / "iris.csv").write_bytes(ROW)
     cli.main(["predict", str(tmp_path), "--url", gate.url, "--format", "json"])
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"skipped {tmp_path / 'iris.csv'}: not an image ({predict_cli.HOW_TO_SEND})"]
+    assert err == [f"skipped {tmp_path / 'iris.csv'}: not an image ({inputs.HOW_TO_SEND})"]
 
 
 def test_many_skipped_files_are_named_then_counted(tmp_path: Path) -> None:
     (tmp_path / "cat.jpg").write_bytes(b"\xff\xd8\xff")
     for index in range(8):
         (tmp_path / f"rows-{index}.csv").write_bytes(ROW)
-    found = predict_cli.find([str(tmp_path)])
+    found = inputs.find([str(tmp_path)])
     assert found.files == [tmp_path / "cat.jpg"] and len(found.skipped) == 8
-    lines = predict_cli.skipped_lines(found.skipped)
+    lines = inputs.skipped_lines(found.skipped)
     assert lines[:5] == [f"skipped {tmp_path / f'rows-{i}.csv'}: not an image" for i in range(5)]
-    assert lines[5] == f"skipped 3 more files that are not an image ({predict_cli.HOW_TO_SEND})"
+    assert lines[5] == f"skipped 3 more files that are not an image ({inputs.HOW_TO_SEND})"
     (tmp_path / "cat.jpg").unlink()
-    with pytest.raises(predict_cli.UsageError, match="only 8 other files"):
-        predict_cli.find([str(tmp_path)])
+    with pytest.raises(inputs.UsageError, match="only 8 other files"):
+        inputs.find([str(tmp_path)])
 
 
 @pytest.mark.parametrize(("data", "content_type", "rows"), [
