@@ -475,24 +475,14 @@ if os.environ.get("JOBS_BUCKET", "").strip():
 
 def redrive_jobs(scheduled: str = "",
                  deliver: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """The re-drive's work (:func:`chalicelib.jobs.redrive.redrive`) for the run scheduled at
-    ``scheduled`` (an ISO time; empty: now). ``deliver`` hands the job runner one ticket
-    event: by default an asynchronous invocation of the stage's runner function (Chalice
-    names it ``<app>-<stage>-job_runner``, beside this one); the local event pump passes its
-    own (a message on its tickets queue)."""
+    """The re-drive's run scheduled at ``scheduled`` (an ISO time; empty: now):
+    :func:`chalicelib.jobs.redrive.run_scheduled`; the local event pump passes its own
+    ``deliver`` (a message on its tickets queue)."""
     # Deferred on purpose, as in run_job_tickets: the request path loads no part of jobs.
     from chalicelib.jobs import redrive
 
-    context = services.jobs_context
-    if deliver is None:
-        own = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or f"{app.app_name}-{JOB_REDRIVE_FUNCTION}"
-        runner = own.removesuffix(JOB_REDRIVE_FUNCTION) + JOB_RUNNER_FUNCTION
-        deliver = redrive.invoke_runner(redrive.lambda_client(), runner)
-    done = redrive.redrive(context.store,
-                           redrive.Tickets(context.s3, context.bucket, context.prefix), deliver,
-                           redrive.RedriveSettings.from_env(os.environ),
-                           redrive.scheduled_time(scheduled))
-    return done.view()
+    own = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or f"{app.app_name}-{JOB_REDRIVE_FUNCTION}"
+    return redrive.run_scheduled(services.jobs_context, scheduled, own, deliver)
 
 
 # The job functions (docs/DEPLOY.md): declared only for a stage that sets JOBS_BUCKET (read at

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -29,8 +30,12 @@ from chalicelib import awsclients
 from chalicelib.core import aws
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.jobs.records import JobState
+from chalicelib.jobs.service import JobsContext
 from chalicelib.jobs.store import JobStore
 from chalicelib.jobs.uploads import head_upload
+
+REDRIVE_FUNCTION, RUNNER_FUNCTION = "job_redrive", "job_runner"
+"""app.py's names of the re-drive and of the runner (.chalice/config.json's lambda_functions)."""
 
 logger = logging.getLogger("sagegate.jobs")
 
@@ -229,3 +234,26 @@ def invoke_runner(client: Any, function_name: str) -> Deliver:
 def lambda_client() -> Any:
     """A Lambda client with short timeouts (an asynchronous invocation answers at once)."""
     return awsclients.build("lambda", aws.JOBS_REDRIVE)
+
+
+def run_scheduled(context: JobsContext, scheduled: str, function_name: str,
+                  deliver: Deliver | None = None,
+                  environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One scheduled run of the re-drive: what ``app.job_redrive`` does.
+
+    Args:
+        context: the jobs' store, S3 client, bucket and prefix.
+        scheduled: the schedule event's ``time`` (an ISO time; empty: now).
+        function_name: this function's own name (``<app>-<stage>-job_redrive``): the runner
+            is its sibling, ``<app>-<stage>-job_runner``, which Chalice names the same way.
+        deliver: how one ticket event reaches the runner (default: an asynchronous
+            invocation of it; the local event pump passes a message on its tickets queue).
+        environ: the re-drive's settings (default: the process's environment).
+    """
+    if deliver is None:
+        runner = function_name.removesuffix(REDRIVE_FUNCTION) + RUNNER_FUNCTION
+        deliver = invoke_runner(lambda_client(), runner)
+    done = redrive(context.store, Tickets(context.s3, context.bucket, context.prefix), deliver,
+                   RedriveSettings.from_env(os.environ if environ is None else environ),
+                   scheduled_time(scheduled))
+    return done.view()
