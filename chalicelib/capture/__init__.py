@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from chalicelib.calls import Served
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
-from chalicelib.core.config import CaptureMode
+from chalicelib.core.config_names import CaptureMode
 from chalicelib.core.observability import Outcome
 
 __all__ = ["CaptureRecord", "Capturer", "Exchange", "build_record"]

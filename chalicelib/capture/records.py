@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import pybase64
 
-from chalicelib.core.config import SAGEMAKER_NAME, CaptureMode
+from chalicelib.core.config_names import SAGEMAKER_NAME, CaptureMode
 from chalicelib.core.media import MediaType
 
 INVALID_NAME = "invalid-name"

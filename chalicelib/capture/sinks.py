@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 from chalicelib import awsclients
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.core import aws
-from chalicelib.core.aws import S3Uri, error_code
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME
+from chalicelib.core.aws import S3_SCHEME, S3Uri, error_code
+from chalicelib.core.config_names import FIREHOSE_SCHEME
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, classify
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit

@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from chalicelib.core.config import (
+from chalicelib.core.config_names import (
     COGNITO_USER_POOL_ARNS,
     CORS_ALLOW_ORIGIN,
     SAGEGATE_AUTH,

@@ -1,23 +1,90 @@
-"""Settings: every environment variable sagegate reads, named here and parsed once.
+"""Settings: what requests use, read from the environment once and validated.
 
 :class:`Settings` holds what requests use, read on first use. Explicit arguments beat
 environment variables, which beat the defaults below; ``.chalice/config.json`` sets only what
 differs from these defaults (and per stage). A bad value raises
-:class:`~chalicelib.core.errors.ConfigurationError` naming the variable. The access variables
-(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.core.access` at import, because Chalice fixes
-a route's authentication when ``app.py`` is imported; the log and metric names by
-:mod:`chalicelib.core.observability`.
+:class:`~chalicelib.core.config_parsing.SettingError` (a
+:class:`~chalicelib.core.errors.ConfigurationError`) naming the variable.
+
+The variables' names and the values they take are :mod:`chalicelib.core.config_names`'; how a
+variable's text is read, :mod:`chalicelib.core.config_parsing`. The access variables
+(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.core.access` at import, because Chalice
+fixes a route's authentication when ``app.py`` is imported; what decides which event functions
+a stage declares by :mod:`chalicelib.core.config_deployment`, also at import; the log and metric
+names by :mod:`chalicelib.core.observability`. (A few rooms still import ``ENDPOINT_NAME``,
+``SAGEMAKER_NAME``, ``CaptureMode`` and ``SettingError`` from here, where :class:`Settings` uses
+them; their home is those two modules.)
 """
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from chalicelib.core.aws import S3_SCHEME
+from chalicelib.core.config_names import (
+    API_GATEWAY_TIMEOUT_SECONDS,
+    CACHE_MEMORY_BYTES,
+    CACHE_TABLE,
+    CACHE_TTL_SECONDS,
+    CAPTURE_DESTINATION,
+    CAPTURE_MAX_BYTES,
+    CAPTURE_MODE,
+    CAPTURE_MODES,
+    CAPTURE_SAMPLING_PERCENTAGE,
+    CAPTURE_SCHEMES,
+    DEFAULT_JOBS_PREFIX,
+    DEFAULT_K,
+    ENCODE_FORMAT,
+    ENCODE_FORMATS,
+    ENDPOINT_ACCEPT,
+    ENDPOINT_CONNECT_TIMEOUT,
+    ENDPOINT_CONTENT_TYPE,
+    ENDPOINT_MAX_ATTEMPTS,
+    ENDPOINT_MAX_CONNECTIONS,
+    ENDPOINT_NAME,
+    ENDPOINT_READ_TIMEOUT,
+    FIREHOSE_SCHEME,
+    INPUT_HEIGHT,
+    INPUT_WIDTH,
+    JOB_BUDGET_SECONDS,
+    JOB_MAX_IMAGE_PIXELS,
+    JOB_READ_TIMEOUT_SECONDS,
+    JOBS_BUCKET,
+    JOBS_ERROR_TOPIC,
+    JOBS_PREFIX,
+    JOBS_SUCCESS_TOPIC,
+    JOBS_TABLE,
+    JOBS_TTL_SECONDS,
+    JPEG_QUALITY,
+    LABELS,
+    MAX_ASPECT_RATIO,
+    MAX_BODY_BYTES,
+    MAX_IMAGE_PIXELS,
+    MAX_JPEG_SCANS,
+    MAX_OUTPUT_PIXELS,
+    PNG_COMPRESSION,
+    REQUEST_BUDGET_SECONDS,
+    RESIZE_MODE,
+    RESIZE_SHORTER_SIDE,
+    SAGEMAKER_NAME,
+    UPLOAD_EXPIRY_SECONDS,
+    CaptureMode,
+)
+
+# still imported from here by tests/unit/test_config.py (their home is config_names)
+from chalicelib.core.config_names import COGNITO_USER_POOL_ARNS as COGNITO_USER_POOL_ARNS
+from chalicelib.core.config_names import CORS_ALLOW_ORIGIN as CORS_ALLOW_ORIGIN
+from chalicelib.core.config_names import (
+    POWERTOOLS_METRICS_NAMESPACE as POWERTOOLS_METRICS_NAMESPACE,
+)
+from chalicelib.core.config_names import POWERTOOLS_SERVICE_NAME as POWERTOOLS_SERVICE_NAME
+from chalicelib.core.config_names import SAGEGATE_AUTH as SAGEGATE_AUTH
+from chalicelib.core.config_names import SAGEGATE_OPEN_API as SAGEGATE_OPEN_API
+from chalicelib.core.config_parsing import SettingError as SettingError  # Settings raises it
+from chalicelib.core.config_parsing import check, check_type, listed, parse
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.core.media import (
     ENDPOINT_ANSWER_TYPES,
@@ -28,79 +95,6 @@ from chalicelib.core.media import (
 )
 from chalicelib.core.media import MODES as RESIZE_MODES
 
-ENDPOINT_NAME = "ENDPOINT_NAME"
-DEFAULT_K = "DEFAULT_K"
-RESIZE_MODE = "RESIZE_MODE"
-RESIZE_SHORTER_SIDE = "RESIZE_SHORTER_SIDE"
-INPUT_WIDTH = "INPUT_WIDTH"
-INPUT_HEIGHT = "INPUT_HEIGHT"
-UPSCALE = "UPSCALE"
-ENCODE_FORMAT = "ENCODE_FORMAT"
-JPEG_QUALITY = "JPEG_QUALITY"
-PNG_COMPRESSION = "PNG_COMPRESSION"
-PASSTHROUGH = "PASSTHROUGH"
-ENDPOINT_CONTENT_TYPE = "ENDPOINT_CONTENT_TYPE"
-ENDPOINT_ACCEPT = "ENDPOINT_ACCEPT"
-LABELS = "LABELS"
-MAX_BODY_BYTES = "MAX_BODY_BYTES"
-MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
-MAX_OUTPUT_PIXELS = "MAX_OUTPUT_PIXELS"
-MAX_ASPECT_RATIO = "MAX_ASPECT_RATIO"
-ALLOW_CORRUPT_IMAGES = "ALLOW_CORRUPT_IMAGES"
-MAX_JPEG_SCANS = "MAX_JPEG_SCANS"
-ENDPOINT_MAX_CONNECTIONS = "ENDPOINT_MAX_CONNECTIONS"
-ENDPOINT_CONNECT_TIMEOUT = "ENDPOINT_CONNECT_TIMEOUT"
-ENDPOINT_READ_TIMEOUT = "ENDPOINT_READ_TIMEOUT"
-ENDPOINT_MAX_ATTEMPTS = "ENDPOINT_MAX_ATTEMPTS"
-REQUEST_BUDGET_SECONDS = "REQUEST_BUDGET_SECONDS"
-CAPTURE_MODE = "CAPTURE_MODE"
-CAPTURE_SAMPLING_PERCENTAGE = "CAPTURE_SAMPLING_PERCENTAGE"
-CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
-CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
-CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
-CAPTURE_CACHE_HITS = "CAPTURE_CACHE_HITS"
-CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
-CACHE_TABLE = "CACHE_TABLE"
-CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
-JOBS_BUCKET = "JOBS_BUCKET"
-JOBS_PREFIX = "JOBS_PREFIX"
-JOBS_TABLE = "JOBS_TABLE"
-JOBS_TTL_SECONDS = "JOBS_TTL_SECONDS"
-UPLOAD_EXPIRY_SECONDS = "UPLOAD_EXPIRY_SECONDS"
-JOBS_SUCCESS_TOPIC = "JOBS_SUCCESS_TOPIC"
-JOBS_ERROR_TOPIC = "JOBS_ERROR_TOPIC"
-JOB_MAX_IMAGE_PIXELS = "JOB_MAX_IMAGE_PIXELS"
-JOB_BUDGET_SECONDS = "JOB_BUDGET_SECONDS"
-# Read at import by chalicelib.core.access (see the module docstring).
-SAGEGATE_AUTH = "SAGEGATE_AUTH"
-CORS_ALLOW_ORIGIN = "CORS_ALLOW_ORIGIN"
-COGNITO_USER_POOL_ARNS = "COGNITO_USER_POOL_ARNS"
-SAGEGATE_OPEN_API = "SAGEGATE_OPEN_API"
-# Powertools' own names, read by chalicelib.core.observability when it logs and flushes metrics.
-POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
-POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
-SERVICE = "sagegate"  # the default service name and metrics namespace
-
-ENCODE_FORMATS = (ImageFormat.PNG, ImageFormat.JPEG)
-
-
-class CaptureMode(enum.StrEnum):
-    """``CAPTURE_MODE``: what data capture records (SageMaker's CaptureMode Input/Output)."""
-
-    OFF = "off"
-    INPUT = "input"
-    OUTPUT = "output"
-    BOTH = "both"
-
-
-CAPTURE_MODES = tuple(CaptureMode)
-FIREHOSE_SCHEME = "firehose://"
-CAPTURE_SCHEMES = (S3_SCHEME, FIREHOSE_SCHEME)  # anything else is a local directory
-# API Gateway's integration timeout: the whole request, retries included, must fit inside it.
-API_GATEWAY_TIMEOUT_SECONDS = 29.0
-# SageMaker endpoint and production variant names: alphanumerics and inner hyphens, 63 at
-# most. Whole-string use only (fullmatch): names go into headers, paths and logs.
-SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 _TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rule
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")  # S3's bucket name rule
@@ -109,9 +103,6 @@ _KEY_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*\Z")
 # an SNS topic's ARN, or its bare name (1-256 letters, digits, '-', '_'; ".fifo" for FIFO)
 _TOPIC_RE = re.compile(r"^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:)?[A-Za-z0-9_-]{1,256}"
                        r"(\.fifo)?\Z")
-# SageMaker's own limit for a real-time endpoint to answer; a job's read timeout is above it
-SAGEMAKER_INVOKE_SECONDS = 60.0
-JOB_READ_TIMEOUT_SECONDS = SAGEMAKER_INVOKE_SECONDS + 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +158,7 @@ class Settings:
     """How long a cached endpoint answer is served (both tiers)."""
     jobs_bucket: str = ""
     """The S3 bucket of uploads, job requests and results; empty turns jobs off."""
-    jobs_prefix: str = "jobs/"
+    jobs_prefix: str = DEFAULT_JOBS_PREFIX
     """This stage's key prefix in ``jobs_bucket`` (uploads go under ``<prefix>uploads/``)."""
     jobs_table: str = ""
     """The DynamoDB table of job records; empty keeps them in memory (one process only)."""
@@ -188,53 +179,53 @@ class Settings:
     def __post_init__(self) -> None:
         # types first: "false" is truthy and 100.7 reaches OpenCV, so neither may get past here
         for field in dataclasses.fields(self):
-            _check_type(field.name, field.type, getattr(self, field.name))
-        _check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
-               "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
-        _check(self.resize_mode in RESIZE_MODES, RESIZE_MODE,
-               f"must be one of {_listed(RESIZE_MODES)}")
-        _check(self.endpoint_content_type in ENDPOINT_IMAGE_TYPES, ENDPOINT_CONTENT_TYPE,
-               f"must be one of {_listed(ENDPOINT_IMAGE_TYPES)}")
-        _check(self.encode_format in ENCODE_FORMATS, ENCODE_FORMAT,
-               f"must be one of {_listed(ENCODE_FORMATS)}")
+            check_type(field.name, field.type, getattr(self, field.name))
+        check(bool(SAGEMAKER_NAME.fullmatch(self.endpoint_name)), ENDPOINT_NAME,
+              "must be a SageMaker endpoint name (1-63 letters, digits, hyphens)")
+        check(self.resize_mode in RESIZE_MODES, RESIZE_MODE,
+              f"must be one of {listed(RESIZE_MODES)}")
+        check(self.endpoint_content_type in ENDPOINT_IMAGE_TYPES, ENDPOINT_CONTENT_TYPE,
+              f"must be one of {listed(ENDPOINT_IMAGE_TYPES)}")
+        check(self.encode_format in ENCODE_FORMATS, ENCODE_FORMAT,
+              f"must be one of {listed(ENCODE_FORMATS)}")
         # a declared image type must match the bytes; application/x-image carries either
         declared = ImageFormat.for_media_type(self.endpoint_content_type)
-        _check(declared in (None, self.encode_format), ENCODE_FORMAT,
-               f"must match {ENDPOINT_CONTENT_TYPE}={self.endpoint_content_type}")
-        _check(self.endpoint_accept in ENDPOINT_ANSWER_TYPES, ENDPOINT_ACCEPT,
-               f"must be one of {_listed(ENDPOINT_ANSWER_TYPES)}")
-        _check(bool(_LABELS_RE.match(self.labels)), LABELS,
-               "must be a file name in chalicelib/labels")
+        check(declared in (None, self.encode_format), ENCODE_FORMAT,
+              f"must match {ENDPOINT_CONTENT_TYPE}={self.endpoint_content_type}")
+        check(self.endpoint_accept in ENDPOINT_ANSWER_TYPES, ENDPOINT_ACCEPT,
+              f"must be one of {listed(ENDPOINT_ANSWER_TYPES)}")
+        check(bool(_LABELS_RE.match(self.labels)), LABELS,
+              "must be a file name in chalicelib/labels")
         for name, value, low, high in self._ranges():
-            _check(low <= value <= high, name, f"must be between {low} and {high}")
+            check(low <= value <= high, name, f"must be between {low} and {high}")
         # one whole endpoint attempt must fit in the budget with time left before it: that
         # rest is preprocessing's share (see retries.RetryPolicy.preprocessing_deadline)
-        _check(self.endpoint_connect_timeout + self.endpoint_read_timeout
-               < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
-               f"plus {ENDPOINT_CONNECT_TIMEOUT} must be below {REQUEST_BUDGET_SECONDS} (what is "
-               "left of the budget is the time to preprocess a request)")
+        check(self.endpoint_connect_timeout + self.endpoint_read_timeout
+              < self.request_budget_seconds, ENDPOINT_READ_TIMEOUT,
+              f"plus {ENDPOINT_CONNECT_TIMEOUT} must be below {REQUEST_BUDGET_SECONDS} (what is "
+              "left of the budget is the time to preprocess a request)")
         self._check_capture()
-        _check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
-               "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+        check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
+              "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
         self._check_jobs()
 
     def _check_jobs(self) -> None:
-        _check(self.jobs_bucket == "" or bool(_BUCKET_RE.match(self.jobs_bucket)), JOBS_BUCKET,
-               "must be an S3 bucket name (3-63 lowercase letters, digits, '.', '-') or empty")
-        _check(len(self.jobs_prefix) <= 256 and bool(_KEY_PREFIX_RE.match(self.jobs_prefix))
-               and "/../" not in f"/{self.jobs_prefix}" and "/./" not in f"/{self.jobs_prefix}",
-               JOBS_PREFIX, "must be a key prefix ending in '/' (segments of letters, digits "
-               "and !_.*'()-; no '.' or '..' segment; at most 256 characters)")
-        _check(self.jobs_table == "" or bool(_TABLE_RE.match(self.jobs_table)), JOBS_TABLE,
-               "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+        check(self.jobs_bucket == "" or bool(_BUCKET_RE.match(self.jobs_bucket)), JOBS_BUCKET,
+              "must be an S3 bucket name (3-63 lowercase letters, digits, '.', '-') or empty")
+        check(len(self.jobs_prefix) <= 256 and bool(_KEY_PREFIX_RE.match(self.jobs_prefix))
+              and "/../" not in f"/{self.jobs_prefix}" and "/./" not in f"/{self.jobs_prefix}",
+              JOBS_PREFIX, "must be a key prefix ending in '/' (segments of letters, digits "
+              "and !_.*'()-; no '.' or '..' segment; at most 256 characters)")
+        check(self.jobs_table == "" or bool(_TABLE_RE.match(self.jobs_table)), JOBS_TABLE,
+              "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
         for name, topic in ((JOBS_SUCCESS_TOPIC, self.jobs_success_topic),
                             (JOBS_ERROR_TOPIC, self.jobs_error_topic)):
-            _check(topic == "" or bool(_TOPIC_RE.match(topic)), name,
-                   "must be an SNS topic's ARN or name (letters, digits, '-', '_') or empty")
+            check(topic == "" or bool(_TOPIC_RE.match(topic)), name,
+                  "must be an SNS topic's ARN or name (letters, digits, '-', '_') or empty")
         # one whole endpoint attempt must fit in a job's budget, as in a request's
-        _check(self.endpoint_connect_timeout + self.job_read_timeout < self.job_budget_seconds,
-               JOB_BUDGET_SECONDS, f"must be above {ENDPOINT_CONNECT_TIMEOUT} plus a job's "
-               f"endpoint read timeout ({self.job_read_timeout:g} s)")
+        check(self.endpoint_connect_timeout + self.job_read_timeout < self.job_budget_seconds,
+              JOB_BUDGET_SECONDS, f"must be above {ENDPOINT_CONNECT_TIMEOUT} plus a job's "
+              f"endpoint read timeout ({self.job_read_timeout:g} s)")
 
     @property
     def job_read_timeout(self) -> float:
@@ -248,23 +239,23 @@ class Settings:
         return self.jobs_bucket != ""
 
     def _check_capture(self) -> None:
-        _check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
-               f"must be one of {_listed(CAPTURE_MODES)}")
+        check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
+              f"must be one of {listed(CAPTURE_MODES)}")
         if self.capture_mode == CaptureMode.OFF:
             return
         destination = self.capture_destination
-        _check(bool(destination), CAPTURE_DESTINATION,
-               f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
-               "s3://bucket/prefix or firehose://delivery-stream)")
+        check(bool(destination), CAPTURE_DESTINATION,
+              f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
+              "s3://bucket/prefix or firehose://delivery-stream)")
         if destination.startswith(S3_SCHEME):
-            _check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?\Z", destination)),
-                   CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
+            check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?\Z", destination)),
+                  CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
         elif destination.startswith(FIREHOSE_SCHEME):
-            _check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}\Z", destination)),
-                   CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")
+            check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}\Z", destination)),
+                  CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")
         else:
-            _check("://" not in destination, CAPTURE_DESTINATION,
-                   f"must be a directory or start with one of {CAPTURE_SCHEMES}")
+            check("://" not in destination, CAPTURE_DESTINATION,
+                  f"must be a directory or start with one of {CAPTURE_SCHEMES}")
 
     def _ranges(self) -> list[tuple[str, float, float, float]]:
         return [
@@ -316,95 +307,7 @@ class Settings:
             if field.name in overrides:
                 values[field.name] = overrides[field.name]
             elif env.get(var, "") != "" or (field.name == "labels" and var in env):
-                values[field.name] = _parse(var, env[var], field.type)
+                values[field.name] = parse(var, env[var], field.type)
         if "endpoint_name" not in values:
             raise ConfigurationError(f"{ENDPOINT_NAME} is not set: name the SageMaker endpoint")
         return cls(**values)
-
-
-def _listed(values: tuple[str, ...]) -> str:
-    """Values as messages show them: ``('a', 'b')``, the form they had as plain tuples."""
-    return str(tuple(str(value) for value in values))
-
-
-class SettingError(ConfigurationError):
-    """A setting's value is wrong: names the variable and says what it must be, so a file that
-    gives the setting under another name (``model.json``'s ``image``) can name its own key.
-
-    Attributes:
-        variable: the environment variable (the field's name upper-cased).
-        requirement: what the value must be ("must be true or false").
-    """
-
-    def __init__(self, variable: str, requirement: str) -> None:
-        super().__init__(f"{variable} {requirement}")
-        self.variable = variable
-        self.requirement = requirement
-
-
-def _check(ok: bool, name: str, requirement: str) -> None:
-    if not ok:
-        raise SettingError(name, requirement)
-
-
-# What each field's annotation admits. bool is an int in Python, so it is excluded by hand.
-_TYPE_REQUIREMENTS: dict[str, tuple[Callable[[object], bool], str]] = {
-    "bool": (lambda value: isinstance(value, bool), "must be true or false"),
-    "int": (lambda value: isinstance(value, int) and not isinstance(value, bool),
-            "must be a whole number"),
-    "float": (lambda value: isinstance(value, int | float) and not isinstance(value, bool),
-              "must be a number"),
-    "str": (lambda value: isinstance(value, str), "must be a string"),
-}
-
-
-def _check_type(name: str, annotation: object, value: object) -> None:
-    admits, requirement = _TYPE_REQUIREMENTS[str(annotation)]
-    _check(admits(value), name.upper(), f"{requirement}, not {value!r}")
-
-
-# The spellings a variable may use; anything else stops start-up rather than reading as a
-# default (int() alone would take "1_000" and non-ASCII digits, float() "nan" and "1_0").
-TRUE_WORDS = ("true", "1", "yes", "on")
-FALSE_WORDS = ("false", "0", "no", "off")
-_INT_TEXT = re.compile(r"^[+-]?[0-9]+\Z")
-_FLOAT_TEXT = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in TRUE_WORDS:
-        return True
-    if lowered in FALSE_WORDS:
-        return False
-    raise ValueError(text)
-
-
-def _parse_int(text: str) -> int:
-    if not _INT_TEXT.match(text):
-        raise ValueError(text)
-    return int(text)
-
-
-def _parse_float(text: str) -> float:
-    if not _FLOAT_TEXT.match(text):
-        raise ValueError(text)
-    return float(text)
-
-
-# Each annotation's parser, and what its variable must spell.
-_PARSERS: dict[str, tuple[Callable[[str], object], str]] = {
-    "int": (_parse_int, "must be a whole number"),
-    "float": (_parse_float, "must be a number"),
-    "bool": (_parse_bool, f"must be true or false ({'/'.join(TRUE_WORDS)} or "
-                          f"{'/'.join(FALSE_WORDS)})"),
-    "str": (str, "must be text"),
-}
-
-
-def _parse(name: str, text: str, annotation: object) -> object:
-    parser, requirement = _PARSERS[str(annotation)]
-    try:
-        return parser(text.strip())
-    except ValueError:
-        raise SettingError(name, f"{requirement}, not {text!r}") from None

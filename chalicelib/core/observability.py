@@ -21,7 +21,11 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from chalicelib.core.config import POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_NAME, SERVICE
+from chalicelib.core.config_names import (
+    POWERTOOLS_METRICS_NAMESPACE,
+    POWERTOOLS_SERVICE_NAME,
+    SERVICE,
+)
 
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",

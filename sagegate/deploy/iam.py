@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chalicelib.core.aws import S3Uri
-from chalicelib.core.config import FIREHOSE_SCHEME, S3_SCHEME, Settings
+from chalicelib.core.aws import S3_SCHEME, S3Uri
+from chalicelib.core.config import Settings
+from chalicelib.core.config_names import FIREHOSE_SCHEME
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.loading import load_registry
 from chalicelib.registry.specs import ModelSpec

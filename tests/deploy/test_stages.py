@@ -5,7 +5,8 @@ import pytest
 from chalice.config import Config
 
 from chalicelib.core.access import Access, AuthMode
-from chalicelib.core.config import API_GATEWAY_TIMEOUT_SECONDS, Settings
+from chalicelib.core.config import Settings
+from chalicelib.core.config_names import API_GATEWAY_TIMEOUT_SECONDS
 from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
 from sagegate.deploy.templates import merge_template
 
