@@ -35,7 +35,7 @@ help:
 	@echo "  make lint            ruff, and import-linter's contracts between the rooms (no cycle)"
 	@echo "  make typecheck       mypy"
 	@echo "  make unit | functional | integration   one test tier"
-	@echo "  make docs-check      run every example of README.md against make run's stack"
+	@echo "  make docs-check      run every example of README.md and docs/*.md against make run's stack"
 	@echo "  make fuzz            long Hypothesis run (FUZZ_EXAMPLES=20000)"
 	@echo "  make bench           side-by-side benchmarks against the 2018 reference"
 	@echo "  make bench-coldstart Lambda cold start: python3.11 vs $(PYTHON_VERSION), init, SnapStart"
@@ -102,7 +102,7 @@ unit functional integration: $(STAMP)
 
 integration: browser
 
-# every example in README.md, run (also part of the integration tier)
+# every example in README.md and docs/*.md, run (also part of the integration tier)
 docs-check: $(STAMP)
 	$(VENV)/bin/pytest -q tests/integration/test_readme.py
 

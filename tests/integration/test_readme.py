@@ -1,8 +1,11 @@
-"""Every example in README.md runs (``make docs-check`` runs this file alone).
+"""Every example in README.md and in the pages of docs/ runs (``make docs-check`` runs this
+file alone).
 
 The stack is `make run`'s: moto's server, the emulator with its default configuration and
 ``chalice local --stage local`` with its event pump, in a copy of the project, so the
-examples' files (``samples/``, ``captures/``) are the copy's. Each command of a ``sh`` block is run:
+examples' files (``samples/``, ``captures/``) are the copy's. One copy and one stack serve
+every page, README.md first, then ``docs/*.md`` by name. Each command of a ``sh`` block (a
+line, or lines joined by a trailing backslash) is run:
 
 * ``curl``: against the stack; an answer documented in the ``#`` lines below it must be the
   answer given (the first prediction's index, label and probability to the digits shown);
@@ -10,7 +13,11 @@ examples' files (``samples/``, ``captures/``) are the copy's. Each command of a 
 * ``make``: the target must exist (``make -n``: ``make run`` and ``make test`` are what CI and
   this very test run).
 
-``json`` blocks that show an answer or a log line must have exactly the keys the real ones have.
+``json`` blocks must be JSON; those that show an answer or a log line must have exactly the keys
+the real ones have.
+
+A block fenced otherwise (``bash``: AWS commands, a script that needs a shell and ``jq``, whose
+own test the page names) is shown, not run. A ``sh`` block holds only what this file runs.
 """
 from __future__ import annotations
 
@@ -33,42 +40,66 @@ from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, ROOT, ApiProcess
 from sagegate.local.stack import write_samples
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 VENV_BIN = Path(sys.executable).parent
 LOCAL_URL = re.compile(r"(https?://)?localhost:8000")
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# a fenced block, at the margin or indented (inside a list item): its language and its body
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<language>\w*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+                    re.MULTILINE | re.DOTALL)
 _PREDICTION = re.compile(r'"index": (\d+), "label": "([^"]+)", "probability": ([0-9.]+)')
 
 
 @dataclass(frozen=True)
 class Example:
+    page: str
+    """The page's path from the project's root: ``README.md``, ``docs/API.md``."""
     line: int
     command: str
     documented: str
     """The ``#`` lines that follow the command: its documented output."""
 
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
-def examples(language: str) -> list[Example]:
-    """The commands (``sh``) or documents (``json``) of README's fenced blocks."""
-    text = README.read_text()
+
+def examples(language: str, pages: list[Path] = PAGES) -> list[Example]:
+    """The commands (``sh``) or documents (``json``) of the pages' fenced blocks, in order."""
+    found: list[Example] = []
+    for page in pages:
+        found += _page_examples(page, language)
+    return found
+
+
+def _page_examples(page: Path, language: str) -> list[Example]:
+    text = page.read_text()
+    name = page.relative_to(ROOT).as_posix()
     found: list[Example] = []
     for block in _FENCE.finditer(text):
-        if block.group(1) != language:
+        if block.group("language") != language:
             continue
-        first_line = text.count("\n", 0, block.start(2)) + 1
+        first_line = text.count("\n", 0, block.start("body")) + 1
+        indent = len(block.group("indent"))
+        lines = [line[indent:] for line in block.group("body").splitlines()]
         if language != "sh":
-            found.append(Example(first_line, block.group(2), ""))
+            found.append(Example(name, first_line, "\n".join(lines), ""))
             continue
-        lines = block.group(2).splitlines()
-        for index, line in enumerate(lines):
+        index = 0
+        while index < len(lines):
+            start, line = index, lines[index]
+            index += 1
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
+            while line.rstrip().endswith("\\") and index < len(lines):  # a continued command
+                line = line.rstrip()[:-1] + " " + lines[index].strip()
+                index += 1
             documented = []
-            for following in lines[index + 1:]:
+            for following in lines[index:]:
                 if not following.startswith("#"):
                     break
                 documented.append(following[1:].strip())
             command = line.split(" # ", 1)[0].strip()  # a trailing comment is not the command
-            found.append(Example(first_line + index, command, " ".join(documented)))
+            found.append(Example(name, first_line + start, command, " ".join(documented)))
     return found
 
 
@@ -100,10 +131,22 @@ def project() -> Iterator[Copy]:
 
 
 def test_the_readme_has_examples_of_every_kind() -> None:
-    kinds = {example.command.split()[0] for example in COMMANDS}
-    assert {"make", "curl", ".venv/bin/sagegate"} <= kinds, kinds
-    # every command is one this file runs: no example goes unchecked
-    assert all(kind in ("make", "curl") or kind.startswith(".venv/bin/") for kind in kinds), kinds
+    readme_kinds = {example.command.split()[0] for example in COMMANDS
+                    if example.page == "README.md"}
+    assert {"make", "curl", ".venv/bin/sagegate"} <= readme_kinds, readme_kinds
+    # every command of every page is one this file runs: no example goes unchecked
+    strays = [example.where for example in COMMANDS
+              if not example.command.startswith(("make ", "curl ", ".venv/bin/"))]
+    assert not strays, f"a sh block holds a command this file cannot run: {strays}"
+
+
+def test_the_docs_pages_are_read() -> None:
+    """The reference moved from README.md into docs/: its examples are run there."""
+    pages = {example.page for example in COMMANDS}
+    assert {"README.md", "docs/API.md", "docs/MODELS.md", "docs/CLIENTS.md", "docs/CAPTURE.md",
+            "docs/MONITOR.md"} <= pages, pages
+    json_pages = {example.page for example in examples("json")}
+    assert {"docs/API.md", "docs/OPERATIONS.md"} <= json_pages, json_pages
 
 
 def run(project: Copy, command: str) -> subprocess.CompletedProcess[str]:
@@ -115,13 +158,13 @@ def run(project: Copy, command: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("example", [e for e in COMMANDS if e.command.startswith("curl")],
-                         ids=lambda e: f"README.md:{e.line}")
+                         ids=lambda e: e.where)
 def test_curl_examples_answer_what_the_readme_says(project: Copy, example: Example) -> None:
     done = run(project, example.command)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    where = f"README.md:{example.line}"
-    # an error only where the README shows one, and then that one
+    where = example.where
+    # an error only where the page shows one, and then that one
     assert answer.get("Code") == _documented_code(example.documented), (where, answer)
     for key, value in _TEXT_PAIR.findall(example.documented):
         if value != "...":
@@ -182,30 +225,38 @@ def _numbers_of(document: Any, key: str) -> list[float]:
 
 
 @pytest.mark.parametrize("example", [e for e in COMMANDS if e.command.startswith(".venv/bin/")],
-                         ids=lambda e: f"README.md:{e.line}")
+                         ids=lambda e: e.where)
 def test_venv_commands_run(project: Copy, example: Example) -> None:
-    """sagegate's own commands and the tools the README shows (openapi-python-client)."""
+    """sagegate's own commands and the tools the pages show (openapi-python-client)."""
     # the curl examples made the captures the capture examples read
     for curl in (e for e in COMMANDS if e.command.startswith("curl")):
         run(project, curl.command)
     done = run(project, example.command)
-    assert done.returncode == 0, f"README.md:{example.line}: {done.stderr}"
+    assert done.returncode == 0, f"{example.where}: {done.stderr}"
 
 
 @pytest.mark.parametrize("example", [e for e in COMMANDS if e.command.startswith("make")],
-                         ids=lambda e: f"README.md:{e.line}")
+                         ids=lambda e: e.where)
 def test_make_examples_name_real_targets(example: Example) -> None:
     argv = shlex.split(example.command)
     done = subprocess.run(["make", "-n", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, check=False)
-    assert done.returncode == 0, f"README.md:{example.line}: {done.stderr}"
+    assert done.returncode == 0, f"{example.where}: {done.stderr}"
+
+
+def test_json_examples_are_json() -> None:
+    for example in examples("json"):
+        try:
+            json.loads(example.command)
+        except json.JSONDecodeError as error:
+            pytest.fail(f"{example.where}: not JSON: {error}")
 
 
 def test_json_examples_have_the_real_keys(project: Copy) -> None:
     documents = [json.loads(re.sub(r'"\.\.\."', '""', e.command)) for e in examples("json")]
     run(project, "curl -s localhost:8000/predict -H 'Content-Type: image/jpeg' "
                  "--data-binary @samples/cat.jpg")
-    # no-cache: the log line of a real endpoint call, as the README shows one
+    # no-cache: the log line of a real endpoint call, as OPERATIONS.md shows one
     answer = json.loads(run(project, "curl -s 'localhost:8000/predict?k=1' -H "
                                      "'Content-Type: image/jpeg' -H 'Cache-Control: no-cache' "
                                      "--data-binary @samples/cat.jpg").stdout)

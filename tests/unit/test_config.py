@@ -172,10 +172,10 @@ def test_bad_new_limits_name_the_variable(var: str, value: str) -> None:
         Settings.from_env({"ENDPOINT_NAME": "ep", var: value})
 
 
-def test_the_readme_documents_every_setting() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_configuration_page_documents_every_setting() -> None:
+    page = (ROOT / "docs" / "CONFIGURATION.md").read_text()
     for name in ("MAX_ASPECT_RATIO", "ALLOW_CORRUPT_IMAGES", "ENDPOINT_MAX_CONNECTIONS"):
-        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in page, name
 
 
 # A wrong-typed value of each kind of field: bool fields get a truthy string and an int, int
