@@ -26,10 +26,13 @@ from chalicelib.core.errors import (
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import RequestLog, logger
-from chalicelib.http import catalog, correlation, options, static
+from chalicelib.http import catalog, correlation, static
 from chalicelib.images.resizer import resize_image
 from chalicelib.inference.pipeline import StageTimer, limits_from
 from chalicelib.inference.predictions import load_labels
+from chalicelib.kinds import kind_of
+from chalicelib.reading import jobrequest, options
+from chalicelib.reading.resize import read_resize
 from chalicelib.registry.specs import ModelSpec
 from chalicelib.services import Services
 
@@ -218,8 +221,8 @@ def _predict(model: ModelSpec) -> Response:
     cache = _cache_use(model)
     try:
         with timer.stage("parse"):
-            request = options.read_request(_http_request(), model,
-                                           max_body_bytes=settings.max_body_bytes)
+            request = kind_of(model).read(_http_request(), model,
+                                          max_body_bytes=settings.max_body_bytes)
         try:
             served = services.pipeline_for(model).serve(request, request_id(), timer, deadline,
                                                         cache=cache)
@@ -309,7 +312,7 @@ def create_job(name: str) -> Response:
     http = _http_request()
     request_log().model = model.name
     settings = services.settings
-    queued = options.read_job(http, max_body_bytes=settings.max_body_bytes)
+    queued = jobrequest.read_job(http, max_body_bytes=settings.max_body_bytes)
     caller = _caller()
     if queued.inline:
         job = jobs.create_from_body(model, http.body, http.content_type or "", queued.options,
@@ -343,7 +346,7 @@ def _caller() -> str | None:
 def resize() -> Response:
     """Resize one image to exactly the width and height asked for."""
     settings = services.settings
-    asked = options.read_resize(_http_request(), max_body_bytes=settings.max_body_bytes,
+    asked = read_resize(_http_request(), max_body_bytes=settings.max_body_bytes,
                                 max_output_pixels=settings.max_output_pixels)
     resized = resize_image(asked.image, asked.options, limits_from(settings))
     if asked.options.binary:

@@ -27,10 +27,10 @@ from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare, ratio
 from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
-from chalicelib.http.options import HttpRequest, read_predict
 from chalicelib.inference import predictions
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.pipeline import Predictor, StageTimer
+from chalicelib.reading.options import HttpRequest, read_predict
 
 ENDPOINT_NAME = "efficientnet-lite0"
 CLASSES = 1000

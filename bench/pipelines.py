@@ -5,7 +5,7 @@ For every model of the real registry whose pipeline is ``tensor``, ``cortex`` or
 ``sagemaker-runtime`` client (a real ``botocore.response.StreamingBody`` holding a fixed TF
 Serving answer of the model's shape), each through a real :class:`EndpointClient`:
 
-* sagegate: ``ModelServer.serve`` on the client's own body, the whole front-end path (reading
+* sagegate: the model's pipeline (its kind's) serving the client's own body, the whole path (reading
   and coercing the body or running the user's handler file, the TF Serving body, the endpoint
   call, reading the answer, labels and top-k, the answer's JSON);
 * the reference: ``EndpointClient.invoke`` of the TF Serving body built once beforehand (what a
@@ -29,10 +29,12 @@ from botocore.response import StreamingBody
 from bench import table
 from bench.report import Report
 from bench.timing import Budget, Budgets, Samples, compare
-from chalicelib.calls import Call, CallOptions, Served
+from chalicelib.calls import Call, CallOptions, ModelRequest, Served
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.serving import ModelServer
+from chalicelib.inference.pipeline import StageTimer
+from chalicelib.inference.serving import ModelServer, ServingPipeline
+from chalicelib.kinds import Parts, kind_of
 from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline
 
@@ -146,7 +148,7 @@ class Row:
         """The formatted table cells."""
         ours, ref = self.sagegate.cpu, self.reference.cpu
         return [f"{self.model.name} ({self.model.pipeline})", self.case.request,
-                INCLUDES[self.model.pipeline], str(len(self.sagegate.cpu_ms)), us(ours),
+                INCLUDES[Pipeline(self.model.pipeline)], str(len(self.sagegate.cpu_ms)), us(ours),
                 us(p90(self.sagegate.cpu_ms)), us(ref), us(p90(self.reference.cpu_ms)),
                 us(ours - ref), table.times(ours / ref if ref > 0 else float("inf")), self.sent]
 
@@ -184,11 +186,13 @@ def measure(model: ModelSpec, case: Case, budget: Budget) -> tuple[Row, list[str
                         if model.signature.outputs else 1)
     endpoint = EndpointClient(cast(Any, AnsweringRuntime(answer)), sleep=_no_sleep)
     server = ModelServer(endpoint)
-    server.load(model)
-    call, options = Call(case.body, "application/json"), CallOptions()
+    kind = kind_of(model)
+    kind.load(model, server)
+    pipeline: ServingPipeline = kind.pipeline(model, Parts(endpoint, server))
+    request = ModelRequest(Call(case.body, "application/json"), CallOptions())
 
     def sagegate() -> Served:
-        return server.serve(model, call, options, REQUEST_ID)
+        return pipeline.serve(request, REQUEST_ID, StageTimer())
 
     first = sagegate()
     reference_body = case.reference_body or first.sent

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -61,7 +61,7 @@ class Answer:
 @dataclasses.dataclass(frozen=True)
 class CallOptions:
     """A model request's options, whatever its pipeline, as
-    :func:`~chalicelib.http.options.read_request` validated them (the JSON fields, the query
+    :mod:`chalicelib.reading` validated them (the JSON fields, the query
     string, then the headers).
 
     Attributes:
@@ -79,6 +79,39 @@ class CallOptions:
     custom_attributes: str | None = None
     target_model: str | None = None
     inference_component: str | None = None
+
+    def as_query(self) -> dict[str, str]:
+        """The options given, as a query string carries them (a reader that meets them with
+        a body's own fields takes them so)."""
+        return {field.name: str(value) for field in dataclasses.fields(self)
+                if (value := getattr(self, field.name)) is not None}
+
+    def to_record(self) -> dict[str, Any]:
+        """The options given, as a job record keeps them (JSON, typed)."""
+        return {field.name: value for field in dataclasses.fields(self)
+                if (value := getattr(self, field.name)) is not None}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> CallOptions:
+        """Options as :meth:`to_record` kept them (``k`` as text too: records made before
+        options were kept typed held the query string's text).
+
+        Raises:
+            ValueError: a field that is no option, or a value of the wrong type.
+        """
+        unknown = set(record) - {field.name for field in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)}")
+        k = record.get("k")
+        if isinstance(k, str):
+            k = int(k)
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
+            raise ValueError("k is not a whole number")
+        texts = {name: record.get(name) for name in ("variant", "custom_attributes",
+                                                      "target_model", "inference_component")}
+        if any(value is not None and not isinstance(value, str) for value in texts.values()):
+            raise ValueError("an option that is text is not")
+        return cls(k=k, **texts)
 
 
 @dataclasses.dataclass(frozen=True)

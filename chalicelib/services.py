@@ -11,29 +11,29 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from chalicelib import awsclients
 from chalicelib.cache.prediction import PredictionCache
-from chalicelib.calls import CallOptions, ModelRequest
 from chalicelib.capture import Capturer
 from chalicelib.core import aws, lifecycle
 from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.errors import JobsDisabledError
-from chalicelib.http.options import HttpRequest, read_model_options, read_request
 from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
-from chalicelib.inference.serving import HandledModel, ModelServer, ServingPipeline
-from chalicelib.registry.loading import Registry, load_registry
-from chalicelib.registry.specs import ModelSpec, Pipeline
+from chalicelib.inference.serving import ModelServer, ServingPipeline
+from chalicelib.kinds import Parts, kind_of
+from chalicelib.registry import kinds
+from chalicelib.registry.kinds import BackendRules, KindRules
+from chalicelib.registry.loading import Registered, Registry, load_registry
+from chalicelib.registry.specs import ModelSpec
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
 
-    from chalicelib.inference.serving import SplitPipeline
     from chalicelib.jobs.execution import JobsExecution
     from chalicelib.jobs.service import JobsContext, JobsService
     from chalicelib.jobs.store import JobStore
@@ -57,6 +57,10 @@ class Services:
         job_endpoint: a ready endpoint client for jobs (its boto3 client then also sends
             ``InvokeEndpointAsync``: tests stub one client); built with the job's timeouts
             and budget when None.
+        kinds: the pipeline kinds models may name (:data:`chalicelib.registry.kinds.KINDS`
+            when None; a deployment's own kind is its rules added to them).
+        job_backends: the job backends models may name (likewise,
+            :data:`chalicelib.registry.kinds.BACKENDS`).
     """
 
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
@@ -64,8 +68,11 @@ class Services:
                  registry: Registry | None = None, cache: PredictionCache | None = None,
                  read_settings: Callable[[], Settings] = Settings.from_env,
                  env: Mapping[str, str] | None = None, job_store: JobStore | None = None,
-                 s3: Any = None, job_endpoint: EndpointClient | None = None) -> None:
+                 s3: Any = None, job_endpoint: EndpointClient | None = None,
+                 kinds: Sequence[KindRules] = kinds.KINDS,
+                 job_backends: Sequence[BackendRules] = kinds.BACKENDS) -> None:
         self._settings = settings
+        self.known = Registered.of(kinds, job_backends)
         self._predictor = predictor
         self._capturer = capturer
         self._endpoint = endpoint or (predictor.endpoint if predictor else None)
@@ -73,14 +80,14 @@ class Services:
         self._cache = cache
         self._read_settings = read_settings
         self._env = env
-        self._predictors: dict[str, Predictor] = {}
+        self._pipelines: dict[str, ServingPipeline] = {}
         self._server: ModelServer | None = None
         self._job_store = job_store
         self._s3 = LazyClient(_s3_client, s3)
         self._job_endpoint = job_endpoint
         self._job_runtime = LazyClient(lambda: _async_runtime(self.settings),
                                        job_endpoint.client if job_endpoint else None)
-        self._job_pipelines: dict[str, SplitPipeline] = {}
+        self._job_pipelines: dict[str, ServingPipeline] = {}
         self._jobs_context: JobsContext | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
@@ -108,7 +115,8 @@ class Services:
                 # the flat settings describe the default model: its "$ENDPOINT_NAME" is theirs
                 env = {**(os.environ if self._env is None else self._env),
                        ENDPOINT_NAME: settings.endpoint_name}
-                self._registry = load_registry(settings, env, labels=load_labels(settings.labels))
+                self._registry = load_registry(settings, env, labels=load_labels(settings.labels),
+                                               known=self.known)
             return self._registry
 
     @property
@@ -121,22 +129,18 @@ class Services:
                                             load_labels(settings.labels))
             return self._predictor
 
-    def predictor_for(self, model: ModelSpec) -> Predictor:
-        """The image pipeline of an image-classification model."""
-        assert model.pipeline == Pipeline.IMAGE_CLASSIFICATION and model.settings is not None
-        with self._lock:  # decided once per model, not compared on every request
-            if model.name not in self._predictors:
-                default = self.predictor  # the flat settings' (the default model's)
-                same = model.settings == self.settings and model.labels == default.labels
-                self._predictors[model.name] = default if same else Predictor(
-                    model.settings, self.endpoint, model.labels)
-            return self._predictors[model.name]
-
     def pipeline_for(self, model: ModelSpec) -> ServingPipeline:
-        """The pipeline that serves ``model``'s requests: one interface for every kind."""
-        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
-            return self.predictor_for(model)
-        return HandledModel(self.server, model)
+        """The pipeline that serves ``model``'s requests (its kind's), built once per model."""
+        with self._lock:
+            if model.name not in self._pipelines:
+                self._pipelines[model.name] = self._pipeline(model)
+            return self._pipelines[model.name]
+
+    def _pipeline(self, model: ModelSpec) -> ServingPipeline:
+        if model.settings is not None and model.settings == self.settings \
+                and model.labels == self.predictor.labels:
+            return self.predictor  # the flat settings' model (the default): one pipeline
+        return kind_of(model).pipeline(model, Parts(self.endpoint, self.server))
 
     @property
     def server(self) -> ModelServer:
@@ -177,10 +181,8 @@ class Services:
         predictor = self.predictor
         _ = self.capturer, self.cache
         for model in self.registry.models.values():  # a broken handler file fails init
-            if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
-                self.predictor_for(model)
-            else:
-                self.server.load(model)
+            self.pipeline_for(model)
+            kind_of(model).load(model, self.server)
         if prime_codecs:
             predictor.warm_up()
 
@@ -200,7 +202,8 @@ class Services:
     def job_store(self) -> JobStore:
         """The job records: the ``JOBS_TABLE`` table, or in memory (one process)."""
         # deferred, as every part of jobs: the request path's cold start loads none of it
-        from chalicelib.jobs.store import MemoryJobStore, TableJobStore
+        from chalicelib.jobs.store import MemoryJobStore
+        from chalicelib.jobs.table import TableJobStore
 
         with self._lock:
             if self._job_store is None:
@@ -224,7 +227,7 @@ class Services:
                     job_retry_policy(settings))
             return self._job_endpoint
 
-    def job_pipeline_for(self, model: ModelSpec) -> SplitPipeline:
+    def job_pipeline_for(self, model: ModelSpec) -> ServingPipeline:
         """A model's pipeline inside a job: the job's image pixel cap, its endpoint client,
         and the job's endpoint (model.json's ``jobs.endpoint``, by default the model's own:
         a real-time job calls it, an asynchronous model's answers name it)."""
@@ -233,15 +236,11 @@ class Services:
                 self._job_pipelines[model.name] = self._job_pipeline(model)
             return self._job_pipelines[model.name]
 
-    def _job_pipeline(self, model: ModelSpec) -> SplitPipeline:
+    def _job_pipeline(self, model: ModelSpec) -> ServingPipeline:
         model = dataclasses.replace(model, endpoint=model.jobs_endpoint)
-        if model.pipeline == Pipeline.IMAGE_CLASSIFICATION:
-            assert model.settings is not None
-            settings = dataclasses.replace(
-                model.settings, endpoint_name=model.endpoint,
-                max_image_pixels=self.settings.job_max_image_pixels)
-            return Predictor(settings, self.job_endpoint, model.labels)
-        return HandledModel(ModelServer(self.job_endpoint), model)
+        parts = Parts(self.job_endpoint, ModelServer(self.job_endpoint),
+                      max_image_pixels=self.settings.job_max_image_pixels)
+        return kind_of(model).pipeline(model, parts)
 
     @property
     def jobs_context(self) -> JobsContext:
@@ -263,8 +262,7 @@ class Services:
                 self._jobs_context = JobsContext(
                     settings=settings, registry=self.registry, store=self.job_store,
                     s3=self._s3.get(), runtime=self._job_runtime.get(),
-                    pipeline_for=self.job_pipeline_for,
-                    read_request=_read_job_input, read_options=_read_job_options,
+                    pipeline_for=self.job_pipeline_for, backends=self.known.backends,
                     capturer=self.capturer, lifetime=RunnerLifetime.from_env(
                         os.environ if self._env is None else self._env))
             return self._jobs_context
@@ -282,18 +280,6 @@ class Services:
         from chalicelib.jobs.execution import JobsExecution
 
         return JobsExecution(self.jobs_context)
-
-
-def _read_job_input(body: bytes, content_type: str, query: Mapping[str, str],
-                    model: ModelSpec, max_body_bytes: int) -> ModelRequest:
-    """A job's input, read as the model route reads a request (the query: the job's options)."""
-    return read_request(HttpRequest(body=body, content_type=content_type, query=query), model,
-                        max_body_bytes=max_body_bytes)
-
-
-def _read_job_options(query: Mapping[str, str]) -> CallOptions:
-    """A job's options, validated as the model route validates its query string."""
-    return read_model_options(HttpRequest(body=b"", query=query), max_body_bytes=1)
 
 
 def _s3_client() -> Any:

@@ -1,1 +1,2 @@
-"""HTTP: request bodies and options, content negotiation, static files and the page's catalog."""
+"""HTTP: the page's catalog of models, request correlation, static files (the request readers
+are :mod:`chalicelib.reading`'s)."""

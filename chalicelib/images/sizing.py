@@ -124,7 +124,7 @@ class Encoding:
 
 @dataclasses.dataclass(frozen=True)
 class ResizeOptions:
-    """A resize, as :func:`chalicelib.http.options.read_resize` validated it.
+    """A resize, as :func:`chalicelib.reading.resize.read_resize` validated it.
 
     Attributes:
         width, height: the output size.

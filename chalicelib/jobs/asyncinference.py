@@ -37,9 +37,11 @@ names none, so the job's answer and the synchronous route's agree."""
 
 
 def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: str,
-          timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *, runner_id: str) -> Job:
-    """Claim a queued job (only one caller moves it to running) and queue it on an
-    asynchronous endpoint.
+          timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *, runner_id: str,
+          lease_until: float) -> Job:
+    """Claim a queued job (only one caller moves it to running), its lease running to
+    ``lease_until`` (the endpoint's last notification), and queue it on an asynchronous
+    endpoint.
 
     Only the caller that claimed the job sends it: a retried or duplicate start answers the
     job as it stands, so the endpoint never gets it twice. Once claimed, a failed call
@@ -49,7 +51,7 @@ def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: s
     Raises:
         the job store's errors before the claim (the event is retried; nothing was sent).
     """
-    claimed, moved = store.claim(job.job_id, runner_id)
+    claimed, moved = store.claim(job.job_id, runner_id, lease_until)
     if not moved:
         return claimed
     try:

@@ -1,19 +1,23 @@
-"""How long a job runner lives, derived once from its function's timeout: when its work must
-stop, when another runner may take its job over, when the job is lost.
+"""How long a job runner lives: when its work must stop, and the lease its claim stores on the
+job (until when it may still move the job: past it another runner may take the job over, and
+past it by Lambda's retry wait the job is lost).
 
 The job runner is a Lambda function whose timeout is set per stage (``.chalice/config.json``,
 ``lambda_functions.job_runner.lambda_timeout``); the functions that judge a runner (the API's
 ``GET /jobs/{id}``, another delivery of the runner) run elsewhere and learn it from
-``JOB_RUNNER_TIMEOUT_SECONDS``, by default Lambda's longest, so no runner outlives it. Three
-times follow from it, here and nowhere else:
+``JOB_RUNNER_TIMEOUT_SECONDS``, by default Lambda's longest. The runner itself knows better:
+its invocation's remaining time (Lambda's context). From both, here and nowhere else:
 
 - a runner's work ends :data:`FINISH_MARGIN_SECONDS` before its function would be stopped
   (what is left is for keeping the answer), and before the configured timeout too, should
   the function be allowed longer (:meth:`RunnerLifetime.work_seconds`);
-- :attr:`RunnerLifetime.seconds` after a runner's last move it is surely gone (its function
-  was stopped at its timeout): another delivery of the job's event may claim it;
-- :attr:`RunnerLifetime.lost_after_seconds` after it, Lambda's last retry of the event would
-  have claimed it too: nothing will move the job any more (``JobLost``).
+- its claim's lease (:meth:`RunnerLifetime.lease_seconds`) runs to the end of its function's
+  remaining time and :data:`RUNNER_MARGIN_SECONDS`: past it the runner is surely gone and
+  another delivery of the job's event may claim the job; :data:`LAMBDA_RETRY_WAIT_SECONDS`
+  past it, Lambda's last retry of the event would have claimed it too: nothing will move the
+  job any more (``JobLost``). The lease is stored on the job record, as Powertools'
+  idempotency stores ``in_progress_expiry`` from the remaining time, so the functions that
+  judge a runner read it there instead of assuming a timeout.
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ RUNNER_MARGIN_SECONDS = 60
 that compare times, the last write landing)."""
 LAMBDA_RETRY_WAIT_SECONDS = 180
 """The longest Lambda waits before retrying a failed asynchronous event (2 minutes, rounded
-up): the next attempt claims the job again within it."""
+up): the next attempt claims the job again within it, so a job whose lease is over by more
+than this is lost."""
 FINISH_MARGIN_SECONDS = 60
 """What a runner keeps of its function's time after its work: capturing the inference,
 writing the answer and the job's final state."""
@@ -75,17 +80,18 @@ class RunnerLifetime:
                                      f"{LAMBDA_MAX_TIMEOUT_SECONDS}, not {raw[:32]!r}")
         return cls(int(raw))
 
-    @property
-    def seconds(self) -> float:
-        """How long after its last move a running job's runner may still be at work: past
-        this, another runner may claim the job."""
-        return float(self.timeout_seconds + RUNNER_MARGIN_SECONDS)
+    def lease_seconds(self, remaining_ms: RemainingMillis | None) -> float:
+        """How long from now a runner that claims a job may still move it: its function's
+        remaining time (no more than the configured timeout) and :data:`RUNNER_MARGIN_SECONDS`.
 
-    @property
-    def lost_after_seconds(self) -> float:
-        """How long after its last move a real-time job may still be running: its runner's
-        life and Lambda's wait before the retry that would have claimed it again."""
-        return self.seconds + LAMBDA_RETRY_WAIT_SECONDS
+        Args:
+            remaining_ms: the invocation's remaining time (None: not on Lambda, the
+                configured timeout).
+        """
+        limit = float(self.timeout_seconds)
+        if remaining_ms is not None:
+            limit = min(limit, remaining_ms() / 1000.0)
+        return limit + RUNNER_MARGIN_SECONDS
 
     def work_seconds(self, remaining_ms: RemainingMillis | None, budget: float) -> float:
         """How long the job's work may take from now: ``budget`` (``JOB_BUDGET_SECONDS``), but

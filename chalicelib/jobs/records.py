@@ -8,10 +8,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from chalicelib.calls import CallOptions
 from chalicelib.core.errors import JobNotFoundError
 
-__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "may_claim",
-           "may_move", "new_job_id", "owner_of", "states_before"]
+__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "lease_end",
+           "may_claim", "may_move", "new_job_id", "owner_of", "states_before"]
 
 
 class JobState(enum.StrEnum):
@@ -47,19 +48,33 @@ def may_move(current: JobState, target: JobState) -> bool:
     return target.rank > current.rank
 
 
-def may_claim(job: Job, runner_id: str, now: float, reclaim_after: float | None) -> bool:
+LEGACY_LEASE_SECONDS = 900 + 60
+"""The lease of a running job whose record holds none (made before leases): Lambda's longest
+timeout and a margin after its last move."""
+
+
+def lease_end(job: Job) -> float:
+    """Until when the job's holder (its runner, or the endpoint it waits for) may still move
+    it: the lease its claim stored (see :func:`may_claim`)."""
+    if job.lease_expires_at is not None:
+        return job.lease_expires_at
+    return job.updated_at + LEGACY_LEASE_SECONDS
+
+
+def may_claim(job: Job, runner_id: str, now: float, reclaim: bool) -> bool:
     """Whether the runner ``runner_id`` (the Lambda invocation's request id) may move ``job``
     to ``running`` and run it.
 
-    A queued job may be claimed. A running one only when ``reclaim_after`` is given and its
-    runner is ``runner_id`` (Lambda's retry of the same event: it keeps the request id) or
-    it has not moved for more than ``reclaim_after`` seconds (its runner is gone); never by
-    another delivery of the event while its runner may still be at work.
+    A queued job may be claimed. A running one only when ``reclaim`` is asked and its runner
+    is ``runner_id`` (Lambda's retry of the same event: it keeps the request id) or its lease
+    is over (its runner is gone: the lease ran to the end of its function's time, Powertools'
+    idempotency records ``in_progress_expiry`` so); never by another delivery of the event
+    while its runner may still be at work.
     """
     if job.state is JobState.QUEUED:
         return True
-    return job.state is JobState.RUNNING and reclaim_after is not None and (
-        job.runner_id == runner_id or now - job.updated_at > reclaim_after)
+    return job.state is JobState.RUNNING and reclaim and (
+        job.runner_id == runner_id or now > lease_end(job))
 
 
 def states_before(target: JobState) -> tuple[JobState, ...]:
@@ -91,7 +106,8 @@ class Job:
         state: see :class:`JobState`.
         created_at, updated_at: epoch seconds.
         input_location: the input's ``s3://bucket/key``, or "" for an inline body.
-        options: the model route's query options the job runs with (e.g. ``k``).
+        options: the model route's query options the job runs with (e.g. ``k``), read
+            once when the job was made.
         result: the answer body when it was small enough to keep in the record.
         result_location: the answer's ``s3://bucket/key`` when it was not.
         error: ``{"Code", "Message"}`` of a failed job.
@@ -102,6 +118,9 @@ class Job:
         input_etag, input_version: the input object the job was made for (its ETag, its
             version when the bucket keeps versions): the job reads that one or none (see
             :class:`~chalicelib.jobs.uploads.Pin`). None for a job made before pins.
+        lease_expires_at: epoch seconds until which the job's holder may still move it (its
+            runner's function's end, or an asynchronous endpoint's last notification): set
+            by the claim from the holder's remaining time (see :func:`may_claim`).
     """
 
     job_id: str
@@ -110,7 +129,7 @@ class Job:
     created_at: float
     updated_at: float
     input_location: str = ""
-    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    options: CallOptions = dataclasses.field(default_factory=CallOptions)
     result: Any = None
     result_location: str | None = None
     error: Mapping[str, str] | None = None
@@ -119,6 +138,7 @@ class Job:
     runner_id: str | None = None
     input_etag: str | None = None
     input_version: str | None = None
+    lease_expires_at: float | None = None
 
     def view(self) -> dict[str, Any]:
         """The body of ``GET /jobs/{job_id}`` (without the presigned GET of a result object,

@@ -1,9 +1,9 @@
 """Running one job: claim it (move it to running for this runner), do its work, keep the
 answer (inline when small, else as an object) or the error, and move it to its final state.
 Safe to run again for the same job id: a finished job is answered as it stands; a running one
-starts over only for a retry of its own runner's event or after its runner is surely gone
-(:class:`~chalicelib.jobs.lifetime.RunnerLifetime`), never for a duplicate delivery while its
-runner may still be at work.
+starts over only for a retry of its own runner's event or once its runner's lease is over
+(:func:`~chalicelib.jobs.records.may_claim`), never for a duplicate delivery while its runner
+may still be at work.
 
 Once the work has an outcome (the endpoint answered, or refused), keeping it is retried while
 S3 or DynamoDB fail in a way a retry may cure (:mod:`.awsfaults`): giving up there would have
@@ -23,9 +23,10 @@ from chalicelib.calls import Answer
 from chalicelib.core.errors import SagegateError
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota
 from chalicelib.jobs.awsfaults import retriable
-from chalicelib.jobs.lifetime import FINISH_MARGIN_SECONDS, RunnerLifetime
+from chalicelib.jobs.codec import result_text
+from chalicelib.jobs.lifetime import FINISH_MARGIN_SECONDS
 from chalicelib.jobs.records import Job, JobNotFoundError, JobState
-from chalicelib.jobs.store import JobStore, Outcome, result_text
+from chalicelib.jobs.store import JobStore, Outcome
 
 logger = logging.getLogger("sagegate.jobs")
 
@@ -58,16 +59,15 @@ def outcome_of(job: Job, answer: Answer, put_result: PutResult) -> Outcome:
 
 
 def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
-            runner_id: str, lifetime: RunnerLifetime,
+            runner_id: str, lease_until: float,
             sleep: Callable[[float], None] = time.sleep) -> Job:
     """Run a job once (or again, after its runner died) and answer it as it ends.
 
     ``runner_id`` names this invocation (Lambda's request id, the same for its retries of one
-    event): the job runs when this runner claims it (see
-    :func:`~chalicelib.jobs.records.may_claim`, with ``lifetime``'s
-    :attr:`~chalicelib.jobs.lifetime.RunnerLifetime.seconds`); otherwise it is answered as it
-    stands. A :class:`SagegateError` from the work (a missing, changed or wrong upload, a bad
-    image, the endpoint's failure) fails the job with its code and message. Anything else
+    event): the job runs when this runner claims it until ``lease_until`` (see
+    :func:`~chalicelib.jobs.records.may_claim`); otherwise it is answered as it stands. A
+    :class:`SagegateError` from the work (a missing, changed or wrong upload, a bad image, the
+    endpoint's failure) fails the job with its code and message. Anything else
     propagates and leaves the job running, so the event that started it is retried (with the
     same request id: the retry may run it again).
 
@@ -79,7 +79,7 @@ def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
         raise JobNotFoundError(f"No job {job_id!r}.")
     if job.state.final:
         return job
-    job, claimed = store.claim(job_id, runner_id, lifetime.seconds)
+    job, claimed = store.claim(job_id, runner_id, lease_until, reclaim=True)
     if not claimed:  # another runner has it, or finished it meanwhile
         return job
     try:

@@ -11,22 +11,28 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from chalicelib.calls import CallOptions, ModelRequest
+from chalicelib.calls import CallOptions
 from chalicelib.capture import Capturer
 from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import Settings
-from chalicelib.core.errors import InvalidUploadError, UnsupportedMediaTypeError
-from chalicelib.core.media import bare
-from chalicelib.inference.accepted import ACCEPTED, accepts
-from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
+from chalicelib.core.errors import InvalidUploadError
+from chalicelib.inference.coercion import batch_limits
 from chalicelib.inference.pipeline import StageTimer
-from chalicelib.inference.serving import SplitPipeline
+from chalicelib.inference.serving import ServingPipeline, SplitPipeline
 from chalicelib.jobs.awsfaults import translated
-from chalicelib.jobs.lifetime import RunnerLifetime
+from chalicelib.jobs.backends.base import backend_of
+from chalicelib.jobs.lifetime import LAMBDA_RETRY_WAIT_SECONDS, RunnerLifetime
 from chalicelib.jobs.objects import check_input, result_url
-from chalicelib.jobs.records import Job, JobState, check_owner, is_job_id, new_job_id
+from chalicelib.jobs.records import (
+    Job,
+    JobState,
+    check_owner,
+    is_job_id,
+    lease_end,
+    new_job_id,
+)
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.jobs.uploads import (
     UPLOADS,
@@ -37,8 +43,10 @@ from chalicelib.jobs.uploads import (
     presign_upload,
     upload_key,
 )
+from chalicelib.kinds import accepts, check_type, kind_of
+from chalicelib.registry.kinds import BackendRules
 from chalicelib.registry.loading import Registry
-from chalicelib.registry.specs import ASYNC_PIPELINES, JobsBackend, ModelSpec
+from chalicelib.registry.specs import ModelSpec
 
 TICKETS = "tickets/"
 """Where job tickets go under ``JOBS_PREFIX``: writing one starts the job's runner (S3 event)."""
@@ -46,11 +54,6 @@ INPUTS = "inputs/"
 """Where an asynchronous endpoint's input goes under ``JOBS_PREFIX`` when it differs from the
 upload (the image resized, a tensor body made TF Serving's)."""
 
-JOB_MAX_INSTANCES = 4_000_000
-"""Rows an asynchronous job's tensor input may carry (a 30 MB CSV batch is about 2 million;
-one real-time request carries at most :data:`~chalicelib.inference.coercion.MAX_INSTANCES`)."""
-JOB_MAX_ELEMENTS = 16_000_000
-"""Values one input of an asynchronous job may carry."""
 JOB_LOST = "JobLost"
 """The error code of a job nothing will finish (see :meth:`JobsService._settled`)."""
 QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
@@ -58,17 +61,6 @@ QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
 hours before running it (``MaximumEventAgeInSeconds``' default), the attempt that claims the
 job may take 15 minutes (Lambda's longest timeout; an asynchronous job is claimed after its
 preprocessing), and 5 minutes' margin."""
-ASYNC_PATIENCE_SECONDS = 6 * 3600 + 300
-"""Beyond the invocation's timeout, how long SageMaker may keep an asynchronous request queued
-(``RequestTTLSeconds``' default, 6 hours) and a margin: past it the endpoint has notified, or
-never will."""
-
-ReadRequest = Callable[[bytes, str, Mapping[str, str], ModelSpec, int], ModelRequest]
-"""Reads a job's input as the model route reads a request: ``read(body, content_type, query,
-model, max_body_bytes)`` (:func:`chalicelib.http.options.read_request`, bound by the root)."""
-ReadOptions = Callable[[Mapping[str, str]], CallOptions]
-"""Validates a job's query options as the model route does (the root binds
-:func:`chalicelib.http.options.read_model_options`)."""
 
 
 @dataclasses.dataclass
@@ -83,11 +75,11 @@ class JobsContext:
         runtime: a boto3 ``sagemaker-runtime`` client (``InvokeEndpointAsync``).
         pipeline_for: a model's pipeline with the job's limits (its image pixel cap, the
             job endpoint client's timeouts and budget).
-        read_request, read_options: see :data:`ReadRequest`, :data:`ReadOptions`.
+        backends: the registered job backends (:mod:`chalicelib.jobs.backends`).
         capturer: data capture.
         clock: epoch seconds.
-        lifetime: the job runner function's timeout and what follows from it (when its
-            runner is gone, when a job is lost).
+        lifetime: the job runner function's timeout and what follows from it (its work's
+            time, its claims' leases).
     """
 
     settings: Settings
@@ -95,9 +87,8 @@ class JobsContext:
     store: JobStore
     s3: Any
     runtime: Any
-    pipeline_for: Callable[[ModelSpec], SplitPipeline]
-    read_request: ReadRequest
-    read_options: ReadOptions
+    pipeline_for: Callable[[ModelSpec], ServingPipeline]
+    backends: Mapping[str, BackendRules]
     capturer: Capturer
     clock: Callable[[], float] = time.time
     lifetime: RunnerLifetime = dataclasses.field(default_factory=RunnerLifetime)
@@ -169,7 +160,7 @@ class JobsService:
             UnsupportedMediaTypeError: the model does not read that type.
         """
         model = self.context.registry.get(model_name)
-        kind = _model_type(model, bare(check_content_type(content_type)))
+        kind = check_type(model, check_content_type(content_type))
         settings = self.context.settings
         return presign_upload(self.context.s3, self.context.bucket, self.context.prefix, kind,
                               model.jobs.max_upload_bytes, settings.upload_expiry_seconds,
@@ -177,7 +168,7 @@ class JobsService:
 
     @translated("create job")
     def create_from_upload(self, model: ModelSpec, upload_id: object,
-                           options: Mapping[str, str], owner: str | None) -> Job:
+                           options: CallOptions, owner: str | None) -> Job:
         """A queued job for an uploaded object, checked first (HEAD), with its ticket. The
         job is pinned to the object checked (its ETag and version): replaced later, it is
         not what the job runs.
@@ -199,7 +190,7 @@ class JobsService:
 
     @translated("create job")
     def create_from_body(self, model: ModelSpec, body: bytes, content_type: str,
-                         options: Mapping[str, str], owner: str | None) -> Job:
+                         options: CallOptions, owner: str | None) -> Job:
         """A queued job for a small inline body, kept as an upload the server makes itself.
 
         The body is read first as the job will read it (as the model route reads a request),
@@ -210,23 +201,25 @@ class JobsService:
             BadRequestError and the other errors of the model route's reader.
             JobsUnavailableError: S3 or DynamoDB did not answer.
         """
-        kind = _model_type(model, bare(content_type))
-        request = self.context.read_request(body, content_type, options, model,
-                                            max(len(body), 1))
-        if model.pipeline in ASYNC_PIPELINES:  # sagegate's own preprocessing (not a handler's)
-            with batch_limits(*job_batch_limits(model)):
-                self.context.pipeline_for(model).preprocess(request, StageTimer())
+        kind = check_type(model, content_type)
+        request = kind_of(model).read_job(body, content_type, options, model,
+                                          max_body_bytes=max(len(body), 1))
+        if model.kind.splits:  # sagegate's own preprocessing (not a handler's): try it now
+            backend = backend_of(model, self.context.backends)
+            with batch_limits(*backend.batch_limits(model)):
+                pipeline = cast(SplitPipeline, self.context.pipeline_for(model))
+                pipeline.preprocess(request, StageTimer())
         key = f"{self.context.prefix}{UPLOADS}{uuid.uuid4().hex}"
         put = self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
                                          ContentType=kind)
         return self._create(model, key, options, owner, pin_of(put))
 
-    def _create(self, model: ModelSpec, key: str, options: Mapping[str, str],
+    def _create(self, model: ModelSpec, key: str, options: CallOptions,
                 owner: str | None, pin: Pin | None) -> Job:
         now = self.context.clock()
         job = self.context.store.create(Job(
             job_id=new_job_id(), model=model.name, state=JobState.QUEUED, created_at=now,
-            updated_at=now, input_location=self.context.location(key), options=dict(options),
+            updated_at=now, input_location=self.context.location(key), options=options,
             owner=owner, expires_at=int(now + self.context.settings.jobs_ttl_seconds),
             input_etag=pin.etag if pin else None, input_version=pin.version_id if pin else None))
         self.context.s3.put_object(Bucket=self.context.bucket,
@@ -254,53 +247,27 @@ class JobsService:
     def _settled(self, job: Job) -> Job:
         """The job, failed as ``JobLost`` when nothing will move it any more.
 
-        A runner moves its job to ``running`` when it starts and ends it within its budget;
-        Lambda tries an event three times, each within the function's timeout, a retry at
-        most 2 minutes after the attempt before. A job queued for
-        :data:`QUEUED_PATIENCE_SECONDS` was never claimed (its event was dropped), and one
-        running on a real-time endpoint for the runner's
-        :attr:`~chalicelib.jobs.lifetime.RunnerLifetime.lost_after_seconds` past its last
-        move was dropped by every attempt (its function ran out of memory or time): it is
-        failed, so its clients stop waiting.
-        An asynchronous job waits for the endpoint's notification as long as SageMaker may
-        keep it (the invocation's timeout and the request's time to live).
+        A queued job waits :data:`QUEUED_PATIENCE_SECONDS` for a runner to claim it (past
+        it, its event was dropped). A running job is held by a lease its claim stored (its
+        runner's function's remaining time, or the asynchronous endpoint's last notification:
+        the backend's ``lease_seconds``); Lambda retries an event at most
+        :data:`~chalicelib.jobs.lifetime.LAMBDA_RETRY_WAIT_SECONDS` after an attempt ended,
+        and that retry claims the job again. A job still running that long past its lease was
+        dropped by every attempt (its function ran out of memory or time): it is failed, so
+        its clients stop waiting.
         """
         if job.state.final:
             return job
-        waited = self.context.clock() - job.updated_at
-        model = self.context.registry.models.get(job.model)
-        patience: float
+        now = self.context.clock()
         if job.state is JobState.QUEUED:
-            patience = QUEUED_PATIENCE_SECONDS
-        elif model is not None and model.jobs.backend == JobsBackend.ASYNC:
-            patience = model.jobs.invocation_timeout_seconds + ASYNC_PATIENCE_SECONDS
+            lost_at = job.updated_at + QUEUED_PATIENCE_SECONDS
         else:
-            patience = self.context.lifetime.lost_after_seconds
-        if waited <= patience:
+            lost_at = lease_end(job) + LAMBDA_RETRY_WAIT_SECONDS
+        if now <= lost_at:
             return job
+        waited = now - job.updated_at
         failed, _ = self.context.store.advance(job.job_id, JobState.FAILED, Outcome(error={
             "Code": JOB_LOST, "Message": f"The job was {job.state} for {int(waited)} s with no "
             "runner left to finish it (its function ran out of memory or time on every "
             "attempt); submit it again, or with a smaller input."}))
         return failed
-
-
-def job_batch_limits(model: ModelSpec) -> tuple[int, int]:
-    """The rows and values one input of ``model``'s jobs may carry: an asynchronous endpoint
-    takes a whole batch, a real-time one what one request may."""
-    if model.jobs.backend == JobsBackend.ASYNC:
-        return JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS
-    return MAX_INSTANCES, MAX_ELEMENTS
-
-
-def _model_type(model: ModelSpec, kind: str) -> str:
-    """``kind`` when the model reads it.
-
-    Raises:
-        UnsupportedMediaTypeError: it does not (the message lists what it reads).
-    """
-    if not accepts(model, kind):
-        raise UnsupportedMediaTypeError(
-            f"Model {model.name!r} does not read {kind[:64]!r}; it reads "
-            f"{', '.join(ACCEPTED[model.pipeline])}.")
-    return kind

@@ -7,23 +7,22 @@ Without the block a model runs jobs on its own real-time endpoint with a 100 MiB
 ``realtime`` block with ``endpoint`` runs them on that real-time endpoint instead (one sized
 for big inputs, say). ``async`` needs ``endpoint`` (an asynchronous endpoint, or
 ``"$VARIABLE"``) and a pipeline whose pre- and postprocessing run apart from the endpoint call
-(:data:`~.specs.ASYNC_PIPELINES`).
+(:attr:`~.kinds.KindRules.splits`). Each backend's needs are its rules
+(:class:`~.kinds.BackendRules`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.kinds import BackendRules, JobsBackend, KindRules
 from chalicelib.registry.specs import (
-    ASYNC_PIPELINES,
     DEFAULT_INVOCATION_TIMEOUT_SECONDS,
     DEFAULT_MAX_UPLOAD_BYTES,
     MAX_INVOCATION_TIMEOUT_SECONDS,
     MAX_UPLOAD_BYTES,
-    JobsBackend,
     JobsSpec,
-    Pipeline,
 )
 
 JOBS_KEYS = frozenset({"backend", "endpoint", "max_upload_bytes", "invocation_timeout_seconds"})
@@ -34,7 +33,7 @@ ResolveEndpoint = Callable[[str, Any], str]
 """Checks an endpoint value (``"$VARIABLE"`` read): ``resolve(key, value)``."""
 
 
-def read_jobs(value: Any, pipeline: Pipeline, fail: Fail,
+def read_jobs(value: Any, kind: KindRules, backends: Mapping[str, BackendRules], fail: Fail,
               resolve_endpoint: ResolveEndpoint) -> JobsSpec:
     """The model's jobs from its ``jobs`` value (None when the key is absent).
 
@@ -50,20 +49,19 @@ def read_jobs(value: Any, pipeline: Pipeline, fail: Fail,
     if unknown:
         raise fail(f"jobs.{unknown[0]}", f"is not a jobs key (known: "
                    f"{', '.join(sorted(JOBS_KEYS))})")
-    backend = _backend(value.get("backend", JobsBackend.REALTIME), fail)
+    backend = _backend(value.get("backend", JobsBackend.REALTIME), backends, fail)
     endpoint = value.get("endpoint")
     if endpoint is not None:
         endpoint = resolve_endpoint("jobs.endpoint", endpoint)
-    if backend == JobsBackend.ASYNC:
-        if endpoint is None:
-            raise fail("jobs.endpoint", "must name the asynchronous endpoint when "
-                       "jobs.backend is 'async'")
-        if pipeline not in ASYNC_PIPELINES:
-            raise fail("jobs.backend", f"cannot be 'async' for a {pipeline} model: its "
-                       "handler runs around the endpoint call, which an asynchronous endpoint "
-                       "answers later, in another function (use 'realtime'; 'async' is for "
-                       f"{', '.join(ASYNC_PIPELINES)})")
-    return JobsSpec(backend=backend, endpoint=endpoint,
+    if backend.needs_endpoint and endpoint is None:
+        raise fail("jobs.endpoint", f"must name the {backend.name} endpoint when "
+                   f"jobs.backend is {backend.name!r}")
+    if backend.needs_split and not kind.splits:
+        raise fail("jobs.backend", f"cannot be {backend.name!r} for a {kind.name} model: its "
+                   "handler runs around the endpoint call, which an asynchronous endpoint "
+                   "answers later, in another function (use 'realtime'; "
+                   f"{backend.name!r} is for pipelines that split)")
+    return JobsSpec(backend=backend.name, endpoint=endpoint,
                     max_upload_bytes=_whole(value, "max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES,
                                             MAX_UPLOAD_BYTES, fail),
                     invocation_timeout_seconds=_whole(
@@ -71,12 +69,12 @@ def read_jobs(value: Any, pipeline: Pipeline, fail: Fail,
                         MAX_INVOCATION_TIMEOUT_SECONDS, fail))
 
 
-def _backend(value: Any, fail: Fail) -> JobsBackend:
-    try:
-        return JobsBackend(value)
-    except ValueError:
-        raise fail("jobs.backend", f"must be one of {', '.join(JobsBackend)}, not "
-                   f"{value!r}") from None
+def _backend(value: Any, backends: Mapping[str, BackendRules], fail: Fail) -> BackendRules:
+    backend = backends.get(value) if isinstance(value, str) else None
+    if backend is None:
+        raise fail("jobs.backend", f"must be one of {', '.join(backends)}, not "
+                   f"{value!r}")
+    return backend
 
 
 def _whole(block: dict[str, Any], key: str, default: int, maximum: int, fail: Fail) -> int:

@@ -6,7 +6,8 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
 ``labels.txt`` (one class per line). ``model.json``::
 
     {"endpoint": "iris",                 # or "$IRIS_ENDPOINT": read from the stage's environment
-     "pipeline": "tensor",               # image-classification | tensor | sagemaker-tfs | cortex
+     "pipeline": "tensor",               # a registered kind: image-classification | tensor |
+                                         # sagemaker-tfs | cortex (registry.kinds.KINDS)
      "content_type": "application/json", # sent to the endpoint
      "accept": "application/json",
      "signature": {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
@@ -37,9 +38,11 @@ from typing import Any
 from chalicelib.core.config import SAGEMAKER_NAME, SettingError, Settings
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
 from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, MediaType
+from chalicelib.registry import kinds as registered
 from chalicelib.registry.jobsblock import read_jobs
+from chalicelib.registry.kinds import BackendRules, KindRules
 from chalicelib.registry.labels import read_labels
-from chalicelib.registry.specs import DType, ModelSpec, Pipeline, Signature, TensorSpec
+from chalicelib.registry.specs import DType, ModelSpec, Signature, TensorSpec
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILE = "model.json"
@@ -91,8 +94,32 @@ class Registry:
         return model
 
 
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """The pipeline kinds and job backends a model.json may name."""
+
+    kinds: Mapping[str, KindRules] = dataclasses.field(
+        default_factory=lambda: registered.by_name(registered.KINDS))
+    backends: Mapping[str, BackendRules] = dataclasses.field(
+        default_factory=lambda: registered.by_name(registered.BACKENDS))
+
+    @classmethod
+    def of(cls, kinds: Sequence[KindRules] = registered.KINDS,
+           backends: Sequence[BackendRules] = registered.BACKENDS) -> Registered:
+        """These kinds and backends (by default the built-in ones).
+
+        Raises:
+            ConfigurationError: a name registered twice.
+        """
+        try:
+            return cls(registered.by_name(kinds), registered.by_name(backends))
+        except ValueError as error:
+            raise ConfigurationError(f"pipeline kinds and job backends: {error}") from None
+
+
 def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODELS_DIR,
-                  labels: Sequence[str] | None = None) -> Registry:
+                  labels: Sequence[str] | None = None,
+                  known: Registered | None = None) -> Registry:
     """Read and validate every model folder under ``root``.
 
     Args:
@@ -101,6 +128,8 @@ def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODEL
         env: the environment ``$VAR`` endpoints are read from.
         root: the models folder.
         labels: the flat ``LABELS`` file's classes, for image models without a labels.txt.
+        known: the pipeline kinds and job backends a model may name (the built-in ones when
+            None).
 
     Raises:
         ConfigurationError: a folder, file or key is not valid; the message names it.
@@ -110,13 +139,14 @@ def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODEL
     models = {}
     for folder in sorted(path for path in root.iterdir() if path.is_dir()
                          and not path.name.startswith((".", "_"))):
-        models[folder.name] = load_model(folder, settings, env, labels)
+        models[folder.name] = load_model(folder, settings, env, labels, known)
     default = env.get(DEFAULT_MODEL, "").strip() or DEFAULT_MODEL_NAME
     return Registry(models, default)
 
 
 def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
-               flat_labels: Sequence[str] | None = None) -> ModelSpec:
+               flat_labels: Sequence[str] | None = None,
+               known: Registered | None = None) -> ModelSpec:
     """Read one model folder.
 
     Raises:
@@ -135,7 +165,8 @@ def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
         raise ConfigurationError(f"{where} is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise ConfigurationError(f"{where} must hold a JSON object")
-    return _ModelReader(where, folder, document, settings, env, flat_labels).read()
+    return _ModelReader(where, folder, document, settings, env, flat_labels,
+                        known or Registered()).read()
 
 
 def _not_json(constant: str) -> Any:
@@ -163,8 +194,10 @@ class _ModelReader:
     """Validates one model.json, key by key, naming the file and key on every failure."""
 
     def __init__(self, where: str, folder: Path, document: dict[str, Any], settings: Settings,
-                 env: Mapping[str, str], flat_labels: Sequence[str] | None) -> None:
+                 env: Mapping[str, str], flat_labels: Sequence[str] | None,
+                 known: Registered) -> None:
         self.where = where
+        self.known = known
         self.folder = folder
         self.doc = document
         self.settings = settings
@@ -179,14 +212,14 @@ class _ModelReader:
         if unknown:
             raise self.fail(unknown[0],
                             f"is not a model.json key (known: {', '.join(sorted(_KEYS))})")
-        pipeline = self._pipeline()
-        image = pipeline == Pipeline.IMAGE_CLASSIFICATION
-        signature = self._signature(required=pipeline == Pipeline.TENSOR)
-        labels = self._labels(image)
+        kind = self._kind()
+        signature = self._signature(kind)
+        labels = self._labels(kind.image)
         endpoint = self._endpoint()
-        settings = self._image_settings(endpoint, pipeline)
+        settings = self._image_settings(endpoint, kind)
         model = ModelSpec(
-            name=self.folder.name, folder=self.folder, endpoint=endpoint, pipeline=pipeline,
+            name=self.folder.name, folder=self.folder, endpoint=endpoint, pipeline=kind.name,
+            kind=kind,
             content_type=self._media_type("content_type", settings.endpoint_content_type
                                           if settings else MediaType.JSON),
             accept=self._media_type("accept", settings.endpoint_accept if settings
@@ -197,23 +230,24 @@ class _ModelReader:
             description=self._optional_text("description"), example=self.doc.get("example"),
             expose_handler_errors=self._flag("expose_handler_errors"),
             cache=self._cache(), inference_component=self._inference_component(),
-            jobs=read_jobs(self.doc.get("jobs"), pipeline, self.fail, self._endpoint_value))
-        if pipeline == Pipeline.TENSOR and model.content_type != MediaType.JSON:
-            raise self.fail("content_type", "must be application/json for the tensor pipeline "
-                            "(it sends TF Serving's REST body)")
+            jobs=read_jobs(self.doc.get("jobs"), kind, self.known.backends, self.fail,
+                           self._endpoint_value))
+        if kind.content_type is not None and model.content_type != kind.content_type:
+            raise self.fail("content_type", f"must be {kind.content_type} for the {kind.name} "
+                            "pipeline (it sends that type)")
         handler = model.handler_file
         if handler is not None and not handler.is_file():
-            raise self.fail("pipeline", f"is {pipeline!r}, which runs {handler.name}: "
+            raise self.fail("pipeline", f"is {kind.name!r}, which runs {handler.name}: "
                             f"models/{self.folder.name}/{handler.name} is missing")
         return model
 
-    def _pipeline(self) -> Pipeline:
+    def _kind(self) -> KindRules:
         value = self.doc.get("pipeline")
-        try:
-            return Pipeline(str(value))
-        except ValueError:
-            raise self.fail("pipeline", f"must be one of {', '.join(Pipeline)}, not "
-                            f"{value!r}") from None
+        kind = self.known.kinds.get(value) if isinstance(value, str) else None
+        if kind is None:
+            raise self.fail("pipeline", f"must be one of {', '.join(self.known.kinds)}, not "
+                            f"{value!r}")
+        return kind
 
     def _endpoint(self) -> str:
         return self._endpoint_value("endpoint", self.doc.get("endpoint"))
@@ -253,8 +287,7 @@ class _ModelReader:
         value = self.doc.get(key, default)
         if not isinstance(value, str) or not re.match(r"^[\w.+-]+/[\w.+-]+\Z", value):
             raise self.fail(key, f"must be a media type, not {value!r}")
-        if key == "accept" and self.doc.get("pipeline") != Pipeline.IMAGE_CLASSIFICATION \
-                and value not in ENDPOINT_ANSWER_TYPES:
+        if key == "accept" and not self._kind().image and value not in ENDPOINT_ANSWER_TYPES:
             raise self.fail(key, f"must be one of {', '.join(ENDPOINT_ANSWER_TYPES)}")
         return value
 
@@ -296,11 +329,12 @@ class _ModelReader:
             raise self.fail("default_k", "must be a whole number from 1 to 100000")
         return value
 
-    def _signature(self, required: bool) -> Signature:
+    def _signature(self, kind: KindRules) -> Signature:
+        required = kind.signature_required
         value = self.doc.get("signature")
         if value is None:
             if required:
-                raise self.fail("signature", "is required by the tensor pipeline")
+                raise self.fail("signature", f"is required by the {kind.name} pipeline")
             return Signature()
         if not isinstance(value, dict) or set(value) - {"inputs", "outputs"}:
             raise self.fail("signature", 'must be {"inputs": [...], "outputs": [...]}')
@@ -342,11 +376,12 @@ class _ModelReader:
             return tuple(self.flat_labels)
         return None
 
-    def _image_settings(self, endpoint: str, pipeline: Pipeline) -> Settings | None:
-        if pipeline != Pipeline.IMAGE_CLASSIFICATION:
+    def _image_settings(self, endpoint: str, kind: KindRules) -> Settings | None:
+        if not kind.image:
             if "image" in self.doc:  # read by no other pipeline: it would be ignored unseen
-                raise self.fail("image", f"is for {Pipeline.IMAGE_CLASSIFICATION} models only, "
-                                f"not {pipeline}")
+                images = ", ".join(name for name, rules in self.known.kinds.items()
+                                   if rules.image)
+                raise self.fail("image", f"is for {images} models only, not {kind.name}")
             return None
         values = self._image_values()
         try:

@@ -11,18 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.config import Settings
+from chalicelib.registry.kinds import BUILT_IN_KINDS, JobsBackend, KindRules, Pipeline
 
-
-class Pipeline(enum.StrEnum):
-    """How a model's requests are turned into endpoint calls and answers."""
-
-    IMAGE_CLASSIFICATION = "image-classification"
-    TENSOR = "tensor"
-    SAGEMAKER_TFS = "sagemaker-tfs"
-    CORTEX = "cortex"
-
-
-HANDLER_FILES = {Pipeline.SAGEMAKER_TFS: "inference.py", Pipeline.CORTEX: "handler.py"}
+__all__ = ["DType", "JobsBackend", "JobsSpec", "ModelSpec", "Pipeline", "Signature",
+           "TensorSpec"]
 
 
 class DType(enum.StrEnum):
@@ -90,32 +82,19 @@ MAX_INVOCATION_TIMEOUT_SECONDS = 3600
 """SageMaker's largest ``InvocationTimeoutSeconds``."""
 
 
-class JobsBackend(enum.StrEnum):
-    """Where a model's jobs run: its real-time endpoint (the job's Lambda runs the pipeline),
-    or an asynchronous endpoint (``InvokeEndpointAsync``, finished by SNS)."""
-
-    REALTIME = "realtime"
-    ASYNC = "async"
-
-
-ASYNC_PIPELINES = (Pipeline.IMAGE_CLASSIFICATION, Pipeline.TENSOR)
-"""The pipelines whose preprocessing and postprocessing run apart from the endpoint call (a
-handler file's code runs around the call, in one process, so it cannot be split)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class JobsSpec:
     """A model's jobs (model.json's ``jobs``; every model has one, defaults without it).
 
     Attributes:
-        backend: see :class:`JobsBackend`.
+        backend: the job backend's name (:data:`~chalicelib.registry.kinds.BACKENDS`).
         endpoint: the endpoint a job calls: the asynchronous one (``async``), or a
             real-time one; None for the model's own (see :attr:`ModelSpec.jobs_endpoint`).
         max_upload_bytes: the largest upload (and so job input) the model takes.
         invocation_timeout_seconds: ``InvocationTimeoutSeconds`` of an asynchronous call.
     """
 
-    backend: JobsBackend = JobsBackend.REALTIME
+    backend: str = JobsBackend.REALTIME
     endpoint: str | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     invocation_timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS
@@ -129,7 +108,7 @@ class ModelSpec:
         name: the folder's name.
         folder: the folder.
         endpoint: the SageMaker endpoint name (``$VAR`` resolved).
-        pipeline: how requests are handled.
+        pipeline: the pipeline kind's name: how requests are handled.
         content_type, accept: what is sent to the endpoint and asked of it.
         signature: declared inputs and outputs (empty for image-classification).
         target_model, variant: default TargetModel / TargetVariant (a request may override).
@@ -145,7 +124,7 @@ class ModelSpec:
     name: str
     folder: Path
     endpoint: str
-    pipeline: Pipeline
+    pipeline: str
     content_type: str
     accept: str
     signature: Signature
@@ -166,6 +145,12 @@ class ModelSpec:
     ``expose_handler_errors``; off: the log alone has them)."""
     jobs: JobsSpec = dataclasses.field(default_factory=JobsSpec)
     """How the model runs as a job (model.json's ``jobs``)."""
+    kind: KindRules = None  # type: ignore[assignment]  # (a built-in's, by pipeline, when None)
+    """The pipeline kind's rules (the registry gives the registered kind's)."""
+
+    def __post_init__(self) -> None:
+        if self.kind is None:  # a spec built by hand (a test, a tool) of a built-in kind
+            object.__setattr__(self, "kind", BUILT_IN_KINDS[self.pipeline])
 
     @property
     def jobs_endpoint(self) -> str:
@@ -175,5 +160,5 @@ class ModelSpec:
     @property
     def handler_file(self) -> Path | None:
         """The user's handler file this pipeline runs, if any."""
-        name = HANDLER_FILES.get(self.pipeline)
+        name = self.kind.handler_file
         return self.folder / name if name else None

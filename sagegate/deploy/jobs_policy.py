@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.jobs.store import TableJobStore
+from chalicelib.jobs.table import TableJobStore
 from chalicelib.registry.specs import JobsBackend, ModelSpec
 from sagegate.deploy import jobs
 from sagegate.deploy.iam import (

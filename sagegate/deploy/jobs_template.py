@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.jobs.store import TableJobStore
+from chalicelib.jobs.table import TableJobStore
 from sagegate.deploy import jobs
 from sagegate.deploy.stage import Stage
 
@@ -174,7 +174,7 @@ def jobs_bucket(stage: Stage) -> dict[str, Any]:
 def jobs_table_schema() -> dict[str, Any]:
     """The job table's keys, index and TTL: what every copy of it needs (the stack's, and the
     local stack's on moto's server). The index lists queued jobs by age for the re-drive
-    (:meth:`chalicelib.jobs.store.TableJobStore.queued_between`): ``state`` and
+    (:meth:`chalicelib.jobs.table.TableJobStore.queued_between`): ``state`` and
     ``created_at`` are attributes every record has, so no write changes for it; keys only,
     so it stores a few dozen bytes a job."""
     return {

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
@@ -153,13 +153,15 @@ def check_models(settings: Settings, env: Mapping[str, str],
     # Deferred: these bring numpy and the handler files' modules, which only starting the
     # local stack needs, not every sagegate command.
     from chalicelib.inference.predictions import load_labels
-    from chalicelib.inference.userfiles.loader import load_handler
+    from chalicelib.inference.serving import ModelServer
+    from chalicelib.kinds import kind_of
 
     try:
         registry = load_registry(settings, {**env, "ENDPOINT_NAME": settings.endpoint_name},
                                  root or MODELS_DIR, labels=load_labels(settings.labels))
+        handlers = ModelServer(cast(Any, None))  # loads the handler files; calls no endpoint
         for model in registry.models.values():
-            load_handler(model)
+            kind_of(model).load(model, handlers)
     except ConfigurationError as error:
         raise StartError(f"bad model: {error.message}") from None
     return registry.names()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.jobs.store import TableJobStore
+from chalicelib.jobs.table import TableJobStore
 from sagegate.deploy import jobs, jobs_policy, jobs_template
 from sagegate.deploy.chalice_sam import s3_event
 from sagegate.deploy.policy import policy_path, render

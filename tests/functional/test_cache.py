@@ -20,6 +20,7 @@ from chalicelib.cache.tiers import MemoryTier
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.config import Settings
+from chalicelib.inference.userfiles.tfs import TfsHandler
 from chalicelib.registry.loading import MODELS_DIR, load_model, load_registry
 from tests import imagefactory
 from tests.functional.conftest import ENDPOINT, Harness, endpoint_response, probabilities
@@ -283,7 +284,7 @@ def test_the_inference_py_runs_on_a_cached_answer(
     outputs: list[Any] = []
     first = post_json(harness, "/models/sentiment/predict", {"text": "I loved this film"})
     server = app_module.services.server
-    handler = server._handler(app_module.services.registry.get("sentiment"))
+    handler = server.handler(app_module.services.registry.get("sentiment"), TfsHandler.load)
     original = handler.output_handler
 
     def counting(response: Any, context: Any) -> Any:

@@ -26,6 +26,7 @@ from chalice.test import Client
 from moto import mock_aws
 
 import app as app_module
+from chalicelib.calls import CallOptions
 from chalicelib.capture import Capturer
 from chalicelib.capture.records import CaptureRecord
 from chalicelib.core.config import Settings
@@ -33,9 +34,11 @@ from chalicelib.core.errors import UploadNotFoundError
 from chalicelib.inference.coercion import MAX_INSTANCES
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
 from chalicelib.jobs import runner
+from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.lifetime import RunnerLifetime
 from chalicelib.jobs.records import Job, JobState, new_job_id
-from chalicelib.jobs.store import MemoryJobStore, TableJobStore
+from chalicelib.jobs.store import MemoryJobStore
+from chalicelib.jobs.table import TableJobStore
 from chalicelib.registry.specs import JobsBackend, JobsSpec
 from chalicelib.services import Services
 from tests.functional.conftest import ENDPOINT, endpoint_response, probabilities
@@ -45,7 +48,7 @@ BUCKET, PREFIX = "sagegate-test-jobs", "test/jobs/"
 SUCCESS_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-done"
 ERROR_TOPIC = "arn:aws:sns:us-east-1:123456789012:sagegate-test-jobs-failed"
 IRIS_ROW = b"5.1,3.5,1.4,0.2\n"
-RUNNER_LIFETIME_SECONDS = RunnerLifetime().seconds  # the stage sets no JOB_RUNNER_TIMEOUT_SECONDS
+RUNNER_LIFETIME_SECONDS = RunnerLifetime().lease_seconds(None)  # no JOB_RUNNER_TIMEOUT_SECONDS
 
 
 def _app_with_jobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -264,7 +267,7 @@ def test_an_input_that_is_gone_is_captured_without_it_and_the_job_succeeds(
 def test_an_async_failure_fails_the_job_with_the_endpoints_message(
         stage: Stage, status: str, reason: str, code: str) -> None:
     job = stage.services.jobs.create_from_body(stage.services.registry.get("iris"), IRIS_ROW,
-                                               "text/csv", {}, None)
+                                               "text/csv", CallOptions(), None)
     stage.store.advance(job.job_id, JobState.RUNNING)
     assert stage.notify(_notification(job.job_id, status, reason=reason),
                         "job_failures") == {"jobs": {job.job_id: "failed"}}
@@ -320,9 +323,9 @@ def test_an_upload_made_for_a_caller_is_that_callers_only(stage: Stage) -> None:
     assert posted.status_code in (200, 204), posted.text
     for other in ("apikey:bob", None):
         with pytest.raises(UploadNotFoundError, match="No uploaded object"):
-            jobs.create_from_upload(iris, upload.upload_id, {}, other)
+            jobs.create_from_upload(iris, upload.upload_id, CallOptions(), other)
     assert stage.tickets() == []
-    job = jobs.create_from_upload(iris, upload.upload_id, {}, "apikey:alice")
+    job = jobs.create_from_upload(iris, upload.upload_id, CallOptions(), "apikey:alice")
     assert job.owner == "apikey:alice" and job.state is JobState.QUEUED
     anyone = jobs.presign("iris", "text/csv")  # no caller identified: no owner field
     assert not any(name.startswith("x-amz-meta-") for name in anyone.fields)
@@ -508,7 +511,7 @@ def test_an_async_job_whose_claim_failed_is_sent_once_by_the_retried_event(
     job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
     claim = stage.store.claim
 
-    def throttled(job_id: str, runner_id: str, reclaim_after: float | None = None) -> Any:
+    def throttled(job_id: str, runner_id: str, lease_until: float, reclaim: bool = False) -> Any:
         raise RuntimeError("ProvisionedThroughputExceededException (simulated)")
 
     monkeypatch.setattr(stage.store, "claim", throttled)
@@ -528,9 +531,9 @@ def test_an_async_job_another_runner_claimed_first_is_not_sent_again(
     job_id = json.loads(stage.post_job("iris", upload_id, "?k=1").body)["job_id"]
     claim = stage.store.claim
 
-    def raced(job_id: str, runner_id: str, reclaim_after: float | None = None) -> Any:
-        claim(job_id, "request-0")  # a duplicate delivery's runner, a moment sooner
-        return claim(job_id, runner_id, reclaim_after)
+    def raced(job_id: str, runner_id: str, lease_until: float, reclaim: bool = False) -> Any:
+        claim(job_id, "request-0", lease_until)  # a duplicate delivery's runner, a moment sooner
+        return claim(job_id, runner_id, lease_until, reclaim)
 
     monkeypatch.setattr(stage.store, "claim", raced)
     # no answer is stubbed: a call would fail the job
@@ -548,10 +551,23 @@ def _running_image_job(stage: Stage, runner_id: str, claimed_at: float | None = 
     if claimed_at is not None and monkeypatch is not None:
         with monkeypatch.context() as past:
             past.setattr(stage.store, "_clock", lambda: claimed_at)
-            stage.store.claim(job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+            _claim(stage, job_id, runner_id, claimed_at)
     else:
-        stage.store.claim(job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+        _claim(stage, job_id, runner_id, time.time())
     return job_id
+
+
+def _claim(stage: Stage, job_id: str, runner_id: str, at: float) -> Job:
+    """Claim a job at ``at`` as its backend's runner would: its lease is the backend's (off
+    Lambda: the stage's configured runner timeout, or the asynchronous endpoint's)."""
+    context = stage.services.jobs_context
+    job = stage.store.get(job_id)
+    assert job is not None
+    model = context.registry.get(job.model)
+    lease = backend_of(model, context.backends).lease_seconds(model, context.lifetime, None)
+    claimed, moved = stage.store.claim(job_id, runner_id, at + lease, reclaim=True)
+    assert moved
+    return claimed
 
 
 def test_a_duplicate_delivery_does_not_run_a_job_its_runner_is_running(stage: Stage) -> None:
@@ -635,9 +651,9 @@ def test_a_job_nothing_will_move_any_more_is_failed_as_lost(
     body, kind = (jpeg(64, 64), "image/jpeg") if backend_model != "iris" else (IRIS_ROW,
                                                                                 "text/csv")
     job = stage.services.jobs.create_from_body(stage.services.registry.get(backend_model), body,
-                                               kind, {}, None)
+                                               kind, CallOptions(), None)
     if state is JobState.RUNNING:
-        stage.store.claim(job.job_id, "request-1")
+        _claim(stage, job.job_id, "request-1", time.time())
     moved = stage.store.get(job.job_id)
     assert moved is not None
     stage.services.jobs_context.clock = lambda: moved.updated_at + after
@@ -855,8 +871,8 @@ def test_a_running_job_is_lost_after_its_configured_runner_could_have_finished(
     # a 300 s runner: gone 360 s after its last move, its event's last retry 180 s later
     monkeypatch.setenv("JOB_RUNNER_TIMEOUT_SECONDS", "300")
     job = stage.services.jobs.create_from_body(stage.services.registry.get(ENDPOINT),
-                                               jpeg(64, 64), "image/jpeg", {}, None)
-    claimed, _ = stage.store.claim(job.job_id, "request-1")
+                                               jpeg(64, 64), "image/jpeg", CallOptions(), None)
+    claimed = _claim(stage, job.job_id, "request-1", time.time())
     stage.services.jobs_context.clock = lambda: claimed.updated_at + after
     answer = stage.get(f"/jobs/{job.job_id}")[1]
     assert answer["state"] == ("failed" if lost else "running")

@@ -181,7 +181,7 @@ def test_a_malformed_component_never_reaches_the_endpoint(harness: Harness, valu
 
 def test_a_browser_may_send_every_option_header() -> None:
     from chalicelib.core.access import Access
-    from chalicelib.http import options
+    from chalicelib.reading import options
 
     cors = app_module._cors(Access(cors_origin="https://app.example.com"))
     assert not isinstance(cors, bool)

@@ -1,6 +1,6 @@
 """A request's path through the code: read once, probed once, encoded by one encoder.
 
-The request is read into validated options by chalicelib.http.options alone, and the pipeline gets
+The request is read into validated options by chalicelib.reading alone, and the pipeline gets
 them; the image header is probed, and every limit checked, once per request on every path
 (passthrough, reduced decode, PNG and WebP uploads, /resize).
 """
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import app as app_module
-from chalicelib.http import bodies, options
 from chalicelib.images import imaging
+from chalicelib.reading import bodies, options, resize
 from tests import imagefactory
 from tests.functional.conftest import Harness, endpoint_response, make_settings, probabilities
 
@@ -41,7 +41,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     counting(imaging, "decode")
     counting(imaging, "encode_png")
     counting(bodies, "load_json")
-    counting(options, "read_upload")
+    counting(options, "read_upload")  # the image kind's reader's
+    counting(resize, "read_upload")  # /resize's reader's
     yield counted
 
 

@@ -28,7 +28,7 @@ import urllib3
 from skimage import data
 
 from chalicelib.jobs.records import JobState
-from chalicelib.jobs.store import TableJobStore
+from chalicelib.jobs.table import TableJobStore
 from sagegate.local.auth import API_KEY_ENV
 from sagegate.local.processes import free_port
 from tests.integration.conftest import jpeg_of
@@ -188,7 +188,7 @@ def test_a_job_already_claimed_is_not_run_again_by_the_redrive(dev: DevStack,
                                                         NotificationConfiguration={})
     job_id = create(dev, photo)
     store = TableJobStore(TABLE, client=dev.aws("dynamodb"))
-    claimed, moved = store.claim(job_id, "another-runner")  # a runner has it, still at work
+    claimed, moved = store.claim(job_id, "another-runner", time.time() + 960)  # still at work
     assert moved and claimed.state is JobState.RUNNING
 
     time.sleep(AFTER_S + 5 * PERIOD_S)  # the job is well past due

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chalicelib.core.errors import PayloadTooLargeError
-from chalicelib.http import bodies
+from chalicelib.reading import bodies
 
 
 @pytest.mark.parametrize("content_type", ["image/jpeg", "application/json"])

@@ -26,7 +26,7 @@ from chalicelib.core.errors import (
     PayloadTooLargeError,
     SignatureMismatchError,
 )
-from chalicelib.inference.userfiles import failures, forwarder, loader
+from chalicelib.inference.userfiles import failures, forwarder
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.tfs import TfsHandler
 from chalicelib.registry.loading import load_model
@@ -222,15 +222,27 @@ def test_the_module_has_its_own_name_and_reads_files_beside_it(tmp_path: Path) -
     assert str(model.folder) not in sys.path
 
 
-def test_load_handler_dispatches_on_the_pipeline(tmp_path: Path) -> None:
+def test_each_kind_loads_its_own_handler_file(tmp_path: Path) -> None:
+    """The handler kinds load their file into the shared server; the tensor kind loads none."""
+    from chalicelib.inference.serving import ModelServer
+    from chalicelib.kinds import kind_of
+
+    server = ModelServer(None)  # type: ignore[arg-type]  # loads files; calls no endpoint
     model = tfs_model(tmp_path, PAIR)
-    assert isinstance(loader.load_handler(model), TfsHandler)
+    kind_of(model).load(model, server)
+    assert isinstance(server.handler(model, _unused), TfsHandler)
     cortex = cortex_model(tmp_path, CORTEX_ECHO)
-    assert isinstance(loader.load_handler(cortex), CortexHandler)
+    kind_of(cortex).load(cortex, server)
+    assert isinstance(server.handler(cortex, _unused), CortexHandler)
     tensor = ModelSpec(name="t", folder=tmp_path, endpoint="ep", pipeline=Pipeline.TENSOR,
                        content_type="application/json", accept="application/json",
                        signature=FEATURES)
-    assert loader.load_handler(tensor) is None
+    kind_of(tensor).load(tensor, server)
+    assert server.handler(tensor, lambda model: None) is None
+
+
+def _unused(model: ModelSpec) -> None:
+    raise AssertionError("the handler was loaded already")
 
 
 # --- the container's request objects ------------------------------------------------------

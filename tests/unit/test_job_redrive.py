@@ -27,10 +27,12 @@ from chalicelib.jobs.redrive import (
     ticket_event,
 )
 from chalicelib.jobs.service import QUEUED_PATIENCE_SECONDS
-from chalicelib.jobs.store import JobStore, MemoryJobStore, TableJobStore
+from chalicelib.jobs.store import JobStore, MemoryJobStore
+from chalicelib.jobs.table import TableJobStore
 from sagegate.deploy.jobs_template import jobs_table_schema
 
 NOW = 1_800_000_000.0
+LEASE_UNTIL = NOW + 960.0  # a runner's lease
 BUCKET, PREFIX = "jobs-bucket", "jobs/"
 SETTINGS = RedriveSettings(period_seconds=60, after_seconds=300)
 
@@ -70,7 +72,7 @@ class Runner:
         self.events.append(json.loads(json.dumps(event)))  # what crosses the wire
         for key in s3_keys(event, BUCKET):
             job_id = key.removeprefix(f"{PREFIX}tickets/")
-            _, claimed = self.store.claim(job_id, f"request-{len(self.events)}")
+            _, claimed = self.store.claim(job_id, f"request-{len(self.events)}", LEASE_UNTIL)
             if claimed:
                 self.claims.append(job_id)
 
@@ -136,8 +138,8 @@ def test_a_lost_job_is_handed_to_the_runner_once_and_runs_once(store: JobStore) 
 def test_a_job_claimed_or_finished_is_not_handed_again(store: JobStore) -> None:
     s3 = FakeS3()
     running, finished = queued(store, s3, 400), queued(store, s3, 400)
-    store.claim(running, "the-first-runner")
-    store.claim(finished, "the-first-runner")
+    store.claim(running, "the-first-runner", LEASE_UNTIL)
+    store.claim(finished, "the-first-runner", LEASE_UNTIL)
     store.advance(finished, JobState.SUCCEEDED)
     runner = Runner(store)
 
@@ -157,7 +159,7 @@ def test_a_listed_job_claimed_meanwhile_is_read_again_and_left(store: JobStore) 
         def queued_between(self, since: float, before: float,
                            limit: int) -> list[tuple[str, float]]:
             listed = store.queued_between(since, before, limit)
-            store.claim(job_id, "claimed-meanwhile")
+            store.claim(job_id, "claimed-meanwhile", LEASE_UNTIL)
             return listed
 
         def get(self, wanted: str) -> Job | None:
@@ -222,7 +224,7 @@ def test_a_job_never_claimed_is_handed_again_on_that_schedule_only(store: JobSto
 def test_the_listing_is_oldest_first_within_its_bounds_and_its_limit(store: JobStore) -> None:
     ids = [queued(store, None, waited) for waited in (500, 700, 600)]
     claimed = queued(store, None, 800)
-    store.claim(claimed, "r")
+    store.claim(claimed, "r", LEASE_UNTIL)
 
     assert store.queued_between(NOW - 1000, NOW - 550, 10) == [
         (ids[1], NOW - 700), (ids[2], NOW - 600)]

@@ -12,27 +12,24 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
+from chalicelib.jobs.codec import CorruptJobError, decode_job, encode_job
 from chalicelib.jobs.records import (
+    LEGACY_LEASE_SECONDS,
     Job,
     JobNotFoundError,
     JobState,
     check_owner,
     is_job_id,
+    lease_end,
     may_move,
     new_job_id,
     owner_of,
 )
-from chalicelib.jobs.store import (
-    CorruptJobError,
-    JobStore,
-    MemoryJobStore,
-    Outcome,
-    TableJobStore,
-    decode_job,
-    encode_job,
-)
+from chalicelib.jobs.store import JobStore, MemoryJobStore, Outcome
+from chalicelib.jobs.table import TableJobStore
 from chalicelib.jobs.uploads import (
     InvalidUploadError,
     UploadNotFoundError,
@@ -59,7 +56,8 @@ class Clock:
 def _job(job_id: str | None = None, **changes: Any) -> Job:
     job = Job(job_id=job_id or new_job_id(), model="efficientnet-lite0", state=QUEUED,
               created_at=NOW, updated_at=NOW, input_location="s3://bucket/jobs/uploads/x",
-              options={"k": "3"}, owner="apikey:abc", expires_at=int(NOW) + 3600)
+              options=CallOptions(k=3, variant="Blue"), owner="apikey:abc",
+              expires_at=int(NOW) + 3600)
     return dataclasses.replace(job, **changes)
 
 
@@ -127,8 +125,9 @@ def test_creating_again_is_idempotent_and_keeps_the_first(store: JobStore) -> No
     job = _job()
     store.create(job)
     store.advance(job.job_id, RUNNING)
-    again = store.create(dataclasses.replace(job, model="other", options={}))
-    assert again.state is RUNNING and again.model == job.model and again.options == {"k": "3"}
+    again = store.create(dataclasses.replace(job, model="other", options=CallOptions()))
+    assert again.state is RUNNING and again.model == job.model \
+        and again.options == CallOptions(k=3, variant="Blue")
 
 
 def test_a_job_runs_then_succeeds_with_its_answer(store: JobStore, clock: Clock) -> None:
@@ -176,48 +175,68 @@ def test_a_final_state_is_never_left_and_retries_change_nothing(store: JobStore,
     assert store.get(job.job_id) == first
 
 
-LIFETIME = 960.0  # a runner's longest life (the runner passes its own)
+LEASE = 960.0  # a runner's lease from its claim (the runner passes its own)
 
 
 def test_one_runner_claims_a_job_and_only_its_retry_may_claim_it_again(store: JobStore,
                                                                        clock: Clock) -> None:
     job = store.create(_job())
-    claimed, changed = store.claim(job.job_id, "request-1", LIFETIME)
+    claimed, changed = store.claim(job.job_id, "request-1", NOW + LEASE, reclaim=True)
     assert changed and claimed.state is RUNNING and claimed.runner_id == "request-1"
+    assert claimed.lease_expires_at == NOW + LEASE
     assert store.get(job.job_id) == claimed
-    clock.now += LIFETIME  # a duplicate delivery while the runner may be at work: refused
-    other, changed = store.claim(job.job_id, "request-2", LIFETIME)
+    clock.now += LEASE  # a duplicate delivery while the runner may be at work: refused
+    other, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
     assert not changed and other == claimed
     moved, changed = store.advance(job.job_id, RUNNING)  # running is entered by a claim only
     assert not changed and moved == claimed
-    retried, changed = store.claim(job.job_id, "request-1", LIFETIME)  # Lambda's retry
-    assert changed and retried.runner_id == "request-1" and retried.updated_at == NOW + LIFETIME
+    retried, changed = store.claim(job.job_id, "request-1", clock.now + 30,
+                                   reclaim=True)  # Lambda's retry, its own lease
+    assert changed and retried.runner_id == "request-1" and retried.updated_at == NOW + LEASE
+    assert retried.lease_expires_at == NOW + LEASE + 30
     back, changed = store.advance(job.job_id, QUEUED)
     assert not changed and back == retried
 
 
-def test_a_running_job_whose_runner_is_gone_may_be_claimed_by_another(store: JobStore,
-                                                                      clock: Clock) -> None:
+def test_a_running_job_whose_lease_is_over_may_be_claimed_by_another(store: JobStore,
+                                                                     clock: Clock) -> None:
     job = store.create(_job(expires_at=int(NOW) + 100_000))
-    store.claim(job.job_id, "request-1", LIFETIME)
-    clock.now += LIFETIME + 1
-    taken, changed = store.claim(job.job_id, "request-2", LIFETIME)
-    assert changed and taken.runner_id == "request-2" and taken.updated_at == NOW + LIFETIME + 1
+    store.claim(job.job_id, "request-1", NOW + 100, reclaim=True)  # 100 s left to its runner
+    clock.now += 100
+    kept, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
+    assert not changed and kept.runner_id == "request-1"  # the lease's last second
+    clock.now += 1
+    taken, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
+    assert changed and taken.runner_id == "request-2" and taken.updated_at == NOW + 101
     store.advance(job.job_id, SUCCEEDED, Outcome(result=1))
-    clock.now += 10 * LIFETIME
-    done, changed = store.claim(job.job_id, "request-2", LIFETIME)
+    clock.now += 10 * LEASE
+    done, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
     assert not changed and done.state is SUCCEEDED
 
 
-def test_without_a_lifetime_only_a_queued_job_is_claimed(store: JobStore,
+def test_a_running_job_of_a_record_without_a_lease_is_held_as_long_as_a_runner_lives(
+        store: JobStore, clock: Clock) -> None:
+    """A record written before leases (running, no ``lease_expires_at``): its runner is taken
+    to live as long as Lambda's longest timeout allows, and a margin."""
+    job = store.create(_job(state=RUNNING, runner_id="old-runner", expires_at=int(NOW) + 9999))
+    assert job.lease_expires_at is None and lease_end(job) == NOW + LEGACY_LEASE_SECONDS
+    clock.now += LEGACY_LEASE_SECONDS
+    kept, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
+    assert not changed and kept.runner_id == "old-runner"
+    clock.now += 1
+    taken, changed = store.claim(job.job_id, "request-2", clock.now + LEASE, reclaim=True)
+    assert changed and taken.runner_id == "request-2"
+
+
+def test_without_reclaiming_only_a_queued_job_is_claimed(store: JobStore,
                                                          clock: Clock) -> None:
     job = store.create(_job(expires_at=int(NOW) + 200_000))
-    _, first = store.claim(job.job_id, "request-1")
-    clock.now += 100 * LIFETIME
-    again, second = store.claim(job.job_id, "request-1")  # not even by the same runner
+    _, first = store.claim(job.job_id, "request-1", NOW + LEASE)
+    clock.now += 100 * LEASE
+    again, second = store.claim(job.job_id, "request-1", clock.now + LEASE)  # not even its own
     assert first and not second and again.updated_at == NOW
     with pytest.raises(JobNotFoundError):
-        store.claim(new_job_id(), "request-1")
+        store.claim(new_job_id(), "request-1", NOW + LEASE)
 
 
 def test_moving_an_unknown_job_is_not_found(store: JobStore) -> None:
@@ -259,7 +278,7 @@ def test_the_pinned_input_round_trips(store: JobStore) -> None:
 
 
 def test_a_job_without_owner_round_trips(store: JobStore) -> None:
-    job = store.create(_job(owner=None, options={}))
+    job = store.create(_job(owner=None, options=CallOptions()))
     assert store.get(job.job_id) == job
 
 
@@ -271,9 +290,17 @@ def test_the_table_item_round_trips_and_refuses_strangers() -> None:
     unpinned = decode_job(encode_job(dataclasses.replace(job, input_etag=None,
                                                          input_version=None)))
     assert (unpinned.input_etag, unpinned.input_version) == (None, None)
+    leased = dataclasses.replace(job, lease_expires_at=NOW + 960.5)
+    assert decode_job(encode_job(leased)) == leased
     item = encode_job(job)
+    assert json.loads(item["options"]["S"]) == {"k": 3, "variant": "Blue"}  # kept typed
+    before_typed = {**item, "options": {"S": '{"k": "3"}'}}  # a record of the query's text
+    assert decode_job(before_typed).options == CallOptions(k=3)
     for broken in ({k: v for k, v in item.items() if k != "state"},
                    {**item, "state": {"S": "paused"}}, {**item, "options": {"S": "[1]"}},
+                   {**item, "options": {"S": '{"k": "three"}'}},
+                   {**item, "options": {"S": '{"colour": "red"}'}},
+                   {**item, "options": {"S": '{"variant": 7}'}},
                    {**item, "created_at": {"S": "x"}}):
         with pytest.raises(CorruptJobError):
             decode_job(broken)

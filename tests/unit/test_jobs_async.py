@@ -16,6 +16,7 @@ from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.store import MemoryJobStore
 
 NOW = 1_800_000_000.0
+LEASE_UNTIL = NOW + 900 + 6 * 3600 + 120  # the endpoint's timeout and SageMaker's TTL
 
 
 def _queued(store: MemoryJobStore) -> Job:
@@ -51,11 +52,13 @@ def test_a_job_is_queued_on_the_endpoint_once_with_its_id() -> None:
             {"EndpointName": "iris-async", "InputLocation": job.input_location,
              "InferenceId": job.job_id, "ContentType": "text/csv",
              "InvocationTimeoutSeconds": 1200})
-        running = start(client, store, job, "iris-async", "text/csv", 1200, runner_id="r-1")
+        running = start(client, store, job, "iris-async", "text/csv", 1200, runner_id="r-1",
+                        lease_until=LEASE_UNTIL)
         assert running.state is JobState.RUNNING and running.runner_id == "r-1"
+        assert running.lease_expires_at == LEASE_UNTIL
         for runner_id in ("r-1", "r-2"):  # Lambda's retry, a duplicate delivery: no call
             again = start(client, store, job, "iris-async", "text/csv", 1200,
-                          runner_id=runner_id)
+                          runner_id=runner_id, lease_until=LEASE_UNTIL)
             assert again == running
         stubber.assert_no_pending_responses()
 
@@ -68,10 +71,11 @@ def _runtime() -> Any:
 def test_a_start_that_loses_the_claim_sends_nothing() -> None:
     store = MemoryJobStore(clock=lambda: NOW)
     job = _queued(store)
-    store.claim(job.job_id, "r-1")  # another runner claimed it a moment before
+    store.claim(job.job_id, "r-1", LEASE_UNTIL)  # another runner claimed it a moment before
     client = _runtime()
     with Stubber(client) as stubber:  # no response queued: a call would fail the test
-        started = start(client, store, job, "iris-async", "text/csv", runner_id="r-2")
+        started = start(client, store, job, "iris-async", "text/csv", runner_id="r-2",
+                        lease_until=LEASE_UNTIL)
         stubber.assert_no_pending_responses()
     assert started.state is JobState.RUNNING and started.runner_id == "r-1"
 
@@ -90,11 +94,13 @@ def test_a_failed_call_fails_the_claimed_job_and_a_retry_sends_nothing(
     with Stubber(client) as stubber:
         stubber.add_client_error("invoke_endpoint_async", service_error_code=code,
                                  http_status_code=status, service_message="no such endpoint")
-        failed = start(client, store, job, "iris-async", "text/csv", runner_id="r-1")
+        failed = start(client, store, job, "iris-async", "text/csv", runner_id="r-1",
+                       lease_until=LEASE_UNTIL)
         assert failed.state is JobState.FAILED
         assert failed.view()["error"]["Code"] == expected
         assert words in failed.view()["error"]["Message"]
-        assert start(client, store, job, "iris-async", "text/csv", runner_id="r-1") == failed
+        assert start(client, store, job, "iris-async", "text/csv", runner_id="r-1",
+                     lease_until=LEASE_UNTIL) == failed
         stubber.assert_no_pending_responses()
 
 
@@ -106,7 +112,8 @@ def test_a_call_that_never_answered_fails_the_job_as_unavailable() -> None:
         def invoke_endpoint_async(self, **kwargs: Any) -> None:
             raise ConnectionRefusedError("connection refused")
 
-    failed = start(Unreachable(), store, job, "iris-async", "text/csv", runner_id="r-1")
+    failed = start(Unreachable(), store, job, "iris-async", "text/csv", runner_id="r-1",
+                   lease_until=LEASE_UNTIL)
     assert failed.view()["error"]["Code"] == "EndpointUnavailable"
     assert "(ConnectionRefusedError)" in failed.view()["error"]["Message"]
 

@@ -18,7 +18,8 @@ from chalicelib.jobs.store import MemoryJobStore, Outcome
 NOW = 1_800_000_000.0
 RUNNER = "request-1"  # the Lambda request id of the runner
 LIFETIME = RunnerLifetime()  # a runner of Lambda's longest timeout
-RUNNER_LIFETIME_SECONDS = LIFETIME.seconds
+RUNNER_LIFETIME_SECONDS = LIFETIME.lease_seconds(None)  # its claim's lease, off Lambda
+LEASE = NOW + RUNNER_LIFETIME_SECONDS  # the lease of a claim made at NOW
 CONFIG = json.loads((Path(__file__).resolve().parents[2] / ".chalice" / "config.json")
                     .read_text())
 
@@ -49,7 +50,7 @@ def test_a_small_json_answer_is_kept_in_the_record() -> None:
         return Answer.json({"predictions": [{"label": "setosa", "probability": 0.98}]})
 
     results = Results()
-    done = run_job(store, job_id, work, results, runner_id=RUNNER, lifetime=LIFETIME)
+    done = run_job(store, job_id, work, results, runner_id=RUNNER, lease_until=LEASE)
     assert seen == [JobState.RUNNING]
     assert done.state is JobState.SUCCEEDED and results.put == []
     assert done.result == {"predictions": [{"label": "setosa", "probability": 0.98}]}
@@ -63,7 +64,7 @@ def test_a_small_json_answer_is_kept_in_the_record() -> None:
 def test_a_large_or_non_json_answer_becomes_an_object(answer: Answer) -> None:
     store, job_id = _store_with_job()
     results = Results()
-    done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER, lifetime=LIFETIME)
+    done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER, lease_until=LEASE)
     assert done.state is JobState.SUCCEEDED and done.result is None
     assert done.result_location == f"s3://b/jobs/results/{job_id}"
     assert results.put == [(job_id, answer)]
@@ -76,7 +77,7 @@ def test_an_endpoint_failure_fails_the_job_with_its_message() -> None:
     def work(job: Job) -> Answer:
         raise ModelError("The model failed: division by zero")
 
-    failed = run_job(store, job_id, work, Results(), runner_id=RUNNER, lifetime=LIFETIME)
+    failed = run_job(store, job_id, work, Results(), runner_id=RUNNER, lease_until=LEASE)
     assert failed.state is JobState.FAILED
     assert failed.view()["error"] == {"Code": ModelError.CODE,
                                       "Message": "The model failed: division by zero"}
@@ -91,7 +92,7 @@ def test_a_runner_that_dies_is_retried_and_a_finished_job_is_never_run_again() -
         raise MemoryError("the function ran out of memory")
 
     with pytest.raises(MemoryError):
-        run_job(store, job_id, dies, Results(), runner_id=RUNNER, lifetime=LIFETIME)
+        run_job(store, job_id, dies, Results(), runner_id=RUNNER, lease_until=LEASE)
     job = store.get(job_id)
     assert job is not None and job.state is JobState.RUNNING
 
@@ -100,9 +101,9 @@ def test_a_runner_that_dies_is_retried_and_a_finished_job_is_never_run_again() -
         return Answer(json.dumps([1, 2]).encode(), "application/json; charset=utf-8")
 
     # Lambda's retry
-    done = run_job(store, job_id, works, Results(), runner_id=RUNNER, lifetime=LIFETIME)
+    done = run_job(store, job_id, works, Results(), runner_id=RUNNER, lease_until=LEASE)
     assert done.state is JobState.SUCCEEDED and done.result == [1, 2]
-    again = run_job(store, job_id, works, Results(), runner_id="another", lifetime=LIFETIME)
+    again = run_job(store, job_id, works, Results(), runner_id="another", lease_until=LEASE)
     assert again == done and calls == ["dies", "works"]
 
 
@@ -110,7 +111,7 @@ def test_an_unknown_job_is_not_found() -> None:
     store, _ = _store_with_job()
     with pytest.raises(JobNotFoundError):
         run_job(store, new_job_id(), lambda job: Answer.json({}), Results(), runner_id=RUNNER,
-                lifetime=LIFETIME)
+                lease_until=LEASE)
 
 
 def _running_by(runner_id: str) -> tuple[MemoryJobStore, str, list[float]]:
@@ -119,7 +120,7 @@ def _running_by(runner_id: str) -> tuple[MemoryJobStore, str, list[float]]:
     store = MemoryJobStore(clock=lambda: now[0])
     job = store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
                            created_at=NOW, updated_at=NOW, expires_at=int(NOW) + 7200))
-    claimed, moved = store.claim(job.job_id, runner_id, RUNNER_LIFETIME_SECONDS)
+    claimed, moved = store.claim(job.job_id, runner_id, LEASE, reclaim=True)
     assert moved and claimed.runner_id == runner_id
     return store, job.job_id, now
 
@@ -128,7 +129,7 @@ def test_a_duplicate_delivery_does_not_run_a_job_another_runner_is_running() -> 
     store, job_id, now = _running_by(RUNNER)
     now[0] += RUNNER_LIFETIME_SECONDS  # as long as a runner may live, not longer
     again = run_job(store, job_id, lambda job: pytest.fail("ran again"), Results(),
-                    runner_id="request-2", lifetime=LIFETIME)
+                    runner_id="request-2", lease_until=LEASE)
     assert again.state is JobState.RUNNING and again.runner_id == RUNNER
     assert store.get(job_id) == again  # not even touched
 
@@ -141,7 +142,7 @@ def test_a_running_job_is_run_again_by_its_own_retry_or_once_its_runner_is_gone(
     store, job_id, now = _running_by(RUNNER)
     now[0] += after
     done = run_job(store, job_id, lambda job: Answer.json({"ran_by": job.runner_id}),
-                   Results(), runner_id=runner_id, lifetime=LIFETIME)
+                   Results(), runner_id=runner_id, lease_until=LEASE)
     assert done.state is JobState.SUCCEEDED and done.result == {"ran_by": runner_id}
 
 
@@ -176,7 +177,7 @@ def test_an_answer_is_inline_up_to_exactly_the_cap(answer: Answer, inline: bool)
     store, job_id = _store_with_job()
     results = Results()
     done = run_job(store, job_id, lambda job: answer, results, runner_id=RUNNER,
-                   lifetime=LIFETIME)
+                   lease_until=LEASE)
     assert done.state is JobState.SUCCEEDED
     assert (done.result is not None, bool(results.put)) == (inline, not inline)
     if inline:
@@ -220,7 +221,7 @@ def test_keeping_an_outcome_is_retried_so_the_endpoint_is_not_called_again(
             raise ModelError("The model failed: bad row")
         return Answer.json({"ok": True})
 
-    done = run_job(store, job_id, work, Results(), runner_id=RUNNER, lifetime=LIFETIME,
+    done = run_job(store, job_id, work, Results(), runner_id=RUNNER, lease_until=LEASE,
                    sleep=sleeps.append)
     assert calls == [job_id] and len(sleeps) == 2
     assert done.state is (JobState.FAILED if work_fails else JobState.SUCCEEDED)
@@ -234,36 +235,44 @@ def test_a_failure_a_retry_cannot_cure_is_not_retried() -> None:
     sleeps: list[float] = []
     with pytest.raises(ClientError):
         run_job(store, job_id, lambda job: Answer.json({}), Results(), runner_id=RUNNER,
-                lifetime=LIFETIME, sleep=sleeps.append)
+                lease_until=LEASE, sleep=sleeps.append)
     assert sleeps == []
 
 
 # --- a runner's life: never shorter than its function's timeout -----------------------------
 
-@pytest.mark.parametrize("timeout", [1, 28, 300, 900])
-def test_no_other_runner_takes_a_job_while_its_function_may_still_run(timeout: int) -> None:
+@pytest.mark.parametrize(("timeout", "remaining_s"), [
+    (1, None), (28, None), (300, None), (900, None),  # off Lambda: the configured timeout
+    (900, 42.0), (300, 299.5), (60, 900.0)])  # on Lambda: the invocation's remaining time
+def test_no_other_runner_takes_a_job_while_its_function_may_still_run(
+        timeout: int, remaining_s: float | None) -> None:
     lifetime = RunnerLifetime(timeout)
-    assert lifetime.seconds > timeout and lifetime.lost_after_seconds > lifetime.seconds
+    remaining = None if remaining_s is None else (lambda: remaining_s * 1000)
+    lives = timeout if remaining_s is None else min(timeout, remaining_s)
+    lease = lifetime.lease_seconds(remaining)
+    assert lease > lives
     now = [NOW]
     store = MemoryJobStore(clock=lambda: now[0])
     job = store.create(Job(job_id=new_job_id(), model="iris", state=JobState.QUEUED,
                            created_at=NOW, updated_at=NOW, expires_at=int(NOW) + 7200))
-    run = store.claim(job.job_id, RUNNER, lifetime.seconds)[0]
-    now[0] += timeout  # the first runner's function may be in its last second
+    run = store.claim(job.job_id, RUNNER, NOW + lease, reclaim=True)[0]
+    assert run.lease_expires_at == NOW + lease  # stored on the record for the others to read
+    now[0] += lives  # the first runner's function may be in its last second
     again = run_job(store, job.job_id, lambda job: pytest.fail("ran twice at once"), Results(),
-                    runner_id="request-2", lifetime=lifetime)
+                    runner_id="request-2", lease_until=now[0] + lease)
     assert again == run
-    now[0] = NOW + lifetime.seconds + 1  # its function was stopped by now
+    now[0] = NOW + lease + 1  # its function was stopped by now
     done = run_job(store, job.job_id, lambda job: Answer.json({"by": job.runner_id}),
-                   Results(), runner_id="request-2", lifetime=lifetime)
+                   Results(), runner_id="request-2", lease_until=now[0] + lease)
     assert done.result == {"by": "request-2"}
 
 
-def test_the_lifetime_follows_the_configured_timeout() -> None:
+def test_the_lease_follows_the_configured_timeout_and_the_remaining_time() -> None:
     assert RunnerLifetime.from_env({}) == RunnerLifetime(900)  # Lambda's longest
     short = RunnerLifetime.from_env({"JOB_RUNNER_TIMEOUT_SECONDS": "300"})
-    assert (short.seconds, short.lost_after_seconds) == (360.0, 540.0)
-    assert (LIFETIME.seconds, LIFETIME.lost_after_seconds) == (960.0, 1140.0)
+    assert short.lease_seconds(None) == 360.0 and LIFETIME.lease_seconds(None) == 960.0
+    assert LIFETIME.lease_seconds(lambda: 120_000) == 180.0  # 2 minutes left, and the margin
+    assert short.lease_seconds(lambda: 899_000) == 360.0  # never past the configured timeout
     for bad in ("0", "901", "1.5", "-3", "ten", "٣٠٠"):
         with pytest.raises(ConfigurationError, match="JOB_RUNNER_TIMEOUT_SECONDS"):
             RunnerLifetime.from_env({"JOB_RUNNER_TIMEOUT_SECONDS": bad})
@@ -285,7 +294,7 @@ def test_every_stage_knows_its_runner_lives_as_long_as_its_function(stage: str) 
     lifetime = RunnerLifetime.from_env(env)
     assert lifetime.timeout_seconds >= runner["lambda_timeout"], (
         f"{stage}: JOB_RUNNER_TIMEOUT_SECONDS must be job_runner's lambda_timeout")
-    assert lifetime.seconds > runner["lambda_timeout"]
+    assert lifetime.lease_seconds(None) > runner["lambda_timeout"]
 
 
 @pytest.mark.parametrize(("remaining_s", "budget", "expected"), [

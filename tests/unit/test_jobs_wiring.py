@@ -32,7 +32,8 @@ from chalicelib.core.errors import (
 from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.endpoint import EndpointClient, policy_from
 from chalicelib.inference.pipeline import StageTimer
-from chalicelib.inference.serving import tensor_input
+from chalicelib.jobs.backends.asynchronous import JOB_MAX_ELEMENTS, JOB_MAX_INSTANCES
+from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.events import s3_keys, sns_messages
 from chalicelib.jobs.invoking import (
     JOB_MAX_ATTEMPTS,
@@ -42,15 +43,11 @@ from chalicelib.jobs.invoking import (
 )
 from chalicelib.jobs.objects import read_input
 from chalicelib.jobs.records import Job, JobState, new_job_id
-from chalicelib.jobs.service import (
-    JOB_MAX_ELEMENTS,
-    JOB_MAX_INSTANCES,
-    job_batch_limits,
-    job_id_of_ticket,
-    ticket_key,
-)
-from chalicelib.jobs.store import MemoryJobStore, TableJobStore
-from chalicelib.registry.loading import load_model
+from chalicelib.jobs.service import job_id_of_ticket, ticket_key
+from chalicelib.jobs.store import MemoryJobStore
+from chalicelib.jobs.table import TableJobStore
+from chalicelib.kinds.tensor import tensor_input
+from chalicelib.registry.loading import Registered, load_model
 from chalicelib.registry.specs import JobsBackend, JobsSpec
 from chalicelib.services import Services
 from tests.imagefactory import jpeg
@@ -207,9 +204,11 @@ def test_a_jobs_batch_bound_is_its_backends() -> None:
     registry = Services(SETTINGS).registry
     iris = registry.get("iris")
     assert iris.jobs.backend == JobsBackend.ASYNC  # a whole batch goes to the endpoint
-    assert job_batch_limits(iris) == (JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS)
+    backends = Registered().backends
+    assert backend_of(iris, backends).batch_limits(iris) == (JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS)
     realtime = dataclasses.replace(iris, jobs=JobsSpec(JobsBackend.REALTIME))
-    assert job_batch_limits(realtime) == (MAX_INSTANCES, MAX_ELEMENTS)  # one request's
+    assert backend_of(realtime, backends).batch_limits(realtime) == (
+        MAX_INSTANCES, MAX_ELEMENTS)  # one request's
 
 
 # --- the composition root ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chalicelib.core.config import Settings
-from chalicelib.jobs.store import TableJobStore
+from chalicelib.jobs.table import TableJobStore
 from sagegate.deploy.jobs_template import jobs_table_schema
 from sagegate.deploy.templates import cache_table_schema
 from sagegate.local import aws as local_aws

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chalicelib.http.negotiation import ANYTHING, choose, parse_accept, quality
+from chalicelib.reading.negotiation import ANYTHING, choose, parse_accept, quality
 
 JSON, JPEG, PNG = "application/json", "image/jpeg", "image/png"
 

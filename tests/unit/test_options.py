@@ -19,8 +19,8 @@ from chalicelib.core.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from chalicelib.http import bodies, options
-from chalicelib.http.bodies import Source
+from chalicelib.reading import bodies, options, resize
+from chalicelib.reading.bodies import Source
 
 LIMIT = 6 * 1024 * 1024
 
@@ -317,7 +317,7 @@ def test_k_and_topk_together_are_refused() -> None:
 ])
 def test_resize_negotiates_the_answer(accept: str | None, fmt: str, binary: bool) -> None:
     headers = {"accept": accept} if accept else {}
-    read = options.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", headers,
+    read = resize.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", headers,
                                                    {"width": "10", "height": "20"}),
                                max_body_bytes=LIMIT, max_output_pixels=10_000)
     assert (read.options.width, read.options.height) == (10, 20)
@@ -326,7 +326,7 @@ def test_resize_negotiates_the_answer(accept: str | None, fmt: str, binary: bool
 
 def test_resize_refuses_the_models_own_mode() -> None:
     with pytest.raises(InvalidParameterError, match="stretch, fit, fill"):
-        options.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", {},
+        resize.read_resize(options.HttpRequest(b"\xff\xd8\xffimg", "image/jpeg", {},
                                                 {"width": "8", "height": "8",
                                                  "mode": "shorter-side"}),
                             max_body_bytes=LIMIT, max_output_pixels=10_000)
@@ -377,7 +377,7 @@ def test_a_query_value_of_a_json_body_is_validated_like_a_field() -> None:
 
 
 def read_json_resize(body: dict[str, object], query: dict[str, str]) -> options.ResizeRequest:
-    return options.read_resize(options.HttpRequest(json.dumps(body).encode(), "application/json",
+    return resize.read_resize(options.HttpRequest(json.dumps(body).encode(), "application/json",
                                                    {}, query),
                                max_body_bytes=LIMIT, max_output_pixels=10_000)
 

@@ -1,0 +1,130 @@
+"""The ``tensor`` kind: a body of tensors (TF Serving's JSON, CSV, JSON lines, NumPy...) read
+and coerced to the model's signature, sent as TF Serving's REST body, its outputs answered by
+name and, when the first is one score per label, as the top-k labelled classes. Its halves run
+apart around an asynchronous endpoint (:class:`TensorModel`)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
+from chalicelib.core.media import MediaType
+from chalicelib.inference import predictions, tensors, tfsrest
+from chalicelib.inference.pipeline import StageTimer
+from chalicelib.inference.serving import HandledModel
+from chalicelib.kinds.base import BodyKind, Parts
+from chalicelib.registry.specs import DType, ModelSpec, TensorSpec
+
+ACCEPTED = tuple(str(kind) for kind in tensors.READABLE_TYPES)
+
+
+def tensor_input(model: ModelSpec, call: Call) -> bytes:
+    """The tensor pipeline before the endpoint call: TF Serving's REST body for the request.
+
+    Raises:
+        SagegateError: (a 4xx subclass) the body does not fit the model's signature.
+    """
+    arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
+    return tfsrest.tfs_request(arrays, model.signature)
+
+
+def tensor_answer(model: ModelSpec, body: bytes, options: CallOptions, variant: str | None,
+                  request_id: str) -> Answer:
+    """The tensor pipeline after the endpoint call: the route's answer to TF Serving's body.
+
+    Raises:
+        InvalidEndpointResponseError: the body is not the outputs the signature declares.
+    """
+    outputs = tfsrest.tfs_outputs(body, model.signature)
+    names = [spec.name for spec in model.signature.outputs] or ["predictions"]
+    document: dict[str, Any] = {
+        "model": model.name,
+        "outputs": {name: tfsrest.to_json(array) for name, array in zip(names, outputs,
+                                                                        strict=False)}}
+    labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
+    if labelled is not None:
+        document["predictions"] = labelled
+    document.update(endpoint=model.endpoint, variant=variant, request_id=request_id)
+    return Answer.json(document)
+
+
+def _labelled(scores: np.ndarray, labels: tuple[str, ...] | None,
+              k: int) -> list[list[dict[str, Any]]] | None:
+    """Per row, the top-k labelled classes, when the first output is one score per label."""
+    if labels is None or scores.ndim != 2 or scores.shape[1] != len(labels) \
+            or scores.dtype.kind not in "fiu":
+        return None
+    rows = []
+    for row in scores.astype(np.float64):
+        indices = predictions.top_k(row, k)
+        rows.append([p.to_dict() for p in predictions.label_predictions(row, indices, labels)])
+    return rows
+
+
+def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
+        request_id: str) -> Answer:
+    """One request: its tensors sent, the endpoint's outputs answered."""
+    result = invoke(tensor_input(model, call), MediaType.JSON, MediaType.JSON)
+    return tensor_answer(model, result.body, options, result.variant, request_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorModel(HandledModel):
+    """A tensor model's pipeline, whose halves also run apart
+    (:class:`~chalicelib.inference.serving.SplitPipeline`)."""
+
+    def preprocess(self, request: ModelRequest, timer: StageTimer,
+                   deadline: float | None = None) -> Call:
+        """What the endpoint would be sent.
+
+        Raises:
+            SagegateError: (a 4xx subclass) the body does not fit the model's signature.
+        """
+        with timer.stage("preprocess"):
+            return Call(tensor_input(self.model, request.call), MediaType.JSON, MediaType.JSON)
+
+    def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
+                    sent: bytes = b"") -> Served:
+        """The answer :meth:`serve` gives for the endpoint's ``result``.
+
+        Raises:
+            InvalidEndpointResponseError: the body is not the outputs the signature declares.
+        """
+        served = Served(Answer(b"", ""), self.model.endpoint)
+        served.record(sent, MediaType.JSON, result)
+        served.answer = tensor_answer(self.model, result.body, request.options, result.variant,
+                                      request_id)
+        served.invoked = True
+        served.original, served.original_content_type = request.call.body, \
+            request.call.content_type
+        return served
+
+
+class TensorKind(BodyKind):
+    """See the module."""
+
+    def accepts(self, model: ModelSpec) -> tuple[str, ...]:
+        return ACCEPTED
+
+    def pipeline(self, model: ModelSpec, parts: Parts) -> TensorModel:
+        return TensorModel(parts.server, model, run)
+
+    def example(self, model: ModelSpec) -> Any:
+        inputs = model.signature.inputs
+        if len(inputs) == 1:
+            return {"instances": [_sample(inputs[0])]}
+        return {"instances": [{spec.name: _sample(spec) for spec in inputs}]}
+
+
+def _sample(spec: TensorSpec) -> Any:
+    """One instance of an input (its shape without the batch axis), filled with zeros."""
+    value: Any = "text" if spec.dtype == DType.STRING else (
+        0.0 if spec.dtype.startswith("float") else 0)
+    for size in reversed(spec.shape[1:]):
+        value = [value] * (size if size > 0 else 1)
+    return value
+
+
+KIND = TensorKind()
