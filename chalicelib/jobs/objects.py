@@ -27,23 +27,6 @@ RESULT_URL_SECONDS = 15 * 60
 """How long a presigned GET of an answer stays usable."""
 
 
-def read_upload(client: Any, bucket: str, prefix: str, key: str, content_type: str,
-                max_bytes: int) -> bytes:
-    """An uploaded object's bytes, after :func:`~chalicelib.jobs.uploads.check_uploaded`.
-
-    The read is bounded by the size S3 reported and the cap, so a larger object (replaced
-    after the check) is never read whole.
-
-    Raises:
-        InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
-        UploadTooLargeError; botocore's errors.
-    """
-    upload_id_of(key, prefix)  # nothing outside this stage's uploads is even looked at
-    size = check_uploaded(head_upload(client, bucket, key), key, prefix, content_type,
-                          max_bytes)
-    return _read(client, bucket, key, size, max_bytes)
-
-
 def read_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
                accepts: Callable[[str], bool], pin: Pin | None = None) -> tuple[bytes, str]:
     """An uploaded object's bytes and bare content type, whatever type it was uploaded as,
