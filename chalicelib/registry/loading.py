@@ -42,7 +42,8 @@ from chalicelib.registry import kinds as registered
 from chalicelib.registry.jobsblock import read_jobs
 from chalicelib.registry.kinds import BackendRules, KindRules
 from chalicelib.registry.labels import read_labels
-from chalicelib.registry.specs import DType, ModelSpec, Signature, TensorSpec
+from chalicelib.registry.signatures import read_signature
+from chalicelib.registry.specs import ModelSpec
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILE = "model.json"
@@ -213,7 +214,7 @@ class _ModelReader:
             raise self.fail(unknown[0],
                             f"is not a model.json key (known: {', '.join(sorted(_KEYS))})")
         kind = self._kind()
-        signature = self._signature(kind)
+        signature = read_signature(self.doc.get("signature"), kind, self.fail)
         labels = self._labels(kind.image)
         endpoint = self._endpoint()
         settings = self._image_settings(endpoint, kind)
@@ -328,45 +329,6 @@ class _ModelReader:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
             raise self.fail("default_k", "must be a whole number from 1 to 100000")
         return value
-
-    def _signature(self, kind: KindRules) -> Signature:
-        required = kind.signature_required
-        value = self.doc.get("signature")
-        if value is None:
-            if required:
-                raise self.fail("signature", f"is required by the {kind.name} pipeline")
-            return Signature()
-        if not isinstance(value, dict) or set(value) - {"inputs", "outputs"}:
-            raise self.fail("signature", 'must be {"inputs": [...], "outputs": [...]}')
-        inputs = self._specs(value.get("inputs", []), "signature.inputs")
-        if required and not inputs:
-            raise self.fail("signature.inputs", "must declare at least one input")
-        return Signature(inputs, self._specs(value.get("outputs", []), "signature.outputs"))
-
-    def _specs(self, value: Any, key: str) -> tuple[TensorSpec, ...]:
-        if not isinstance(value, list):
-            raise self.fail(key, "must be a list of {\"name\", \"dtype\", \"shape\"}")
-        specs = tuple(self._spec(item, f"{key}[{index}]") for index, item in enumerate(value))
-        names = [spec.name for spec in specs]
-        if len(set(names)) != len(names):
-            raise self.fail(key, "declares a name twice")
-        return specs
-
-    def _spec(self, item: Any, key: str) -> TensorSpec:
-        if not isinstance(item, dict) or set(item) != {"name", "dtype", "shape"}:
-            raise self.fail(key, 'must be {"name": ..., "dtype": ..., "shape": [...]}')
-        name, dtype, shape = item["name"], item["dtype"], item["shape"]
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][\w.:/-]{0,127}\Z", name):
-            raise self.fail(key + ".name", f"must be a tensor name, not {name!r}")
-        try:
-            kind = DType(dtype)
-        except ValueError:
-            raise self.fail(key + ".dtype", f"must be one of {', '.join(DType)}") from None
-        if not isinstance(shape, list) or not 1 <= len(shape) <= 8 or not all(
-                isinstance(d, int) and not isinstance(d, bool) and (d == -1 or d >= 1)
-                for d in shape):
-            raise self.fail(key + ".shape", "must be a list of 1 to 8 sizes, -1 for any")
-        return TensorSpec(name, kind, tuple(shape))
 
     def _labels(self, image: bool) -> tuple[str, ...] | None:
         path = self.folder / LABELS_FILE
