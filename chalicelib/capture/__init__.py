@@ -16,10 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from chalicelib.calls import Served
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
+from chalicelib.capture.writer import CaptureWriter
 from chalicelib.core.config_names import CaptureMode
 from chalicelib.core.observability import Outcome
 
@@ -30,6 +32,8 @@ LOG = logging.getLogger("sagegate.capture")
 # refused at once (a sink that hangs must not pile records and threads up)
 MAX_PENDING_WRITES = 4
 _WRITERS = 16  # threads writing records; concurrent requests beyond that wait their turn
+CLOSE_FLUSH_SECONDS = 5.0
+"""What closing (a snapshot, the process's end) waits for records still held."""
 
 
 class Capturer:
@@ -42,11 +46,14 @@ class Capturer:
         include_original: add the client's upload to each record.
         rng: ``random.random``-like, for sampling (injectable for tests).
         cache_hits: capture answers served from the prediction cache too (marked).
+        writer: store records after the response through this writer (its sink is
+            ``sink``'s); None: before it, inline.
     """
 
     def __init__(self, mode: str, sink: Sink | None, sampling_percentage: float = 100.0,
                  include_original: bool = False,
-                 rng: Callable[[], float] = random.random, cache_hits: bool = True) -> None:
+                 rng: Callable[[], float] = random.random, cache_hits: bool = True,
+                 writer: CaptureWriter | None = None) -> None:
         if mode != CaptureMode.OFF and sink is None:
             raise ValueError("a sink is needed when capture is on")
         self.mode = mode
@@ -58,16 +65,36 @@ class Capturer:
         self._writers: ThreadPoolExecutor | None = None
         self._abandoned = 0
         self._lock = threading.Lock()
+        self.writer = writer
+
+    def background(self, **limits: Any) -> Capturer:
+        """This capturer storing its records after the response (a
+        :class:`~.writer.CaptureWriter` on its sink; ``limits``: the writer's bounds)."""
+        if self.mode == CaptureMode.OFF or self._sink is None or self.writer is not None:
+            return self
+        mode, include_original = self.mode, self._include_original
+        self.writer = CaptureWriter(
+            self._sink, lambda exchange: build_record(exchange, mode, include_original),
+            **limits)
+        return self
 
     @classmethod
     def from_settings(cls, mode: str, destination: str, sampling_percentage: float,
                       include_original: bool, max_bytes: int = 0,
-                      cache_hits: bool = True) -> Capturer:
+                      cache_hits: bool = True, background: bool = False) -> Capturer:
         """The capturer the settings describe (``CAPTURE_*``; ``max_bytes`` caps each
         endpoint's folder of a directory destination, see
-        :class:`~chalicelib.capture.sinks.DirectorySink`)."""
+        :class:`~chalicelib.capture.sinks.DirectorySink`; ``background``: records stored
+        after the response, ``CAPTURE_WRITER=background``)."""
         sink = sink_for(destination, max_bytes) if mode != CaptureMode.OFF else None
-        return cls(mode, sink, sampling_percentage, include_original, cache_hits=cache_hits)
+        capturer = cls(mode, sink, sampling_percentage, include_original,
+                       cache_hits=cache_hits)
+        return capturer.background() if background else capturer
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the records handed to the writer are stored or dropped (True at once
+        inline); False when ``timeout`` ran out first."""
+        return True if self.writer is None else self.writer.flush(timeout)
 
     @property
     def wants_original(self) -> bool:
@@ -75,7 +102,10 @@ class Capturer:
         return self.mode != CaptureMode.OFF and self._include_original
 
     def close(self) -> None:
-        """Drop the sink's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
+        """Store what the writer holds, then drop the sink's pooled connections (see
+        :mod:`chalicelib.core.lifecycle`: before a snapshot, nothing may wait in memory)."""
+        if self.writer is not None:
+            self.writer.flush(CLOSE_FLUSH_SECONDS)
         if self._sink is not None:
             self._sink.close()
 
@@ -121,6 +151,8 @@ class Capturer:
             return Outcome.OFF
         if self._share < 1.0 and self._rng() >= self._share:
             return Outcome.SAMPLED_OUT
+        if self.writer is not None:  # built and stored after the response
+            return Outcome.QUEUED if self.writer.submit(exchange) else Outcome.DROPPED
         try:
             record = build_record(exchange, self.mode, self._include_original)
             if timeout is None:

@@ -40,7 +40,11 @@ class Outcome(enum.StrEnum):
     OFF = "off"
     SAMPLED_OUT = "sampled-out"
     WRITTEN = "written"
+    QUEUED = "queued"
+    """Handed to the capture writer, stored after the response (its metrics count the rest)."""
     FAILED = "failed"
+    DROPPED = "dropped"
+    """Refused by a full capture writer (counted in ``CaptureDropped``)."""
 
 
 class _CurrentStdout:
@@ -148,9 +152,9 @@ class RequestLog:
         if self.image_out and "bytes" in self.image_out:
             metrics.add_metric(name="BytesToEndpoint", unit=MetricUnit.Bytes,
                                value=self.image_out["bytes"])
-        if self.capture in (Outcome.WRITTEN, Outcome.FAILED):
-            name = "CaptureRecords" if self.capture == Outcome.WRITTEN else "CaptureFailures"
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+        if self.capture in _CAPTURE_METRICS:
+            metrics.add_metric(name=_CAPTURE_METRICS[self.capture], unit=MetricUnit.Count,
+                               value=1)
         self._cache_metrics(metrics)
         _publish(metrics)
         if self.error_code:
@@ -169,6 +173,21 @@ class RequestLog:
         if self.cache_skipped_too_large:
             metrics.add_metric(name="CacheSkippedTooLarge", unit=MetricUnit.Count,
                                value=self.cache_skipped_too_large)
+
+
+_CAPTURE_METRICS: dict[str, str] = {Outcome.WRITTEN: "CaptureRecords",
+                                    Outcome.FAILED: "CaptureFailures",
+                                    Outcome.QUEUED: "CaptureQueued"}
+# (a queued record's end is counted by the writer: CaptureRecords or CaptureDropped)
+
+
+def emit_count(name: str, value: int, **dimensions: str) -> None:
+    """One count metric outside a request (the capture writer's), as an EMF line."""
+    metrics = _metrics()
+    for key, dimension in dimensions.items():
+        metrics.add_dimension(name=key, value=dimension)
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    _publish(metrics)
 
 
 def _publish(metrics: EphemeralMetrics) -> None:

@@ -1,0 +1,196 @@
+"""A Lambda internal extension that stores each invocation's capture records after its response.
+
+Lambda freezes an execution environment once the runtime and every registered extension have
+asked for their next event. An internal extension is a thread of the function's own process,
+registered with the Extensions API during init, for ``INVOKE`` events only. For each
+invocation this one waits until the handler has returned (:meth:`AfterHandlers.handler_ended`,
+called by ``app.py``'s middleware as every handler ends), so the runtime is already sending the
+response, then flushes the capture writer within the invocation's deadline, and only then asks
+for its next event: the environment is not frozen while records wait in memory, and the caller
+never waits for them.
+
+SnapStart: the Extensions API was listed as unsupported when SnapStart launched, and no AWS
+text says whether an extension registered before a snapshot survives a restore (its
+registration and its pending ``next`` call are connections to the runtime API made before the
+snapshot). Under SnapStart sagegate therefore registers no extension: the middleware flushes
+the writer itself before the response leaves (:meth:`AfterHandlers.handler_ended`), as an
+inline capture would store the record; the before-snapshot hook flushes too
+(``Capturer.close``).
+
+Only the standard library is used: the extension starts before anything else is imported.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+LOG = logging.getLogger("sagegate.capture")
+
+RUNTIME_API = "AWS_LAMBDA_RUNTIME_API"
+"""The host:port of the runtime API (and the Extensions API), set by Lambda."""
+EXTENSION_NAME = "sagegate-capture"
+BASE = "/2020-01-01/extension"
+DEADLINE_MARGIN_SECONDS = 0.5
+"""What a flush leaves of the invocation's time (the next call must still be made)."""
+
+Flush = Callable[[float | None], bool]
+"""The capture writer's ``flush(timeout)``."""
+
+
+class _Finished:
+    """How many handlers have returned in this process (the middleware counts them)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def add(self) -> None:
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    def wait_for(self, count: int, timeout: float | None) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: self.count >= count, timeout)
+
+
+FINISHED = _Finished()
+
+
+class CaptureExtension:
+    """The internal extension (see the module).
+
+    Args:
+        api: the runtime API's ``host:port``.
+        flush: stores what the capture writer holds, within a timeout.
+        finished: the count of handlers that returned (the module's, by default).
+        clock: epoch seconds (the events' deadlines are epoch milliseconds).
+    """
+
+    def __init__(self, api: str, flush: Flush, finished: _Finished = FINISHED,
+                 clock: Callable[[], float] = time.time) -> None:
+        host, _, port = api.rpartition(":")
+        self._host, self._port = host or api, int(port) if port.isdigit() else 80
+        self._flush = flush
+        self._finished = finished
+        self._clock = clock
+        self._id = ""
+        self.invocations = 0
+        self._thread: threading.Thread | None = None
+
+    def register(self) -> None:
+        """Register for INVOKE events (during init, before the runtime's first next call).
+
+        Raises:
+            OSError, ValueError: the Extensions API refused or did not answer.
+        """
+        status, headers, _ = self._call("POST", f"{BASE}/register",
+                                        {"Lambda-Extension-Name": EXTENSION_NAME},
+                                        json.dumps({"events": ["INVOKE"]}).encode())
+        identifier = headers.get("lambda-extension-identifier", "")
+        if status != 200 or not identifier:
+            raise ValueError(f"the Extensions API answered {status} to the registration")
+        self._id = identifier
+
+    def handler_ended(self) -> None:
+        """A handler returned: this invocation's records may be flushed."""
+        self._finished.add()
+
+    def start(self) -> None:
+        """Run the extension's loop on a daemon thread."""
+        self._thread = threading.Thread(target=self._loop, name="capture-extension",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                event = self._next()
+            except Exception as error:  # the environment is going away, or the API is gone
+                LOG.warning("capture extension stopped: %s: %s", type(error).__name__, error)
+                return
+            if event.get("eventType") != "INVOKE":
+                continue
+            self.invocations += 1
+            deadline = float(event.get("deadlineMs", 0)) / 1000.0
+            left = max(0.0, deadline - self._clock() - DEADLINE_MARGIN_SECONDS) \
+                if deadline else None
+            started = time.monotonic()
+            self._finished.wait_for(self.invocations, left)
+            if left is not None:
+                left = max(0.0, left - (time.monotonic() - started))
+            if not self._flush(left):
+                LOG.warning("capture extension: records still held at the invocation's "
+                            "deadline; they are stored with the next one")
+
+    def _next(self) -> dict[str, Any]:
+        status, _, body = self._call("GET", f"{BASE}/event/next",
+                                     {"Lambda-Extension-Identifier": self._id}, None)
+        if status != 200:
+            raise ValueError(f"the Extensions API answered {status} to next")
+        event = json.loads(body)
+        return event if isinstance(event, dict) else {}
+
+    def _call(self, method: str, path: str, headers: dict[str, str],
+              body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection(self._host, self._port)  # no timeout: next
+        try:  # blocks until Lambda has an event
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return (response.status, {name.lower(): value for name, value in
+                                      response.getheaders()}, response.read())
+        finally:
+            connection.close()
+
+
+class AfterHandlers:
+    """What happens to held capture records as each handler ends (``app.py``'s middleware
+    calls :meth:`handler_ended`).
+
+    Args:
+        flush: the capture writer's flush.
+        extension: the registered extension (None: none runs).
+        on_lambda: whether this is a Lambda environment (where an environment without the
+            extension may freeze with records held, so the handler flushes them itself).
+    """
+
+    def __init__(self, flush: Flush, extension: CaptureExtension | None,
+                 on_lambda: bool) -> None:
+        self._flush = flush
+        self.extension = extension
+        self._on_lambda = on_lambda
+
+    def handler_ended(self, remaining_seconds: float | None) -> None:
+        """A handler returned: the extension flushes after the response; without it, on
+        Lambda, the records are stored now, within the invocation's time; elsewhere the
+        writer's thread keeps storing them (flushed as the process exits)."""
+        if self.extension is not None:
+            self.extension.handler_ended()
+        elif self._on_lambda:
+            self._flush(None if remaining_seconds is None
+                        else max(0.0, remaining_seconds - DEADLINE_MARGIN_SECONDS))
+
+
+def start(flush: Flush, environ: dict[str, str] | None = None) -> CaptureExtension | None:
+    """Register and start the extension when this is a Lambda environment with a runtime API
+    and not SnapStart's (see the module); None otherwise, or when registration failed
+    (logged: the middleware then flushes in the handler)."""
+    environ = dict(os.environ) if environ is None else environ
+    api = environ.get(RUNTIME_API, "")
+    if not api or environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+        return None
+    extension = CaptureExtension(api, flush)
+    try:
+        extension.register()
+    except (OSError, ValueError) as error:
+        LOG.warning("capture extension not registered (%s: %s); records are stored before "
+                    "each response instead", type(error).__name__, error)
+        return None
+    extension.start()
+    return extension

@@ -1,0 +1,192 @@
+"""Capture records written off the response path: the request hands its inference over and
+answers; a thread of this process builds the records and stores them in batches.
+
+Nothing is lost silently. The hand-over is bounded (records and bytes waiting): past it an
+inference is refused at once and counted as dropped (a sink that cannot keep up must not grow
+the function's memory). A batch the sink fails to store is tried again with backoff
+(:data:`ATTEMPTS` in all, past the sink's own retries); after the last attempt its records are
+dropped, counted (:attr:`CaptureWriter.dropped`, the ``CaptureDropped`` metric) and logged with
+the error. :meth:`CaptureWriter.flush` waits until everything handed over is stored or dropped:
+on Lambda the internal extension (:mod:`.extension`) calls it after each invocation's response
+and before the environment may freeze; under ``chalice local`` the process calls it as it exits.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from chalicelib.capture.records import CaptureRecord, Exchange
+from chalicelib.capture.sinks import Sink
+from chalicelib.core.observability import emit_count
+
+LOG = logging.getLogger("sagegate.capture")
+
+MAX_PENDING_RECORDS = 10_000
+"""Inferences waiting to be stored, at most: past it one is refused (dropped, counted)."""
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+"""Their bodies' bytes, at most (a Lambda function's memory is the bound that matters)."""
+BATCH_RECORDS = 500
+"""Records stored in one call of the sink (Firehose's PutRecordBatch takes 500)."""
+ATTEMPTS = 5
+"""Tries of one batch before its records are dropped."""
+BASE_DELAY, MAX_DELAY = 0.2, 5.0
+"""The backoff between tries, doubling from the first (seconds)."""
+
+
+def _size(exchange: Exchange) -> int:
+    return len(exchange.sent) + len(exchange.received) + len(exchange.original or b"")
+
+
+class CaptureWriter:
+    """Stores capture records on a thread of its own (see the module).
+
+    Args:
+        sink: where records go.
+        build: makes an inference's record (run on the writer's thread, off the request's).
+        max_pending_records, max_pending_bytes: the hand-over's bounds.
+        batch_records: records per sink call.
+        attempts: tries of a batch before its records are dropped.
+        sleep: the backoff's sleep (injectable for tests).
+    """
+
+    def __init__(self, sink: Sink, build: Callable[[Exchange], CaptureRecord], *,
+                 max_pending_records: int = MAX_PENDING_RECORDS,
+                 max_pending_bytes: int = MAX_PENDING_BYTES,
+                 batch_records: int = BATCH_RECORDS, attempts: int = ATTEMPTS,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._sink = sink
+        self._build = build
+        self._max_records = max_pending_records
+        self._max_bytes = max_pending_bytes
+        self._batch = batch_records
+        self._attempts = attempts
+        self._sleep = sleep
+        self._queue: collections.deque[Exchange] = collections.deque()
+        self._bytes = 0
+        self._handed = 0  # inferences accepted so far
+        self._settled = 0  # of those, stored or dropped
+        self.written = 0
+        self.dropped = 0
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:
+        """Inferences handed over and not yet stored or dropped."""
+        with self._changed:
+            return self._handed - self._settled
+
+    def submit(self, exchange: Exchange) -> bool:
+        """Hand one inference over; False (dropped, counted) when the hand-over is full or the
+        writer is closed. Never blocks on the sink."""
+        size = _size(exchange)
+        with self._changed:
+            if self._closed or len(self._queue) >= self._max_records \
+                    or (self._queue and self._bytes + size > self._max_bytes):
+                self.dropped += 1
+                refused = True
+            else:
+                self._queue.append(exchange)
+                self._bytes += size
+                self._handed += 1
+                refused = False
+                self._start()
+                self._changed.notify_all()
+        if refused:
+            LOG.warning("data capture dropped 1 record: %d are waiting for the sink",
+                        self.pending)
+            emit_count("CaptureDropped", 1)
+        return not refused
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every inference handed over so far is stored or dropped; False when
+        ``timeout`` (seconds) ran out first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            target = self._handed
+            while self._settled < target:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush, then stop taking inferences; False when the flush ran out of time (what is
+        left is counted as dropped and logged)."""
+        flushed = self.flush(timeout)
+        with self._changed:
+            self._closed = True
+            left = self._handed - self._settled
+            self._changed.notify_all()
+        if not flushed:
+            LOG.warning("data capture: %d record(s) not stored before exit", left)
+        return flushed
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="capture-writer",
+                                            daemon=True)
+            self._thread.start()
+
+    def _take(self) -> list[Exchange] | None:
+        with self._changed:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._changed.wait()
+            batch = [self._queue.popleft()
+                     for _ in range(min(self._batch, len(self._queue)))]
+            self._bytes -= sum(_size(exchange) for exchange in batch)
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            stored = 0
+            try:
+                stored = self._store(batch)
+            except Exception:  # the writer must outlive anything one batch does
+                LOG.exception("data capture: a batch of %d record(s) failed", len(batch))
+            dropped = len(batch) - stored
+            with self._changed:
+                self.written += stored
+                self.dropped += dropped
+                self._settled += len(batch)
+                self._changed.notify_all()
+            if stored:
+                emit_count("CaptureRecords", stored)
+            if dropped:
+                emit_count("CaptureDropped", dropped)
+
+    def _store(self, batch: Sequence[Exchange]) -> int:
+        """Build and store one batch, trying again with backoff; the records stored."""
+        records = []
+        for exchange in batch:
+            try:
+                records.append(self._build(exchange))
+            except Exception as error:  # one inference's record, not the batch's
+                LOG.warning("data capture: a record could not be built: %s: %s",
+                            type(error).__name__, error)
+        delay = BASE_DELAY
+        for attempt in range(1, self._attempts + 1):
+            try:
+                if records:
+                    self._sink.write(records)
+                return len(records)
+            except Exception as error:
+                if attempt == self._attempts:
+                    LOG.warning("data capture dropped %d record(s) after %d attempts: %s: %s",
+                                len(records), attempt, type(error).__name__, error)
+                    return 0
+                LOG.info("data capture: storing %d record(s) failed (%s); again in %.1f s",
+                         len(records), type(error).__name__, delay)
+                self._sleep(delay)
+                delay = min(delay * 2, MAX_DELAY)
+        return 0

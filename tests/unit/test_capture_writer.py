@@ -1,0 +1,238 @@
+"""Capture off the response path: the writer's thread stores what requests hand over, in
+batches, retries a failing sink, and drops only past its retries or its bounds, counting and
+saying so; the Lambda internal extension holds each invocation open until its records are
+stored, after the handler returned."""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from chalicelib.capture import Capturer
+from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
+from chalicelib.capture.records import CaptureRecord, Exchange, build_record
+from chalicelib.capture.writer import CaptureWriter
+from chalicelib.core.observability import Outcome
+
+
+def exchange(number: int, size: int = 10) -> Exchange:
+    return Exchange(endpoint="iris", variant="AllTraffic", inference_id=f"r-{number}",
+                    sent=b"x" * size, sent_content_type="text/csv", received=b"[0.5]",
+                    received_content_type="application/json")
+
+
+def build(item: Exchange) -> CaptureRecord:
+    return build_record(item, "both", False)
+
+
+class GatedSink:
+    """A sink that stores nothing until its gate opens, and fails its first ``failures``
+    writes (a sink killed mid-flight, then back)."""
+
+    def __init__(self, failures: int = 0, gate_open: bool = True) -> None:
+        self.gate = threading.Event()
+        if gate_open:
+            self.gate.set()
+        self.entered = threading.Event()
+        self.failures = failures
+        self.calls = 0
+        self.stored: list[CaptureRecord] = []
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ConnectionError("the sink is down (simulated)")
+        self.stored.extend(records)
+
+    def close(self) -> None:
+        pass
+
+
+def ids(records: Sequence[CaptureRecord]) -> list[str]:
+    return [json.loads(record.line)["eventMetadata"]["inferenceId"] for record in records]
+
+
+def test_every_record_handed_over_lands_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    sink = GatedSink()
+    writer = CaptureWriter(sink, build, batch_records=7)
+    for number in range(50):
+        assert writer.submit(exchange(number))
+    assert writer.flush(10)
+    assert ids(sink.stored) == [f"r-{number}" for number in range(50)]
+    assert (writer.written, writer.dropped, writer.pending) == (50, 0, 0)
+    assert sink.calls >= 50 // 7  # in batches, not one call a record
+    stored = sum(line["CaptureRecords"][0] for line in _metrics(capsys)
+                 if "CaptureRecords" in line)
+    assert stored == 50
+
+
+def test_the_request_does_not_wait_for_the_sink() -> None:
+    sink = GatedSink(gate_open=False)  # a sink that takes as long as the test says
+    capturer = Capturer("both", sink).background()
+    outcome = capturer.capture(exchange(1), timeout=0.0)  # no time left for a write at all
+    assert outcome == Outcome.QUEUED  # handed over, the sink still blocked
+    assert sink.entered.wait(10) and not sink.stored
+    assert not capturer.flush(0.05)  # held while the sink is blocked
+    sink.gate.set()
+    assert capturer.flush(10) and ids(sink.stored) == ["r-1"]
+
+
+def test_a_sink_killed_mid_flight_is_retried_and_nothing_is_lost() -> None:
+    sink = GatedSink(failures=2)
+    sleeps: list[float] = []
+    writer = CaptureWriter(sink, build, attempts=5, sleep=sleeps.append)
+    for number in range(5):
+        writer.submit(exchange(number))
+    assert writer.flush(10)
+    assert ids(sink.stored) == [f"r-{number}" for number in range(5)]
+    assert writer.dropped == 0 and len(sleeps) >= 2 and sleeps[1] > sleeps[0]  # backing off
+
+
+def test_a_sink_that_stays_down_drops_only_after_its_retries_and_says_so(
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    sink = GatedSink(failures=1_000)
+    sleeps: list[float] = []
+    writer = CaptureWriter(sink, build, attempts=3, batch_records=100, sleep=sleeps.append)
+    for number in range(4):
+        writer.submit(exchange(number))
+    assert writer.flush(10)
+    assert (writer.written, writer.dropped) == (0, 4) and sink.calls >= 3
+    assert any("dropped" in record.message and "after 3 attempts" in record.message
+               for record in caplog.records)
+    dropped = sum(line["CaptureDropped"][0] for line in _metrics(capsys)
+                  if "CaptureDropped" in line)
+    assert dropped == 4
+
+
+def test_the_hand_over_is_bounded_and_a_refusal_is_counted() -> None:
+    sink = GatedSink(gate_open=False)
+    writer = CaptureWriter(sink, build, max_pending_records=3, batch_records=1)
+    assert writer.submit(exchange(0)) and sink.entered.wait(10)  # taken by the thread
+    assert all(writer.submit(exchange(number)) for number in (1, 2, 3))
+    assert not writer.submit(exchange(4))  # three waiting: the fourth is refused
+    held = GatedSink(gate_open=False)
+    bounded = CaptureWriter(held, build, max_pending_bytes=100, batch_records=1)
+    assert bounded.submit(exchange(5, size=80)) and held.entered.wait(10)  # being stored
+    assert bounded.submit(exchange(6, size=80))  # 85 bytes waiting
+    assert not bounded.submit(exchange(7, size=80))  # 170 would be over 100: refused
+    held.gate.set()
+    assert bounded.flush(10) and (bounded.written, bounded.dropped) == (2, 1)
+    sink.gate.set()
+    assert writer.flush(10) and writer.dropped == 1 and len(sink.stored) == 4
+    closed = CaptureWriter(GatedSink(), build)
+    closed.close(1)
+    assert not closed.submit(exchange(8)) and closed.dropped == 1
+
+
+def _metrics(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{") and "_aws" in line]
+
+
+# --- the internal extension, against a Extensions API on 127.0.0.1 ------------------------
+
+class ExtensionsApi:
+    """Lambda's side: a registration, then one INVOKE event per invocation the test starts;
+    each next call after the first says the previous invocation's extension work is done."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.available = threading.Semaphore(0)
+        self.next_calls = threading.Semaphore(0)
+        self.registered: dict[str, Any] = {}
+        self.at_next: list[int] = []  # records stored when each next call came
+        self.stored: Any = None
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                api.registered = {"name": self.headers["Lambda-Extension-Name"],
+                                  **json.loads(body)}
+                self.send_response(200)
+                self.send_header("Lambda-Extension-Identifier", "ext-1")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_GET(self) -> None:
+                assert self.headers["Lambda-Extension-Identifier"] == "ext-1"
+                api.at_next.append(len(api.stored()) if api.stored else 0)
+                api.next_calls.release()
+                api.available.acquire()
+                event = json.dumps(api.events.pop(0)).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(event)))
+                self.end_headers()
+                self.wfile.write(event)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def invoke(self, request_id: str) -> None:
+        self.events.append({"eventType": "INVOKE", "requestId": request_id,
+                            "deadlineMs": 4_102_444_800_000})  # far off
+        self.available.release()
+
+
+@pytest.fixture
+def extensions_api() -> Iterator[ExtensionsApi]:
+    api = ExtensionsApi()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+def test_the_extension_asks_for_its_next_event_only_once_the_records_are_stored(
+        extensions_api: ExtensionsApi) -> None:
+    sink = GatedSink(gate_open=False)
+    capturer = Capturer("both", sink).background()
+    extensions_api.stored = lambda: sink.stored
+    finished = _Finished()
+    extension = CaptureExtension(extensions_api.address, capturer.flush, finished)
+    extension.register()
+    assert extensions_api.registered == {"name": "sagegate-capture", "events": ["INVOKE"]}
+    extension.start()
+    assert extensions_api.next_calls.acquire(timeout=10)  # init done: waiting for an event
+    after = AfterHandlers(capturer.flush, extension, on_lambda=True)
+    for invocation in range(2):
+        extensions_api.invoke(f"req-{invocation}")
+        # the handler: two inferences handed over, then it returns (the response leaves)
+        for number in range(2):
+            assert capturer.capture(exchange(10 * invocation + number)) == Outcome.QUEUED
+        after.handler_ended(remaining_seconds=5.0)
+        assert not extensions_api.next_calls.acquire(timeout=0.2)  # held: sink still busy
+        sink.gate.set()  # the sink answers after the response was sent
+        assert extensions_api.next_calls.acquire(timeout=10)
+        assert extensions_api.at_next[-1] == 2 * (invocation + 1)  # all stored before next
+        sink.gate.clear()
+    assert extension.invocations == 2
+
+
+def test_without_the_extension_a_lambda_handler_stores_its_records_before_it_returns() -> None:
+    sink = GatedSink()
+    capturer = Capturer("both", sink).background()
+    capturer.capture(exchange(1))
+    AfterHandlers(capturer.flush, None, on_lambda=True).handler_ended(remaining_seconds=5.0)
+    assert ids(sink.stored) == ["r-1"]  # SnapStart, or a failed registration
+    held = GatedSink(gate_open=False)
+    local = Capturer("both", held).background()
+    local.capture(exchange(2))
+    AfterHandlers(local.flush, None, on_lambda=False).handler_ended(None)  # chalice local
+    assert local.writer is not None and local.writer.pending == 1  # its thread stores it
+    held.gate.set()
+    assert local.flush(10) and ids(held.stored) == ["r-2"]
