@@ -73,16 +73,6 @@ from chalicelib.core.config_names import (
     UPLOAD_EXPIRY_SECONDS,
     CaptureMode,
 )
-
-# still imported from here by tests/unit/test_config.py (their home is config_names)
-from chalicelib.core.config_names import COGNITO_USER_POOL_ARNS as COGNITO_USER_POOL_ARNS
-from chalicelib.core.config_names import CORS_ALLOW_ORIGIN as CORS_ALLOW_ORIGIN
-from chalicelib.core.config_names import (
-    POWERTOOLS_METRICS_NAMESPACE as POWERTOOLS_METRICS_NAMESPACE,
-)
-from chalicelib.core.config_names import POWERTOOLS_SERVICE_NAME as POWERTOOLS_SERVICE_NAME
-from chalicelib.core.config_names import SAGEGATE_AUTH as SAGEGATE_AUTH
-from chalicelib.core.config_names import SAGEGATE_OPEN_API as SAGEGATE_OPEN_API
 from chalicelib.core.config_parsing import SettingError as SettingError  # Settings raises it
 from chalicelib.core.config_parsing import check, check_type, listed, parse
 from chalicelib.core.errors import ConfigurationError

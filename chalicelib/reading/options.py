@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chalicelib.calls import CallOptions
-from chalicelib.core.config import SAGEMAKER_NAME
+from chalicelib.core.config_names import SAGEMAKER_NAME
 from chalicelib.core.errors import (
     InvalidParameterError,
     PayloadTooLargeError,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from chalicelib.core.access import Access
-from chalicelib.core.config import (
+from chalicelib.core.config import Settings
+from chalicelib.core.config_names import (
     API_GATEWAY_TIMEOUT_SECONDS,
     COGNITO_USER_POOL_ARNS,
     CORS_ALLOW_ORIGIN,
@@ -15,7 +16,6 @@ from chalicelib.core.config import (
     POWERTOOLS_SERVICE_NAME,
     SAGEGATE_AUTH,
     SAGEGATE_OPEN_API,
-    Settings,
 )
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.monitor import deployed
