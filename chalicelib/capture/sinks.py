@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 import random
 import threading
@@ -21,9 +22,12 @@ from chalicelib.capture.records import CaptureRecord
 from chalicelib.core import aws
 from chalicelib.core.aws import S3_SCHEME, S3Uri, error_code
 from chalicelib.core.config_names import FIREHOSE_SCHEME
+from chalicelib.core.observability import emit_count
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, classify
 
-FIREHOSE_BATCH = 500  # PutRecordBatch's limit
+FIREHOSE_BATCH = 500  # PutRecordBatch's limit of records a call
+FIREHOSE_CALL_BYTES = 4 * 1024 * 1024  # ... of bytes a call (4 MiB)
+FIREHOSE_RECORD_BYTES = 1000 * 1024  # Firehose's limit of a record's bytes (1,000 KiB)
 FIREHOSE_ATTEMPTS = 3
 MIN_SEGMENT_BYTES = 64 * 1024
 CAPTURE_POLICY = RetryPolicy(max_attempts=FIREHOSE_ATTEMPTS, budget_seconds=2.0,
@@ -31,6 +35,7 @@ CAPTURE_POLICY = RetryPolicy(max_attempts=FIREHOSE_ATTEMPTS, budget_seconds=2.0,
 """How a capture write is retried: the response waits for it, so briefly (no retry starts
 more than 2 s after the first attempt)."""
 _T = TypeVar("_T")
+LOG = logging.getLogger("sagegate.capture")
 
 
 class CaptureSinkError(Exception):
@@ -258,8 +263,15 @@ class FirehoseSink(_Retrying):
     """``PutRecordBatch`` to a delivery stream, retrying (by :data:`CAPTURE_POLICY`, with
     ``attempts`` attempts) a failed call and the records Firehose refused.
 
-    Configure the stream's S3 prefix (dynamic partitioning on ``eventMetadata``) for Model
-    Monitor's layout; each record is one JSON line.
+    Each record is one JSON line with its endpoint and variant added to its ``eventMetadata``
+    (``sagegateEndpoint``, ``sagegateVariant``: :func:`firehose_line`), the keys the stream's
+    dynamic partitioning reads for Model Monitor's layout
+    (``<prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``; ``sagegate/deploy/capture_template.py``).
+    A call holds at most :data:`FIREHOSE_BATCH` records and :data:`FIREHOSE_CALL_BYTES`; a
+    record over :data:`FIREHOSE_RECORD_BYTES` (Firehose's limit) is not sent but logged and
+    counted (``CaptureDropped``): Firehose would refuse the whole call for it. The records a
+    failed ``write`` did deliver are not sent again when the same records are written again
+    (the capture writer's retry of the batch).
     """
 
     def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS, *,
@@ -270,14 +282,30 @@ class FirehoseSink(_Retrying):
                          sleep, clock, rng)
         self._client = client
         self.stream = stream
+        self._delivered: set[str] = set()  # event ids a failed write delivered (or dropped)
 
     def close(self) -> None:
         """Drop the Firehose client's pooled connections."""
         self._client.close()
 
     def write(self, records: Sequence[CaptureRecord]) -> None:
-        for start in range(0, len(records), FIREHOSE_BATCH):
-            self._write_batch([r.line for r in records[start:start + FIREHOSE_BATCH]])
+        pending = [record for record in records if record.event_id not in self._delivered]
+        lines, oversized = [], []
+        for record in pending:
+            line = firehose_line(record)
+            if len(line) > FIREHOSE_RECORD_BYTES:
+                oversized.append(record.event_id)
+            else:
+                lines.append((record.event_id, line))
+        if oversized:
+            LOG.warning("data capture dropped %d record(s) over Firehose's %d bytes a record",
+                        len(oversized), FIREHOSE_RECORD_BYTES)
+            emit_count("CaptureDropped", len(oversized))
+            self._delivered.update(oversized)  # settled: not counted again on a retry
+        for call in _calls(lines):
+            self._write_batch([line for _, line in call])
+            self._delivered.update(event_id for event_id, _ in call)
+        self._delivered.clear()  # every record of this write is stored
 
     def _put(self, lines: list[bytes]) -> Any:
         return self._client.put_record_batch(
@@ -300,6 +328,46 @@ class FirehoseSink(_Retrying):
             if not self._waited(retrier, throttled):
                 raise CaptureSinkError(f"Firehose refused {len(pending)} record(s) after "
                                        f"{retrier.attempts} attempts")
+
+
+_METADATA = b'"eventMetadata":{'
+
+
+def firehose_line(record: CaptureRecord) -> bytes:
+    """The record's line with ``"sagegateEndpoint":"<endpoint>","sagegateVariant":
+    "<variant>"`` first in its ``eventMetadata`` object: the names of its path
+    (:meth:`CaptureRecord.partition`: SageMaker names, anything else ``invalid-name``; no
+    character of theirs needs escaping in JSON).
+
+    The line is :func:`~chalicelib.capture.records.build_record`'s orjson output, whose first
+    ``"eventMetadata":{`` is the key of the object itself: inside a JSON string every quote
+    is escaped, so ``"eventMetadata":{`` cannot occur in a body's data. A line without it is
+    returned as it is (Firehose then delivers it under the stream's error prefix).
+    """
+    line = record.line
+    at = line.find(_METADATA)
+    if at < 0:
+        return line
+    at += len(_METADATA)
+    endpoint, variant = record.partition().split("/", 2)[:2]
+    keys = f'"sagegateEndpoint":"{endpoint}","sagegateVariant":"{variant}"'.encode("ascii")
+    separator = b"" if line[at:at + 1] == b"}" else b","
+    return b"".join((line[:at], keys, separator, line[at:]))
+
+
+def _calls(lines: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
+    """``lines`` cut into PutRecordBatch calls: at most :data:`FIREHOSE_BATCH` records and
+    :data:`FIREHOSE_CALL_BYTES` each (every line is at most :data:`FIREHOSE_RECORD_BYTES`)."""
+    calls: list[list[tuple[str, bytes]]] = []
+    size = 0
+    for entry in lines:
+        if not calls or len(calls[-1]) == FIREHOSE_BATCH \
+                or size + len(entry[1]) > FIREHOSE_CALL_BYTES:
+            calls.append([])
+            size = 0
+        calls[-1].append(entry)
+        size += len(entry[1])
+    return calls
 
 
 def sink_for(destination: str, max_bytes: int = 0) -> Sink:

@@ -17,7 +17,13 @@ import pytest
 
 from chalicelib.capture import Capturer, Exchange, build_record
 from chalicelib.capture.records import CaptureRecord
-from chalicelib.capture.sinks import CaptureSinkError, DirectorySink, FirehoseSink, S3Sink
+from chalicelib.capture.sinks import (
+    CaptureSinkError,
+    DirectorySink,
+    FirehoseSink,
+    S3Sink,
+    firehose_line,
+)
 from chalicelib.core.observability import Outcome
 from sagegate.captures import reader
 
@@ -183,7 +189,7 @@ def test_firehose_sink_resends_only_refused_records() -> None:
     records = [build_record(exchange(inference_id=f"r{i}"), "both") for i in range(5)]
     FirehoseSink(client, "capture").write(records)
     assert client.calls == 2
-    assert sorted(client.delivered) == sorted(r.line for r in records)
+    assert sorted(client.delivered) == sorted(firehose_line(r) for r in records)
 
 
 def test_firehose_sink_gives_up_after_its_attempts() -> None:

@@ -1,0 +1,185 @@
+"""The Firehose sink's records and calls: the partition keys spliced into ``eventMetadata``
+for the stream's dynamic partitioning, calls within PutRecordBatch's limits, records over
+Firehose's limit left out and counted, no record sent twice when a failed write is retried."""
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import pytest
+
+from chalicelib.capture import Exchange, build_record, sinks
+from chalicelib.capture.records import INVALID_NAME, CaptureRecord
+from chalicelib.capture.sinks import (
+    FIREHOSE_BATCH,
+    FIREHOSE_CALL_BYTES,
+    FIREHOSE_RECORD_BYTES,
+    FirehoseSink,
+    firehose_line,
+)
+
+WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, 123456, tzinfo=datetime.UTC)
+
+
+def exchange(**overrides: Any) -> Exchange:
+    values: dict[str, Any] = dict(
+        endpoint="efficientnet-lite0", variant="AllTraffic", inference_id="req-1",
+        sent=b"\x89PNG\r\n\x1a\n-resized-", sent_content_type="application/x-image",
+        received=b"[0.25, 0.75]", received_content_type="application/json",
+        custom_attributes="trace=abc")
+    values.update(overrides)
+    return Exchange(**values)
+
+
+def record(**overrides: Any) -> CaptureRecord:
+    event_id = overrides.pop("event_id", None)
+    return build_record(exchange(**overrides), "both", now=WHEN, event_id=event_id)
+
+
+def partition_keys(line: bytes) -> dict[str, Any]:
+    """What the stream's MetadataExtractionQuery (``{endpoint: .eventMetadata.
+    sagegateEndpoint, variant: .eventMetadata.sagegateVariant}``) reads from a record."""
+    metadata = json.loads(line)["eventMetadata"]
+    return {"endpoint": metadata.get("sagegateEndpoint"),
+            "variant": metadata.get("sagegateVariant")}
+
+
+class FakeFirehose:
+    """PutRecordBatch that records every call, and fails the calls it is told to."""
+
+    def __init__(self, fail_calls: frozenset[int] = frozenset()) -> None:
+        self.calls: list[list[bytes]] = []
+        self.fail_calls = fail_calls
+
+    def put_record_batch(self, DeliveryStreamName: str, Records: list[dict[str, bytes]]
+                         ) -> dict[str, Any]:
+        self.calls.append([entry["Data"] for entry in Records])
+        if len(self.calls) in self.fail_calls:
+            raise RuntimeError("the connection was reset")  # not retried by the sink
+        return {"FailedPutCount": 0, "RequestResponses": [{"RecordId": "x"} for _ in Records]}
+
+    @property
+    def delivered(self) -> list[bytes]:
+        return [line for number, call in enumerate(self.calls, 1)
+                if number not in self.fail_calls for line in call]
+
+
+def test_the_line_carries_its_endpoint_and_variant_first_in_event_metadata() -> None:
+    captured = record(event_id="e-1")
+    line = firehose_line(captured)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1  # one line: no second newline
+    raw, original = json.loads(line), json.loads(captured.line)
+    assert list(raw["eventMetadata"])[:2] == ["sagegateEndpoint", "sagegateVariant"]
+    assert partition_keys(line) == {"endpoint": "efficientnet-lite0", "variant": "AllTraffic"}
+    # nothing else changes: the same record with two keys more
+    del raw["eventMetadata"]["sagegateEndpoint"], raw["eventMetadata"]["sagegateVariant"]
+    assert raw == original
+    added = b'"sagegateEndpoint":"efficientnet-lite0","sagegateVariant":"AllTraffic",'
+    assert line.replace(added, b"", 1) == captured.line
+
+
+def test_the_keys_name_the_path_the_other_sinks_write_to() -> None:
+    for endpoint, variant in (("iris", "variant-2"), ("../x", "AllTraffic"),
+                              ("iris", "a/b"), ("iris", ""), ('e"x', "v\nw")):
+        captured = record(endpoint=endpoint, variant=variant)
+        keys = partition_keys(firehose_line(captured))
+        assert "/".join((keys["endpoint"], keys["variant"])) == \
+            captured.partition().rsplit("/", 4)[0]
+    assert partition_keys(firehose_line(record(endpoint="../x")))["endpoint"] == INVALID_NAME
+
+
+@pytest.mark.parametrize("body", [
+    b'{"eventMetadata":{"eventId":"forged"}}',
+    b'"eventMetadata":{',
+    b'\\"eventMetadata\\":{',
+])
+def test_a_body_holding_the_key_text_does_not_move_the_splice(body: bytes) -> None:
+    # a JSON body is recorded as text (escaped in a JSON string), and so is the upload's
+    # original when it is JSON: neither holds an unescaped "eventMetadata":{
+    captured = build_record(
+        exchange(received=body, sent=body, sent_content_type="application/json",
+                 original=body, original_content_type="application/json"),
+        "both", include_original=True, now=WHEN, event_id="e-2")
+    assert body.decode() in json.loads(captured.line)["captureData"]["endpointOutput"]["data"]
+    raw = json.loads(firehose_line(captured))
+    assert raw["eventMetadata"]["eventId"] == "e-2"
+    assert raw["eventMetadata"]["sagegateEndpoint"] == "efficientnet-lite0"
+    for side in (raw["captureData"]["endpointInput"], raw["captureData"]["endpointOutput"],
+                 raw["originalInput"]):
+        assert side["data"] == body.decode()  # the bodies untouched
+
+
+def test_empty_event_metadata_stays_json() -> None:
+    captured = CaptureRecord("iris", "AllTraffic", "e-3", WHEN,
+                             b'{"captureData":{},"eventMetadata":{},"eventVersion":"0"}\n')
+    assert json.loads(firehose_line(captured))["eventMetadata"] == {
+        "sagegateEndpoint": "iris", "sagegateVariant": "AllTraffic"}
+
+
+def test_a_line_without_event_metadata_is_sent_as_it_is() -> None:
+    captured = CaptureRecord("iris", "AllTraffic", "e-4", WHEN, b'{"x":1}\n')
+    assert firehose_line(captured) == captured.line
+
+
+def test_the_sink_sends_the_spliced_lines() -> None:
+    client = FakeFirehose()
+    records = [record(inference_id=f"r{i}") for i in range(3)]
+    FirehoseSink(client, "sagegate-dev-captures").write(records)
+    assert client.delivered == [firehose_line(r) for r in records]
+
+
+def test_calls_stay_within_put_record_batchs_limits() -> None:
+    big = b"x" * (FIREHOSE_RECORD_BYTES - 2048)  # base64 grows it: just under the limit
+    records = [record(inference_id=f"r{i}", sent=big[: len(big) * 3 // 4]) for i in range(9)]
+    records += [record(inference_id=f"s{i}") for i in range(FIREHOSE_BATCH + 10)]
+    client = FakeFirehose()
+    FirehoseSink(client, "stream").write(records)
+    assert client.delivered == [firehose_line(r) for r in records]  # all, in order
+    assert len(client.calls) > 3
+    for call in client.calls:
+        assert len(call) <= FIREHOSE_BATCH
+        assert sum(map(len, call)) <= FIREHOSE_CALL_BYTES
+
+
+def test_a_record_over_firehoses_limit_is_left_out_and_counted(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    counted: list[tuple[str, int]] = []
+    monkeypatch.setattr(sinks, "emit_count", lambda name, value: counted.append((name, value)))
+    huge = record(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES)
+    small = [record(inference_id=f"r{i}") for i in range(2)]
+    client = FakeFirehose()
+    FirehoseSink(client, "stream").write([small[0], huge, small[1]])
+    assert client.delivered == [firehose_line(r) for r in small]
+    assert counted == [("CaptureDropped", 1)]
+    assert "dropped 1 record(s) over Firehose's" in caplog.text
+
+
+def test_a_retried_write_does_not_send_what_the_failed_one_delivered() -> None:
+    records = [record(inference_id=f"r{i}") for i in range(FIREHOSE_BATCH + 5)]
+    client = FakeFirehose(fail_calls=frozenset({2}))  # the second call of the first write
+    sink = FirehoseSink(client, "stream")
+    with pytest.raises(RuntimeError):
+        sink.write(records)
+    sink.write(records)  # the capture writer tries the batch again
+    lines = [firehose_line(r) for r in records]
+    assert sorted(client.delivered) == sorted(lines)  # each record once
+    assert len(client.calls) == 3 and client.calls[2] == lines[FIREHOSE_BATCH:]
+    # once a write succeeded, nothing is remembered: the same records are new records again
+    sink.write(records[:1])
+    assert client.calls[3] == lines[:1]
+
+
+def test_a_record_over_the_limit_is_counted_once_when_the_write_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    counted: list[tuple[str, int]] = []
+    monkeypatch.setattr(sinks, "emit_count", lambda name, value: counted.append((name, value)))
+    records = [record(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES),
+               record(inference_id="r0")]
+    client = FakeFirehose(fail_calls=frozenset({1}))
+    sink = FirehoseSink(client, "stream")
+    with pytest.raises(RuntimeError):
+        sink.write(records)
+    sink.write(records)
+    assert client.delivered == [firehose_line(records[1])]
+    assert counted == [("CaptureDropped", 1)]
