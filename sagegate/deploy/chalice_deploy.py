@@ -5,6 +5,9 @@
 3. with ``CACHE_TABLE``: the cache table as a small stack, ``sagegate-<stage>-cache``
    (``build/cache-<stage>.json``, :func:`~sagegate.deploy.templates.cache_template`), since
    Chalice creates no DynamoDB table and the function should not find it missing;
+   with ``capture_stream``: the capture stream, its role and log group as a small stack,
+   ``sagegate-<stage>-capture`` (``build/capture-<stage>.json``,
+   :func:`~sagegate.deploy.capture_template.capture_template`), so the first capture finds it;
 4. creates the function's log group ``/aws/lambda/sagegate-<stage>`` with the stage's
    retention: Chalice 1.34 gives ``log_retention_in_days`` to a group named after
    ``...-api_handler``, which nothing writes to, and without its own group the function would
@@ -25,16 +28,18 @@ table, topics and dead-letter queue are made by the SAM stack (Path A), not by C
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import aws, check, jobs, package, policy, snapstart
+from sagegate.deploy import aws, capture_template, check, jobs, package, policy, snapstart
 from sagegate.deploy.shell import (
     DeployError,
     Runner,
     add_stage_option,
+    build_dir,
     guarded,
     remove_bytecode,
     run,
@@ -70,6 +75,38 @@ def cache_commands(stage: Stage, region: str, aws_cli: str = "aws",
     ]
 
 
+def capture_stack_path(stage: str, root: Path = ROOT) -> Path:
+    """``build/capture-<stage>.json``: the capture stream's stand-alone stack."""
+    return build_dir(root) / f"capture-{stage}.json"
+
+
+def capture_commands(stage: Stage, region: str, aws_cli: str = "aws",
+                     root: Path = ROOT) -> list[list[str]]:
+    """Deploy the capture-stream stack (before ``chalice deploy``: the first capture finds
+    its stream), then print its outputs. The stack holds an IAM role: ``CAPABILITY_IAM``."""
+    stack = f"{stage.function_name}-capture"
+    return [
+        [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
+         "--template-file", str(capture_stack_path(stage.name, root).relative_to(root)),
+         "--capabilities", "CAPABILITY_IAM", "--no-fail-on-empty-changeset"],
+        aws.describe_stack(aws_cli, region, stack),
+    ]
+
+
+def stack_commands(stage: Stage, region: str, aws_cli: str = "aws",
+                   root: Path = ROOT) -> list[list[str]]:
+    """The stand-alone stacks deployed before ``chalice deploy``: the cache table's and the
+    capture stream's, for a stage that has them (the capture stack's file is written here)."""
+    commands = cache_commands(stage, region, aws_cli, root) if stage.cache_table else []
+    if capture_template.enabled(stage):
+        path = capture_stack_path(stage.name, root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(capture_template.capture_template(stage), indent=2) + "\n",
+                        encoding="utf-8")
+        commands += capture_commands(stage, region, aws_cli, root)
+    return commands
+
+
 def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
                    params: Sequence[str] = (), aws_cli: str = "aws", root: Path = ROOT,
                    runner: Runner = run) -> None:
@@ -90,9 +127,8 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
                           "BUCKET=...) first", status=2)
     policy.render_for_session(stage, session, account, root)
     check.write_stacks(stage, root)  # build/cache-<stage>.json, build/usage-plan-<stage>.json
-    if stage.cache_table:
-        for command in cache_commands(stage, session.region_name, aws_cli, root):
-            runner(command, cwd=root)
+    for command in stack_commands(stage, session.region_name, aws_cli, root):
+        runner(command, cwd=root)
     aws.ensure_log_groups(session.client("logs"), stage)
     remove_bytecode(root)
     package.run_chalice([tool("chalice"), "deploy", "--stage", stage.name], project=root,
@@ -112,7 +148,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage with chalice deploy (Path B, needs AWS): the "
         "layer is the ARN sagegate layer recorded; renders the IAM policy, deploys the cache "
-        "table stack (stages with CACHE_TABLE), creates the log groups with their retention, "
+        "table stack (stages with CACHE_TABLE) and the capture stream stack (stages with "
+        "capture_stream), creates the log groups with their retention, "
         "runs chalice deploy, enables SnapStart and deploys the usage plan stack (api-key "
         "stages).")
     add_stage_option(parser, default="prod")

@@ -38,6 +38,10 @@ class Stage:
             itself checks again on Lambda).
         tags: the function's tags as Chalice resolves them (the stage's ``tags`` and
             Chalice's own ``aws-chalice``), given to the resources sagegate adds beside it.
+        capture_stream: the ``s3://bucket/prefix`` the stage's own capture stream delivers
+            to (``"capture_stream"`` in the stage, sagegate's own key; Chalice ignores it):
+            set, the stack creates the Firehose stream ``CAPTURE_DESTINATION`` names
+            (:mod:`sagegate.deploy.capture_template`); empty, it creates none.
     """
 
     name: str
@@ -52,6 +56,7 @@ class Stage:
     snapstart: bool = False
     open_api: bool = False
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    capture_stream: str = ""
 
     @property
     def cache_table(self) -> str:

@@ -4,7 +4,9 @@ The deploy helpers (IAM policy, SAM merge template, layer ARN) read the stage th
 Chalice's own :class:`chalice.config.Config`, so a value set globally, per stage or per
 function resolves here exactly as it does in ``chalice deploy`` and ``chalice package``.
 :func:`load_stage` makes the :class:`~sagegate.deploy.stage.Stage` they read, and checks a
-deploy stage (its authentication, its monitor, its jobs: :func:`sagegate.deploy.jobs.check_jobs`).
+deploy stage (its authentication, its monitor, its capture stream:
+:func:`sagegate.deploy.capture_template.check_capture_stream`, its jobs:
+:func:`sagegate.deploy.jobs.check_jobs`).
 The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere else::
 
     sagegate stage prod                  # every resolved setting of the stage
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
+from sagegate.deploy.capture_template import check_capture_stream
 from sagegate.deploy.jobs import check_jobs
 from sagegate.deploy.stage import MONITOR_FUNCTION, Stage
 
@@ -65,15 +68,30 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         snapstart=_snapstart(on_disk, name, config.lambda_python_version),
         open_api=config.environment_variables.get("SAGEGATE_OPEN_API", "").strip().lower()
         == "true",
-        tags=dict(config.tags))
+        tags=dict(config.tags),
+        capture_stream=_capture_stream(on_disk, name))
     if stage.cache_table and not _TABLE_NAME_RE.match(stage.cache_table):
         raise ValueError(f"stages.{name}: CACHE_TABLE {stage.cache_table!r} is not a DynamoDB "
                          "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
     if name in DEPLOY_STAGES:
         check_access(stage)
         check_monitor(stage, on_disk)
+        check_capture_stream(stage)
         check_jobs(stage, on_disk)
     return stage
+
+
+def _capture_stream(on_disk: dict[str, Any], stage: str) -> str:
+    """The stage's ``capture_stream`` (stage value only: a stream is one stage's).
+
+    Raises:
+        ValueError: not a string.
+    """
+    value = on_disk["stages"][stage].get("capture_stream", "")
+    if not isinstance(value, str):
+        raise ValueError(f"stages.{stage}.capture_stream must be an s3://bucket/prefix "
+                         f"string, not {value!r}")
+    return value.strip()
 
 
 def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
@@ -193,7 +211,8 @@ def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
 
 
 KEYS = ("auth", "function-name", "endpoint-name", "layers", "python-version",
-        "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api", "cache-table")
+        "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api", "cache-table",
+        "capture-stream")
 
 
 def describe(stage: Stage) -> dict[str, str]:
@@ -206,7 +225,7 @@ def describe(stage: Stage) -> dict[str, str]:
             "snapstart": "true" if stage.snapstart else "false",
             "xray": "true" if stage.xray else "false",
             "open-api": "true" if stage.open_api else "false",
-            "cache-table": stage.cache_table}
+            "cache-table": stage.cache_table, "capture-stream": stage.capture_stream}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

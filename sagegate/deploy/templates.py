@@ -27,6 +27,9 @@
   advance), no retry of a failed scheduled invocation (``EventInvokeConfig``
   ``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would otherwise run a timed
   out hour twice more), and its accepted findings.
+* With ``capture_stream`` (``CAPTURE_DESTINATION=firehose://...``): the capture stream into
+  the data bucket, its role and log group (:mod:`sagegate.deploy.capture_template`); the
+  function waits for it.
 * With ``JOBS_BUCKET`` (app.py's event functions ``job_runner``, ``job_results``,
   ``job_failures``): the jobs bucket, table, topics, dead-letter queue and the functions'
   fixes (:mod:`sagegate.deploy.jobs_template`).
@@ -50,7 +53,7 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import jobs, jobs_template
+from sagegate.deploy import capture_template, jobs, jobs_template
 from sagegate.deploy.gateway_responses import gateway_responses
 from sagegate.deploy.stage import Stage
 
@@ -166,6 +169,10 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
         resources[CACHE] = cache_table(stage)
         resources[FUNCTION]["DependsOn"].append(CACHE)
         outputs.update(_cache_outputs())
+    if capture_template.enabled(stage):
+        resources.update(capture_template.capture_resources(stage))
+        resources[FUNCTION]["DependsOn"].append(capture_template.STREAM)
+        outputs.update(capture_template.capture_outputs(stage))
     if jobs.enabled(stage):
         resources.update(jobs_template.jobs_resources(stage))
         resources[FUNCTION]["DependsOn"].append(jobs_template.TABLE)

@@ -2,13 +2,15 @@
 and ``app.job_failures`` from the dev stage's zips, in the bare interpreter of
 ``sagegate/deploy/sandbox_child.py``, with the environment their SAM resources set.
 
-S3 and DynamoDB are moto's server on 127.0.0.1 (bucket, table and topics as the dev stack
-names them), with IAM enforced: each function runs with the keys of a moto user that holds
-exactly its committed policy (``.chalice/policy-dev*.json``; DynamoDB statements on ``"*"``,
-as moto matches a DynamoDB request against ``"*"`` only, the table ARN being checked by
-``test_job_functions.py``), so an S3 or DynamoDB call its role lacks fails here as it would
-on AWS. SageMaker is the emulator (``tests/deploy/emulator-jobs.json``: the image model
-for realtime jobs, iris behind an asynchronous endpoint that writes under
+S3, DynamoDB and Firehose are moto's server on 127.0.0.1 (bucket, table, topics and capture
+stream as the dev stack names them; moto's stream writes each PutRecordBatch as one object
+under its prefix, with no buffering and no ``!{...}`` expressions), with IAM enforced: each
+function runs with the keys of a moto user that holds exactly its committed policy
+(``.chalice/policy-dev*.json``; DynamoDB and Firehose statements on ``"*"``, as moto matches
+their requests against ``"*"`` only, the table's and the stream's ARNs being checked by
+``test_job_functions.py`` and ``test_capture_stream.py``), so a call its role lacks fails
+here as it would on AWS. SageMaker is the emulator (``tests/deploy/emulator-jobs.json``: the
+image model for realtime jobs, iris behind an asynchronous endpoint that writes under
 ``jobs/async/`` and notifies the dev topics; its outbox gives the notifications SNS would
 deliver). The API's packaged handler creates the jobs and answers them, as on AWS.
 """
@@ -44,6 +46,7 @@ pytestmark = pytest.mark.deploy
 EMULATOR_CONFIG = ROOT / "tests" / "deploy" / "emulator-jobs.json"
 BUCKET = TABLE = "sagegate-dev-jobs"
 CAPTURES = "sagegate-dev-data"
+CAPTURE_STREAM = "sagegate-dev-captures"
 TOPICS = ("sagegate-dev-jobs-success", "sagegate-dev-jobs-error")
 IRIS = {"instances": [[6.7, 3.0, 5.2, 2.3]]}
 FAILURE_REASON = "ClientError: the model container ran out of memory"
@@ -71,6 +74,12 @@ class Aws:
         listed = self.s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
         return [item["Key"] for item in listed.get("Contents", [])]
 
+    def captures(self) -> list[dict[str, Any]]:
+        """The capture records the stream delivered, each as its JSON."""
+        return [json.loads(line) for key in self.keys(CAPTURES, "captures/")
+                for line in self.s3.get_object(Bucket=CAPTURES, Key=key)["Body"].read()
+                .splitlines()]
+
 
 @dataclass
 class Flow:
@@ -86,8 +95,8 @@ class Flow:
     late: sandbox.Run
     views: dict[str, dict[str, Any]]
     synchronous: dict[str, dict[str, Any]]
-    captures_after_run: list[str]
-    captures_after_rerun: list[str]
+    captures_after_run: list[dict[str, Any]]
+    captures_after_rerun: list[dict[str, Any]]
 
     @property
     def logs(self) -> str:
@@ -103,7 +112,7 @@ def client(service: str, url: str, keys: tuple[str, str] = ("testing", "testing"
 def as_enforced_by_moto(document: dict[str, Any]) -> dict[str, Any]:
     """A committed policy as moto can enforce it (see the module's docstring)."""
     statements = [{**statement, "Resource": "*"}
-                  if any(a.startswith("dynamodb:") for a in statement["Action"])
+                  if any(a.startswith(("dynamodb:", "firehose:")) for a in statement["Action"])
                   else statement for statement in document["Statement"]]
     return {**document, "Statement": statements}
 
@@ -148,6 +157,11 @@ def aws() -> Iterator[Aws]:
                                                     BillingMode="PAY_PER_REQUEST", **schema)
         for topic in TOPICS:
             client("sns", url, admin).create_topic(Name=topic)
+        client("firehose", url, admin).create_delivery_stream(
+            DeliveryStreamName=CAPTURE_STREAM, DeliveryStreamType="DirectPut",
+            ExtendedS3DestinationConfiguration={
+                "RoleARN": "arn:aws:iam::123456789012:role/firehose",
+                "BucketARN": f"arn:aws:s3:::{CAPTURES}", "Prefix": "captures/"})
         yield Aws(url, admin, roles, s3)
     finally:
         enforce_iam(url, on=False)  # moto's settings are this process's
@@ -222,7 +236,8 @@ class Handlers:
         key, secret = self.aws.roles[logical_id]
         env.pop("AWS_SESSION_TOKEN")
         env.update(AWS_ENDPOINT_URL_S3=self.aws.url, AWS_ENDPOINT_URL_DYNAMODB=self.aws.url,
-                   AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, **self.extra_env)
+                   AWS_ENDPOINT_URL_FIREHOSE=self.aws.url, AWS_ACCESS_KEY_ID=key,
+                   AWS_SECRET_ACCESS_KEY=secret, **self.extra_env)
         self.runs += 1
         return sandbox.invoke(self.tree, env, events, self.workdir / f"run-{self.runs}",
                               handler=handler, function_timeout=float(function["Timeout"]))
@@ -271,9 +286,9 @@ def flow(dev: Package, tree: LambdaTree, aws: Aws,
         created, ids = _create_jobs(handlers, aws, image)
         tickets = [ticket_event(job_id) for job_id in ids.values()]
         ran = handlers("JobRunner", tickets, "job_runner")
-        captured = aws.keys(CAPTURES, "captures/")
+        captured = aws.captures()
         rerun = handlers("JobRunner", tickets[:1], "job_runner")  # S3 delivers again
-        captured_again = aws.keys(CAPTURES, "captures/")
+        captured_again = aws.captures()
         notifications = wait_for_notifications(outbox, {ids["async"], ids["failing"]})
         finished = handlers("JobResults", [sns_event(notifications[ids["async"]], TOPICS[0])],
                             "job_results")
@@ -343,9 +358,17 @@ def test_a_failure_notification_fails_the_job_with_the_endpoints_reason(flow: Fl
 def test_a_redelivered_ticket_runs_nothing_twice(flow: Flow) -> None:
     assert flow.rerun.answers == [{"jobs": {flow.ids["realtime"]: "succeeded"}}]
     assert flow.captures_after_run  # the realtime job was captured once ...
-    realtime = [key for key in flow.captures_after_rerun if "/efficientnet-lite0/" in key]
-    assert realtime == [key for key in flow.captures_after_run if "/efficientnet-lite0/" in key]
-    assert len(realtime) == 1  # ... and not again when its ticket came back
+
+    def realtime(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # the partition keys the stream's dynamic partitioning reads, sent by the zip's sink
+        return [r for r in records
+                if r["eventMetadata"].get("sagegateEndpoint") == "efficientnet-lite0"]
+
+    assert realtime(flow.captures_after_rerun) == realtime(flow.captures_after_run)
+    assert len(realtime(flow.captures_after_run)) == 1  # ... and not again on its ticket
+    [record] = realtime(flow.captures_after_run)
+    assert record["eventMetadata"]["sagegateVariant"] == "AllTraffic"
+    assert record["eventMetadata"]["inferenceId"] == flow.ids["realtime"]
 
 
 def test_the_job_functions_import_only_from_the_zips(flow: Flow, tree: LambdaTree) -> None:

@@ -228,7 +228,9 @@ def test_the_runner_invokes_realtime_and_asynchronous_endpoints_apart() -> None:
     assert found["WriteInputsAndResults"] == (
         ["s3:PutObject"], [f"{OBJECTS}inputs/*", f"{OBJECTS}results/*"])
     assert found["ReadAndAdvanceJobs"] == (["dynamodb:GetItem", "dynamodb:UpdateItem"], TABLE)
-    assert found["WriteCaptures"] == (["s3:PutObject"], "arn:aws:s3:::sagegate-dev-data/captures/*")
+    assert found["WriteCaptures"] == (  # the dev stage captures through its Firehose stream
+        ["firehose:PutRecordBatch"],
+        f"arn:aws:firehose:{REGION}:{ACCOUNT}:deliverystream/sagegate-dev-captures")
     assert found["SendFailedEvents"] == (
         ["sqs:SendMessage"], f"arn:aws:sqs:{REGION}:{ACCOUNT}:sagegate-dev-jobs-dead-letter")
 

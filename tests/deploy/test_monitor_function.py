@@ -117,7 +117,11 @@ def test_a_stage_without_monitor_baseline_has_no_monitor(prod: Package) -> None:
 
 
 def _config_with(tmp_path: Path, **env: str) -> Path:
+    """The config with dev's variables changed, and dev's captures no longer delivered by
+    its own stream to where the monitor reads (``capture_stream``, ``MONITOR_CAPTURES``)."""
     config = load_config()
+    del config["stages"]["dev"]["capture_stream"]
+    config["stages"]["dev"]["environment_variables"].pop("MONITOR_CAPTURES")
     config["stages"]["dev"]["environment_variables"].update(env)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
@@ -153,8 +157,9 @@ def test_a_monitor_without_its_own_policy_file_is_refused(tmp_path: Path) -> Non
 
 def test_bucket_root_prefixes_and_separate_buckets_are_granted_apart() -> None:
     stage = load_stage("dev")
+    env = {name: value for name, value in stage.env.items() if name != "MONITOR_CAPTURES"}
     stage = dataclasses.replace(stage, env={
-        **stage.env, "CAPTURE_DESTINATION": "s3://caps", "MONITOR_BASELINE": "s3://base/b/",
+        **env, "CAPTURE_DESTINATION": "s3://caps", "MONITOR_BASELINE": "s3://base/b/",
         "MONITOR_OUTPUT": "s3://reports/hourly"})
     document = render_monitor(stage, "111122223333", "eu-west-1")
     assert document is not None

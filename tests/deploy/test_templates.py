@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.core.media import BINARY_TYPES, ImageFormat
-from sagegate.deploy import jobs
+from sagegate.deploy import capture_template, jobs
 from sagegate.deploy.check import SAM_TRANSLATE, cache_stack_path, write_stacks
 from sagegate.deploy.policy import policy_path
 from sagegate.deploy.stages import load_stage
@@ -96,8 +96,11 @@ def test_the_function_is_named_for_its_policy_and_log_group(built: Package) -> N
     name = f"sagegate-{built.stage}"
     function = built.resource("APIHandler")
     assert function["Properties"]["FunctionName"] == name
-    jobs_table = ["JobsTable"] if jobs.enabled(load_stage(built.stage)) else []
-    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache", *jobs_table]
+    stage = load_stage(built.stage)
+    jobs_table = ["JobsTable"] if jobs.enabled(stage) else []
+    stream = ["CaptureStream"] if capture_template.enabled(stage) else []
+    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache", *stream,
+                                     *jobs_table]
     group = built.resource("ApiHandlerLogGroup")["Properties"]
     assert group["LogGroupName"] == f"/aws/lambda/{name}"
     assert group["RetentionInDays"] > 0

@@ -1,0 +1,295 @@
+"""The stage's capture stream: a Kinesis Data Firehose delivery stream into the data bucket.
+
+A stage whose ``CAPTURE_DESTINATION`` is ``firehose://<stream>`` and that sets sagegate's
+``"capture_stream": "s3://<bucket>/<prefix>"`` (a key of the stage in ``.chalice/config.json``,
+which Chalice ignores) gets the stream in its stack, delivering to that prefix of an existing
+bucket in Model Monitor's layout, the one the monitor reads (``MONITOR_CAPTURES``, which must
+name the same prefix: :func:`check_capture_stream`). A ``firehose://`` destination without
+``capture_stream`` is a stream made elsewhere: the stack adds nothing, the function's role
+still gets ``firehose:PutRecordBatch`` on it alone.
+
+One stream for the whole stage, partitioned by each record's endpoint and variant (dynamic
+partitioning, the keys read with JQ from the ``eventMetadata`` that
+:class:`chalicelib.capture.sinks.FirehoseSink` adds), not one stream per endpoint: a new model
+needs no template change, the variant that answered is only known at run time (weights,
+``TargetVariant``), and one stream has one set of buffers to pay for and watch.
+:func:`capture_resources` adds:
+
+* ``CaptureStream`` (``AWS::KinesisFirehose::DeliveryStream``, Direct PUT): objects under
+  ``<prefix>/!{partitionKeyFromQuery:endpoint}/!{partitionKeyFromQuery:variant}/
+  !{timestamp:yyyy/MM/dd/HH}/`` (the hour, UTC, of the oldest record in the object), what
+  Firehose could not partition or deliver under ``<prefix>-errors/!{firehose:error-output-
+  type}/...`` (beside the captures, so the monitor never lists it); buffers of
+  :data:`BUFFER_MB` MiB or :data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic
+  partitioning's least; 60 s lands an hour's last object minutes before the monitor's run at
+  five past); GZIP objects named ``*.jsonl.gz``; no delimiter added (each record already ends
+  with its newline); the stream encrypted at rest with an AWS owned key (no key to own, no KMS
+  fee), the objects by the bucket's default encryption (SSE-S3 at least: S3 encrypts every new
+  object); delivery errors logged to ``CaptureStreamLogGroup``;
+* ``CaptureStreamRole``: assumed by Firehose for this account only (``sts:ExternalId``), may
+  write, read back and abort multipart uploads under the capture and error prefixes, find and
+  list the bucket, and write its one log stream; nothing else;
+* ``CaptureStreamLogGroup`` / ``CaptureStreamLogStream``: ``/aws/kinesisfirehose/<stream>``,
+  ``DestinationDelivery``, with the stage's log retention.
+
+:func:`capture_template` is the same as a stand-alone stack, ``build/capture-<stage>.json``,
+which ``sagegate chalice-deploy`` (Path B) deploys before ``chalice deploy`` and a Terraform
+user can deploy beside the Terraform package (Chalice's Terraform output takes no merge
+template).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from chalicelib.core.aws import S3_SCHEME, S3Uri
+from chalicelib.core.config_names import FIREHOSE_SCHEME
+from sagegate.deploy.stage import Stage
+
+STREAM = "CaptureStream"
+ROLE = "CaptureStreamRole"
+LOG_GROUP = "CaptureStreamLogGroup"
+LOG_STREAM = "CaptureStreamLogStream"
+DELIVERY_LOG_STREAM = "DestinationDelivery"  # the log stream Firehose's console names too
+BUFFER_MB = 64  # dynamic partitioning's least buffer size
+BUFFER_SECONDS = 60
+PARTITION_RETRY_SECONDS = 300  # Firehose retries a failed partitioned delivery this long
+FILE_EXTENSION = ".jsonl.gz"
+JQ_ENGINE = "JQ-1.6"
+PARTITION_QUERY = ("{endpoint: .eventMetadata.sagegateEndpoint, "
+                   "variant: .eventMetadata.sagegateVariant}")
+DEFAULT_LOG_DAYS = 14
+ERRORS_SUFFIX = "-errors"
+_STREAM_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}\Z")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+_PREFIX = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\Z")
+_LOG_GROUP_SKIPS = [
+    ("CKV_AWS_158", "Firehose's delivery errors (object keys, error codes), never a record; "
+                    "CloudWatch Logs encrypts at rest by default."),
+]
+
+
+def stream_name(stage: Stage) -> str:
+    """The delivery stream ``CAPTURE_DESTINATION`` names (``firehose://<name>``), or ""."""
+    destination = stage.env.get("CAPTURE_DESTINATION", "").strip()
+    return destination[len(FIREHOSE_SCHEME):] if destination.startswith(FIREHOSE_SCHEME) \
+        else ""
+
+
+def enabled(stage: Stage) -> bool:
+    """Whether the stage's stack creates its capture stream (``capture_stream`` is set)."""
+    return bool(stage.capture_stream)
+
+
+def delivery(stage: Stage) -> S3Uri:
+    """Where the stream delivers: ``capture_stream``'s bucket and prefix.
+
+    Raises:
+        ValueError: ``capture_stream`` is unset or not an ``s3://bucket/prefix`` URI.
+    """
+    try:
+        uri = S3Uri.parse(stage.capture_stream.strip())
+    except ValueError as error:
+        raise ValueError(f"stages.{stage.name}.capture_stream: {error}") from None
+    return uri
+
+
+def prefix(stage: Stage) -> str:
+    """The captures' S3 prefix (records under ``<prefix>/<endpoint>/<variant>/...``)."""
+    return delivery(stage).prefix
+
+
+def error_prefix(stage: Stage) -> str:
+    """The prefix beside the captures where Firehose puts what it could not deliver."""
+    return prefix(stage) + ERRORS_SUFFIX
+
+
+def s3_prefix_expression(stage: Stage) -> str:
+    """The stream's S3 ``Prefix``: Model Monitor's layout from the partition keys and the
+    arrival hour."""
+    return (f"{prefix(stage)}/!{{partitionKeyFromQuery:endpoint}}/"
+            "!{partitionKeyFromQuery:variant}/!{timestamp:yyyy/MM/dd/HH}/")
+
+
+def error_prefix_expression(stage: Stage) -> str:
+    """The stream's ``ErrorOutputPrefix`` (the error type first: ``processing-failed``,
+    ``partitioning-failed`` ..., then the hour)."""
+    return f"{error_prefix(stage)}/!{{firehose:error-output-type}}/!{{timestamp:yyyy/MM/dd/HH}}/"
+
+
+def log_group_name(stage: Stage) -> str:
+    """``/aws/kinesisfirehose/<stream>``: where the stream logs its delivery errors."""
+    return f"/aws/kinesisfirehose/{stream_name(stage)}"
+
+
+def check_capture_stream(stage: Stage) -> None:
+    """Refuse a capture stream that could not work, or that the monitor would not read.
+
+    Raises:
+        ValueError: ``capture_stream`` is set but ``CAPTURE_DESTINATION`` is not
+            ``firehose://`` and a Firehose stream name, ``capture_stream`` is not
+            ``s3://<bucket>/<prefix>`` (a prefix is required: the error prefix sits beside
+            it), or the stage is monitored and ``MONITOR_CAPTURES`` reads elsewhere.
+    """
+    if not enabled(stage):
+        return
+    where = f"stages.{stage.name}"
+    name = stream_name(stage)
+    if not _STREAM_NAME.match(name):
+        raise ValueError(f"{where} sets capture_stream, so CAPTURE_DESTINATION must be "
+                         "firehose://<stream name> (1 to 64 of a-z A-Z 0-9 . _ -), not "
+                         f"{stage.env.get('CAPTURE_DESTINATION', '')[:80]!r}")
+    uri = delivery(stage)
+    if not _BUCKET.match(uri.bucket) or not _PREFIX.match(uri.prefix):
+        raise ValueError(f"{where}.capture_stream must be s3://<bucket>/<prefix> (a bucket "
+                         "name and a prefix of A-Z a-z 0-9 . _ - /), not "
+                         f"{stage.capture_stream[:80]!r}")
+    monitor = stage.monitor
+    if monitor is not None and (monitor.captures.bucket, monitor.captures.prefix) != \
+            (uri.bucket, uri.prefix):
+        raise ValueError(f"{where}: the capture stream delivers to {S3_SCHEME}{uri.bucket}/"
+                         f"{uri.prefix}, where the monitor must read: set MONITOR_CAPTURES "
+                         f"to it, not {monitor.captures.uri!r}")
+
+
+def capture_resources(stage: Stage) -> dict[str, Any]:
+    """The stream, its role and log group (empty without ``capture_stream``)."""
+    if not enabled(stage):
+        return {}
+    return {
+        STREAM: _stream(stage),
+        ROLE: _role(stage),
+        LOG_GROUP: {
+            "Type": "AWS::Logs::LogGroup",
+            "DeletionPolicy": "Delete",
+            "UpdateReplacePolicy": "Delete",
+            "Properties": {"LogGroupName": log_group_name(stage),
+                           "RetentionInDays": stage.log_retention_in_days or DEFAULT_LOG_DAYS,
+                           "Tags": _tags(stage)},
+            "Metadata": _skips(_LOG_GROUP_SKIPS),
+        },
+        LOG_STREAM: {
+            "Type": "AWS::Logs::LogStream",
+            "DeletionPolicy": "Delete",
+            "UpdateReplacePolicy": "Delete",
+            "Properties": {"LogGroupName": {"Ref": LOG_GROUP},
+                           "LogStreamName": DELIVERY_LOG_STREAM},
+        },
+    }
+
+
+def capture_outputs(stage: Stage) -> dict[str, Any]:
+    """The stream and where its captures land (the monitor's ``MONITOR_CAPTURES``)."""
+    if not enabled(stage):
+        return {}
+    uri = delivery(stage)
+    return {
+        "CaptureStreamName": {"Description": "CAPTURE_DESTINATION's stream",
+                              "Value": {"Ref": STREAM}},
+        "CaptureStreamArn": {"Value": {"Fn::GetAtt": [STREAM, "Arn"]}},
+        "CaptureS3Prefix": {"Description": "Where the stream delivers (MONITOR_CAPTURES)",
+                            "Value": f"{S3_SCHEME}{uri.bucket}/{uri.prefix}"},
+    }
+
+
+def capture_template(stage: Stage) -> dict[str, Any]:
+    """A stand-alone stack, ``sagegate-<stage>-capture``: the capture stream for a stage
+    deployed without the SAM stack (``chalice deploy``, Terraform).
+
+    Raises:
+        ValueError: the stage sets no ``capture_stream``.
+    """
+    if not enabled(stage):
+        raise ValueError(f"stage {stage.name!r} sets no capture_stream: it has no capture "
+                         "stream")
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": f"sagegate {stage.name}: the capture stream (Kinesis Data Firehose)",
+        "Resources": capture_resources(stage),
+        "Outputs": capture_outputs(stage),
+    }
+
+
+def _stream(stage: Stage) -> dict[str, Any]:
+    return {
+        "Type": "AWS::KinesisFirehose::DeliveryStream",
+        "DeletionPolicy": "Delete",
+        "UpdateReplacePolicy": "Delete",
+        "Properties": {
+            "DeliveryStreamName": stream_name(stage),
+            "DeliveryStreamType": "DirectPut",
+            "DeliveryStreamEncryptionConfigurationInput": {"KeyType": "AWS_OWNED_CMK"},
+            "ExtendedS3DestinationConfiguration": {
+                "BucketARN": {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{delivery(stage).bucket}"},
+                "RoleARN": {"Fn::GetAtt": [ROLE, "Arn"]},
+                "Prefix": s3_prefix_expression(stage),
+                "ErrorOutputPrefix": error_prefix_expression(stage),
+                "BufferingHints": {"SizeInMBs": BUFFER_MB, "IntervalInSeconds": BUFFER_SECONDS},
+                "CompressionFormat": "GZIP",
+                "FileExtension": FILE_EXTENSION,
+                "DynamicPartitioningConfiguration": {
+                    "Enabled": True,
+                    "RetryOptions": {"DurationInSeconds": PARTITION_RETRY_SECONDS}},
+                "ProcessingConfiguration": {"Enabled": True, "Processors": [{
+                    "Type": "MetadataExtraction",
+                    "Parameters": [
+                        {"ParameterName": "MetadataExtractionQuery",
+                         "ParameterValue": PARTITION_QUERY},
+                        {"ParameterName": "JsonParsingEngine", "ParameterValue": JQ_ENGINE},
+                    ]}]},
+                "CloudWatchLoggingOptions": {"Enabled": True,
+                                             "LogGroupName": {"Ref": LOG_GROUP},
+                                             "LogStreamName": {"Ref": LOG_STREAM}},
+                "S3BackupMode": "Disabled",
+            },
+            "Tags": _tags(stage),
+        },
+    }
+
+
+def role_statements(stage: Stage) -> list[dict[str, Any]]:
+    """What Firehose may do as the stream's role: S3 on the capture and error prefixes (and
+    the bucket's location and listings), and its one log stream."""
+    uri = delivery(stage)
+    bucket = f"arn:${{AWS::Partition}}:s3:::{uri.bucket}"
+    objects = [{"Fn::Sub": f"{bucket}/{prefix(stage)}/*"},
+               {"Fn::Sub": f"{bucket}/{error_prefix(stage)}/*"}]
+    log_stream = (f"arn:${{AWS::Partition}}:logs:${{AWS::Region}}:${{AWS::AccountId}}:"
+                  f"log-group:{log_group_name(stage)}:log-stream:{DELIVERY_LOG_STREAM}")
+    return [
+        {"Sid": "FindAndListTheBucket", "Effect": "Allow",
+         "Action": ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads"],
+         "Resource": {"Fn::Sub": bucket}},
+        {"Sid": "DeliverCaptures", "Effect": "Allow",
+         "Action": ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
+         "Resource": objects},
+        {"Sid": "LogDeliveryErrors", "Effect": "Allow", "Action": ["logs:PutLogEvents"],
+         "Resource": {"Fn::Sub": log_stream}},
+    ]
+
+
+def _role(stage: Stage) -> dict[str, Any]:
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "Description": f"sagegate {stage.name}: Firehose delivers captures to S3",
+            "AssumeRolePolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Effect": "Allow", "Principal": {"Service": "firehose.amazonaws.com"},
+                    "Action": "sts:AssumeRole",
+                    "Condition": {"StringEquals": {"sts:ExternalId": {"Ref": "AWS::AccountId"}}},
+                }]},
+            "Policies": [{"PolicyName": "DeliverCaptures", "PolicyDocument": {
+                "Version": "2012-10-17", "Statement": role_statements(stage)}}],
+            "Tags": _tags(stage),
+        },
+    }
+
+
+def _tags(stage: Stage) -> list[dict[str, str]]:
+    return [{"Key": key, "Value": value} for key, value in sorted(stage.tags.items())]
+
+
+def _skips(skips: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"checkov": {"skip": [{"id": check, "comment": reason} for check, reason in skips]}}
