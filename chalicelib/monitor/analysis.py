@@ -45,9 +45,14 @@ def baseline(rows: Iterable[Mapping[str, Any]],
     Raises:
         FeatureLimitError: the rows have more than ``max_features`` distinct features.
     """
-    statistics = DatasetStatistics(max_features=max_features).add_all(rows).to_json()
-    return {STATISTICS: dumps(statistics),
-            CONSTRAINTS: dumps(constraints.suggest(statistics))}
+    return baseline_files(DatasetStatistics(max_features=max_features).add_all(rows))
+
+
+def baseline_files(statistics: DatasetStatistics) -> dict[str, str]:
+    """``statistics.json`` and the ``constraints.json`` it suggests, of statistics already
+    gathered (one pass, or parts merged: :mod:`chalicelib.monitor.partial`)."""
+    document = statistics.to_json()
+    return {STATISTICS: dumps(document), CONSTRAINTS: dumps(constraints.suggest(document))}
 
 
 def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, Any],
@@ -68,7 +73,19 @@ def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, A
     Raises:
         FeatureLimitError: the window has more than ``max_features`` distinct features.
     """
-    statistics = DatasetStatistics(max_features=max_features).add_all(rows).to_json()
+    return check_statistics(DatasetStatistics(max_features=max_features).add_all(rows),
+                            baseline_statistics, baseline_constraints, title, window,
+                            with_report)
+
+
+def check_statistics(window_statistics: DatasetStatistics,
+                     baseline_statistics: Mapping[str, Any],
+                     baseline_constraints: Mapping[str, Any], title: str,
+                     window: tuple[datetime.datetime, datetime.datetime] | None = None,
+                     with_report: bool = True) -> CheckResult:
+    """:func:`check` of a window's statistics already gathered (one pass, or parts merged:
+    :mod:`chalicelib.monitor.partial`)."""
+    statistics = window_statistics.to_json()
     evaluation = checks.evaluate(baseline_statistics, baseline_constraints, statistics)
     files = {STATISTICS: dumps(statistics), VIOLATIONS: dumps(evaluation.violations)}
     if with_report:

@@ -62,6 +62,11 @@ class Moments:
         """Fold another feature's moments into these."""
         if not other.count:
             return
+        if not self.count:  # a copy: (mean * n) / n is not always mean again in doubles
+            self.count, self.sum, self.mean, self.m2 = (other.count, other.sum, other.mean,
+                                                        other.m2)
+            self.min, self.max = other.min, other.max
+            return
         total = self.count + other.count
         delta = other.mean - self.mean
         self.m2 += other.m2 + delta * delta * self.count * other.count / total

@@ -80,6 +80,14 @@ class Tally:
         if not self.first_bad:
             self.first_bad = f"{where}: {reason}"
 
+    def merge(self, later: Tally) -> None:
+        """Add the tally of the records read after these (its first bad line is named only
+        if these had none): one reader's tally over both, in order."""
+        for field in dataclasses.fields(self):
+            if field.name != "first_bad":
+                setattr(self, field.name, getattr(self, field.name) + getattr(later, field.name))
+        self.first_bad = self.first_bad or later.first_bad
+
 
 class RecordReader:
     """Rows from capture lines.
@@ -106,14 +114,16 @@ class RecordReader:
         self._times = _TimeCache()
         self.tally = Tally()
 
-    def rows(self, name: str, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
-        """The rows of one file's lines (``name`` is how messages name the file).
+    def rows(self, name: str, lines: Iterable[str | bytes],
+             first_line: int = 1) -> Iterator[dict[str, Any]]:
+        """The rows of one file's lines (``name`` is how messages name the file; the first
+        line given is its line ``first_line``: a part of a file is read from its middle).
 
         Raises:
             ColumnLimitError: a record makes a row wider than ``max_columns``.
         """
         tally, naming, preprocess = self.tally, self._naming, self._preprocess
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(lines, first_line):
             if not line.strip():
                 continue
             record = self._record(line, name, number)

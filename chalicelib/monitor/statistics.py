@@ -56,11 +56,7 @@ class DatasetStatistics:
             if values is None:
                 values = buffer[name] = []
                 if name not in self.features:  # a preprocessor may key its row by int
-                    if len(self.features) >= self.max_features:
-                        raise FeatureLimitError(
-                            f"the rows have more than {self.max_features:,} distinct features "
-                            f"(each row's keys are features): a preprocessor should return the "
-                            f"same features for every record")
+                    self._make_room()
                     self.features[name] = FeatureStats(str(name))
             values.append(value)
         self._buffered += 1
@@ -74,6 +70,14 @@ class DatasetStatistics:
         self.flush()
         return self
 
+    def _make_room(self) -> None:
+        """Refuse one more feature past :attr:`max_features`."""
+        if len(self.features) >= self.max_features:
+            raise FeatureLimitError(
+                f"the rows have more than {self.max_features:,} distinct features "
+                f"(each row's keys are features): a preprocessor should return the "
+                f"same features for every record")
+
     def flush(self) -> None:
         """Update the features with the buffered rows."""
         for name, values in self._buffer.items():
@@ -82,13 +86,23 @@ class DatasetStatistics:
         self._buffer, self._buffered = {}, 0
 
     def merge(self, other: DatasetStatistics) -> None:
-        """Fold another window's statistics into these (both flushed first)."""
+        """Fold another window's statistics into these (both flushed first).
+
+        Merged in the rows' order (these first), the features keep their first-seen order:
+        those of ``other`` that are new here come after these', in ``other``'s order, as one
+        pass over both would have met them. Counts, minimum and maximum are exact; the moments
+        are merged by Chan et al.'s formulas; the sketches by their own merges.
+
+        Raises:
+            FeatureLimitError: together they have more than :attr:`max_features` features.
+        """
         self.flush()
         other.flush()
         self.item_count += other.item_count
         for name, feature in other.features.items():
             mine = self.features.get(name)
             if mine is None:
+                self._make_room()
                 self.features[name] = mine = FeatureStats(name)
             mine.merge(feature)
 
@@ -105,11 +119,13 @@ class DatasetStatistics:
                 "features": [_feature_state(f) for f in self.features.values()]}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> DatasetStatistics:
-        """The statistics :meth:`to_state` saved."""
+    def from_state(cls, state: Mapping[str, Any],
+                   max_features: int = MAX_FEATURES) -> DatasetStatistics:
+        """The statistics :meth:`to_state` saved (``max_features``: the limit merges into
+        them keep to)."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unknown monitor state version {state.get('version')!r}")
-        stats = cls()
+        stats = cls(max_features=max_features)
         stats.item_count = int(state["item_count"])
         for saved in state["features"]:
             feature = _feature_from_state(saved)
@@ -158,7 +174,9 @@ def _feature_state(feature: FeatureStats) -> dict[str, Any]:
     m = feature.moments
     return {"name": feature.name, "present": feature.present, "integral": feature.integral,
             "fractional": feature.fractional, "strings": feature.strings,
-            "moments": [m.count, m.sum, m.mean, m.m2, m.min, m.max],
+            # no numbers: min and max are infinities, which JSON has not (null)
+            "moments": [m.count, m.sum, m.mean, m.m2, *((m.min, m.max) if m.count
+                                                         else (None, None))],
             "kll": feature.kll.to_state(),
             "frequent": _b64(feature.frequent.serialize()),
             "distinct": _b64(feature.distinct.serialize_compact())}
@@ -169,8 +187,10 @@ def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
     feature.present, feature.integral = int(saved["present"]), int(saved["integral"])
     feature.fractional, feature.strings = int(saved["fractional"]), int(saved["strings"])
     moments = Moments()
-    count, moments.sum, moments.mean, moments.m2, moments.min, moments.max = saved["moments"]
+    count, moments.sum, moments.mean, moments.m2, low, high = saved["moments"]
     moments.count = int(count)
+    if moments.count:  # else the empty moments' infinities (null in the state)
+        moments.min, moments.max = float(low), float(high)
     feature.moments = moments
     feature.kll = DeequKll.from_state(saved["kll"])
     feature.frequent = frequent_strings_sketch.deserialize(base64.b64decode(saved["frequent"]))
