@@ -10,33 +10,36 @@ one is given, and writes ``statistics.json``, ``constraint_violations.json`` and
 Exit status: 0 no violations; 3 violations found (CI and cron act on it); 4 nothing checked:
 no records in the window (its own status, so a cron job never reads an empty window as a
 clean one); 2 a usage or input error: one line on stderr, ``sagegate monitor: ...``, naming
-the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C).
+the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C); 1 (with
+``--workers``) a worker process ended without an answer (killed, out of memory), one line.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
+import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, documents, windows
+from chalicelib.monitor import analysis, documents, partial, windows
+from chalicelib.monitor.partial import PartialAnalysis
 from chalicelib.monitor.preprocessing import (
-    CapturedData,
     HandlerError,
     HandlerFailed,
-    Preprocessor,
-    handler_logger,
     load_postprocessor,
     watching_interrupts,
 )
-from chalicelib.monitor.records import MAX_COLUMNS, Preprocess, RecordError, RecordReader, Tally
+from chalicelib.monitor.records import MAX_COLUMNS, RecordError, Tally
 from chalicelib.monitor.statistics import FeatureLimitError
-from sagegate.monitor import datasets, files, sources
+from sagegate.monitor import datasets, files, sources, workers
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_FAILED = 1
+"""A worker process died (killed, out of memory): as a crash of the command itself would."""
 Window = tuple[datetime.datetime, datetime.datetime]
 HELP = "Model Monitor's data quality baseline and checks, on captures here or in S3"
 
@@ -96,6 +99,10 @@ def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
                         help=f"refuse a record or row of more than N columns (default: "
                         f"{MAX_COLUMNS}; a wider one needs a --preprocess-handler that returns "
                         f"the features to monitor)")
+    parser.add_argument("--workers", type=_workers, default=1, metavar="N",
+                        help="read the files (or the dataset) with N processes and merge "
+                        "their statistics: one process's counts and moments, sketches within "
+                        "their error (default: 1; 0 or 'auto': one per CPU)")
 
 
 def _positive(text: str) -> int:
@@ -107,6 +114,18 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _workers(text: str) -> int:
+    if text.strip().lower() in ("0", "auto"):
+        return _cpus()
+    return _positive(text)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    count = getattr(os, "process_cpu_count", os.cpu_count)()  # process_cpu_count: 3.13
+    return max(1, count or 1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
             OSError) as error:
         print(f"sagegate monitor: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except workers.WorkerDied as error:
+        print(f"sagegate monitor: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "sagegate monitor") -> int:
@@ -163,20 +185,20 @@ def _baseline(args: argparse.Namespace) -> int:
                          f"dataset file")
     span = windows.window(args.start, args.end) if capture and (args.start or args.end) \
         else None
-    reader = _reader(args, span)
+    options = _options(args, span)
     if capture:
         start, end = span or (None, None)
-        captured = sources.capture_files(args.dataset, start, end, command="baseline")
-        rows: Iterator[dict[str, Any]] = sources.capture_rows(reader, captured)
+        read = _captures(args, args.dataset, start, end, options, "baseline")
     else:
-        rows = datasets.dataset_rows(args.dataset, args.header, reader, args.max_columns)
-    files_out = analysis.baseline(rows, max_features=args.max_columns)
+        read = _dataset(args, options)
+    files_out = analysis.baseline_files(read.analysis.statistics)
+    tally = read.analysis.tally
     if not json.loads(files_out[analysis.STATISTICS])["dataset"]["item_count"]:
-        _refuse_all_bad(args.dataset, reader.tally)
-        read = f" ({_tally(reader.tally)})" if reader.tally.records else ""
-        raise UsageError(f"{args.dataset}: no rows to make a baseline of{read}")
+        _refuse_all_bad(args.dataset, tally)
+        counted = f" ({_tally(tally)})" if tally.records else ""
+        raise UsageError(f"{args.dataset}: no rows to make a baseline of{counted}")
     _write(Path(args.output), files_out)
-    _summary(args.output, reader.tally, files_out, span)
+    _summary(args.output, tally, files_out, span, read)
     return EXIT_OK
 
 
@@ -185,18 +207,19 @@ def _check(args: argparse.Namespace) -> int:
     postprocess = _postprocessor(args.postprocess_handler)
     start, end = windows.window(args.start, args.end)
     # a headerless CSV capture's columns take the baseline's names, by position
-    reader = _reader(args, (start, end), [f["name"] for f in statistics["features"]])
-    rows = sources.capture_rows(reader, sources.capture_files(args.captures, start, end))
-    result = analysis.check(rows, statistics, constraints, title=args.captures,
-                            window=(start, end), with_report=args.report,
-                            max_features=args.max_columns)
+    options = _options(args, (start, end), [str(f["name"]) for f in statistics["features"]])
+    read = _captures(args, args.captures, start, end, options, "check")
+    result = analysis.check_statistics(read.analysis.statistics, statistics, constraints,
+                                       title=args.captures, window=(start, end),
+                                       with_report=args.report)
+    tally = read.analysis.tally
     if not result.statistics["dataset"]["item_count"]:
-        _refuse_all_bad(args.captures, reader.tally)
+        _refuse_all_bad(args.captures, tally)
         print(f"note: no records in {args.captures} from {_span((start, end))} "
-              f"({_tally(reader.tally)}): nothing checked, no files written", file=sys.stderr)
+              f"({_tally(tally)}): nothing checked, no files written", file=sys.stderr)
         return EXIT_EMPTY
     _write(Path(args.output), result.files)
-    _summary(args.output, reader.tally, result.files, (start, end))
+    _summary(args.output, tally, result.files, (start, end), read)
     if postprocess is not None:
         postprocess()
     for violation in result.evaluation.violations["violations"]:
@@ -212,18 +235,61 @@ def _refuse_all_bad(source: str, tally: Tally) -> None:
                          f"skipped, the first {tally.first_bad}")
 
 
-def _reader(args: argparse.Namespace, window: Window | None,
-            csv_names: list[str] | None = None) -> RecordReader:
-    preprocess: Preprocess | None = None
-    if args.preprocess_handler:
-        # its logger's lines on stderr, as sagegate capture prints them
-        handler = Preprocessor(args.preprocess_handler, handler_logger(sys.stderr))
+def _options(args: argparse.Namespace, window: Window | None,
+             csv_names: list[str] | None = None) -> workers.ReaderOptions:
+    return workers.ReaderOptions(args.preprocess_handler, not args.exclude_cache_hits, window,
+                                 tuple(csv_names) if csv_names is not None else None,
+                                 args.max_columns)
 
-        def preprocess(record: dict[str, Any], where: str) -> dict[str, Any] | None:
-            return handler(CapturedData(record), where)
 
-    return RecordReader(preprocess, include_cache_hits=not args.exclude_cache_hits,
-                        window=window, csv_names=csv_names, max_columns=args.max_columns)
+@dataclasses.dataclass
+class _Read:
+    """The source's statistics and tally, how many parts the workers read and how many
+    workers read them (0: one pass here)."""
+
+    analysis: PartialAnalysis
+    parts: int = 0
+    workers: int = 0
+
+
+def _captures(args: argparse.Namespace, source: str, start: datetime.datetime | None,
+              end: datetime.datetime | None, options: workers.ReaderOptions,
+              command: str) -> _Read:
+    """A capture source's window, read here or, ``--workers`` N, by N processes."""
+    # the preprocessor is imported here first, whatever the workers: its error comes before
+    # the source's, as the single pass reports them
+    reader = workers.reader(options)
+    if args.workers <= 1:
+        return _Read(partial.analyse_objects(
+            reader, sources.capture_files(source, start, end, command), args.max_columns))
+    objects = sources.capture_objects(source, start, end, command)
+    if len(objects) < 2:
+        opened = sources.open_captures(source, [name for name, _size in objects])
+        return _Read(partial.analyse_objects(reader, opened, args.max_columns))
+    parts = workers.capture_parts(source, objects, args.workers, options)
+    return _Read(workers.analyse(parts, args.workers, args.max_columns), len(parts),
+                 min(args.workers, len(parts)))
+
+
+def _dataset(args: argparse.Namespace, options: workers.ReaderOptions) -> _Read:
+    """A dataset file, read here or, ``--workers`` N, by N processes (cut into parts at
+    lines' starts)."""
+    reader = workers.reader(options)
+    parts = datasets.dataset_parts(args.dataset, args.header,
+                                   workers.part_count(_size(args.dataset), args.workers),
+                                   args.max_columns) if args.workers > 1 else []
+    if len(parts) < 2:
+        rows = datasets.dataset_rows(args.dataset, args.header, reader, args.max_columns)
+        return _Read(partial.analyse_rows(rows, reader.tally, args.max_columns))
+    return _Read(workers.analyse(parts, args.workers, args.max_columns), len(parts),
+                 min(args.workers, len(parts)))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # reading it says why, in one line
+        return 0
 
 
 def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -273,7 +339,11 @@ def _when(moment: datetime.datetime) -> str:
     return f"{shown:%Y-%m-%dT%H:%M:%SZ}" if shown.second else f"{shown:%Y-%m-%dT%H:%MZ}"
 
 
-def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None) -> None:
+def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None,
+             read_by: _Read | None = None) -> None:
     read = _tally(tally) if tally.records or tally.bad_lines else "dataset read"
     span = f" from {_span(window)}" if window else ""
-    print(f"{read}{span}; wrote {', '.join(sorted(outputs))} to {output}", file=sys.stderr)
+    shared = f" (in {read_by.parts} parts by {read_by.workers} worker processes)" \
+        if read_by is not None and read_by.parts else ""
+    print(f"{read}{span}{shared}; wrote {', '.join(sorted(outputs))} to {output}",
+          file=sys.stderr)

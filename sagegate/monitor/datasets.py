@@ -1,11 +1,20 @@
 """Training datasets for ``sagegate monitor baseline``: CSV (a header detected or named) and
 JSON Lines (objects, or capture records), read line by line, each line checked: UTF-8, a
-bounded length, a bounded CSV field, at most ``max_columns`` columns."""
+bounded length, a bounded CSV field, at most ``max_columns`` columns.
+
+A file can also be cut into parts (:func:`dataset_parts`) that other processes read
+(:func:`part_rows`, ``--workers``): cut at lines' starts (a CSV with quotes, where a field may
+hold a line break, at records' ends, found by reading it), each part knowing the columns and
+the line numbers the whole file's reading gives it, so its rows and its messages are the ones
+the single pass makes.
+"""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import IO, Any
@@ -45,14 +54,19 @@ def dataset_rows(path: str, header: bool | None, reader: RecordReader | None = N
     return _csv_rows(handle, path, header, max_columns)
 
 
-def _text_lines(handle: IO[bytes], name: str) -> Iterator[str]:
+def _text_lines(handle: IO[bytes], name: str, first_line: int = 1,
+                size: int | None = None) -> Iterator[str]:
     """The file's lines as text, each checked: UTF-8 (a byte-order mark on the first line
-    dropped), at most :data:`MAX_LINE_BYTES`."""
-    number = 0
-    while True:
-        line = handle.readline(MAX_LINE_BYTES + 1)
+    dropped), at most :data:`MAX_LINE_BYTES`; from where ``handle`` is (its line
+    ``first_line``), up to ``size`` bytes (a part ends at a line's start)."""
+    number = first_line - 1
+    left = -1 if size is None else size
+    while left:
+        line = handle.readline(MAX_LINE_BYTES + 1 if left < 0 else min(MAX_LINE_BYTES + 1,
+                                                                      left))
         if not line:
             return
+        left -= len(line) if left > 0 else 0
         number += 1
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             raise SourceError(f"{name}:{number}: a line longer than "
@@ -117,20 +131,26 @@ def _check_width(count: int, where: str, max_columns: int) -> None:
                                f"{max_columns:,} (--max-columns)")
 
 
-def _csv_rows(handle: IO[bytes], name: str, header: bool | None,
-              max_columns: int) -> Iterator[dict[str, Any]]:
+def _csv_rows(handle: IO[bytes], name: str, header: bool | None, max_columns: int,
+              lines: Iterator[str] | None = None, names: Sequence[str] | None = None,
+              first_line: int = 1) -> Iterator[dict[str, Any]]:
+    """The rows of a CSV file (or of ``lines``, a part of it from its line ``first_line``;
+    a part after the first has the first record's ``names``)."""
     with handle:
-        lines = _text_lines(handle, name)
-        sample = _sample(lines)
+        lines = _text_lines(handle, name) if lines is None else lines
+        sample = _sample(lines) if names is None else []
         if header is None:
             header = _has_header("".join(sample)[:_SNIFF_BYTES])
         reader = csv.reader(chain(sample, lines))
 
         def where() -> str:
-            return f"{name}:{reader.line_num}"
+            return f"{name}:{reader.line_num + first_line - 1}"
 
         try:
-            yield from _csv_records(reader, where, header, max_columns)
+            if names is None:
+                yield from _csv_records(reader, where, header, max_columns)
+            else:
+                yield from _named_rows(reader, list(names), where, max_columns)
         except csv.Error as error:
             raise SourceError(f"{where()}: {_csv_problem(error)}") from None
 
@@ -154,8 +174,20 @@ def _csv_records(reader: Iterator[list[str]], where: Callable[[], str], header: 
     if first is None:
         return
     _check_width(len(first), where(), max_columns)
-    names = first if header else [f"_c{i}" for i in range(len(first))]
-    rows = reader if header else chain([first], reader)
+    names = _first_names(first, header)
+    yield from _named_rows(reader if header else chain([first], reader), names, where,
+                           max_columns)
+
+
+def _first_names(first: list[str], header: bool) -> list[str]:
+    """The columns the first record gives: its values if a header, else ``_c0``, ``_c1``..."""
+    return first if header else [f"_c{i}" for i in range(len(first))]
+
+
+def _named_rows(rows: Iterator[list[str]], names: list[str], where: Callable[[], str],
+                max_columns: int) -> Iterator[dict[str, Any]]:
+    """Records as rows by column name; a wider record adds ``_cN`` columns (by position: the
+    same names whichever records came before)."""
     for values in rows:
         if values:
             if len(values) > len(names):
@@ -180,3 +212,179 @@ def _has_header(sample: str) -> bool:
         return csv.Sniffer().has_header(sample)
     except csv.Error:
         return False
+
+
+CSV, JSON_ROWS, CAPTURES = "csv", "json", "captures"
+"""A part's format: CSV rows, JSON objects (one a line) or capture records."""
+_SCAN_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPart:
+    """A part of a dataset file: its lines from byte ``start`` (a line's start, the file's
+    line ``first_line``) to byte ``end``, read by :func:`part_rows`."""
+
+    path: str
+    start: int
+    end: int
+    first_line: int
+    format: str
+    """:data:`CSV`, :data:`JSON_ROWS` or :data:`CAPTURES` (the whole file's, decided by its
+    first lines)."""
+    header: bool = False
+    """A CSV's first line is a header (read by the first part)."""
+    names: tuple[str, ...] | None = None
+    """A CSV part after the first: the columns the first record gives."""
+    max_columns: int = MAX_COLUMNS
+
+
+def dataset_parts(path: str, header: bool | None, parts: int,
+                  max_columns: int = MAX_COLUMNS) -> list[DatasetPart]:
+    """The file cut into at most ``parts`` parts of about equal bytes, each at least a line:
+    at lines' starts (a CSV holding a quote, whose field may hold a line break, at records'
+    ends, found by reading the file through once). Empty (read the file in one pass, which
+    reports why) when the first lines cannot be read (not UTF-8, not JSON, not CSV) or the
+    file is not worth cutting (one line, or ``parts`` below 2).
+
+    Raises:
+        SourceError: the file is not a regular file.
+    """
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if parts < 2 or not size:
+            return []
+        try:
+            probed = _probe(handle, path, header)
+        except (SourceError, csv.Error, RecursionError):
+            return []
+        if probed is None:
+            return []
+        kind, header, names, first_end = probed
+        targets = [max(size * k // parts, first_end) for k in range(1, parts)]
+        if kind == CSV and _holds(handle, b'"'):
+            cuts = _record_ends(handle, path, targets)
+        else:
+            cuts = [_line_start(handle, target) for target in targets]
+        if cuts is None:
+            return []
+        bounds = sorted({0, size, *(cut for cut in cuts if first_end <= cut < size)})
+        lines = _line_numbers(handle, bounds[:-1])
+    if len(bounds) < 3:  # one part: nothing to share
+        return []
+    return [DatasetPart(path, start, end, line, kind, bool(header),
+                        tuple(names) if index and kind == CSV else None, max_columns)
+            for index, (start, end, line) in enumerate(zip(bounds, bounds[1:], lines,
+                                                           strict=False))]
+
+
+def part_rows(part: DatasetPart, reader: RecordReader | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of a part: those :func:`dataset_rows` gives for its lines, named and
+    numbered as the whole file's reading names and numbers them (``reader`` reads capture
+    records; its tally counts them).
+
+    Raises:
+        SourceError, ColumnLimitError: as :func:`dataset_rows`, for the part's lines.
+    """
+    handle = open_regular(part.path)
+    try:
+        handle.seek(part.start)
+    except BaseException:
+        handle.close()
+        raise
+    lines = _text_lines(handle, part.path, part.first_line, part.end - part.start)
+    if part.format == CSV:
+        return _csv_rows(handle, part.path, part.header, part.max_columns, lines, part.names,
+                         part.first_line)
+    return _json_part(handle, part, lines, reader or RecordReader(max_columns=part.max_columns))
+
+
+def _json_part(handle: IO[bytes], part: DatasetPart, lines: Iterator[str],
+               reader: RecordReader) -> Iterator[dict[str, Any]]:
+    with handle:
+        if part.format == CAPTURES:
+            yield from reader.rows(part.path, lines, part.first_line)
+        else:
+            yield from _plain_json_lines(lines, part.path, part.first_line - 1,
+                                         part.max_columns)
+
+
+def _probe(handle: IO[bytes], name: str,
+           header: bool | None) -> tuple[str, bool, list[str], int] | None:
+    """The file's format, whether a CSV has a header, the columns its first record gives
+    and where that record ends (the parts after the first start past it); None for a file
+    without a record."""
+    lines = _text_lines(handle, name)
+    if Path(name).suffix.lower() in JSON_SUFFIXES:
+        for line in lines:
+            if line.strip():
+                document = _json_line(line, name)
+                captures = isinstance(document, dict) and "captureData" in document
+                return (CAPTURES if captures else JSON_ROWS), False, [], 0
+        return None
+    sample = _sample(lines)
+    if header is None:
+        header = _has_header("".join(sample)[:_SNIFF_BYTES])
+    handle.seek(0)
+    first = next(csv.reader(_text_lines(handle, name)), None)
+    if first is None:
+        return None
+    return CSV, header, _first_names(first, header), handle.tell()
+
+
+def _holds(handle: IO[bytes], byte: bytes) -> bool:
+    handle.seek(0)
+    while chunk := handle.read(_SCAN_BYTES):
+        if byte in chunk:
+            return True
+    return False
+
+
+def _line_start(handle: IO[bytes], offset: int) -> int:
+    """The start of the first line that starts at or after ``offset`` (the file's size if
+    none does)."""
+    if offset <= 0:
+        return 0
+    handle.seek(offset - 1)
+    position = offset - 1
+    while chunk := handle.read(_SCAN_BYTES):
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(chunk)
+    return position
+
+
+def _record_ends(handle: IO[bytes], name: str, targets: list[int]) -> list[int] | None:
+    """For each target, the end of the first CSV record that ends at or after it: the file
+    read as the single pass reads it (None if it cannot be: the single pass reports why)."""
+    handle.seek(0)
+    cuts: list[int] = []
+    pending = iter(targets)
+    target = next(pending, None)
+    try:
+        for _values in csv.reader(_text_lines(handle, name)):
+            position = handle.tell()  # the reader asks for no line past its record's
+            while target is not None and position >= target:
+                cuts.append(position)
+                target = next(pending, None)
+            if target is None:
+                break
+    except (SourceError, csv.Error):
+        return None
+    return cuts
+
+
+def _line_numbers(handle: IO[bytes], offsets: list[int]) -> list[int]:
+    """The line number of each offset (a line's start), ascending offsets."""
+    numbers: list[int] = []
+    handle.seek(0)
+    position, count = 0, 1
+    for offset in offsets:
+        while position < offset:
+            chunk = handle.read(min(_SCAN_BYTES, offset - position))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            position += len(chunk)
+        numbers.append(count)
+    return numbers

@@ -42,16 +42,59 @@ def capture_files(source: str, start: datetime.datetime | None = None,
     """The capture files under an endpoint's folder or prefix (``<variant>/yyyy/mm/dd/hh``),
     only those of the hours of ``[start, end)`` when a window is given: the hour folders are
     found by walking those that exist (:func:`chalicelib.monitor.windows.hour_folders`), so a
-    window of years costs what its folders hold.
+    window of years costs what its folders hold. Listed when the first is asked for
+    (:func:`capture_objects`), then opened one at a time (:func:`open_captures`).
 
     Raises:
         SourceError: the source does not exist, is above the endpoints' folders
             (:func:`variant_folders`; ``command`` is the one its message suggests), or holds
             a ``*.jsonl`` that is not a regular file (raised as the files are read).
     """
+    yield from open_captures(source, [name for name, _size in
+                                      capture_objects(source, start, end, command)])
+
+
+def capture_objects(source: str, start: datetime.datetime | None = None,
+                    end: datetime.datetime | None = None,
+                    command: str = "check") -> list[tuple[str, int]]:
+    """The capture files :func:`capture_files` reads, listed but not opened: (name, size in
+    bytes), in order; a name is a local path or an ``s3://`` URI, as :func:`open_captures`
+    takes it (so a part of them can be read by another process).
+
+    Raises:
+        SourceError: as :func:`capture_files` (but a ``*.jsonl`` that is not a regular file
+            only when it is opened).
+    """
     if source.startswith(S3_SCHEME):
-        return _s3_files(source, start, end, command)
-    return _local_files(Path(source), start, end, command)
+        return _s3_listed(source, start, end, command)
+    return [(str(path), _size(path)) for path in _local_paths(Path(source), start, end,
+                                                              command)]
+
+
+def open_captures(source: str, names: Iterable[str]) -> Files:
+    """Each capture file named (a path, or an ``s3://`` URI under ``source``), opened in its
+    turn, with its lines.
+
+    Raises:
+        SourceError: a file is not a regular file or cannot be read; S3 refused (the message
+            names ``source``).
+    """
+    clients: list[Any] = []  # one S3 client, made for the first S3 object
+    for name in names:
+        if name.startswith(S3_SCHEME):
+            if not clients:
+                clients.append(_s3_client())
+            yield name, _s3_lines(clients[0], source, name)
+        else:
+            with open_regular(name) as lines:  # a FIFO or a folder named *.jsonl: one line
+                yield name, lines
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone since it was listed: opening it says so, in its turn
+        return 0
 
 
 def variant_folders(children: Children, source: str, command: str = "check") -> list[str]:
@@ -99,20 +142,16 @@ def _above_endpoints(source: str, endpoints: list[str], command: str) -> str:
             f"e.g. sagegate monitor {command} {example} ...")
 
 
-def _local_files(root: Path, start: datetime.datetime | None,
-                 end: datetime.datetime | None, command: str) -> Files:
+def _local_paths(root: Path, start: datetime.datetime | None,
+                 end: datetime.datetime | None, command: str) -> list[Path]:
     if not root.is_dir():
         raise SourceError(f"{root}: no such folder")
     variants = variant_folders(_subfolders(root), str(root), command)
     if start is None or end is None:
-        paths = sorted(root.rglob("*.jsonl"))
-    else:
-        paths = [path for variant in variants
-                 for folder in windows.hour_folders(_subfolders(root / variant), start, end)
-                 for path in sorted((root / variant / folder).glob("*.jsonl"))]
-    for path in paths:
-        with open_regular(path) as lines:  # a FIFO or a folder named *.jsonl: one line
-            yield str(path), lines
+        return sorted(root.rglob("*.jsonl"))
+    return [path for variant in variants
+            for folder in windows.hour_folders(_subfolders(root / variant), start, end)
+            for path in sorted((root / variant / folder).glob("*.jsonl"))]
 
 
 def _subfolders(variant: Path) -> Children:
@@ -125,8 +164,8 @@ def _subfolders(variant: Path) -> Children:
     return children
 
 
-def _s3_files(source: str, start: datetime.datetime | None,
-              end: datetime.datetime | None, command: str) -> Files:
+def _s3_listed(source: str, start: datetime.datetime | None,
+               end: datetime.datetime | None, command: str) -> list[tuple[str, int]]:
     from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
 
     try:
@@ -134,18 +173,34 @@ def _s3_files(source: str, start: datetime.datetime | None,
     except ValueError as error:
         raise SourceError(f"{source}: {error}") from None
     try:
-        yield from _s3_objects(source, uri, start, end, command)
+        return list(_s3_objects(source, uri, start, end, command))
     except (BotoCoreError, ClientError) as error:  # one line, not a traceback
         raise SourceError(f"{source}: {error}") from None
 
 
-def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
-                end: datetime.datetime | None, command: str) -> Files:
+def _s3_lines(s3: Any, source: str, name: str) -> Iterator[bytes]:
+    """An S3 capture object's lines, fetched when the first is asked for."""
+    from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
+
+    uri = S3Uri.parse(name)
+    try:
+        body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
+        yield from body.iter_lines()
+    except (BotoCoreError, ClientError) as error:  # one line, not a traceback
+        raise SourceError(f"{source}: {error}") from None
+
+
+def _s3_client() -> Any:
     import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
+    return boto3.client("s3")
+
+
+def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
+                end: datetime.datetime | None, command: str) -> Iterator[tuple[str, int]]:
     bucket, prefix = uri.bucket, uri.prefix
     folder = f"{prefix}/" if prefix else ""
-    s3 = boto3.client("s3")
+    s3 = _s3_client()
     children = _s3_folders(s3, bucket, folder)
     variants = variant_folders(children, source, command)
     if start is None or end is None:
@@ -158,8 +213,7 @@ def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
                                                                   Prefix=key_prefix):
             for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
                 if item["Key"].endswith(".jsonl"):
-                    body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]
-                    yield f"{S3_SCHEME}{bucket}/{item['Key']}", body.iter_lines()
+                    yield f"{S3_SCHEME}{bucket}/{item['Key']}", int(item.get("Size", 0))
 
 
 def _join(*parts: str) -> str:
