@@ -15,9 +15,10 @@ Lambda's 2 retries); then one log line says it was dropped. S3's ``s3:TestEvent`
 notification is configured) never reaches a function, as on AWS.
 
 The jobs' scheduled re-drive (``app.job_redrive``, which EventBridge runs on AWS) runs here on
-its own period (``JOB_REDRIVE_PERIOD_SECONDS``): the pump calls ``app.redrive_jobs`` with a
-delivery of its own, each ticket event a message on the tickets queue, so a re-driven job
-reaches ``job_runner`` as its S3 event would have. Only the standard library is imported here
+its own period (``JOB_REDRIVE_PERIOD_SECONDS``): the pump runs its work
+(:func:`chalicelib.jobs.functions.redrive_jobs`, on the app's jobs) with a delivery of its own,
+each ticket event a message on the tickets queue, so a re-driven job reaches ``job_runner`` as
+its S3 event would have. Only the standard library is imported here
 at module level; boto3 and chalice come with :func:`start_pump`.
 """
 from __future__ import annotations
@@ -39,9 +40,8 @@ JOB_RUNNER = "job_runner"
 JOB_RESULTS = "job_results"
 JOB_FAILURES = "job_failures"
 JOB_REDRIVE = "job_redrive"
-"""The scheduled re-drive app.py declares with the job functions ..."""
-REDRIVE_WORK = "redrive_jobs"
-"""... and its work, which the pump calls with its own delivery."""
+"""The scheduled re-drive app.py declares with the job functions (its work the pump runs with
+its own delivery)."""
 MAX_ATTEMPTS = 3
 """Calls per event at most: Lambda's asynchronous invocation tries twice more after a failure."""
 RETRY_DELAY_S = 1
@@ -311,10 +311,10 @@ def redrive_schedule(app_module: Any, environ: Mapping[str, str],
     Raises:
         ConfigurationError: a re-drive setting is wrong (``sagegate run`` checks them first).
     """
-    work = getattr(app_module, REDRIVE_WORK, None)
     queue = environ.get(TICKETS_QUEUE_ENV, "")
-    if not callable(getattr(app_module, JOB_REDRIVE, None)) or not callable(work) or not queue:
+    if not callable(getattr(app_module, JOB_REDRIVE, None)) or not queue:
         return []
+    from chalicelib.jobs import functions
     from chalicelib.jobs.redrive import RedriveSettings
 
     period = RedriveSettings.from_env(environ).period_seconds
@@ -322,7 +322,11 @@ def redrive_schedule(app_module: Any, environ: Mapping[str, str],
     def deliver(event: dict[str, Any]) -> None:
         send(queue, json.dumps(event))
 
-    return [Scheduled(JOB_REDRIVE, lambda: work(deliver=deliver), period)]
+    def work() -> Any:  # the app's jobs, as its scheduled function runs them, delivered here
+        return functions.redrive_jobs(app_module.services.jobs_context, "", JOB_REDRIVE,
+                                      deliver)
+
+    return [Scheduled(JOB_REDRIVE, work, period)]
 
 
 def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump | None:

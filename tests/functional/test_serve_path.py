@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import app as app_module
+from chalicelib.http import modelcalls
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.serving import HandledModel
 from chalicelib.registry.specs import Pipeline
@@ -33,9 +34,9 @@ def test_the_cache_outcome_is_noted_once_per_request(
         answering_app: AnsweringApp, monkeypatch: pytest.MonkeyPatch, path: str, body: bytes,
         headers: dict[str, str], status: int) -> None:
     noted: list[Any] = []
-    original = app_module._note_cache
-    monkeypatch.setattr(app_module, "_note_cache",
-                        lambda cache, timer: (noted.append(cache), original(cache, timer)))
+    original = modelcalls.note_cache
+    monkeypatch.setattr(modelcalls, "note_cache", lambda log, cache, timer: (
+        noted.append(cache), original(log, cache, timer)))
     response = answering_app.client.http.post(path, body=body, headers=headers)
     assert response.status_code == status
     assert len(noted) == 1

@@ -5,8 +5,10 @@ job is ever claimed twice however many events reach the runner. The table store'
 on moto's DynamoDB mock with the keys and index the stack declares."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -287,8 +289,9 @@ def test_the_runs_time_is_its_scheduled_time() -> None:
 def test_the_scheduled_function_invokes_the_stages_own_runner(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """app.py's re-drive on Lambda: the runner beside it (``sagegate-dev-job_redrive`` runs
-    ``sagegate-dev-job_runner``), invoked asynchronously with the ticket's event."""
-    import app
+    ``sagegate-dev-job_runner``), invoked asynchronously with the ticket's event; the hour is
+    the schedule's event's."""
+    import app as loaded
     from chalicelib.jobs import redrive as module
 
     store, s3 = MemoryJobStore(clock=lambda: NOW), FakeS3()
@@ -299,26 +302,24 @@ def test_the_scheduled_function_invokes_the_stages_own_runner(
         def invoke(self, **kwargs: Any) -> None:
             calls.append(kwargs)
 
+    # app.py as Lambda imports it for the stage's re-drive function (its name read then)
+    for name, value in {"JOBS_BUCKET": BUCKET, "JOBS_PREFIX": PREFIX,
+                        "AWS_LAMBDA_FUNCTION_NAME": "sagegate-dev-job_redrive"}.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location("app_redrive", Path(loaded.__file__))
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
     monkeypatch.setattr(app, "services", type("Services", (), {"jobs_context": type(
         "Context", (), {"store": store, "s3": s3, "bucket": BUCKET, "prefix": PREFIX})()})())
     monkeypatch.setattr(module, "lambda_client", Lambda)
-    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sagegate-dev-job_redrive")
     monkeypatch.delenv("JOB_REDRIVE_AFTER_SECONDS", raising=False)
+    event = {"version": "0", "id": "e", "detail-type": "Scheduled Event",
+             "source": "aws.events", "account": "123456789012", "time": "2027-01-15T08:00:00Z",
+             "region": "us-east-1", "resources": [], "detail": {}}
 
-    assert app.redrive_jobs("2027-01-15T08:00:00Z")["redriven"] == [lost]
+    assert app.job_redrive(event, None)["redriven"] == [lost]
 
     [call] = calls
     assert (call["FunctionName"], call["InvocationType"]) == ("sagegate-dev-job_runner", "Event")
     assert s3_keys(json.loads(call["Payload"]), BUCKET) == [f"{PREFIX}tickets/{lost}"]
-
-
-@pytest.mark.parametrize(("period", "rate"), [
-    ("", "rate(5 minutes)"), ("60", "rate(1 minute)"), ("1", "rate(1 minute)"),
-    ("600", "rate(10 minutes)"), ("90", "rate(2 minutes)"), ("soon", "rate(5 minutes)")])
-def test_the_schedule_is_the_period_in_whole_minutes(monkeypatch: pytest.MonkeyPatch,
-                                                     period: str, rate: str) -> None:
-    import app
-
-    monkeypatch.setenv("JOB_REDRIVE_PERIOD_SECONDS", period)
-
-    assert app._redrive_rate() == rate

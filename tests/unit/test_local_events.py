@@ -307,21 +307,36 @@ def test_a_scheduled_function_runs_on_its_period_until_the_pump_stops(
 
 
 class RedrivingApp:
-    """app.py's re-drive as the pump sees it: the scheduled function and its work."""
+    """app.py as the pump sees it for the re-drive: the scheduled function, and the services
+    whose jobs its work runs on."""
 
     def __init__(self) -> None:
-        self.calls: list[Any] = []
+        self.services = SimpleNamespace(jobs_context=object())
 
     def job_redrive(self, event: Any, context: Any) -> None:
-        raise AssertionError("the pump calls the work with its own delivery, not this")
+        raise AssertionError("the pump runs the work with its own delivery, not this")
 
-    def redrive_jobs(self, scheduled: str = "", deliver: Any = None) -> dict[str, Any]:
-        self.calls.append(deliver)
+
+@pytest.fixture
+def redrives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The re-drive's work (chalicelib.jobs.functions.redrive_jobs), each call kept: it finds
+    one lost ticket and delivers it."""
+    from chalicelib.jobs import functions
+
+    calls: list[tuple[Any, ...]] = []
+
+    def redrive_jobs(context: Any, scheduled: str, function_name: str,
+                     deliver: Any = None) -> dict[str, Any]:
+        calls.append((context, scheduled, function_name))
         deliver({"Records": S3_NOTIFICATION["Records"]})
         return {"redriven": ["abc"]}
 
+    monkeypatch.setattr(functions, "redrive_jobs", redrive_jobs)
+    return calls
 
-def test_the_redrive_runs_on_its_period_and_sends_its_tickets_to_the_tickets_queue() -> None:
+
+def test_the_redrive_runs_on_its_period_and_sends_its_tickets_to_the_tickets_queue(
+        redrives: list[tuple[Any, ...]]) -> None:
     app, sent = RedrivingApp(), []
     environ = {TICKETS_QUEUE_ENV: "http://m/t", "JOB_REDRIVE_PERIOD_SECONDS": "7"}
 
@@ -329,22 +344,26 @@ def test_the_redrive_runs_on_its_period_and_sends_its_tickets_to_the_tickets_que
     scheduled.run()
 
     assert (scheduled.name, scheduled.period) == ("job_redrive", 7)
+    # the app's own jobs, at the time of the run
+    assert redrives == [(app.services.jobs_context, "", "job_redrive")]
     [(queue, body)] = sent
     assert queue == "http://m/t"
     # on the tickets queue, the event reaches the runner as S3's own notification would
     assert s3_events(body) == [(JOB_RUNNER, {"Records": S3_NOTIFICATION["Records"]})]
 
 
-def test_no_redrive_without_the_app_declaring_it_or_without_a_tickets_queue() -> None:
+def test_no_redrive_without_the_app_declaring_it_or_without_a_tickets_queue(
+        redrives: list[tuple[Any, ...]]) -> None:
     app = RedrivingApp()
     send = print
 
-    assert redrive_schedule(SimpleNamespace(redrive_jobs=app.redrive_jobs),
+    assert redrive_schedule(SimpleNamespace(services=app.services),
                             {TICKETS_QUEUE_ENV: "http://m/t"}, send) == []
     assert redrive_schedule(app, {}, send) == []
     assert redrive_schedule(app, {TICKETS_QUEUE_ENV: "http://m/t"}, send)[0].period == 300
     with pytest.raises(ConfigurationError, match="JOB_REDRIVE_PERIOD_SECONDS"):
         redrive_schedule(app, {TICKETS_QUEUE_ENV: "q", "JOB_REDRIVE_PERIOD_SECONDS": "0"}, send)
+    assert redrives == []  # none ran
 
 
 # ---------------------------------------------------------------- wiring

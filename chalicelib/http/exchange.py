@@ -1,0 +1,164 @@
+"""The request each thread is serving, its log line, and the answers the routes give.
+
+Chalice keeps the request on the app object, shared by every thread. Lambda serves one request
+per container, but ``chalice local`` is threaded: two concurrent requests would read each
+other's bodies. ``app.py``'s middleware pins each thread's own request in an
+:class:`Exchanges` instead, and the routes read it from there. chalicelib imports no web
+framework: Chalice's request is read through :class:`ServedRequest`'s few attributes, and an
+answer is an :class:`HttpAnswer` that ``app.py`` renders as Chalice's ``Response``.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
+
+from chalicelib.core.errors import ConfigurationError, SagegateError
+from chalicelib.core.observability import RequestLog, logger
+from chalicelib.http import correlation
+from chalicelib.reading.options import HttpRequest
+
+
+class ServedRequest(Protocol):
+    """What sagegate reads of a request (Chalice's ``Request`` has these)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def query_params(self) -> Mapping[str, str] | None: ...
+
+    @property
+    def context(self) -> MutableMapping[str, Any]: ...
+
+    @property
+    def raw_body(self) -> str | bytes: ...
+
+    def to_original_event(self) -> Mapping[str, Any]: ...
+
+
+class Answered(Protocol):
+    """What the middleware tags of an answer (Chalice's ``Response`` has these)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> MutableMapping[str, Any]: ...
+
+    @property
+    def body(self) -> Any: ...
+
+
+_NO_HEADERS: Mapping[str, str | list[str]] = MappingProxyType({})
+
+
+class HttpAnswer(NamedTuple):
+    """An answer as a route gives it; ``app.py`` renders it as Chalice's ``Response``.
+
+    Attributes:
+        body: a JSON document (dict or list), text, or bytes.
+        headers: the answer's own headers (the middleware adds the request's ids).
+        status_code: the HTTP status.
+    """
+
+    body: Any
+    headers: Mapping[str, str | list[str]] = _NO_HEADERS
+    status_code: int = 200
+
+
+def error_answer(error: SagegateError, request_id: str) -> HttpAnswer:
+    """Any sagegate error as ``{"Code", "Message", "request_id", ...details}``; a
+    misconfiguration is logged and says only that (its message names the stage's variables)."""
+    if isinstance(error, ConfigurationError):
+        logger.error("configuration error: %s", error.message)
+        body: dict[str, Any] = {"Code": error.CODE, "Message": "The service is misconfigured."}
+    else:
+        body = {"Code": error.CODE, "Message": error.message, **error.details}
+    body["request_id"] = request_id
+    return HttpAnswer(body, dict(error.headers), error.STATUS_CODE)
+
+
+class Exchanges:
+    """Each thread's request and its log line, pinned while the thread serves it.
+
+    Args:
+        fallback: the request when none is pinned (Chalice's own ``app.current_request``: a
+            view called outside the middleware, as a test may).
+    """
+
+    def __init__(self, fallback: Callable[[], ServedRequest | None]) -> None:
+        self._fallback = fallback
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def serving(self, request: ServedRequest) -> Iterator[RequestLog]:
+        """Pin ``request`` (and its new log line, yielded) to this thread while it is served."""
+        self._local.request = request
+        try:
+            log = RequestLog(self.request_id(), request.method,
+                             request.context.get("resourcePath") or request.path,
+                             correlation_id=correlation.correlation_id(request.headers))
+            self._local.log = log
+            yield log
+        finally:
+            self._local.request = self._local.log = None
+
+    def request(self) -> ServedRequest:
+        """The request this thread is serving (pinned, else the fallback's)."""
+        request: ServedRequest | None = getattr(self._local, "request", None) or self._fallback()
+        assert request is not None, "only called while serving a request"
+        return request
+
+    def log(self) -> RequestLog:
+        """The log line of the request this thread is serving."""
+        log: RequestLog | None = getattr(self._local, "log", None)
+        assert log is not None, "only called while serving a request"
+        return log
+
+    def request_id(self) -> str:
+        """The request id of record (:func:`chalicelib.http.correlation.request_id`)."""
+        return correlation.request_id(self.request().context)
+
+    def http_request(self) -> HttpRequest:
+        """The request as :mod:`chalicelib.reading` reads it (its size noted in the log)."""
+        request = self.request()
+        raw = request.raw_body or b""
+        self.log().body_bytes = len(raw)
+        return HttpRequest(body=raw if isinstance(raw, bytes) else raw.encode("utf-8"),
+                           content_type=request.headers.get("content-type"),
+                           headers=request.headers, query=request.query_params or {})
+
+    def caller(self) -> str | None:
+        """The caller's identity, when auth identifies callers (a job is readable by its
+        own)."""
+        # deferred: the request path's cold start loads no part of jobs (bench/imports.py)
+        from chalicelib.jobs.records import owner_of
+
+        return owner_of(self.request().context)
+
+
+def answered(response: Answered, log: RequestLog, started: float) -> None:
+    """Tag an answer, Chalice's own errors too, with the request's ids (an error's JSON body
+    with its request id too) and write the request's log line and metrics.
+
+    Args:
+        response: the answer, tagged in place.
+        log: the request's log line.
+        started: when the request was taken (``time.perf_counter()``).
+    """
+    response.headers["X-Request-Id"] = log.request_id
+    if log.correlation_id:
+        response.headers["X-Correlation-Id"] = log.correlation_id
+    if response.status_code >= 400 and isinstance(response.body, dict):
+        response.body.setdefault("request_id", log.request_id)
+    log.finish(response.status_code, response.body, (time.perf_counter() - started) * 1000.0)
