@@ -20,14 +20,21 @@ files and the report), the peak RSS, and each check's time over the floor's. The
 case: one capture record of a TF Serving batch of 20,000 and of 200,000 instances (2,000 and
 20,000 with ``--quick``), each checked in a fresh process: rows a second and peak RSS, which
 grows with the record's bytes only (one row per instance, read one instance at a time).
+
+Last, ``--workers``: a window of 300,000 records (30,000 with ``--quick``) checked with
+``--workers 1`` and ``--workers 2``, each in a fresh process, alternated three times (once
+with ``--quick``): each count's fastest records per second, every run's, and the ratio.
 """
 from __future__ import annotations
+
+import os
 
 from bench import table
 from bench.report import Report
 from sagegate.monitor import bench as monitor_bench
 
 FULL_RECORDS, QUICK_RECORDS = 100_000, 10_000
+WORKERS_QUICK_RECORDS = 30_000
 
 
 def report(quick: bool = False) -> Report:
@@ -59,7 +66,38 @@ def report(quick: bool = False) -> Report:
             f"{deployed['objects'] / deployed['seconds']:,.0f} objects/s without the "
             "network; x floor is per record.")
     _batches(out, quick)
+    _workers(out, quick)
     return out
+
+
+def _workers(out: Report, quick: bool) -> None:
+    """``--workers 1`` and ``--workers 2`` side by side on one window, in this run."""
+    records = WORKERS_QUICK_RECORDS if quick else monitor_bench.WORKERS_RECORDS
+    rounds = 1 if quick else monitor_bench.WORKERS_ROUNDS
+    runs = monitor_bench.measure_workers(records, rounds)
+    out.say("", table.section("Monitor - sagegate monitor check --workers N"),
+            f"  {records:,} CSV capture records (as above, 500 a file); each run in a fresh "
+            f"process, the counts alternated {rounds} time(s); the fastest run of each count "
+            f"(wall time of the whole command: start, the workers, the merge, the files).", "")
+    best = monitor_bench.best_runs(runs)
+    one = best[min(best)]["records_per_second"]
+    rows = [[str(count), f"{figures['records']:,.0f}",
+             f"{figures['records_per_second']:,.0f}", f"{figures['seconds']:.2f}",
+             ", ".join(f"{rate:,.0f}" for rate in monitor_bench.rates(runs, count)),
+             table.times(figures["records_per_second"] / one)]
+            for count, figures in best.items()]
+    out.say(table.render(["workers", "records", "records/s", "s", "every run's records/s",
+                          "x 1 worker"], rows))
+    out.say("", f"  --workers {max(best)} over --workers {min(best)}: "
+            f"{monitor_bench.speedup(runs):.2f}x on {_cpus()} CPU(s)")
+    for run in runs:
+        if run["records"] != records:
+            out.failures.append(f"monitor --workers {run['workers']:.0f}: "
+                                f"{run['records']:.0f} records checked of {records}")
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 1
 
 
 def _batches(out: Report, quick: bool) -> None:

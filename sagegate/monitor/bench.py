@@ -10,8 +10,10 @@ the scheduled function's path (:func:`chalicelib.monitor.deployed.run`: listing,
 threads, the check, the outputs) over a fifth of the records laid out as the S3 sink writes
 them, one record an object, with a local folder standing in for S3 (:class:`LocalS3`): its
 cost per object without the network's. It prints records per second and the peak memory of
-each. ``make bench`` runs it as its ``monitor`` part
-(:mod:`bench.monitor`). A benchmark, not a test: nothing is asserted.
+each. ``--workers`` then checks a larger window (:data:`WORKERS_RECORDS`) with ``--workers 1``
+and ``--workers 2``, each in a fresh process, alternated over :data:`WORKERS_ROUNDS` rounds,
+and prints each one's records per second and the ratio. ``make bench`` runs it as its
+``monitor`` part (:mod:`bench.monitor`). A benchmark, not a test: nothing is asserted.
 """
 from __future__ import annotations
 
@@ -196,7 +198,7 @@ def floor(folder: Path) -> dict[str, float]:
 
 def one(folder: Path, mode: str) -> dict[str, float]:
     """Time one check (or, ``floor``, the reading alone) in this process: records per second
-    and peak memory (MB)."""
+    and peak memory (MB; a ``workers-N`` mode's is this process's, not its workers')."""
     if mode == "floor":
         return floor(folder)
     if mode == "deployed":
@@ -206,6 +208,8 @@ def one(folder: Path, mode: str) -> dict[str, float]:
             str(folder / f"out-{mode}"), *WINDOW]
     if mode == "preprocessor":
         args += ["--preprocess-handler", str(folder / "preprocessor.py")]
+    if mode.startswith("workers-"):
+        args += ["--workers", mode.removeprefix("workers-")]
     started = time.perf_counter()
     from sagegate.monitor import cli  # deferred: see the note above HOUR (the floor's memory)
 
@@ -227,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, nargs="*", default=list(BATCH_SIZES),
                         metavar="INSTANCES", help="the batch cases' sizes (instances in one "
                         "record; none: no batch case)")
+    parser.add_argument("--workers-records", type=int, default=WORKERS_RECORDS,
+                        metavar="RECORDS", help="the window --workers 1 and 2 check "
+                        "(0: not measured)")
     parser.add_argument("--one", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -243,7 +250,67 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch record of {size:,} instances: {figures['records']:,.0f} rows, "
               f"{figures['records_per_second']:,.0f} rows/s ({figures['seconds']:.2f} s), "
               f"peak RSS {figures['peak_rss_mb']:.0f} MB (record {figures['record_mb']:.1f} MB)")
+    if args.workers_records:
+        runs = measure_workers(args.workers_records)
+        for count, figures in best_runs(runs).items():
+            print(f"monitor check --workers {count}, {figures['records']:.0f} records: "
+                  f"{figures['records_per_second']:>9,.0f} records/s "
+                  f"({figures['seconds']:.2f} s; runs: "
+                  f"{', '.join(f'{r:,.0f}' for r in rates(runs, count))} records/s)")
+        print(f"--workers {WORKER_COUNTS[-1]} over --workers {WORKER_COUNTS[0]}: "
+              f"{speedup(runs):.2f}x")
     return 0
+
+
+WORKERS_RECORDS = 300_000
+"""The window ``--workers`` is measured on."""
+WORKER_COUNTS = (1, 2)
+WORKERS_ROUNDS = 3
+"""Each worker count is run this many times, alternated (1, 2, 1, 2, ...): another program on
+the machine slows the runs of its moment, not one count's; each count's fastest is kept."""
+
+
+def measure_workers(records: int, rounds: int = WORKERS_ROUNDS,
+                    counts: tuple[int, ...] = WORKER_COUNTS) -> list[dict[str, float]]:
+    """Write a window of ``records`` records (as :func:`write_window`) and check it with each
+    ``--workers`` count, each in a fresh process, ``rounds`` times alternated; returns every
+    run's figures (``workers`` says which count)."""
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="monitor-bench-workers-") as temp:
+        folder = Path(temp)
+        write_window(folder / "iris", records)
+        write_window(folder / "base-window", 10_000)
+        _baseline_for(folder, "flattened")
+        for _round in range(rounds):
+            for count in counts:
+                done = subprocess.run([sys.executable, "-m", "sagegate.monitor.bench", "--one",
+                                       f"workers-{count}", str(folder)], capture_output=True,
+                                      text=True, check=True)
+                figures = json.loads(done.stdout.strip().splitlines()[-1])
+                figures["workers"] = count
+                runs.append(figures)
+    return runs
+
+
+def rates(runs: list[dict[str, float]], count: int) -> list[float]:
+    """The records per second of each run with ``count`` workers, in the order run."""
+    return [run["records_per_second"] for run in runs if run["workers"] == count]
+
+
+def best_runs(runs: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Each worker count's fastest run."""
+    best: dict[int, dict[str, float]] = {}
+    for run in runs:
+        count = int(run["workers"])
+        if count not in best or run["records_per_second"] > best[count]["records_per_second"]:
+            best[count] = run
+    return best
+
+
+def speedup(runs: list[dict[str, float]]) -> float:
+    """The most workers' fastest rate over the fewest's."""
+    best = best_runs(runs)
+    return best[max(best)]["records_per_second"] / best[min(best)]["records_per_second"]
 
 
 def measure_batches(sizes: list[int]) -> dict[int, dict[str, float]]:

@@ -9,9 +9,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def test_the_benchmark_prints_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(["--records", "3000", "--batch", "2000"]) == 0
+    assert bench.main(["--records", "3000", "--batch", "2000", "--workers-records",
+                       "4000"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    lines = [line for line in printed if line.startswith("monitor check")]
+    lines = [line for line in printed if line.startswith("monitor check,")]
     assert len(lines) == 2
     assert "3000 records, flattened" in lines[0] and "3000 records, preprocessor" in lines[1]
     # the scheduled function's path, over the S3 sink's layout: one record an object
@@ -21,3 +22,10 @@ def test_the_benchmark_prints_every_mode(capsys: pytest.CaptureFixture[str]) -> 
     # one record of a TF Serving batch: one row per instance
     [batch] = [line for line in printed if line.startswith("batch record")]
     assert "2,000 instances: 2,000 rows" in batch and "peak RSS" in batch
+    # --workers 1 and 2 side by side on one window, every run's rate, and the ratio
+    workers = [line for line in printed if line.startswith("monitor check --workers")]
+    assert [line.split(",")[0] for line in workers] == ["monitor check --workers 1",
+                                                        "monitor check --workers 2"]
+    assert all("4000 records:" in line and line.count("records/s") == 2 for line in workers)
+    [ratio] = [line for line in printed if line.startswith("--workers 2 over --workers 1: ")]
+    assert float(ratio.rsplit(" ", 1)[1].rstrip("x")) > 0
