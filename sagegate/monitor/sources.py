@@ -14,7 +14,6 @@ from typing import Any
 
 from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.monitor import windows
-from chalicelib.monitor.records import RecordReader
 from sagegate.monitor.files import SourceError, open_regular
 
 _YEAR = re.compile(r"^\d{4}\Z")
@@ -247,9 +246,3 @@ def _s3_children(s3: Any, bucket: str, folder: str) -> list[str]:
                                                               Delimiter="/"):
         children.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
     return sorted(children)
-
-
-def capture_rows(reader: RecordReader, files: Files) -> Iterator[dict[str, Any]]:
-    """Every row of every file, in order, one file open at a time."""
-    for name, lines in files:
-        yield from reader.rows(name, lines)
