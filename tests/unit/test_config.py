@@ -85,7 +85,7 @@ LIBRARY_VARIABLES = {"AWS_DEFAULT_REGION", "POWERTOOLS_LOG_LEVEL", POWERTOOLS_SE
                      POWERTOOLS_METRICS_NAMESPACE}
 # read by the scheduled monitor (chalicelib.monitor.deployed) and app.py at import
 MONITOR_VARIABLES = {deployed.MONITOR_BASELINE, deployed.MONITOR_OUTPUT,
-                     deployed.MONITOR_SCHEDULE}
+                     deployed.MONITOR_SCHEDULE, deployed.MONITOR_CAPTURES}
 
 
 def stage_env(stage: str) -> dict[str, str]:
