@@ -138,6 +138,17 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
     return response
 
 
+@app.middleware("all")
+def store_captures(event: Any, get_response: Callable[[Any], Any]) -> Any:
+    """As every handler ends (a route's, an event function's), the capture records it handed
+    over are stored after its response (see :meth:`Services.handler_ended`)."""
+    try:
+        return get_response(event)
+    finally:
+        services.handler_ended(getattr(event, "lambda_context", None)
+                               or getattr(event, "context", None))
+
+
 # --- models ------------------------------------------------------------------------------
 
 @route("/predict", "POST", any_content_type=True)

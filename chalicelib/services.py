@@ -8,6 +8,7 @@ whatever it is not given, it builds from the settings as the real one does.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import threading
@@ -16,10 +17,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from chalicelib import awsclients
 from chalicelib.cache.prediction import PredictionCache
-from chalicelib.capture import Capturer
+from chalicelib.capture import CLOSE_FLUSH_SECONDS, Capturer
+from chalicelib.capture import extension as capture_extension
+from chalicelib.capture.extension import AfterHandlers
 from chalicelib.core import aws, lifecycle
 from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
+from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
 from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
 from chalicelib.inference.pipeline import Predictor
@@ -89,6 +93,7 @@ class Services:
                                        job_endpoint.client if job_endpoint else None)
         self._job_pipelines: dict[str, ServingPipeline] = {}
         self._jobs_context: JobsContext | None = None
+        self._after_handlers: AfterHandlers | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
@@ -160,14 +165,33 @@ class Services:
 
     @property
     def capturer(self) -> Capturer:
-        """Data capture as configured (``CAPTURE_*``)."""
+        """Data capture as configured (``CAPTURE_*``; with ``CAPTURE_WRITER=background`` its
+        records stored after the response: see :meth:`handler_ended`)."""
         with self._lock:
             if self._capturer is None:
                 s = self.settings
                 self._capturer = Capturer.from_settings(
                     s.capture_mode, s.capture_destination, s.capture_sampling_percentage,
-                    s.capture_original, s.capture_max_bytes, s.capture_cache_hits)
+                    s.capture_original, s.capture_max_bytes, s.capture_cache_hits,
+                    background=s.capture_writer == CaptureWriter.BACKGROUND)
+            if self._after_handlers is None and self._capturer.writer is not None:
+                self._after_handlers = _after_handlers(self._capturer)
             return self._capturer
+
+    def handler_ended(self, context: Any = None) -> None:
+        """A handler returned (``app.py``'s middleware, for every event): the capture records
+        it handed over are stored after its response (on Lambda, by the internal extension
+        before the environment may freeze; without one, now, within the invocation's
+        remaining time; elsewhere by the writer's thread).
+
+        Args:
+            context: Lambda's context (its remaining time), or None.
+        """
+        after = self._after_handlers
+        if after is None:
+            return
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        after.handler_ended(remaining() / 1000.0 if callable(remaining) else None)
 
     def warm_up(self, prime_codecs: bool = True) -> None:
         """Build everything and, with ``prime_codecs``, run the image path once (endpoint
@@ -280,6 +304,17 @@ class Services:
         from chalicelib.jobs.execution import JobsExecution
 
         return JobsExecution(self.jobs_context)
+
+
+def _after_handlers(capturer: Capturer) -> AfterHandlers:
+    """What happens to the records a capturer's writer holds as handlers end: on Lambda the
+    internal extension, registered now (during init); everywhere, stored as the process
+    exits (``chalice local`` stopped by Ctrl-C or SIGTERM)."""
+    assert capturer.writer is not None
+    on_lambda = lifecycle.on_lambda()
+    extension = capture_extension.start(capturer.flush) if on_lambda else None
+    atexit.register(capturer.writer.close, CLOSE_FLUSH_SECONDS)
+    return AfterHandlers(capturer.flush, extension, on_lambda)
 
 
 def _s3_client() -> Any:

@@ -35,6 +35,8 @@ from chalicelib.core.config_names import (
     CAPTURE_MODES,
     CAPTURE_SAMPLING_PERCENTAGE,
     CAPTURE_SCHEMES,
+    CAPTURE_WRITER,
+    CAPTURE_WRITERS,
     DEFAULT_JOBS_PREFIX,
     DEFAULT_K,
     ENCODE_FORMAT,
@@ -72,6 +74,7 @@ from chalicelib.core.config_names import (
     SAGEMAKER_NAME,
     UPLOAD_EXPIRY_SECONDS,
     CaptureMode,
+    CaptureWriter,
 )
 from chalicelib.core.config_parsing import SettingError as SettingError  # Settings raises it
 from chalicelib.core.config_parsing import check, check_type, listed, parse
@@ -140,6 +143,8 @@ class Settings:
     """A directory destination's size cap (oldest files dropped); 0 for none."""
     capture_cache_hits: bool = True
     """Capture answers served from the prediction cache too (marked ``sagegateCacheHit``)."""
+    capture_writer: str = CaptureWriter.BACKGROUND
+    """When a record is stored: after the response (``background``) or before it."""
     cache_memory_bytes: int = 4 * 1024 * 1024
     """The in-process prediction cache's bound (bodies and keys); 0 turns that tier off."""
     cache_table: str = ""
@@ -231,6 +236,8 @@ class Settings:
     def _check_capture(self) -> None:
         check(self.capture_mode in CAPTURE_MODES, CAPTURE_MODE,
               f"must be one of {listed(CAPTURE_MODES)}")
+        check(self.capture_writer in CAPTURE_WRITERS, CAPTURE_WRITER,
+              f"must be one of {listed(CAPTURE_WRITERS)}")
         if self.capture_mode == CaptureMode.OFF:
             return
         destination = self.capture_destination

@@ -45,6 +45,7 @@ CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 CAPTURE_ORIGINAL = "CAPTURE_ORIGINAL"
 CAPTURE_MAX_BYTES = "CAPTURE_MAX_BYTES"
 CAPTURE_CACHE_HITS = "CAPTURE_CACHE_HITS"
+CAPTURE_WRITER = "CAPTURE_WRITER"
 CACHE_MEMORY_BYTES = "CACHE_MEMORY_BYTES"
 CACHE_TABLE = "CACHE_TABLE"
 CACHE_TTL_SECONDS = "CACHE_TTL_SECONDS"
@@ -100,6 +101,19 @@ class CaptureMode(enum.StrEnum):
 
 
 CAPTURE_MODES = tuple(CaptureMode)
+
+
+class CaptureWriter(enum.StrEnum):
+    """``CAPTURE_WRITER``: when a capture record is stored."""
+
+    BACKGROUND = "background"
+    """After the response, by the capture writer's thread (on Lambda before the environment
+    may freeze): the request pays only the hand-over."""
+    INLINE = "inline"
+    """Before the response, within the request's time budget."""
+
+
+CAPTURE_WRITERS = tuple(CaptureWriter)
 FIREHOSE_SCHEME = "firehose://"
 CAPTURE_SCHEMES = (S3_SCHEME, FIREHOSE_SCHEME)  # anything else is a local directory
 # API Gateway's integration timeout: the whole request, retries included, must fit inside it.

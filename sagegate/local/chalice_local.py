@@ -15,6 +15,9 @@ queues ``sagegate run`` names, :mod:`sagegate.local.events` pumps them to ``app.
 ``app.job_results`` and ``app.job_failures`` in this process (so the API and the functions share
 the in-memory job store).
 
+SIGTERM stops it as Ctrl-C does, through the interpreter's exit, so the capture records the
+app's writer still holds are stored first (``atexit``).
+
 And API keys, which ``chalice local`` does not check: a route with ``api_key_required``
 answers 403 ``{"message":"Forbidden"}`` (API Gateway's answer) unless ``x-api-key`` is the
 local key, ``SAGEGATE_LOCAL_API_KEY`` (a random one, printed, when unset). The check runs where
@@ -32,6 +35,7 @@ import functools
 import hmac
 import logging
 import os
+import signal
 import socket
 import sys
 from http.server import BaseHTTPRequestHandler
@@ -164,10 +168,17 @@ def create_local_server(app_obj: Chalice, config: Config, host: str,
                            handler_cls=cast(Any, handler), server_cls=BackloggedServer)
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM ends the server as Ctrl-C does, through the interpreter's exit: what the app
+    registered to run then (the capture writer's last records, stored) runs."""
+    raise SystemExit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chalice CLI with the patched local server factory."""
     # chalice.cli's factory looks this function up on the module at call time.
     local.create_local_server = create_local_server
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.argv = ["chalice", *(sys.argv[1:] if argv is None else argv)]
     return int(chalice_main() or 0)
 

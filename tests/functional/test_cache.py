@@ -174,7 +174,9 @@ def test_errors_are_never_cached(harness: Harness) -> None:
 
 
 def captured(folder: Path) -> list[dict[str, Any]]:
-    """The capture records under ``folder``, oldest first."""
+    """The capture records under ``folder``, oldest first (once the app's capturer stored
+    what it held: a background writer stores records after the response)."""
+    assert app_module.services.capturer.flush(10)
     records = [json.loads(line) for path in folder.rglob("*.jsonl") for line in path.open()]
     return sorted(records, key=lambda r: "sagegateCacheHit" in r["eventMetadata"])
 

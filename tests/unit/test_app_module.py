@@ -65,6 +65,9 @@ def test_a_view_that_forgets_nothing_still_answers_its_error(
         def registry(self) -> Any:
             raise ModelNotFoundError("No model 'x'.")
 
+        def handler_ended(self, context: Any) -> None:
+            pass
+
     monkeypatch.setattr(app, "services", Broken())
     with Client(app.app, stage_name="local") as client:
         response = client.http.get("/models/x")

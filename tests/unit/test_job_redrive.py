@@ -311,7 +311,8 @@ def test_the_scheduled_function_invokes_the_stages_own_runner(
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     monkeypatch.setattr(app, "services", type("Services", (), {"jobs_context": type(
-        "Context", (), {"store": store, "s3": s3, "bucket": BUCKET, "prefix": PREFIX})()})())
+        "Context", (), {"store": store, "s3": s3, "bucket": BUCKET, "prefix": PREFIX})(),
+        "handler_ended": lambda self, context: None})())
     monkeypatch.setattr(module, "lambda_client", Lambda)
     monkeypatch.delenv("JOB_REDRIVE_AFTER_SECONDS", raising=False)
     event = {"version": "0", "id": "e", "detail-type": "Scheduled Event",
