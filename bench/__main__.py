@@ -2,6 +2,7 @@
 sagegate beside the 2018 reference (parts 1 and 2), under load beside the emulator alone (part
 3), for the non-image models beside a bare endpoint call (pipelines) and, shrinking on the
 client, beside sending the original (clients), a prediction cache hit beside a miss (cache),
+the request's capture stage inline beside after the response (capture),
 the data-quality monitor's check of a capture window beside reading it (monitor), and a job
 beside the synchronous route for an input both take (jobs)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from bench import (
     cache,
+    capture,
     clients,
     e2e,
     frontend,
@@ -31,7 +33,8 @@ from bench import (
 from bench.report import Report
 from bench.timing import Budgets
 
-PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "monitor", "jobs", "all")
+PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "capture", "monitor", "jobs",
+         "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -43,9 +46,11 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "run's stack, plot in bench/load.png; pipelines: the non-image "
                              "models' per-request overhead over a bare endpoint call; clients: "
                              "what shrinking on the client saves; cache: a cache hit against a "
-                             "miss; monitor: sagegate monitor check over 100,000 capture "
+                             "miss; capture: the request's capture stage inline and after the "
+                             "response with a 50 ms sink; monitor: sagegate monitor check over "
+                             "capture "
                              "records against reading them; jobs: a job's added latency over "
-                             "the synchronous route; all (default): the eight")
+                             "the synchronous route; all (default): the nine")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -96,6 +101,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> in
         out.merge(clients.report(budgets.e2e))
     if args.part in ("cache", "all"):
         out.merge(cache.report(budgets.e2e))
+    if args.part in ("capture", "all"):
+        out.merge(capture.report(budgets.image))
     if args.part in ("monitor", "all"):
         out.merge(monitor.report(quick=args.quick))
     if args.part in ("jobs", "all"):

@@ -22,9 +22,18 @@ from tests.integration.conftest import Stack
 pytestmark = pytest.mark.integration
 
 
-def records_by_inference_id(stack: Stack) -> Counter[str]:
-    return Counter(reader.inference_id(record)
-                   for record in reader.read_records(str(stack.captures)))
+def records_by_inference_id(stack: Stack, expected: set[str] | None = None) -> Counter[str]:
+    """How many records each inference id has, once those of ``expected`` are all stored
+    (the capture writer stores them after the response: a bounded wait, never a sleep that
+    hopes)."""
+    deadline = time.monotonic() + 10
+    while True:
+        counts = Counter(reader.inference_id(record)
+                         for record in reader.read_records(str(stack.captures)))
+        if not expected or all(counts[rid] for rid in expected) \
+                or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.05)
 
 
 def log_lines(stack: Stack) -> list[dict[str, Any]]:
@@ -68,7 +77,7 @@ def test_exactly_one_record_per_successful_inference_under_load(
     assert len(ok) == 90 and len(failed) == 30
     assert all(status == 400 for status, _ in results if _ in failed)
 
-    counts = records_by_inference_id(stack)
+    counts = records_by_inference_id(stack, ok)
     assert {rid: counts[rid] for rid in ok} == dict.fromkeys(ok, 1)
     assert not any(counts[rid] for rid in failed)
 
@@ -78,6 +87,7 @@ def test_a_record_holds_what_the_model_received_and_answered(
     response = stack.post("/predict?k=1", photos["chelsea-12mp"], "image/jpeg",
                           **{"X-Request-Id": "capture-one", "X-Custom-Attributes": "session=42"})
     assert response.status == 200
+    records_by_inference_id(stack, {response.headers["X-Request-Id"]})
     (entry,) = [e for e in reader.read_entries(str(stack.captures))
                 if reader.inference_id(e.record) == response.headers["X-Request-Id"]]
     record = entry.record
@@ -104,6 +114,7 @@ def test_a_small_jpeg_is_captured_as_it_was_uploaded(
     response = stack.post("/predict", photos["chelsea"], "image/jpeg",
                           **{"X-Request-Id": "capture-passthrough", "Cache-Control": "no-cache"})
     assert response.status == 200
+    records_by_inference_id(stack, {response.headers["X-Request-Id"]})
     (record,) = [r for r in reader.read_records(str(stack.captures))
                  if reader.inference_id(r) == response.headers["X-Request-Id"]]
     assert record.endpoint_input is not None
@@ -123,7 +134,7 @@ def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, byte
     ok, failed = lines[ids[0]], lines[ids[1]]
     assert (ok["correlation_id"], failed["correlation_id"]) == ("log-ok", "log-bad")
     assert (ok["status"], ok["route"], ok["endpoint"]) == (200, "/predict", "efficientnet-lite0")
-    assert ok["image_in"]["bytes"] == len(image) and ok["capture"] == "written"
+    assert ok["image_in"]["bytes"] == len(image) and ok["capture"] == "queued"
     assert {"parse", "preprocess", "endpoint", "postprocess", "capture"} <= set(ok["stages_ms"])
     assert (failed["status"], failed["error_code"]) == (400, "MissingImage")
     text = stack.api_log.read_text(errors="replace")
@@ -142,6 +153,8 @@ def test_the_whole_capture_folder_reads_each_endpoint_with_its_labels(
                         json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]]}).encode(),
                         **{"X-Request-Id": "folder-iris", "Cache-Control": "no-cache"})
     assert (image.status, flower.status) == (200, 200)
+    records_by_inference_id(stack, {image.headers["X-Request-Id"],
+                                    flower.headers["X-Request-Id"]})
 
     assert reader.main([str(stack.captures), "--top-k", "1"]) == 0
     captured = capsys.readouterr()
