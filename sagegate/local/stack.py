@@ -116,16 +116,25 @@ def stage_env(stage: str, base: Mapping[str, str]) -> dict[str, str]:
     """The environment sagegate sees under ``chalice local --stage <stage>``: ``base``,
     overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order).
 
+    A stage whose stack creates its capture stream (``capture_stream``) captures, locally, to
+    where that stream delivers, through the S3 sink on moto's server: moto's Firehose writes
+    one object per call under its prefix taken literally (no ``!{...}`` expressions), so the
+    monitor's layout would not be there.
+
     Raises:
         StartError: the config has no such stage or cannot be read.
     """
     from sagegate.deploy.stages import load_stage
 
     try:
-        return {**base, **load_stage(stage).env}
+        loaded = load_stage(stage)
     except (KeyError, OSError, ValueError) as error:
         raise StartError(f"cannot read stage {stage!r} of .chalice/config.json: "
                          f"{error}") from None
+    env = {**base, **loaded.env}
+    if loaded.capture_stream and env.get("CAPTURE_DESTINATION", "").startswith("firehose://"):
+        env["CAPTURE_DESTINATION"] = loaded.capture_stream.strip()
+    return env
 
 
 def check_settings(stage: str, env: Mapping[str, str]) -> Settings:

@@ -163,3 +163,16 @@ def test_the_ready_lines_print_the_key_and_use_it_in_every_example() -> None:
     assert examples and all(KEY in line for line in examples)
     open_lines = stack._banner(api, emulator, settings).splitlines()
     assert not any("API key" in line or "x-api-key" in line for line in open_lines)
+
+
+def test_the_dev_stage_captures_locally_where_its_stream_would_deliver(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's Firehose does not lay records out by endpoint and hour: `sagegate run --stage
+    dev` captures through the S3 sink to the stream's destination, on moto's server."""
+    args = parse_args(["--stage", "dev", "--api-port", str(processes.free_port()),
+                       "--emulator-port", str(processes.free_port())])
+    monkeypatch.setenv(API_KEY_ENV, KEY)
+    settings = preflight(args, {}).settings
+    assert settings.capture_destination == "s3://sagegate-dev-data/captures"
+    assert stack.stage_env("dev", {})["CAPTURE_DESTINATION"] == settings.capture_destination
+    assert stack.stage_env("local", {})["CAPTURE_DESTINATION"] == "captures"  # untouched
