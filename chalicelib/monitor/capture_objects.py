@@ -1,21 +1,26 @@
 """A window's capture objects in S3: listed by hour folder, then fetched ahead of the check.
 
-The captures of an endpoint are ``<capture prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/*.jsonl``
-(or without the variant level). The window's hour folders alone are listed, one listing per
-variant and hour; the objects are then fetched :data:`FETCHERS` at a time, with at most
-:data:`PREFETCH_BYTES` of them held ahead of the check, and handed over in key order.
+The captures of an endpoint are ``<capture prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``
+``*.jsonl`` (the S3 sink's) or ``*.jsonl.gz`` (a Firehose stream's), or the same without the
+variant level. The window's hour folders and the one on each side are listed, one listing per
+variant and hour (:func:`chalicelib.monitor.capture_format.listing_span`), and the objects the
+window reads kept (:func:`~chalicelib.monitor.capture_format.wanted`); they are then fetched
+:data:`FETCHERS` at a time, with at most :data:`PREFETCH_BYTES` of them (as stored: a GZIP
+object's compressed bytes) held ahead of the check, and handed over in key order, a GZIP
+object decompressed as it is read.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import io
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from chalicelib.monitor import windows
+from chalicelib.monitor import capture_format, windows
 from chalicelib.monitor.deployed_settings import S3Location
 
 FETCHERS = 10
@@ -80,11 +85,15 @@ def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.
                 reading.files_left = len(keys) - reading.files_read
                 return
             key, size, future = pending.popleft()
+            lines: Iterable[bytes]
             if future is None:
-                lines: Iterable[bytes] = s3.get_object(Bucket=captures.bucket,
-                                                       Key=key)["Body"].iter_lines()
+                body = s3.get_object(Bucket=captures.bucket, Key=key)["Body"]
+                lines = capture_format.gzip_lines(body, captures.object_uri(key)) \
+                    if capture_format.is_gzip(key) else body.iter_lines()
             else:
-                lines = future.result().splitlines()
+                data = future.result()
+                lines = capture_format.gzip_lines(io.BytesIO(data), captures.object_uri(key)) \
+                    if capture_format.is_gzip(key) else data.splitlines()
                 ahead -= size
             reading.files_read += 1
             yield captures.object_uri(key), lines
@@ -99,19 +108,28 @@ def _fetch(s3: Any, bucket: str, key: str) -> bytes:
 
 def _capture_keys(s3: Any, captures: S3Location, endpoint: str, start: datetime.datetime,
                   end: datetime.datetime) -> Iterator[tuple[str, int]]:
-    """(key, size) of each ``.jsonl`` object of the window's hours, variant by variant."""
-    root = captures.folder(endpoint)
-    variants = _children(s3, captures.bucket, root)
-    if any(_YEAR.match(v.rstrip("/").rsplit("/", 1)[-1]) for v in variants):
-        variants = [root]  # the endpoint's folder has no variant level
+    """(key, size) of each capture object the window reads, variant by variant, hour by
+    hour (the hour before the window's and the one after it too, for a Firehose stream's
+    objects)."""
     paginator = s3.get_paginator("list_objects_v2")
-    for variant in variants:
-        for hour in windows.hours(start, end):
+    for variant in variant_folders(s3, captures, endpoint):
+        for hour in windows.hours(*capture_format.listing_span(start, end)):
             prefix = f"{variant}{windows.hour_folder(hour)}/"
             for page in paginator.paginate(Bucket=captures.bucket, Prefix=prefix):
                 for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
-                    if item["Key"].endswith(".jsonl"):
+                    if capture_format.wanted(item["Key"], hour, start, end,
+                                             item.get("LastModified")):
                         yield item["Key"], int(item.get("Size", 0))
+
+
+def variant_folders(s3: Any, captures: S3Location, endpoint: str) -> list[str]:
+    """The endpoint's variant folders (keys ending in ``/``), or its own folder when it has
+    no variant level (year folders directly under it)."""
+    root = captures.folder(endpoint)
+    variants = _children(s3, captures.bucket, root)
+    if any(_YEAR.match(v.rstrip("/").rsplit("/", 1)[-1]) for v in variants):
+        return [root]  # the endpoint's folder has no variant level
+    return variants
 
 
 def _children(s3: Any, bucket: str, folder: str) -> list[str]:

@@ -11,8 +11,11 @@ function whose handler calls :func:`run`. For every endpoint it is given:
   --preprocess-handler`` runs it (:mod:`chalicelib.monitor.preprocessing`); without one the
   records are flattened. Two models of one endpoint with different files is that endpoint's
   error (a window has one preprocessor);
-* the captures are the objects of the window's hour folders under the capture prefix,
-  fetched ahead of the check (:mod:`chalicelib.monitor.capture_objects`);
+* the captures are the objects of the window's hour folders under the capture prefix (and
+  a Firehose stream's ``.jsonl.gz`` of the hour on each side:
+  :mod:`chalicelib.monitor.capture_format`), fetched ahead of the check
+  (:mod:`chalicelib.monitor.capture_objects`); a ``.jsonl.gz`` that is not GZIP, damaged or
+  truncated is a bad object, counted in the endpoint's log line;
 * the time: given the invocation's remaining time, each endpoint gets an equal share of what
   is left (less :data:`RESERVE_SECONDS` for the last check and its writes) among the
   endpoints left, so one done early passes its time on; an endpoint whose share runs out is
@@ -39,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, documents, windows
+from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.capture_objects import Reading, capture_files, never
 from chalicelib.monitor.deployed_settings import (  # the settings run takes, importable here
     CAPTURE_DESTINATION,
@@ -54,14 +57,16 @@ from chalicelib.monitor.deployed_settings import (  # the settings run takes, im
     default_output,
 )
 from chalicelib.monitor.metrics import emf_lines
+from chalicelib.monitor.partial import PartialAnalysis
 from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
 from chalicelib.monitor.records import Preprocess, RecordReader, Window
 
 __all__ = [
     "BASELINE_BYTES", "CAPTURE_DESTINATION", "DEFAULT_SCHEDULE", "MONITOR_BASELINE",
     "MONITOR_CAPTURES", "MONITOR_OUTPUT", "MONITOR_SCHEDULE", "PREPROCESSOR_FILE",
-    "RESERVE_SECONDS", "USED_CONSTRAINTS", "EndpointRun", "MonitorConfigError",
-    "MonitorSettings", "S3Location", "default_output", "endpoint_preprocessors", "run"]
+    "RESERVE_SECONDS", "USED_CONSTRAINTS", "Baseline", "EndpointRun", "MonitorConfigError",
+    "MonitorSettings", "S3Location", "check_and_write", "csv_names", "default_output",
+    "endpoint_preprocessors", "endpoint_reader", "load_baseline", "log_line", "run"]
 
 USED_CONSTRAINTS = analysis.CONSTRAINTS
 PREPROCESSOR_FILE = "preprocessor.py"  # in a model's folder: its endpoint's preprocessor
@@ -88,6 +93,12 @@ class EndpointRun:
     files_read: int = 0
     files_left: int = 0
     """Capture files listed but not read (``partial``: the time ran out)."""
+    bad_lines: int = 0
+    """Capture lines skipped as unreadable (the check goes on without them)."""
+    bad_objects: int = 0
+    """Capture objects given up (a ``.jsonl.gz`` that is not GZIP, damaged, truncated)."""
+    first_bad: str = ""
+    """The first bad line's, then the first bad object's ``WHERE: reason``."""
 
 
 Emit = Callable[[str], None]
@@ -152,7 +163,7 @@ def run(endpoints: Mapping[str, Sequence[Path]], settings: MonitorSettings,
                 outcome = EndpointRun(endpoint, "failed", error=f"{type(error).__name__}: "
                                                                 f"{str(error)[:500]}")
         runs.append(outcome)
-        emit(_log_line(outcome, window[0]))
+        emit(log_line(outcome, window[0]))
     return runs
 
 
@@ -172,13 +183,20 @@ def _share(remaining: Callable[[], float] | None,
     return share, stop
 
 
-def _log_line(outcome: EndpointRun, start: datetime.datetime) -> str:
+def log_line(outcome: EndpointRun, start: datetime.datetime) -> str:
+    """The endpoint's one log line (``"message": "monitor"``)."""
     return json.dumps({"message": "monitor", "endpoint": outcome.endpoint,
                        "status": outcome.status, "window_start": f"{start:%Y-%m-%dT%H:%MZ}",
                        "records": outcome.records, "violations": outcome.violations,
                        "files_read": outcome.files_read, "files_left": outcome.files_left,
                        "partial": outcome.status == "partial",
+                       "bad_lines": outcome.bad_lines, "bad_objects": outcome.bad_objects,
+                       "first_bad": outcome.first_bad or None,
                        "written": outcome.written, "error": outcome.error or None})
+
+
+Baseline = tuple[dict[str, Any], dict[str, Any]]
+"""An endpoint's baseline: its ``statistics.json`` and ``constraints.json``."""
 
 
 def _check_endpoint(s3: Any, settings: MonitorSettings, endpoint: str,
@@ -186,26 +204,65 @@ def _check_endpoint(s3: Any, settings: MonitorSettings, endpoint: str,
                     emit: Emit, stop: Callable[[], bool] = never) -> EndpointRun:
     """One endpoint's window checked against its baseline, its files written and its
     metrics emitted."""
-    baseline = _baseline(s3, settings.baseline, endpoint)
+    baseline = load_baseline(s3, settings.baseline, endpoint)
     if isinstance(baseline, str):
         return EndpointRun(endpoint, "no-baseline", error=baseline)
-    statistics, constraints = baseline
-    reader = RecordReader(_preprocess(endpoint, preprocessors), window=window,
-                          csv_names=[str(f["name"]) for f in statistics["features"]])
+    reader = endpoint_reader(endpoint, preprocessors, baseline[0], window)
     reading = Reading()
     files = capture_files(s3, settings.captures, endpoint, *window, stop=stop, reading=reading)
-    rows = (row for name, lines in files for row in reader.rows(name, lines))
-    result = analysis.check(rows, statistics, constraints,
-                            title=settings.captures.uri + f"/{endpoint}", window=window)
-    partial = reading.files_left > 0
-    status = "partial" if partial else "checked"
-    done = EndpointRun(endpoint, status, records=reader.tally.records,
-                       files_read=reading.files_read, files_left=reading.files_left)
+    window_part = partial.analyse_objects(reader, files)
+    return check_and_write(s3, settings, endpoint, window, baseline, window_part,
+                           schedule_name, emit, files_read=reading.files_read,
+                           files_left=reading.files_left)
+
+
+def endpoint_reader(endpoint: str, preprocessors: Sequence[Path],
+                    baseline_statistics: Mapping[str, Any], window: Window) -> RecordReader:
+    """The reader of an endpoint's capture records: its preprocessor (or flattened), the
+    window's records only, a headerless CSV's columns named as the baseline's features.
+
+    Raises:
+        MonitorConfigError: the endpoint's models bring two preprocessors.
+        HandlerError: the preprocessor cannot be loaded.
+    """
+    return RecordReader(_preprocess(endpoint, preprocessors), window=window,
+                        csv_names=csv_names(baseline_statistics))
+
+
+def csv_names(baseline_statistics: Mapping[str, Any]) -> list[str]:
+    """The baseline's feature names in order: a headerless CSV capture's columns, by
+    position."""
+    return [str(feature["name"]) for feature in baseline_statistics["features"]]
+
+
+def check_and_write(s3: Any, settings: MonitorSettings, endpoint: str, window: Window,
+                    baseline: Baseline, window_part: PartialAnalysis, schedule_name: str,
+                    emit: Emit, *, files_read: int = 0, files_left: int = 0) -> EndpointRun:
+    """The window's statistics (one pass's, or its parts merged in order) checked against the
+    baseline: Model Monitor's files and the report written to the window's hour folder, the
+    metrics emitted. What the single-function run and a distributed run's reduce share.
+
+    Args:
+        files_read: capture objects read.
+        files_left: capture objects listed but not read (the time ran out): the run is
+            ``partial`` (its ``partial_window`` metric is 1).
+    """
+    statistics, constraints = baseline
+    result = analysis.check_statistics(window_part.statistics, statistics, constraints,
+                                       title=settings.captures.uri + f"/{endpoint}",
+                                       window=window)
+    cut_short = files_left > 0
+    status = "partial" if cut_short else "checked"
+    tally = window_part.tally
+    done = EndpointRun(endpoint, status, records=tally.records, files_read=files_read,
+                       files_left=files_left, bad_lines=tally.bad_lines,
+                       bad_objects=tally.bad_objects,
+                       first_bad=tally.first_bad or tally.first_bad_object)
     if not result.statistics["dataset"]["item_count"]:
-        return dataclasses.replace(done, status=status if partial else "no-records")
+        return dataclasses.replace(done, status=status if cut_short else "no-records")
     outputs = {**result.files, USED_CONSTRAINTS: analysis.dumps(constraints)}
     written = _write_outputs(s3, settings.output, endpoint, window, outputs)
-    for line in emf_lines(result, endpoint, schedule_name, window[1], partial=partial):
+    for line in emf_lines(result, endpoint, schedule_name, window[1], partial=cut_short):
         emit(line)
     return dataclasses.replace(done, violations=result.violation_count, written=written)
 
@@ -240,8 +297,7 @@ def _preprocess(endpoint: str, files: Sequence[Path]) -> Preprocess | None:
     return preprocess
 
 
-def _baseline(s3: Any, location: S3Location,
-              endpoint: str) -> tuple[dict[str, Any], dict[str, Any]] | str:
+def load_baseline(s3: Any, location: S3Location, endpoint: str) -> Baseline | str:
     """The endpoint's baseline documents, or why there are none: S3 answers a missing key
     with 404 to a role that may list its prefix and with 403 to one that may not (the
     monitor's policy lists the baseline prefix, but a bucket policy or a narrower role can

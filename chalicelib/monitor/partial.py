@@ -32,11 +32,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from chalicelib.monitor.capture_format import CaptureObjectError
 from chalicelib.monitor.records import RecordReader, Tally
 from chalicelib.monitor.statistics import MAX_FEATURES, DatasetStatistics
 
 STATE_KIND = "sagegate-monitor-partial"
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the tally counts bad objects (a ``.jsonl.gz`` that is not GZIP, damaged, truncated)."""
 Objects = Iterable[tuple[str, Iterable[str | bytes]]]
 """(name for messages, the object's lines) of each capture object, in order."""
 
@@ -82,8 +84,9 @@ class PartialAnalysis:
         names = {field.name for field in dataclasses.fields(Tally)}
         if not isinstance(saved, Mapping) or set(saved) != names:
             raise ValueError(f"a part's tally has the fields {sorted(names)}")
-        tally = Tally(first_bad=str(saved["first_bad"]))
-        for name in names - {"first_bad"}:
+        tally = Tally(first_bad=str(saved["first_bad"]),
+                      first_bad_object=str(saved["first_bad_object"]))
+        for name in names - {"first_bad", "first_bad_object"}:
             setattr(tally, name, int(saved[name]))
         return cls(DatasetStatistics.from_state(state["statistics"], max_features), tally,
                    int(state["objects"]))
@@ -106,7 +109,9 @@ class PartialAnalysis:
 def analyse_objects(reader: RecordReader, objects: Objects,
                     max_features: int = MAX_FEATURES) -> PartialAnalysis:
     """The part made of ``objects``, read in order by ``reader`` (a reader of its own: its
-    tally is the part's).
+    tally is the part's). An object whose lines stop with :class:`CaptureObjectError` (a
+    ``.jsonl.gz`` that is not GZIP, damaged, truncated) is counted as a bad object in the
+    tally, its rows read before the damage kept, and the next object is read.
 
     Raises:
         RecordError: as the reader raises (a row too wide); whatever opening an object raises.
@@ -117,8 +122,11 @@ def analyse_objects(reader: RecordReader, objects: Objects,
     count = 0
     for name, lines in objects:
         count += 1
-        for row in reader.rows(name, lines):
-            add(row)
+        try:
+            for row in reader.rows(name, lines):
+                add(row)
+        except CaptureObjectError as error:
+            reader.tally.bad_object(str(error))
     statistics.flush()
     return PartialAnalysis(statistics, copy.copy(reader.tally), count)
 

@@ -73,6 +73,12 @@ class Tally:
     """Lines skipped because they are not a readable capture record."""
     first_bad: str = ""
     """``FILE:LINE: reason`` of the first of them."""
+    bad_objects: int = 0
+    """Capture objects given up part-way or whole: not GZIP, damaged, truncated, over a
+    bound (:class:`~chalicelib.monitor.capture_format.CaptureObjectError`); the records read
+    before the damage are counted as usual."""
+    first_bad_object: str = ""
+    """``OBJECT: reason`` of the first of them."""
 
     def bad(self, where: str, reason: str) -> None:
         """Count a skipped line (the first one is remembered, to be named)."""
@@ -80,13 +86,24 @@ class Tally:
         if not self.first_bad:
             self.first_bad = f"{where}: {reason}"
 
+    def bad_object(self, message: str) -> None:
+        """Count an object given up (the first one's message is remembered, to be named)."""
+        self.bad_objects += 1
+        if not self.first_bad_object:
+            self.first_bad_object = message
+
     def merge(self, later: Tally) -> None:
-        """Add the tally of the records read after these (its first bad line is named only
-        if these had none): one reader's tally over both, in order."""
+        """Add the tally of the records read after these (its first bad line and object are
+        named only if these had none): one reader's tally over both, in order."""
         for field in dataclasses.fields(self):
-            if field.name != "first_bad":
+            if field.name not in _FIRST:
                 setattr(self, field.name, getattr(self, field.name) + getattr(later, field.name))
         self.first_bad = self.first_bad or later.first_bad
+        self.first_bad_object = self.first_bad_object or later.first_bad_object
+
+
+_FIRST = ("first_bad", "first_bad_object")
+"""The tally's fields that name the first of something, rather than count."""
 
 
 class RecordReader:

@@ -71,7 +71,7 @@ def configure(monitor: argparse.ArgumentParser) -> None:
     _output(baseline, window_default="every capture file")
     check = commands.add_parser("check", help="check a capture window against a baseline")
     check.add_argument("captures", metavar="CAPTURES", help="one endpoint's capture folder or "
-                       "s3:// prefix (holding <variant>/yyyy/mm/dd/hh/*.jsonl)")
+                       "s3:// prefix (holding <variant>/yyyy/mm/dd/hh/*.jsonl or *.jsonl.gz)")
     check.add_argument("--baseline", required=True, metavar="DIR",
                        help="folder holding the baseline's statistics.json and "
                        "constraints.json (constraints.json as you may have edited it)")
@@ -229,10 +229,17 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _refuse_all_bad(source: str, tally: Tally) -> None:
-    """No row, and lines were skipped as unreadable: the source is broken, not empty."""
-    if tally.bad_lines and not tally.rows:
-        raise UsageError(f"{source}: no readable record: {tally.bad_lines} bad line(s) "
-                         f"skipped, the first {tally.first_bad}")
+    """No row, and lines or objects were skipped as unreadable: the source is broken, not
+    empty."""
+    if tally.rows or not (tally.bad_lines or tally.bad_objects):
+        return
+    skipped = []
+    if tally.bad_lines:
+        skipped.append(f"{tally.bad_lines} bad line(s) skipped, the first {tally.first_bad}")
+    if tally.bad_objects:
+        skipped.append(f"{tally.bad_objects} bad object(s) skipped, the first "
+                       f"{tally.first_bad_object}")
+    raise UsageError(f"{source}: no readable record: {'; '.join(skipped)}")
 
 
 def _options(args: argparse.Namespace, window: Window | None,
@@ -326,6 +333,9 @@ def _tally(tally: Tally) -> str:
             parts.append(f"{count} {label}")
     if tally.bad_lines:
         parts.append(f"{tally.bad_lines} bad line(s) skipped (the first {tally.first_bad})")
+    if tally.bad_objects:
+        parts.append(f"{tally.bad_objects} bad object(s) given up (the first "
+                     f"{tally.first_bad_object})")
     return ", ".join(parts)
 
 
@@ -341,7 +351,8 @@ def _when(moment: datetime.datetime) -> str:
 
 def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None,
              read_by: _Read | None = None) -> None:
-    read = _tally(tally) if tally.records or tally.bad_lines else "dataset read"
+    read = _tally(tally) if tally.records or tally.bad_lines or tally.bad_objects \
+        else "dataset read"
     span = f" from {_span(window)}" if window else ""
     shared = f" (in {read_by.parts} parts by {read_by.workers} worker processes)" \
         if read_by is not None and read_by.parts else ""

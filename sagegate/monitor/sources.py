@@ -1,8 +1,12 @@
 """Where ``sagegate monitor`` reads captures: the capture files of a window from a local
 folder or an ``s3://`` prefix (streamed, one file at a time; regular files only, see
-:mod:`sagegate.monitor.files`). A folder or prefix above the endpoints' folders is refused: it
-would mix every endpoint's captures, or find none of a window's hour folders and report an
-empty window. Training datasets are read by :mod:`sagegate.monitor.datasets`.
+:mod:`sagegate.monitor.files`): ``*.jsonl`` (sagegate's directory and S3 sinks) and
+``*.jsonl.gz`` (a Firehose stream's, decompressed as they are read), chosen for a window as
+:mod:`chalicelib.monitor.capture_format` says (a Firehose object's folder is the arrival hour
+of its oldest record, so the hour folders on each side of the window are listed too). A folder
+or prefix above the endpoints' folders is refused: it would mix every endpoint's captures, or
+find none of a window's hour folders and report an empty window. Training datasets are read
+by :mod:`sagegate.monitor.datasets`.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.aws import S3_SCHEME, S3Uri
-from chalicelib.monitor import windows
+from chalicelib.monitor import capture_format, windows
 from sagegate.monitor.files import SourceError, open_regular
 
 _YEAR = re.compile(r"^\d{4}\Z")
@@ -85,8 +89,9 @@ def open_captures(source: str, names: Iterable[str]) -> Files:
                 clients.append(_s3_client())
             yield name, _s3_lines(clients[0], source, name)
         else:
-            with open_regular(name) as lines:  # a FIFO or a folder named *.jsonl: one line
-                yield name, lines
+            with open_regular(name) as handle:  # a FIFO or a folder named *.jsonl: one line
+                yield name, capture_format.gzip_lines(handle, name) \
+                    if capture_format.is_gzip(name) else handle
 
 
 def _size(path: Path) -> int:
@@ -147,10 +152,29 @@ def _local_paths(root: Path, start: datetime.datetime | None,
         raise SourceError(f"{root}: no such folder")
     variants = variant_folders(_subfolders(root), str(root), command)
     if start is None or end is None:
-        return sorted(root.rglob("*.jsonl"))
-    return [path for variant in variants
-            for folder in windows.hour_folders(_subfolders(root / variant), start, end)
-            for path in sorted((root / variant / folder).glob("*.jsonl"))]
+        return sorted(path for path in root.rglob(_GLOB) if capture_format.is_capture(path.name))
+    first, last = capture_format.listing_span(start, end)
+    chosen = []
+    for variant in variants:
+        for folder in windows.hour_folders(_subfolders(root / variant), first, last):
+            hour = capture_format.key_hour(f"{folder}/x")
+            for path in sorted((root / variant / folder).glob(_GLOB)):
+                if hour is not None and capture_format.wanted(path.name, hour, start, end,
+                                                              _modified(path)):
+                    chosen.append(path)
+    return chosen
+
+
+_GLOB = "*.jsonl*"
+"""Both kinds of capture file (``.jsonl``, ``.jsonl.gz``) in one listing of a folder."""
+
+
+def _modified(path: Path) -> datetime.datetime | None:
+    """A file's modification time (``aws s3 sync`` gives it the object's ``LastModified``)."""
+    try:
+        return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+    except OSError:  # gone since it was listed: opening it says so
+        return None
 
 
 def _subfolders(variant: Path) -> Children:
@@ -178,13 +202,15 @@ def _s3_listed(source: str, start: datetime.datetime | None,
 
 
 def _s3_lines(s3: Any, source: str, name: str) -> Iterator[bytes]:
-    """An S3 capture object's lines, fetched when the first is asked for."""
+    """An S3 capture object's lines, fetched when the first is asked for (a ``.jsonl.gz``
+    decompressed as it is read)."""
     from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
 
     uri = S3Uri.parse(name)
     try:
         body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
-        yield from body.iter_lines()
+        yield from capture_format.gzip_lines(body, name) if capture_format.is_gzip(uri.key) \
+            else body.iter_lines()
     except (BotoCoreError, ClientError) as error:  # one line, not a traceback
         raise SourceError(f"{source}: {error}") from None
 
@@ -205,14 +231,27 @@ def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
     if start is None or end is None:
         prefixes = [folder]
     else:
+        listed = capture_format.listing_span(start, end)
         prefixes = [f"{folder}{_join(variant, hour)}/" for variant in variants
-                    for hour in _s3_hour_folders(children, variant, start, end)]
+                    for hour in _s3_hour_folders(children, variant, *listed)]
     for key_prefix in prefixes:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
                                                                   Prefix=key_prefix):
             for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
-                if item["Key"].endswith(".jsonl"):
+                if _chosen(item, start, end):
                     yield f"{S3_SCHEME}{bucket}/{item['Key']}", int(item.get("Size", 0))
+
+
+def _chosen(item: dict[str, Any], start: datetime.datetime | None,
+            end: datetime.datetime | None) -> bool:
+    """Whether a listed object is read: any capture object without a window; with one, as
+    :func:`chalicelib.monitor.capture_format.wanted` says."""
+    key = str(item["Key"])
+    if start is None or end is None:
+        return capture_format.is_capture(key)
+    hour = capture_format.key_hour(key)
+    return hour is not None and capture_format.wanted(key, hour, start, end,
+                                                      item.get("LastModified"))
 
 
 def _join(*parts: str) -> str:

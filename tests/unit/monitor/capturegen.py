@@ -7,7 +7,9 @@ A record is what ``chalicelib.capture`` writes (``captureData`` with ``endpointI
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import gzip
 import json
 import random
 import uuid
@@ -94,3 +96,76 @@ def write_window(root: Path, records: int, features: Features | None = None,
             (folder / f"{stamp}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
             lines = []
     return root
+
+
+@dataclasses.dataclass(frozen=True)
+class FirehoseObject:
+    """One object as a Firehose stream with dynamic partitioning delivers it."""
+
+    key: str
+    """``<prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/<stream>-1-<time>-<id>.jsonl.gz``: the
+    folder is the arrival hour of the object's oldest record."""
+    body: bytes
+    """The records, one JSON line each, GZIP-compressed."""
+    last_modified: datetime.datetime
+    """When the buffer was flushed (S3's ``LastModified``)."""
+    records: int
+
+
+def firehose_window(prefix: str, endpoint: str, records: int,
+                    hour: datetime.datetime = HOUR, seed: int = 3,
+                    features: Features | None = None, variant: str = "AllTraffic",
+                    buffer_seconds: int = 60, buffer_records: int = 400,
+                    edge_seconds: int = 90) -> list[FirehoseObject]:
+    """An hour of records (inferenceTime spread over ``hour``, and ``edge_seconds`` on each
+    side of it) as a Firehose stream delivers them: each arrives a few seconds after its
+    inference; a buffer opens with a record's arrival and is flushed ``buffer_seconds`` later
+    or at ``buffer_records`` records, into the folder of the hour it opened in. So records of
+    the hour's first seconds sit in the previous hour's folder, and records of its last
+    seconds in the next hour's."""
+    rng = random.Random(seed)
+    make = features or iris_like()
+    first = hour - datetime.timedelta(seconds=edge_seconds)
+    span = 3600 + 2 * edge_seconds
+    lines: list[tuple[datetime.datetime, bytes]] = []
+    for index in range(records):
+        when = first + datetime.timedelta(seconds=index * span / max(records, 1))
+        when = when.replace(microsecond=0)
+        arrival = when + datetime.timedelta(seconds=rng.uniform(0.2, 8.0))
+        line = json.dumps(record(make(rng, index), rng.random(), when),
+                          separators=(",", ":")) + "\n"
+        lines.append((arrival, line.encode()))
+    lines.sort(key=lambda item: item[0])
+    objects: list[FirehoseObject] = []
+    batch: list[bytes] = []
+    opened = lines[0][0] if lines else first
+
+    def flush(closed: datetime.datetime) -> None:
+        stamp = f"{opened:%Y-%m-%d-%H-%M-%S}"
+        key = (f"{prefix}/{endpoint}/{variant}/{opened:%Y/%m/%d/%H}/sagegate-dev-captures-1-"
+               f"{stamp}-{uuid.UUID(int=rng.getrandbits(128))}.jsonl.gz")
+        objects.append(FirehoseObject(key, gzip.compress(b"".join(batch), mtime=0),
+                                      closed + datetime.timedelta(seconds=2), len(batch)))
+
+    for arrival, line in lines:
+        if batch and (arrival - opened >= datetime.timedelta(seconds=buffer_seconds)
+                      or len(batch) >= buffer_records):
+            flush(opened + datetime.timedelta(seconds=buffer_seconds))
+            batch = []
+        if not batch:
+            opened = arrival
+        batch.append(line)
+    if batch:
+        flush(opened + datetime.timedelta(seconds=buffer_seconds))
+    return objects
+
+
+def in_hour(objects: list[FirehoseObject], hour: datetime.datetime = HOUR) -> int:
+    """How many of the objects' records have their inferenceTime in ``hour``."""
+    count = 0
+    for item in objects:
+        for line in gzip.decompress(item.body).splitlines():
+            when = datetime.datetime.fromisoformat(json.loads(line)["eventMetadata"][
+                "inferenceTime"])
+            count += hour <= when < hour + datetime.timedelta(hours=1)
+    return count

@@ -341,3 +341,45 @@ def test_each_endpoint_reads_for_its_share_of_the_time_left_among_the_endpoints_
     assert left_at["b"] == deployed.RESERVE_SECONDS + 260.0
     assert granted["b"] == (left_at["b"] - deployed.RESERVE_SECONDS) / 2 == 130.0
     assert granted == {"a": 100.0, "b": 130.0, "c": 130.0}
+
+
+class FirehoseS3(FakeS3):
+    """FakeS3 whose listings give each object's LastModified, as S3's do."""
+
+    def __init__(self, objects: dict[str, bytes],
+                 modified: dict[str, datetime.datetime]) -> None:
+        super().__init__(objects)
+        self.modified = modified
+
+    def paginate(self, Bucket: str, Prefix: str,
+                 Delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+        for page in super().paginate(Bucket, Prefix, Delimiter):
+            for item in page.get("Contents", []):
+                item["LastModified"] = self.modified.get(item["Key"], WHEN)
+            yield page
+
+
+def test_a_firehose_streams_objects_are_read_from_the_hours_around_the_window(
+        tmp_path: Path) -> None:
+    assert SETTINGS is not None
+    delivered = capturegen.firehose_window("c", "iris", 3000)
+    # and plain objects (the S3 sink's) in the next hour's folder: of records not in the window
+    later = _one_record_per_object(tmp_path, 30)
+    later = {key.replace("/09/", "/10/"): body for key, body in later.items()}
+    broken = "c/iris/AllTraffic/2026/11/25/09/sagegate-dev-captures-1-broken.jsonl.gz"
+    s3 = FirehoseS3({**{item.key: item.body for item in delivered}, **later,
+                     broken: b"not gzip at all", **_baseline_objects(tmp_path)},
+                    {item.key: item.last_modified for item in delivered})
+    logged: list[str] = []
+    [run] = deployed.run({"iris": []}, SETTINGS, "s", now=WHEN, s3=s3, emit=logged.append)
+    assert run.status == "checked"
+    statistics = json.loads(s3.put["monitoring/iris/2026/11/25/09/statistics.json"])
+    assert statistics["dataset"]["item_count"] == capturegen.in_hour(delivered)
+    fetched = set(s3.fetched)
+    assert not fetched & set(later)  # a plain object's folder is its records' hour
+    start = capturegen.HOUR - datetime.timedelta(minutes=1)
+    assert fetched >= {item.key for item in delivered if item.last_modified >= start}
+    assert not fetched & {item.key for item in delivered if item.last_modified < start}
+    line = json.loads(logged[-1])
+    assert (line["bad_objects"], line["bad_lines"]) == (1, 0)
+    assert line["first_bad"].startswith(f"s3://b/{broken}: not a readable GZIP file")

@@ -133,10 +133,11 @@ def test_a_lost_part_is_seen() -> None:
 
 def test_a_state_is_strict_json_and_round_trips() -> None:
     rows = [{"s": "only strings", "x": None}, {"s": "b", "x": float("nan")}]
-    part = analyse_rows(rows, Tally(records=2, rows=2, bad_lines=1, first_bad="f:3: not JSON"))
+    part = analyse_rows(rows, Tally(records=2, rows=2, bad_lines=1, first_bad="f:3: not JSON",
+                                    bad_objects=1, first_bad_object="g.jsonl.gz: damaged"))
     data = part.to_bytes()
     state = json.loads(data, parse_constant=lambda name: pytest.fail(f"{name} in a state"))
-    assert state["kind"] == "sagegate-monitor-partial" and state["version"] == 1
+    assert state["kind"] == "sagegate-monitor-partial" and state["version"] == 2
     moments = {f["name"]: f["moments"] for f in state["statistics"]["features"]}
     assert moments["x"][4:] == [None, None]  # no numbers: no infinities in the JSON
     back = PartialAnalysis.from_bytes(data)
@@ -147,7 +148,7 @@ def test_a_state_is_strict_json_and_round_trips() -> None:
 
 def test_a_state_of_another_kind_or_version_is_refused() -> None:
     state = analyse_rows([{"x": 1}]).to_state()
-    for key, value in (("kind", "something-else"), ("version", 2)):
+    for key, value in (("kind", "something-else"), ("version", 1)):
         with pytest.raises(ValueError, match="not a monitor part's state"):
             PartialAnalysis.from_state({**state, key: value})
     with pytest.raises(ValueError, match="tally"):
@@ -157,10 +158,12 @@ def test_a_state_of_another_kind_or_version_is_refused() -> None:
 def test_tallies_add_and_the_first_bad_line_is_the_first_parts() -> None:
     first = Tally(records=3, rows=2, shadow=1)
     second = Tally(records=5, rows=4, bad_lines=1, first_bad="b.jsonl:2: not JSON")
-    third = Tally(records=1, bad_lines=2, first_bad="c.jsonl:1: not JSON", outside_window=1)
+    third = Tally(records=1, bad_lines=2, first_bad="c.jsonl:1: not JSON", outside_window=1,
+                  bad_objects=1, first_bad_object="c.jsonl.gz: damaged")
     merged = merge_in_order(analyse_rows([], tally) for tally in (first, second, third))
     assert merged.tally == Tally(records=9, rows=6, shadow=1, bad_lines=3, outside_window=1,
-                                 first_bad="b.jsonl:2: not JSON")
+                                 first_bad="b.jsonl:2: not JSON", bad_objects=1,
+                                 first_bad_object="c.jsonl.gz: damaged")
 
 
 def test_features_past_the_limit_are_refused_by_the_merge_as_by_one_pass() -> None:
