@@ -297,18 +297,57 @@ def health_details() -> Response:
 
 # --- event functions: each declared only for a stage that has it (DEPLOYMENT) --------------
 
-# The data-quality monitor (docs/MONITOR.md, "Deployed"): a stage with MONITOR_BASELINE.
+# The data-quality monitor (docs/MONITOR.md, "Deployed"): a stage with MONITOR_BASELINE. One
+# scheduled function; or, with MONITOR_ENGINE=stepfunctions, the three functions a Step
+# Functions run calls, its schedule and state machine in the stage's template
+# (sagegate/deploy/monitor_template.py).
 MONITOR_FUNCTION = "monitor"  # its name in .chalice/config.json's lambda_functions
+MONITOR_PLAN_FUNCTION = "monitor_plan"  # the fanned-out run's: its window and prefixes
+MONITOR_MAP_FUNCTION = "monitor_map"  # a Distributed Map child: objects read into a part
+MONITOR_REDUCE_FUNCTION = "monitor_reduce"  # an endpoint's parts merged, checked, written
+MONITOR_FUNCTIONS = (MONITOR_FUNCTION, MONITOR_PLAN_FUNCTION, MONITOR_MAP_FUNCTION,
+                     MONITOR_REDUCE_FUNCTION)
+MONITOR_ENGINE, MONITOR_FANNED_OUT = "MONITOR_ENGINE", "stepfunctions"  # as the monitor reads
 if DEPLOYMENT.monitored:
-    @app.schedule(DEPLOYMENT.monitor_schedule, name=MONITOR_FUNCTION,
-                  description="sagegate: check each endpoint's previous hour of captures")
-    def monitor(event: Any) -> dict[str, Any]:
-        """Check the previous hour of every registered endpoint's captures (Model Monitor's
-        data quality files to S3, its metrics as EMF lines in the log)."""
-        from chalicelib import monitoring  # deferred: the request path loads no monitor
+    import os  # (not chalicelib.monitoring: the request path's import loads none of it)
 
-        return monitoring.run_monitor(event, lambda: services.registry.models.values(),
-                                      DEPLOYMENT.function_named(app.app_name, MONITOR_FUNCTION))
+    if os.environ.get(MONITOR_ENGINE, "").strip().lower() == MONITOR_FANNED_OUT:
+        @app.lambda_function(name=MONITOR_PLAN_FUNCTION)
+        def monitor_plan(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            """The run's hour and, per endpoint, the capture prefixes its Distributed Maps
+            list."""
+            from chalicelib import monitoring  # deferred: the request path loads no monitor
+
+            return monitoring.plan_monitor(event, lambda: services.registry.models.values())
+
+        @app.lambda_function(name=MONITOR_MAP_FUNCTION)
+        def monitor_map(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            """A Distributed Map child: its batch of capture objects read into a part."""
+            from chalicelib import monitoring
+
+            return monitoring.map_monitor(event, lambda: services.registry.models.values())
+
+        @app.lambda_function(name=MONITOR_REDUCE_FUNCTION)
+        def monitor_reduce(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            """An endpoint's parts merged, checked, its files and metrics written. The
+            metrics' MonitoringSchedule is the run's name, sagegate-<stage>-monitor, as the
+            single function's."""
+            from chalicelib import monitoring
+
+            name = DEPLOYMENT.function_named(app.app_name, MONITOR_REDUCE_FUNCTION)
+            return monitoring.reduce_monitor(event, name.removesuffix(
+                MONITOR_REDUCE_FUNCTION.removeprefix(MONITOR_FUNCTION)))
+    else:
+        @app.schedule(DEPLOYMENT.monitor_schedule, name=MONITOR_FUNCTION,
+                      description="sagegate: check each endpoint's previous hour of captures")
+        def monitor(event: Any) -> dict[str, Any]:
+            """Check the previous hour of every registered endpoint's captures (Model
+            Monitor's data quality files to S3, its metrics as EMF lines in the log)."""
+            from chalicelib import monitoring  # deferred: the request path loads no monitor
+
+            return monitoring.run_monitor(
+                event, lambda: services.registry.models.values(),
+                DEPLOYMENT.function_named(app.app_name, MONITOR_FUNCTION))
 
 
 # The job functions (docs/DEPLOY.md): a stage with JOBS_BUCKET. Their work is the jobs room's
@@ -356,8 +395,8 @@ if DEPLOYMENT.jobs_enabled:
             return functions.complete(services.job_execution, event.to_dict())
 
 
-# The monitor's function serves no request: it skips the request path's warm-up.
-if lifecycle.on_lambda() and not DEPLOYMENT.runs(MONITOR_FUNCTION):
+# The monitor's functions serve no request: they skip the request path's warm-up.
+if lifecycle.on_lambda() and not any(DEPLOYMENT.runs(name) for name in MONITOR_FUNCTIONS):
     _init_ms = lifecycle.timed(
         lambda: services.warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
     logger.info("initialised", extra={"init_type": lifecycle.init_type(),

@@ -16,7 +16,7 @@ import datetime
 import io
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -63,8 +63,22 @@ def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.
         stop: asked before each file; True ends the reading.
         reading: counts the files read and, when ``stop`` ended the reading, those left.
     """
+    yield from fetch_objects(s3, captures, list(_capture_keys(s3, captures, endpoint, start,
+                                                                end)), stop, reading)
+
+
+def fetch_objects(s3: Any, captures: S3Location, keys: Sequence[tuple[str, int]],
+                  stop: Callable[[], bool] = never,
+                  reading: Reading | None = None) -> Iterator[tuple[str, Iterable[bytes]]]:
+    """Each of ``keys`` (key, size) of the capture bucket, in the order given, as (its URI,
+    its lines): fetched :data:`FETCHERS` at a time, at most :data:`PREFETCH_BYTES` ahead (a
+    larger object streamed in its turn), a ``.jsonl.gz`` decompressed as it is read.
+
+    Args:
+        stop: asked before each object; True ends the reading.
+        reading: counts the objects read and, when ``stop`` ended the reading, those left.
+    """
     reading = reading if reading is not None else Reading()
-    keys = list(_capture_keys(s3, captures, endpoint, start, end))
     large = PREFETCH_BYTES // FETCHERS
     pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="capture-fetch")
     pending: deque[tuple[str, int, Future[bytes] | None]] = deque()

@@ -5,7 +5,11 @@ read from ``MONITOR_CAPTURES`` (an ``s3://`` prefix: where a Firehose stream del
 say), by default from ``CAPTURE_DESTINATION`` (then ``s3://`` only: a directory or a stream
 cannot be listed by hour). The outputs go to ``MONITOR_OUTPUT``, by default ``monitoring/``
 beside the capture prefix (``s3://b/captures`` -> ``s3://b/monitoring``). ``MONITOR_SCHEDULE``
-is the EventBridge schedule (:data:`DEFAULT_SCHEDULE`).
+is the EventBridge schedule (:data:`DEFAULT_SCHEDULE`). ``MONITOR_ENGINE`` says what runs it:
+``lambda`` (the default), one scheduled function; ``stepfunctions``, a Step Functions state
+machine that fans the window's objects out over a Distributed Map
+(:mod:`chalicelib.monitor.fanout`), whose runs keep their parts and results under
+:attr:`MonitorSettings.runs` (``<MONITOR_OUTPUT>-runs``).
 """
 from __future__ import annotations
 
@@ -15,6 +19,13 @@ from collections.abc import Mapping
 
 MONITOR_BASELINE, MONITOR_OUTPUT, MONITOR_SCHEDULE, MONITOR_CAPTURES = (
     "MONITOR_BASELINE", "MONITOR_OUTPUT", "MONITOR_SCHEDULE", "MONITOR_CAPTURES")
+MONITOR_ENGINE = "MONITOR_ENGINE"
+ENGINE_LAMBDA, ENGINE_STEPFUNCTIONS = "lambda", "stepfunctions"
+ENGINES = (ENGINE_LAMBDA, ENGINE_STEPFUNCTIONS)
+"""What runs the scheduled monitor: one scheduled Lambda function (the default), or a Step
+Functions state machine fanning the window out (a Distributed Map)."""
+RUNS_SUFFIX = "-runs"
+"""The distributed run's own prefix is the output's with this suffix (``monitoring-runs``)."""
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 DEFAULT_SCHEDULE = "cron(5 * * * ? *)"
 """Hourly, five minutes past the hour (late capture files of the hour have landed)."""
@@ -78,6 +89,20 @@ class MonitorSettings:
     captures: S3Location
     output: S3Location
     schedule: str = DEFAULT_SCHEDULE
+    engine: str = ENGINE_LAMBDA
+
+    @property
+    def fanned_out(self) -> bool:
+        """Whether a Step Functions state machine runs the monitor (``MONITOR_ENGINE``)."""
+        return self.engine == ENGINE_STEPFUNCTIONS
+
+    @property
+    def runs(self) -> S3Location:
+        """Where a distributed run keeps its work (each run under its own folder of
+        ``jobs/``, ``parts/``, ``results/``): the output prefix with :data:`RUNS_SUFFIX`, in
+        the output's bucket (``s3://b/monitoring`` -> ``s3://b/monitoring-runs``)."""
+        return S3Location(self.output.bucket,
+                          f"{self.output.prefix or 'monitor'}{RUNS_SUFFIX}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MonitorSettings | None:
@@ -89,8 +114,9 @@ class MonitorSettings:
         Raises:
             MonitorConfigError: monitoring is on but neither ``MONITOR_CAPTURES`` nor
                 ``CAPTURE_DESTINATION`` is an ``s3://`` prefix (a directory or Firehose
-                stream cannot be listed by hour), a setting is not an ``s3://`` URI, or
-                ``MONITOR_SCHEDULE`` is not a schedule expression.
+                stream cannot be listed by hour), a setting is not an ``s3://`` URI,
+                ``MONITOR_SCHEDULE`` is not a schedule expression, or ``MONITOR_ENGINE`` is
+                not one of :data:`ENGINES`.
         """
         baseline_uri = env.get(MONITOR_BASELINE, "").strip()
         if not baseline_uri:
@@ -104,8 +130,12 @@ class MonitorSettings:
             raise MonitorConfigError(f"{MONITOR_SCHEDULE} must be an EventBridge schedule "
                                      f"expression, cron(...) or rate(...), not "
                                      f"{schedule[:80]!r}")
+        engine = env.get(MONITOR_ENGINE, "").strip().lower() or ENGINE_LAMBDA
+        if engine not in ENGINES:
+            raise MonitorConfigError(f"{MONITOR_ENGINE} must be one of {', '.join(ENGINES)}, "
+                                     f"not {engine[:40]!r}")
         return cls(baseline=S3Location.parse(baseline_uri, MONITOR_BASELINE),
-                   captures=captures, output=output, schedule=schedule)
+                   captures=captures, output=output, schedule=schedule, engine=engine)
 
 
 def _captures(env: Mapping[str, str]) -> S3Location:

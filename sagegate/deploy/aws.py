@@ -77,7 +77,7 @@ def log_groups(stage: Stage) -> list[str]:
     """The log groups of the stage's functions: the API's and, on a monitored stage, the
     scheduled monitor's (``/aws/lambda/<function>-monitor``, where its metrics are printed)."""
     groups = [log_group(stage)]
-    if stage.monitor is not None:
+    if stage.monitor is not None and not stage.monitor.fanned_out:  # (fanned out: Path A)
         groups.append(f"/aws/lambda/{stage.monitor_function_name}")
     return groups
 
@@ -113,7 +113,7 @@ def disable_monitor_retries(lambda_client: Any, stage: Stage) -> str | None:
     """No asynchronous retry of the scheduled monitor (``chalice deploy`` cannot set it; the
     packaged template does): a run that failed or timed out would fail the same way twice
     more. Returns the function's name, None on a stage without the monitor."""
-    if stage.monitor is None:
+    if stage.monitor is None or stage.monitor.fanned_out:
         return None
     name = stage.monitor_function_name
     lambda_client.put_function_event_invoke_config(

@@ -23,7 +23,9 @@
    ``sagegate-<stage>-usage-plan``, for the API id Chalice recorded.
 
 A stage that serves jobs (``JOBS_BUCKET``) is refused before anything runs: its bucket,
-table, topics and dead-letter queue are made by the SAM stack (Path A), not by Chalice.
+table, topics and dead-letter queue are made by the SAM stack (Path A), not by Chalice; so is
+a stage whose monitor is a Step Functions state machine (``MONITOR_ENGINE=stepfunctions``:
+:mod:`sagegate.deploy.monitor_template`).
 """
 from __future__ import annotations
 
@@ -34,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import aws, capture_template, check, jobs, package, policy, snapstart
+from sagegate.deploy import (
+    aws,
+    capture_template,
+    check,
+    jobs,
+    monitor_template,
+    package,
+    policy,
+    snapstart,
+)
 from sagegate.deploy.shell import (
     DeployError,
     Runner,
@@ -121,6 +132,12 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
                           "the jobs bucket with its notification, the table, the topics and "
                           "the job functions' dead-letter queue; chalice deploy creates none "
                           "of them", status=2)
+    if monitor_template.enabled(stage):
+        raise DeployError(f"stages.{stage.name} runs its monitor as a Step Functions state "
+                          f"machine (MONITOR_ENGINE=stepfunctions): deploy it with sagegate "
+                          f"deploy --stage {stage.name} (Path A), whose stack creates the "
+                          "state machine, its schedule and their roles; chalice deploy "
+                          "creates none of them", status=2)
     if not stage.layers:
         raise DeployError(f"stages.{stage.name}.layers is empty: run sagegate layer --stage "
                           f"{stage.name} --bucket ... (make layer STAGE={stage.name} "

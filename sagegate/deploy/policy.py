@@ -21,7 +21,8 @@ Instead the role gets exactly what the function does, each action on its own res
   ``xray:PutTelemetryRecords``, which AWS only grants on ``"*"`` (X-Ray has no resource-level
   permissions), so X-Ray is opt-in and the prod test refuses it until someone decides to.
 
-The scheduled monitor (:func:`render_monitor`) and each job function
+The scheduled monitor (:func:`render_monitor`), or the three functions of a fanned-out one
+(:func:`render_monitor_functions`), and each job function
 (:func:`sagegate.deploy.jobs_policy.render_function`) get roles of their own, written beside
 it as ``policy-<stage>-<function>.json``.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +50,21 @@ from sagegate.deploy.iam import (
     partition_of,
 )
 from sagegate.deploy.shell import DeployError, add_stage_option, guarded, stage_for
-from sagegate.deploy.stage import MONITOR_FUNCTION, Stage
+from sagegate.deploy.stage import (
+    MONITOR_FUNCTION,
+    MONITOR_MAP,
+    MONITOR_PLAN,
+    MONITOR_REDUCE,
+    Stage,
+)
 from sagegate.deploy.stages import ROOT
 
 if TYPE_CHECKING:
     from chalicelib.monitor.deployed import S3Location
 
+JOBS, PARTS, RESULTS = "jobs", "parts", "results"
+"""A fanned-out run's folders under its run prefix (:mod:`chalicelib.monitor.fanout`'s, which
+a test holds equal)."""
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
 
@@ -98,7 +109,8 @@ def monitor_policy_path(stage: str, root: Path = ROOT) -> Path:
 
 
 def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | None:
-    """The scheduled monitor's IAM policy; None for a stage without ``MONITOR_BASELINE``.
+    """The scheduled monitor's IAM policy; None for a stage without ``MONITOR_BASELINE``, or
+    whose monitor is fanned out (:func:`render_monitor_functions`).
 
     Its own role, apart from the API function's: read the capture prefix, read the baseline
     prefix, write the monitoring prefix, list those two read prefixes only (so a missing
@@ -110,18 +122,11 @@ def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | 
     """
     render(stage, account, region)  # the same account, region and stage checks
     settings = stage.monitor
-    if settings is None:
+    if settings is None or settings.fanned_out:
         return None
     arn = f"arn:{partition_of(region)}"
-    reads = (settings.captures, settings.baseline)
-    listed: dict[str, list[str]] = {}
-    for location in reads:
-        listed.setdefault(location.bucket, []).append(
-            f"{location.prefix}/*" if location.prefix else "*")
-    statements = [
-        {**allow("ListCapturesAndBaselines", ["s3:ListBucket"], f"{arn}:s3:::{bucket}"),
-         "Condition": {"StringLike": {"s3:prefix": prefixes}}}
-        for bucket, prefixes in listed.items()]
+    statements = _listings(arn, "ListCapturesAndBaselines",
+                           (settings.captures, settings.baseline))
     statements += [
         allow("ReadCaptures", ["s3:GetObject"], _objects(arn, settings.captures)),
         allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
@@ -129,6 +134,78 @@ def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | 
         log_statement(arn, account, region, stage.monitor_function_name),
     ]
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def render_monitor_functions(stage: Stage, account: str,
+                             region: str) -> dict[str, dict[str, Any]]:
+    """The IAM policies of a fanned-out monitor's functions (``MONITOR_ENGINE=
+    stepfunctions``), by function; empty for any other stage. Each may do its own step only,
+    every object statement on one prefix, under the run prefix ``<MONITOR_OUTPUT>-runs`` one
+    folder each (``jobs/``, ``parts/``, ``results/``):
+
+    * ``monitor_plan``: list the capture and baseline prefixes (the variants and the hour
+      prefixes that hold objects; a missing baseline is a 404), read the baselines, write
+      the run's ``jobs/``;
+    * ``monitor_map``: read the captures and the run's ``jobs/``, write its ``parts/``;
+    * ``monitor_reduce``: list the baseline prefix, read the baselines, the run's ``parts/``
+      and ``results/`` (the ResultWriter's manifests and files), write the monitoring
+      prefix (Model Monitor's files and the report).
+
+    Each writes its own log group (the reduce's metrics are EMF lines there). None may invoke
+    an endpoint, nor delete anything.
+
+    Raises:
+        ValueError: a malformed account id or region, or bad monitor settings.
+    """
+    render(stage, account, region)  # the same account, region and stage checks
+    settings = stage.monitor
+    if settings is None or not settings.fanned_out:
+        return {}
+    arn = f"arn:{partition_of(region)}"
+    runs = settings.runs
+
+    def run_folder(folder: str) -> str:
+        return f"{arn}:s3:::{runs.bucket}/{runs.key(folder)}/*"
+
+    def logs(function: str) -> dict[str, Any]:
+        return log_statement(arn, account, region, f"{stage.function_name}-{function}")
+
+    return {
+        MONITOR_PLAN: {"Version": "2012-10-17", "Statement": [
+            *_listings(arn, "ListCapturesAndBaselines", (settings.captures, settings.baseline)),
+            allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
+            allow("WriteTheRunsJobs", ["s3:PutObject"], run_folder(JOBS)),
+            logs(MONITOR_PLAN)]},
+        MONITOR_MAP: {"Version": "2012-10-17", "Statement": [
+            allow("ReadCaptures", ["s3:GetObject"], _objects(arn, settings.captures)),
+            allow("ReadTheRunsJobs", ["s3:GetObject"], run_folder(JOBS)),
+            allow("WriteTheRunsParts", ["s3:PutObject"], run_folder(PARTS)),
+            logs(MONITOR_MAP)]},
+        MONITOR_REDUCE: {"Version": "2012-10-17", "Statement": [
+            *_listings(arn, "ListBaselines", (settings.baseline,)),
+            allow("ReadBaselines", ["s3:GetObject"], _objects(arn, settings.baseline)),
+            allow("ReadTheRunsPartsAndResults", ["s3:GetObject"],
+                  [run_folder(PARTS), run_folder(RESULTS)]),
+            allow("WriteMonitoringReports", ["s3:PutObject"], _objects(arn, settings.output)),
+            logs(MONITOR_REDUCE)]},
+    }
+
+
+def monitor_function_policy_path(stage: str, function: str, root: Path = ROOT) -> Path:
+    """A fanned-out monitor function's own policy (``lambda_functions.<function>.
+    iam_policy_file``)."""
+    return root / ".chalice" / f"policy-{stage}-{function}.json"
+
+
+def _listings(arn: str, sid: str, reads: Sequence[S3Location]) -> list[dict[str, Any]]:
+    """``s3:ListBucket`` on each bucket of ``reads``, for their prefixes only."""
+    listed: dict[str, list[str]] = {}
+    for location in reads:
+        listed.setdefault(location.bucket, []).append(
+            f"{location.prefix}/*" if location.prefix else "*")
+    return [{**allow(sid, ["s3:ListBucket"], f"{arn}:s3:::{bucket}"),
+             "Condition": {"StringLike": {"s3:prefix": prefixes}}}
+            for bucket, prefixes in listed.items()]
 
 
 def _objects(arn: str, location: S3Location) -> str:
@@ -181,6 +258,14 @@ def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
         monitor_path = monitor_policy_path(stage.name, root)
         monitor_path.write_text(json.dumps(monitor, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {monitor_path.relative_to(root)} (the scheduled monitor's role)")
+    try:
+        fanout = render_monitor_functions(stage, account, region)
+    except ValueError as error:
+        raise DeployError(str(error), status=2) from None
+    for function, document in fanout.items():
+        function_path = monitor_function_policy_path(stage.name, function, root)
+        function_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {function_path.relative_to(root)} ({function}'s role)")
     for function in jobs.roles(stage):
         try:
             role = jobs_policy.render_function(stage, function, account, region)

@@ -9,12 +9,16 @@ other's importer: this module imports no other module of :mod:`sagegate.deploy`.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chalicelib.monitor.deployed import MonitorSettings
 
 MONITOR_FUNCTION = "monitor"  # app.py's scheduled monitor, by its name in lambda_functions
+MONITOR_PLAN, MONITOR_MAP, MONITOR_REDUCE = "monitor_plan", "monitor_map", "monitor_reduce"
+MONITOR_FANOUT_FUNCTIONS = (MONITOR_PLAN, MONITOR_MAP, MONITOR_REDUCE)
+"""app.py's functions of a fanned-out monitor (``MONITOR_ENGINE=stepfunctions``), called by
+the stage's state machine (:mod:`sagegate.deploy.monitor_template`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Stage:
             to (``"capture_stream"`` in the stage, sagegate's own key; Chalice ignores it):
             set, the stack creates the Firehose stream ``CAPTURE_DESTINATION`` names
             (:mod:`sagegate.deploy.capture_template`); empty, it creates none.
+        lambda_functions: the stage's ``lambda_functions`` settings as written (by
+            function name: ``lambda_timeout``, ``reserved_concurrency``, ...), which the
+            templates size what calls those functions by.
     """
 
     name: str
@@ -57,6 +64,7 @@ class Stage:
     open_api: bool = False
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
     capture_stream: str = ""
+    lambda_functions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def cache_table(self) -> str:

@@ -24,7 +24,8 @@ from typing import Any
 from chalicelib.core.access import AuthMode
 from sagegate.deploy.capture_template import check_capture_stream
 from sagegate.deploy.jobs import check_jobs
-from sagegate.deploy.stage import MONITOR_FUNCTION, Stage
+from sagegate.deploy.monitor_template import check_monitor_fanout
+from sagegate.deploy.stage import MONITOR_FANOUT_FUNCTIONS, MONITOR_FUNCTION, Stage
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = ROOT / ".chalice" / "config.json"
@@ -69,7 +70,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         open_api=config.environment_variables.get("SAGEGATE_OPEN_API", "").strip().lower()
         == "true",
         tags=dict(config.tags),
-        capture_stream=_capture_stream(on_disk, name))
+        capture_stream=_capture_stream(on_disk, name),
+        lambda_functions=dict(on_disk["stages"][name].get("lambda_functions") or {}))
     if stage.cache_table and not _TABLE_NAME_RE.match(stage.cache_table):
         raise ValueError(f"stages.{name}: CACHE_TABLE {stage.cache_table!r} is not a DynamoDB "
                          "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
@@ -101,7 +103,9 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
         ValueError: ``MONITOR_BASELINE`` is set but the captures are not in S3, or the stage
             gives the monitor function no policy file of its own
             (``lambda_functions.monitor.iam_policy_file``: without it, Chalice would run it
-            with the API function's role, which cannot read the captures or the baseline).
+            with the API function's role, which cannot read the captures or the baseline);
+            with ``MONITOR_ENGINE=stepfunctions``, the same for each of its three functions,
+            and :func:`sagegate.deploy.monitor_template.check_monitor_fanout`.
     """
     from chalicelib.monitor.deployed import MonitorConfigError  # deferred: as in Stage.monitor
 
@@ -112,12 +116,15 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
     if settings is None:
         return
     functions = on_disk["stages"][stage.name].get("lambda_functions", {})
-    wanted = f"policy-{stage.name}-{MONITOR_FUNCTION}.json"
-    named = functions.get(MONITOR_FUNCTION, {}).get("iam_policy_file")
-    if named != wanted:
-        raise ValueError(f"stages.{stage.name} sets MONITOR_BASELINE: give the monitor its own "
-                         f"role with lambda_functions.{MONITOR_FUNCTION}.iam_policy_file = "
-                         f"{wanted!r} (sagegate policy renders it), not {named!r}")
+    for function in MONITOR_FANOUT_FUNCTIONS if settings.fanned_out else (MONITOR_FUNCTION,):
+        wanted = f"policy-{stage.name}-{function}.json"
+        named = functions.get(function, {}).get("iam_policy_file")
+        if named != wanted:
+            raise ValueError(f"stages.{stage.name} sets MONITOR_BASELINE: give {function} its "
+                             f"own role with lambda_functions.{function}.iam_policy_file = "
+                             f"{wanted!r} (sagegate policy renders it), not {named!r}")
+    if settings.fanned_out:
+        check_monitor_fanout(stage)
 
 
 def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:

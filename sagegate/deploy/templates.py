@@ -26,7 +26,9 @@
   function (its Chalice name ``sagegate-<stage>-monitor``, the layer, its log group named in
   advance), no retry of a failed scheduled invocation (``EventInvokeConfig``
   ``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would otherwise run a timed
-  out hour twice more), and its accepted findings.
+  out hour twice more), and its accepted findings. With ``MONITOR_ENGINE=stepfunctions``
+  instead: the state machine that runs the monitor, its schedule, their roles and its three
+  functions' fixes (:mod:`sagegate.deploy.monitor_template`).
 * With ``capture_stream`` (``CAPTURE_DESTINATION=firehose://...``): the capture stream into
   the data bucket, its role and log group (:mod:`sagegate.deploy.capture_template`); the
   function waits for it.
@@ -53,7 +55,7 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import capture_template, jobs, jobs_template
+from sagegate.deploy import capture_template, jobs, jobs_template, monitor_template
 from sagegate.deploy.gateway_responses import gateway_responses
 from sagegate.deploy.stage import Stage
 
@@ -163,7 +165,10 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
     }
     parameters = dict(_STAGE_PARAMETERS)
     outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
-    if stage.monitor is not None:
+    if monitor_template.enabled(stage):
+        resources.update(monitor_template.monitor_resources(stage))
+        outputs.update(monitor_template.monitor_outputs(stage))
+    elif stage.monitor is not None:
         resources.update(_monitor(stage))
     if stage.cache_table:
         resources[CACHE] = cache_table(stage)

@@ -24,8 +24,12 @@ from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import S3Sink, firehose_line
 from chalicelib.core.aws import S3Uri
 from chalicelib.monitor.deployed_settings import DEFAULT_SCHEDULE
-from sagegate.deploy import capture_template, chalice_deploy
-from sagegate.deploy.policy import monitor_policy_path, policy_path, render_monitor
+from sagegate.deploy import capture_template, chalice_deploy, monitor_template
+from sagegate.deploy.policy import (
+    monitor_function_policy_path,
+    policy_path,
+    render_monitor_functions,
+)
 from sagegate.deploy.stages import load_config, load_stage
 from tests.deploy.conftest import ROOT, Package
 from tests.deploy.test_templates import sam_transform
@@ -174,10 +178,15 @@ def test_the_monitor_reads_where_the_stream_delivers() -> None:
     assert monitor is not None
     assert (monitor.captures.bucket, monitor.captures.prefix) == (DATA, "captures")
     assert S3Uri.parse(stage.capture_stream) == S3Uri(DATA, "captures")
-    document = json.loads(monitor_policy_path("dev").read_text())
-    assert document == render_monitor(stage, ACCOUNT, REGION)
+    # dev's monitor is fanned out: its map function reads the captures, its state machine
+    # lists them (docs/MONITOR.md, "Deployed: fanned out")
+    document = json.loads(monitor_function_policy_path("dev", "monitor_map").read_text())
+    assert document == render_monitor_functions(stage, ACCOUNT, REGION)["monitor_map"]
     reads = {s["Sid"]: s["Resource"] for s in document["Statement"]}
     assert reads["ReadCaptures"] == f"arn:aws:s3:::{DATA}/captures/*"
+    listed = {s["Sid"]: s for s in monitor_template.state_machine_statements(stage)}
+    assert listed["ListTheCaptures"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["captures/*"]}}
 
 
 def test_sams_expansion_keeps_the_stream_and_its_role(dev: Package) -> None:

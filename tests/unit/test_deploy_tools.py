@@ -654,10 +654,12 @@ def test_chalice_deploy_of_a_monitored_stage_sets_up_the_monitors_logs_and_retri
     # the monitor's role may not create its log group: without it the function's log lines
     # and its Embedded Metric Format metrics would be dropped
     dev = load_stage("dev", project / ".chalice" / "config.json")
+    # jobs, and a monitor run by Step Functions, are Path A's only: dev's single function
     stage = dataclasses.replace(dev, layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",),
                                 env={name: value for name, value in dev.env.items()
-                                     if not name.startswith("JOBS_")})  # Path A only
-    assert stage.monitor is not None
+                                     if not name.startswith("JOBS_")
+                                     and name != "MONITOR_ENGINE"})
+    assert stage.monitor is not None and not stage.monitor.fanned_out
     write_deployed(project, "dev", "a1b2c3d4e5")
     monkeypatch.setattr(snapstart, "switch", lambda action, st, session: "ok")
     sts, sts_stub = caller()
@@ -675,6 +677,20 @@ def test_chalice_deploy_of_a_monitored_stage_sets_up_the_monitors_logs_and_retri
     logs_stub.assert_no_pending_responses()
     lam_stub.assert_no_pending_responses()  # and no asynchronous retry of a failed hour
     assert aws.log_groups(dataclasses.replace(stage, env={})) == ["/aws/lambda/sagegate-dev"]
+
+
+def test_chalice_deploy_refuses_a_monitor_run_by_step_functions(project: Path) -> None:
+    dev = load_stage("dev", project / ".chalice" / "config.json")
+    stage = dataclasses.replace(dev, layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",),
+                                env={name: value for name, value in dev.env.items()
+                                     if not name.startswith("JOBS_")})
+    assert stage.monitor is not None and stage.monitor.fanned_out
+    runner = Recorder()
+    with pytest.raises(shell.DeployError,
+                       match=r"MONITOR_ENGINE=stepfunctions.*Path A") as refused:
+        chalice_deploy.chalice_deploy(stage, FakeSession(), root=project, runner=runner)
+    assert refused.value.status == 2 and not runner.commands
+    assert aws.log_groups(stage) == ["/aws/lambda/sagegate-dev"]
 
 
 def test_chalice_deploy_with_iam_auth_and_no_cache_table_deploys_no_stack(

@@ -241,3 +241,76 @@ def test_the_lambda_contexts_remaining_time_bounds_the_run(
     answer = monitored_app().monitor(json.loads(EVENT.read_text()), Late())
     assert set(answer["endpoints"].values()) == {"skipped"}
     assert not aws.list_objects_v2(Bucket=BUCKET, Prefix="monitoring/").get("Contents")
+
+
+@pytest.mark.parametrize(("engine", "fanned_out"), [
+    ("stepfunctions", True), (" StepFunctions ", True), ("lambda", False), ("", False)])
+def test_monitor_engine_decides_the_functions_app_py_declares(
+        monkeypatch: pytest.MonkeyPatch, engine: str, fanned_out: bool) -> None:
+    from chalicelib.monitor import deployed_settings
+
+    monkeypatch.setenv("MONITOR_BASELINE", "s3://b/baselines")
+    monkeypatch.setenv("MONITOR_ENGINE", engine)
+    module = monitored_app()
+    assert (module.MONITOR_ENGINE, module.MONITOR_FANNED_OUT) == (
+        deployed_settings.MONITOR_ENGINE, deployed_settings.ENGINE_STEPFUNCTIONS)
+    settings = deployed_settings.MonitorSettings.from_env({
+        "MONITOR_BASELINE": "s3://b/baselines", "CAPTURE_DESTINATION": "s3://b/captures",
+        "MONITOR_ENGINE": engine})
+    assert settings is not None and settings.fanned_out is fanned_out
+    declared = {function.name for function in module.app.pure_lambda_functions}
+    if fanned_out:  # called by the state machine, which the template schedules
+        assert declared == {"monitor_plan", "monitor_map", "monitor_reduce"}
+        assert not module.app.event_sources and not hasattr(module, "monitor")
+    else:
+        assert not declared and hasattr(module, "monitor")
+        assert [source.name for source in module.app.event_sources] == ["monitor"]
+
+
+def test_the_fanned_out_handlers_run_a_window_of_firehose_objects(
+        aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """app.py's three functions, as Lambda calls them, on moto's S3: the plan's reads, each
+    prefix's objects (the ItemReader's shape) in batches to the map, the ResultWriter's files
+    (written here as the guide documents them), the reduce writing Model Monitor's files."""
+    s3 = aws
+    monkeypatch.setenv("MONITOR_ENGINE", "stepfunctions")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sagegate-dev-monitor_reduce")
+    put_baseline(s3, tmp_path, "iris")
+    delivered = capturegen.firehose_window("captures", "iris", 1200,
+                                           features=capturegen.iris_like(shift={2: 3.0}))
+    for item in delivered:
+        s3.put_object(Bucket=BUCKET, Key=item.key, Body=item.body)
+    module = monitored_app()
+    event = json.loads(EVENT.read_text())
+    plan = module.monitor_plan({"event": event, "execution": "hourly-1"}, Context())
+    assert {entry["endpoint"] for entry in plan["endpoints"]} >= {"iris", "sentiment"}
+    reads = []
+    for read in plan["reads"]:
+        listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=read["prefix"])["Contents"]
+        items = [{"Etag": entry["ETag"], "Key": entry["Key"], "Size": entry["Size"],
+                  "LastModified": int(entry["LastModified"].timestamp()),
+                  "StorageClass": "STANDARD"} for entry in listed]
+        outputs = [module.monitor_map({"BatchInput": {"run": plan["run"], "read": read},
+                                       "Items": items[start:start + 16]}, Context())
+                   for start in range(0, len(items), 16)]
+        key = f"{read['results']}map-run-id/SUCCEEDED_0.json"
+        s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(
+            [{"Status": "SUCCEEDED", "Output": json.dumps(output)} for output in outputs]))
+        manifest = f"{read['results']}map-run-id/manifest.json"
+        s3.put_object(Bucket=BUCKET, Key=manifest, Body=json.dumps(
+            {"ResultFiles": {"FAILED": [], "PENDING": [], "SUCCEEDED": [{"Key": key}]}}))
+        reads.append({**read, "manifest": {"Bucket": BUCKET, "Key": manifest}})
+    capsys.readouterr()
+    outcomes = {entry["endpoint"]: module.monitor_reduce(
+        {"run": plan["run"], "endpoint": entry, "reads": reads}, Context())
+        for entry in plan["endpoints"]}
+    assert outcomes["iris"]["status"] == "checked" and outcomes["iris"]["violations"] == 1
+    assert outcomes["sentiment"]["status"] == "no-baseline"
+    statistics = json.loads(s3.get_object(
+        Bucket=BUCKET, Key=f"monitoring/iris/{HOUR_FOLDER}/statistics.json")["Body"].read())
+    assert statistics["dataset"]["item_count"] == capturegen.in_hour(delivered)
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if '"_aws"' in line]
+    assert [line["MonitoringSchedule"] for line in emf] == ["sagegate-dev-monitor"]
+    assert emf[0]["feature_violations__c3"] == 1
