@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.calls import Answer, Call, CallOptions, Invoke
+from chalicelib.calls import Answer, Call, Invoke
 from chalicelib.core.errors import UnsupportedMediaTypeError
 from chalicelib.core.jsonbody import load_json
 from chalicelib.core.media import MediaType, bare
-from chalicelib.inference.serving import HandledModel, ModelServer
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.failures import bound_json_depth
-from chalicelib.kinds.base import BodyKind, Parts
-from chalicelib.kinds.handlers import run_handler
+from chalicelib.kinds.handlers import HandlerKind
 from chalicelib.registry.specs import ModelSpec
 
 ACCEPTED = (str(MediaType.JSON),)
@@ -29,25 +27,16 @@ def _sample(call: Call) -> Any:
     return load_json(call.body)
 
 
-class CortexKind(BodyKind):
+class CortexKind(HandlerKind):
     """See the module."""
+
+    load_file = staticmethod(CortexHandler.load)
 
     def accepts(self, model: ModelSpec) -> tuple[str, ...]:
         return ACCEPTED
 
-    def pipeline(self, model: ModelSpec, parts: Parts) -> HandledModel:
-        server = parts.server
-
-        def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
-                request_id: str) -> Answer:
-            handler = server.handler(model, CortexHandler.load)
-            return run_handler(model, request_id,
-                               lambda: Answer.json(handler(_sample(call), invoke, model)))
-
-        return HandledModel(server, model, run)
-
-    def load(self, model: ModelSpec, server: ModelServer) -> None:
-        server.handler(model, CortexHandler.load)
+    def answer(self, handler: Any, call: Call, invoke: Invoke, model: ModelSpec) -> Answer:
+        return Answer.json(handler(_sample(call), invoke, model))
 
 
 KIND = CortexKind()

@@ -3,12 +3,12 @@ container's contract (``input_handler``/``output_handler``, or ``handler``), run
 endpoint call (:class:`~chalicelib.inference.userfiles.tfs.TfsHandler`)."""
 from __future__ import annotations
 
-from chalicelib.calls import Answer, Call, CallOptions, Invoke
+from typing import Any
+
+from chalicelib.calls import Answer, Call, Invoke
 from chalicelib.core.media import MediaType
-from chalicelib.inference.serving import HandledModel, ModelServer
 from chalicelib.inference.userfiles.tfs import TfsHandler
-from chalicelib.kinds.base import BodyKind, Parts
-from chalicelib.kinds.handlers import run_handler
+from chalicelib.kinds.handlers import HandlerKind
 from chalicelib.registry.specs import ModelSpec
 
 # The handler decides beyond these, as the TF Serving container passes every type to
@@ -16,24 +16,17 @@ from chalicelib.registry.specs import ModelSpec
 ACCEPTED = (str(MediaType.JSON), str(MediaType.JSONLINES), str(MediaType.CSV))
 
 
-class TfsKind(BodyKind):
+class TfsKind(HandlerKind):
     """See the module."""
+
+    load_file = staticmethod(TfsHandler.load)
 
     def accepts(self, model: ModelSpec) -> tuple[str, ...]:
         return ACCEPTED
 
-    def pipeline(self, model: ModelSpec, parts: Parts) -> HandledModel:
-        server = parts.server
-
-        def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
-                request_id: str) -> Answer:
-            handler = server.handler(model, TfsHandler.load)
-            return run_handler(model, request_id, lambda: handler(call, invoke, model))
-
-        return HandledModel(server, model, run)
-
-    def load(self, model: ModelSpec, server: ModelServer) -> None:
-        server.handler(model, TfsHandler.load)
+    def answer(self, handler: Any, call: Call, invoke: Invoke, model: ModelSpec) -> Answer:
+        answer: Answer = handler(call, invoke, model)
+        return answer
 
 
 KIND = TfsKind()
