@@ -20,15 +20,15 @@ environment runs the hourly check as a state machine instead of one scheduled fu
      child invoking ``monitor_map``, and whose ``ResultWriter`` writes the children's
      outputs under the run's ``results/``; it tolerates no failed child
      (``ToleratedFailurePercentage`` 0): a prefix whose Map fails is caught and marked
-     ``lost``. (The prefixes' Map is itself a Distributed Map because the one nesting the
-     guide's examples and LocalStack's AWS-recorded tests show is a Distributed Map in a
-     STANDARD child of another; an Inline Map holding one is not shown anywhere found.)
+     ``lost``. (The prefixes' Map is itself a Distributed Map because the nesting
+     LocalStack's tests, recorded against AWS, show is a Distributed Map in a STANDARD child
+     of another; an Inline Map holding one is not shown anywhere found.)
   3. ``Reduce``: an Inline Map over the endpoints, ``monitor_reduce`` for each
      (:data:`REDUCE_CONCURRENCY` at once): its parts merged in order, checked, the files and
      metrics written;
-  4. ``Verdict``: the run fails (``MonitorPartsLost``) when an endpoint was lost, so the
-     execution's failure is what an alarm on ``ExecutionsFailed`` sees; otherwise it
-     succeeds with each endpoint's outcome.
+  4. ``Verdict``: once every endpoint is reduced, an Inline Map over their outcomes fails the
+     run (``MonitorPartsLost``) when one was lost, so the execution's failure is what an
+     alarm on ``ExecutionsFailed`` sees; otherwise it succeeds with each endpoint's outcome.
 
 * ``MonitorStateMachineRole``: may invoke the three functions only; start its own executions
   (the Map's children) and describe or stop them; list the capture bucket under the capture
@@ -202,6 +202,8 @@ def definition(stage: Stage) -> dict[str, Any]:
         "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "EXPRESS"},
                           "StartAt": "ReadObjects",
                           "States": {"ReadObjects": {**read_objects, "End": True}}},
+        # its paths on the state's input, as the CDK guide's ResultWriterV2 example has them
+        # (moto's interpreter evaluates them on the Map's results instead)
         "ResultWriter": {"Resource": "arn:aws:states:::s3:putObject",
                          "Parameters": {"Bucket.$": "$.run.runs_bucket",
                                         "Prefix.$": "$.read.results"}},
@@ -259,20 +261,30 @@ def definition(stage: Stage) -> dict[str, Any]:
                                                       "status": "lost",
                                                       "error.$": "$.failure.Cause"},
                                        "End": True}}},
-                "ResultSelector": {"endpoints.$": "$",
-                                   "lost.$": "$[?(@.status == 'lost')].endpoint"},
                 "Next": "Verdict",
             },
             "Verdict": {
-                "Type": "Choice",
-                "Choices": [{"Variable": "$.lost[0]", "IsPresent": True, "Next": "PartsLost"}],
-                "Default": "Checked",
+                "Type": "Map",
+                "Comment": "Once every endpoint is reduced: the run fails if one was lost",
+                "ItemsPath": "$",
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": "WasItLost",
+                    "States": {
+                        "WasItLost": {"Type": "Choice",
+                                      "Choices": [{"Variable": "$.status",
+                                                   "StringEquals": "lost",
+                                                   "Next": "PartsLost"}],
+                                      "Default": "Whole"},
+                        "PartsLost": {"Type": "Fail", "Error": "MonitorPartsLost",
+                                      "Cause": "a part of an endpoint's window could not be "
+                                               "read, so nothing was written for it: see the "
+                                               "reduce's log line (status lost) and the "
+                                               "failed Map Run"},
+                        "Whole": {"Type": "Succeed"}}},
+                "ResultPath": None,
+                "End": True,
             },
-            "PartsLost": {"Type": "Fail", "Error": "MonitorPartsLost",
-                          "Cause": "a part of an endpoint's window could not be read, so "
-                                   "nothing was written for it: see the reduce's log line "
-                                   "(status lost) and the failed Map Run"},
-            "Checked": {"Type": "Pass", "OutputPath": "$.endpoints", "End": True},
         },
     }
 

@@ -207,9 +207,12 @@ def test_the_definition_reads_each_prefix_with_a_distributed_map_then_reduces() 
     assert reduce["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
     assert states["ReduceEndpoint"]["Parameters"] == {"FunctionName": "${MonitorReduceArn}",
                                                       "Payload.$": "$"}
-    assert states["Verdict"]["Choices"] == [{"Variable": "$.lost[0]", "IsPresent": True,
-                                             "Next": "PartsLost"}]
+    # once every endpoint is reduced, the run fails if one was lost
+    assert reduce["Next"] == "Verdict" and states["Verdict"]["ItemsPath"] == "$"
+    assert states["WasItLost"]["Choices"] == [{"Variable": "$.status", "StringEquals": "lost",
+                                               "Next": "PartsLost"}]
     assert states["PartsLost"]["Type"] == "Fail"
+    assert states["PartsLost"]["Error"] == "MonitorPartsLost"
     # every function is invoked through the optimized integration, with Lambda's retries
     tasks = {name: state for name, state in states.items() if state["Type"] == "Task"}
     assert set(tasks) == {"Plan", "ReadObjects", "ReduceEndpoint"}

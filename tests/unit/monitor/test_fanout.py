@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import gzip
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from chalicelib.monitor import analysis, fanout
 from chalicelib.monitor.deployed_settings import MonitorSettings
 from chalicelib.monitor.records import RecordReader
 from sagegate.deploy import monitor_template
+from sagegate.deploy.stages import load_stage
 from sagegate.monitor import cli
 from tests.unit.monitor import capturegen
 from tests.unit.monitor.test_partial import assert_same_statistics
@@ -383,3 +385,106 @@ def test_the_room_and_the_deploy_name_the_runs_folders_alike() -> None:
 
     assert (policy.JOBS, policy.PARTS, policy.RESULTS) == \
         (fanout.JOBS, fanout.PARTS, fanout.RESULTS)
+
+
+def _moto_variant(definition: dict[str, Any], bucket: str) -> dict[str, Any]:
+    """The definition as moto's interpreter can run it: no ItemBatcher (moto has none), no
+    ``ToleratedFailurePercentage`` (its parser refuses 0, which is also the default), STANDARD
+    children (its parser knows no EXPRESS), the ResultWriter's bucket and prefix given as
+    values (it evaluates their paths on the Map's results, where the CDK guide's example has
+    the state's input), and each Lambda task a state of its own: the plan's answer as given,
+    a child passing its object's key on, a reduce passing its endpoint and reads on (lost
+    for the endpoint named ``lost``)."""
+    variant = json.loads(json.dumps(definition))
+
+    def strip(node: Any) -> None:
+        if isinstance(node, dict):
+            node.pop("ItemBatcher", None)
+            node.pop("ToleratedFailurePercentage", None)
+            if node.get("ExecutionType") == "EXPRESS":
+                node["ExecutionType"] = "STANDARD"
+            for value in node.values():
+                strip(value)
+        elif isinstance(node, list):
+            for value in node:
+                strip(value)
+
+    strip(variant)
+    states = variant["States"]
+    read = states["ReadPrefixes"]["ItemProcessor"]["States"]["ReadPrefix"]
+    read["ResultWriter"]["Parameters"] = {"Bucket": bucket, "Prefix": "monitoring-runs/results/e2e"}
+    read["ItemProcessor"]["States"]["ReadObjects"] = {
+        "Type": "Pass", "Parameters": {"key.$": "$.Key"}, "End": True}
+    reduce = states["Reduce"]["ItemProcessor"]["States"]
+    reduce["ReduceEndpoint"] = {"Type": "Choice", "Choices": [{
+        "Variable": "$.endpoint.endpoint", "StringEquals": "lost", "Next": "Lost"}],
+        "Default": "Reduced"}
+    for name, status in (("Lost", "lost"), ("Reduced", "checked")):
+        reduce[name] = {"Type": "Pass", "End": True, "Parameters": {
+            "endpoint.$": "$.endpoint.endpoint", "reads.$": "$.reads", "status": status}}
+    return variant
+
+
+def _run(sfn: Any, definition: dict[str, Any], name: str) -> tuple[dict[str, Any], Any]:
+    machine = sfn.create_state_machine(name=name, definition=json.dumps(definition),
+                                       roleArn="arn:aws:iam::123456789012:role/monitor")
+    execution = sfn.start_execution(stateMachineArn=machine["stateMachineArn"],
+                                    input=json.dumps(EVENT["event"]))["executionArn"]
+    for _ in range(300):
+        described = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    history = sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
+    return described, history
+
+
+def test_the_state_machine_runs_in_motos_interpreter_as_far_as_it_goes(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Bonus, on moto's Step Functions (``execute_state_machine``): the definition's own paths
+    (the plan's output to the prefixes' Map, each prefix's ItemReader on moto's S3, the
+    ResultWriter's details kept as the read's manifest, a prefix whose listing fails caught
+    as lost, the reduces, the verdict failing the run for a lost endpoint), with what moto
+    cannot run replaced (:func:`_moto_variant`). The manifests moto writes are empty, so the
+    real reduce, run on them after, finds no records for a prefix read and ``lost`` for the
+    one that failed."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        put_baseline(s3, tmp_path, "iris")
+        put_objects(s3, capturegen.firehose_window("captures", "iris", 300))
+        plan = json.loads(json.dumps(fanout.plan(EVENT, settings(), ["iris"], s3=s3)))
+        # a prefix whose listing fails in moto (it has no object), as a lost Map Run would
+        plan["reads"].append({**plan["reads"][0], "endpoint": "lost", "order": 0,
+                              "prefix": "captures/lost/AllTraffic/2026/11/25/09/"})
+        plan["endpoints"].append({"endpoint": "lost"})
+        definition = _moto_variant(monitor_template.definition(load_stage("dev")), BUCKET)
+        definition["States"]["Plan"] = {"Type": "Pass", "Result": plan, "Next": "ReadPrefixes"}
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        described, history = _run(sfn, definition, "sagegate-dev-monitor")
+        assert described["status"] == "FAILED"
+        assert described["error"] == "MonitorPartsLost"  # the verdict, after every reduce
+        reduced = [json.loads(event["stateExitedEventDetails"]["output"]) for event in history
+                   if event["type"] == "PassStateExited"
+                   and event["stateExitedEventDetails"]["name"] in ("Reduced", "Lost")]
+        assert sorted((o["endpoint"], o["status"]) for o in reduced) == [
+            ("iris", "checked"), ("lost", "lost")]
+        reads = reduced[0]["reads"]
+        assert [read["prefix"] for read in reads] == [read["prefix"] for read in plan["reads"]]
+        for read in reads:
+            if read["endpoint"] == "lost":
+                assert "manifest" not in read and read["lost"]["Error"] == "States.Runtime"
+            else:  # the ResultWriter's details, kept by the ResultSelector as the manifest
+                assert set(read["manifest"]) == {"Bucket", "Key"}
+                assert read["manifest"]["Key"].endswith("/manifest.json")
+        # the real reduce on what the run left: moto's manifests list no result file (it
+        # writes none), so no part, no records; the endpoint whose prefix failed is lost
+        outcomes = {entry["endpoint"]: fanout.reduce_endpoint(
+            {"run": plan["run"], "endpoint": entry, "reads": reads}, settings(), "s", s3=s3,
+            emit=lambda line: None)["status"] for entry in plan["endpoints"]}
+        assert outcomes == {"iris": "no-records", "lost": fanout.LOST}
