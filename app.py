@@ -307,11 +307,8 @@ MONITOR_MAP_FUNCTION = "monitor_map"  # a Distributed Map child: objects read in
 MONITOR_REDUCE_FUNCTION = "monitor_reduce"  # an endpoint's parts merged, checked, written
 MONITOR_FUNCTIONS = (MONITOR_FUNCTION, MONITOR_PLAN_FUNCTION, MONITOR_MAP_FUNCTION,
                      MONITOR_REDUCE_FUNCTION)
-MONITOR_ENGINE, MONITOR_FANNED_OUT = "MONITOR_ENGINE", "stepfunctions"  # as the monitor reads
 if DEPLOYMENT.monitored:
-    import os  # (not chalicelib.monitoring: the request path's import loads none of it)
-
-    if os.environ.get(MONITOR_ENGINE, "").strip().lower() == MONITOR_FANNED_OUT:
+    if DEPLOYMENT.monitor_fanned_out:
         @app.lambda_function(name=MONITOR_PLAN_FUNCTION)
         def monitor_plan(event: dict[str, Any], context: Any) -> dict[str, Any]:
             """The run's hour and, per endpoint, the capture prefixes its Distributed Maps

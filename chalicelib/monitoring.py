@@ -10,8 +10,9 @@ preprocessor files), an S3 client, the hour to check and the invocation's remain
   Step Functions run calls (``MONITOR_ENGINE=stepfunctions``;
   :mod:`chalicelib.monitor.fanout`).
 
-``app.py``'s monitor functions call them, importing this module there and only there (it
-reads ``MONITOR_ENGINE`` itself, at import, to declare one or the other): the request path's
+``app.py``'s monitor functions call them, importing this module there and only there (which
+to declare, ``MONITOR_ENGINE``, it reads at import with the stage's other event settings,
+:class:`~chalicelib.core.config_deployment.Deployment`): the request path's
 cold start loads none of the monitor, numpy's statistics or datasketches (``bench/imports.py``,
 ``tests/unit/test_cold_imports.py``), and each function imports the monitor when it runs.
 """

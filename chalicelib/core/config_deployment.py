@@ -25,6 +25,8 @@ from chalicelib.core.config_names import (
     JOBS_SUCCESS_TOPIC,
     JOBS_TICKETS,
     MONITOR_BASELINE,
+    MONITOR_ENGINE,
+    MONITOR_FANNED_OUT,
     MONITOR_SCHEDULE,
 )
 
@@ -39,6 +41,8 @@ class Deployment(NamedTuple):
             empty off Lambda.
         monitor_baseline: ``MONITOR_BASELINE``; set, the stage has the scheduled monitor.
         monitor_schedule: ``MONITOR_SCHEDULE``, the monitor's EventBridge schedule.
+        monitor_engine: ``MONITOR_ENGINE``: ``stepfunctions`` fans the monitor out (three
+            functions a state machine calls); else one scheduled function.
         jobs_bucket: ``JOBS_BUCKET``; set, the stage has the job functions and the re-drive.
         jobs_prefix: ``JOBS_PREFIX``, the stage's key prefix in the bucket.
         jobs_success_topic: ``JOBS_SUCCESS_TOPIC``; set, ``job_results`` listens to it.
@@ -52,6 +56,7 @@ class Deployment(NamedTuple):
     function_name: str = ""
     monitor_baseline: str = ""
     monitor_schedule: str = DEFAULT_MONITOR_SCHEDULE
+    monitor_engine: str = ""
     jobs_bucket: str = ""
     jobs_prefix: str = DEFAULT_JOBS_PREFIX
     jobs_success_topic: str = ""
@@ -73,6 +78,7 @@ class Deployment(NamedTuple):
             function_name=env.get(AWS_LAMBDA_FUNCTION_NAME, "").strip(),
             monitor_baseline=env.get(MONITOR_BASELINE, "").strip(),
             monitor_schedule=env.get(MONITOR_SCHEDULE, "").strip() or DEFAULT_MONITOR_SCHEDULE,
+            monitor_engine=env.get(MONITOR_ENGINE, "").strip().lower(),
             jobs_bucket=env.get(JOBS_BUCKET, "").strip(),
             jobs_prefix=_as_settings_read(env, JOBS_PREFIX, DEFAULT_JOBS_PREFIX),
             jobs_success_topic=env.get(JOBS_SUCCESS_TOPIC, "").strip(),
@@ -84,6 +90,11 @@ class Deployment(NamedTuple):
     def monitored(self) -> bool:
         """Whether the stage has the scheduled monitor (``MONITOR_BASELINE`` is set)."""
         return self.monitor_baseline != ""
+
+    @property
+    def monitor_fanned_out(self) -> bool:
+        """Whether the monitor runs on Step Functions (``MONITOR_ENGINE=stepfunctions``)."""
+        return self.monitored and self.monitor_engine == MONITOR_FANNED_OUT
 
     @property
     def jobs_enabled(self) -> bool:

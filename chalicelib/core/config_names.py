@@ -73,6 +73,10 @@ SERVICE = "sagegate"  # the default service name and metrics namespace
 # (chalicelib.jobs.redrive).
 MONITOR_BASELINE = "MONITOR_BASELINE"
 MONITOR_SCHEDULE = "MONITOR_SCHEDULE"
+MONITOR_ENGINE = "MONITOR_ENGINE"
+MONITOR_FANNED_OUT = "stepfunctions"
+"""``MONITOR_ENGINE``'s value that fans the monitor out on Step Functions (anything else: the
+one scheduled function)."""
 JOB_REDRIVE_PERIOD_SECONDS = "JOB_REDRIVE_PERIOD_SECONDS"
 AWS_LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
 """Lambda's name of the running function (``<app>-<stage>[-<function>]``); unset elsewhere."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chalicelib.core import config_names
 from chalicelib.core.config import Settings
 from chalicelib.core.config_deployment import Deployment
 from chalicelib.core.config_names import (
@@ -78,6 +79,17 @@ def test_a_misconfigured_stage_still_reads() -> None:
     assert deployment.monitor_schedule == "hourly"
 
 
+@pytest.mark.parametrize(("env", "fanned_out"), [
+    ({"MONITOR_BASELINE": "s3://b/base", "MONITOR_ENGINE": "stepfunctions"}, True),
+    ({"MONITOR_BASELINE": "s3://b/base", "MONITOR_ENGINE": " StepFunctions "}, True),
+    ({"MONITOR_BASELINE": "s3://b/base", "MONITOR_ENGINE": "lambda"}, False),
+    ({"MONITOR_BASELINE": "s3://b/base"}, False),
+    ({"MONITOR_ENGINE": "stepfunctions"}, False)])  # no baseline: no monitor at all
+def test_the_monitor_engine_is_read_once_with_the_rest(env: dict[str, str],
+                                                       fanned_out: bool) -> None:
+    assert Deployment.from_env(env).monitor_fanned_out is fanned_out
+
+
 def test_each_default_is_the_one_its_other_readers_use() -> None:
     """The monitor room imports no other room and the re-drive keeps its own reader: each
     holds the same default as chalicelib.core.config_names, and so do the deploy tools."""
@@ -86,6 +98,8 @@ def test_each_default_is_the_one_its_other_readers_use() -> None:
     from sagegate.deploy import jobs
 
     assert deployed_settings.DEFAULT_SCHEDULE == DEFAULT_MONITOR_SCHEDULE
+    assert deployed_settings.MONITOR_ENGINE == config_names.MONITOR_ENGINE
+    assert deployed_settings.ENGINE_STEPFUNCTIONS == config_names.MONITOR_FANNED_OUT
     assert redrive.DEFAULT_PERIOD_SECONDS == DEFAULT_JOB_REDRIVE_PERIOD_SECONDS
     assert service.TICKETS == jobs.TICKETS == JOBS_TICKETS
     assert jobs.DEFAULT_PREFIX == DEFAULT_JOBS_PREFIX
