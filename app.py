@@ -55,7 +55,7 @@ def _cors(access: Access) -> CORSConfig | bool:
                        "Cache-Control"],
         expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
                         "X-Custom-Attributes", modelcalls.VARIANT_HEADER,
-                        modelcalls.CACHE_HEADER],
+                        modelcalls.CACHE_HEADER, modelcalls.ARM_HEADER],
         max_age=600)
 
 

@@ -12,6 +12,7 @@ import atexit
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,6 +26,7 @@ from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
+from chalicelib.experiments.shadows import Shadows
 from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
@@ -84,7 +86,8 @@ class Services:
         self._cache = cache
         self._read_settings = read_settings
         self._env = env
-        self._pipelines: dict[str, ServingPipeline] = {}
+        self._pipelines: dict[tuple[str | None, ...], ServingPipeline] = {}
+        self._shadows: Shadows | None = None
         self._server: ModelServer | None = None
         self._job_store = job_store
         self._s3 = LazyClient(_s3_client, s3)
@@ -135,11 +138,31 @@ class Services:
             return self._predictor
 
     def pipeline_for(self, model: ModelSpec) -> ServingPipeline:
-        """The pipeline that serves ``model``'s requests (its kind's), built once per model."""
+        """The pipeline that serves ``model``'s requests (its kind's), built once per model
+        and target (an experiment's arms and shadows are the model on other endpoints)."""
+        key = _target_key(model)
         with self._lock:
-            if model.name not in self._pipelines:
-                self._pipelines[model.name] = self._pipeline(model)
-            return self._pipelines[model.name]
+            if key not in self._pipelines:
+                self._pipelines[key] = self._pipeline(model)
+            return self._pipelines[key]
+
+    @property
+    def shadows(self) -> Shadows:
+        """The experiments' shadow calls, run after the caller's answer."""
+        with self._lock:
+            if self._shadows is None:
+                self._shadows = Shadows()
+                if self._after_handlers is None:
+                    self._after_handlers = _after_handlers(self._flush_after_response)
+            return self._shadows
+
+    def _flush_after_response(self, timeout: float | None) -> bool:
+        """Wait for the shadow calls, then for the capture records (theirs too), within
+        ``timeout`` in all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shadows = self._shadows.flush(timeout) if self._shadows is not None else True
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self.capturer.flush(left) and shadows
 
     def _pipeline(self, model: ModelSpec) -> ServingPipeline:
         if model.settings is not None and model.settings == self.settings \
@@ -175,7 +198,7 @@ class Services:
                     s.capture_original, s.capture_max_bytes, s.capture_cache_hits,
                     background=s.capture_writer == CaptureWriter.BACKGROUND)
             if self._after_handlers is None and self._capturer.writer is not None:
-                self._after_handlers = _after_handlers(self._capturer)
+                self._after_handlers = _after_handlers(self._flush_after_response)
             return self._capturer
 
     def handler_ended(self, context: Any = None) -> None:
@@ -306,15 +329,20 @@ class Services:
         return JobsExecution(self.jobs_context)
 
 
-def _after_handlers(capturer: Capturer) -> AfterHandlers:
-    """What happens to the records a capturer's writer holds as handlers end: on Lambda the
-    internal extension, registered now (during init); everywhere, stored as the process
-    exits (``chalice local`` stopped by Ctrl-C or SIGTERM)."""
-    assert capturer.writer is not None
+def _after_handlers(flush: Callable[[float | None], bool]) -> AfterHandlers:
+    """What happens to the work held after a response (shadow calls, capture records) as
+    handlers end: on Lambda the internal extension, registered now (during init);
+    everywhere, finished as the process exits (``chalice local`` stopped by Ctrl-C or
+    SIGTERM)."""
     on_lambda = lifecycle.on_lambda()
-    extension = capture_extension.start(capturer.flush) if on_lambda else None
-    atexit.register(capturer.writer.close, CLOSE_FLUSH_SECONDS)
-    return AfterHandlers(capturer.flush, extension, on_lambda)
+    extension = capture_extension.start(flush) if on_lambda else None
+    atexit.register(flush, CLOSE_FLUSH_SECONDS)
+    return AfterHandlers(flush, extension, on_lambda)
+
+
+def _target_key(model: ModelSpec) -> tuple[str | None, ...]:
+    return (model.name, model.endpoint, model.variant, model.target_model,
+            model.inference_component)
 
 
 def _s3_client() -> Any:

@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -110,7 +110,8 @@ class Capturer:
             self._sink.close()
 
     def capture_served(self, served: Served, inference_id: str, custom_attributes: str | None,
-                       deadline: float) -> str:
+                       deadline: float, *, arm: str | None = None,
+                       latency_ms: float | None = None, shadow: bool = False) -> str:
         """Capture one served prediction (what was sent to the endpoint and what it answered)
         within what is left of the request's budget; the client's original goes along only
         when originals are asked for.
@@ -135,7 +136,19 @@ class Capturer:
             received_content_type=served.received_content_type,
             custom_attributes=custom_attributes,
             original=served.original if self.wants_original else None,
-            original_content_type=served.original_content_type), deadline - time.monotonic())
+            original_content_type=served.original_content_type, arm=arm, latency_ms=latency_ms,
+            shadow=shadow), deadline - time.monotonic())
+
+    def capture_shadow_failure(self, endpoint: str, variant: str | None, inference_id: str,
+                               arm: str, error: Mapping[str, str],
+                               latency_ms: float | None) -> str:
+        """Capture a failed shadow call: a record with its error and no output, paired with
+        the primary's by ``inference_id`` (the verdict counts a shadow's errors from them)."""
+        return self.capture(Exchange(
+            endpoint=endpoint, variant=variant or "AllTraffic", inference_id=inference_id,
+            sent=b"", sent_content_type="application/octet-stream", received=b"",
+            received_content_type="", arm=arm, latency_ms=latency_ms, shadow=True,
+            error=error), None)
 
     def capture(self, exchange: Exchange, timeout: float | None = None) -> str:
         """Write the record of one inference; never raises.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -37,6 +38,15 @@ INVALID_NAME = "invalid-name"
 RECORDED_MODES = (CaptureMode.INPUT, CaptureMode.OUTPUT, CaptureMode.BOTH)
 EVENT_VERSION = "0"
 CACHE_HIT_KEY = "sagegateCacheHit"
+ARM_KEY = "sagegateArm"
+"""``eventMetadata``'s experiment arm (or shadow) name."""
+LATENCY_KEY = "sagegateLatencyMs"
+"""``eventMetadata``'s endpoint exchange milliseconds."""
+ERROR_KEY = "sagegateError"
+"""``eventMetadata``'s ``{"Code", "Message"}`` of a failed shadow call."""
+INVOCATION_SOURCE = "invocationSource"
+SHADOW_SOURCE = "ShadowExperiment"
+"""SageMaker's own marker of a shadow variant's record (Model Monitor skips them)."""
 """``eventMetadata`` key set (true) on the record of an answer served from the cache; the same
 name as :data:`chalicelib.monitor.records.CACHE_HIT_KEY` (the monitor imports no other room)."""
 _TEXT_ENCODINGS: dict[str, str] = {MediaType.JSON: "JSON", MediaType.JSONLINES: "JSON",
@@ -59,6 +69,15 @@ class Exchange:
     original_content_type: str | None = None
     cache_hit: bool = False
     """The answer came from the prediction cache (``received`` is the cached answer)."""
+    arm: str | None = None
+    """The experiment arm (or shadow) that served it (``eventMetadata.sagegateArm``)."""
+    latency_ms: float | None = None
+    """The endpoint exchange's milliseconds (``eventMetadata.sagegateLatencyMs``)."""
+    shadow: bool = False
+    """A shadow's copy (``eventMetadata.invocationSource: ShadowExperiment``, SageMaker's own
+    marker: the monitor's analysis skips it); its ``inference_id`` is the primary's."""
+    error: Mapping[str, str] | None = None
+    """A failed shadow call's ``{"Code", "Message"}`` (the record then has no output)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +124,24 @@ def _body(data: bytes, content_type: str, mode: str) -> dict[str, str]:
             "encoding": encoding}
 
 
+def _sagegate_metadata(exchange: Exchange) -> dict[str, Any]:
+    """What ``eventMetadata`` holds beyond Model Monitor's own ids and time."""
+    metadata: dict[str, Any] = {}
+    if exchange.custom_attributes:
+        metadata["customAttributes"] = [exchange.custom_attributes]
+    if exchange.cache_hit:
+        metadata[CACHE_HIT_KEY] = True
+    if exchange.shadow:
+        metadata[INVOCATION_SOURCE] = SHADOW_SOURCE
+    if exchange.arm is not None:
+        metadata[ARM_KEY] = exchange.arm
+    if exchange.latency_ms is not None:
+        metadata[LATENCY_KEY] = round(exchange.latency_ms, 3)
+    if exchange.error is not None:
+        metadata[ERROR_KEY] = dict(exchange.error)
+    return metadata
+
+
 def build_record(exchange: Exchange, mode: str, include_original: bool = False,
                  now: datetime.datetime | None = None,
                  event_id: str | None = None) -> CaptureRecord:
@@ -125,7 +162,7 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
     capture: dict[str, Any] = {}
     if mode in (CaptureMode.INPUT, CaptureMode.BOTH):
         capture["endpointInput"] = _body(exchange.sent, exchange.sent_content_type, "INPUT")
-    if mode in (CaptureMode.OUTPUT, CaptureMode.BOTH):
+    if mode in (CaptureMode.OUTPUT, CaptureMode.BOTH) and exchange.error is None:
         capture["endpointOutput"] = _body(exchange.received, exchange.received_content_type,
                                           "OUTPUT")
     metadata: dict[str, Any] = {
@@ -133,10 +170,7 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
         "inferenceTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "inferenceId": exchange.inference_id,
     }
-    if exchange.custom_attributes:
-        metadata["customAttributes"] = [exchange.custom_attributes]
-    if exchange.cache_hit:
-        metadata[CACHE_HIT_KEY] = True
+    metadata.update(_sagegate_metadata(exchange))
     record: dict[str, Any] = {"captureData": capture, "eventMetadata": metadata,
                               "eventVersion": EVENT_VERSION}
     if include_original and exchange.original is not None:

@@ -90,6 +90,8 @@ class RequestLog:
     """The client's own id (``X-Correlation-Id`` / ``X-Request-Id``), when it sent one."""
     model: str | None = None
     """The registered model the request ran (model routes and /predict)."""
+    arm: str | None = None
+    """The experiment arm that served it (an ``experiment`` model; its metrics' ``arm``)."""
     job_id: str | None = None
     """The job the request created or read (the job routes)."""
     body_bytes: int = 0
@@ -142,6 +144,8 @@ class RequestLog:
         metrics.add_dimension(name="route", value=self.route)
         if self.model:
             metrics.add_dimension(name="model", value=self.model)
+        if self.arm:
+            metrics.add_dimension(name="arm", value=self.arm)
         metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=self.total_ms)
         for stage, ms in self.stages_ms.items():
@@ -161,6 +165,8 @@ class RequestLog:
             errors = _metrics()
             errors.add_dimension(name="route", value=self.route)
             errors.add_dimension(name="code", value=self.error_code)
+            if self.arm:
+                errors.add_dimension(name="arm", value=self.arm)
             errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
             _publish(errors)
 

@@ -33,6 +33,8 @@ def describe(model: ModelSpec, example: bool = False, jobs: bool = True) -> dict
     }
     if model.description:
         document["description"] = model.description
+    if model.experiment is not None:
+        document["experiment"] = model.experiment.to_dict()
     document.update(kind.describe(model))
     if example:
         document["example"] = example_body(model)

@@ -8,27 +8,37 @@ import it); the request and its log line come from the thread's
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from typing import Protocol
 
 from chalicelib.cache.control import request_cache_control
 from chalicelib.cache.prediction import CacheUse, PredictionCache
-from chalicelib.calls import Served
+from chalicelib.calls import ModelRequest, Served
 from chalicelib.capture import Capturer
 from chalicelib.core import media
 from chalicelib.core.config import Settings
-from chalicelib.core.errors import EndpointTimeoutError
+from chalicelib.core.errors import EndpointTimeoutError, SagegateError
 from chalicelib.core.observability import RequestLog
+from chalicelib.experiments import assign
+from chalicelib.experiments.shadows import Shadows
 from chalicelib.http.exchange import Exchanges, HttpAnswer
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.kinds import kind_of
+from chalicelib.registry.experiments import Arm, Shadow, Sticky, Target
 from chalicelib.registry.specs import ModelSpec
+
+CAPTURE_SECONDS = 10.0
+"""What a shadow's capture may take past its call's deadline (it runs after the answer)."""
 
 VARIANT_HEADER = "X-Amzn-Invoked-Production-Variant"
 """The production variant that answered a model request (SageMaker's own header name)."""
 CACHE_HEADER = "X-Cache"
 """``hit``, ``miss`` or ``bypass``: whether the prediction cache answered."""
+ARM_HEADER = "X-Sagegate-Arm"
+"""The experiment arm that served the request (an ``experiment`` model's answers)."""
 
 
 class ServingParts(Protocol):
@@ -44,6 +54,9 @@ class ServingParts(Protocol):
     def capturer(self) -> Capturer: ...
 
     def pipeline_for(self, model: ModelSpec) -> ServingPipeline: ...
+
+    @property
+    def shadows(self) -> Shadows: ...
 
 
 def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAnswer:
@@ -61,15 +74,18 @@ def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAn
     log = exchanges.log()
     log.model = model.name
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
-    cache = cache_use(parts, exchanges, model)
     request_id = exchanges.request_id()
+    arm = _arm(model, exchanges)
+    target = model if arm is None else on_target(model, arm)
+    log.arm = arm.name if arm is not None else None
+    cache = cache_use(parts, exchanges, model, arm)
     try:
         with timer.stage("parse"):
             request = kind_of(model).read(exchanges.http_request(), model,
                                           max_body_bytes=settings.max_body_bytes)
         try:
-            served = parts.pipeline_for(model).serve(request, request_id, timer, deadline,
-                                                     cache=cache)
+            served = parts.pipeline_for(target).serve(request, request_id, timer, deadline,
+                                                      cache=cache)
         except EndpointTimeoutError as error:
             raise EndpointTimeoutError(
                 f"{error.message} If the model needs longer, run it as a job: POST "
@@ -78,20 +94,86 @@ def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAn
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             with timer.stage("capture"):
                 log.capture = parts.capturer.capture_served(
-                    served, request_id, request.options.custom_attributes, deadline)
+                    served, request_id, request.options.custom_attributes, deadline,
+                    arm=log.arm, latency_ms=exchange_ms(timer) if arm is not None else None)
+        if model.experiment is not None and model.experiment.shadows:
+            shadow_copies(parts, model, request, request_id)
     finally:
         note_cache(log, cache, timer)  # an error answer's log line says it too
-    return model_answer(served, timer, cache)
+    return model_answer(served, timer, cache, log.arm)
 
 
-def cache_use(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> CacheUse:
+def _arm(model: ModelSpec, exchanges: Exchanges) -> Arm | None:
+    """The arm that serves this request (None: the model has no experiment)."""
+    experiment = model.experiment
+    if experiment is None:
+        return None
+    if experiment.sticky == Sticky.CALLER:
+        key = exchanges.caller()
+    elif experiment.sticky_header is not None:
+        key = exchanges.request().headers.get(experiment.sticky_header) or None
+    else:
+        key = None
+    return assign.choose(experiment, model.name, key)
+
+
+def on_target(model: ModelSpec, target: Target) -> ModelSpec:
+    """``model`` served by an arm's or a shadow's endpoint (and its variant, target model or
+    inference component, when it names one)."""
+    return dataclasses.replace(
+        model, endpoint=target.endpoint, variant=target.variant or model.variant,
+        target_model=target.target_model or model.target_model,
+        inference_component=target.inference_component or model.inference_component)
+
+
+def exchange_ms(timer: StageTimer) -> float | None:
+    """The endpoint exchange's milliseconds (the image pipeline's ``endpoint`` stage; the
+    others' ``model`` stage, their work around the call included)."""
+    durations = timer.durations
+    return durations.get("endpoint", durations.get("model"))
+
+
+def shadow_copies(parts: ServingParts, model: ModelSpec, request: ModelRequest,
+                  request_id: str) -> None:
+    """Hand each sampled shadow its copy of the request, run after the answer."""
+    assert model.experiment is not None
+    for shadow in model.experiment.shadows:
+        if assign.sampled(model.name, shadow.name, request_id, shadow.sample):
+            target = on_target(model, shadow)
+            parts.shadows.submit(functools.partial(
+                run_shadow, parts.pipeline_for(target), parts.capturer, target, shadow,
+                request, request_id))
+
+
+def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,
+               shadow: Shadow, request: ModelRequest, request_id: str) -> None:
+    """One shadow call within its own timeout, captured as shadow traffic paired with the
+    caller's request by its id (a failure as a record of its error)."""
+    timer = StageTimer()
+    started = time.monotonic()
+    deadline = started + shadow.timeout_seconds
+    try:
+        served = pipeline.serve(request, request_id, timer, deadline, cache=None)
+    except SagegateError as error:
+        capturer.capture_shadow_failure(
+            target.endpoint, target.variant, request_id, shadow.name, error.as_failure(),
+            (time.monotonic() - started) * 1000.0)
+        return
+    capturer.capture_served(served, request_id, request.options.custom_attributes,
+                            deadline + CAPTURE_SECONDS, arm=shadow.name,
+                            latency_ms=exchange_ms(timer), shadow=True)
+
+
+def cache_use(parts: ServingParts, exchanges: Exchanges, model: ModelSpec,
+              arm: Arm | None = None) -> CacheUse:
     """This request's use of the prediction cache: the client's ``Cache-Control`` and
     ``Pragma``, every line of them (:class:`chalicelib.cache.control.CacheControl`), unless
-    the model is never cached."""
+    the model is never cached; an experiment's arms never share an entry."""
     request = exchanges.request()
     control = request_cache_control(
         request.headers, request.to_original_event().get("multiValueHeaders"))
-    return parts.cache.request(control, enabled=model.cache, scope={"model": model.name})
+    scope = {"model": model.name} if arm is None else {"model": model.name, "arm": arm.name}
+    return parts.cache.request(control, enabled=model.cache, scope=scope)
 
 
 def note_cache(log: RequestLog, cache: CacheUse, timer: StageTimer) -> None:
@@ -112,10 +194,14 @@ def note_served(log: RequestLog, served: Served) -> None:
         log.image_out = served.image_out
 
 
-def model_answer(served: Served, timer: StageTimer, cache: CacheUse) -> HttpAnswer:
-    """The client's answer: the model's, with the request's stages as Server-Timing."""
+def model_answer(served: Served, timer: StageTimer, cache: CacheUse,
+                 arm: str | None = None) -> HttpAnswer:
+    """The client's answer: the model's, with the request's stages as Server-Timing (and the
+    experiment arm that served it)."""
     headers: dict[str, str | list[str]] = {"Server-Timing": server_timing(timer.durations),
                                            CACHE_HEADER: cache.status}
+    if arm is not None:
+        headers[ARM_HEADER] = arm
     if served.custom_attributes:
         headers["X-Custom-Attributes"] = served.custom_attributes
     headers["Content-Type"] = served.answer.content_type

@@ -39,6 +39,7 @@ from chalicelib.core.config import SAGEMAKER_NAME, SettingError, Settings
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
 from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, MediaType
 from chalicelib.registry import kinds as registered
+from chalicelib.registry.experiments import read_experiment
 from chalicelib.registry.jobsblock import read_jobs
 from chalicelib.registry.kinds import BackendRules, KindRules
 from chalicelib.registry.labels import read_labels
@@ -188,7 +189,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
          "inference_component",
          "variant", "metadata", "default_k", "image", "description", "example", "cache",
-         "expose_handler_errors", "jobs"}
+         "expose_handler_errors", "jobs", "experiment"}
 
 
 class _ModelReader:
@@ -232,7 +233,10 @@ class _ModelReader:
             expose_handler_errors=self._flag("expose_handler_errors"),
             cache=self._cache(), inference_component=self._inference_component(),
             jobs=read_jobs(self.doc.get("jobs"), kind, self.known.backends, self.fail,
-                           self._endpoint_value))
+                           self._endpoint_value),
+            experiment=read_experiment(self.doc.get("experiment"), self.fail,
+                                       self._endpoint_value, self._name_value,
+                                       self._component_value, self.folder.name))
         if kind.content_type is not None and model.content_type != kind.content_type:
             raise self.fail("content_type", f"must be {kind.content_type} for the {kind.name} "
                             "pipeline (it sends that type)")
@@ -267,20 +271,22 @@ class _ModelReader:
         return value
 
     def _inference_component(self) -> str | None:
-        value = self.doc.get("inference_component")
+        return self._component_value("inference_component", self.doc.get("inference_component"))
+
+    def _component_value(self, key: str, value: Any) -> str | None:
         if value is None:
             return None
         if not isinstance(value, str) or not value:
-            raise self.fail("inference_component", "must name an inference component of the "
+            raise self.fail(key, "must name an inference component of the "
                             "endpoint (or \"$VARIABLE\"), or be null")
         reference = _ENV_REFERENCE.match(value)
         if reference:
             value = self.env.get(reference.group(1), "").strip()
             if not value:
-                raise self.fail("inference_component", f"reads ${reference.group(1)}, which is "
+                raise self.fail(key, f"reads ${reference.group(1)}, which is "
                                 "not set in the stage's environment")
         if len(value) > 63 or not INFERENCE_COMPONENT.match(value):
-            raise self.fail("inference_component", "must be a SageMaker inference component "
+            raise self.fail(key, "must be a SageMaker inference component "
                             f"name (1 to 63 letters, digits and inner hyphens), not {value!r}")
         return value
 
@@ -301,8 +307,12 @@ class _ModelReader:
         return value
 
     def _name(self, key: str) -> str | None:
-        value = self._optional_text(key)
-        if value is not None and not SAGEMAKER_NAME.fullmatch(value):
+        return self._name_value(key, self._optional_text(key))
+
+    def _name_value(self, key: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not SAGEMAKER_NAME.fullmatch(value):
             raise self.fail(key, f"must be a SageMaker name, not {value!r}")
         return value
 

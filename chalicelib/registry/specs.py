@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.core.config import Settings
+from chalicelib.registry.experiments import Experiment
 from chalicelib.registry.kinds import BUILT_IN_KINDS, JobsBackend, KindRules, Pipeline
 
 __all__ = ["DType", "JobsBackend", "JobsSpec", "ModelSpec", "Pipeline", "Signature",
@@ -145,6 +146,8 @@ class ModelSpec:
     ``expose_handler_errors``; off: the log alone has them)."""
     jobs: JobsSpec = dataclasses.field(default_factory=JobsSpec)
     """How the model runs as a job (model.json's ``jobs``)."""
+    experiment: Experiment | None = None
+    """Arms and shadows the model is tried on (model.json's ``experiment``)."""
     kind: KindRules = None  # type: ignore[assignment]  # (a built-in's, by pipeline, when None)
     """The pipeline kind's rules (the registry gives the registered kind's)."""
 

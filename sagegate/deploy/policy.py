@@ -222,7 +222,16 @@ def endpoints(stage: Stage) -> list[str]:
         ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
     """
     return sorted({stage.endpoint_name.lower(),
-                   *(model.endpoint.lower() for model in models(stage))})
+                   *(endpoint.lower() for model in models(stage)
+                     for endpoint in (model.endpoint, *_experiment_endpoints(model)))})
+
+
+def _experiment_endpoints(model: Any) -> list[str]:
+    """The endpoints a model's experiment calls: its arms' and its shadows'."""
+    experiment = model.experiment
+    if experiment is None:
+        return []
+    return [target.endpoint for target in (*experiment.arms, *experiment.shadows)]
 
 
 def inference_components(stage: Stage) -> list[str]:
@@ -233,8 +242,11 @@ def inference_components(stage: Stage) -> list[str]:
     Raises:
         ValueError: a model.json is invalid for this stage.
     """
-    return sorted({model.inference_component.lower() for model in models(stage)
-                   if model.inference_component})
+    named = [model.inference_component for model in models(stage)]
+    named += [target.inference_component for model in models(stage)
+              if model.experiment is not None
+              for target in (*model.experiment.arms, *model.experiment.shadows)]
+    return sorted({name.lower() for name in named if name})
 
 
 def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:

@@ -18,7 +18,7 @@ from chalicelib.core.config_names import (
     SAGEGATE_OPEN_API,
 )
 from chalicelib.core.errors import ConfigurationError
-from chalicelib.monitor import deployed
+from chalicelib.monitor import deployed, deployed_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,8 @@ LIBRARY_VARIABLES = {"AWS_DEFAULT_REGION", "POWERTOOLS_LOG_LEVEL", POWERTOOLS_SE
                      POWERTOOLS_METRICS_NAMESPACE}
 # read by the scheduled monitor (chalicelib.monitor.deployed) and app.py at import
 MONITOR_VARIABLES = {deployed.MONITOR_BASELINE, deployed.MONITOR_OUTPUT,
-                     deployed.MONITOR_SCHEDULE, deployed.MONITOR_CAPTURES}
+                     deployed.MONITOR_SCHEDULE, deployed.MONITOR_CAPTURES,
+                     deployed_settings.MONITOR_ENGINE}
 
 
 def stage_env(stage: str) -> dict[str, str]:

@@ -1,0 +1,43 @@
+"""Which arm of an experiment serves a request.
+
+With a sticky key (the authenticated caller, or a header's value) the choice is weighted
+rendezvous hashing (highest random weight): each arm scores ``weight / -ln(h)``, ``h`` a uniform
+hash of the model, the experiment, the arm and the key, and the highest score wins. A caller
+keeps their arm across requests and functions with no table; changing one arm's weight moves
+only callers to or from that arm, and adding an arm takes callers only from the others, in
+proportion. Without a key (``sticky: none``, or a request that has none) each request draws.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Callable
+
+from chalicelib.registry.experiments import Arm, Experiment, Sticky
+
+
+def unit_hash(*parts: str) -> float:
+    """A uniform number in (0, 1) from ``parts`` (SHA-256; the same everywhere, always)."""
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return (int.from_bytes(digest[:8], "big") + 0.5) / 2.0 ** 64
+
+
+def choose(experiment: Experiment, model: str, key: str | None,
+           rng: Callable[[], float] = random.random) -> Arm:
+    """The arm that serves a request whose sticky key is ``key`` (None: a draw)."""
+    if key is None or experiment.sticky == Sticky.NONE:
+        point = rng() * sum(arm.weight for arm in experiment.arms)
+        for arm in experiment.arms:
+            point -= arm.weight
+            if point < 0:
+                return arm
+        return experiment.arms[-1]
+    return max(experiment.arms,
+               key=lambda arm: arm.weight / -math.log(
+                   unit_hash(model, experiment.name, arm.name, key)))
+
+
+def sampled(model: str, shadow: str, inference_id: str, share: float) -> bool:
+    """Whether a request (by its inference id) gets a copy for ``shadow`` (a share of them)."""
+    return share >= 1.0 or unit_hash(model, shadow, inference_id) < share

@@ -1,0 +1,167 @@
+"""An experiment through the app: each request served by one arm (named in X-Sagegate-Arm),
+sticky by a header, cached per arm, captured per arm; shadows get a copy after the answer,
+captured as shadow traffic paired by the request id, and a failing shadow changes nothing the
+caller sees."""
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from botocore.response import StreamingBody
+from chalice.test import Client
+
+import app as app_module
+from chalicelib.capture import Capturer
+from chalicelib.capture.sinks import DirectorySink
+from chalicelib.core.config import Settings
+from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.registry.loading import load_registry
+from chalicelib.services import Services
+
+IRIS_ROW = json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]]}).encode()
+SIGNATURE = {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
+             "outputs": [{"name": "probabilities", "dtype": "float32", "shape": [-1, 3]}]}
+
+
+class Runtime:
+    """sagemaker-runtime in memory: each endpoint answers its own probabilities; ``down``
+    endpoints fail; ``gate`` holds the shadow endpoint until the test opens it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.down: set[str] = set()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        endpoint = params["EndpointName"]
+        if endpoint == "iris-shadow":
+            self.gate.wait(10)
+        with self.lock:
+            self.calls.append(endpoint)
+        if endpoint in self.down:
+            raise ClientError({"Error": {"Code": "ValidationError", "Message": "no such"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "InvokeEndpoint")
+        scores = {"iris-a": [0.9, 0.05, 0.05], "iris-b": [0.1, 0.8, 0.1],
+                  "iris-shadow": [0.2, 0.2, 0.6]}[endpoint]
+        body = json.dumps({"predictions": [scores]}).encode()
+        return {"Body": StreamingBody(io.BytesIO(body), len(body)),
+                "ContentType": "application/json", "InvokedProductionVariant": "AllTraffic"}
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Client, Runtime,
+                                                                            Services, Path]]:
+    models = tmp_path / "models"
+    for name, experiment in {"iris": {
+            "sticky": "header:X-User",
+            "arms": [{"name": "a", "endpoint": "iris-a", "weight": 50},
+                     {"name": "b", "endpoint": "iris-b", "weight": 50}],
+            "shadow": [{"name": "s", "endpoint": "iris-shadow", "sample": 1.0,
+                        "timeout_seconds": 5}]}}.items():
+        (models / name).mkdir(parents=True)
+        (models / name / "model.json").write_text(json.dumps({
+            "endpoint": "iris-a", "pipeline": "tensor", "signature": SIGNATURE,
+            "experiment": experiment}))
+    captures = tmp_path / "captures"
+    settings = Settings.from_env({"ENDPOINT_NAME": "iris-a", "DEFAULT_MODEL": "iris"})
+    runtime = Runtime()
+    endpoint = EndpointClient(runtime,  # type: ignore[arg-type]
+                              RetryPolicy(max_attempts=1, budget_seconds=10),
+                              sleep=lambda _: None)
+    registry = load_registry(settings, {"DEFAULT_MODEL": "iris"}, root=models)
+    services = Services(settings, registry=registry, endpoint=endpoint,
+                        capturer=Capturer("both", DirectorySink(captures)).background())
+    monkeypatch.setattr(app_module, "services", services)
+    with Client(app_module.app, stage_name="local") as client:
+        yield client, runtime, services, captures
+
+
+def records(services: Services, captures: Path) -> list[dict[str, Any]]:
+    assert services.shadows.flush(10) and services.capturer.flush(10)
+    return [json.loads(line) for path in sorted(captures.rglob("*.jsonl"))
+            for line in path.open()]
+
+
+def top_index(answer: Any) -> int:
+    scores = json.loads(answer.body)["outputs"]["probabilities"][0]
+    return scores.index(max(scores))
+
+
+def post(client: Client, user: str, cache: str = "no-cache") -> Any:
+    return client.http.post("/models/iris/predict", body=IRIS_ROW,
+                            headers={"Content-Type": "application/json", "X-User": user,
+                                     "Cache-Control": cache})
+
+
+def test_each_caller_keeps_an_arm_and_the_answer_names_it(lab: Any) -> None:
+    client, _, services, captures = lab
+    arms = {}
+    for user in [f"user-{n}" for n in range(40)]:
+        seen = {post(client, user).headers["X-Sagegate-Arm"] for _ in range(3)}
+        assert len(seen) == 1  # sticky by the header
+        arms[user] = seen.pop()
+    assert set(arms.values()) == {"a", "b"}
+    answer = post(client, "user-0")
+    expected = {"a": 0, "b": 1}[arms["user-0"]]
+    assert top_index(answer) == expected  # the arm's endpoint answered
+    primary = [r for r in records(services, captures)
+               if r["eventMetadata"].get("invocationSource") != "ShadowExperiment"]
+    assert {r["eventMetadata"]["sagegateArm"] for r in primary} == {"a", "b"}
+    assert all(r["eventMetadata"]["sagegateLatencyMs"] >= 0 for r in primary)
+    folders = {p.relative_to(captures).parts[0] for p in captures.rglob("*.jsonl")}
+    assert folders == {"iris-a", "iris-b", "iris-shadow"}  # each arm under its endpoint
+
+
+def test_the_cache_never_answers_one_arm_with_another_arms_answer(lab: Any) -> None:
+    client, runtime, services, _ = lab
+    users = {post(client, f"user-{n}", "").headers["X-Sagegate-Arm"]: f"user-{n}"
+             for n in range(20)}
+    runtime.calls.clear()
+    services.shadows.flush(10)
+    for arm, user in users.items():
+        again = post(client, user, "")
+        assert again.headers["X-Cache"] == "hit" and again.headers["X-Sagegate-Arm"] == arm
+        assert top_index(again) == {"a": 0, "b": 1}[arm]
+
+
+def test_a_shadow_gets_a_copy_after_the_answer_paired_by_the_request_id(lab: Any) -> None:
+    client, runtime, services, captures = lab
+    runtime.gate.clear()  # the shadow endpoint holds every call
+    answer = post(client, "user-7")
+    assert answer.status_code == 200  # answered while the shadow is still held
+    request_id = answer.headers["X-Request-Id"]
+    assert not services.shadows.flush(0.05)
+    runtime.gate.set()
+    shadow = [r for r in records(services, captures)
+              if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
+    assert [r["eventMetadata"]["inferenceId"] for r in shadow] == [request_id]
+    assert shadow[0]["eventMetadata"]["sagegateArm"] == "s"
+    assert "endpointOutput" in shadow[0]["captureData"]
+
+
+def test_a_failing_shadow_changes_nothing_the_caller_sees_and_is_recorded(lab: Any) -> None:
+    client, runtime, services, captures = lab
+    runtime.down.add("iris-shadow")
+    answer = post(client, "user-3")
+    assert answer.status_code == 200 and answer.headers["X-Sagegate-Arm"] in ("a", "b")
+    (failed,) = [r for r in records(services, captures)
+                 if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
+    assert failed["eventMetadata"]["sagegateError"]["Code"]
+    assert "endpointOutput" not in failed["captureData"]
+    assert failed["eventMetadata"]["inferenceId"] == answer.headers["X-Request-Id"]
+
+
+def test_the_catalog_shows_the_experiment(lab: Any) -> None:
+    client, *_ = lab
+    described = json.loads(client.http.get("/models/iris").body)
+    assert described["experiment"]["sticky"] == "header:X-User"
+    assert [arm["name"] for arm in described["experiment"]["arms"]] == ["a", "b"]
+    assert described["experiment"]["shadow"][0]["endpoint"] == "iris-shadow"
