@@ -166,6 +166,7 @@ class Services:
 
     def _pipeline(self, model: ModelSpec) -> ServingPipeline:
         if model.settings is not None and model.settings == self.settings \
+                and model.endpoint == self.settings.endpoint_name \
                 and model.labels == self.predictor.labels:
             return self.predictor  # the flat settings' model (the default): one pipeline
         return kind_of(model).pipeline(model, Parts(self.endpoint, self.server))
@@ -230,6 +231,8 @@ class Services:
         for model in self.registry.models.values():  # a broken handler file fails init
             self.pipeline_for(model)
             kind_of(model).load(model, self.server)
+            if model.experiment is not None and model.experiment.shadows:
+                _ = self.shadows  # (its flush after the response is set up during init)
         if prime_codecs:
             predictor.warm_up()
 

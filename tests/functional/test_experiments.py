@@ -21,6 +21,7 @@ from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.inference.predictions import load_labels
 from chalicelib.registry.loading import load_registry
 from chalicelib.services import Services
 
@@ -165,3 +166,47 @@ def test_the_catalog_shows_the_experiment(lab: Any) -> None:
     assert described["experiment"]["sticky"] == "header:X-User"
     assert [arm["name"] for arm in described["experiment"]["arms"]] == ["a", "b"]
     assert described["experiment"]["shadow"][0]["endpoint"] == "iris-shadow"
+
+
+def test_an_image_models_arms_each_call_their_own_endpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default image model's settings are the flat ones: its arm on another endpoint
+    must not be served by the flat settings' pipeline (which calls the flat endpoint)."""
+    from tests import imagefactory
+    from tests.functional.conftest import probabilities
+
+    called: list[str] = []
+
+    class ImageRuntime:
+        def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+            called.append(params["EndpointName"])
+            body = json.dumps(probabilities({285: 0.8})).encode()
+            return {"Body": StreamingBody(io.BytesIO(body), len(body)),
+                    "ContentType": "application/json", "InvokedProductionVariant": "AllTraffic"}
+
+    models = tmp_path / "models" / "lite0"
+    models.mkdir(parents=True)
+    (models / "model.json").write_text(json.dumps({
+        "endpoint": "$ENDPOINT_NAME", "pipeline": "image-classification",
+        "experiment": {"sticky": "header:X-User",
+                       "arms": [{"name": "a", "endpoint": "efficientnet-lite0", "weight": 1},
+                                {"name": "b", "endpoint": "lite0-b", "weight": 1}]}}))
+    settings = Settings.from_env({"ENDPOINT_NAME": "efficientnet-lite0",
+                                  "DEFAULT_MODEL": "lite0"})
+    endpoint = EndpointClient(ImageRuntime(),  # type: ignore[arg-type]
+                              RetryPolicy(max_attempts=1, budget_seconds=10),
+                              sleep=lambda _: None)
+    env = {"DEFAULT_MODEL": "lite0", "ENDPOINT_NAME": "efficientnet-lite0"}
+    registry = load_registry(settings, env, root=tmp_path / "models",
+                             labels=load_labels(settings.labels))  # as Services loads it
+    monkeypatch.setattr(app_module, "services",
+                        Services(settings, registry=registry, endpoint=endpoint))
+    with Client(app_module.app, stage_name="local") as client:
+        for n in range(30):
+            answer = client.http.post("/predict", body=imagefactory.jpeg(64 + n, 48),
+                                      headers={"Content-Type": "image/jpeg",
+                                               "X-User": f"user-{n}"})
+            assert answer.status_code == 200
+            arm = answer.headers["X-Sagegate-Arm"]
+            assert called[-1] == {"a": "efficientnet-lite0", "b": "lite0-b"}[arm]
+    assert set(called) == {"efficientnet-lite0", "lite0-b"}
