@@ -181,6 +181,35 @@ def _check_drift(result: FeatureResult, config: FeatureConfig, flag: bool = True
             f"{java_double(result.threshold)}"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Distance:
+    """The L-infinity distance between two features' distributions (:func:`distance`)."""
+
+    kind: str
+    """``numeric`` (the KLL sketches' cumulative distributions) or ``categorical`` (the
+    categories' frequencies)."""
+    value: float
+    sizes: tuple[float, float]
+    """The values each side's distribution stands for (a sketch's ``n``, the buckets'
+    counts): a two-sample test's sizes."""
+
+
+def distance(first: Mapping[str, Any], second: Mapping[str, Any]) -> Distance | None:
+    """The distance the drift check computes between two ``statistics.json`` features
+    (``baseline_drift_check``'s ``Simple``/``Robust`` and ``LInfinity``): numeric when both
+    have a KLL sketch, categorical when both have categorical buckets; None when neither
+    pair is there (a feature of another type on each side, or no values)."""
+    base, window = _kll(first), _kll(second)
+    if base is not None and window is not None:
+        return Distance("numeric", sketches.linf_distance(base, window), (base.n, window.n))
+    base_c, window_c = _categories(first), _categories(second)
+    if not base_c or not window_c:
+        return None
+    return Distance("categorical", categorical_distance(base_c, window_c),
+                    (sum(float(b["count"]) for b in base_c),
+                     sum(float(b["count"]) for b in window_c)))
+
+
 def categorical_distance(first: list[Mapping[str, Any]],
                          second: list[Mapping[str, Any]]) -> float:
     """The L-infinity distance between two categorical frequency distributions."""

@@ -3,7 +3,8 @@
 For each line: a line that is not a JSON object (or is nested past what can be read) is
 skipped and counted, never the run's end; records whose ``eventMetadata.inferenceTime`` is
 outside the window (``[start, end)``) are skipped and counted; records of shadow invocations
-(``eventMetadata.invocationSource`` is ``ShadowExperiment``) are skipped; cache hits
+(``eventMetadata.invocationSource`` is ``ShadowExperiment``) are skipped (unless the reader
+keeps them: ``sagegate monitor compare`` reads a shadow's own records); cache hits
 (``eventMetadata.sagegateCacheHit`` true) are kept unless excluded; then either the user's
 record preprocessor makes the row (a falsy result such as ``[]`` drops the record), or the
 record is flattened (:mod:`chalicelib.monitor.flattening`): one row per instance of a batch,
@@ -30,8 +31,8 @@ from chalicelib.monitor.flattening import (
     simple_csv_row,
 )
 
-__all__ = ["CACHE_HIT_KEY", "MAX_COLUMNS", "SHADOW_SOURCE", "ColumnLimitError", "Preprocess",
-           "RecordError", "RecordReader", "Tally", "flatten_json", "flatten_record"]
+__all__ = ["CACHE_HIT_KEY", "MAX_COLUMNS", "SHADOW_SOURCE", "ColumnLimitError", "Observe",
+           "Preprocess", "RecordError", "RecordReader", "Tally", "flatten_json", "flatten_record"]
 
 SHADOW_SOURCE = "ShadowExperiment"
 CACHE_HIT_KEY = "sagegateCacheHit"
@@ -41,6 +42,9 @@ MAX_COLUMNS = 1000
 
 Preprocess = Callable[[dict[str, Any], str], "dict[str, Any] | None"]
 """A record preprocessor: (raw record, ``file:line``) -> row, or None to drop the record."""
+Observe = Callable[[dict[str, Any]], bool]
+"""Sees each record a reader keeps (in the window, not skipped) before its rows are made;
+False holds the record's rows back (``sagegate monitor compare``: a failed call's record)."""
 Window = tuple[datetime.datetime, datetime.datetime]
 
 
@@ -117,13 +121,19 @@ class RecordReader:
             take them by position (output first), as the analyzer reads CSV with the
             baseline's schema; columns past them are ``_cN``.
         max_columns: the widest row accepted.
+        include_shadow: keep the records of shadow invocations too (a shadow's own records,
+            compared with its primary's); the analysis skips them.
+        observe: called with each record kept, before its rows are made (:data:`Observe`).
     """
 
     def __init__(self, preprocess: Preprocess | None = None,
                  include_cache_hits: bool = True, window: Window | None = None,
                  csv_names: Sequence[str] | None = None,
-                 max_columns: int = MAX_COLUMNS) -> None:
+                 max_columns: int = MAX_COLUMNS, include_shadow: bool = False,
+                 observe: Observe | None = None) -> None:
         self._preprocess = preprocess
+        self._shadow = include_shadow
+        self._observe = observe
         self._cache_hits = include_cache_hits
         self._window = window
         self._naming = Naming(csv_names, max_columns)
@@ -139,7 +149,8 @@ class RecordReader:
         Raises:
             ColumnLimitError: a record makes a row wider than ``max_columns``.
         """
-        tally, naming, preprocess = self.tally, self._naming, self._preprocess
+        tally, naming, preprocess, observe = (self.tally, self._naming, self._preprocess,
+                                              self._observe)
         for number, line in enumerate(lines, first_line):
             if not line.strip():
                 continue
@@ -151,6 +162,8 @@ class RecordReader:
             if type(metadata) is dict and self._skip(metadata):
                 continue
             if self._window is not None and not self._in_window(metadata):
+                continue
+            if observe is not None and not observe(record):
                 continue
             if preprocess is not None:
                 yield from self._preprocessed(record, f"{name}:{number}")
@@ -210,7 +223,7 @@ class RecordReader:
         self.tally.rows += produced
 
     def _skip(self, metadata: dict[str, Any]) -> bool:
-        if metadata.get("invocationSource") == SHADOW_SOURCE:
+        if not self._shadow and metadata.get("invocationSource") == SHADOW_SOURCE:
             self.tally.shadow += 1
             return True
         if not self._cache_hits and metadata.get(CACHE_HIT_KEY) is True:

@@ -37,13 +37,19 @@ HIDDEN_LISTED = 40
 GAUGE_LEFT, GAUGE_LENGTH, GAUGE_WIDTH, GAUGE_HEIGHT = 22, 200, 250, 80
 
 
-def chart(feature: FeatureResult) -> str:
-    """The baseline's and the window's distributions of one feature, as one SVG."""
+Labels = tuple[str, str]
+"""What the grey and the blue distributions are called in a chart's titles."""
+LABELS: Labels = ("baseline", "window")
+
+
+def chart(feature: FeatureResult, labels: Labels = LABELS) -> str:
+    """The baseline's and the window's distributions of one feature, as one SVG (``labels``:
+    their names in its titles, for another pair of distributions)."""
     base, window = feature.baseline or {}, feature.window or {}
     base_cdf, window_cdf = _cdf(base), _cdf(window)
     if base_cdf is not None or window_cdf is not None:
-        return _numeric_svg(feature.name, *_numeric_bins(base_cdf, window_cdf))
-    return _categorical_svg(feature.name, _shares(base), _shares(window))
+        return _numeric_svg(feature.name, *_numeric_bins(base_cdf, window_cdf), labels)
+    return _categorical_svg(feature.name, _shares(base), _shares(window), labels)
 
 
 def drift_scale(features: Iterable[FeatureResult]) -> float:
@@ -98,18 +104,20 @@ def _numeric_bins(base: sketches.WeightedCdf | None, window: sketches.WeightedCd
     return edges, list(zip(shares(base), shares(window), strict=True))
 
 
-def _numeric_svg(name: str, edges: np.ndarray, pairs: Sequence[tuple[float, float]]) -> str:
+def _numeric_svg(name: str, edges: np.ndarray, pairs: Sequence[tuple[float, float]],
+                 labels: Labels = LABELS) -> str:
     top = max((max(pair) for pair in pairs), default=0.0) or 1.0
     slot = (WIDTH - 20) / BINS
     bar = slot / 2 - 1
+    grey, blue = labels
     parts = [_svg_open("chart", WIDTH, HEIGHT + 30,
-                       f"{name}: baseline (grey) and window (blue) distributions"),
+                       f"{name}: {grey} (grey) and {blue} (blue) distributions"),
              f'<line x1="10" y1="{HEIGHT}" x2="{WIDTH - 10}" y2="{HEIGHT}" stroke="#444"/>']
     for index, (base_share, window_share) in enumerate(pairs):
         x = 10 + index * slot
         parts.append(f"<g><title>{escape(short(edges[index]))} to "
-                     f"{escape(short(edges[index + 1]))}: baseline {percent(base_share)}, "
-                     f"window {percent(window_share)}</title>")
+                     f"{escape(short(edges[index + 1]))}: {escape(grey)} "
+                     f"{percent(base_share)}, {escape(blue)} {percent(window_share)}</title>")
         for offset, share, colour in ((0.0, base_share, BASE_COLOUR),
                                       (bar, window_share, WINDOW_COLOUR)):
             height = (HEIGHT - 10) * share / top
@@ -126,7 +134,8 @@ def _numeric_svg(name: str, edges: np.ndarray, pairs: Sequence[tuple[float, floa
     return "".join([*parts, "</svg>"])
 
 
-def _categorical_svg(name: str, base: Mapping[str, float], window: Mapping[str, float]) -> str:
+def _categorical_svg(name: str, base: Mapping[str, float], window: Mapping[str, float],
+                     labels: Labels = LABELS) -> str:
     values = sorted(set(base) | set(window),
                     key=lambda v: (-(base.get(v, 0.0) + window.get(v, 0.0)), v))
     shown = values[:TOP_VALUES]
@@ -134,37 +143,39 @@ def _categorical_svg(name: str, base: Mapping[str, float], window: Mapping[str, 
     parts, y = [], 6.0
     for value in shown:
         row, height = _category_row(value, base.get(value, 0.0), window.get(value, 0.0),
-                                    top, y)
+                                    top, y, labels)
         parts.append(row)
         y += height + 6
     if not shown:
         parts.append(_no_values(30))
         y = 50.0
     if len(values) > len(shown):
-        parts.append(_more_values(values[len(shown):], base, window, y))
+        parts.append(_more_values(values[len(shown):], base, window, y, labels))
         y += 14
     head = _svg_open("chart", WIDTH, math.ceil(y + 4),
-                     f"{name}: shares of its most frequent values, baseline (grey) and "
-                     f"window (blue)")
+                     f"{name}: shares of its most frequent values, {labels[0]} (grey) and "
+                     f"{labels[1]} (blue)")
     return "".join([head, *parts, "</svg>"])
 
 
 def _more_values(hidden: Sequence[str], base: Mapping[str, float],
-                 window: Mapping[str, float], y: float) -> str:
-    listed = ", ".join(f"{v} (baseline {percent(base.get(v, 0.0))}, window "
+                 window: Mapping[str, float], y: float, labels: Labels = LABELS) -> str:
+    grey, blue = labels
+    listed = ", ".join(f"{v} ({grey} {percent(base.get(v, 0.0))}, {blue} "
                        f"{percent(window.get(v, 0.0))})" for v in hidden[:HIDDEN_LISTED])
     listed += ", …" if len(hidden) > HIDDEN_LISTED else ""
     return (f'<g><title>{escape(listed)}</title><text x="{BAR_LEFT}" y="{y + 8:.1f}" '
             f'font-size="11" {FONT}>and {len(hidden)} less frequent value(s)</text></g>')
 
 
-def _category_row(value: str, base: float, window: float, top: float, y: float
-                  ) -> tuple[str, float]:
+def _category_row(value: str, base: float, window: float, top: float, y: float,
+                  labels: Labels = LABELS) -> tuple[str, float]:
     lines = wrap(value or '""', LABEL_UNITS)
     height = max(22.0, 13.0 * len(lines) + 4)
     label = "".join(f'<tspan x="{LABEL_RIGHT}" dy="{0 if i == 0 else 13}">{escape(line)}'
                     f"</tspan>" for i, line in enumerate(lines))
-    parts = [f"<g><title>{escape(value)}: baseline {percent(base)}, window {percent(window)}"
+    parts = [f"<g><title>{escape(value)}: {escape(labels[0])} {percent(base)}, "
+             f"{escape(labels[1])} {percent(window)}"
              f'</title><text y="{y + 10:.1f}" font-size="11" text-anchor="end" {FONT}>'
              f"{label}</text>"]
     for offset, share, colour in ((0.0, base, BASE_COLOUR), (11.0, window, WINDOW_COLOUR)):

@@ -5,9 +5,14 @@
 a capture folder or prefix. ``sagegate monitor check CAPTURES --baseline DIR -o DIR`` reads one
 endpoint's captures of a window (default: the last full hour), runs the record preprocessor if
 one is given, and writes ``statistics.json``, ``constraint_violations.json`` and
-``report.html``, then runs the postprocessing script. docs/MONITOR.md has the details.
+``report.html``, then runs the postprocessing script. ``sagegate monitor compare CAPTURES_A
+CAPTURES_B -o DIR`` compares a primary's (A) and a challenger's or shadow's (B) captures of a
+window: per column distances, top-1 agreement on the same inference ids, latency and error
+rates, in ``compare.json`` and ``compare.html``; 3 when B is worse than a threshold given.
+docs/MONITOR.md has the details.
 
-Exit status: 0 no violations; 3 violations found (CI and cron act on it); 4 nothing checked:
+Exit status: 0 no violations (compare: within every threshold given); 3 violations found
+(compare: B worse than a threshold) (CI and cron act on it); 4 nothing checked:
 no records in the window (its own status, so a cron job never reads an empty window as a
 clean one); 2 a usage or input error: one line on stderr, ``sagegate monitor: ...``, naming
 the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C); 1 (with
@@ -19,13 +24,14 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, documents, partial, windows
+from chalicelib.monitor import analysis, compare, compare_report, documents, partial, windows
 from chalicelib.monitor.partial import PartialAnalysis
 from chalicelib.monitor.preprocessing import (
     HandlerError,
@@ -80,9 +86,60 @@ def configure(monitor: argparse.ArgumentParser) -> None:
     check.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                        help="write report.html beside the JSON files (default: on)")
     _output(check, window_default="the last full hour")
+    _configure_compare(commands)
 
 
-def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
+def _configure_compare(commands: Any) -> None:
+    parser = commands.add_parser(
+        "compare", help="the verdict between two models' captures: distances, agreement, "
+        "latency, errors (exit 3: B worse than a threshold)")
+    parser.add_argument("captures_a", metavar="CAPTURES_A", help="the primary's (champion's) "
+                        "capture folder or s3:// prefix (its shadow records are skipped)")
+    parser.add_argument("captures_b", metavar="CAPTURES_B", help="the challenger's, or the "
+                        "primary's shadow's, capture folder or s3:// prefix (every record)")
+    parser.add_argument("--max-distance", type=_fraction, metavar="X", help="each output "
+                        "column's distance between A and B at most X (0 to 1; as the drift "
+                        "check's, --comparison-method's)")
+    parser.add_argument("--comparison-method", choices=compare.METHODS, default="Robust",
+                        help="numbers: Robust (default: beyond X and the KS test's critical "
+                        "distance, as the check's default) or Simple (beyond X)")
+    parser.add_argument("--min-agreement", type=_fraction, metavar="X", help="B's top-1 "
+                        "answers equal to A's on at least X of the pairs (same inferenceId)")
+    parser.add_argument("--max-error-rate", type=_fraction, metavar="X",
+                        help="B's error rate (failed shadow calls' records) at most X")
+    parser.add_argument("--max-latency-ratio", type=_ratio, metavar="X", help="B's p50, p90 "
+                        "and p99 latency (sagegateLatencyMs) each at most X times A's")
+    parser.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
+                        help="write compare.html beside compare.json (default: on)")
+    _output(parser, window_default="the last full hour", workers=False)
+
+
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text[:40]}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text[:40]}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text[:40]!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
+    return value
+
+
+def _output(parser: argparse.ArgumentParser, window_default: str,
+            workers: bool = True) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="folder for the output files (created)")
     parser.add_argument("--start", metavar="WHEN", help=f"window start: an ISO 8601 time "
@@ -99,6 +156,8 @@ def _output(parser: argparse.ArgumentParser, window_default: str) -> None:
                         help=f"refuse a record or row of more than N columns (default: "
                         f"{MAX_COLUMNS}; a wider one needs a --preprocess-handler that returns "
                         f"the features to monitor)")
+    if not workers:
+        return
     parser.add_argument("--workers", type=_workers, default=1, metavar="N",
                         help="read the files (or the dataset) with N processes and merge "
                         "their statistics: one process's counts and moments, sketches within "
@@ -139,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         with watching_interrupts():
             if args.monitor_command == "baseline":
                 return _baseline(args)
+            if args.monitor_command == "compare":
+                return _compare(args)
             return _check(args)
     except KeyboardInterrupt:
         print("sagegate monitor: interrupted", file=sys.stderr)
@@ -226,6 +287,54 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{violation['feature_name']}: {violation['constraint_check_type']}: "
               f"{violation['description']}")
     return EXIT_VIOLATIONS if result.violation_count else EXIT_OK
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
+    write compare.json (and compare.html), print the figures and the verdict."""
+    start, end = windows.window(args.start, args.end)
+    thresholds = compare.Thresholds(args.max_distance, args.min_agreement,
+                                    args.max_error_rate, args.max_latency_ratio,
+                                    args.comparison_method)
+    options = _options(args, (start, end))
+    preprocess = workers.record_preprocessor(options)  # once, before the sources: as check
+    listed = {name: sources.capture_objects(source, start, end, "compare")
+              for name, source in (("a", args.captures_a), ("b", args.captures_b))}
+    pairing = compare.Pairing()
+    read: dict[str, compare.SideRead] = {}
+    for name, source in (("b", args.captures_b), ("a", args.captures_a)):
+        side = compare.Side(name, pairing, output_columns=preprocess is None,
+                            max_columns=args.max_columns)
+        reader = workers.reader(options, include_shadow=name == "b", observe=side,
+                                preprocess=preprocess)
+        opened = sources.open_captures(source, [item for item, _size in listed[name]])
+        result = partial.analyse_objects(reader, opened, args.max_columns)
+        read[name] = compare.SideRead(source, side, result.statistics.to_json(), result.tally)
+    empty = [name for name in ("a", "b") if not read[name].side.records]
+    for name in empty:  # a side of bad lines only is broken, not empty
+        _refuse_all_bad(read[name].source, read[name].tally)
+    if empty:
+        for name in empty:
+            print(f"note: no records in {name.upper()} ({read[name].source}) from "
+                  f"{_span((start, end))} ({_tally(read[name].tally)}): nothing compared, "
+                  f"no files written", file=sys.stderr)
+        return EXIT_EMPTY
+    document = compare.compare(read["a"], read["b"], pairing, thresholds, (start, end),
+                               preprocessed=preprocess is not None)
+    outputs = {compare_report.JSON: analysis.dumps(document),
+               compare_report.STATISTICS_A: analysis.dumps(read["a"].statistics),
+               compare_report.STATISTICS_B: analysis.dumps(read["b"].statistics)}
+    if args.report:
+        outputs[compare_report.HTML] = compare_report.render(
+            document, read["a"].statistics, read["b"].statistics)
+    _write(Path(args.output), outputs)
+    for name in ("a", "b"):
+        print(f"{name.upper()}: {_tally(read[name].tally)}", file=sys.stderr)
+    print(f"compared {_span((start, end))}; wrote {', '.join(sorted(outputs))} to "
+          f"{args.output}", file=sys.stderr)
+    for line in compare.lines(document):
+        print(line)
+    return EXIT_VIOLATIONS if document["verdict"]["worse"] else EXIT_OK
 
 
 def _refuse_all_bad(source: str, tally: Tally) -> None:

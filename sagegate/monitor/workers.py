@@ -33,7 +33,7 @@ from typing import Any
 from chalicelib.monitor import partial
 from chalicelib.monitor.partial import PartialAnalysis
 from chalicelib.monitor.preprocessing import CapturedData, Preprocessor, handler_logger
-from chalicelib.monitor.records import MAX_COLUMNS, Preprocess, RecordReader
+from chalicelib.monitor.records import MAX_COLUMNS, Observe, Preprocess, RecordReader
 from sagegate.monitor import datasets, sources
 
 PARTS_PER_WORKER = 4
@@ -73,24 +73,40 @@ class CapturePart:
     options: ReaderOptions
 
 
-def reader(options: ReaderOptions) -> RecordReader:
+def reader(options: ReaderOptions, include_shadow: bool = False,
+           observe: Observe | None = None,
+           preprocess: Preprocess | None = None) -> RecordReader:
     """A record reader; a preprocessor's logger prints on stderr, as ``sagegate capture``
-    prints it.
+    prints it. ``include_shadow`` and ``observe`` are the reader's (``sagegate monitor
+    compare``); ``preprocess``: the options' preprocessor already loaded
+    (:func:`record_preprocessor`), for two readers of one run.
 
     Raises:
         HandlerError: the preprocessor file is missing, unimportable or has no handler.
     """
-    preprocess: Preprocess | None = None
-    if options.preprocess_handler:
-        handler = _preprocessor(options.preprocess_handler)
-
-        def preprocess(record: dict[str, Any], where: str) -> dict[str, Any] | None:
-            return handler(CapturedData(record), where)
-
+    if preprocess is None:
+        preprocess = record_preprocessor(options)
     return RecordReader(preprocess, include_cache_hits=options.include_cache_hits,
                         window=options.window,
                         csv_names=list(options.csv_names) if options.csv_names is not None
-                        else None, max_columns=options.max_columns)
+                        else None, max_columns=options.max_columns,
+                        include_shadow=include_shadow, observe=observe)
+
+
+def record_preprocessor(options: ReaderOptions) -> Preprocess | None:
+    """The options' record preprocessor, imported, as a reader calls it (None: none given).
+
+    Raises:
+        HandlerError: the preprocessor file is missing, unimportable or has no handler.
+    """
+    if not options.preprocess_handler:
+        return None
+    handler = _preprocessor(options.preprocess_handler)
+
+    def preprocess(record: dict[str, Any], where: str) -> dict[str, Any] | None:
+        return handler(CapturedData(record), where)
+
+    return preprocess
 
 
 _LOADED: dict[str, Preprocessor] = {}

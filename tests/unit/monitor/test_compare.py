@@ -1,0 +1,312 @@
+"""``sagegate monitor compare``'s comparison (chalicelib.monitor.compare): the distances are
+the drift check's own, the top-1 answers and the pairs are counted as documented, each
+threshold gates (and fails when its figure cannot be computed), latency percentiles and error
+rates, and the report is one self-contained page."""
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chalicelib.monitor import analysis, compare, compare_report, constraints, partial
+from chalicelib.monitor.records import RecordReader
+from chalicelib.monitor.statistics import DatasetStatistics
+from tests.unit.monitor import experimentgen
+
+Records = list[dict[str, Any]]
+
+
+def _read(records: Records, name: str, pairing: compare.Pairing,
+          preprocessed: bool = False) -> compare.SideRead:
+    """One side read as the command reads it (B keeps shadow records; the observer sees
+    each record kept)."""
+    side = compare.Side(name, pairing, output_columns=not preprocessed)
+    reader = RecordReader(include_shadow=name == "b", observe=side)
+    lines = [json.dumps(r) for r in records]
+    result = partial.analyse_objects(reader, [(f"{name}.jsonl", lines)])
+    return compare.SideRead(name, side, result.statistics.to_json(), result.tally)
+
+
+def _compare(a: Records, b: Records, **thresholds: Any) -> dict[str, Any]:
+    pairing = compare.Pairing()
+    side_b = _read(b, "b", pairing)
+    side_a = _read(a, "a", pairing)
+    return compare.compare(side_a, side_b, pairing, compare.Thresholds(**thresholds), None)
+
+
+def _rows(n: int, seed: int, shift: float = 0.0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"x": f"{rng.gauss(shift, 1):.3f}", "n": str(rng.randint(0, 9)),
+             "c": rng.choice(["red", "green", "blue"] + (["grey"] if shift else []))}
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3])
+def test_each_distance_is_the_one_the_drift_check_computes(shift: float) -> None:
+    first, second = _rows(3000, seed=1), _rows(1200, seed=2, shift=shift)
+    base = DatasetStatistics().add_all(first).to_json()
+    window = DatasetStatistics().add_all(second).to_json()
+    checked = analysis.check(second, base, constraints.suggest(base), title="t")
+    expected = {f.name: f.distance for f in checked.evaluation.features}
+    features_b = {f["name"]: f for f in window["features"]}
+    for feature in base["features"]:
+        found = compare.column(feature["name"], feature, features_b[feature["name"]], None,
+                               True, compare.Thresholds())
+        assert found["distance"] == expected[feature["name"]]  # exactly, not nearly
+        assert found["kind"] == ("categorical" if feature["name"] == "c" else "numeric")
+    if shift:  # the shifted numbers and the new category are far apart, as the check says
+        assert expected["x"] > 0.1 and expected["c"] > 0.1
+
+
+def test_top1_reads_probability_vectors_batches_and_first_columns() -> None:
+    def json_out(document: Any) -> dict[str, str]:
+        return {"data": json.dumps(document), "encoding": "JSON"}
+
+    top1 = compare.top1
+    assert top1(json_out([0.1, 0.7, 0.2])) == compare.Top1("argmax", (1,))
+    assert top1(json_out([[0.1, 0.9], [0.8, 0.2]])) == compare.Top1("argmax", (1, 0))
+    assert top1(json_out({"predictions": [[0.3, 0.3, 0.4]]})) == compare.Top1("argmax", (2,))
+    assert top1(json_out([0.5, 0.5])) == compare.Top1("argmax", (0,))  # a tie: the first
+    # TF Serving scalars, objects, labels: each instance's first output value
+    assert top1(json_out({"predictions": [0.3, 0.8]})) == compare.Top1("first_column",
+                                                                        (0.3, 0.8))
+    assert top1(json_out({"label": "cat", "score": 0.9})) == compare.Top1("first_column",
+                                                                           ("cat",))
+    assert top1(json_out([{"label": "dog"}])) == compare.Top1("first_column", ("dog",))
+    assert top1(json_out([True, 0.2])) == compare.Top1("first_column", ("true",))
+    assert top1({"data": "1,0.93\n0.0,0.2\n", "encoding": "CSV"}) == compare.Top1(
+        "first_column", (1.0, 0.0))  # numbers as numbers: "1" equals "1.0"
+    for nothing in ({"data": "aGk=", "encoding": "BASE64"}, json_out([]),
+                    json_out({"predictions": []}), {"data": "[1,", "encoding": "JSON"}, None):
+        assert top1(nothing) is None
+
+
+@pytest.mark.parametrize("output", [
+    {"data": "0.93", "encoding": "CSV"}, {"data": "0.1,0.9\r\n", "encoding": "CSV"},
+    {"data": "", "encoding": "CSV"}, {"data": "1,2\n3,4", "encoding": "CSV"},
+    {"data": '"a,b",c', "encoding": "CSV"},
+    *({"data": json.dumps(document), "encoding": "JSON"} for document in (
+        {"predictions": [[0.1, 0.2, 0.7]]}, {"predictions": [[0.1], [0.2, 0.8], []]},
+        {"predictions": [0.3, None, "cat", True]}, {"predictions": []},
+        {"predictions": [[0.1, [0.2]]]}, {"predictions": [0.3, [0.4]]},
+        {"predictions": [[1]], "model": "v2"}, [0.2, 0.8], [], [[0.1, 0.9]], 0.7,
+        {"label": "cat", "scores": [0.9, 0.1]}, [{"a": 1}]))])
+def test_output_columns_are_named_as_the_flattening_names_them(output: dict[str, str]) -> None:
+    from chalicelib.monitor.flattening import flatten_record
+
+    expected: dict[str, None] = {}
+    for row in flatten_record({"captureData": {"endpointOutput": output}}):
+        expected.update(dict.fromkeys(row))
+    side = compare.Side("a", compare.Pairing())
+    side({"captureData": {"endpointOutput": output}, "eventMetadata": {}})
+    assert list(side.outputs) == list(expected)
+
+
+def _pair(index: int, answer: list[float] | None, shadow: bool = False,
+          error: bool = False, latency: float | None = 10.0,
+          key: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"inferenceId": key or f"r{index}"}
+    if shadow:
+        meta["invocationSource"] = "ShadowExperiment"
+        meta["sagegateArm"] = "shadow"
+    if error:
+        meta["sagegateError"] = {"Code": "ModelError", "Message": "500"}
+    if latency is not None:
+        meta["sagegateLatencyMs"] = latency
+    return experimentgen.record([1.0, 2.0, 3.0, 4.0], None if error else answer,
+                                experimentgen.HOUR, meta)
+
+
+def test_pairs_are_counted_by_inference_id() -> None:
+    a = [_pair(i, [0.9, 0.1]) for i in range(10)]
+    b = [_pair(i, [0.2, 0.8] if i < 2 else [0.6, 0.4], shadow=True) for i in range(8)]
+    b[7] = _pair(7, None, shadow=True, error=True)
+    b.append(_pair(3, [0.1, 0.9], shadow=True))  # an id seen already: not paired again
+    b.append(_pair(99, [0.1, 0.9], shadow=True))  # no A record has it
+    agreement = _compare(a, b)["agreement"]
+    assert agreement == {
+        "key": "eventMetadata.inferenceId", "pairs": 8, "compared": 7, "agreed": 5,
+        "agreement": 5 / 7, "note": "", "by": {"argmax": 7, "first_column": 0, "mixed": 0},
+        "with_error": 1, "not_comparable": 0, "unpaired_a": 2, "unpaired_b": 1,
+        "duplicate_ids_b": 1, "disagreements": [{"a": 0, "b": 1, "count": 2}]}
+
+
+def test_a_batch_pair_agrees_only_when_every_instance_does() -> None:
+    def batch(index: int, answers: list[list[float]], shadow: bool = False) -> dict[str, Any]:
+        record = _pair(index, [0.0], shadow=shadow)
+        record["captureData"]["endpointOutput"]["data"] = json.dumps({"predictions": answers})
+        return record
+
+    a = [batch(i, [[0.9, 0.1], [0.2, 0.8]]) for i in range(4)]
+    b = [batch(0, [[0.7, 0.3], [0.1, 0.9]], True), batch(1, [[0.7, 0.3], [0.6, 0.4]], True),
+         batch(2, [[0.1, 0.9], [0.6, 0.4]], True), batch(3, [[0.1, 0.9], [0.6, 0.4]], True)]
+    agreement = _compare(a, b)["agreement"]
+    assert (agreement["compared"], agreement["agreed"]) == (4, 1)
+    assert agreement["disagreements"] == [{"a": [0, 1], "b": [1, 0], "count": 2},
+                                          {"a": [0, 1], "b": [0, 0], "count": 1}]
+
+
+def test_two_independent_arms_have_no_agreement() -> None:
+    a = [_pair(i, [0.9, 0.1], key=f"a{i}") for i in range(5)]
+    b = [_pair(i, [0.9, 0.1], key=f"b{i}") for i in range(5)]
+    document = _compare(a, b, min_agreement=0.5)
+    assert document["agreement"]["agreement"] is None
+    assert document["agreement"]["unpaired_a"] == 5
+    assert document["agreement"]["unpaired_b"] == 5
+    assert document["agreement"]["note"].startswith("n/a: no record of B has")
+    assert document["verdict"]["failed"] == ["min_agreement"]  # not passed on nothing
+    assert "cannot be checked" in document["verdict"]["reasons"][0]
+
+
+def test_error_rates_come_from_error_records_only() -> None:
+    a = [_pair(i, [0.9, 0.1]) for i in range(50)]
+    b = [_pair(i, [0.9, 0.1], shadow=True, error=i % 10 == 0) for i in range(50)]
+    document = _compare(a, b, max_error_rate=0.1)
+    assert document["a"]["errors"]["rate"] is None  # a primary's failures are not captured
+    assert document["a"]["errors"]["note"] == compare.PRIMARY_ERRORS_NOTE
+    assert document["b"]["errors"] == {"count": 5, "records": 50, "rate": 0.1, "note": "",
+                                       "codes": {"ModelError": 5}}
+    assert not document["verdict"]["worse"]  # 10 % is not above 10 %
+    assert document["b"]["rows"] == 45  # a failed call's record is not in the distributions
+    assert _compare(a, b, max_error_rate=0.09)["verdict"]["failed"] == ["max_error_rate"]
+    clean = [_pair(i, [0.9, 0.1], shadow=True) for i in range(50)]
+    assert _compare(a, clean)["b"]["errors"]["rate"] == 0.0  # a shadow's records say it
+    two_arms = _compare(a, [_pair(i, [0.9, 0.1], key=f"b{i}") for i in range(5)],
+                        max_error_rate=0.5)
+    assert two_arms["b"]["errors"]["rate"] is None
+    assert two_arms["verdict"]["failed"] == ["max_error_rate"]
+
+
+def test_latency_percentiles_and_their_ratio_gate() -> None:
+    rng = random.Random(4)
+    fast = [round(rng.uniform(5, 50), 3) for _ in range(300)]
+    slow = [round(value * 1.5, 3) for value in fast]
+    a = [_pair(i, [0.9, 0.1], latency=v) for i, v in enumerate(fast)]
+    b = [_pair(i, [0.9, 0.1], shadow=True, latency=v) for i, v in enumerate(slow)]
+    b.append(_pair(300, [0.9, 0.1], shadow=True, latency=None))  # no latency: not counted
+    document = _compare(a, b, max_latency_ratio=1.4)
+    for p in (50, 90, 99):
+        assert document["a"]["latency_ms"][f"p{p}"] == float(np.percentile(fast, p))
+        assert document["b"]["latency_ms"][f"p{p}"] == float(np.percentile(slow, p))
+        assert document["latency_ratio"][f"p{p}"] == pytest.approx(1.5, rel=1e-3)
+    assert document["b"]["latency_ms"]["count"] == 300
+    assert len(document["verdict"]["reasons"]) == 3  # p50, p90 and p99, one a line
+    assert not _compare(a, b, max_latency_ratio=1.6)["verdict"]["worse"]
+    none = _compare(a, [_pair(i, [0.9, 0.1], shadow=True, latency=None) for i in range(9)],
+                    max_latency_ratio=2.0)
+    assert none["b"]["latency_ms"]["p50"] is None
+    assert none["verdict"]["failed"] == ["max_latency_ratio"]
+
+
+def _probability_records(n: int, seed: int, shift: float = 0.0, shadow: bool = False,
+                         input_shift: float = 0.0) -> Records:
+    rng = random.Random(seed)
+    records = []
+    for index in range(n):
+        p = min(max(rng.gauss(0.6 + shift, 0.1), 0.0), 1.0)
+        meta: dict[str, Any] = {"inferenceId": f"r{index}"}
+        if shadow:
+            meta["invocationSource"] = "ShadowExperiment"
+        features = [round(rng.gauss(input_shift, 1), 3), 1.0, 2.0, 3.0]
+        records.append(experimentgen.record(features, [round(p, 4), round(1 - p, 4)],
+                                            experimentgen.HOUR, meta))
+    return records
+
+
+def test_max_distance_gates_the_output_columns_only() -> None:
+    a = _probability_records(2000, seed=1)
+    b = _probability_records(2000, seed=2, shadow=True, input_shift=1.0)  # inputs moved
+    document = _compare(a, b, max_distance=0.1)
+    assert document["columns_gated"] == "output"
+    outputs = [c["name"] for c in document["columns"] if c["output"]]
+    assert outputs == ["prediction0", "prediction1"]  # listed first
+    feature0 = next(c for c in document["columns"] if c["name"] == "feature0")
+    assert feature0["distance"] > 0.3 and feature0["gated"] is False
+    assert feature0["beyond"] is None
+    assert not document["verdict"]["worse"]
+    moved = _compare(a, _probability_records(2000, seed=2, shift=0.1, shadow=True),
+                     max_distance=0.1)
+    assert moved["verdict"]["failed"] == ["max_distance"]
+    assert [r.split(":")[0] for r in moved["verdict"]["reasons"]] == ["prediction0",
+                                                                       "prediction1"]
+
+
+def test_robust_needs_the_ks_critical_distance_too_and_simple_does_not() -> None:
+    a = _probability_records(60, seed=1)
+    b = _probability_records(60, seed=3, shift=0.05, shadow=True)
+    robust = _compare(a, b, max_distance=0.05)
+    column = robust["columns"][0]
+    assert column["name"] == "prediction0"
+    assert 0.05 < column["distance"] < column["critical"]  # beyond X, within the noise
+    assert column["beyond"] is False and not robust["verdict"]["worse"]
+    simple = _compare(a, b, max_distance=0.05, comparison_method="Simple")
+    assert simple["columns"][0]["beyond"] is True
+    assert "max_distance" in simple["verdict"]["failed"]
+
+
+def test_an_output_column_on_one_side_only_fails_the_distance_gate() -> None:
+    a = [_pair(i, [0.9, 0.1]) for i in range(20)]
+    b = [_pair(i, [0.9, 0.1, 0.0], shadow=True) for i in range(20)]
+    document = _compare(a, b, max_distance=0.5)
+    assert document["only_b"] == [{"name": "prediction2", "output": True}]
+    assert document["verdict"]["reasons"] == [
+        "prediction2: an output column A does not have: --max-distance cannot be checked"]
+
+
+def test_without_thresholds_there_is_no_verdict_and_nothing_fails() -> None:
+    a = _probability_records(200, seed=1)
+    b = _probability_records(200, seed=2, shift=0.3, shadow=True)
+    document = _compare(a, b)
+    assert document["verdict"] == {"worse": False, "exit_status": 0, "checked": [],
+                                   "failed": [], "reasons": []}
+    assert document["thresholds"] == {"max_distance": None, "min_agreement": None,
+                                      "max_error_rate": None, "max_latency_ratio": None,
+                                      "comparison_method": "Robust"}
+    assert compare.lines(document)[-1] == "verdict: no threshold given (exit 0)"
+
+
+def test_with_a_preprocessor_every_column_is_gated() -> None:
+    pairing = compare.Pairing()
+    b = _read(_probability_records(300, seed=2, shadow=True, input_shift=1.0), "b", pairing,
+              preprocessed=True)
+    a = _read(_probability_records(300, seed=1), "a", pairing, preprocessed=True)
+    document = compare.compare(a, b, pairing, compare.Thresholds(max_distance=0.2), None,
+                               preprocessed=True)
+    assert document["columns_gated"] == "all"
+    assert {c["output"] for c in document["columns"]} == {None}
+    assert document["verdict"]["failed"] == ["max_distance"]  # feature0 moved
+    assert document["verdict"]["reasons"][0].startswith("feature0: distance")
+
+
+def test_a_shadow_side_is_kept_and_the_primary_side_skips_shadows() -> None:
+    records = _probability_records(10, seed=1, shadow=True)
+    pairing = compare.Pairing()
+    b = _read(records, "b", pairing)
+    a = _read(records, "a", pairing)
+    assert (b.side.records, b.tally.rows, b.tally.shadow) == (10, 10, 0)
+    assert (a.side.records, a.tally.rows, a.tally.shadow) == (0, 0, 10)
+
+
+def test_the_document_is_strict_json_and_the_report_is_self_contained(
+        tmp_path: Path) -> None:
+    experiment = experimentgen.experiment(tmp_path, 400, disagree_every=5, error_every=50)
+    pairing = compare.Pairing()
+    b = _read(experiment.shadow.records, "b", pairing)
+    a = _read(experiment.primary.records, "a", pairing)
+    document = compare.compare(a, b, pairing, compare.Thresholds(
+        max_distance=0.1, min_agreement=0.9, max_error_rate=0.05, max_latency_ratio=1.5),
+        None)
+    assert document["agreement"]["compared"] == experiment.compared
+    assert document["agreement"]["agreed"] == experiment.agreed
+    assert document["verdict"]["failed"] == ["min_agreement"]
+    json.loads(analysis.dumps(document))  # no NaN, no infinity
+    page = compare_report.render(document, a.statistics, b.statistics)
+    assert "WORSE" in page and "below --min-agreement 90.00%" in page
+    for forbidden in ("<script", "style=", "<link", "http://", "https://", "@import", "url("):
+        assert forbidden not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert len(re.findall(r'<svg class="chart"', page)) == len(document["columns"])
