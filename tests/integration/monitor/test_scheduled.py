@@ -252,8 +252,7 @@ def test_monitor_engine_decides_the_functions_app_py_declares(
     monkeypatch.setenv("MONITOR_BASELINE", "s3://b/baselines")
     monkeypatch.setenv("MONITOR_ENGINE", engine)
     module = monitored_app()
-    assert (module.MONITOR_ENGINE, module.MONITOR_FANNED_OUT) == (
-        deployed_settings.MONITOR_ENGINE, deployed_settings.ENGINE_STEPFUNCTIONS)
+    assert module.DEPLOYMENT.monitor_fanned_out is fanned_out  # read once, with the rest
     settings = deployed_settings.MonitorSettings.from_env({
         "MONITOR_BASELINE": "s3://b/baselines", "CAPTURE_DESTINATION": "s3://b/captures",
         "MONITOR_ENGINE": engine})
