@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 from chalicelib import awsclients
 from chalicelib.cache.prediction import PredictionCache
 from chalicelib.capture import CLOSE_FLUSH_SECONDS, Capturer
-from chalicelib.capture import extension as capture_extension
 from chalicelib.capture.extension import AfterHandlers
+from chalicelib.capture.extension import start as start_extension
 from chalicelib.core import aws, lifecycle
 from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
@@ -338,7 +338,7 @@ def _after_handlers(flush: Callable[[float | None], bool]) -> AfterHandlers:
     everywhere, finished as the process exits (``chalice local`` stopped by Ctrl-C or
     SIGTERM)."""
     on_lambda = lifecycle.on_lambda()
-    extension = capture_extension.start(flush) if on_lambda else None
+    extension = start_extension(flush) if on_lambda else None
     atexit.register(flush, CLOSE_FLUSH_SECONDS)
     return AfterHandlers(flush, extension, on_lambda)
 

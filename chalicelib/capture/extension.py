@@ -21,7 +21,6 @@ Only the standard library is used: the extension starts before anything else is 
 """
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
@@ -139,6 +138,8 @@ class CaptureExtension:
 
     def _call(self, method: str, path: str, headers: dict[str, str],
               body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+        import http.client  # (on Lambda only: an API's cold start elsewhere skips email.*)
+
         connection = http.client.HTTPConnection(self._host, self._port)  # no timeout: next
         try:  # blocks until Lambda has an event
             connection.request(method, path, body=body, headers=headers)
