@@ -186,6 +186,20 @@ def test_default_config_serves_the_committed_model() -> None:
     assert config.allow_fault_header is False
 
 
+def test_default_config_serves_the_int8_challenger_as_the_float_model_is_served() -> None:
+    config = load_config(REPO / "emulator" / "config.json")
+
+    (variant,) = config.endpoints["efficientnet-lite0-int8"].variants
+    assert (variant.name, variant.weight, variant.model) == ("AllTraffic", 1.0,
+                                                             "efficientnet-lite0-int8")
+    spec, float_spec = config.models[variant.model], config.models["efficientnet-lite0"]
+    assert spec.path == REPO / "emulator" / "models" / "efficientnet-lite0-int8" / "model.onnx"
+    assert spec.path.is_file()
+    assert (spec.kind, spec.preprocess, spec.classes) == (float_spec.kind, float_spec.preprocess,
+                                                          float_spec.classes)
+    assert config.endpoints["efficientnet-lite0-int8"].asynchronous is None
+
+
 COMPONENT_ENDPOINT: dict[str, Any] = {
     "models": {"net": {"path": "models/net.onnx"}},
     "endpoints": {"shared": {"inference_components": [
