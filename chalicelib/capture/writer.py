@@ -105,15 +105,9 @@ class CaptureWriter:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every inference handed over so far is stored or dropped; False when
         ``timeout`` (seconds) ran out first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             target = self._handed
-            while self._settled < target:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
+            return self._changed.wait_for(lambda: self._settled >= target, timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:
         """Flush, then stop taking inferences; False when the flush ran out of time (what is

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -62,12 +61,6 @@ class Shadows:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the calls handed over so far have ended; False when ``timeout`` ran out."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             target = self._handed
-            while self._settled < target:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
+            return self._changed.wait_for(lambda: self._settled >= target, timeout)
