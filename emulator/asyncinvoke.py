@@ -678,14 +678,15 @@ class AsyncInference:
         return Completion(status, message)
 
     def _deliver(self, job: Job, topic: str | None, status: str, message: dict[str, Any]) -> None:
-        """Sends a completion (SNS, the outbox), then forgets the job."""
-        self._notify(topic, message, job.accepted.inference_id)
+        """Keeps a completion in the outbox, then sends it (SNS), then forgets the job: the
+        local record first, so whoever acts on the notification finds it there too."""
         if self.outbox is not None:
             try:
                 self.outbox.append({"topic_arn": topic, "status": status, "message": message})
             except OSError as error:
                 LOG.error("async %s: cannot append to the outbox: %s",
                           job.accepted.inference_id, error)  # fmt: skip
+        self._notify(topic, message, job.accepted.inference_id)
         self._forget(job)
 
     def _notify(self, topic: str | None, message: dict[str, Any], inference_id: str) -> None:

@@ -247,8 +247,9 @@ def test_an_inference_component_a_model_names_is_granted_too(
 
     from sagegate.deploy import policy as policy_module
 
-    models = [types.SimpleNamespace(endpoint="shared", inference_component="Iris-IC"),
-              types.SimpleNamespace(endpoint="iris", inference_component=None)]
+    models = [types.SimpleNamespace(endpoint="shared", inference_component="Iris-IC",
+                                    experiment=None),
+              types.SimpleNamespace(endpoint="iris", inference_component=None, experiment=None)]
     monkeypatch.setattr(policy_module, "models", lambda stage: models)
     document = render(load_stage("prod"), "123456789012", "us-east-1")
     (invoke,) = [s for s in statements(document) if s["Sid"] == "InvokeOwnEndpoint"]
@@ -256,4 +257,31 @@ def test_an_inference_component_a_model_names_is_granted_too(
         invoke["Resource"]
     assert "arn:aws:sagemaker:us-east-1:123456789012:endpoint/shared" in invoke["Resource"]
     assert len([r for r in invoke["Resource"] if ":inference-component/" in r]) == 1
+    assert_no_wildcards(document)
+
+
+def test_every_arm_and_shadow_of_an_experiment_is_granted_and_nothing_else(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from chalicelib.registry.experiments import Arm, Experiment, Shadow
+    from sagegate.deploy import policy as policy_module
+
+    experiment = Experiment("e", (Arm("a", "lite0", weight=9),
+                                  Arm("b", "lite0-int8", inference_component="Int8-IC",
+                                      weight=1)),
+                            shadows=(Shadow("s", "lite0-shadow"),))
+    models = [types.SimpleNamespace(endpoint="lite0", inference_component=None,
+                                    experiment=experiment)]
+    monkeypatch.setattr(policy_module, "models", lambda stage: models)
+    document = render(load_stage("prod"), "123456789012", "us-east-1")
+    (invoke,) = [s for s in statements(document) if s["Sid"] == "InvokeOwnEndpoint"]
+    arn = "arn:aws:sagemaker:us-east-1:123456789012"
+    granted = set(invoke["Resource"])
+    assert {f"{arn}:endpoint/lite0", f"{arn}:endpoint/lite0-int8",
+            f"{arn}:endpoint/lite0-shadow", f"{arn}:inference-component/int8-ic"} <= granted
+    stage_endpoint = f"{arn}:endpoint/{load_stage('prod').endpoint_name.lower()}"
+    assert granted - {stage_endpoint} == {f"{arn}:endpoint/lite0", f"{arn}:endpoint/lite0-int8",
+                                          f"{arn}:endpoint/lite0-shadow",
+                                          f"{arn}:inference-component/int8-ic"}
     assert_no_wildcards(document)
