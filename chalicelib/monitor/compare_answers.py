@@ -1,0 +1,169 @@
+"""A record's answer, read from its ``endpointOutput`` for ``sagegate monitor compare``: its
+top-1 (:func:`top1`: what a pair of records agrees on) and the names of the columns it flattens
+to (:func:`output_names`: the columns ``max_distance`` gates), the JSON read once for both.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+import json
+import math
+from typing import Any
+
+ARGMAX, FIRST_COLUMN = "argmax", "first_column"
+
+
+@dataclasses.dataclass(frozen=True)
+class Top1:
+    """A record's top-1 answer: one label per instance, and how it was read."""
+
+    method: str
+    """``argmax`` (of each probability vector) or ``first_column`` (each instance's first
+    output value)."""
+    labels: tuple[Any, ...]
+
+
+
+def top1(output: Any) -> Top1 | None:
+    """The top-1 answer of a record's ``endpointOutput``, or None (no output, a binary one,
+    or one with no value).
+
+    JSON: a list of numbers is one probability vector, a list of such lists (or a TF Serving
+    ``{"predictions": [...]}`` of them) one per instance: each gives its argmax (the first
+    index of the largest value). Any other JSON gives its first value (in the flattened
+    column order) per instance of ``predictions``, or for the whole document. CSV: each
+    line's first value. Values are compared as the monitor reads them: a number as a number
+    (``1`` equals ``1.0``), anything else as its text.
+    """
+    return top1_of(parse_output(output))
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """An ``endpointOutput`` with text data: its encoding, its data and, JSON, the document
+    (``_UNREADABLE`` when it is not JSON)."""
+
+    encoding: str
+    data: str
+    document: Any = None
+
+
+_UNREADABLE = object()
+
+
+def parse_output(output: Any) -> Output | None:
+    """The output, its JSON read once (for its answer and its columns)."""
+    if not isinstance(output, dict) or not isinstance(output.get("data"), str):
+        return None
+    encoding = str(output.get("encoding", "")).upper()
+    data: str = output["data"]
+    if encoding != "JSON":
+        return Output(encoding, data)
+    try:
+        return Output(encoding, data, json.loads(data))
+    except (ValueError, RecursionError):
+        return Output(encoding, data, _UNREADABLE)
+
+
+def top1_of(output: Output | None) -> Top1 | None:
+    """The top-1 answer of an output already read (:func:`parse_output`), as :func:`top1`."""
+    if output is None:
+        return None
+    if output.encoding == "CSV":
+        labels = tuple(_value(line[0]) for line in csv.reader(io.StringIO(output.data))
+                       if line)
+        return Top1(FIRST_COLUMN, labels) if labels else None
+    if output.encoding != "JSON" or output.document is _UNREADABLE:
+        return None
+    document = output.document
+    batch = document.get("predictions") if isinstance(document, dict) else None
+    instances = batch if isinstance(batch, list) else [document]
+    if isinstance(document, list) and not _vector(document):
+        instances = document if document and all(_vector(item) for item in document) \
+            else [document]
+    if instances and all(_vector(item) for item in instances):
+        return Top1(ARGMAX, tuple(_argmax(item) for item in instances))
+    firsts = [_first_leaf(item) for item in instances]
+    if not firsts or any(label is _NONE for label in firsts):
+        return None
+    return Top1(FIRST_COLUMN, tuple(_value(label) for label in firsts))
+
+
+def _argmax(vector: list[float]) -> int:
+    """The first index of the largest value (numpy's ``argmax``, without an array)."""
+    return max(range(len(vector)), key=vector.__getitem__)
+
+
+def output_names(output: Output) -> tuple[str, ...] | None:
+    """The columns :func:`flatten_record` makes of the most common outputs, named without
+    flattening them: one CSV line (``_c0``, ...), a JSON list of scalars or a TF Serving
+    ``{"predictions": [...]}`` alone whose instances are all lists of scalars, or all scalars
+    (``prediction0``, ...); None for any other output (it is flattened)."""
+    if output.encoding == "CSV":
+        data = output.data.rstrip("\r\n")
+        if "\n" in data or '"' in data:
+            return None
+        return tuple(f"_c{i}" for i in range(data.count(",") + 1))
+    document = output.document
+    if isinstance(document, dict) and len(document) == 1 \
+            and isinstance(document.get("predictions"), list):
+        instances = document["predictions"]
+        if not instances:
+            return ()
+        if all(type(item) in _SCALARS for item in instances):
+            return ("prediction0",)
+        if not all(isinstance(item, list) and all(type(v) in _SCALARS for v in item)
+                   for item in instances):
+            return None
+        width = max(len(item) for item in instances)
+        return _predictions(width)
+    if isinstance(document, list) and all(type(v) in _SCALARS for v in document):
+        return _predictions(len(document))
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _predictions(width: int) -> tuple[str, ...]:
+    return tuple(f"prediction{i}" for i in range(width))
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _vector(item: Any) -> bool:
+    """A probability vector: a non-empty list of finite numbers (booleans are not)."""
+    return isinstance(item, list) and bool(item) and all(
+        type(value) in (int, float) and math.isfinite(value) for value in item)
+
+
+_NONE = object()
+
+
+def _first_leaf(value: Any) -> Any:
+    """The first scalar of a JSON value in the flattened columns' order (``_NONE``: none)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            return item
+    return _NONE
+
+
+def _value(value: Any) -> Any:
+    """A value as the monitor reads it: a number (from JSON or text) as a float, anything
+    else as its text (``true``, ``null`` as JSON writes them)."""
+    if type(value) in (int, float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    return json.dumps(value)
