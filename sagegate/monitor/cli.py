@@ -24,14 +24,13 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.monitor import analysis, compare, compare_report, documents, partial, windows
+from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.partial import PartialAnalysis
 from chalicelib.monitor.preprocessing import (
     HandlerError,
@@ -39,19 +38,30 @@ from chalicelib.monitor.preprocessing import (
     load_postprocessor,
     watching_interrupts,
 )
-from chalicelib.monitor.records import MAX_COLUMNS, RecordError, Tally
+from chalicelib.monitor.records import RecordError, Tally
 from chalicelib.monitor.statistics import FeatureLimitError
-from sagegate.monitor import datasets, files, sources, workers
+from sagegate.monitor import compare_cli, datasets, files, sources, workers
+from sagegate.monitor.cli_shared import (  # the exit statuses: importable here as before
+    EXIT_EMPTY,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_VIOLATIONS,
+    UsageError,
+    Window,
+    add_output_arguments,
+    reader_options,
+    refuse_all_bad,
+    span_text,
+    tally_text,
+    write_outputs,
+)
 
-EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
-EXIT_FAILED = 1
-"""A worker process died (killed, out of memory): as a crash of the command itself would."""
-Window = tuple[datetime.datetime, datetime.datetime]
+__all__ = ["EXIT_EMPTY", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
+           "EXIT_VIOLATIONS", "HELP", "UsageError", "add_parser", "configure", "main", "run"]
+
 HELP = "Model Monitor's data quality baseline and checks, on captures here or in S3"
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -74,7 +84,7 @@ def configure(monitor: argparse.ArgumentParser) -> None:
     baseline.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                           help="the CSV's first line is (or, --no-header, is not) a header "
                           "(default: detected)")
-    _output(baseline, window_default="every capture file")
+    add_output_arguments(baseline, window_default="every capture file")
     check = commands.add_parser("check", help="check a capture window against a baseline")
     check.add_argument("captures", metavar="CAPTURES", help="one endpoint's capture folder or "
                        "s3:// prefix (holding <variant>/yyyy/mm/dd/hh/*.jsonl or *.jsonl.gz)")
@@ -85,106 +95,8 @@ def configure(monitor: argparse.ArgumentParser) -> None:
                        help="a file defining postprocess_handler(), run after the analysis")
     check.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                        help="write report.html beside the JSON files (default: on)")
-    _output(check, window_default="the last full hour")
-    _configure_compare(commands)
-
-
-def _configure_compare(commands: Any) -> None:
-    parser = commands.add_parser(
-        "compare", help="the verdict between two models' captures: distances, agreement, "
-        "latency, errors (exit 3: B worse than a threshold)")
-    parser.add_argument("captures_a", metavar="CAPTURES_A", help="the primary's (champion's) "
-                        "capture folder or s3:// prefix (its shadow records are skipped)")
-    parser.add_argument("captures_b", metavar="CAPTURES_B", help="the challenger's, or the "
-                        "primary's shadow's, capture folder or s3:// prefix (every record)")
-    parser.add_argument("--max-distance", type=_fraction, metavar="X", help="each output "
-                        "column's distance between A and B at most X (0 to 1; as the drift "
-                        "check's, --comparison-method's)")
-    parser.add_argument("--comparison-method", choices=compare.METHODS, default="Robust",
-                        help="numbers: Robust (default: beyond X and the KS test's critical "
-                        "distance, as the check's default) or Simple (beyond X)")
-    parser.add_argument("--min-agreement", type=_fraction, metavar="X", help="B's top-1 "
-                        "answers equal to A's on at least X of the pairs (same inferenceId)")
-    parser.add_argument("--max-error-rate", type=_fraction, metavar="X",
-                        help="B's error rate (failed shadow calls' records) at most X")
-    parser.add_argument("--max-latency-ratio", type=_ratio, metavar="X", help="B's p50, p90 "
-                        "and p99 latency (sagegateLatencyMs) each at most X times A's")
-    parser.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
-                        help="write compare.html beside compare.json (default: on)")
-    _output(parser, window_default="the last full hour", workers=False)
-
-
-def _fraction(text: str) -> float:
-    value = _number(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text[:40]}")
-    return value
-
-
-def _ratio(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text[:40]}")
-    return value
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, not {text[:40]!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
-    return value
-
-
-def _output(parser: argparse.ArgumentParser, window_default: str,
-            workers: bool = True) -> None:
-    parser.add_argument("-o", "--output", required=True, metavar="DIR",
-                        help="folder for the output files (created)")
-    parser.add_argument("--start", metavar="WHEN", help=f"window start: an ISO 8601 time "
-                        f"(UTC unless a zone is given), 'now', or a duration relative to now "
-                        f"as Model Monitor's schedules write it (-PT1H, -P1D) (default: "
-                        f"{window_default})")
-    parser.add_argument("--end", metavar="WHEN", help="window end, exclusive (the same forms)")
-    parser.add_argument("--preprocess-handler", metavar="FILE",
-                        help="a Model Monitor record preprocessor (preprocess_handler), "
-                        "run unchanged on each capture record")
-    parser.add_argument("--exclude-cache-hits", action="store_true",
-                        help="leave out records of answers served from the cache")
-    parser.add_argument("--max-columns", type=_positive, default=MAX_COLUMNS, metavar="N",
-                        help=f"refuse a record or row of more than N columns (default: "
-                        f"{MAX_COLUMNS}; a wider one needs a --preprocess-handler that returns "
-                        f"the features to monitor)")
-    if not workers:
-        return
-    parser.add_argument("--workers", type=_workers, default=1, metavar="N",
-                        help="read the files (or the dataset) with N processes and merge "
-                        "their statistics: one process's counts and moments, sketches within "
-                        "their error (default: 1; 0 or 'auto': one per CPU)")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text[:40]!r}") \
-            from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _workers(text: str) -> int:
-    if text.strip().lower() in ("0", "auto"):
-        return _cpus()
-    return _positive(text)
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    count = getattr(os, "process_cpu_count", os.cpu_count)()  # process_cpu_count: 3.13
-    return max(1, count or 1)
+    add_output_arguments(check, window_default="the last full hour")
+    compare_cli.configure(commands)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -199,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             if args.monitor_command == "baseline":
                 return _baseline(args)
             if args.monitor_command == "compare":
-                return _compare(args)
+                return compare_cli.run(args)
             return _check(args)
     except KeyboardInterrupt:
         print("sagegate monitor: interrupted", file=sys.stderr)
@@ -246,7 +158,7 @@ def _baseline(args: argparse.Namespace) -> int:
                          f"dataset file")
     span = windows.window(args.start, args.end) if capture and (args.start or args.end) \
         else None
-    options = _options(args, span)
+    options = reader_options(args, span)
     if capture:
         start, end = span or (None, None)
         read = _captures(args, args.dataset, start, end, options, "baseline")
@@ -255,10 +167,10 @@ def _baseline(args: argparse.Namespace) -> int:
     files_out = analysis.baseline_files(read.analysis.statistics)
     tally = read.analysis.tally
     if not json.loads(files_out[analysis.STATISTICS])["dataset"]["item_count"]:
-        _refuse_all_bad(args.dataset, tally)
-        counted = f" ({_tally(tally)})" if tally.records else ""
+        refuse_all_bad(args.dataset, tally)
+        counted = f" ({tally_text(tally)})" if tally.records else ""
         raise UsageError(f"{args.dataset}: no rows to make a baseline of{counted}")
-    _write(Path(args.output), files_out)
+    write_outputs(Path(args.output), files_out)
     _summary(args.output, tally, files_out, span, read)
     return EXIT_OK
 
@@ -268,18 +180,19 @@ def _check(args: argparse.Namespace) -> int:
     postprocess = _postprocessor(args.postprocess_handler)
     start, end = windows.window(args.start, args.end)
     # a headerless CSV capture's columns take the baseline's names, by position
-    options = _options(args, (start, end), [str(f["name"]) for f in statistics["features"]])
+    options = reader_options(args, (start, end),
+                             [str(f["name"]) for f in statistics["features"]])
     read = _captures(args, args.captures, start, end, options, "check")
     result = analysis.check_statistics(read.analysis.statistics, statistics, constraints,
                                        title=args.captures, window=(start, end),
                                        with_report=args.report)
     tally = read.analysis.tally
     if not result.statistics["dataset"]["item_count"]:
-        _refuse_all_bad(args.captures, tally)
-        print(f"note: no records in {args.captures} from {_span((start, end))} "
-              f"({_tally(tally)}): nothing checked, no files written", file=sys.stderr)
+        refuse_all_bad(args.captures, tally)
+        print(f"note: no records in {args.captures} from {span_text((start, end))} "
+              f"({tally_text(tally)}): nothing checked, no files written", file=sys.stderr)
         return EXIT_EMPTY
-    _write(Path(args.output), result.files)
+    write_outputs(Path(args.output), result.files)
     _summary(args.output, tally, result.files, (start, end), read)
     if postprocess is not None:
         postprocess()
@@ -287,75 +200,6 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{violation['feature_name']}: {violation['constraint_check_type']}: "
               f"{violation['description']}")
     return EXIT_VIOLATIONS if result.violation_count else EXIT_OK
-
-
-def _compare(args: argparse.Namespace) -> int:
-    """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
-    write compare.json (and compare.html), print the figures and the verdict."""
-    start, end = windows.window(args.start, args.end)
-    thresholds = compare.Thresholds(args.max_distance, args.min_agreement,
-                                    args.max_error_rate, args.max_latency_ratio,
-                                    args.comparison_method)
-    options = _options(args, (start, end))
-    preprocess = workers.record_preprocessor(options)  # once, before the sources: as check
-    listed = {name: sources.capture_objects(source, start, end, "compare")
-              for name, source in (("a", args.captures_a), ("b", args.captures_b))}
-    pairing = compare.Pairing()
-    read: dict[str, compare.SideRead] = {}
-    for name, source in (("b", args.captures_b), ("a", args.captures_a)):
-        side = compare.Side(name, pairing, output_columns=preprocess is None,
-                            max_columns=args.max_columns)
-        reader = workers.reader(options, include_shadow=name == "b", observe=side,
-                                preprocess=preprocess)
-        opened = sources.open_captures(source, [item for item, _size in listed[name]])
-        result = partial.analyse_objects(reader, opened, args.max_columns)
-        read[name] = compare.SideRead(source, side, result.statistics.to_json(), result.tally)
-    empty = [name for name in ("a", "b") if not read[name].side.records]
-    for name in empty:  # a side of bad lines only is broken, not empty
-        _refuse_all_bad(read[name].source, read[name].tally)
-    if empty:
-        for name in empty:
-            print(f"note: no records in {name.upper()} ({read[name].source}) from "
-                  f"{_span((start, end))} ({_tally(read[name].tally)}): nothing compared, "
-                  f"no files written", file=sys.stderr)
-        return EXIT_EMPTY
-    document = compare.compare(read["a"], read["b"], pairing, thresholds, (start, end),
-                               preprocessed=preprocess is not None)
-    outputs = {compare_report.JSON: analysis.dumps(document),
-               compare_report.STATISTICS_A: analysis.dumps(read["a"].statistics),
-               compare_report.STATISTICS_B: analysis.dumps(read["b"].statistics)}
-    if args.report:
-        outputs[compare_report.HTML] = compare_report.render(
-            document, read["a"].statistics, read["b"].statistics)
-    _write(Path(args.output), outputs)
-    for name in ("a", "b"):
-        print(f"{name.upper()}: {_tally(read[name].tally)}", file=sys.stderr)
-    print(f"compared {_span((start, end))}; wrote {', '.join(sorted(outputs))} to "
-          f"{args.output}", file=sys.stderr)
-    for line in compare.lines(document):
-        print(line)
-    return EXIT_VIOLATIONS if document["verdict"]["worse"] else EXIT_OK
-
-
-def _refuse_all_bad(source: str, tally: Tally) -> None:
-    """No row, and lines or objects were skipped as unreadable: the source is broken, not
-    empty."""
-    if tally.rows or not (tally.bad_lines or tally.bad_objects):
-        return
-    skipped = []
-    if tally.bad_lines:
-        skipped.append(f"{tally.bad_lines} bad line(s) skipped, the first {tally.first_bad}")
-    if tally.bad_objects:
-        skipped.append(f"{tally.bad_objects} bad object(s) skipped, the first "
-                       f"{tally.first_bad_object}")
-    raise UsageError(f"{source}: no readable record: {'; '.join(skipped)}")
-
-
-def _options(args: argparse.Namespace, window: Window | None,
-             csv_names: list[str] | None = None) -> workers.ReaderOptions:
-    return workers.ReaderOptions(args.preprocess_handler, not args.exclude_cache_hits, window,
-                                 tuple(csv_names) if csv_names is not None else None,
-                                 args.max_columns)
 
 
 @dataclasses.dataclass
@@ -423,46 +267,11 @@ def _postprocessor(path: str | None) -> Callable[[], None] | None:
     return load_postprocessor(path) if path else None
 
 
-def _write(folder: Path, outputs: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in outputs.items():
-        with files.create_regular(folder / name) as file:
-            file.write(text.encode("utf-8"))
-
-
-def _tally(tally: Tally) -> str:
-    parts = [f"{tally.records} record(s) read", f"{tally.rows} row(s)"]
-    for label, count in (("outside the window", tally.outside_window),
-                         ("without a readable eventMetadata.inferenceTime", tally.untimed),
-                         ("shadow skipped", tally.shadow),
-                         ("cache hits excluded", tally.cache_hits_excluded),
-                         ("dropped by the preprocessor", tally.dropped),
-                         ("with nothing to flatten (use --preprocess-handler)", tally.empty)):
-        if count:
-            parts.append(f"{count} {label}")
-    if tally.bad_lines:
-        parts.append(f"{tally.bad_lines} bad line(s) skipped (the first {tally.first_bad})")
-    if tally.bad_objects:
-        parts.append(f"{tally.bad_objects} bad object(s) given up (the first "
-                     f"{tally.first_bad_object})")
-    return ", ".join(parts)
-
-
-def _span(window: Window) -> str:
-    """The window as given (to the second when it has seconds), not as whole hours."""
-    return f"{_when(window[0])} to {_when(window[1])}"
-
-
-def _when(moment: datetime.datetime) -> str:
-    shown = moment.replace(microsecond=0)
-    return f"{shown:%Y-%m-%dT%H:%M:%SZ}" if shown.second else f"{shown:%Y-%m-%dT%H:%MZ}"
-
-
 def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None,
              read_by: _Read | None = None) -> None:
-    read = _tally(tally) if tally.records or tally.bad_lines or tally.bad_objects \
+    read = tally_text(tally) if tally.records or tally.bad_lines or tally.bad_objects \
         else "dataset read"
-    span = f" from {_span(window)}" if window else ""
+    span = f" from {span_text(window)}" if window else ""
     shared = f" (in {read_by.parts} parts by {read_by.workers} worker processes)" \
         if read_by is not None and read_by.parts else ""
     print(f"{read}{span}{shared}; wrote {', '.join(sorted(outputs))} to {output}",

@@ -1,0 +1,124 @@
+"""``sagegate monitor compare CAPTURES_A CAPTURES_B -o DIR``: the verdict between two models'
+captures of a window (:mod:`chalicelib.monitor.compare`), its options and its run; the
+``monitor`` command (:mod:`sagegate.monitor.cli`) registers it. Exit status: 0 within every
+threshold given, 3 B worse than a threshold, 4 no records on a side (nothing compared).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from chalicelib.monitor import analysis, compare, compare_report, partial, windows
+from sagegate.monitor import sources, workers
+from sagegate.monitor.cli_shared import (
+    EXIT_EMPTY,
+    EXIT_OK,
+    EXIT_VIOLATIONS,
+    add_output_arguments,
+    reader_options,
+    refuse_all_bad,
+    span_text,
+    tally_text,
+    write_outputs,
+)
+
+
+def configure(commands: Any) -> None:
+    """Add the ``compare`` subcommand to the ``monitor`` command's subparsers."""
+    parser = commands.add_parser(
+        "compare", help="the verdict between two models' captures: distances, agreement, "
+        "latency, errors (exit 3: B worse than a threshold)")
+    parser.add_argument("captures_a", metavar="CAPTURES_A", help="the primary's (champion's) "
+                        "capture folder or s3:// prefix (its shadow records are skipped)")
+    parser.add_argument("captures_b", metavar="CAPTURES_B", help="the challenger's, or the "
+                        "primary's shadow's, capture folder or s3:// prefix (every record)")
+    parser.add_argument("--max-distance", type=_fraction, metavar="X", help="each output "
+                        "column's distance between A and B at most X (0 to 1; as the drift "
+                        "check's, --comparison-method's)")
+    parser.add_argument("--comparison-method", choices=compare.METHODS, default="Robust",
+                        help="numbers: Robust (default: beyond X and the KS test's critical "
+                        "distance, as the check's default) or Simple (beyond X)")
+    parser.add_argument("--min-agreement", type=_fraction, metavar="X", help="B's top-1 "
+                        "answers equal to A's on at least X of the pairs (same inferenceId)")
+    parser.add_argument("--max-error-rate", type=_fraction, metavar="X",
+                        help="B's error rate (failed shadow calls' records) at most X")
+    parser.add_argument("--max-latency-ratio", type=_ratio, metavar="X", help="B's p50, p90 "
+                        "and p99 latency (sagegateLatencyMs) each at most X times A's")
+    parser.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
+                        help="write compare.html beside compare.json (default: on)")
+    add_output_arguments(parser, window_default="the last full hour", workers=False)
+
+
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text[:40]}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text[:40]}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text[:40]!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
+    write compare.json (and compare.html), print the figures and the verdict."""
+    start, end = windows.window(args.start, args.end)
+    thresholds = compare.Thresholds(args.max_distance, args.min_agreement,
+                                    args.max_error_rate, args.max_latency_ratio,
+                                    args.comparison_method)
+    options = reader_options(args, (start, end))
+    preprocess = workers.record_preprocessor(options)  # once, before the sources: as check
+    listed = {name: sources.capture_objects(source, start, end, "compare")
+              for name, source in (("a", args.captures_a), ("b", args.captures_b))}
+    pairing = compare.Pairing()
+    read: dict[str, compare.SideRead] = {}
+    for name, source in (("b", args.captures_b), ("a", args.captures_a)):
+        side = compare.Side(name, pairing, output_columns=preprocess is None,
+                            max_columns=args.max_columns)
+        reader = workers.reader(options, include_shadow=name == "b", observe=side,
+                                preprocess=preprocess)
+        opened = sources.open_captures(source, [item for item, _size in listed[name]])
+        result = partial.analyse_objects(reader, opened, args.max_columns)
+        read[name] = compare.SideRead(source, side, result.statistics.to_json(), result.tally)
+    empty = [name for name in ("a", "b") if not read[name].side.records]
+    for name in empty:  # a side of bad lines only is broken, not empty
+        refuse_all_bad(read[name].source, read[name].tally)
+    if empty:
+        for name in empty:
+            print(f"note: no records in {name.upper()} ({read[name].source}) from "
+                  f"{span_text((start, end))} ({tally_text(read[name].tally)}): nothing compared, "
+                  f"no files written", file=sys.stderr)
+        return EXIT_EMPTY
+    document = compare.compare(read["a"], read["b"], pairing, thresholds, (start, end),
+                               preprocessed=preprocess is not None)
+    outputs = {compare_report.JSON: analysis.dumps(document),
+               compare_report.STATISTICS_A: analysis.dumps(read["a"].statistics),
+               compare_report.STATISTICS_B: analysis.dumps(read["b"].statistics)}
+    if args.report:
+        outputs[compare_report.HTML] = compare_report.render(
+            document, read["a"].statistics, read["b"].statistics)
+    write_outputs(Path(args.output), outputs)
+    for name in ("a", "b"):
+        print(f"{name.upper()}: {tally_text(read[name].tally)}", file=sys.stderr)
+    print(f"compared {span_text((start, end))}; wrote {', '.join(sorted(outputs))} to "
+          f"{args.output}", file=sys.stderr)
+    for line in compare.lines(document):
+        print(line)
+    return EXIT_VIOLATIONS if document["verdict"]["worse"] else EXIT_OK
