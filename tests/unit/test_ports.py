@@ -104,7 +104,7 @@ def test_without_proc_the_owner_is_unknown(tmp_path: Path) -> None:
 
 def test_an_unnamed_owner_still_leaves_one_way_out(monkeypatch: pytest.MonkeyPatch,
                                                    listening: int) -> None:
-    monkeypatch.setattr("sagegate.local.stack.describe_owner", lambda port: None)
+    monkeypatch.setattr("sagegate.local.preflight.describe_owner", lambda port: None)
     with pytest.raises(StartError) as refused:
         check_port_free(listening, "EMULATOR_PORT")
     message = str(refused.value)

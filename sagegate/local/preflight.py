@@ -1,0 +1,219 @@
+"""``sagegate run``'s checks before anything starts (:func:`preflight`): the ports (each a
+port number, free, no two the same), the settings the stage gives sagegate, its local API key,
+every registered model loaded as the function will, and the jobs' re-drive settings. The first
+problem found is a :class:`StartError` whose one line says what to change;
+:mod:`sagegate.local.stack` starts the stack on the :class:`Plan` they make.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, cast
+
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.registry.loading import MODELS_DIR, load_registry
+from sagegate.local.auth import UncheckableAuth, local_api_key
+from sagegate.local.aws import LocalJobs
+from sagegate.local.ports import describe_owner
+from sagegate.local.processes import HOST, api_env
+
+__all__ = ["PORTS", "Plan", "StartError", "check_auth", "check_models", "check_port_free",
+           "check_redrive", "check_settings", "preflight", "read_port", "stage_env"]
+
+PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080, "MOTO_PORT": 8070}
+"""The port variables ``sagegate run`` reads, with their defaults."""
+
+
+class StartError(Exception):
+    """``sagegate run`` cannot start; the message says why and what to change."""
+
+
+def read_port(environ: Mapping[str, str], name: str) -> int:
+    """The port in ``API_PORT`` or ``EMULATOR_PORT`` (or its default).
+
+    Raises:
+        StartError: not a port number.
+    """
+    raw = environ.get(name, "").strip() or str(PORTS[name])
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise StartError(f"{name} must be a port number 1..65535, got {raw!r}")
+    return int(raw)
+
+
+def check_port_free(port: int, name: str, host: str = HOST) -> None:
+    """Fails early, and clearly, when something already listens on ``host:port``.
+
+    Binds as the servers do (SO_REUSEADDR, so connections lingering in TIME_WAIT are no
+    obstacle) and lets go at once.
+
+    Raises:
+        StartError: naming the port, its variable, the program listening on it (command and
+            pid, when this user may see it) and how to pick another.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            reason = error.strerror
+        else:
+            return
+    other = 9000 if port != 9000 else 9001
+    owner = describe_owner(port)
+    what = (f"is used by {owner}: stop it" if owner else
+            f"is not available ({reason}; its program could not be named here: "
+            f"`lsof -i :{port}` may): stop what uses it")
+    raise StartError(f"port {port} on {host} ({name}) {what} or pick another port, "
+                     f"e.g. make run {name}={other}")
+
+
+def stage_env(stage: str, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment sagegate sees under ``chalice local --stage <stage>``: ``base``,
+    overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order).
+
+    A stage whose stack creates its capture stream (``capture_stream``) captures, locally, to
+    where that stream delivers, through the S3 sink on moto's server: moto's Firehose writes
+    one object per call under its prefix taken literally (no ``!{...}`` expressions), so the
+    monitor's layout would not be there.
+
+    Raises:
+        StartError: the config has no such stage or cannot be read.
+    """
+    from sagegate.deploy.stages import load_stage
+
+    try:
+        loaded = load_stage(stage)
+    except (KeyError, OSError, ValueError) as error:
+        raise StartError(f"cannot read stage {stage!r} of .chalice/config.json: "
+                         f"{error}") from None
+    env = {**base, **loaded.env}
+    if loaded.capture_stream and env.get("CAPTURE_DESTINATION", "").startswith("firehose://"):
+        env["CAPTURE_DESTINATION"] = loaded.capture_stream.strip()
+    return env
+
+
+def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
+    """Validates the settings exactly as sagegate will read them.
+
+    Raises:
+        StartError: a variable has a bad value; the message names it.
+    """
+
+    try:
+        return Settings.from_env(env)
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (set in the environment or in stage "
+                         f"{stage!r} of .chalice/config.json)") from None
+
+
+def check_models(settings: Settings, env: Mapping[str, str],
+                 root: Path | None = None) -> list[str]:
+    """Load every registered model as the function will at start-up: each model.json, and
+    each handler file its pipeline runs. Returns the model names.
+
+    Raises:
+        StartError: a model.json key or a handler file is wrong; the message names the file.
+    """
+    # Deferred: these bring numpy and the handler files' modules, which only starting the
+    # local stack needs, not every sagegate command.
+    from chalicelib.inference.predictions import load_labels
+    from chalicelib.inference.serving import ModelServer
+    from chalicelib.kinds import kind_of
+
+    try:
+        registry = load_registry(settings, {**env, "ENDPOINT_NAME": settings.endpoint_name},
+                                 root or MODELS_DIR, labels=load_labels(settings.labels))
+        handlers = ModelServer(cast(Any, None))  # loads the handler files; calls no endpoint
+        for model in registry.models.values():
+            kind_of(model).load(model, handlers)
+    except ConfigurationError as error:
+        raise StartError(f"bad model: {error.message}") from None
+    return registry.names()
+
+
+class Plan(NamedTuple):
+    """What ``sagegate run`` starts, once every check has passed."""
+
+    api_port: int
+    emulator_port: int
+    settings: Settings
+    api_key: str | None
+    """The key ``x-api-key`` must carry (a stage with API-key authentication), else None."""
+    moto_port: int = 0
+    """moto's server's port; 0 when the stage has jobs off (then no moto)."""
+    jobs_env: Mapping[str, str] = {}
+    """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
+    redrive_period: int = 0
+    """How often the event pump re-drives queued jobs (seconds; 0 with jobs off)."""
+
+
+def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
+    """The stage's local API key (None: open), see :mod:`sagegate.local.auth`.
+
+    Raises:
+        StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or
+            its settings are wrong.
+    """
+    try:
+        return local_api_key(stage, env)
+    except UncheckableAuth as error:
+        raise StartError(str(error)) from None
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (stage {stage!r} of "
+                         ".chalice/config.json)") from None
+
+
+def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
+    """Every check that needs no child process: ports, then settings and authentication.
+
+    Raises:
+        StartError: the first problem found.
+    """
+    ports = {"API_PORT": args.api_port, "EMULATOR_PORT": args.emulator_port,
+             "MOTO_PORT": args.moto_port}
+    ports = {name: given or read_port(environ, name) for name, given in ports.items()}
+    url = f"http://{HOST}:{ports['EMULATOR_PORT']}"
+    jobs_env = _jobs_env(ports["MOTO_PORT"])
+    env = stage_env(args.stage, api_env(url, jobs_env))
+    settings = check_settings(args.stage, env)
+    if not settings.jobs_enabled:
+        ports["MOTO_PORT"], jobs_env = 0, {}
+    _check_ports(ports)
+    api_key = check_auth(args.stage, env)
+    check_models(settings, env)
+    period = check_redrive(args.stage, env) if settings.jobs_enabled else 0
+    return Plan(ports["API_PORT"], ports["EMULATOR_PORT"], settings, api_key,
+                ports["MOTO_PORT"], jobs_env, period)
+
+
+def check_redrive(stage: str, env: Mapping[str, str]) -> int:
+    """The re-drive's period (the event pump runs it), its settings checked as the scheduled
+    function reads them.
+
+    Raises:
+        StartError: a ``JOB_REDRIVE_*`` variable has a bad value; the message names it.
+    """
+    from chalicelib.jobs.redrive import RedriveSettings
+
+    try:
+        return RedriveSettings.from_env(env).period_seconds
+    except ConfigurationError as error:
+        raise StartError(f"bad setting: {error} (set in the environment or in stage "
+                         f"{stage!r} of .chalice/config.json)") from None
+
+
+def _jobs_env(moto_port: int) -> dict[str, str]:
+    return LocalJobs(f"http://{HOST}:{moto_port}").settings_env()
+
+
+def _check_ports(ports: Mapping[str, int]) -> None:
+    used = {name: port for name, port in ports.items() if port}
+    for (first, port), (second, other) in itertools.combinations(used.items(), 2):
+        if port == other:
+            raise StartError(f"{first} and {second} are both {port}: pick different ports")
+    for name, port in used.items():
+        check_port_free(port, name)
