@@ -105,8 +105,10 @@ def lines(document: Mapping[str, Any]) -> list[str]:
         side = document[name]
         shadow = f", {side['shadow_records']} shadow" if side["shadow_records"] else ""
         arms = ", ".join(f"{arm} {count}" for arm, count in side["arms"].items())
-        out.append(f"{name.upper()} ({side['role']}) {side['source']}: {side['records']} "
-                   f"record(s){shadow}, {side['rows']} row(s)"
+        chosen = f" (arm {side['arm']}; {side['other_arms']} other record(s) left out)" \
+            if side.get("arm") is not None else ""
+        out.append(f"{name.upper()} ({side['role']}) {side['source']}{chosen}: "
+                   f"{side['records']} record(s){shadow}, {side['rows']} row(s)"
                    f"{f'; arms: {arms}' if arms else ''}")
     out.append(_agreement_line(document["agreement"]))
     columns = document["columns"]

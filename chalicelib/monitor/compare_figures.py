@@ -30,6 +30,7 @@ def side_document(read: SideRead, role: str, latency: dict[str, Any]) -> dict[st
     return {"source": read.source, "role": role, "records": side.records,
             "rows": int(read.statistics.get("dataset", {}).get("item_count", 0)),
             "shadow_records": side.shadow, "arms": dict(side.arms.most_common()),
+            "arm": side.arm, "other_arms": side.other_arms,
             "latency_ms": latency, "errors": side.error_rate(),
             "tally": dataclasses.asdict(read.tally)}
 

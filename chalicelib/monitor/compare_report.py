@@ -67,7 +67,8 @@ def _facts(document: Mapping[str, Any]) -> str:
         side = document[name]
         shadow = f", {side['shadow_records']} shadow" if side["shadow_records"] else ""
         arms = ", ".join(f"{arm}: {count}" for arm, count in side["arms"].items())
-        facts.append(f"{name.upper()} ({_e(side['role'])}): {side['records']} record(s)"
+        chosen = f", arm {side['arm']} only" if side.get("arm") is not None else ""
+        facts.append(f"{name.upper()} ({_e(side['role'] + chosen)}): {side['records']} record(s)"
                      f"{shadow}, {side['rows']} row(s){_e(f' (arms {arms})' if arms else '')}")
     return " &middot; ".join(facts)
 

@@ -134,14 +134,20 @@ class Side:
         output_columns: find which flattened columns are the output's (not with a
             preprocessor, whose rows are its own).
         max_columns: the widest row accepted (an output past it names no columns).
+        arm: keep only the records of this arm or shadow (``sagegateArm``): one experiment's
+            arm where several models' traffic shares an endpoint's folder (None: every
+            record).
     """
 
     def __init__(self, name: str, pairing: Pairing, output_columns: bool = True,
-                 max_columns: int = MAX_COLUMNS) -> None:
+                 max_columns: int = MAX_COLUMNS, arm: str | None = None) -> None:
         self.name = name
         self._pairing = pairing
         self._columns = output_columns
         self._naming_limit = max_columns
+        self.arm = arm
+        self.other_arms = 0
+        """Records left out by ``arm`` (another arm's, or no arm's)."""
         self.records = 0
         self.shadow = 0
         self.errors = 0
@@ -155,10 +161,13 @@ class Side:
     def __call__(self, record: dict[str, Any]) -> bool:
         found = record.get("eventMetadata")
         metadata: dict[str, Any] = found if isinstance(found, dict) else {}
+        arm = metadata.get(ARM_KEY)
+        if self.arm is not None and arm != self.arm:
+            self.other_arms += 1
+            return False
         self.records += 1
         if metadata.get("invocationSource") == SHADOW_SOURCE:
             self.shadow += 1
-        arm = metadata.get(ARM_KEY)
         if isinstance(arm, str):
             self.arms[arm] += 1
         key = metadata.get(PAIR_KEY)

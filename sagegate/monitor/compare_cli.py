@@ -35,6 +35,11 @@ def configure(commands: Any) -> None:
                         "capture folder or s3:// prefix (its shadow records are skipped)")
     parser.add_argument("captures_b", metavar="CAPTURES_B", help="the challenger's, or the "
                         "primary's shadow's, capture folder or s3:// prefix (every record)")
+    parser.add_argument("--arm-a", metavar="NAME", help="only A's records of this arm or "
+                        "shadow (eventMetadata.sagegateArm): one experiment's, where other "
+                        "traffic shares the endpoint's folder")
+    parser.add_argument("--arm-b", metavar="NAME", help="only B's records of this arm or "
+                        "shadow (as --arm-a)")
     parser.add_argument("--max-distance", type=_fraction, metavar="X", help="each output "
                         "column's distance between A and B at most X (0 to 1; as the drift "
                         "check's, --comparison-method's)")
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     read: dict[str, compare.SideRead] = {}
     for name, source in (("b", args.captures_b), ("a", args.captures_a)):
         side = compare.Side(name, pairing, output_columns=preprocess is None,
-                            max_columns=args.max_columns)
+                            max_columns=args.max_columns, arm=getattr(args, f"arm_{name}"))
         reader = workers.reader(options, include_shadow=name == "b", observe=side,
                                 preprocess=preprocess)
         opened = sources.open_captures(source, [item for item, _size in listed[name]])
@@ -102,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
         refuse_all_bad(read[name].source, read[name].tally)
     if empty:
         for name in empty:
-            print(f"note: no records in {name.upper()} ({read[name].source}) from "
+            arm = read[name].side.arm
+            chosen = f" of arm {arm!r} ({read[name].side.other_arms} of other arms)" \
+                if arm is not None else ""
+            print(f"note: no records{chosen} in {name.upper()} ({read[name].source}) from "
                   f"{span_text((start, end))} ({tally_text(read[name].tally)}): nothing compared, "
                   f"no files written", file=sys.stderr)
         return EXIT_EMPTY

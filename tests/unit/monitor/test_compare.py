@@ -22,10 +22,10 @@ Records = list[dict[str, Any]]
 
 
 def _read(records: Records, name: str, pairing: compare.Pairing,
-          preprocessed: bool = False) -> compare.SideRead:
+          preprocessed: bool = False, arm: str | None = None) -> compare.SideRead:
     """One side read as the command reads it (B keeps shadow records; the observer sees
     each record kept)."""
-    side = compare.Side(name, pairing, output_columns=not preprocessed)
+    side = compare.Side(name, pairing, output_columns=not preprocessed, arm=arm)
     reader = RecordReader(include_shadow=name == "b", observe=side)
     lines = [json.dumps(r) for r in records]
     result = partial.analyse_objects(reader, [(f"{name}.jsonl", lines)])
@@ -281,6 +281,38 @@ def test_with_a_preprocessor_every_column_is_gated() -> None:
     assert {c["output"] for c in document["columns"]} == {None}
     assert document["verdict"]["failed"] == ["max_distance"]  # feature0 moved
     assert document["verdict"]["reasons"][0].startswith("feature0: distance")
+
+
+def test_an_arm_is_chosen_where_two_experiments_share_an_endpoints_folder() -> None:
+    def of_arm(record: dict[str, Any], arm: str | None) -> dict[str, Any]:
+        if arm is not None:
+            record["eventMetadata"]["sagegateArm"] = arm
+        return record
+
+    # A's folder: the shadow test's primary and another test's arm; B's: its shadow and an arm
+    a = [of_arm(_pair(i, [0.9, 0.1]), "primary") for i in range(6)] + \
+        [of_arm(_pair(i, [0.1, 0.9], key=f"ab{i}"), "float") for i in range(4)] + \
+        [_pair(i, [0.1, 0.9], key=f"none{i}") for i in range(2)]
+    b = [of_arm(_pair(i, [0.9, 0.1], shadow=True), "shadow-int8") for i in range(6)] + \
+        [of_arm(_pair(i, [0.1, 0.9], key=f"int8-{i}"), "int8") for i in range(3)]
+    pairing = compare.Pairing()
+    side_b = _read(b, "b", pairing, arm="shadow-int8")
+    side_a = _read(a, "a", pairing, arm="primary")
+    document = compare.compare(side_a, side_b, pairing,
+                               compare.Thresholds(max_error_rate=0.0), None)
+    assert (document["a"]["records"], document["a"]["rows"]) == (6, 6)
+    assert (document["a"]["arm"], document["a"]["other_arms"]) == ("primary", 6)
+    assert (document["b"]["records"], document["b"]["other_arms"]) == (6, 3)
+    assert document["a"]["arms"] == {"primary": 6} and document["b"]["arms"] == {
+        "shadow-int8": 6}
+    agreement = document["agreement"]
+    assert (agreement["compared"], agreement["agreed"]) == (6, 6)
+    assert (agreement["unpaired_a"], agreement["unpaired_b"]) == (0, 0)
+    assert document["b"]["errors"]["rate"] == 0.0  # every record kept is a shadow's
+    assert not document["verdict"]["worse"]
+    assert "(arm primary; 6 other record(s) left out)" in compare.lines(document)[0]
+    every = _compare(a, b, max_error_rate=0.0)  # without arms: a mix, no error rate
+    assert every["b"]["errors"]["rate"] is None and every["verdict"]["worse"]
 
 
 def test_a_shadow_side_is_kept_and_the_primary_side_skips_shadows() -> None:
