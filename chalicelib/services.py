@@ -26,8 +26,15 @@ from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
+from chalicelib.experiments.assign import on_target
 from chalicelib.experiments.shadows import Shadows
-from chalicelib.inference.endpoint import EndpointClient, make_client, policy_from
+from chalicelib.inference.endpoint import (
+    EndpointClient,
+    make_client,
+    policy_from,
+    shadow_policy,
+    shadow_timeouts,
+)
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import ModelServer, ServingPipeline
@@ -86,7 +93,9 @@ class Services:
         self._cache = cache
         self._read_settings = read_settings
         self._env = env
+        self._endpoint_given = self._endpoint is not None
         self._pipelines: dict[tuple[str | None, ...], ServingPipeline] = {}
+        self._shadow_pipelines: dict[tuple[str | float | None, ...], ServingPipeline] = {}
         self._shadows: Shadows | None = None
         self._server: ModelServer | None = None
         self._job_store = job_store
@@ -146,14 +155,35 @@ class Services:
                 self._pipelines[key] = self._pipeline(model)
             return self._pipelines[key]
 
+    def shadow_pipeline_for(self, model: ModelSpec, seconds: float) -> ServingPipeline:
+        """A shadow target's pipeline (``model`` on the shadow's endpoint), whose endpoint
+        client reads for at most what the shadow's timeout, ``seconds``, leaves after its
+        preprocessing, and does not retry (:func:`shadow_timeouts`)."""
+        key = (*_target_key(model), seconds)
+        with self._lock:
+            if key not in self._shadow_pipelines:
+                endpoint = self._shadow_endpoint(seconds)
+                self._shadow_pipelines[key] = kind_of(model).pipeline(
+                    model, Parts(endpoint, ModelServer(endpoint)))
+            return self._shadow_pipelines[key]
+
+    def _shadow_endpoint(self, seconds: float) -> EndpointClient:
+        if self._endpoint_given:  # an injected client (tests): the same one, the shadow's policy
+            return EndpointClient(self.endpoint.client, shadow_policy(self.settings, seconds))
+        connect, read = shadow_timeouts(self.settings, seconds)
+        return EndpointClient(make_client(self.settings, read_timeout=read,
+                                          connect_timeout=connect),
+                              shadow_policy(self.settings, seconds))
+
     @property
     def shadows(self) -> Shadows:
         """The experiments' shadow calls, run after the caller's answer."""
         with self._lock:
             if self._shadows is None:
-                self._shadows = Shadows()
                 if self._after_handlers is None:
                     self._after_handlers = _after_handlers(self._flush_after_response)
+                # where the handler itself would wait for them, no shadow call is made
+                self._shadows = Shadows(off=self._after_handlers.held_work_waits())
             return self._shadows
 
     def _flush_after_response(self, timeout: float | None) -> bool:
@@ -233,6 +263,8 @@ class Services:
             kind_of(model).load(model, self.server)
             if model.experiment is not None and model.experiment.shadows:
                 _ = self.shadows  # (its flush after the response is set up during init)
+                for shadow in model.experiment.shadows:
+                    self.shadow_pipeline_for(on_target(model, shadow), shadow.timeout_seconds)
         if prime_codecs:
             predictor.warm_up()
 

@@ -167,6 +167,15 @@ class AfterHandlers:
         self.extension = extension
         self._on_lambda = on_lambda
 
+    def held_work_waits(self) -> str | None:
+        """Why work held after a response would hold the response itself here (a Lambda
+        environment without the extension: the handler flushes it before returning), or None
+        when it does not."""
+        if self.extension is None and self._on_lambda:
+            return ("this Lambda environment runs no after-response extension (SnapStart, or "
+                    "its registration failed): a shadow call would delay the caller's answer")
+        return None
+
     def handler_ended(self, remaining_seconds: float | None) -> None:
         """A handler returned: the extension flushes after the response; without it, on
         Lambda, the records are stored now, within the invocation's time; elsewhere the

@@ -9,12 +9,14 @@ proportion. Without a key (``sticky: none``, or a request that has none) each re
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
 from collections.abc import Callable
 
-from chalicelib.registry.experiments import Arm, Experiment, Sticky
+from chalicelib.registry.experiments import Arm, Experiment, Sticky, Target
+from chalicelib.registry.specs import ModelSpec
 
 
 def unit_hash(*parts: str) -> float:
@@ -41,3 +43,12 @@ def choose(experiment: Experiment, model: str, key: str | None,
 def sampled(model: str, shadow: str, inference_id: str, share: float) -> bool:
     """Whether a request (by its inference id) gets a copy for ``shadow`` (a share of them)."""
     return share >= 1.0 or unit_hash(model, shadow, inference_id) < share
+
+
+def on_target(model: ModelSpec, target: Target) -> ModelSpec:
+    """``model`` served by an arm's or a shadow's endpoint (and its variant, target model or
+    inference component, when it names one)."""
+    return dataclasses.replace(
+        model, endpoint=target.endpoint, variant=target.variant or model.variant,
+        target_model=target.target_model or model.target_model,
+        inference_component=target.inference_component or model.inference_component)

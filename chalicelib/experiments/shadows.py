@@ -2,7 +2,12 @@
 its own timeout, so a shadow that is slow, failing or down never changes the caller's answer
 or latency. Past the bound a copy is dropped at once, counted (``ShadowDropped``) and logged.
 :meth:`Shadows.flush` waits for the calls handed over (on Lambda, the capture extension calls
-it after each response, before the environment may freeze)."""
+it after each response, before the environment may freeze).
+
+Where nothing can run after the response (a Lambda environment without the extension: under
+SnapStart, or when its registration failed), the handler would have to wait for its shadows
+before answering: there the pool is off (``off`` says why, logged once), and each copy is
+skipped, counted (``ShadowSkipped``), never made."""
 from __future__ import annotations
 
 import logging
@@ -23,7 +28,13 @@ MAX_PENDING = 64
 class Shadows:
     """Runs shadow calls in the background (see the module)."""
 
-    def __init__(self, threads: int = THREADS, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, threads: int = THREADS, max_pending: int = MAX_PENDING,
+                 off: str | None = None) -> None:
+        self.off = off
+        """Why no shadow call is made here (None: they are)."""
+        if off is not None:
+            LOG.warning("shadow copies are off: %s", off)
+        self.skipped = 0
         self._threads = threads
         self._max_pending = max_pending
         self._pool: ThreadPoolExecutor | None = None
@@ -33,7 +44,13 @@ class Shadows:
         self._changed = threading.Condition()
 
     def submit(self, call: Callable[[], None]) -> bool:
-        """Run ``call`` in the background; False (dropped, counted) when too many wait."""
+        """Run ``call`` in the background; False (dropped, counted) when too many wait, or
+        when shadows are off here (skipped, counted)."""
+        if self.off is not None:
+            with self._changed:
+                self.skipped += 1
+            emit_count("ShadowSkipped", 1)
+            return False
         with self._changed:
             if self._handed - self._settled >= self._max_pending:
                 self.dropped += 1

@@ -8,7 +8,6 @@ import it); the request and its log line come from the thread's
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from typing import Protocol
@@ -22,12 +21,13 @@ from chalicelib.core.config import Settings
 from chalicelib.core.errors import EndpointTimeoutError, SagegateError
 from chalicelib.core.observability import RequestLog
 from chalicelib.experiments import assign
+from chalicelib.experiments.assign import on_target
 from chalicelib.experiments.shadows import Shadows
 from chalicelib.http.exchange import Exchanges, HttpAnswer
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.kinds import kind_of
-from chalicelib.registry.experiments import Arm, Shadow, Sticky, Target
+from chalicelib.registry.experiments import Arm, Shadow, Sticky
 from chalicelib.registry.specs import ModelSpec
 
 CAPTURE_SECONDS = 10.0
@@ -54,6 +54,8 @@ class ServingParts(Protocol):
     def capturer(self) -> Capturer: ...
 
     def pipeline_for(self, model: ModelSpec) -> ServingPipeline: ...
+
+    def shadow_pipeline_for(self, model: ModelSpec, seconds: float) -> ServingPipeline: ...
 
     @property
     def shadows(self) -> Shadows: ...
@@ -117,15 +119,6 @@ def _arm(model: ModelSpec, exchanges: Exchanges) -> Arm | None:
     return assign.choose(experiment, model.name, key)
 
 
-def on_target(model: ModelSpec, target: Target) -> ModelSpec:
-    """``model`` served by an arm's or a shadow's endpoint (and its variant, target model or
-    inference component, when it names one)."""
-    return dataclasses.replace(
-        model, endpoint=target.endpoint, variant=target.variant or model.variant,
-        target_model=target.target_model or model.target_model,
-        inference_component=target.inference_component or model.inference_component)
-
-
 def exchange_ms(timer: StageTimer) -> float | None:
     """The endpoint exchange's milliseconds (the image pipeline's ``endpoint`` stage; the
     others' ``model`` stage, their work around the call included)."""
@@ -139,10 +132,16 @@ def shadow_copies(parts: ServingParts, model: ModelSpec, request: ModelRequest,
     assert model.experiment is not None
     for shadow in model.experiment.shadows:
         if assign.sampled(model.name, shadow.name, request_id, shadow.sample):
-            target = on_target(model, shadow)
             parts.shadows.submit(functools.partial(
-                run_shadow, parts.pipeline_for(target), parts.capturer, target, shadow,
-                request, request_id))
+                _shadow_call, parts, on_target(model, shadow), shadow, request, request_id))
+
+
+def _shadow_call(parts: ServingParts, target: ModelSpec, shadow: Shadow,
+                 request: ModelRequest, request_id: str) -> None:
+    """On the shadow pool's thread: the shadow's pipeline (built there the first time, off
+    the caller's path), then its call."""
+    run_shadow(parts.shadow_pipeline_for(target, shadow.timeout_seconds), parts.capturer,
+               target, shadow, request, request_id)
 
 
 def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,

@@ -340,14 +340,16 @@ def _inference_component_error(invocation: Invocation) -> InvalidParameterError:
         f"{invocation.inference_component!r}.")
 
 
-def make_client(settings: Settings, read_timeout: float | None = None) -> SageMakerRuntimeClient:
+def make_client(settings: Settings, read_timeout: float | None = None,
+                connect_timeout: float | None = None) -> SageMakerRuntimeClient:
     """A sagemaker-runtime client with sagegate's timeouts and botocore's retries off
-    (``read_timeout``: instead of ``ENDPOINT_READ_TIMEOUT``, as a job's client has).
+    (``read_timeout``, ``connect_timeout``: instead of ``ENDPOINT_READ_TIMEOUT`` and
+    ``ENDPOINT_CONNECT_TIMEOUT``, as a job's and a shadow's clients have).
 
     boto3 honours ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, which is how the emulator is used.
     """
     policy = dataclasses.replace(aws.ENDPOINT.with_timeouts(
-        settings.endpoint_connect_timeout,
+        settings.endpoint_connect_timeout if connect_timeout is None else connect_timeout,
         settings.endpoint_read_timeout if read_timeout is None else read_timeout),
         max_pool_connections=pool_size(settings))
     client: SageMakerRuntimeClient = awsclients.build("sagemaker-runtime", policy)
@@ -371,6 +373,30 @@ def pool_size(settings: Settings, *, on_lambda: bool | None = None) -> int:
     if on_lambda is None:
         on_lambda = lifecycle.on_lambda()
     return 1 if on_lambda else LOCAL_POOL_CONNECTIONS
+
+
+SHADOW_PREPARE_SHARE = 0.2
+"""The share of a shadow's timeout kept for its preprocessing (at most
+:data:`SHADOW_PREPARE_SECONDS`); the endpoint call has the rest."""
+SHADOW_PREPARE_SECONDS = 1.0
+SHADOW_CONNECT_SHARE = 0.1
+"""The most of a shadow's timeout its connection may take (and never more than
+``ENDPOINT_CONNECT_TIMEOUT``)."""
+
+
+def shadow_timeouts(settings: Settings, seconds: float) -> tuple[float, float]:
+    """A shadow call's connect and read timeouts, so that its preprocessing and one endpoint
+    attempt fit in its ``timeout_seconds`` (``seconds``) however long the stage's own
+    ``ENDPOINT_READ_TIMEOUT`` is."""
+    prepare = min(SHADOW_PREPARE_SECONDS, seconds * SHADOW_PREPARE_SHARE)
+    connect = min(settings.endpoint_connect_timeout, seconds * SHADOW_CONNECT_SHARE)
+    return connect, seconds - prepare - connect
+
+
+def shadow_policy(settings: Settings, seconds: float) -> RetryPolicy:
+    """A shadow call's policy: one attempt (a shadow is not retried), within ``seconds``."""
+    connect, read = shadow_timeouts(settings, seconds)
+    return RetryPolicy(max_attempts=1, budget_seconds=seconds, attempt_timeout=connect + read)
 
 
 def policy_from(settings: Settings, *, job: bool = False) -> RetryPolicy:

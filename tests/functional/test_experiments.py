@@ -160,6 +160,27 @@ def test_a_failing_shadow_changes_nothing_the_caller_sees_and_is_recorded(lab: A
     assert failed["eventMetadata"]["inferenceId"] == answer.headers["X-Request-Id"]
 
 
+def test_where_the_handler_would_wait_for_shadows_none_is_made(
+        lab: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Lambda environment without the after-response extension (SnapStart's): a shadow call
+    would hold the response, so the copy is skipped and counted, never made."""
+    client, runtime, services, captures = lab
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sagegate-dev")
+    monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.13")
+    monkeypatch.setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "snap-start")
+    monkeypatch.delenv("AWS_LAMBDA_RUNTIME_API", raising=False)
+    runtime.gate.clear()  # a shadow call, if one were made, would hang here
+    answer = post(client, "user-5")
+    assert answer.status_code == 200
+    assert services.shadows.off is not None and services.shadows.skipped == 1
+    assert services.shadows.flush(0.05)  # nothing was handed over
+    assert "iris-shadow" not in runtime.calls
+    assert '"ShadowSkipped":[1' in capsys.readouterr().out.replace(" ", "")
+    runtime.gate.set()
+    assert not [r for r in records(services, captures)
+                if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
+
+
 def test_the_catalog_shows_the_experiment(lab: Any) -> None:
     client, *_ = lab
     described = json.loads(client.http.get("/models/iris").body)

@@ -1,8 +1,6 @@
 """The experiments ``make run`` serves, on its own stack: the default emulator (the float
-EfficientNet-Lite0 and its int8 quantization, each its own endpoint) and ``chalice local``
-with the local stage's environment, only the capture folder moved to a temporary one (run as
-the ``test`` stage, which sets none of those variables: chalice local applies a stage's own
-variables over the process's, so the local stage's ``captures`` could not be moved).
+EfficientNet-Lite0 and its int8 quantization, each its own endpoint) and ``chalice local
+--stage local``, run in a copy of the project so that its ``captures/`` is the copy's.
 
 * ``efficientnet-lite0-ab``: 50/50, sticky by ``X-User-Id``. 300 distinct callers land
   within 40-60 % per arm; one caller's 15 requests meet one arm; the answer names its arm in
@@ -18,6 +16,7 @@ from __future__ import annotations
 import collections
 import datetime
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -34,7 +33,12 @@ import urllib3
 from playwright.sync_api import Browser
 from skimage import data
 
-from sagegate.local.processes import ApiProcess, free_port, start_api, start_emulator
+from sagegate.local.processes import (
+    ApiProcess,
+    free_port,
+    start_chalice_local,
+    start_emulator,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -68,22 +72,22 @@ class Local:
 @pytest.fixture(scope="module")
 def local() -> Iterator[Local]:
     with tempfile.TemporaryDirectory(prefix="sagegate-experiments-") as folder:
-        captures = Path(folder) / "captures"
-        with open(Path(folder) / "emulator.log", "w") as emulator_log, \
+        root = Path(folder)
+        for name in ("app.py", "chalicelib", ".chalice"):
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, root / name,
+                                ignore=shutil.ignore_patterns("__pycache__", "deployments"))
+            else:
+                shutil.copy2(ROOT / name, root / name)
+        with open(root / "emulator.log", "w") as emulator_log, \
                 start_emulator(echo_stderr=emulator_log) as emulator, \
-                open(Path(folder) / "api.log", "wb") as api_log:
-            api = start_api(free_port(), emulator.url, stage="test", log=api_log,
-                            env={**_local_stage_env(), "CAPTURE_DESTINATION": str(captures)})
+                open(root / "api.log", "wb") as api_log:
+            api = start_chalice_local(free_port(), emulator.url, project_dir=root,
+                                      stage="local", log=api_log)
             try:
-                yield Local(api, captures)
+                yield Local(api, root / "captures")  # the local stage's CAPTURE_DESTINATION
             finally:
                 api.stop()
-
-
-def _local_stage_env() -> dict[str, str]:
-    config = json.loads((ROOT / ".chalice" / "config.json").read_text(encoding="utf-8"))
-    return {**config["environment_variables"],
-            **config["stages"]["local"]["environment_variables"]}
 
 
 def _jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:

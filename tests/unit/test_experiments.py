@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from chalicelib.capture.extension import AfterHandlers
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.experiments import assign
+from chalicelib.experiments.shadows import Shadows
+from chalicelib.inference.endpoint import shadow_policy, shadow_timeouts
 from chalicelib.registry.experiments import Arm, Experiment
 from chalicelib.registry.loading import load_model
 
@@ -104,3 +107,31 @@ def test_a_shadow_samples_a_share_of_requests_by_their_id() -> None:
     picked = sum(assign.sampled("m", "s", f"req-{n}", 0.2) for n in range(5000))
     assert 900 <= picked <= 1100
     assert all(assign.sampled("m", "s", f"req-{n}", 1.0) for n in range(10))
+
+
+def test_shadows_that_are_off_skip_every_copy_and_count_it() -> None:
+    ran: list[int] = []
+    shadows = Shadows(off="the handler would wait")
+    assert not shadows.submit(lambda: ran.append(1))
+    assert (shadows.skipped, shadows.dropped, ran) == (1, 0, [])
+    assert shadows.flush(0)
+    assert AfterHandlers(lambda _: True, None, on_lambda=True).held_work_waits()
+    assert AfterHandlers(lambda _: True, None, on_lambda=False).held_work_waits() is None
+
+
+@pytest.mark.parametrize("read_timeout", [2.0, 20.0, 26.0])
+@pytest.mark.parametrize("seconds", [0.5, 5.0, 60.0])
+def test_a_shadow_call_fits_its_own_timeout_whatever_the_stages_read_timeout(
+        read_timeout: float, seconds: float) -> None:
+    """A shadow's one attempt and its preprocessing fit in its timeout_seconds: a stage whose
+    ENDPOINT_READ_TIMEOUT is longer than the shadow's timeout must not refuse every copy."""
+    settings = Settings.from_env({"ENDPOINT_NAME": "e", "ENDPOINT_READ_TIMEOUT": str(read_timeout),
+                                  "REQUEST_BUDGET_SECONDS": "29"})
+    connect, read = shadow_timeouts(settings, seconds)
+    assert 0 < connect <= settings.endpoint_connect_timeout and read > 0
+    policy = shadow_policy(settings, seconds)
+    assert policy.max_attempts == 1 and policy.budget_seconds == seconds
+    assert policy.attempt_timeout == pytest.approx(connect + read)
+    started = 1000.0
+    preparing = policy.preprocessing_deadline(started + seconds) - started
+    assert 0 < preparing <= min(1.0, seconds * 0.2) + 1e-9  # time left to preprocess
