@@ -3,15 +3,16 @@ sagegate beside the 2018 reference (parts 1 and 2), under load beside the emulat
 3), for the non-image models beside a bare endpoint call (pipelines) and, shrinking on the
 client, beside sending the original (clients), a prediction cache hit beside a miss (cache),
 the request's capture stage inline beside after the response (capture),
-the data-quality monitor's check of a capture window beside reading it (monitor), and a job
-beside the synchronous route for an input both take (jobs)."""
+the data-quality monitor's check of a capture window beside reading it (monitor), a job
+beside the synchronous route for an input both take (jobs), and a model whose every request is
+copied to a 75 s shadow beside the same model without (experiments)."""
 from __future__ import annotations
 
 import argparse
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -21,6 +22,7 @@ from bench import (
     capture,
     clients,
     e2e,
+    experiments,
     frontend,
     images,
     imports,
@@ -34,7 +36,7 @@ from bench.report import Report
 from bench.timing import Budgets
 
 PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "capture", "monitor", "jobs",
-         "all")
+         "experiments", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -50,7 +52,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "response with a 50 ms sink; monitor: sagegate monitor check over "
                              "capture "
                              "records against reading them; jobs: a job's added latency over "
-                             "the synchronous route; all (default): the nine")
+                             "the synchronous route; experiments: the callers' latency with a "
+                             "shadow at the 75 s slow endpoint and without; all (default): "
+                             "the ten")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -81,32 +85,33 @@ def _summary(out: Report) -> None:
         out.say(f"  FAILED: {failure}")
 
 
+def _parts(args: argparse.Namespace, budgets: Budgets) -> dict[str, Callable[[], Report]]:
+    """Each part, run when called, in the order ``all`` runs them."""
+    return {
+        "frontend": lambda: _frontend(budgets),
+        "e2e": lambda: e2e.report(images.build(images.E2E_INPUTS), budgets.e2e),
+        # a smoke run does not overwrite the plot the README shows
+        "load": lambda: load_report.report(
+            quick=args.quick, plot_path=None if args.quick else load_report.PLOT_PATH),
+        "pipelines": lambda: pipelines.report(budgets),
+        "clients": lambda: clients.report(budgets.e2e),
+        "cache": lambda: cache.report(budgets.e2e),
+        "capture": lambda: capture.report(budgets.image),
+        "monitor": lambda: monitor.report(quick=args.quick),
+        "jobs": lambda: jobs.report(budgets.e2e),
+        "experiments": lambda: experiments.report(quick=args.quick),
+    }
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m bench") -> int:
     """Run the chosen parts; exit 1 only if the two sides disagree on an answer."""
     args = parse_args(argv, prog)
     budgets = Budgets.quick() if args.quick else Budgets.full()
     out = Report()
     out.say(_banner(args))
-    if args.part in ("frontend", "all"):
-        out.merge(_frontend(budgets))
-    if args.part in ("e2e", "all"):
-        out.merge(e2e.report(images.build(images.E2E_INPUTS), budgets.e2e))
-    if args.part in ("load", "all"):
-        # a smoke run does not overwrite the plot the README shows
-        out.merge(load_report.report(quick=args.quick,
-                                     plot_path=None if args.quick else load_report.PLOT_PATH))
-    if args.part in ("pipelines", "all"):
-        out.merge(pipelines.report(budgets))
-    if args.part in ("clients", "all"):
-        out.merge(clients.report(budgets.e2e))
-    if args.part in ("cache", "all"):
-        out.merge(cache.report(budgets.e2e))
-    if args.part in ("capture", "all"):
-        out.merge(capture.report(budgets.image))
-    if args.part in ("monitor", "all"):
-        out.merge(monitor.report(quick=args.quick))
-    if args.part in ("jobs", "all"):
-        out.merge(jobs.report(budgets.e2e))
+    for name, run in _parts(args, budgets).items():
+        if args.part in (name, "all"):
+            out.merge(run())
     _summary(out)
     return 1 if out.failures else 0
 

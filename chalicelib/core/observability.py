@@ -103,6 +103,8 @@ class RequestLog:
     variant: str | None = None
     attempts: int | None = None
     capture: str | None = None
+    shadows: dict[str, int] | None = None
+    """An experiment's shadow copies of the request: ``queued``, ``dropped``, ``skipped``."""
     cache: str | None = None
     """The prediction cache: ``hit``, ``miss`` or ``bypass`` (model routes and /predict)."""
     cache_tier: str | None = None
@@ -159,6 +161,9 @@ class RequestLog:
         if self.capture in _CAPTURE_METRICS:
             metrics.add_metric(name=_CAPTURE_METRICS[self.capture], unit=MetricUnit.Count,
                                value=1)
+        for outcome, count in (self.shadows or {}).items():
+            metrics.add_metric(name=f"Shadow{outcome.capitalize()}", unit=MetricUnit.Count,
+                               value=count)
         self._cache_metrics(metrics)
         _publish(metrics)
         if self.error_code:

@@ -99,7 +99,7 @@ def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAn
                     served, request_id, request.options.custom_attributes, deadline,
                     arm=log.arm, latency_ms=exchange_ms(timer) if arm is not None else None)
         if model.experiment is not None and model.experiment.shadows:
-            shadow_copies(parts, model, request, request_id)
+            log.shadows = shadow_copies(parts, model, request, request_id) or None
     finally:
         note_cache(log, cache, timer)  # an error answer's log line says it too
     return model_answer(served, timer, cache, log.arm)
@@ -127,13 +127,17 @@ def exchange_ms(timer: StageTimer) -> float | None:
 
 
 def shadow_copies(parts: ServingParts, model: ModelSpec, request: ModelRequest,
-                  request_id: str) -> None:
-    """Hand each sampled shadow its copy of the request, run after the answer."""
+                  request_id: str) -> dict[str, int]:
+    """Hand each sampled shadow its copy of the request, run after the answer; how many
+    copies were queued, dropped (a full pool) or skipped (shadows off here)."""
     assert model.experiment is not None
+    handed: dict[str, int] = {}
     for shadow in model.experiment.shadows:
         if assign.sampled(model.name, shadow.name, request_id, shadow.sample):
-            parts.shadows.submit(functools.partial(
+            outcome = parts.shadows.submit(functools.partial(
                 _shadow_call, parts, on_target(model, shadow), shadow, request, request_id))
+            handed[outcome] = handed.get(outcome, 0) + 1
+    return handed
 
 
 def _shadow_call(parts: ServingParts, target: ModelSpec, shadow: Shadow,

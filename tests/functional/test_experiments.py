@@ -133,13 +133,15 @@ def test_the_cache_never_answers_one_arm_with_another_arms_answer(lab: Any) -> N
         assert top_index(again) == {"a": 0, "b": 1}[arm]
 
 
-def test_a_shadow_gets_a_copy_after_the_answer_paired_by_the_request_id(lab: Any) -> None:
+def test_a_shadow_gets_a_copy_after_the_answer_paired_by_the_request_id(
+        lab: Any, capsys: pytest.CaptureFixture[str]) -> None:
     client, runtime, services, captures = lab
     runtime.gate.clear()  # the shadow endpoint holds every call
     answer = post(client, "user-7")
     assert answer.status_code == 200  # answered while the shadow is still held
     request_id = answer.headers["X-Request-Id"]
     assert not services.shadows.flush(0.05)
+    assert '"shadows":{"queued":1}' in capsys.readouterr().out.replace(" ", "")
     runtime.gate.set()
     shadow = [r for r in records(services, captures)
               if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
@@ -175,7 +177,9 @@ def test_where_the_handler_would_wait_for_shadows_none_is_made(
     assert services.shadows.off is not None and services.shadows.skipped == 1
     assert services.shadows.flush(0.05)  # nothing was handed over
     assert "iris-shadow" not in runtime.calls
-    assert '"ShadowSkipped":[1' in capsys.readouterr().out.replace(" ", "")
+    printed = capsys.readouterr().out.replace(" ", "")
+    assert '"shadows":{"skipped":1}' in printed  # the request's log line
+    assert '"ShadowSkipped":[1' in printed  # and its metrics
     runtime.gate.set()
     assert not [r for r in records(services, captures)
                 if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
