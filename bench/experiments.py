@@ -38,7 +38,13 @@ from bench import table
 from bench.jobs import p90, rounds
 from bench.report import Report
 from bench.timing import Budget
-from sagegate.local.processes import ROOT, free_port, start_chalice_local, start_emulator
+from sagegate.local.processes import (
+    ROOT,
+    copy_project,
+    free_port,
+    start_chalice_local,
+    start_emulator,
+)
 
 PLAIN, ARMED, SHADOWED = "iris", "iris-armed", "iris-shadowed"
 ROW = json.dumps({"instances": [[5.9, 3.0, 4.2, 1.5]]}).encode()
@@ -67,15 +73,9 @@ def experiment_model(shadow: bool) -> dict[str, Any]:
     return model
 
 
-def copy_project(root: Path) -> None:
-    """The Chalice project (app.py, chalicelib, .chalice) in ``root``, with the shadowed
-    model registered."""
-    for name in ("app.py", "chalicelib", ".chalice"):
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, root / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "deployments"))
-        else:
-            shutil.copy2(ROOT / name, root / name)
+def project_with_experiments(root: Path) -> None:
+    """The Chalice project in ``root``, with the two experiment models registered."""
+    copy_project(root)
     for name, shadow in ((ARMED, False), (SHADOWED, True)):
         folder = root / "chalicelib" / "models" / name
         shutil.copytree(root / "chalicelib" / "models" / PLAIN, folder)  # its labels.txt too
@@ -83,7 +83,7 @@ def copy_project(root: Path) -> None:
 
 
 class Caller:
-    """One caller of both models over one keep-alive connection."""
+    """One caller of the three models over one keep-alive connection."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -134,7 +134,7 @@ def report(quick: bool = False) -> Report:
             "wall ms to the answer.", "")
     with tempfile.TemporaryDirectory(prefix="sagegate-bench-experiments-") as folder:
         root = Path(folder)
-        copy_project(root)
+        project_with_experiments(root)
         log_path = root / "api.log"
         with open(root / "emulator.log", "w") as emulator_log, \
                 start_emulator(echo_stderr=emulator_log) as emulator, \

@@ -49,6 +49,7 @@ __all__ = [
     "EmulatorProcess",
     "EmulatorStartError",
     "api_env",
+    "copy_project",
     "free_port",
     "own_answer",
     "peak_rss_mb",
@@ -63,6 +64,25 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository: sagegate's Chalice project (``app.py``, ``.chalice/``)."""
+PROJECT_FILES = ("app.py", "chalicelib", ".chalice")
+"""What ``chalice local`` serves: the app, its package and its configuration."""
+
+
+def copy_project(root: Path, names: tuple[str, ...] = PROJECT_FILES) -> None:
+    """Copy sagegate's Chalice project (and any other top-level ``names``) into ``root``, for
+    a ``chalice local`` whose relative paths (``captures/``, ``samples/``) or registry are a
+    run's own (``start_chalice_local(project_dir=root)``); caches and deployments left out."""
+    import shutil
+
+    for name in names:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "deployments"))
+        else:
+            shutil.copy2(source, root / name)
+
+
 DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",

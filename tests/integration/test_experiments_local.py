@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import datetime
 import json
-import shutil
 import struct
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from skimage import data
 
 from sagegate.local.processes import (
     ApiProcess,
+    copy_project,
     free_port,
     start_chalice_local,
     start_emulator,
@@ -73,12 +73,7 @@ class Local:
 def local() -> Iterator[Local]:
     with tempfile.TemporaryDirectory(prefix="sagegate-experiments-") as folder:
         root = Path(folder)
-        for name in ("app.py", "chalicelib", ".chalice"):
-            if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, root / name,
-                                ignore=shutil.ignore_patterns("__pycache__", "deployments"))
-            else:
-                shutil.copy2(ROOT / name, root / name)
+        copy_project(root)
         with open(root / "emulator.log", "w") as emulator_log, \
                 start_emulator(echo_stderr=emulator_log) as emulator, \
                 open(root / "api.log", "wb") as api_log:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,13 @@ from typing import Any
 import pytest
 
 from sagegate.local.aws import jobs_stack
-from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, ROOT, ApiProcess
+from sagegate.local.processes import (
+    DEFAULT_EMULATOR_CONFIG,
+    PROJECT_FILES,
+    ROOT,
+    ApiProcess,
+    copy_project,
+)
 from sagegate.local.stack import write_samples
 
 README = ROOT / "README.md"
@@ -117,13 +122,7 @@ def project() -> Iterator[Copy]:
     write_samples()
     with tempfile.TemporaryDirectory(prefix="sagegate-readme-") as tmp:
         root = Path(tmp)
-        for name in ("app.py", "chalicelib", ".chalice", "samples", "docs"):
-            source = ROOT / name
-            if source.is_dir():
-                shutil.copytree(source, root / name,
-                                ignore=shutil.ignore_patterns("__pycache__", "deployments"))
-            else:
-                shutil.copy2(source, root / name)
+        copy_project(root, (*PROJECT_FILES, "samples", "docs"))
         # make run's stack: jobs on (moto's S3, SNS and SQS, the event pump), so the
         # examples that go through an upload and a job run as a user's would
         with jobs_stack(DEFAULT_EMULATOR_CONFIG, project_dir=root, logs=root) as (api, _):
