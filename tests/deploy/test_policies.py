@@ -123,12 +123,17 @@ def test_each_action_is_granted_only_on_the_functions_own_resources(stage: str) 
     config = load_stage(stage)
     granted = {action: statement["Resource"] for statement in statements(policy)
                for action in as_list(statement["Action"])}
-    # every registered model's endpoint (chalicelib/models/), and nothing else
+    # every registered model's endpoint (chalicelib/models/), its experiment's arms' and
+    # shadows' endpoints, and nothing else
     registry = load_registry(Settings.from_env(config.env), config.env)
     wanted = {config.endpoint_name, *(model.endpoint for model in registry.models.values())}
+    for model in registry.models.values():
+        if model.experiment is not None:
+            wanted |= {target.endpoint for target in (*model.experiment.arms,
+                                                      *model.experiment.shadows)}
     assert sorted(granted["sagemaker:InvokeEndpoint"]) == sorted(
         f"arn:aws:sagemaker:{region}:{account}:endpoint/{name.lower()}" for name in wanted)
-    assert {"iris", "sentiment"} <= wanted
+    assert {"iris", "sentiment", "efficientnet-lite0-int8"} <= wanted
     own_logs = f"arn:aws:logs:{region}:{account}:log-group:/aws/lambda/sagegate-{stage}:*"
     assert granted["logs:CreateLogStream"] == granted["logs:PutLogEvents"] == own_logs
     assert "logs:CreateLogGroup" not in granted  # the deployment creates it, with retention
