@@ -235,6 +235,16 @@ def test_an_empty_window_compares_nothing_and_exits_4(
     assert "1500 shadow skipped" in capsys.readouterr().err
 
 
+def test_an_arm_no_record_has_compares_nothing_and_says_so(
+        int8: experimentgen.Experiment, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status = _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
+                  str(tmp_path / "out"), *WINDOW, "--arm-b", "no-such-arm")
+    assert status == cli.EXIT_EMPTY
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith("note: no records of arm 'no-such-arm' (1500 of other arms) in B")
+
+
 def test_bad_input_is_one_line_and_exit_2(int8: experimentgen.Experiment, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     above = int8.primary.folder.parent
