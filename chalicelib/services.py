@@ -26,7 +26,6 @@ from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
-from chalicelib.experiments.assign import on_target
 from chalicelib.experiments.shadows import Shadows
 from chalicelib.inference.endpoint import (
     EndpointClient,
@@ -262,9 +261,10 @@ class Services:
             self.pipeline_for(model)
             kind_of(model).load(model, self.server)
             if model.experiment is not None and model.experiment.shadows:
-                _ = self.shadows  # (its flush after the response is set up during init)
-                for shadow in model.experiment.shadows:
-                    self.shadow_pipeline_for(on_target(model, shadow), shadow.timeout_seconds)
+                # its flush after the response is set up during init; a shadow's own pipeline
+                # and client are built on the pool's thread when first needed (never on a
+                # caller's path, and not at all where shadows are off: under SnapStart)
+                _ = self.shadows
         if prime_codecs:
             predictor.warm_up()
 
