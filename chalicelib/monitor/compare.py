@@ -8,7 +8,9 @@ each record kept is seen by a :class:`Side` (the reader's ``observe``), which re
 experiment's keys of ``eventMetadata``: ``sagegateArm`` (the arm or shadow's name),
 ``sagegateLatencyMs`` (the endpoint exchange's milliseconds) and ``sagegateError`` (a failed
 shadow call's ``{"Code", "Message"}``; such a record has no output, and its rows are held back
-from the distributions). Then:
+from the distributions). A side given an arm (``--arm-a``/``--arm-b``) keeps only that arm's
+or shadow's records, by ``sagegateArm``: experiments sharing an endpoint share its folder.
+Then:
 
 - per column both sides have: the distance between the sides' distributions, the drift
   check's own (:func:`chalicelib.monitor.checks.distance`: the L-infinity distance of the KLL
