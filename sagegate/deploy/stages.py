@@ -6,7 +6,7 @@ function resolves here exactly as it does in ``chalice deploy`` and ``chalice pa
 :func:`load_stage` makes the :class:`~sagegate.deploy.stage.Stage` they read, and checks a
 deploy stage (its authentication, its monitor, its capture stream:
 :func:`sagegate.deploy.capture_template.check_capture_stream`, its jobs:
-:func:`sagegate.deploy.jobs.check_jobs`).
+:func:`sagegate.deploy.jobs.check_jobs`, its experiments' shadows: :func:`check_shadows`).
 The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere else::
 
     sagegate stage prod                  # every resolved setting of the stage
@@ -18,11 +18,14 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
+from chalicelib.registry.specs import ModelSpec
 from sagegate.deploy.capture_template import check_capture_stream
+from sagegate.deploy.iam import models
 from sagegate.deploy.jobs import check_jobs
 from sagegate.deploy.monitor_template import check_monitor_fanout
 from sagegate.deploy.stage import MONITOR_FANOUT_FUNCTIONS, MONITOR_FUNCTION, Stage
@@ -80,6 +83,7 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         check_monitor(stage, on_disk)
         check_capture_stream(stage)
         check_jobs(stage, on_disk)
+        check_shadows(stage, int(config.lambda_timeout))
     return stage
 
 
@@ -136,6 +140,28 @@ def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
     if name not in DEPLOY_STAGES:
         raise ValueError(f"{name!r} is not a deploy stage: use one of {', '.join(DEPLOY_STAGES)}")
     return load_stage(name, path)
+
+
+def check_shadows(stage: Stage, lambda_timeout: int,
+                  registered: Sequence[ModelSpec] | None = None) -> None:
+    """Refuse a deployed stage with a shadow that could never finish: the API function's
+    invocation, which waits for its shadows after the response, ends at ``lambda_timeout``.
+
+    Args:
+        registered: the stage's models (None: read them, :func:`sagegate.deploy.iam.models`).
+
+    Raises:
+        ValueError: a shadow's ``timeout_seconds`` is not below the function's timeout.
+    """
+    for model in models(stage) if registered is None else registered:
+        shadows = model.experiment.shadows if model.experiment is not None else ()
+        for index, shadow in enumerate(shadows):
+            if shadow.timeout_seconds >= lambda_timeout:
+                raise ValueError(
+                    f"models/{model.name}/model.json: experiment.shadow[{index}]."
+                    f"timeout_seconds ({shadow.timeout_seconds:g}) must be below stages."
+                    f"{stage.name}'s lambda_timeout ({lambda_timeout}): the invocation that "
+                    "waits for the shadow after the response ends first")
 
 
 def check_access(stage: Stage) -> None:

@@ -1,13 +1,16 @@
 """The stages in .chalice/config.json: sized, time-boxed, authenticated and least-privileged."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from chalice.config import Config
 
 from chalicelib.core.access import Access, AuthMode
 from chalicelib.core.config import Settings
 from chalicelib.core.config_names import API_GATEWAY_TIMEOUT_SECONDS
-from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
+from sagegate.deploy.iam import models as iam_models
+from sagegate.deploy.stages import DEPLOY_STAGES, check_shadows, load_config, load_stage
 from sagegate.deploy.templates import merge_template
 
 pytestmark = pytest.mark.deploy
@@ -82,3 +85,23 @@ def test_every_stage_has_valid_settings(stage: str) -> None:
     env = Config(chalice_stage=stage, config_from_disk=load_config()).environment_variables
     Settings.from_env(env)
     Access.from_env(env)
+
+
+def test_a_shadow_that_could_not_finish_in_the_invocation_refuses_the_stage() -> None:
+    from chalicelib.registry.experiments import Arm, Experiment, Shadow
+    from chalicelib.registry.specs import ModelSpec
+
+    stage = load_stage("dev")
+    timeout = int(chalice_config("dev").lambda_timeout)
+
+    def model(seconds: float) -> ModelSpec:
+        experiment = Experiment("e", (Arm("a", "iris"),),
+                                shadows=(Shadow("s", "iris-next", timeout_seconds=seconds),))
+        return dataclasses.replace(
+            next(m for m in iam_models(stage) if m.name == "iris"), experiment=experiment)
+
+    check_shadows(stage, timeout, [model(timeout - 1)])  # fits
+    with pytest.raises(ValueError, match=r"^models/iris/model.json: experiment.shadow\[0\]"
+                       r".timeout_seconds \(28\) must be below stages.dev's lambda_timeout"):
+        check_shadows(stage, timeout, [model(timeout)])
+    check_shadows(stage, timeout)  # the registered models' shadows fit every deployed stage
