@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Callable
 
+from chalicelib.calls import ModelRequest
 from chalicelib.registry.experiments import Arm, Experiment, Sticky, Target
 from chalicelib.registry.specs import ModelSpec
 
@@ -46,9 +47,34 @@ def sampled(model: str, shadow: str, inference_id: str, share: float) -> bool:
 
 
 def on_target(model: ModelSpec, target: Target) -> ModelSpec:
-    """``model`` served by an arm's or a shadow's endpoint (and its variant, target model or
-    inference component, when it names one)."""
+    """``model`` served by an arm's or a shadow's endpoint and its own variant, target model
+    and inference component; the model's own defaults for these apply only on the model's
+    endpoint (a variant of one endpoint means nothing on another)."""
+    own = target.endpoint == model.endpoint
     return dataclasses.replace(
-        model, endpoint=target.endpoint, variant=target.variant or model.variant,
-        target_model=target.target_model or model.target_model,
-        inference_component=target.inference_component or model.inference_component)
+        model, endpoint=target.endpoint,
+        variant=target.variant or (model.variant if own else None),
+        target_model=target.target_model or (model.target_model if own else None),
+        inference_component=target.inference_component
+        or (model.inference_component if own else None))
+
+
+def unrouted(model: ModelSpec) -> ModelSpec:
+    """``model`` without its routing defaults (variant, target model, inference component):
+    what an experiment model's request is read with, so that its options hold only what the
+    client named, and each target adds its own (:func:`routed`)."""
+    return dataclasses.replace(model, variant=None, target_model=None,
+                               inference_component=None)
+
+
+def routed(request: ModelRequest, target: ModelSpec, *, client: bool = True) -> ModelRequest:
+    """``request`` addressed to ``target``: the routing the client named (with ``client``;
+    a shadow's copy drops it, being another model), else the target's own."""
+    options = request.options
+    if not client:
+        options = dataclasses.replace(options, variant=None, target_model=None,
+                                      inference_component=None)
+    return dataclasses.replace(request, options=dataclasses.replace(
+        options, variant=options.variant or target.variant,
+        target_model=options.target_model or target.target_model,
+        inference_component=options.inference_component or target.inference_component))

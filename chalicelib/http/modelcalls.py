@@ -83,11 +83,15 @@ def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAn
     cache = cache_use(parts, exchanges, model, arm)
     try:
         with timer.stage("parse"):
-            request = kind_of(model).read(exchanges.http_request(), model,
-                                          max_body_bytes=settings.max_body_bytes)
+            # an experiment's request holds only the routing its client named; each target
+            # (the arm here, a shadow later) adds its own
+            request = kind_of(model).read(
+                exchanges.http_request(), model if arm is None else assign.unrouted(model),
+                max_body_bytes=settings.max_body_bytes)
         try:
-            served = parts.pipeline_for(target).serve(request, request_id, timer, deadline,
-                                                      cache=cache)
+            served = parts.pipeline_for(target).serve(
+                request if arm is None else assign.routed(request, target), request_id, timer,
+                deadline, cache=cache)
         except EndpointTimeoutError as error:
             raise EndpointTimeoutError(
                 f"{error.message} If the model needs longer, run it as a job: POST "
@@ -145,7 +149,7 @@ def _shadow_call(parts: ServingParts, target: ModelSpec, shadow: Shadow,
     """On the shadow pool's thread: the shadow's pipeline (built there the first time, off
     the caller's path), then its call."""
     run_shadow(parts.shadow_pipeline_for(target, shadow.timeout_seconds), parts.capturer,
-               target, shadow, request, request_id)
+               target, shadow, assign.routed(request, target, client=False), request_id)
 
 
 def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,

@@ -235,3 +235,64 @@ def test_an_image_models_arms_each_call_their_own_endpoint(
             arm = answer.headers["X-Sagegate-Arm"]
             assert called[-1] == {"a": "efficientnet-lite0", "b": "lite0-b"}[arm]
     assert set(called) == {"efficientnet-lite0", "lite0-b"}
+
+
+def test_arms_and_shadows_on_one_endpoint_each_call_their_own_variant(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SageMaker's production variants as arms (and a shadow) of one endpoint: each call
+    names its own target's TargetVariant, for an image model and a tensor model."""
+    from tests import imagefactory
+    from tests.functional.conftest import probabilities
+
+    calls: list[tuple[str, str | None]] = []
+
+    class VariantRuntime:
+        def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+            calls.append((params["EndpointName"], params.get("TargetVariant")))
+            image = params["ContentType"].startswith(("image/", "application/x-image"))
+            body = json.dumps(probabilities({285: 0.8}) if image
+                              else {"predictions": [[0.9, 0.05, 0.05]]}).encode()
+            return {"Body": StreamingBody(io.BytesIO(body), len(body)),
+                    "ContentType": "application/json",
+                    "InvokedProductionVariant": params.get("TargetVariant") or "AllTraffic"}
+
+    experiment = {"sticky": "header:X-User",
+                  "arms": [{"name": "blue", "endpoint": "ep", "variant": "Blue", "weight": 1},
+                           {"name": "green", "endpoint": "ep", "variant": "Green", "weight": 1}],
+                  "shadow": [{"name": "red", "endpoint": "ep", "variant": "Red"}]}
+    for name, document in {
+            "lite0": {"endpoint": "ep", "pipeline": "image-classification",
+                      "variant": "Blue", "experiment": experiment},
+            "flowers": {"endpoint": "ep", "pipeline": "tensor", "signature": SIGNATURE,
+                        "experiment": experiment}}.items():
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "model.json").write_text(json.dumps(document))
+    env = {"DEFAULT_MODEL": "lite0", "ENDPOINT_NAME": "ep"}
+    settings = Settings.from_env(env)
+    endpoint = EndpointClient(VariantRuntime(),  # type: ignore[arg-type]
+                              RetryPolicy(max_attempts=1, budget_seconds=10),
+                              sleep=lambda _: None)
+    registry = load_registry(settings, env, root=tmp_path / "models",
+                             labels=load_labels(settings.labels))
+    services = Services(settings, registry=registry, endpoint=endpoint)
+    monkeypatch.setattr(app_module, "services", services)
+    bodies = {"lite0": ("image/jpeg", imagefactory.jpeg(64, 48)),
+              "flowers": ("application/json", IRIS_ROW)}
+    with Client(app_module.app, stage_name="local") as client:
+        for model, (content_type, body) in bodies.items():
+            for n in range(12):
+                calls.clear()
+                answer = client.http.post(f"/models/{model}/predict", body=body, headers={
+                    "Content-Type": content_type, "X-User": f"user-{n}",
+                    "Cache-Control": "no-cache"})
+                assert answer.status_code == 200, answer.body
+                assert services.shadows.flush(10)
+                arm = answer.headers["X-Sagegate-Arm"]
+                assert sorted(calls) == sorted(
+                    [("ep", {"blue": "Blue", "green": "Green"}[arm]), ("ep", "Red")]), model
+        # a variant the client names wins over the arm's; a shadow, another model, keeps its own
+        calls.clear()
+        answer = client.http.post("/models/flowers/predict?variant=Violet", body=IRIS_ROW,
+                                  headers={"Content-Type": "application/json"})
+        assert services.shadows.flush(10) and answer.status_code == 200
+        assert calls == [("ep", "Violet"), ("ep", "Red")]

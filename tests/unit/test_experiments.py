@@ -152,3 +152,23 @@ def test_a_full_pool_drops_a_copy_at_once_and_warns_at_most_once_a_minute(
     release.set()
     assert shadows.flush(5)
     assert shadows.submit(lambda: None) == QUEUED  # room again
+
+
+def test_a_target_keeps_the_models_routing_only_on_the_models_own_endpoint(
+        tmp_path: Path) -> None:
+    from chalicelib.experiments.assign import on_target
+    from chalicelib.registry.experiments import Shadow
+
+    folder = tmp_path / "iris"
+    folder.mkdir()
+    (folder / "model.json").write_text(json.dumps({
+        "endpoint": "iris", "pipeline": "tensor", "variant": "Blue",
+        "inference_component": "iris-ic", "signature": {
+            "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 3]}]}}))
+    model = load_model(folder, SETTINGS, {})
+    same = on_target(model, Arm("b", "iris", variant="Green"))
+    assert (same.variant, same.inference_component) == ("Green", "iris-ic")
+    other = on_target(model, Shadow("s", "iris-next"))
+    assert (other.endpoint, other.variant, other.inference_component) == ("iris-next", None,
+                                                                         None)
