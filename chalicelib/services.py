@@ -27,13 +27,8 @@ from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
 from chalicelib.experiments.shadows import Shadows
-from chalicelib.inference.endpoint import (
-    EndpointClient,
-    make_client,
-    policy_from,
-    shadow_policy,
-    shadow_timeouts,
-)
+from chalicelib.inference.endpoint import EndpointClient
+from chalicelib.inference.endpoint_config import make_client, policy_from, shadow_endpoint
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import ModelServer, ServingPipeline
@@ -157,7 +152,7 @@ class Services:
     def shadow_pipeline_for(self, model: ModelSpec, seconds: float) -> ServingPipeline:
         """A shadow target's pipeline (``model`` on the shadow's endpoint), whose endpoint
         client reads for at most what the shadow's timeout, ``seconds``, leaves after its
-        preprocessing, and does not retry (:func:`shadow_timeouts`)."""
+        preprocessing, and does not retry (:mod:`chalicelib.inference.endpoint_config`)."""
         key = (*_target_key(model), seconds)
         with self._lock:
             if key not in self._shadow_pipelines:
@@ -167,12 +162,9 @@ class Services:
             return self._shadow_pipelines[key]
 
     def _shadow_endpoint(self, seconds: float) -> EndpointClient:
-        if self._endpoint_given:  # an injected client (tests): the same one, the shadow's policy
-            return EndpointClient(self.endpoint.client, shadow_policy(self.settings, seconds))
-        connect, read = shadow_timeouts(self.settings, seconds)
-        return EndpointClient(make_client(self.settings, read_timeout=read,
-                                          connect_timeout=connect),
-                              shadow_policy(self.settings, seconds))
+        # an injected client (tests) is shared, with the shadow's policy
+        return shadow_endpoint(self.settings, seconds,
+                               self.endpoint.client if self._endpoint_given else None)
 
     @property
     def shadows(self) -> Shadows:

@@ -129,7 +129,7 @@ class Settings:
     # Each scan of a progressive JPEG is a decoder pass over the whole image: 64 passes real
     # files (6 to about 20 scans) and bounds a crafted one (bench/worstcase.py measures it).
     max_jpeg_scans: int = 64
-    # botocore's connection pool: 0 sizes it to the server (see endpoint.pool_size).
+    # botocore's connection pool: 0 sizes it to the server (see endpoint_config.pool_size).
     endpoint_max_connections: int = 0
     endpoint_connect_timeout: float = 2.0
     endpoint_read_timeout: float = 20.0

@@ -29,7 +29,7 @@ from botocore.response import StreamingBody
 
 from chalicelib.core.config import Settings
 from chalicelib.core.retries import RetryPolicy
-from chalicelib.inference.endpoint import policy_from
+from chalicelib.inference.endpoint_config import policy_from
 
 JOB_MAX_ATTEMPTS = 1000
 """Attempts of one job's call: the job's deadline ends them first."""

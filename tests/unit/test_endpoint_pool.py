@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from chalicelib.core.config import Settings
-from chalicelib.inference import endpoint
+from chalicelib.inference import endpoint_config as endpoint
 
 
 def settings(**overrides: object) -> Settings:

@@ -17,7 +17,7 @@ from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.experiments import assign
 from chalicelib.experiments.shadows import DROPPED, QUEUED, SKIPPED, Shadows
-from chalicelib.inference.endpoint import shadow_policy, shadow_timeouts
+from chalicelib.inference.endpoint_config import shadow_policy, shadow_timeouts
 from chalicelib.registry.experiments import Arm, Experiment
 from chalicelib.registry.loading import load_model
 
