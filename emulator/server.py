@@ -155,6 +155,20 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "sagegate-emulator"
     sys_version = ""
 
+    def handle_one_request(self) -> None:
+        """Waits for the next request's first byte, then reads and answers it. A keep-alive
+        connection left idle past :data:`IDLE_TIMEOUT_S` is closed without a log line (the
+        client did nothing wrong); a request that stalls once begun is still logged."""
+        try:
+            waiting = self.rfile.peek(1)  # type: ignore[attr-defined]  # a BufferedReader
+        except TimeoutError:
+            self.close_connection = True
+            return
+        if not waiting:  # the client closed it
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def do_GET(self) -> None:
         """Answers a GET."""
         self._serve()
