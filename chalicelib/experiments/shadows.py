@@ -1,10 +1,19 @@
-"""Shadow calls, after the caller's answer: a bounded pool of threads runs them, each within
-its own timeout, so a shadow that is slow, failing or down never changes the caller's answer
-or latency. Past the bound a copy is dropped at once: the request's own metrics count it
-(``ShadowDropped``, beside ``ShadowQueued``), and a warning says so at most once a minute, with
-the count since the last one (a full pool must not add a log line to every request).
-:meth:`Shadows.flush` waits for the calls handed over (on Lambda, the capture extension calls
-it after each response, before the environment may freeze).
+"""Shadow calls, after the caller's answer, each within its own timeout, so that a shadow that
+is slow, failing or down never changes the caller's answer or latency.
+
+Each shadow target (an endpoint and its routing) has its own small queue and its own threads:
+a target that hangs fills only its own, and another target's copies neither wait behind it nor
+are dropped for it. What waits is bounded, in copies and in bytes, per target and in all; past
+a bound a copy is dropped at once. A copy still waiting when its own ``timeout_seconds`` has
+passed is dropped when a thread reaches it, never run late (its answer would be no use for a
+comparison, and running it would only feed the backlog). Nothing is kept of a copy once it is
+dropped or done, and a thread with nothing to do for :data:`IDLE_SECONDS` ends.
+
+Drops are counted as ``ShadowDropped``: in the request's own metrics when the copy is dropped
+at once (beside ``ShadowQueued``), as a line of its own when a queued copy expires; a warning
+says so at most once a minute, with the count since the last one (a full queue must not add a
+log line to every request). :meth:`Shadows.flush` waits for the calls handed over (on Lambda,
+the capture extension calls it after each response, before the environment may freeze).
 
 Where nothing can run after the response (a Lambda environment without the extension: under
 SnapStart, or when its registration failed), the handler would have to wait for its shadows
@@ -12,88 +21,232 @@ before answering: there the pool is off (``off`` says why, logged once), and eac
 skipped (``ShadowSkipped``), never made."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable
+from typing import NamedTuple
+
+from chalicelib.core.observability import emit_count
 
 LOG = logging.getLogger("sagegate.experiments")
 
 THREADS = 4
-"""Shadow calls at once."""
-MAX_PENDING = 64
-"""Shadow calls waiting or running, at most."""
+"""One target's shadow calls at once."""
+MAX_WAITING = 16
+"""One target's copies waiting for a thread, at most."""
+MAX_WAITING_BYTES = 16 * 1024 * 1024
+"""The bytes of one target's waiting copies, at most (a copy as large as a request may be
+still fits)."""
+MAX_ALL_WAITING_BYTES = 64 * 1024 * 1024
+"""The bytes of every target's waiting copies, at most."""
+IDLE_SECONDS = 30.0
+"""How long a target's thread waits for another copy before it ends."""
 DROP_WARNING_SECONDS = 60.0
 """The shortest time between two warnings of dropped copies."""
 QUEUED, DROPPED, SKIPPED = "queued", "dropped", "skipped"
 """What :meth:`Shadows.submit` did with a copy."""
 
 
+class Backlog(NamedTuple):
+    """What the pool holds (:meth:`Shadows.backlog`)."""
+
+    copies: int
+    """Copies waiting for a thread."""
+    bytes: int
+    """Their bytes."""
+    threads: int
+    """Threads alive (running a call or waiting for one)."""
+
+
+@dataclasses.dataclass
+class _Copy:
+    """One waiting copy: its call (None once taken), its bytes and when it is of no use."""
+
+    call: Callable[[], None] | None
+    size: int
+    expires: float
+
+
+@dataclasses.dataclass
+class _Target:
+    """One shadow target's queue and threads (``wake`` shares the pool's lock)."""
+
+    wake: threading.Condition
+    waiting: collections.deque[_Copy] = dataclasses.field(default_factory=collections.deque)
+    waiting_bytes: int = 0
+    threads: int = 0
+    idle: int = 0
+
+
 class Shadows:
     """Runs shadow calls in the background (see the module)."""
 
-    def __init__(self, threads: int = THREADS, max_pending: int = MAX_PENDING,
-                 off: str | None = None) -> None:
+    def __init__(self, threads: int = THREADS, max_waiting: int = MAX_WAITING,
+                 max_waiting_bytes: int = MAX_WAITING_BYTES,
+                 max_all_waiting_bytes: int = MAX_ALL_WAITING_BYTES,
+                 off: str | None = None, idle_seconds: float = IDLE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.off = off
         """Why no shadow call is made here (None: they are)."""
         if off is not None:
             LOG.warning("shadow copies are off: %s", off)
         self.skipped = 0
+        self.dropped = 0
+        self.expired = 0
+        """Of :attr:`dropped`, the copies that waited past their timeout."""
         self._threads = threads
-        self._max_pending = max_pending
-        self._pool: ThreadPoolExecutor | None = None
+        self._max_waiting = max_waiting
+        self._max_waiting_bytes = max_waiting_bytes
+        self._max_all_waiting_bytes = max_all_waiting_bytes
+        self._idle_seconds = idle_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._targets: dict[Hashable, _Target] = {}
+        self._all_waiting_bytes = 0
         self._handed = 0
         self._settled = 0
-        self.dropped = 0
         self._warned_at: float | None = None
         self._warned_drops = 0
-        self._changed = threading.Condition()
 
-    def submit(self, call: Callable[[], None]) -> str:
-        """Run ``call`` in the background: :data:`QUEUED`; :data:`DROPPED` when too many
-        wait; :data:`SKIPPED` when shadows are off here. The caller counts the outcome (in
-        its request's metrics)."""
+    def submit(self, target: Hashable, call: Callable[[], None], *, timeout_seconds: float,
+               size: int = 0) -> str:
+        """Run ``call``, a copy for the shadow ``target``, in the background.
+
+        Args:
+            target: the shadow target (its endpoint and routing): copies of one target wait
+                and run apart from another's.
+            call: the shadow call.
+            timeout_seconds: the shadow's timeout: a copy that has not started by then is
+                dropped.
+            size: the bytes the copy holds (its request's body), for the bound on waiting
+                copies.
+
+        Returns:
+            :data:`QUEUED`; :data:`DROPPED` when the target's waiting copies are at their
+            bound; :data:`SKIPPED` when shadows are off here. The caller counts the outcome
+            (in its request's metrics).
+        """
         if self.off is not None:
-            with self._changed:
+            with self._lock:
                 self.skipped += 1
             return SKIPPED
-        with self._changed:
-            if self._handed - self._settled >= self._max_pending:
+        with self._lock:
+            queue = self._targets.get(target)
+            if queue is None:
+                queue = self._targets[target] = _Target(threading.Condition(self._lock))
+            if not self._has_room(queue, size):
                 self.dropped += 1
                 warn = self._dropped_since_warning()
             else:
-                self._handed += 1
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="shadow")
-                self._pool.submit(self._run, call)
+                self._queue(target, queue, _Copy(call, size, self._clock() + timeout_seconds))
                 return QUEUED
         if warn:
-            LOG.warning("%d shadow cop%s dropped: %d shadow calls were waiting", warn,
-                        "y" if warn == 1 else "ies", self._max_pending)
+            self._warn(warn)
         return DROPPED
 
+    def _has_room(self, queue: _Target, size: int) -> bool:
+        return len(queue.waiting) < self._max_waiting \
+            and queue.waiting_bytes + size <= self._max_waiting_bytes \
+            and self._all_waiting_bytes + size <= self._max_all_waiting_bytes
+
+    def _queue(self, target: Hashable, queue: _Target, copy: _Copy) -> None:
+        """Under the lock: ``copy`` waits for one of ``target``'s threads (a new one when
+        every thread it has is busy and it may have another)."""
+        self._handed += 1
+        queue.waiting.append(copy)
+        queue.waiting_bytes += copy.size
+        self._all_waiting_bytes += copy.size
+        if len(queue.waiting) > queue.idle and queue.threads < self._threads:
+            queue.threads += 1
+            threading.Thread(target=self._work, args=(queue,), daemon=True,
+                             name=f"shadow-{queue.threads}").start()
+        else:
+            queue.wake.notify()
+
+    def _work(self, queue: _Target) -> None:
+        """A target's thread: its copies, one at a time, until none comes for a while."""
+        while True:
+            copy = self._next(queue)
+            if copy is None:
+                return
+            if self._clock() > copy.expires:
+                self._expire(copy)
+            else:
+                self._run(copy)
+            del copy  # hold nothing of a copy while waiting for the next
+
+    def _next(self, queue: _Target) -> _Copy | None:
+        """The target's oldest waiting copy; None (the thread ends) after a wait for one."""
+        with self._lock:
+            queue.idle += 1
+            found = queue.wake.wait_for(lambda: queue.waiting, self._idle_seconds)
+            queue.idle -= 1
+            if not found:
+                queue.threads -= 1
+                return None
+            copy = queue.waiting.popleft()
+            queue.waiting_bytes -= copy.size
+            self._all_waiting_bytes -= copy.size
+            return copy
+
+    def _run(self, copy: _Copy) -> None:
+        call, copy.call = copy.call, None
+        try:
+            if call is not None:
+                call()
+        except Exception:  # a shadow's failure is its own, never the pool's
+            LOG.exception("shadow call failed")
+        finally:
+            del call  # the copy's request is given back before the call counts as ended
+            self._settle()
+
+    def _expire(self, copy: _Copy) -> None:
+        """Drop a copy that waited past its timeout: counted, never run."""
+        copy.call = None
+        with self._lock:
+            self.dropped += 1
+            self.expired += 1
+            warn = self._dropped_since_warning()
+        emit_count("ShadowDropped", 1)  # its request's metrics are already out
+        if warn:
+            self._warn(warn)
+        self._settle()
+
+    def _settle(self) -> None:
+        with self._changed:
+            self._settled += 1
+            self._changed.notify_all()
+
     def _dropped_since_warning(self) -> int:
-        """The drops to warn of now (0: a warning was given less than a minute ago)."""
-        now = time.monotonic()
+        """Under the lock: the drops to warn of now (0: a warning was given less than a
+        minute ago)."""
+        now = self._clock()
         if self._warned_at is not None and now - self._warned_at < DROP_WARNING_SECONDS:
             return 0
         count, self._warned_at, self._warned_drops = (self.dropped - self._warned_drops, now,
                                                       self.dropped)
         return count
 
-    def _run(self, call: Callable[[], None]) -> None:
-        try:
-            call()
-        except Exception:  # a shadow's failure is its own, never the pool's
-            LOG.exception("shadow call failed")
-        finally:
-            with self._changed:
-                self._settled += 1
-                self._changed.notify_all()
+    def _warn(self, count: int) -> None:
+        LOG.warning("%d shadow cop%s dropped: its target's waiting copies were at their bound "
+                    "(%d copies, %d bytes), or it waited past its timeout (%d so far)", count,
+                    "y" if count == 1 else "ies", self._max_waiting, self._max_waiting_bytes,
+                    self.expired)
+
+    def backlog(self) -> Backlog:
+        """The copies waiting for a thread, their bytes and the threads, over every target."""
+        with self._lock:
+            return Backlog(sum(len(queue.waiting) for queue in self._targets.values()),
+                           self._all_waiting_bytes,
+                           sum(queue.threads for queue in self._targets.values()))
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the calls handed over so far have ended; False when ``timeout`` ran out."""
+        """Wait until the calls handed over so far have ended (or been dropped); False when
+        ``timeout`` ran out."""
         with self._changed:
             target = self._handed
             return self._changed.wait_for(lambda: self._settled >= target, timeout)

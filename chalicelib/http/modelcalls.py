@@ -133,13 +133,16 @@ def exchange_ms(timer: StageTimer) -> float | None:
 def shadow_copies(parts: ServingParts, model: ModelSpec, request: ModelRequest,
                   request_id: str) -> dict[str, int]:
     """Hand each sampled shadow its copy of the request, run after the answer; how many
-    copies were queued, dropped (a full pool) or skipped (shadows off here)."""
+    copies were queued, dropped (their target's queue full) or skipped (shadows off
+    here)."""
     assert model.experiment is not None
     handed: dict[str, int] = {}
     for shadow in model.experiment.shadows:
         if assign.sampled(model.name, shadow.name, request_id, shadow.sample):
-            outcome = parts.shadows.submit(functools.partial(
-                _shadow_call, parts, on_target(model, shadow), shadow, request, request_id))
+            outcome = parts.shadows.submit(
+                shadow.route(), functools.partial(_shadow_call, parts, on_target(model, shadow),
+                                                  shadow, request, request_id),
+                timeout_seconds=shadow.timeout_seconds, size=len(request.call.body))
             handed[outcome] = handed.get(outcome, 0) + 1
     return handed
 

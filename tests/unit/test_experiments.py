@@ -4,19 +4,15 @@ must move."""
 from __future__ import annotations
 
 import json
-import logging
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chalicelib.capture.extension import AfterHandlers
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.experiments import assign
-from chalicelib.experiments.shadows import DROPPED, QUEUED, SKIPPED, Shadows
 from chalicelib.inference.endpoint_config import shadow_policy, shadow_timeouts
 from chalicelib.registry.experiments import Arm, Experiment
 from chalicelib.registry.loading import load_model
@@ -111,16 +107,6 @@ def test_a_shadow_samples_a_share_of_requests_by_their_id() -> None:
     assert all(assign.sampled("m", "s", f"req-{n}", 1.0) for n in range(10))
 
 
-def test_shadows_that_are_off_skip_every_copy_and_count_it() -> None:
-    ran: list[int] = []
-    shadows = Shadows(off="the handler would wait")
-    assert shadows.submit(lambda: ran.append(1)) == SKIPPED
-    assert (shadows.skipped, shadows.dropped, ran) == (1, 0, [])
-    assert shadows.flush(0)
-    assert AfterHandlers(lambda _: True, None, on_lambda=True).held_work_waits()
-    assert AfterHandlers(lambda _: True, None, on_lambda=False).held_work_waits() is None
-
-
 @pytest.mark.parametrize("read_timeout", [2.0, 20.0, 26.0])
 @pytest.mark.parametrize("seconds", [0.5, 5.0, 60.0])
 def test_a_shadow_call_fits_its_own_timeout_whatever_the_stages_read_timeout(
@@ -137,21 +123,6 @@ def test_a_shadow_call_fits_its_own_timeout_whatever_the_stages_read_timeout(
     started = 1000.0
     preparing = policy.preprocessing_deadline(started + seconds) - started
     assert 0 < preparing <= min(1.0, seconds * 0.2) + 1e-9  # time left to preprocess
-
-
-def test_a_full_pool_drops_a_copy_at_once_and_warns_at_most_once_a_minute(
-        caplog: pytest.LogCaptureFixture) -> None:
-    release = threading.Event()
-    shadows = Shadows(threads=1, max_pending=2)
-    assert [shadows.submit(release.wait) for _ in range(2)] == [QUEUED, QUEUED]
-    with caplog.at_level(logging.WARNING, logger="sagegate.experiments"):
-        outcomes = [shadows.submit(release.wait) for _ in range(50)]
-    assert outcomes == [DROPPED] * 50 and shadows.dropped == 50
-    warnings = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
-    assert warnings == ["1 shadow copy dropped: 2 shadow calls were waiting"]
-    release.set()
-    assert shadows.flush(5)
-    assert shadows.submit(lambda: None) == QUEUED  # room again
 
 
 def test_a_target_keeps_the_models_routing_only_on_the_models_own_endpoint(
