@@ -223,8 +223,9 @@ def _usage(folder: Path) -> int:
 
 
 class S3Sink(_Retrying):
-    """One JSON Lines object per request under ``s3://bucket/prefix/{endpoint}/{variant}/yyyy/
-    mm/dd/hh/``, written with PutObject before the response returns (retried by
+    """JSON Lines objects under ``s3://bucket/prefix/{endpoint}/{variant}/yyyy/mm/dd/hh/``,
+    one per write and partition: each record in its own endpoint's, variant's and hour's
+    folder, however mixed the batch. Written with PutObject (retried by
     :data:`CAPTURE_POLICY`)."""
 
     def __init__(self, client: Any, bucket: str, prefix: str, *,
@@ -246,11 +247,13 @@ class S3Sink(_Retrying):
         self._client.close()
 
     def write(self, records: Sequence[CaptureRecord]) -> None:
-        if not records:
-            return
-        first = records[0]
-        body = b"".join(record.line for record in records)
-        key = self.key(first)
+        """One object per partition of ``records`` (a batch of the capture writer mixes
+        endpoints, variants and hours), named by its first record: writing the same records
+        again puts the same keys, so a retried batch replaces, never duplicates."""
+        for group in by_partition(records).values():
+            self._put(self.key(group[0]), b"".join(record.line for record in group))
+
+    def _put(self, key: str, body: bytes) -> None:
         retrier = self._retrier()
         while self._attempt(retrier, lambda: self._client.put_object(
                 Bucket=self.bucket, Key=key, Body=body,
@@ -265,8 +268,9 @@ class FirehoseSink(_Retrying):
 
     Each record is one JSON line with its endpoint and variant added to its ``eventMetadata``
     (``sagegateEndpoint``, ``sagegateVariant``: :func:`firehose_line`), the keys the stream's
-    dynamic partitioning reads for Model Monitor's layout
-    (``<prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``; ``sagegate/deploy/capture_template.py``).
+    dynamic partitioning reads, with the hour of the record's ``inferenceTime``, for Model
+    Monitor's layout (``<prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``, each record in its
+    own folder, not its arrival hour's; ``sagegate/deploy/capture_template.py``).
     A call holds at most :data:`FIREHOSE_BATCH` records and :data:`FIREHOSE_CALL_BYTES`; a
     record over :data:`FIREHOSE_RECORD_BYTES` (Firehose's limit) is not sent but logged and
     counted (``CaptureDropped``): Firehose would refuse the whole call for it. The records a
@@ -368,6 +372,14 @@ def _calls(lines: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
         calls[-1].append(entry)
         size += len(entry[1])
     return calls
+
+
+def by_partition(records: Sequence[CaptureRecord]) -> dict[str, list[CaptureRecord]]:
+    """``records`` grouped by :meth:`CaptureRecord.partition`, each group in their order."""
+    groups: dict[str, list[CaptureRecord]] = {}
+    for record in records:
+        groups.setdefault(record.partition(), []).append(record)
+    return groups
 
 
 def sink_for(destination: str, max_bytes: int = 0) -> Sink:

@@ -17,7 +17,8 @@ needs no template change, the variant that answered is only known at run time (w
 
 * ``CaptureStream`` (``AWS::KinesisFirehose::DeliveryStream``, Direct PUT): objects under
   ``<prefix>/!{partitionKeyFromQuery:endpoint}/!{partitionKeyFromQuery:variant}/
-  !{timestamp:yyyy/MM/dd/HH}/`` (the hour, UTC, of the oldest record in the object), what
+  !{partitionKeyFromQuery:year}/.../!{partitionKeyFromQuery:hour}/`` (the hour, UTC, of each
+  record's ``inferenceTime``, where the other sinks file it, not of its arrival), what
   Firehose could not partition or deliver under ``<prefix>-errors/!{firehose:error-output-
   type}/...`` (beside the captures, so the monitor never lists it); buffers of
   :data:`BUFFER_MB` MiB or :data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic
@@ -57,7 +58,13 @@ PARTITION_RETRY_SECONDS = 300  # Firehose retries a failed partitioned delivery 
 FILE_EXTENSION = ".jsonl.gz"
 JQ_ENGINE = "JQ-1.6"
 PARTITION_QUERY = ("{endpoint: .eventMetadata.sagegateEndpoint, "
-                   "variant: .eventMetadata.sagegateVariant}")
+                   "variant: .eventMetadata.sagegateVariant, "
+                   "year: .eventMetadata.inferenceTime[0:4], "
+                   "month: .eventMetadata.inferenceTime[5:7], "
+                   "day: .eventMetadata.inferenceTime[8:10], "
+                   "hour: .eventMetadata.inferenceTime[11:13]}")
+"""The partition keys: the record's endpoint and variant, and its inference's hour (UTC) from
+its ``inferenceTime`` (``yyyy-mm-ddThh:mm:ssZ``), not the hour it reached the stream."""
 DEFAULT_LOG_DAYS = 14
 ERRORS_SUFFIX = "-errors"
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}\Z")
@@ -105,10 +112,10 @@ def error_prefix(stage: Stage) -> str:
 
 
 def s3_prefix_expression(stage: Stage) -> str:
-    """The stream's S3 ``Prefix``: Model Monitor's layout from the partition keys and the
-    arrival hour."""
-    return (f"{prefix(stage)}/!{{partitionKeyFromQuery:endpoint}}/"
-            "!{partitionKeyFromQuery:variant}/!{timestamp:yyyy/MM/dd/HH}/")
+    """The stream's S3 ``Prefix``: Model Monitor's layout from the partition keys (the
+    inference's hour, as the other sinks file a record, however late it arrives)."""
+    keys = ("endpoint", "variant", "year", "month", "day", "hour")
+    return "/".join([prefix(stage), *(f"!{{partitionKeyFromQuery:{key}}}" for key in keys)]) + "/"
 
 
 def error_prefix_expression(stage: Stage) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -57,14 +58,25 @@ def destination(dev: Package) -> dict[str, Any]:
     return properties["ExtendedS3DestinationConfiguration"]
 
 
+QUERY_KEY = re.compile(r"(\w+): \.eventMetadata\.(\w+)(?:\[(\d+):(\d+)\])?")
+
+
+def partition_keys(record: dict[str, Any]) -> dict[str, str]:
+    """The keys the stream's MetadataExtractionQuery reads from a record: each
+    ``name: .eventMetadata.field`` or ``name: .eventMetadata.field[a:b]`` (jq's slice)."""
+    query = capture_template.PARTITION_QUERY
+    found = QUERY_KEY.findall(query)
+    assert query == "{" + ", ".join(match.group(0) for match in QUERY_KEY.finditer(query)) + "}"
+    metadata = record["eventMetadata"]
+    return {name: metadata[field][int(start):int(stop)] if start else metadata[field]
+            for name, field, start, stop in found}
+
+
 def firehose_prefix(expression: str, record: dict[str, Any], arrival: datetime.datetime) -> str:
     """A Firehose S3 prefix expression evaluated as the stream does: each
     ``!{partitionKeyFromQuery:k}`` from the keys its MetadataExtractionQuery reads, each
     ``!{timestamp:yyyy/MM/dd/HH}`` from the arrival time (UTC)."""
-    query = capture_template.PARTITION_QUERY
-    fields = dict(re.findall(r"(\w+): \.eventMetadata\.(\w+)", query))
-    assert query == "{" + ", ".join(f"{k}: .eventMetadata.{v}" for k, v in fields.items()) + "}"
-    keys = {name: record["eventMetadata"][field] for name, field in fields.items()}
+    keys = partition_keys(record)
     text = re.sub(r"!\{partitionKeyFromQuery:(\w+)\}", lambda m: keys[m.group(1)], expression)
     text = text.replace("!{timestamp:yyyy/MM/dd/HH}", arrival.strftime("%Y/%m/%d/%H"))
     assert "!{" not in text, text
@@ -84,6 +96,35 @@ def test_the_stream_delivers_in_the_folders_the_s3_sink_writes(
     written = S3Sink(None, DATA, "captures").key(captured)  # the direct S3 sink's object
     assert delivered == written.rsplit("/", 1)[0] + "/"
     assert delivered.startswith("captures/") and ".." not in delivered
+
+
+@pytest.mark.parametrize("late", [datetime.timedelta(0), datetime.timedelta(seconds=3),
+                                  datetime.timedelta(hours=2)])
+def test_a_record_is_delivered_in_its_inferences_hour_however_late_it_arrives(
+        late: datetime.timedelta) -> None:
+    """WHEN is 09:59:58: a record held 3 s by a sink outage reaches the stream at 10:00:01,
+    yet belongs in the 09 folder, where the S3 and directory sinks put it."""
+    stack = capture_template.capture_template(load_stage("dev"))
+    s3 = stack["Resources"]["CaptureStream"]["Properties"]["ExtendedS3DestinationConfiguration"]
+    exchange = Exchange(endpoint="iris", variant="Canary", inference_id="r-1", sent=b"[1]",
+                        sent_content_type="application/json", received=b"[0.5]",
+                        received_content_type="application/json")
+    captured = build_record(exchange, "both", now=WHEN)
+    delivered = firehose_prefix(s3["Prefix"], json.loads(firehose_line(captured)), WHEN + late)
+    assert delivered == "captures/iris/Canary/2026/11/23/09/"
+    assert delivered == S3Sink(None, DATA, "captures").key(captured).rsplit("/", 1)[0] + "/"
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_jq_reads_the_partition_keys_as_the_tests_helper_does() -> None:
+    """The stream's JQ 1.6 on a record the sink sends gives the keys the helper above reads."""
+    exchange = Exchange(endpoint="iris", variant="Canary", inference_id="r-1", sent=b"[1]",
+                        sent_content_type="application/json", received=b"[0.5]",
+                        received_content_type="application/json")
+    line = firehose_line(build_record(exchange, "both", now=WHEN))
+    done = subprocess.run(["jq", "-c", capture_template.PARTITION_QUERY], input=line,
+                          capture_output=True, check=True, timeout=30)
+    assert json.loads(done.stdout) == partition_keys(json.loads(line))
 
 
 def test_one_stream_for_the_stage_buffered_compressed_and_encrypted(dev: Package) -> None:
@@ -111,7 +152,11 @@ def test_one_stream_for_the_stage_buffered_compressed_and_encrypted(dev: Package
     assert processor["Type"] == "MetadataExtraction"          # records end with a newline
     assert {p["ParameterName"]: p["ParameterValue"] for p in processor["Parameters"]} == {
         "MetadataExtractionQuery": "{endpoint: .eventMetadata.sagegateEndpoint, "
-                                   "variant: .eventMetadata.sagegateVariant}",
+                                   "variant: .eventMetadata.sagegateVariant, "
+                                   "year: .eventMetadata.inferenceTime[0:4], "
+                                   "month: .eventMetadata.inferenceTime[5:7], "
+                                   "day: .eventMetadata.inferenceTime[8:10], "
+                                   "hour: .eventMetadata.inferenceTime[11:13]}",
         "JsonParsingEngine": "JQ-1.6"}
     assert s3["CloudWatchLoggingOptions"] == {
         "Enabled": True, "LogGroupName": {"Ref": "CaptureStreamLogGroup"},

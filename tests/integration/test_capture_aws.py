@@ -5,13 +5,16 @@ the emulator.
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 from typing import Any
 
 import boto3
 import pytest
 
-from chalicelib.capture import Capturer, Exchange
+from chalicelib.capture import Capturer, Exchange, build_record
+from chalicelib.capture.records import CaptureRecord
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
 from chalicelib.core.observability import Outcome
 from sagegate.captures import reader
@@ -101,3 +104,35 @@ def test_firehose_sink_delivers_every_record(aws: str) -> None:
 def test_firehose_failure_is_counted_not_raised(aws: str) -> None:
     assert Capturer("both", sink_for("firehose://no-such-stream")).capture(exchange(0)) == \
         Outcome.FAILED
+
+
+BEFORE_TEN = datetime.datetime(2026, 11, 23, 9, 59, 59, 900000, tzinfo=datetime.UTC)
+
+
+def mixed_batch() -> list[CaptureRecord]:
+    """What the background writer hands a sink at once: two endpoints, two variants, and
+    records on both sides of an hour."""
+    places = [("iris", "AllTraffic", 0), ("efficientnet-lite0", "AllTraffic", 0),
+              ("iris", "Canary", 1), ("efficientnet-lite0", "Canary", 0),
+              ("iris", "AllTraffic", 1), ("iris", "Canary", 0),
+              ("efficientnet-lite0", "AllTraffic", 1)]
+    return [build_record(dataclasses.replace(exchange(i), endpoint=endpoint, variant=variant),
+                         "both", now=BEFORE_TEN + datetime.timedelta(seconds=seconds))
+            for i, (endpoint, variant, seconds) in enumerate(places)]
+
+
+def test_the_s3_sink_stores_each_record_of_a_mixed_batch_under_its_own_folder(
+        aws: str) -> None:
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="mixed")
+    batch = mixed_batch()
+    S3Sink(s3, "mixed", "capture").write(batch)
+    folders: dict[str, str] = {}  # inference id -> the folder of the object holding it
+    for item in s3.list_objects_v2(Bucket="mixed")["Contents"]:
+        body = s3.get_object(Bucket="mixed", Key=item["Key"])["Body"].read().decode()
+        for line in body.splitlines():
+            folders[json.loads(line)["eventMetadata"]["inferenceId"]] = \
+                item["Key"].rsplit("/", 1)[0]
+    assert folders == {f"r{i}": f"capture/{record.partition()}"
+                       for i, record in enumerate(batch)}
+    assert len(set(folders.values())) == len(batch)  # no two of them share a folder

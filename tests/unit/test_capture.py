@@ -108,6 +108,25 @@ def test_directory_sink_writes_one_line_per_record_under_the_layout(tmp_path: Pa
     assert ids == ["r0", "r1", "r2"]
 
 
+def test_directory_sink_files_each_record_of_a_mixed_batch_under_its_own_folder(
+        tmp_path: Path) -> None:
+    """What the background writer hands a sink at once: two endpoints, two variants, both
+    sides of an hour."""
+    before_ten = datetime.datetime(2026, 11, 23, 9, 59, 59, 900000, tzinfo=datetime.UTC)
+    places = [("iris", "AllTraffic", 0), ("efficientnet-lite0", "AllTraffic", 0),
+              ("iris", "Canary", 1), ("efficientnet-lite0", "Canary", 0),
+              ("iris", "AllTraffic", 1), ("iris", "Canary", 0)]
+    batch = [build_record(exchange(endpoint=endpoint, variant=variant, inference_id=f"r{i}"),
+                          "both", now=before_ten + datetime.timedelta(seconds=seconds))
+             for i, (endpoint, variant, seconds) in enumerate(places)]
+    DirectorySink(tmp_path).write(batch)
+    folders = {json.loads(line)["eventMetadata"]["inferenceId"]:
+               path.parent.relative_to(tmp_path).as_posix()
+               for path in tmp_path.rglob("*.jsonl") for line in path.open()}
+    assert folders == {f"r{i}": record.partition() for i, record in enumerate(batch)}
+    assert len(set(folders.values())) == len(batch)
+
+
 def test_directory_sink_never_loses_or_tears_a_record_under_threads(tmp_path: Path) -> None:
     sink = DirectorySink(tmp_path)
     capturer = Capturer("both", sink)

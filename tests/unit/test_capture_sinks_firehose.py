@@ -183,3 +183,25 @@ def test_a_record_over_the_limit_is_counted_once_when_the_write_is_tried_again(
     sink.write(records)
     assert client.delivered == [firehose_line(records[1])]
     assert counted == [("CaptureDropped", 1)]
+
+
+def test_each_line_of_a_mixed_batch_names_its_own_records_folder() -> None:
+    """Two endpoints, two variants and both sides of an hour in one write: the keys the
+    stream partitions by (endpoint, variant, and the hour of ``inferenceTime``) are each
+    record's own, the folder the other sinks file it in."""
+    before_ten = datetime.datetime(2026, 11, 23, 9, 59, 59, 900000, tzinfo=datetime.UTC)
+    places = [("iris", "AllTraffic", 0), ("efficientnet-lite0", "Canary", 1),
+              ("iris", "Canary", 1), ("efficientnet-lite0", "AllTraffic", 0)]
+    records = [build_record(exchange(endpoint=endpoint, variant=variant, inference_id=f"r{i}"),
+                            "both", now=before_ten + datetime.timedelta(seconds=seconds))
+               for i, (endpoint, variant, seconds) in enumerate(places)]
+    client = FakeFirehose()
+    FirehoseSink(client, "sagegate-dev-captures").write(records)
+    folders = []
+    for line in client.delivered:
+        metadata = json.loads(line)["eventMetadata"]
+        at = metadata["inferenceTime"]
+        folders.append(f"{metadata['sagegateEndpoint']}/{metadata['sagegateVariant']}/"
+                       f"{at[0:4]}/{at[5:7]}/{at[8:10]}/{at[11:13]}")
+    assert folders == [captured.partition() for captured in records]
+    assert len(set(folders)) == len(records)
