@@ -5,7 +5,9 @@
 werkzeug's threaded server, prints one line once it listens and stops on SIGTERM or SIGINT.
 :func:`sagegate.local.aws.start_moto` starts it as ``make run``'s child.
 
-:class:`PostPolicyCheck`, in front of moto, takes the POSTs moto gets wrong:
+:class:`PostPolicyCheck`, in front of moto's S3 (the application moto's own dispatcher picks
+for a request, whatever its headers say: so every request moto's S3 gets passes the check first),
+takes the POSTs moto gets wrong:
 
 * a bucket's form upload (path-style ``POST /<bucket>``, or virtual-hosted ``POST /`` to
   ``<bucket>.localhost``, the URL read as moto reads it): moto stores it without reading its
@@ -18,8 +20,10 @@ werkzeug's threaded server, prints one line once it listens and stops on SIGTERM
   ``restore``, ``select``) is 405 ``MethodNotAllowed`` (as a virtual-hosted ``Host`` makes a
   path-style URL's bucket a key).
 
-A request signed for another service (its SigV4 scope) passes untouched, whatever its path.
-The signature is not checked (moto takes any key).
+The front does not read the ``Authorization`` header to decide: moto's dispatcher reads it its
+own way (the first word after the algorithm, any case, a scope it cannot split sent to S3), and
+a front that read it otherwise let a form through to S3 unchecked. The signature is not
+checked (moto takes any key).
 
 :class:`ProvisionGate`: with ``SAGEGATE_PROVISION_KEY`` set, every request answers 503
 ``ServiceUnavailable`` until the parent, sending the key in ``X-Sagegate-Provision``, has
@@ -40,7 +44,7 @@ import threading
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType, SimpleNamespace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 from sagegate.local.s3_forms import S3Error, check_policy, read_form
@@ -55,6 +59,7 @@ __all__ = [
     "S3Error",
     "build_app",
     "check_policy",
+    "checking_s3",
     "main",
     "s3_target",
 ]
@@ -71,6 +76,8 @@ MAX_FORM_BYTES = 1024 ** 3 + 1024 * 1024
 """The largest POST upload read (S3's form uploads go up to 5 GB; sagegate's caps to 1 GiB)."""
 MAX_DELETE_BYTES = 2 * 1024 * 1024
 """The largest DeleteObjects document read (1,000 keys of 1,024 bytes, and their markup)."""
+S3_BACKEND = "s3"
+"""The name moto's dispatcher gives its S3 application."""
 OBJECT_POSTS = frozenset({"uploads", "uploadid", "restore", "select"})
 """The subresources S3 takes a POST on an object for (multipart uploads, restore, select)."""
 
@@ -101,22 +108,20 @@ def _with_instance(start_response: StartResponse, instance: str) -> StartRespons
 
 
 class PostPolicyCheck:
-    """WSGI middleware: the POSTs S3 answers otherwise than moto (see the module), checked
-    before the wrapped application sees them; adds the instance header."""
+    """WSGI middleware in front of moto's S3 application: every POST it gets that S3 answers
+    otherwise than moto (see the module) is checked before moto sees it."""
 
-    def __init__(self, app: WsgiApp, instance: str = "") -> None:
+    def __init__(self, app: WsgiApp) -> None:
         self.app = app
-        self.instance = instance
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        start = _with_instance(start_response, self.instance)
         target = s3_target(environ) if environ.get("REQUEST_METHOD") == "POST" else None
         if target is not None:
             try:
                 self._check(environ, *target)
             except S3Error as error:
-                return _answer(error, environ, start)
-        return self.app(environ, start)
+                return _answer(error, environ, start_response)
+        return self.app(environ, start_response)
 
     def _check(self, environ: Environ, bucket: str, key: str) -> None:
         query = {name.lower() for name in parse_qs(str(environ.get("QUERY_STRING", "")),
@@ -195,29 +200,11 @@ def _check_form(environ: Environ, bucket: str) -> None:
     environ["CONTENT_LENGTH"] = str(length)
 
 
-def signed_service(environ: Mapping[str, Any]) -> str | None:
-    """The service a request is signed for: SigV4's credential scope (the header's, or a
-    presigned URL's), ``s3`` for SigV2 (S3 alone still takes it); None when unsigned."""
-    header = str(environ.get("HTTP_AUTHORIZATION", ""))
-    if header.startswith("AWS "):
-        return "s3"
-    scope = header.partition("Credential=")[2].split(",", 1)[0]
-    if not scope:
-        query = parse_qs(str(environ.get("QUERY_STRING", "")))
-        scope = (query.get("X-Amz-Credential") or [""])[0]
-    parts = scope.split("/")
-    return parts[3].strip() if len(parts) >= 5 else ("s3" if header else None)
-
-
 def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
     """The bucket and key an S3 request is for, its URL read as moto reads it: the Host's
     first label for a virtual-hosted URL (``<bucket>.localhost:<port>``,
     ``<bucket>.s3.amazonaws.com``) and the path as the key, else the path's first segment and
-    the rest (``/<bucket>/<key>``). None for a request signed for another service or one that
-    names no bucket (``POST /``: SNS, SQS, DynamoDB ...)."""
-    service = signed_service(environ)
-    if service not in (None, "s3"):
-        return None
+    the rest (``/<bucket>/<key>``). None for a request that names no bucket (``POST /``)."""
     from moto.s3.responses import S3Response
 
     host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or "")
@@ -229,9 +216,21 @@ def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
     return (bucket, key) if bucket else None
 
 
+def checking_s3(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], WsgiApp]:
+    """moto's backend factory, with moto's S3 application behind :class:`PostPolicyCheck`:
+    the check is where moto's dispatcher sends a request, not where its headers point."""
+
+    def create(service: str) -> WsgiApp:
+        app = create_backend(service)
+        return PostPolicyCheck(app) if service == S3_BACKEND else app
+
+    return create
+
+
 class ProvisionGate:
     """WSGI middleware: with a key, every request but the key's answers 503 until the key's
-    ``POST`` to :data:`OPEN_PATH` opens the gate (see the module); without one, open."""
+    ``POST`` to :data:`OPEN_PATH` opens the gate (see the module); without one, open. Every
+    answer, open or not, carries the instance header (when there is an instance)."""
 
     def __init__(self, app: WsgiApp, key: str = "", instance: str = "") -> None:
         self.app = app
@@ -247,9 +246,9 @@ class ProvisionGate:
         return self._open.is_set()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if self._open.is_set():
-            return self.app(environ, start_response)
         start = _with_instance(start_response, self.instance)
+        if self._open.is_set():
+            return self.app(environ, start)
         given = str(environ.get("HTTP_" + PROVISION_HEADER.upper().replace("-", "_"), ""))
         if not hmac.compare_digest(given.encode(), self.key):
             return _answer(S3Error(503, "ServiceUnavailable", "moto's server is being "
@@ -258,16 +257,25 @@ class ProvisionGate:
             self._open.set()
             start("204 No Content", [("Content-Length", "0")])
             return [b""]
-        return self.app(environ, start_response)
+        return self.app(environ, start)
 
 
-def build_app(instance: str = "", provision_key: str = "") -> WsgiApp:
-    """moto's server application (every service), behind :class:`PostPolicyCheck` and, with
-    a key, :class:`ProvisionGate`."""
+def build_app(instance: str = "", provision_key: str = "",
+              create_backend: Callable[[str], WsgiApp] | None = None) -> WsgiApp:
+    """moto's server application (every service, dispatched by moto), its S3 behind
+    :class:`PostPolicyCheck`; behind :class:`ProvisionGate` (open without a key), which adds
+    the instance header to every answer.
+
+    Args:
+        instance: the marker every answer carries in ``X-Sagegate-Instance`` (empty: none).
+        provision_key: the gate's key (empty: open).
+        create_backend: moto's factory of one service's application (default: moto's own).
+    """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    return ProvisionGate(PostPolicyCheck(DomainDispatcherApplication(create_backend_app),
-                                         instance), provision_key, instance)
+    factory = checking_s3(create_backend or cast(Callable[[str], WsgiApp], create_backend_app))
+    dispatcher = DomainDispatcherApplication(cast(Any, factory))
+    return ProvisionGate(dispatcher, provision_key, instance)
 
 
 def _quiet_handler() -> type[Any]:

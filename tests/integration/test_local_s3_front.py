@@ -1,8 +1,9 @@
 """The local S3 front against a real moto child on 127.0.0.1 (:mod:`sagegate.local.moto_server`, as
 ``make run`` starts it): nothing reaches moto before it is provisioned; form uploads read as
 S3 reads them (a key given twice, a second file, fields after the file); S3's own 4xx where
-moto answered 500; ``?delete`` as S3 takes it; and the owner a presigned POST pins, checked
-by this front (the functional tests' in-process mock reads no policy at all).
+moto answered 500; ``?delete`` as S3 takes it; the owner a presigned POST pins, checked
+by this front (the functional tests' in-process mock reads no policy at all); and a form's
+policy checked whatever its ``Authorization`` header says.
 
 Every process is started here and stopped by its PID."""
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_nothing_reaches_moto_before_the_bucket_notifies_its_tickets(
         jobs = provision(LocalJobs(moto.url), key=moto.provision_key)
         others.put_object(Bucket=jobs.bucket, Key=f"{jobs.tickets_prefix}now", Body=b"{}")
         sqs = client(moto.url, "sqs")
-        deadline, bodies = time.monotonic() + 20, []
+        deadline, bodies = time.monotonic() + 20, list[str]()
         while time.monotonic() < deadline and not any("tickets/now" in b for b in bodies):
             bodies += [urllib.parse.unquote(message["Body"]) for message in sqs.receive_message(
                 QueueUrl=jobs.tickets_queue, WaitTimeSeconds=1).get("Messages", [])]
@@ -201,3 +202,44 @@ def test_the_owner_a_presigned_post_pins_is_checked_here_and_kept(jobs: LocalJob
     check("apikey:alice")  # hers: no error
     with pytest.raises(UploadNotFoundError):
         check("apikey:bob")
+
+
+# A form whose policy would refuse it, sent with headers that once made the front take it for
+# another service's request while moto's own routing still handed it to S3.
+BYPASSES = {
+    "scope in upper case": "AWS4-HMAC-SHA256 Credential=AKID/20261125/us-east-1/S3/aws4_request, "
+                           "SignedHeaders=host, Signature=x",
+    "second word not the Credential": "AWS4-HMAC-SHA256 Scope=AKID/20261125/us-east-1/s3/"
+                                      "aws4_request, Credential=AKID/20261125/us-east-1/sqs/"
+                                      "aws4_request, Signature=x",
+    "a scope moto cannot read": "AWS4-HMAC-SHA256 Credential=AKID/20261125/us-east-1/sqs/"
+                                "aws4_request/more, Signature=x",
+    "SigV2": "AWS AKID:signature",
+}
+
+
+@pytest.mark.parametrize("authorization", BYPASSES.values(), ids=BYPASSES.keys())
+def test_a_form_outside_its_policy_is_refused_whatever_the_authorization(
+        jobs: LocalJobs, authorization: str) -> None:
+    url, fields, key = presigned(jobs)
+    other = f"{jobs.prefix}uploads/{uuid.uuid4().hex}"
+    body, content_type = urllib3.encode_multipart_formdata(
+        [*{**fields, "key": other}.items(), ("file", ("a.jpg", b"x" * (CAP + 5)))])
+
+    answer = urllib3.request("POST", url, body=body, timeout=30, headers={
+        "Content-Type": content_type, "Authorization": authorization})
+
+    assert answer.status in (400, 403), answer.data
+    assert keys(jobs, other) == [] and keys(jobs, key) == []
+
+
+def test_a_form_within_its_policy_is_stored_with_any_authorization(jobs: LocalJobs) -> None:
+    url, fields, key = presigned(jobs)
+    body, content_type = urllib3.encode_multipart_formdata(
+        [*fields.items(), ("file", ("a.jpg", b"x" * CAP))])
+
+    answer = urllib3.request("POST", url, body=body, timeout=30, headers={
+        "Content-Type": content_type, "Authorization": BYPASSES["scope in upper case"]})
+
+    assert answer.status == 204, answer.data
+    assert keys(jobs, key) == [key]
