@@ -64,10 +64,10 @@ from chalicelib.monitor.compare_sides import (
 from chalicelib.monitor.compare_verdict import METHODS, Thresholds, percent, short, verdict
 
 __all__ = ["ARGMAX", "ARM_KEY", "ERROR_KEY", "FAILED", "FIRST_COLUMN", "KIND", "LATENCY_KEY",
-           "METHODS", "MIXED", "PAIR_KEY", "PERCENTILES", "PRIMARY_ERRORS_NOTE",
-           "PRINTED_COLUMNS", "TOP_CODES", "TOP_DISAGREEMENTS", "VERSION", "Entry", "Pairing",
-           "Side", "SideRead", "Thresholds", "Top1", "Window", "column", "compare", "lines",
-           "percent", "ranked", "short", "top1"]
+           "METHODS", "MIXED", "NOTHING_COMPARED", "PAIR_KEY", "PERCENTILES",
+           "PRIMARY_ERRORS_NOTE", "PRINTED_COLUMNS", "TOP_CODES", "TOP_DISAGREEMENTS",
+           "VERSION", "Entry", "Pairing", "Side", "SideRead", "Thresholds", "Top1", "Window",
+           "column", "compare", "lines", "percent", "ranked", "short", "top1"]
 
 KIND, VERSION = "sagegate-monitor-compare", 1
 PRINTED_COLUMNS = 20
@@ -113,8 +113,43 @@ def lines(document: Mapping[str, Any]) -> list[str]:
                    f"{side['records']} record(s){shadow}, {side['rows']} row(s)"
                    f"{f'; arms: {arms}' if arms else ''}")
     out.append(_agreement_line(document["agreement"]))
-    columns = document["columns"]
+    out.extend(_distance_lines(document["columns"]))
+    for key in ("only_a", "only_b"):
+        if document[key]:
+            names = ", ".join(item["name"] for item in document[key])
+            out.append(f"columns of {key[-1].upper()} only: {names}")
+    out.append(_latency_line(document))
+    out.append("error rate: " + ", ".join(
+        f"{name.upper()} {_rate(document[name]['errors'])}" for name in ("a", "b")))
+    verdict = document["verdict"]
+    if verdict.get("nothing_compared"):
+        out.append(f"verdict: nothing compared: {NOTHING_COMPARED} (exit 4)")
+        out.extend(f"not checked: {reason}" for reason in verdict["reasons"])
+    elif not verdict["checked"]:
+        out.append("verdict: no threshold given (exit 0)")
+    elif verdict["worse"]:
+        out.append(f"verdict: B is worse than A by {len(verdict['reasons'])} reason(s) "
+                   f"(exit 3)")
+        out.extend(f"worse: {reason}" for reason in verdict["reasons"])
+    else:
+        out.append(f"verdict: B is within every threshold given "
+                   f"({', '.join(verdict['checked'])}; exit 0)")
+    return out
+
+
+DISTANCE_HEADER = ("distances, one a column: how far B's distribution of the column is from "
+                   "A's, 0 (the same) to 1 (apart), the drift check's L-infinity distance")
+NOTHING_COMPARED = ("no column's distance, no pair's agreement, no latency ratio, no error "
+                    "rate of B could be computed")
+
+
+def _distance_lines(columns: list[dict[str, Any]]) -> list[str]:
+    """The columns' distances, one a line under a header saying what a distance is; past
+    :data:`PRINTED_COLUMNS`, the ranked first ones and a line counting the rest."""
+    if not columns:
+        return []
     shown = columns if len(columns) <= PRINTED_COLUMNS else ranked(columns)[:PRINTED_COLUMNS]
+    out = [DISTANCE_HEADER]
     for item in shown:
         what = {True: " (output)", False: "", None: ""}[item["output"]]
         if item["distance"] is None:
@@ -126,27 +161,31 @@ def lines(document: Mapping[str, Any]) -> list[str]:
         flag = " BEYOND" if item["beyond"] else ""
         out.append(f"distance {item['name']}{what}: {figure}{flag}")
     if len(shown) < len(columns):
-        out.append(f"... and {len(columns) - len(shown)} more column(s), of smaller distances "
-                   f"(the {len(shown)} above: beyond the threshold first, then the largest; "
-                   f"compare.json has every one)")
-    for key in ("only_a", "only_b"):
-        if document[key]:
-            names = ", ".join(item["name"] for item in document[key])
-            out.append(f"columns of {key[-1].upper()} only: {names}")
-    out.append(_latency_line(document))
-    out.append("error rate: " + ", ".join(
-        f"{name.upper()} {_rate(document[name]['errors'])}" for name in ("a", "b")))
-    verdict = document["verdict"]
-    if not verdict["checked"]:
-        out.append("verdict: no threshold given (exit 0)")
-    elif verdict["worse"]:
-        out.append(f"verdict: B is worse than A by {len(verdict['reasons'])} reason(s) "
-                   f"(exit 3)")
-        out.extend(f"worse: {reason}" for reason in verdict["reasons"])
-    else:
-        out.append(f"verdict: B is within every threshold given "
-                   f"({', '.join(verdict['checked'])}; exit 0)")
+        out.append(f"... and {len(columns) - len(shown)} more column(s): "
+                   f"{_remainder(shown[-1]['distance'], ranked(columns)[len(shown):])} (the "
+                   f"{len(shown)} above: beyond the threshold first, then the gated ones, "
+                   f"then the largest; compare.json has every one)")
     return out
+
+
+def _remainder(last: float | None, rest: list[dict[str, Any]]) -> str:
+    """The columns not printed, counted against the last one printed (``last``, its
+    distance): as many at its distance, smaller, larger (not gated: ranked after the gated
+    ones) and without a distance."""
+    distances = [item["distance"] for item in rest]
+    counted = [d for d in distances if d is not None]
+    parts = []
+    if last is not None:
+        for count, label in ((sum(d == last for d in counted), f"more at distance {short(last)}"),
+                             (sum(d < last for d in counted), "smaller"),
+                             (sum(d > last for d in counted), "larger, not gated")):
+            if count:
+                parts.append(f"{count} {label}")
+    elif counted:
+        parts.append(f"{len(counted)} with a distance")
+    if len(counted) < len(distances):
+        parts.append(f"{len(distances) - len(counted)} without a distance")
+    return ", ".join(parts)
 
 
 def ranked(columns: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -75,7 +75,10 @@ def _facts(document: Mapping[str, Any]) -> str:
 
 def _verdict(document: Mapping[str, Any]) -> str:
     verdict = document["verdict"]
-    if not verdict["checked"]:
+    if verdict.get("nothing_compared"):
+        headline, colour, badge = (f"nothing compared: {compare.NOTHING_COMPARED} (exit 4)",
+                                   ALERT_COLOUR, "NOTHING")
+    elif not verdict["checked"]:
         headline, colour, badge = "no threshold given: figures only (exit 0)", \
             NEUTRAL_COLOUR, "NO GATE"
     elif verdict["worse"]:

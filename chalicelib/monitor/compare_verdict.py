@@ -1,7 +1,10 @@
 """The verdict of ``sagegate monitor compare``: the thresholds B must stay within, each one
 given checked against the comparison's figures, the reasons B is worse (one a line) and the
-exit status (3 when B is worse, else 0). A threshold a figure cannot be computed for (no pairs,
-no latency, a rate the records do not give) fails, so a gate never passes on nothing.
+exit status (3 when B is worse, else 0). A threshold a figure cannot be computed for (no
+column compared, no pairs, no latency, a rate the records do not give) fails, so a gate never
+passes on nothing; when no figure at all could be computed (no column's distance, no pair
+compared, no latency ratio, no error rate of B) nothing was compared, and the exit status is
+4, as ``check``'s for nothing to check, whatever the thresholds.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from chalicelib.monitor.compare_sides import LATENCY_KEY, PERCENTILES
 METHODS = ("Robust", "Simple")
 EXIT_WORSE = 3
 """The exit status when B is worse than a threshold given (0 otherwise)."""
+EXIT_NOTHING_COMPARED = 4
+"""The exit status when no figure could be computed (``check``'s for nothing checked)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +48,23 @@ def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, An
     checked and failed, and the reasons, from the comparison's figures (``document``)."""
     found = _reasons(document, thresholds)
     reasons = [reason for _key, reason in found]
+    nothing = nothing_compared(document)
+    status = EXIT_NOTHING_COMPARED if nothing else EXIT_WORSE if reasons else 0
     return {
-        "worse": bool(reasons), "exit_status": EXIT_WORSE if reasons else 0,
+        "worse": bool(reasons) and not nothing, "exit_status": status,
+        "nothing_compared": nothing,
         "checked": [key for key in THRESHOLDS if getattr(thresholds, key) is not None],
         "failed": list(dict.fromkeys(key for key, _reason in found)), "reasons": reasons}
+
+
+def nothing_compared(document: Mapping[str, Any]) -> bool:
+    """No figure of the comparison could be computed: no column's distance, no pair's
+    agreement, no latency ratio and no error rate of B (a preprocessor that drops every
+    record, outputs neither side can read, and no experiment metadata)."""
+    return (all(item["distance"] is None for item in document["columns"])
+            and document["agreement"]["agreement"] is None
+            and all(value is None for value in document["latency_ratio"].values())
+            and document["b"]["errors"]["rate"] is None)
 
 
 def _reasons(document: Mapping[str, Any], thresholds: Thresholds) -> list[tuple[str, str]]:
@@ -102,7 +120,22 @@ def _distance_reasons(document: Mapping[str, Any], limit: float) -> list[str]:
                 if item["output"]:
                     reasons.append(f"{item['name']}: an output column {other} does not have: "
                                    f"--max-distance cannot be checked")
+    if not reasons and not any(item["gated"] and item["distance"] is not None
+                               for item in document["columns"]):
+        reasons.append(f"no {_GATED[document['columns_gated']]} compared ({_rows(document)}): "
+                       f"--max-distance cannot be checked")
     return reasons
+
+
+_GATED = {"output": "output column", "all": "column"}
+
+
+def _rows(document: Mapping[str, Any]) -> str:
+    """Why no column was compared, as the sides' rows say it."""
+    rows = f"{document['a']['rows']} row(s) in A, {document['b']['rows']} in B"
+    if not document["columns"] and document["a"]["rows"] and document["b"]["rows"]:
+        return f"{rows}, no column both sides have"
+    return rows
 
 
 def _latency_reasons(document: Mapping[str, Any], limit: float) -> list[str]:
@@ -111,8 +144,10 @@ def _latency_reasons(document: Mapping[str, Any], limit: float) -> list[str]:
         ratio = document["latency_ratio"][f"p{p}"]
         a, b = document["a"]["latency_ms"][f"p{p}"], document["b"]["latency_ms"][f"p{p}"]
         if ratio is None:
-            reasons.append(f"latency p{p}: n/a (A {_ms(a)}, B {_ms(b)}: a side without "
-                           f"{LATENCY_KEY}): --max-latency-ratio cannot be checked")
+            why = f"a side without {LATENCY_KEY}" if a is None or b is None \
+                else "no ratio to A's 0 ms"
+            reasons.append(f"latency p{p}: n/a (A {_ms(a)}, B {_ms(b)}: {why}): "
+                           f"--max-latency-ratio cannot be checked")
         elif ratio > limit:
             reasons.append(f"latency p{p}: B's {_ms(b)} is {short(ratio)} times A's {_ms(a)}, "
                            f"above --max-latency-ratio {short(limit)}")

@@ -1,7 +1,9 @@
 """``sagegate monitor compare CAPTURES_A CAPTURES_B -o DIR``: the verdict between two models'
 captures of a window (:mod:`chalicelib.monitor.compare`), its options and its run; the
 ``monitor`` command (:mod:`sagegate.monitor.cli`) registers it. Exit status: 0 within every
-threshold given, 3 B worse than a threshold, 4 no records on a side (nothing compared).
+threshold given, 3 B worse than a threshold, 4 nothing compared: no records on a side (no
+files written), or records but no figure computed (no column's distance, no pair, no latency,
+no error rate; the files say why).
 """
 from __future__ import annotations
 
@@ -15,8 +17,6 @@ from chalicelib.monitor import analysis, compare, compare_report, partial, windo
 from sagegate.monitor import sources, workers
 from sagegate.monitor.cli_shared import (
     EXIT_EMPTY,
-    EXIT_OK,
-    EXIT_VIOLATIONS,
     add_output_arguments,
     reader_options,
     refuse_all_bad,
@@ -129,4 +129,5 @@ def run(args: argparse.Namespace) -> int:
           f"{args.output}", file=sys.stderr)
     for line in compare.lines(document):
         print(line)
-    return EXIT_VIOLATIONS if document["verdict"]["worse"] else EXIT_OK
+    status: int = document["verdict"]["exit_status"]  # 0, 3, or 4: nothing compared
+    return status

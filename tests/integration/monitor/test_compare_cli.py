@@ -78,6 +78,7 @@ def test_an_int8_shadow_within_the_thresholds_exits_0(
         "feature0", "feature1", "feature2", "feature3"]
     assert document["verdict"] == {
         "worse": False, "exit_status": 0, "failed": [], "reasons": [],
+        "nothing_compared": False,
         "checked": ["max_distance", "min_agreement", "max_error_rate", "max_latency_ratio"]}
     assert printed[2].startswith(f"agreement: {100 * int8.agreed / int8.compared:.2f}% "
                                  f"({int8.agreed} of {int8.compared} compared pair(s) agree")
@@ -108,7 +109,14 @@ def test_an_image_classifiers_int8_shadow_compares_its_1000_probabilities(
     largest = max(c["distance"] for c in columns)
     assert distances[0].endswith(f"(output): {largest:.4g} (Robust, KS critical "
                                  f"{columns[0]['critical']:.4g})")
-    assert any(line.startswith("... and 980 more column(s)") for line in printed)
+    assert printed[printed.index(distances[0]) - 1].startswith("distances, one a column: ")
+    last = float(distances[-1].split(": ")[1].split(" ")[0])
+    rest = sorted((c["distance"] for c in columns), reverse=True)[20:]
+    ties = sum(f"{d:.4g}" == f"{last:.4g}" for d in rest)
+    (remainder,) = [line for line in printed if line.startswith("... and 980 more column(s)")]
+    assert remainder.startswith(f"... and 980 more column(s): "
+                                f"{f'{ties} more at distance {last:.4g}, ' if ties else ''}"
+                                f"{980 - ties} smaller (")
     page = (out / "compare.html").read_text(encoding="utf-8")
     assert page.count('<svg class="chart"') == 40
     start = page.index('<table class="other-columns"')

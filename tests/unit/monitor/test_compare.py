@@ -263,7 +263,7 @@ def test_without_thresholds_there_is_no_verdict_and_nothing_fails() -> None:
     b = _probability_records(200, seed=2, shift=0.3, shadow=True)
     document = _compare(a, b)
     assert document["verdict"] == {"worse": False, "exit_status": 0, "checked": [],
-                                   "failed": [], "reasons": []}
+                                   "failed": [], "reasons": [], "nothing_compared": False}
     assert document["thresholds"] == {"max_distance": None, "min_agreement": None,
                                       "max_error_rate": None, "max_latency_ratio": None,
                                       "comparison_method": "Robust"}
@@ -342,3 +342,184 @@ def test_the_document_is_strict_json_and_the_report_is_self_contained(
     for forbidden in ("<script", "style=", "<link", "http://", "https://", "@import", "url("):
         assert forbidden not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert len(re.findall(r'<svg class="chart"', page)) == len(document["columns"])
+
+
+def _base64_side(n: int, shadow: bool, latency: bool = True, ids: bool = True) -> Records:
+    """Records whose input and output are BASE64 (an image model's bytes): nothing to
+    flatten, no answer to read."""
+    records = []
+    for index in range(n):
+        record = _pair(index, [0.9, 0.1], shadow=shadow, latency=10.0 if latency else None,
+                       key=None if ids else f"{'b' if shadow else 'a'}{index}")
+        for key in ("endpointInput", "endpointOutput"):
+            record["captureData"][key].update(data="aGVsbG8=", encoding="BASE64")
+        records.append(record)
+    return records
+
+
+def test_max_distance_fails_when_no_column_was_compared() -> None:
+    a, b = _base64_side(20, shadow=False), _base64_side(20, shadow=True)
+    document = _compare(a, b, max_distance=0.1)
+    assert document["columns"] == []
+    assert document["verdict"]["failed"] == ["max_distance"]  # not "within every threshold"
+    assert document["verdict"]["reasons"] == [
+        "no column compared (0 row(s) in A, 0 in B): --max-distance cannot be checked"]
+    assert document["verdict"]["exit_status"] == 3  # the pairs' latencies were compared
+    assert compare.lines(document)[-2].startswith("verdict: B is worse than A by 1 reason")
+
+
+def test_a_preprocessor_dropping_every_record_fails_max_distance() -> None:
+    pairing = compare.Pairing()
+    sides = {}
+    for name, shadow in (("b", True), ("a", False)):
+        side = compare.Side(name, pairing, output_columns=False)
+        reader = RecordReader(lambda _record, _where: None, include_shadow=name == "b",
+                              observe=side)
+        lines = [json.dumps(r) for r in _probability_records(50, seed=1, shadow=shadow)]
+        result = partial.analyse_objects(reader, [(f"{name}.jsonl", lines)])
+        sides[name] = compare.SideRead(name, side, result.statistics.to_json(), result.tally)
+    document = compare.compare(sides["a"], sides["b"], pairing,
+                               compare.Thresholds(max_distance=0.1), None, preprocessed=True)
+    assert (document["a"]["rows"], document["b"]["rows"]) == (0, 0)
+    assert document["verdict"]["failed"] == ["max_distance"]
+    assert document["verdict"]["worse"]
+
+
+def test_nothing_compared_at_all_is_exit_4_whatever_the_thresholds() -> None:
+    a = _base64_side(10, shadow=False, latency=False, ids=False)
+    b = _base64_side(10, shadow=False, latency=False, ids=False)
+    for thresholds in ({}, {"max_distance": 0.1},
+                       {"max_distance": 0.1, "min_agreement": 0.9, "max_latency_ratio": 2.0}):
+        document = _compare(a, b, **thresholds)
+        verdict = document["verdict"]
+        assert verdict["nothing_compared"] and verdict["exit_status"] == 4, thresholds
+        assert not verdict["worse"]
+        printed = compare.lines(document)
+        verdict_line = next(line for line in printed if line.startswith("verdict:"))
+        assert verdict_line == f"verdict: nothing compared: {compare.NOTHING_COMPARED} (exit 4)"
+        assert len(verdict["reasons"]) == len(printed) - printed.index(verdict_line) - 1
+    page = compare_report.render(document, {}, {})
+    assert "nothing compared" in page and "NOTHING" in page
+
+
+def _columns_document(distances: list[float], gated: bool = True) -> dict[str, Any]:
+    """A document of many columns (an image classifier's), for the printed lines."""
+    columns = [{"name": f"prediction{i}", "output": True, "kind": "numeric", "distance": d,
+                "method": "Simple", "critical": None, "gated": gated, "beyond": False,
+                "note": ""} for i, d in enumerate(distances)]
+    return {"columns": columns}
+
+
+def test_the_distances_printed_say_what_a_distance_is_and_count_the_ties_left_out() -> None:
+    distances = [1.0] * 105 + [0.5] * 895
+    random.Random(1).shuffle(distances)
+    printed = compare._distance_lines(_columns_document(distances)["columns"])
+    assert printed[0] == compare.DISTANCE_HEADER
+    assert "0 (the same) to 1 (apart)" in printed[0]
+    assert len(printed) == 1 + compare.PRINTED_COLUMNS + 1
+    assert all(line.endswith(": 1 (Simple)") for line in printed[1:-1])
+    assert printed[-1].startswith("... and 980 more column(s): 85 more at distance 1, "
+                                  "895 smaller (the 20 above")
+    few = compare._distance_lines(_columns_document([0.3, 0.2])["columns"])
+    assert few == [compare.DISTANCE_HEADER, "distance prediction0 (output): 0.3 (Simple)",
+                   "distance prediction1 (output): 0.2 (Simple)"]
+    assert compare._distance_lines([]) == []
+
+
+def test_the_columns_left_out_count_larger_ungated_and_missing_distances() -> None:
+    gated = _columns_document([0.4] * 25)["columns"]
+    inputs = _columns_document([0.9] * 3 + [0.1] * 2, gated=False)["columns"]
+    missing = _columns_document([0.0])["columns"]
+    missing[0].update(distance=None, note="n/a: no values on a side")
+    printed = compare._distance_lines(gated + inputs + missing)
+    assert printed[-1].startswith("... and 11 more column(s): 5 more at distance 0.4, "
+                                  "2 smaller, 3 larger, not gated, 1 without a distance (")
+
+
+def test_a_zero_ms_latency_of_a_gives_no_ratio_and_fails_the_latency_gate() -> None:
+    a = [_pair(i, [0.9, 0.1], latency=0.0) for i in range(20)]
+    b = [_pair(i, [0.9, 0.1], shadow=True, latency=5.0) for i in range(20)]
+    document = _compare(a, b, max_latency_ratio=2.0)  # no ZeroDivisionError
+    assert document["latency_ratio"] == {"p50": None, "p90": None, "p99": None}
+    assert document["verdict"]["failed"] == ["max_latency_ratio"]
+    assert document["verdict"]["reasons"][0] == (
+        "latency p50: n/a (A 0 ms, B 5 ms: no ratio to A's 0 ms): "
+        "--max-latency-ratio cannot be checked")
+    slow = [_pair(i, [0.9, 0.1], latency=5.0) for i in range(20)]
+    fast = _compare(slow, [_pair(i, [0.9, 0.1], shadow=True, latency=0.0) for i in range(20)],
+                    max_latency_ratio=1.0)
+    assert fast["latency_ratio"]["p50"] == 0.0  # B at 0 ms over A's 5: a ratio of 0
+    assert not fast["verdict"]["worse"]
+    json.loads(analysis.dumps(document))
+
+
+def _agreeing(agreed: int, of: int) -> tuple[Records, Records]:
+    a = [_pair(i, [0.9, 0.1]) for i in range(of)]
+    b = [_pair(i, [0.9, 0.1] if i < agreed else [0.1, 0.9], shadow=True) for i in range(of)]
+    return a, b
+
+
+@pytest.mark.parametrize(("agreed", "worse"), [(9, False), (10, False), (8, True)])
+def test_agreement_fails_only_below_min_agreement(agreed: int, worse: bool) -> None:
+    document = _compare(*_agreeing(agreed, 10), min_agreement=0.9)
+    assert document["verdict"]["worse"] is worse
+    if worse:
+        assert document["verdict"]["reasons"] == [
+            "agreement 80.00% (8 of 10 pairs) is below --min-agreement 90.00%"]
+
+
+@pytest.mark.parametrize(("errors", "worse"), [(1, False), (0, False), (2, True)])
+def test_the_error_rate_fails_only_above_max_error_rate(errors: int, worse: bool) -> None:
+    a = [_pair(i, [0.9, 0.1]) for i in range(10)]
+    b = [_pair(i, [0.9, 0.1], shadow=True, error=i < errors) for i in range(10)]
+    document = _compare(a, b, max_error_rate=0.1)
+    assert document["verdict"]["worse"] is worse
+    if worse:
+        assert document["verdict"]["reasons"] == [
+            "B's error rate 20.00% (2 of 10 records) is above --max-error-rate 10.00%"]
+
+
+@pytest.mark.parametrize(("factor", "worse"), [(2.0, False), (0.5, False), (2.5, True)])
+def test_latency_fails_only_above_max_latency_ratio(factor: float, worse: bool) -> None:
+    a = [_pair(i, [0.9, 0.1], latency=10.0) for i in range(10)]
+    b = [_pair(i, [0.9, 0.1], shadow=True, latency=10.0 * factor) for i in range(10)]
+    document = _compare(a, b, max_latency_ratio=2.0)
+    assert document["verdict"]["worse"] is worse
+    if worse:
+        assert document["verdict"]["reasons"] == [
+            f"latency p{p}: B's 25 ms is 2.5 times A's 10 ms, above --max-latency-ratio 2"
+            for p in (50, 90, 99)]
+
+
+def test_a_distance_at_max_distance_is_within_and_past_it_is_beyond() -> None:
+    a = [_pair(i, [0.9, 0.1]) for i in range(10)]
+    b = [_pair(i, [0.9, 0.1] if i < 8 else [0.7, 0.3], shadow=True) for i in range(10)]
+    at = _compare(a, b, max_distance=0.2, comparison_method="Simple")
+    assert {c["name"]: c["distance"] for c in at["columns"] if c["output"]} == {
+        "prediction0": pytest.approx(0.2), "prediction1": pytest.approx(0.2)}
+    assert not at["verdict"]["worse"]
+    past = _compare(a, b, max_distance=0.19, comparison_method="Simple")
+    assert past["verdict"]["reasons"] == [
+        f"prediction{i}: distance 0.2 (Simple) is above --max-distance 0.19" for i in (0, 1)]
+
+
+def test_each_failed_threshold_is_one_reason_in_the_thresholds_order() -> None:
+    a = [_pair(i, [0.9, 0.1], latency=10.0) for i in range(10)]
+    b = [_pair(i, [0.1, 0.9], shadow=True, latency=30.0, error=i == 0) for i in range(10)]
+    document = _compare(a, b, max_distance=0.5, min_agreement=0.5, max_error_rate=0.05,
+                        max_latency_ratio=2.0, comparison_method="Simple")
+    verdict = document["verdict"]
+    assert verdict["checked"] == ["max_distance", "min_agreement", "max_error_rate",
+                                  "max_latency_ratio"]
+    assert verdict["failed"] == verdict["checked"]
+    assert verdict["reasons"] == [
+        "prediction0: distance 1 (Simple) is above --max-distance 0.5",
+        "prediction1: distance 1 (Simple) is above --max-distance 0.5",
+        "agreement 0.00% (0 of 9 pairs) is below --min-agreement 50.00%",
+        "B's error rate 10.00% (1 of 10 records) is above --max-error-rate 5.00%",
+        "latency p50: B's 30 ms is 3 times A's 10 ms, above --max-latency-ratio 2",
+        "latency p90: B's 30 ms is 3 times A's 10 ms, above --max-latency-ratio 2",
+        "latency p99: B's 30 ms is 3 times A's 10 ms, above --max-latency-ratio 2"]
+    printed = compare.lines(document)
+    assert printed[-8] == "verdict: B is worse than A by 7 reason(s) (exit 3)"
+    assert printed[-7:] == [f"worse: {reason}" for reason in verdict["reasons"]]
