@@ -135,7 +135,7 @@ _SCALARS = frozenset((str, int, float, bool, type(None)))
 def _vector(item: Any) -> bool:
     """A probability vector: a non-empty list of finite numbers (booleans are not)."""
     return isinstance(item, list) and bool(item) and all(
-        type(value) in (int, float) and math.isfinite(value) for value in item)
+        type(value) in (int, float) and math.isfinite(_double(value)) for value in item)
 
 
 _NONE = object()
@@ -159,7 +159,7 @@ def _value(value: Any) -> Any:
     """A value as the monitor reads it: a number (from JSON or text) as a float, anything
     else as its text (``true``, ``null`` as JSON writes them)."""
     if type(value) in (int, float):
-        return float(value)
+        return _double(value)
     if isinstance(value, str):
         try:
             number = float(value)
@@ -167,3 +167,12 @@ def _value(value: Any) -> Any:
             return value
         return number if math.isfinite(number) else value
     return json.dumps(value)
+
+
+def _double(value: float) -> float:
+    """A JSON number as a double: an integer past the doubles' range (``10**400``) is
+    infinite, as ``1e999`` reads."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf

@@ -166,7 +166,9 @@ def _common(value: Any, at: At) -> None:
 def _numerical(value: Any, at: At) -> None:
     stats = an_object(value, at)
     optional(stats, "common", at, _common)
-    for key in ("mean", "sum", "std_dev", "min", "max"):
+    for key in ("mean", "sum", "std_dev"):  # null: past the doubles' range
+        optional(stats, key, at, any_number, nullable=True)
+    for key in ("min", "max"):
         optional(stats, key, at, any_number)
     optional(stats, "distribution", at, _numeric_distribution)
 

@@ -52,9 +52,10 @@ class Moments:
         if not values.size:
             return
         other = Moments()
-        other.count, other.sum = int(values.size), float(values.sum())
-        other.mean = other.sum / other.count
-        other.m2 = float(np.square(values - other.mean).sum())
+        with np.errstate(over="ignore", invalid="ignore"):  # past the doubles: written null
+            other.count, other.sum = int(values.size), float(values.sum())
+            other.mean = other.sum / other.count
+            other.m2 = float(np.square(values - other.mean).sum())
         other.min, other.max = float(values.min()), float(values.max())
         self.merge(other)
 
@@ -118,7 +119,11 @@ class FeatureStats:
             self._add_mixed(values)
 
     def _add_numbers(self, values: list[Any], kinds: set[type]) -> None:
-        array = np.asarray(values, dtype=np.float64)
+        try:
+            array = np.asarray(values, dtype=np.float64)
+        except OverflowError:  # an integer past the doubles (10**400): typed one by one
+            self._add_mixed(values)
+            return
         finite = array[np.isfinite(array)]
         if kinds == {int}:
             integral = len(values)
@@ -222,7 +227,10 @@ def classify(value: Any) -> tuple[str, float, str]:
     if value is None:
         return UNKNOWN, 0.0, ""
     if kind is int:
-        return INTEGRAL, float(value), str(value)
+        try:
+            return INTEGRAL, float(value), str(value)
+        except OverflowError:  # past the doubles, as 1e999 is: missing
+            return UNKNOWN, 0.0, ""
     if kind is float:
         return (FRACTIONAL, value, repr(value)) if math.isfinite(value) else (UNKNOWN, 0.0, "")
     if kind is bool:
@@ -231,7 +239,8 @@ def classify(value: Any) -> tuple[str, float, str]:
     if not text:
         return UNKNOWN, 0.0, ""
     if text.lstrip("+-").isdigit():
-        return INTEGRAL, float(text), text
+        number = float(text)  # digits past the doubles read as infinity: missing
+        return (INTEGRAL, number, text) if math.isfinite(number) else (UNKNOWN, 0.0, "")
     try:
         number = float(text)
     except ValueError:

@@ -295,7 +295,12 @@ def bucket_bounds(low: float, high: float, count: int = NUM_BUCKETS) -> list[flo
     ``start + (end - start) * i / count`` in this order: the doubles of Deequ's
     ``KLLSketch.computeMetricFrom`` to the last bit (``numpy.linspace`` rounds differently:
     from 1 to 243, its tenth bound is 218.79999999999998, Deequ's is 218.8).
+    A range near the doubles' own (``-1e308`` to ``1e308``), where that formula's
+    ``(end - start) * i`` is infinite, is cut as ``start * (1 - t) + end * t`` instead,
+    whose terms stay finite.
     """
+    if not math.isfinite((high - low) * count):
+        return [low * (1.0 - i / count) + high * (i / count) for i in range(count + 1)]
     return [low + (high - low) * i / float(count) for i in range(count + 1)]
 
 

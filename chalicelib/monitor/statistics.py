@@ -9,6 +9,7 @@ so hours computed apart make a day.
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -159,11 +160,18 @@ def _numerical(feature: FeatureStats, common: dict[str, int]) -> dict[str, Any]:
     moments = feature.moments
     sketch = sketches.sketch_json(feature.kll)
     cdf = sketches.WeightedCdf(sketch["data"])
-    return {"common": common, "mean": moments.mean, "sum": moments.sum,
-            "std_dev": moments.std_dev, "min": moments.min, "max": moments.max,
+    return {"common": common, "mean": _finite(moments.mean), "sum": _finite(moments.sum),
+            "std_dev": _finite(moments.std_dev), "min": moments.min, "max": moments.max,
             "distribution": {"kll": {
                 "buckets": sketches.buckets(cdf, moments.min, moments.max),
                 "sketch": sketch}}}
+
+
+def _finite(value: float) -> float | None:
+    """A moment as ``statistics.json`` holds it: null when it passed the doubles' range (a
+    sum of values near 1.8e308, the squares of values past 1e154), as strict JSON has no
+    infinity; every value is a finite double (:func:`~chalicelib.monitor.features.classify`)."""
+    return value if math.isfinite(value) else None
 
 
 def _b64(data: bytes) -> str:
@@ -175,8 +183,8 @@ def _feature_state(feature: FeatureStats) -> dict[str, Any]:
     return {"name": feature.name, "present": feature.present, "integral": feature.integral,
             "fractional": feature.fractional, "strings": feature.strings,
             # no numbers: min and max are infinities, which JSON has not (null)
-            "moments": [m.count, m.sum, m.mean, m.m2, *((m.min, m.max) if m.count
-                                                         else (None, None))],
+            "moments": [m.count, _finite(m.sum), _finite(m.mean), _finite(m.m2),
+                        *((m.min, m.max) if m.count else (None, None))],
             "kll": feature.kll.to_state(),
             "frequent": _b64(feature.frequent.serialize()),
             "distinct": _b64(feature.distinct.serialize_compact())}
@@ -187,7 +195,10 @@ def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
     feature.present, feature.integral = int(saved["present"]), int(saved["integral"])
     feature.fractional, feature.strings = int(saved["fractional"]), int(saved["strings"])
     moments = Moments()
-    count, moments.sum, moments.mean, moments.m2, low, high = saved["moments"]
+    count, total, mean, m2, low, high = saved["moments"]
+    # a moment that passed the doubles' range is null in the state; NaN keeps it unknown
+    moments.sum, moments.mean, moments.m2 = (math.nan if v is None else float(v)
+                                             for v in (total, mean, m2))
     moments.count = int(count)
     if moments.count:  # else the empty moments' infinities (null in the state)
         moments.min, moments.max = float(low), float(high)

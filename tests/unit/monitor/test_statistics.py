@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -21,6 +22,10 @@ def _stats(rows: list[dict[str, object]], chunk_rows: int = 64) -> dict[str, dic
     ("12", "Integral"), ("-3", "Integral"), (7, "Integral"), ("3.5", "Fractional"),
     ("1e-3", "Fractional"), (2.0, "Fractional"), ("abc", "String"), (True, "String"),
     ("", "Unknown"), (None, "Unknown"), (float("nan"), "Unknown"), ("  ", "Unknown"),
+    # past the doubles' range: missing, as NaN and infinity are (docs/MONITOR.md)
+    (float("inf"), "Unknown"), (10**400, "Unknown"), (-(10**400), "Unknown"),
+    ("1" * 400, "Unknown"), ("-" + "1" * 400, "Unknown"), ("1e999", "Unknown"),
+    ("Infinity", "Unknown"), (10**300, "Integral"), ("1" * 300, "Integral"),
 ])
 def test_classifies_values_as_the_analyzer_types_them(value: object, kind: str) -> None:
     assert classify(value)[0] == kind
@@ -168,3 +173,30 @@ def test_a_merge_keeps_both_windows_categorical_counts() -> None:
     day = DatasetStatistics.from_state(json.loads(json.dumps(first.to_state())))
     day.merge(DatasetStatistics().add_all([{"c": "p", "new": "t"}]))
     assert _categories(day) == {"c": {"p": 31, "q": 25, "r": 7}, "new": {"s": 7, "t": 1}}
+
+
+@pytest.mark.parametrize("chunk", [
+    [10**400, 1, 2], [10**400, 1.5, 2], ["1" * 400, "1", "2"], ["1" * 400, "x", "1", "2"],
+    [float("nan"), 1, 2], [float("-inf"), 1.5, "2"], ["nan", "1", "2"], [None, "1e999", 1, 2],
+])
+def test_numbers_no_double_holds_are_missing_whatever_the_chunk_holds(chunk: list[object]) -> None:
+    feature = FeatureStats("x")
+    feature.add(chunk)
+    strings = sum(1 for v in chunk if v == "x")
+    assert feature.present == 2 + strings
+    assert (feature.moments.count, feature.moments.max) == (2, 2.0)
+
+
+def test_moments_past_the_doubles_range_are_null_in_the_document_and_the_state() -> None:
+    stats = DatasetStatistics().add_all([{"x": 1.5e308}, {"x": 1.6e308}, {"x": -1.0}])
+    numbers = stats.to_json()["features"][0]["numerical_statistics"]
+    assert (numbers["sum"], numbers["mean"], numbers["std_dev"]) == (None, None, None)
+    assert (numbers["min"], numbers["max"]) == (-1.0, 1.6e308)
+    bounds = [b["lower_bound"] for b in numbers["distribution"]["kll"]["buckets"]]
+    assert bounds[0] == -1.0 and all(math.isfinite(b) for b in bounds)
+    assert sum(b["count"] for b in numbers["distribution"]["kll"]["buckets"]) == 3
+    state = json.dumps(stats.to_state(), allow_nan=False)  # strict JSON, as parts travel
+    restored = DatasetStatistics.from_state(json.loads(state))
+    restored.merge(DatasetStatistics().add_all([{"x": 2.0}]))
+    numbers = restored.to_json()["features"][0]["numerical_statistics"]
+    assert numbers["common"]["num_present"] == 4 and numbers["sum"] is None
