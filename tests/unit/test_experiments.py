@@ -56,6 +56,10 @@ def test_a_valid_block_is_read_with_its_defaults(tmp_path: Path) -> None:
      "'experiment.shadow[0].sample'"),
     ({"arms": ARMS, "shadow": [{"name": "s", "endpoint": "slow", "timeout_seconds": 61}]},
      "'experiment.shadow[0].timeout_seconds'"),
+    ({"arms": ARMS, "shadow": [{"name": "s", "endpoint": "slow", "timeout_seconds": 60.5}]},
+     "'experiment.shadow[0].timeout_seconds'"),  # past the 60 s bound by a fraction
+    ({"arms": ARMS, "shadow": [{"name": "s", "endpoint": "slow", "timeout_seconds": 0}]},
+     "'experiment.shadow[0].timeout_seconds'"),
     ({"arms": []}, "'experiment.arms'"),
     ({"arms": [{**ARMS[0], "endpoint": "../x"}]}, "'experiment.arms[0].endpoint'"),
     ({"arms": ARMS, "colour": "red"}, "'experiment.colour'"),
@@ -67,6 +71,16 @@ def test_a_bad_block_stops_start_up_with_one_line_naming_the_key(
         load_model(model_json(tmp_path, experiment), SETTINGS, {})
     message = str(raised.value)
     assert key in message and "\n" not in message and message.startswith("models/lite0/")
+
+
+@pytest.mark.parametrize("seconds", [60, 60.0, 0.25])
+def test_a_shadow_timeout_up_to_sixty_seconds_is_accepted(tmp_path: Path,
+                                                          seconds: float) -> None:
+    """60 s (SageMaker's own InvokeEndpoint limit) is the bound, and is allowed."""
+    model = load_model(model_json(tmp_path, {"arms": ARMS, "shadow": [
+        {"name": "s", "endpoint": "slow", "timeout_seconds": seconds}]}), SETTINGS, {})
+    assert model.experiment is not None
+    assert model.experiment.shadows[0].timeout_seconds == seconds
 
 
 EXPERIMENT = Experiment("e", (Arm("a", "ep-a", weight=50), Arm("b", "ep-b", weight=50)))
@@ -143,3 +157,32 @@ def test_a_target_keeps_the_models_routing_only_on_the_models_own_endpoint(
     other = on_target(model, Shadow("s", "iris-next"))
     assert (other.endpoint, other.variant, other.inference_component) == ("iris-next", None,
                                                                          None)
+
+
+CALLERS = [f"caller-{n}" for n in range(20_000)]
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 2), (1, 2, 3, 4, 10), (7, 1, 1, 1, 5, 25)])
+def test_each_of_many_arms_gets_its_weights_share_of_distinct_callers(
+        weights: tuple[int, ...]) -> None:
+    """20,000 callers: each arm's share within 1.5 points of weight / total (a scoring formula
+    that is only right for two arms, or for equal weights, misses by more)."""
+    experiment = Experiment("e", tuple(Arm(f"arm{n}", f"ep-{n}", weight=weight)
+                                       for n, weight in enumerate(weights)))
+    counts = Counter(assign.choose(experiment, "m", caller).name for caller in CALLERS)
+    total = sum(weights)
+    shares = {f"arm{n}": weight / total for n, weight in enumerate(weights)}
+    assert {name: round(counts[name] / len(CALLERS), 3) for name in shares} == pytest.approx(
+        shares, abs=0.015)
+
+
+def test_the_experiments_name_is_in_the_hash() -> None:
+    """Two experiments with the same arms on one model split its callers differently, so a
+    new experiment does not inherit the last one's groups."""
+    arms = (Arm("a", "ep-a", weight=1), Arm("b", "ep-b", weight=1))
+    first = {c: assign.choose(Experiment("first", arms), "m", c).name for c in CALLERS[:4000]}
+    second = {c: assign.choose(Experiment("second", arms), "m", c).name
+              for c in CALLERS[:4000]}
+    moved = sum(first[c] != second[c] for c in first) / len(first)
+    assert 0.4 <= moved <= 0.6  # independent halves: about half the callers change arm
+    assert 0.45 <= Counter(second.values())["a"] / len(second) <= 0.55
