@@ -10,6 +10,7 @@ outcome says so.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -137,7 +138,7 @@ class Capturer:
             custom_attributes=custom_attributes,
             original=served.original if self.wants_original else None,
             original_content_type=served.original_content_type, arm=arm, latency_ms=latency_ms,
-            shadow=shadow), deadline - time.monotonic())
+            shadow=shadow, answered_at=time.time()), deadline - time.monotonic())
 
     def capture_shadow_failure(self, endpoint: str, variant: str | None, inference_id: str,
                                arm: str, error: Mapping[str, str],
@@ -148,7 +149,7 @@ class Capturer:
             endpoint=endpoint, variant=variant or "AllTraffic", inference_id=inference_id,
             sent=b"", sent_content_type="application/octet-stream", received=b"",
             received_content_type="", arm=arm, latency_ms=latency_ms, shadow=True,
-            error=error), None)
+            error=error, answered_at=time.time()), None)
 
     def capture(self, exchange: Exchange, timeout: float | None = None) -> str:
         """Write the record of one inference; never raises.
@@ -165,6 +166,8 @@ class Capturer:
         if self._share < 1.0 and self._rng() >= self._share:
             return Outcome.SAMPLED_OUT
         if self.writer is not None:  # built and stored after the response
+            if exchange.answered_at is None:  # now, not when the writer gets to it
+                exchange = dataclasses.replace(exchange, answered_at=time.time())
             return Outcome.QUEUED if self.writer.submit(exchange) else Outcome.DROPPED
         try:
             record = build_record(exchange, self.mode, self._include_original)

@@ -78,6 +78,10 @@ class Exchange:
     marker: the monitor's analysis skips it); its ``inference_id`` is the primary's."""
     error: Mapping[str, str] | None = None
     """A failed shadow call's ``{"Code", "Message"}`` (the record then has no output)."""
+    answered_at: float | None = None
+    """When the inference was answered (epoch seconds, taken on the request's path): the
+    record's ``inferenceTime`` and its folder's hour, however long the record waits for a
+    sink. None: when the record is built."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,13 +155,16 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
         exchange: what was sent and received.
         mode: ``input``, ``output`` or ``both`` (SageMaker's CaptureMode Input/Output).
         include_original: add ``originalInput`` with the client's upload.
-        now: the inference time (UTC); the current time when None.
+        now: the inference time (UTC); when None, the exchange's own
+            (:attr:`Exchange.answered_at`), else the current time.
         event_id: the record's id; a new uuid4 when None.
     """
     if mode not in RECORDED_MODES:
         raise ValueError(f"capture mode must be one of {', '.join(RECORDED_MODES)}, not "
                          f"{mode!r}")
-    now = now or datetime.datetime.now(datetime.UTC)
+    if now is None:
+        now = datetime.datetime.now(datetime.UTC) if exchange.answered_at is None \
+            else datetime.datetime.fromtimestamp(exchange.answered_at, datetime.UTC)
     event_id = event_id or str(uuid.uuid4())
     capture: dict[str, Any] = {}
     if mode in (CaptureMode.INPUT, CaptureMode.BOTH):

@@ -4,14 +4,18 @@ saying so; the Lambda internal extension holds each invocation open until its re
 stored, after the handler returned."""
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from chalicelib.calls import Answer, Served
 from chalicelib.capture import Capturer
 from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
@@ -81,6 +85,45 @@ def test_the_request_does_not_wait_for_the_sink() -> None:
     assert not capturer.flush(0.05)  # held while the sink is blocked
     sink.gate.set()
     assert capturer.flush(10) and ids(sink.stored) == ["r-1"]
+
+
+def served(endpoint: str = "iris") -> Served:
+    return Served(Answer(b"{}", "application/json"), endpoint, variant="AllTraffic",
+                  sent=b"1,2", sent_content_type="text/csv", received=b"[0.5]",
+                  received_content_type="application/json", invoked=True)
+
+
+def test_a_record_keeps_the_time_its_answer_was_made_however_long_the_sink_held_it() -> None:
+    sink = GatedSink(gate_open=False)  # down: the first record's write waits for the test
+    capturer = Capturer("both", sink).background()
+    assert capturer.capture_served(served(), "r-0", None, time.monotonic() + 5) == \
+        Outcome.QUEUED
+    assert sink.entered.wait(10)  # the writer is stuck on it; the next one waits its turn
+    before = datetime.datetime.now(datetime.UTC)
+    assert capturer.capture_served(served(), "r-1", None, time.monotonic() + 5) == \
+        Outcome.QUEUED
+    after = datetime.datetime.now(datetime.UTC)
+    threading.Event().wait(0.05)  # the outage goes on a little after the answer
+    sink.gate.set()
+    assert capturer.flush(10)
+    record = sink.stored[1]
+    assert before <= record.time <= after  # when the answer was made, not when it was built
+    metadata = json.loads(record.line)["eventMetadata"]
+    assert metadata["inferenceTime"] == record.time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert record.partition() == f"iris/AllTraffic/{record.time:%Y/%m/%d/%H}"
+
+
+def test_a_record_keeps_the_time_its_request_gave_it_even_across_an_hour() -> None:
+    answered = datetime.datetime(2026, 11, 23, 9, 59, 59, 500000, tzinfo=datetime.UTC)
+    sink = GatedSink()
+    capturer = Capturer("both", sink).background()
+    item = dataclasses.replace(exchange(1), answered_at=answered.timestamp())
+    assert capturer.capture(item) == Outcome.QUEUED
+    assert capturer.flush(10)
+    [record] = sink.stored
+    assert record.time == answered  # built later, in the next hour, filed in its own
+    assert record.partition() == "iris/AllTraffic/2026/11/23/09"
+    assert json.loads(record.line)["eventMetadata"]["inferenceTime"] == "2026-11-23T09:59:59Z"
 
 
 def test_a_sink_killed_mid_flight_is_retried_and_nothing_is_lost() -> None:
