@@ -61,9 +61,9 @@ class Services:
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
         job_store: a ready job store; in memory, or the ``JOBS_TABLE`` table, when None.
         s3: a ready S3 client (jobs' uploads, tickets and results); boto3's when None.
-        job_endpoint: a ready endpoint client for jobs (its boto3 client then also sends
-            ``InvokeEndpointAsync``: tests stub one client); built with the job's timeouts
-            and budget when None.
+        job_endpoint: a ready endpoint client for jobs (a real-time job's ``InvokeEndpoint``
+            and an asynchronous one's ``InvokeEndpointAsync``, retried by one rule); built
+            with the job's timeouts and budget when None.
         kinds: the pipeline kinds models may name (:data:`chalicelib.registry.kinds.KINDS`
             when None; a deployment's own kind is its rules added to them).
         job_backends: the job backends models may name (likewise,
@@ -95,8 +95,6 @@ class Services:
         self._job_store = job_store
         self._s3 = LazyClient(_s3_client, s3)
         self._job_endpoint = job_endpoint
-        self._job_runtime = LazyClient(lambda: _async_runtime(self.settings),
-                                       job_endpoint.client if job_endpoint else None)
         self._job_pipelines: dict[str, ServingPipeline] = {}
         self._jobs_context: JobsContext | None = None
         self._after_handlers: AfterHandlers | None = None
@@ -266,8 +264,7 @@ class Services:
         store = cast("lifecycle.Closable", self._job_store) \
             if hasattr(self._job_store, "close") else None
         return [holder for holder in (self._endpoint, self._capturer, self._cache,
-                                      self._job_endpoint, store, self._s3,
-                                      self._job_runtime)
+                                      self._job_endpoint, store, self._s3)
                 if holder is not None]
 
     # --- jobs: built on first use; the request path's cold start loads none of it ---------
@@ -335,7 +332,7 @@ class Services:
             if self._jobs_context is None:
                 self._jobs_context = JobsContext(
                     settings=settings, registry=self.registry, store=self.job_store,
-                    s3=self._s3.get(), runtime=self._job_runtime.get(),
+                    s3=self._s3.get(), runtime=self.job_endpoint,
                     pipeline_for=self.job_pipeline_for, backends=self.known.backends,
                     capturer=self.capturer, lifetime=RunnerLifetime.from_env(
                         os.environ if self._env is None else self._env))
@@ -376,14 +373,6 @@ def _s3_client() -> Any:
     # boto3 reads AWS_ENDPOINT_URL_S3 itself (the local stack's S3); presigned URLs need
     # Signature Version 4 (see aws.JOBS_S3)
     return awsclients.build("s3", aws.JOBS_S3)
-
-
-def _async_runtime(settings: Settings) -> Any:
-    """The sagemaker-runtime client of ``InvokeEndpointAsync``: the endpoint's timeouts and
-    botocore's standard retries (the endpoint client's own retries serve InvokeEndpoint, and
-    its boto3 client has botocore's off)."""
-    return awsclients.build("sagemaker-runtime", aws.ASYNC_ENDPOINT.with_timeouts(
-        settings.endpoint_connect_timeout, settings.endpoint_read_timeout))
 
 
 def build_endpoint(settings: Settings) -> EndpointClient:

@@ -46,13 +46,8 @@ class ClientPolicy:
 
 ENDPOINT = ClientPolicy(connect_timeout=2.0, read_timeout=20.0, retry_mode="legacy",
                         total_max_attempts=1, tcp_keepalive=True)
-"""``InvokeEndpoint``: the settings' timeouts (these are their defaults); botocore retries
-nothing (the endpoint client retries by its own policy)."""
-
-ASYNC_ENDPOINT = ClientPolicy(connect_timeout=2.0, read_timeout=20.0, retry_mode="standard",
-                              total_max_attempts=5, tcp_keepalive=True)
-"""``InvokeEndpointAsync``: the endpoint's timeouts, botocore's standard retries (the job is
-claimed before it is sent: when they are spent the job fails)."""
+"""``InvokeEndpoint`` (and a job's ``InvokeEndpointAsync``): the settings' timeouts (these are
+their defaults); botocore retries nothing (the endpoint client retries by its own policy)."""
 
 JOBS_S3 = ClientPolicy(connect_timeout=2.0, read_timeout=60.0, retry_mode="standard",
                        total_max_attempts=3, s3v4=True)

@@ -1,4 +1,5 @@
-"""The one place sagegate talks to SageMaker: ``InvokeEndpoint`` behind a small typed wrapper.
+"""The one place sagegate talks to SageMaker: ``InvokeEndpoint`` (and a job's
+``InvokeEndpointAsync``) behind a small typed wrapper.
 
 botocore's own retries are switched off; :class:`EndpointClient` retries only what is worth
 retrying (throttling, a model still loading, a service hiccup, a dropped connection) by the
@@ -15,7 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -65,6 +66,7 @@ _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTim
 _MAX_ECHOED_MESSAGE = 512
 DEFAULT_POLICY = RetryPolicy(attempt_timeout=22.0)
 """The policy of a client given none (the settings' defaults: 2 s connect, 20 s read)."""
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,29 @@ class Invocation:
                     "InferenceId": self.inference_id}
         kwargs.update({key: value for key, value in optional.items() if value})
         return kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncInvocation:
+    """What one ``InvokeEndpointAsync`` call asks for: a job's input queued on an
+    asynchronous endpoint, its id the job's."""
+
+    endpoint_name: str
+    input_location: str
+    content_type: str
+    inference_id: str
+    invocation_timeout_seconds: int
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The boto3 keyword arguments."""
+        return {"EndpointName": self.endpoint_name, "InputLocation": self.input_location,
+                "ContentType": self.content_type, "InferenceId": self.inference_id,
+                "InvocationTimeoutSeconds": self.invocation_timeout_seconds}
+
+    def as_invocation(self) -> Invocation:
+        """The call as the error translation reads it (its endpoint, type and id)."""
+        return Invocation(self.endpoint_name, b"", self.content_type, "",
+                          inference_id=self.inference_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,14 +206,42 @@ class EndpointClient:
             EndpointError: (or a subclass) anything the endpoint did not answer 2xx to.
             PreprocessingTimeoutError: the budget ran out before a first attempt could start.
         """
+        return self._retrying(invocation, lambda attempt: self._answer(invocation, attempt),
+                              deadline)
+
+    def invoke_async(self, invocation: AsyncInvocation, deadline: float | None = None) -> str:
+        """Queue a job's input on an asynchronous endpoint (``InvokeEndpointAsync``), by the
+        rules of :meth:`invoke`: what a retry may cure (a connection refused or reset,
+        throttling, a 5xx, a model not ready) is retried by the same policy until
+        ``deadline``, so an endpoint restarting for seconds costs a job a wait whichever
+        backend runs it; a refusal, or a call that timed out reading its answer (it may have
+        been queued), is not.
+
+        Returns:
+            The output location SageMaker will write ("" when it names none).
+
+        Raises:
+            EndpointError: (or a subclass) the endpoint did not take the job.
+            PreprocessingTimeoutError: the budget ran out before a first attempt could start.
+        """
+        def send(attempt: int) -> str:
+            answer = self._client.invoke_endpoint_async(**invocation.to_kwargs())
+            return str(answer.get("OutputLocation") or "")
+
+        return self._retrying(invocation.as_invocation(), send, deadline)
+
+    def _retrying(self, invocation: Invocation, send: Callable[[int], T],
+                  deadline: float | None) -> T:
+        """``send(attempt)`` retried by the policy (see :meth:`invoke`); its failures
+        classified and translated by :meth:`_attempt`."""
         if deadline is None:
             deadline = self._clock() + self._policy.budget_seconds
         self.check_time_left(deadline)
         retrier = Retrier(self._policy, self.quota, deadline=deadline, clock=self._clock,
                           rng=self._rng)
         while True:
-            outcome = self._invoke_once(invocation, retrier.attempts)
-            if isinstance(outcome, InvokeResult):
+            outcome = self._attempt(invocation, send, retrier.attempts)
+            if not isinstance(outcome, _Failure):
                 retrier.succeeded()
                 return outcome
             delay = retrier.failed(throttled=outcome.throttled, hint=outcome.hint)
@@ -203,9 +256,10 @@ class EndpointClient:
                            retrier.attempts - 1)
             self._sleep(delay)
 
-    def _invoke_once(self, invocation: Invocation,
-                     attempt: int) -> InvokeResult | _Failure:
-        """One call: its result, or (returned, not raised) an error a retry might cure.
+    def _attempt(self, invocation: Invocation, send: Callable[[int], T],
+                 attempt: int) -> T | _Failure:
+        """One call: its result, or (returned, not raised) an error a retry might cure. The
+        one rule of what may be retried, for both operations.
 
         Errors that end the request are raised without a local variable naming them: an
         exception held by a frame of its own traceback is a reference cycle, and every failed
@@ -213,8 +267,7 @@ class EndpointClient:
         the cycle collector.
         """
         try:
-            response = self._client.invoke_endpoint(**invocation.to_kwargs())
-            body = response["Body"].read()
+            return send(attempt)
         except ClientError as error:
             if _retry_kind(error) is not None:
                 return _failure(error, invocation)
@@ -229,6 +282,11 @@ class EndpointClient:
             logger.warning("endpoint call failed in botocore: %s", type(error).__name__)
             raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
                                 details={"endpoint_error": type(error).__name__}) from None
+
+    def _answer(self, invocation: Invocation, attempt: int) -> InvokeResult:
+        """One ``InvokeEndpoint``, its body read (a failure while reading is the attempt's)."""
+        response = self._client.invoke_endpoint(**invocation.to_kwargs())
+        body = response["Body"].read()
         return InvokeResult(
             body=body,
             content_type=response.get("ContentType", ""),

@@ -10,21 +10,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import Answer
-from chalicelib.core.aws import error_code
 from chalicelib.core.errors import (
     EndpointError,
     EndpointTimeoutError,
     EndpointUnavailableError,
     ModelError,
+    SagegateError,
 )
-from chalicelib.core.retries import classify
+from chalicelib.inference.endpoint import AsyncInvocation, EndpointClient
 from chalicelib.jobs.records import Job, JobState, is_job_id
 from chalicelib.jobs.runner import PutResult, outcome_of
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
 __all__ = ["ASYNC_VARIANT", "DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete",
-           "invoke_failure", "parse_completion", "start"]
+           "parse_completion", "start"]
 
 logger = logging.getLogger("sagegate.jobs")
 
@@ -36,17 +36,22 @@ SageMaker's tools give an endpoint of one variant, as data capture does for an a
 names none, so the job's answer and the synchronous route's agree."""
 
 
-def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: str,
-          timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *, runner_id: str,
-          lease_until: float) -> Job:
+def start(endpoint_client: EndpointClient, store: JobStore, job: Job, endpoint: str,
+          content_type: str, timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *,
+          runner_id: str, lease_until: float, deadline: float | None = None) -> Job:
     """Claim a queued job (only one caller moves it to running), its lease running to
     ``lease_until`` (the endpoint's last notification), and queue it on an asynchronous
     endpoint.
 
     Only the caller that claimed the job sends it: a retried or duplicate start answers the
-    job as it stands, so the endpoint never gets it twice. Once claimed, a failed call
-    (botocore has retried what is worth a retry) fails the job (:func:`invoke_failure`)
-    rather than raising: a retry of the event would find the job claimed and do nothing.
+    job as it stands, so the endpoint never gets it twice. The call is retried as a real-time
+    job's endpoint call is, by the same client, rules and policy
+    (:meth:`~chalicelib.inference.endpoint.EndpointClient.invoke_async`), until ``deadline``
+    (the run's). When it still fails, the job fails (:func:`_job_failure`) rather than the
+    call raising: a retry of the event would find the job claimed and do nothing.
+
+    Args:
+        endpoint_client: the jobs' endpoint client (its policy retries until the deadline).
 
     Raises:
         the job store's errors before the claim (the event is retried; nothing was sent).
@@ -54,37 +59,32 @@ def start(client: Any, store: JobStore, job: Job, endpoint: str, content_type: s
     claimed, moved = store.claim(job.job_id, runner_id, lease_until)
     if not moved:
         return claimed
+    invocation = AsyncInvocation(endpoint, job.input_location, content_type, job.job_id,
+                                 timeout_seconds)
     try:
-        client.invoke_endpoint_async(EndpointName=endpoint, InputLocation=job.input_location,
-                                     InferenceId=job.job_id, ContentType=content_type,
-                                     InvocationTimeoutSeconds=timeout_seconds)
-    except Exception as error:
+        endpoint_client.invoke_async(invocation, deadline)
+    except Exception as error:  # the job is claimed: it must end, not hang
         logger.warning("job %s: InvokeEndpointAsync failed (%s)", job.job_id,
-                       type(error).__name__, exc_info=error)
-        failure = invoke_failure(error, endpoint)
+                       type(error).__name__)
         failed, _ = store.advance(job.job_id, JobState.FAILED, Outcome(
-            error=failure.as_failure()))
+            error=_job_failure(error, endpoint).as_failure()))
         return failed
     return claimed
 
 
-def invoke_failure(error: Exception, endpoint: str) -> EndpointError:
-    """A failed ``InvokeEndpointAsync`` as the job's error: SageMaker's refusal that a retry
-    cannot cure (no such endpoint, a bad request) as ``EndpointError`` with its message;
-    anything else (throttled or unreachable past botocore's retries, no answer at all) as
-    ``EndpointUnavailable``."""
-    response = getattr(error, "response", None)
-    response = response if isinstance(response, dict) else {}
-    code = error_code(error)
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if code and classify(code, status) is None \
-            and isinstance(status, int) and 400 <= status < 500:
-        message = str(response.get("Error", {}).get("Message", ""))[:512]
-        return EndpointError(f"The asynchronous endpoint refused the job ({code}): {message}")
-    what = code or type(error).__name__
-    return EndpointUnavailableError(
-        f"The asynchronous endpoint {endpoint[:256]!r} could not take the job ({what[:128]}), "
-        "retries included; submit it again later.")
+def _job_failure(error: Exception, endpoint: str) -> SagegateError:
+    """A failed submission as the job's error: the endpoint client's own (a refusal that a
+    retry cannot cure keeps its code: the real-time job's would be the same), said of the job
+    when it was still unavailable once retries were spent."""
+    if isinstance(error, EndpointUnavailableError):
+        what = str(error.details.get("endpoint_error") or "unreachable")
+        return EndpointUnavailableError(
+            f"The asynchronous endpoint {endpoint[:256]!r} could not take the job "
+            f"({what[:128]}), retries included; submit it again later.")
+    if isinstance(error, SagegateError):
+        return error
+    return EndpointError(f"The asynchronous endpoint {endpoint[:256]!r} could not take the "
+                         f"job ({type(error).__name__}).")
 
 
 @dataclasses.dataclass(frozen=True)

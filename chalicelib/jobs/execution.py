@@ -19,6 +19,7 @@ from chalicelib.calls import Answer, Call, ModelRequest, Served
 from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import CaptureMode
 from chalicelib.core.errors import InvalidEndpointResponseError, SagegateError
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.jobs.backends.base import Run, backend_of, implementations
 from chalicelib.jobs.lifetime import RemainingMillis
@@ -95,7 +96,7 @@ class JobsExecution:
         return self.context.store
 
     @property
-    def runtime(self) -> Any:
+    def runtime(self) -> EndpointClient:
         return self.context.runtime
 
     def model(self, job: Job) -> ModelSpec:

@@ -19,6 +19,7 @@ from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import InvalidUploadError
 from chalicelib.inference.coercion import batch_limits
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import ServingPipeline, SplitPipeline
 from chalicelib.jobs.awsfaults import translated
@@ -72,7 +73,8 @@ class JobsContext:
         registry: the models.
         store: the job records.
         s3: a boto3 S3 client (uploads, tickets, inputs, results).
-        runtime: a boto3 ``sagemaker-runtime`` client (``InvokeEndpointAsync``).
+        runtime: the jobs' endpoint client: a real-time job's ``InvokeEndpoint`` and an
+            asynchronous one's ``InvokeEndpointAsync``, retried by one rule.
         pipeline_for: a model's pipeline with the job's limits (its image pixel cap, the
             job endpoint client's timeouts and budget).
         backends: the registered job backends (:mod:`chalicelib.jobs.backends`).
@@ -86,7 +88,7 @@ class JobsContext:
     registry: Registry
     store: JobStore
     s3: Any
-    runtime: Any
+    runtime: EndpointClient
     pipeline_for: Callable[[ModelSpec], ServingPipeline]
     backends: Mapping[str, BackendRules]
     capturer: Capturer

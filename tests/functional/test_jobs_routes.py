@@ -488,10 +488,11 @@ def test_an_async_endpoint_that_refuses_the_job_fails_it(stage: Stage) -> None:
         service_message="Endpoint slow-async of account 123456789012 not found.")
     assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
     error = stage.get(f"/jobs/{job_id}")[1]["error"]
-    assert error["Code"] == "EndpointError" and "ValidationError" in error["Message"]
+    # as a real-time job's call is answered: one translation of the endpoint's errors
+    assert error["Code"] == "EndpointNotFound" and "'slow-async'" in error["Message"]
 
 
-def test_an_async_call_still_failing_after_botocores_retries_fails_the_job(
+def test_an_async_call_still_failing_after_its_retries_fails_the_job(
         stage: Stage) -> None:
     # the job was claimed before the call: a retried event would find it so and send nothing
     job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
@@ -919,10 +920,11 @@ def test_an_inline_batch_is_bounded_by_its_jobs_backend(stage: Stage) -> None:
 # --- a real-time job's endpoint calls over a real connection ------------------------------------
 
 class ScriptedEndpoint:
-    """InvokeEndpoint on 127.0.0.1, nothing listening until :meth:`listen` (connections are
-    refused, as while the emulator restarts); then each call answered by the next of
-    ``script``: ``ok`` (an answer, its variant named), ``unavailable`` (503
-    ServiceUnavailable), ``cut`` (an answer cut short after its headers)."""
+    """InvokeEndpoint (and InvokeEndpointAsync) on 127.0.0.1, nothing listening until
+    :meth:`listen` (connections are refused, as while the emulator restarts); then each call
+    answered by the next of ``script``: ``ok`` (an answer, its variant named), ``queued``
+    (InvokeEndpointAsync's 202), ``unavailable`` (503 ServiceUnavailable), ``cut`` (an answer
+    cut short after its headers)."""
 
     def __init__(self, *script: str) -> None:
         self.script = list(script)
@@ -953,7 +955,11 @@ class ScriptedEndpoint:
 
     def answer(self, handler: BaseHTTPRequestHandler, what: str) -> None:
         body = json.dumps(probabilities({5: 0.9})).encode()
-        if what == "unavailable":
+        if what == "queued":  # InvokeEndpointAsync's answer
+            body = json.dumps({"InferenceId": self.calls[-1]}).encode()
+            handler.send_response(202)
+            handler.send_header("X-Amzn-SageMaker-OutputLocation", "s3://x/y.out")
+        elif what == "unavailable":
             body = json.dumps({"message": "restarting"}).encode()
             handler.send_response(503)
             handler.send_header("x-amzn-ErrorType", "ServiceUnavailable")
@@ -1006,6 +1012,24 @@ def test_a_realtime_job_waits_for_its_endpoint_to_come_back(
     assert scripted.calls == [job_id, job_id]  # refused ones never arrived; the 503 retried
     result = stage.get(f"/jobs/{job_id}")[1]["result"]
     assert result["predictions"][0]["index"] == 5 and result["variant"] == "AllTraffic"
+
+
+def test_an_async_job_waits_for_its_endpoint_to_come_back_as_a_realtime_job_does(
+        stage: Stage, scripted: ScriptedEndpoint) -> None:
+    # the same transient failures as the real-time job's above: connections refused while the
+    # endpoint restarts, then a 503; botocore's own retries were spent in well under a second
+    scripted.script = ["unavailable", "queued"]
+    job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    timer = threading.Timer(1.5, scripted.listen)
+    timer.start()
+    try:
+        assert stage.run_tickets() == {"jobs": {job_id: "running"}}
+    finally:
+        timer.cancel()
+    assert scripted.calls == [job_id, job_id]  # refused ones never arrived; the 503 retried
+    output = _output(stage, json.dumps({"predictions": [[0.1, 0.2, 0.7]]}).encode())
+    assert stage.notify(_notification(job_id, output=output)) == {"jobs": {job_id: "succeeded"}}
+    assert stage.get(f"/jobs/{job_id}")[1]["result"]["predictions"][0][0]["index"] == 2
 
 
 def test_an_answer_cut_short_is_not_asked_for_twice(

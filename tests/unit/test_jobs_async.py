@@ -1,6 +1,7 @@
 """The asynchronous backend: InvokeEndpointAsync as botocore's model of it takes it (Stubber),
-and the SNS notification (SageMaker's shape, as the emulator's outbox writes it) finishing the
-job once, whatever it carries."""
+sent through the jobs' endpoint client (retried by the rule a real-time job's call is), and the
+SNS notification (SageMaker's shape, as the emulator's outbox writes it) finishing the job once,
+whatever it carries."""
 from __future__ import annotations
 
 import json
@@ -8,9 +9,12 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
 from chalicelib.calls import Answer
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.jobs.asyncinference import complete, parse_completion, start
 from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.store import MemoryJobStore
@@ -40,6 +44,11 @@ def _message(job_id: str, status: str = "Completed", **extra: Any) -> dict[str, 
     return message
 
 
+def _once(client: Any) -> EndpointClient:
+    """The jobs' endpoint client around ``client``, one attempt (no retry)."""
+    return EndpointClient(client, RetryPolicy(max_attempts=1, attempt_timeout=1.0))
+
+
 def test_a_job_is_queued_on_the_endpoint_once_with_its_id() -> None:
     store = MemoryJobStore(clock=lambda: NOW)
     job = _queued(store)
@@ -52,12 +61,12 @@ def test_a_job_is_queued_on_the_endpoint_once_with_its_id() -> None:
             {"EndpointName": "iris-async", "InputLocation": job.input_location,
              "InferenceId": job.job_id, "ContentType": "text/csv",
              "InvocationTimeoutSeconds": 1200})
-        running = start(client, store, job, "iris-async", "text/csv", 1200, runner_id="r-1",
+        running = start(_once(client), store, job, "iris-async", "text/csv", 1200, runner_id="r-1",
                         lease_until=LEASE_UNTIL)
         assert running.state is JobState.RUNNING and running.runner_id == "r-1"
         assert running.lease_expires_at == LEASE_UNTIL
         for runner_id in ("r-1", "r-2"):  # Lambda's retry, a duplicate delivery: no call
-            again = start(client, store, job, "iris-async", "text/csv", 1200,
+            again = start(_once(client), store, job, "iris-async", "text/csv", 1200,
                           runner_id=runner_id, lease_until=LEASE_UNTIL)
             assert again == running
         stubber.assert_no_pending_responses()
@@ -74,7 +83,7 @@ def test_a_start_that_loses_the_claim_sends_nothing() -> None:
     store.claim(job.job_id, "r-1", LEASE_UNTIL)  # another runner claimed it a moment before
     client = _runtime()
     with Stubber(client) as stubber:  # no response queued: a call would fail the test
-        started = start(client, store, job, "iris-async", "text/csv", runner_id="r-2",
+        started = start(_once(client), store, job, "iris-async", "text/csv", runner_id="r-2",
                         lease_until=LEASE_UNTIL)
         stubber.assert_no_pending_responses()
     assert started.state is JobState.RUNNING and started.runner_id == "r-1"
@@ -84,8 +93,7 @@ def test_a_start_that_loses_the_claim_sends_nothing() -> None:
     ("ThrottlingException", 400, "EndpointUnavailable", "'iris-async' could not take the job "
                                                         "(ThrottlingException)"),
     ("ServiceUnavailable", 503, "EndpointUnavailable", "(ServiceUnavailable), retries included"),
-    ("ValidationError", 400, "EndpointError", "refused the job (ValidationError): no such "
-                                              "endpoint")])
+    ("ValidationError", 400, "EndpointError", "rejected the request (ValidationError)")])
 def test_a_failed_call_fails_the_claimed_job_and_a_retry_sends_nothing(
         code: str, status: int, expected: str, words: str) -> None:
     store = MemoryJobStore(clock=lambda: NOW)
@@ -94,28 +102,51 @@ def test_a_failed_call_fails_the_claimed_job_and_a_retry_sends_nothing(
     with Stubber(client) as stubber:
         stubber.add_client_error("invoke_endpoint_async", service_error_code=code,
                                  http_status_code=status, service_message="no such endpoint")
-        failed = start(client, store, job, "iris-async", "text/csv", runner_id="r-1",
+        failed = start(_once(client), store, job, "iris-async", "text/csv", runner_id="r-1",
                        lease_until=LEASE_UNTIL)
         assert failed.state is JobState.FAILED
         assert failed.view()["error"]["Code"] == expected
         assert words in failed.view()["error"]["Message"]
-        assert start(client, store, job, "iris-async", "text/csv", runner_id="r-1",
+        assert start(_once(client), store, job, "iris-async", "text/csv", runner_id="r-1",
                      lease_until=LEASE_UNTIL) == failed
         stubber.assert_no_pending_responses()
+
+
+class Unreachable:
+    """A runtime whose first ``refused`` calls find nothing listening, then queue the job."""
+
+    def __init__(self, refused: int) -> None:
+        self.refused, self.calls = refused, 0
+
+    def invoke_endpoint_async(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.refused:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+        return {"InferenceId": kwargs["InferenceId"], "OutputLocation": "s3://b/o.out"}
 
 
 def test_a_call_that_never_answered_fails_the_job_as_unavailable() -> None:
     store = MemoryJobStore(clock=lambda: NOW)
     job = _queued(store)
-
-    class Unreachable:
-        def invoke_endpoint_async(self, **kwargs: Any) -> None:
-            raise ConnectionRefusedError("connection refused")
-
-    failed = start(Unreachable(), store, job, "iris-async", "text/csv", runner_id="r-1",
+    runtime = Unreachable(refused=1)
+    failed = start(_once(runtime), store, job, "iris-async", "text/csv", runner_id="r-1",
                    lease_until=LEASE_UNTIL)
-    assert failed.view()["error"]["Code"] == "EndpointUnavailable"
-    assert "(ConnectionRefusedError)" in failed.view()["error"]["Message"]
+    error = failed.view()["error"]
+    assert error["Code"] == "EndpointUnavailable"
+    assert "'iris-async' could not take the job (unreachable)" in error["Message"]
+    assert runtime.calls == 1
+
+
+def test_a_refused_connection_is_retried_by_the_jobs_policy_until_the_job_is_queued() -> None:
+    store = MemoryJobStore(clock=lambda: NOW)
+    job = _queued(store)
+    runtime, sleeps = Unreachable(refused=5), list[float]()
+    policy = RetryPolicy(max_attempts=10, budget_seconds=60, attempt_timeout=1.0)
+    client = EndpointClient(runtime, policy, sleep=sleeps.append)  # type: ignore[arg-type]
+    running = start(client, store, job, "iris-async", "text/csv", runner_id="r-1",
+                    lease_until=LEASE_UNTIL)
+    assert running.state is JobState.RUNNING
+    assert runtime.calls == 6 and len(sleeps) == 5
 
 
 def test_a_completed_inference_becomes_the_jobs_answer_once() -> None:

@@ -58,7 +58,7 @@ class AsyncBackend:
         return asyncinference.start(
             steps.runtime, steps.store, dataclasses.replace(job, input_location=location),
             model.jobs_endpoint, call.content_type, model.jobs.invocation_timeout_seconds,
-            runner_id=run.runner_id, lease_until=run.lease_until)
+            runner_id=run.runner_id, lease_until=run.lease_until, deadline=run.deadline)
 
     def complete(self, steps: JobSteps, message: Any) -> Job | None:
         completion = asyncinference.parse_completion(message)

@@ -8,6 +8,7 @@ from typing import Any, Protocol, cast
 
 from chalicelib.calls import Answer, Call, ModelRequest, Served
 from chalicelib.core.errors import ConfigurationError, SagegateError
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.jobs.lifetime import RemainingMillis, RunnerLifetime
 from chalicelib.jobs.records import Job
@@ -44,8 +45,9 @@ class JobSteps(Protocol):
         ...
 
     @property
-    def runtime(self) -> Any:
-        """The ``sagemaker-runtime`` client of ``InvokeEndpointAsync``."""
+    def runtime(self) -> EndpointClient:
+        """The jobs' endpoint client (``InvokeEndpointAsync`` too: one retry rule for every
+        backend)."""
         ...
 
     def model(self, job: Job) -> ModelSpec:
