@@ -117,9 +117,8 @@ def _check_feature(result: FeatureResult, constraint: Mapping[str, Any],
         observed = present / items
         if observed < float(completeness) - _EPSILON:
             add(_violation(result.name, COMPLETENESS,
-                           f"Data completeness requirement is not met. Expected completeness: "
-                           f"{_pct(float(completeness))}. Observed completeness: "
-                           f"{_pct(observed)}."))
+                           f"Data completeness requirement is not met. Expected: "
+                           f"{_pct(float(completeness))}. Observed: Only {_pct(observed)}."))
     domains = (constraint.get("string_constraints") or {}).get("domains")
     if domains and present:
         _check_domain(result, domains, config, present)

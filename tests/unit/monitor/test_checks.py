@@ -64,8 +64,36 @@ def test_a_feature_missing_from_a_third_of_records_is_incomplete(base: tuple[dic
         row["n"] = ""
     result = analysis.check(rows, *base, title="t")
     assert _types(result) == [("n", "completeness_check")]
-    assert "Observed completeness: 66.66666666666666%." in \
-        result.evaluation.violations["violations"][0]["description"]
+    assert result.evaluation.violations["violations"][0]["description"] == (
+        "Data completeness requirement is not met. Expected: 100.0%. Observed: Only "
+        "66.66666666666666%.")
+
+
+def test_completeness_is_worded_as_a_real_model_monitor_run_words_it() -> None:
+    """A second real run (CONTRACTS.md section 8): one value missing of 32."""
+    baseline = _baseline([{"x": str(n)} for n in range(32)])
+    rows: list[dict[str, Any]] = [{"x": str(n)} for n in range(31)] + [{"x": ""}]
+    result = analysis.check(rows, *baseline, title="t")
+    assert result.evaluation.violations["violations"] == [{
+        "feature_name": "x", "constraint_check_type": "completeness_check",
+        "description": "Data completeness requirement is not met. Expected: 100.0%. "
+                       "Observed: Only 96.875%."}]
+
+
+def test_missing_and_extra_columns_are_worded_with_both_counts(base: tuple[dict, dict]) -> None:
+    rows = _rows(300, seed=4)
+    for row in rows:
+        del row["a"], row["b"]
+        row["extra"] = "1"
+    result = analysis.check(rows, *base, title="t")  # the window: n, c, extra; baseline: 4
+    described = {(v["feature_name"], v["constraint_check_type"]): v["description"]
+                 for v in result.evaluation.violations["violations"]}
+    counts = "Number of columns in current dataset: 3, Number of columns in baseline " \
+             "constraints: 4"
+    assert described == {
+        ("a", "missing_column_check"): f"There are missing columns in current dataset. {counts}",
+        ("b", "missing_column_check"): f"There are missing columns in current dataset. {counts}",
+        ("extra", "extra_column_check"): f"There are extra columns in current dataset. {counts}"}
 
 
 def test_data_type_missing_extra_and_categorical_checks(base: tuple[dict, dict]) -> None:
@@ -153,6 +181,13 @@ def test_ks_critical_distance_and_linf_distance() -> None:
     assert sketches.linf_distance(same, same) == 0.0
     apart = sketches.WeightedCdf([[10.0, 11.0]])
     assert sketches.linf_distance(same, apart) == 1.0
+    # every point of both sides: at the baseline's points alone the first is 2/3 apart, at
+    # the window's alone the second is
+    low, high = sketches.WeightedCdf([[1.0, 2.0, 3.0]]), sketches.WeightedCdf([[5.0, 6.0, 7.0]])
+    assert sketches.linf_distance(high, low) == 1.0
+    assert sketches.linf_distance(low, high) == 1.0
+    interleaved = sketches.WeightedCdf([[1.5, 2.5, 10.0]])  # the gap is at 2.5 and at 3.0
+    assert sketches.linf_distance(low, interleaved) == pytest.approx(1 / 3)
     weighted = sketches.WeightedCdf([[1.0], [2.0]])  # 1 once, 2 twice
     assert weighted(__import__("numpy").array([1.0, 2.0])).tolist() == \
         pytest.approx([1 / 3, 1.0])

@@ -175,3 +175,18 @@ def test_the_one_line_csv_fast_path_gives_the_general_paths_rows(sent: str,
     fast = flattening.simple_csv_row(document, flattening.Naming(["label", "a"]))
     assert fast is None or [fast] == general
     assert list(RecordReader(csv_names=["label", "a"]).rows("f", [_line(document)])) == general
+
+
+@pytest.mark.parametrize(("sent", "received"), [("1,2,3,4", "0.9"), ("1,2,3,4\n5,6,7,8", "0.9\n0.8")])
+def test_csv_values_past_the_baselines_names_are_numbered_by_position(sent: str,
+                                                                      received: str) -> None:
+    """The baseline's names by position (output first), then ``_cN`` where N is the value's
+    own position in the row (Spark's name for it), in the one-line and the general path."""
+    document = record([1.0], 0.5, WHEN)
+    document["captureData"]["endpointInput"]["data"] = sent
+    document["captureData"]["endpointOutput"]["data"] = received
+    rows = list(RecordReader(csv_names=["label", "a", "b"]).rows("f", [_line(document)]))
+    assert [list(row) for row in rows] == [["label", "a", "b", "_c3", "_c4"]] * len(rows)
+    assert [row["_c4"] for row in rows] == ["4", "8"][:len(rows)]
+    unnamed = list(RecordReader().rows("f", [_line(document)]))
+    assert [list(row) for row in unnamed] == [["_c0", "_c1", "_c2", "_c3", "_c4"]] * len(rows)
