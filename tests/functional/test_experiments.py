@@ -24,6 +24,7 @@ from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
 from chalicelib.inference.predictions import load_labels
 from chalicelib.registry.loading import load_registry
 from chalicelib.services import Services
+from tests import httpfake
 
 IRIS_ROW = json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2]]}).encode()
 SIGNATURE = {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
@@ -296,3 +297,52 @@ def test_arms_and_shadows_on_one_endpoint_each_call_their_own_variant(
                                   headers={"Content-Type": "application/json"})
         assert services.shadows.flush(10) and answer.status_code == 200
         assert calls == [("ep", "Violet"), ("ep", "Red")]
+
+
+def test_a_shadow_call_is_cut_at_its_own_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage's own endpoint client (botocore, over HTTP): a shadow endpoint that never
+    answers is cut at the shadow's timeout_seconds (1 s), not at the stage's read timeout
+    (20 s), and recorded as a timeout; the caller's answer never waited for it."""
+    gate = threading.Event()  # the hanging endpoint answers only once the test is over
+
+    def route(request: dict[str, Any]) -> httpfake.Answer:
+        endpoint = request["path"].split("/")[2]
+        if endpoint == "iris-hang":
+            gate.wait(30)
+        body = json.dumps({"predictions": [[0.9, 0.05, 0.05]]}).encode()
+        return 200, {"Content-Type": "application/json",
+                     "X-Amzn-Invoked-Production-Variant": "AllTraffic"}, body
+
+    models = tmp_path / "models"
+    (models / "iris").mkdir(parents=True)
+    (models / "iris" / "model.json").write_text(json.dumps({
+        "endpoint": "iris-a", "pipeline": "tensor", "signature": SIGNATURE, "experiment": {
+            "arms": [{"name": "a", "endpoint": "iris-a", "weight": 1}],
+            "shadow": [{"name": "s", "endpoint": "iris-hang", "timeout_seconds": 1}]}}))
+    settings = Settings.from_env({"ENDPOINT_NAME": "iris-a", "DEFAULT_MODEL": "iris"})
+    assert settings.endpoint_read_timeout >= 10  # what a shadow must not be given
+    captures = tmp_path / "captures"
+    with httpfake.serve(route) as url:
+        try:
+            for name, value in {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url,
+                                "AWS_ACCESS_KEY_ID": "testing",
+                                "AWS_SECRET_ACCESS_KEY": "testing",
+                                "AWS_DEFAULT_REGION": "us-east-1"}.items():
+                monkeypatch.setenv(name, value)
+            services = Services(settings, registry=load_registry(
+                settings, {"DEFAULT_MODEL": "iris"}, root=models),
+                capturer=Capturer("both", DirectorySink(captures)).background())
+            monkeypatch.setattr(app_module, "services", services)
+            with Client(app_module.app, stage_name="local") as client:
+                answer = client.http.post("/models/iris/predict", body=IRIS_ROW,
+                                          headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200 and answer.headers["X-Sagegate-Arm"] == "a"
+            assert services.shadows.flush(8), "the shadow call outlived its timeout"
+            assert not gate.is_set()  # it was cut: the endpoint never answered it
+            (cut,) = [r for r in records(services, captures)
+                      if r["eventMetadata"].get("invocationSource") == "ShadowExperiment"]
+            assert cut["eventMetadata"]["sagegateError"]["Code"] == "EndpointTimeout"
+            assert cut["eventMetadata"]["inferenceId"] == answer.headers["X-Request-Id"]
+        finally:
+            gate.set()
