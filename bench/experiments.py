@@ -16,8 +16,8 @@ run (the order rotating every round):
 
 All with ``Cache-Control: no-cache`` (the endpoint is called every time). Each figure is the
 wall time to the answer's last byte, median and p90; the ratio is each median over the
-experiment's without the shadow, so the shadow's own cost is the last row's. The shadow pool
-runs 4 calls at once and holds at most 64: every copy past them is
+experiment's without the shadow, so the shadow's own cost is the last row's. A shadow target
+runs 4 calls at once and holds at most 16 more: every copy past them is
 dropped at once (counted as ``ShadowDropped``, read here from the API's log), so the run also
 shows what a full pool costs the caller. An answer that differs between the three (their
 model names and request ids aside), or an experiment's answer without ``X-Sagegate-Arm:
@@ -157,8 +157,8 @@ def report(quick: bool = False) -> Report:
     met = shadowed / plain <= TARGET_RATIO
     copies = len(samples["arm, shadow at slow"].wall_ms) + budget.warmup
     out.say(table.render(HEADERS, rows, left=1), "",
-            f"  shadow copies: {copies}, of which {dropped} dropped at once (past the pool's 4 "
-            "calls and 64 waiting, all of them to 'slow')",
+            f"  shadow copies: {copies}, of which {dropped} dropped (past the target's 4 "
+            "calls and 16 waiting, or waiting past the 60 s timeout; all of them to 'slow')",
             f"  target: the shadowed median <= {TARGET_RATIO:.2f}x the same experiment's "
             "without the shadow: "
             f"{table.verdict(met)} ({shadowed / plain:.3f}x)")
