@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from chalicelib.core.errors import ConfigurationError, SagegateError
+from chalicelib.core.errors import ConfigurationError, InvalidParameterError, SagegateError
 from chalicelib.core.observability import RequestLog, logger
 from chalicelib.http import correlation
+from chalicelib.reading.bodies import echo
 from chalicelib.reading.options import HttpRequest
 
 
@@ -130,13 +131,18 @@ class Exchanges:
         return correlation.request_id(self.request().context)
 
     def http_request(self) -> HttpRequest:
-        """The request as :mod:`chalicelib.reading` reads it (its size noted in the log)."""
+        """The request as :mod:`chalicelib.reading` reads it (its size noted in the log).
+
+        Raises:
+            InvalidParameterError: a query parameter given more than once
+                (:func:`single_query`).
+        """
         request = self.request()
         raw = request.raw_body or b""
         self.log().body_bytes = len(raw)
         return HttpRequest(body=raw if isinstance(raw, bytes) else raw.encode("utf-8"),
                            content_type=request.headers.get("content-type"),
-                           headers=request.headers, query=request.query_params or {})
+                           headers=request.headers, query=single_query(request))
 
     def caller(self) -> str | None:
         """The caller's identity, when auth identifies callers (a job is readable by its
@@ -145,6 +151,32 @@ class Exchanges:
         from chalicelib.jobs.records import owner_of
 
         return owner_of(self.request().context)
+
+
+def single_query(request: ServedRequest) -> Mapping[str, str]:
+    """The query string's parameters, each given once: the one place a route's parameters
+    are read.
+
+    API Gateway (and ``chalice local``) hands over every value of a repeated parameter
+    (``multiValueQueryStringParameters``); Chalice's ``query_params`` answers the last, so
+    ``?k=1&k=2`` would be read as ``k=2``, the client's other value dropped without a word.
+
+    Raises:
+        InvalidParameterError: a parameter given more than once (the first such name, in
+            order).
+    """
+    params = request.query_params
+    if not params:
+        return {}
+    every = request.to_original_event().get("multiValueQueryStringParameters") or {}
+    repeated = sorted(name for name, values in every.items()
+                      if isinstance(values, list) and len(values) > 1)
+    if repeated:
+        count = len(every[repeated[0]])
+        times = "twice" if count == 2 else f"{count} times"
+        raise InvalidParameterError(
+            f"Query parameter {echo(repeated[0])} given {times}; send each parameter once.")
+    return params
 
 
 def answered(response: Answered, log: RequestLog, started: float) -> None:

@@ -386,6 +386,16 @@ def test_bad_query_options_are_refused_before_a_job_is_made(stage: Stage) -> Non
     assert stage.tickets() == []
 
 
+def test_a_query_parameter_given_twice_is_refused_before_a_job_is_made(stage: Stage) -> None:
+    upload_id = stage.put_upload(IRIS_ROW, "text/csv")
+    for response in (stage.post_job("iris", upload_id, "?k=1&k=2"),
+                     stage.post("/models/iris/jobs?k=2&k=2", IRIS_ROW, "text/csv")):
+        answer = json.loads(response.body)
+        assert (response.status_code, answer["Code"]) == (400, "InvalidParameter")
+        assert "'k' given twice" in answer["Message"]
+    assert stage.tickets() == []
+
+
 def test_an_inline_body_becomes_a_job_and_an_oversized_one_is_413(stage: Stage) -> None:
     response = stage.post("/models/iris/jobs", IRIS_ROW, "text/csv")
     assert response.status_code == 202

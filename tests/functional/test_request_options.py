@@ -75,6 +75,30 @@ def test_an_unknown_query_parameter_is_a_400_with_a_json_body(harness: Harness, 
     assert message.startswith("Unknown query parameter(s) 'colour'; known: ")
 
 
+@pytest.mark.parametrize(("path", "body", "content_type", "name"), [
+    ("/predict?k=1&k=2", {"image": IMAGE}, "application/json", "k"),
+    ("/predict?variant=A&k=1&variant=B", JPEG, "image/jpeg", "variant"),
+    ("/models/efficientnet-lite0/predict?k=2&k=2", JPEG, "image/jpeg", "k"),
+    ("/models/iris/predict?k=1&k=3", b"5.1,3.5,1.4,0.2", "text/csv", "k"),
+    ("/resize?width=8&height=8&width=9", {"image": IMAGE}, "application/json", "width"),
+    ("/resize?format=png&width=8&height=8&format=jpeg&height=9", JPEG, "image/jpeg", "format"),
+])
+def test_a_query_parameter_given_twice_is_a_400_naming_it(
+        harness: Harness, path: str, body: Any, content_type: str, name: str) -> None:
+    # ?k=1&k=2 was read as k=2: the client's other value silently dropped
+    sent = body if isinstance(body, bytes) else json.dumps(body)
+    status, code, message = error_of(harness.post(path, sent, content_type))
+    assert (status, code) == (400, "InvalidParameter")
+    assert f"'{name}' given twice" in message
+
+
+def test_a_parameter_given_once_beside_others_is_read(harness: Harness) -> None:
+    expect_image(harness)
+    response = harness.post("/predict?k=2&variant=", JPEG, "image/jpeg")
+    assert response.status_code == 200, response.body
+    assert len(response.json_body["predictions"]) == 2
+
+
 @pytest.mark.parametrize(("path", "body"), [
     ("/predict?k=1", {"image": IMAGE, "k": 3}),
     ("/resize?width=9", {"image": IMAGE, "width": 8, "height": 8}),
