@@ -9,13 +9,17 @@ dropped, counted (:attr:`CaptureWriter.dropped`, the ``CaptureDropped`` metric) 
 the error. :meth:`CaptureWriter.flush` waits until everything handed over is stored or dropped:
 on Lambda the internal extension (:mod:`.extension`) calls it after each invocation's response
 and before the environment may freeze; under ``chalice local`` the process calls it as it exits.
+What is still held when the process ends (a sink that does not answer in time) is given up by
+the last exit hook (:func:`_close_at_exit`): dropped, counted and logged with how many.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 from chalicelib.capture.records import CaptureRecord, Exchange
@@ -34,6 +38,10 @@ ATTEMPTS = 5
 """Tries of one batch before its records are dropped."""
 BASE_DELAY, MAX_DELAY = 0.2, 5.0
 """The backoff between tries, doubling from the first (seconds)."""
+EXIT_SECONDS = 1.0
+"""What the process's end still gives held records after the app's own flush at exit (which
+waits for shadow calls and records, ``CLOSE_FLUSH_SECONDS``) ran out: the parent that stops a
+local server waits 10 s in all before it kills it."""
 
 
 def _size(exchange: Exchange) -> int:
@@ -71,8 +79,10 @@ class CaptureWriter:
         self.written = 0
         self.dropped = 0
         self._closed = False
+        self._gave_up = 0  # times close() gave up what it held: a batch taken before is settled
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        _OPEN.add(self)
 
     @property
     def pending(self) -> int:
@@ -110,16 +120,31 @@ class CaptureWriter:
             return self._changed.wait_for(lambda: self._settled >= target, timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush, then stop taking inferences; False when the flush ran out of time (what is
-        left is counted as dropped and logged)."""
-        flushed = self.flush(timeout)
+        """Flush, then stop taking inferences (the process is ending).
+
+        What the flush could not store within ``timeout`` is given up: dropped, counted
+        (``CaptureDropped``) and logged with how many, the batch the sink is still busy with
+        included (a process that exits never learns how it ended).
+
+        Returns:
+            False when records were given up.
+        """
+        self.flush(timeout)
         with self._changed:
             self._closed = True
-            left = self._handed - self._settled
+            lost = self._handed - self._settled
+            if lost:
+                self._queue.clear()
+                self._bytes = 0
+                self._settled = self._handed
+                self.dropped += lost
+                self._gave_up += 1
             self._changed.notify_all()
-        if not flushed:
-            LOG.warning("data capture: %d record(s) not stored before exit", left)
-        return flushed
+        if lost:
+            LOG.warning("data capture dropped %d record(s) at exit: the sink did not store "
+                        "them in time", lost)
+            emit_count("CaptureDropped", lost)
+        return not lost
 
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -127,7 +152,8 @@ class CaptureWriter:
                                             daemon=True)
             self._thread.start()
 
-    def _take(self) -> list[Exchange] | None:
+    def _take(self) -> tuple[list[Exchange], int] | None:
+        """The next batch, and how many times the writer had given up when it was taken."""
         with self._changed:
             while not self._queue:
                 if self._closed:
@@ -136,13 +162,14 @@ class CaptureWriter:
             batch = [self._queue.popleft()
                      for _ in range(min(self._batch, len(self._queue)))]
             self._bytes -= sum(_size(exchange) for exchange in batch)
-            return batch
+            return batch, self._gave_up
 
     def _run(self) -> None:
         while True:
-            batch = self._take()
-            if batch is None:
+            taken = self._take()
+            if taken is None:
                 return
+            batch, gave_up = taken
             stored = 0
             try:
                 stored = self._store(batch)
@@ -150,6 +177,8 @@ class CaptureWriter:
                 LOG.exception("data capture: a batch of %d record(s) failed", len(batch))
             dropped = len(batch) - stored
             with self._changed:
+                if gave_up != self._gave_up:  # close() counted this batch as dropped
+                    continue
                 self.written += stored
                 self.dropped += dropped
                 self._settled += len(batch)
@@ -184,3 +213,17 @@ class CaptureWriter:
                 self._sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
         return 0
+
+
+_OPEN: weakref.WeakSet[CaptureWriter] = weakref.WeakSet()
+"""The writers of this process (one per capturer), closed as it exits."""
+
+
+def _close_at_exit() -> None:
+    for writer in list(_OPEN):
+        writer.close(EXIT_SECONDS)
+
+
+# registered as this module is imported, before the app registers its own flush at exit:
+# atexit runs last in, first out, so this runs after it, on what that flush left
+atexit.register(_close_at_exit)

@@ -17,6 +17,7 @@ import pytest
 
 from chalicelib.calls import Answer, Served
 from chalicelib.capture import Capturer
+from chalicelib.capture import writer as writer_module
 from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.writer import CaptureWriter
@@ -171,6 +172,43 @@ def test_the_hand_over_is_bounded_and_a_refusal_is_counted() -> None:
     closed = CaptureWriter(GatedSink(), build)
     closed.close(1)
     assert not closed.submit(exchange(8)) and closed.dropped == 1
+
+
+def test_records_still_held_when_the_process_ends_are_dropped_counted_and_logged(
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    sink = GatedSink(gate_open=False)  # a sink that stopped answering
+    writer = CaptureWriter(sink, build, batch_records=7)
+    try:
+        assert all(writer.submit(exchange(number)) for number in range(60))
+        assert sink.entered.wait(10)  # one batch in flight, the rest waiting
+        assert not writer.close(0.05)  # the exit's last wait runs out
+        assert (writer.written, writer.dropped, writer.pending) == (0, 60, 0)
+        assert any("60 record(s)" in record.message and "exit" in record.message
+                   for record in caplog.records if record.levelname == "WARNING")
+        assert not writer.submit(exchange(60))  # closed: refused, counted
+    finally:
+        sink.gate.set()  # the batch in flight ends: it was counted with the others
+        assert writer.flush(10)
+    thread = writer._thread
+    assert thread is not None
+    thread.join(10)
+    assert not thread.is_alive()
+    assert (writer.written, writer.dropped) == (0, 61)  # nothing counted twice
+    dropped = sum(line["CaptureDropped"][0] for line in _metrics(capsys)
+                  if "CaptureDropped" in line)
+    assert dropped == 61
+
+
+def test_a_writer_still_holding_records_at_exit_is_closed_after_the_apps_own_flush(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module's exit hook is registered when it is imported, so it runs after the flush
+    the app registers later (atexit runs last in, first out): what that flush could not store
+    is given up then, counted and logged."""
+    closed: list[float | None] = []
+    writer = CaptureWriter(GatedSink(), build)
+    monkeypatch.setattr(writer, "close", closed.append)
+    writer_module._close_at_exit()
+    assert closed == [writer_module.EXIT_SECONDS]
 
 
 def _metrics(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
