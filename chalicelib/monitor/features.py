@@ -2,12 +2,14 @@
 
 Values arrive as a chunk's list (strings from CSV, JSON scalars from JSON or a record
 preprocessor). Each value is typed as Deequ (Model Monitor's analyzer) types it: missing
-(None, empty, NaN), Integral (``-12``), Fractional (``3.5``, ``1e-3``) or String (anything
-else, booleans included). Numbers go to running moments and Deequ's KLL sketch in one bulk
-update per chunk (in arrival order: Deequ's sketch, like Model Monitor's, depends on it);
-strings (and, once a feature has shown strings, its numbers too) go to a frequent-items sketch
-and a HyperLogLog distinct counter. Every part merges, so an hour is the unit and a day is the
-merge of its hours.
+(None, empty, NaN, and any number no double holds: infinities, ``1e999``, ``10**400``, as
+JSON or as text), Integral (``-12``), Fractional (``3.5``, ``1e-3``) or String (anything
+else, booleans included). This is the one place a value gets its type, for the baseline, the
+check and compare alike. Numbers go to running moments, Deequ's KLL sketch and a distinct
+counter in one bulk update per chunk (in arrival order: Deequ's sketch, like Model Monitor's,
+depends on it); strings (and, once a feature has shown strings, its numbers too) go to a
+frequent-items sketch and a HyperLogLog distinct counter. Every part merges, so an hour is
+the unit and a day is the merge of its hours.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 from chalicelib.monitor import sketches
 from chalicelib.monitor.sketches import (
     NO_FALSE_NEGATIVES,
+    NumberDistinct,
     frequent_strings_sketch,
     hll_sketch,
     hll_union,
@@ -98,6 +101,7 @@ class FeatureStats:
         self.kll = sketches.new_sketch()
         self.frequent = frequent_strings_sketch(FREQUENT_LG_MAP)
         self.distinct = hll_sketch(HLL_LG_K)
+        self.distinct_numbers = NumberDistinct(HLL_LG_K)
 
     @property
     def inferred_type(self) -> str:
@@ -180,6 +184,7 @@ class FeatureStats:
         if array.size:
             self.moments.add(array)
             self.kll.update(array)
+            self.distinct_numbers.update(array)
 
     def _categorical(self, texts: list[str]) -> None:
         frequent, distinct = self.frequent, self.distinct
@@ -195,6 +200,7 @@ class FeatureStats:
         self.strings += other.strings
         self.moments.merge(other.moments)
         self.kll.merge(other.kll)
+        self.distinct_numbers.merge(other.distinct_numbers)
         self.frequent.merge(other.frequent)
         union = _hll_union(self.distinct, other.distinct)
         self.distinct = union
@@ -208,6 +214,10 @@ class FeatureStats:
     def distinct_count(self) -> int:
         """The estimated number of distinct values."""
         return round(float(self.distinct.get_estimate()))
+
+    def distinct_number_count(self) -> int:
+        """The estimated number of distinct numbers (``approximate_num_distinct_values``)."""
+        return round(self.distinct_numbers.estimate())
 
 
 def _hll_union(first: Any, second: Any) -> Any:

@@ -10,7 +10,8 @@ buffer in buffer order (unsorted), level 0 first; an item of level ``h`` stands 
 values. The distance between two distributions is computed from those levels alone, so a
 baseline written by Model Monitor compares with a window written here.
 
-Strings keep Apache DataSketches' frequent-items and HyperLogLog sketches.
+Strings keep Apache DataSketches' frequent-items and HyperLogLog sketches; numbers' distinct
+count is a HyperLogLog updated with numpy (:class:`NumberDistinct`).
 """
 from __future__ import annotations
 
@@ -218,6 +219,79 @@ def _java_sorted(values: np.ndarray) -> np.ndarray:
         ordered[first:first + negative] = -0.0
         ordered[first + negative:last] = 0.0
     return ordered
+
+
+class NumberDistinct:
+    """A HyperLogLog of doubles (``approximate_num_distinct_values``), updated a chunk at a
+    time with numpy: the numeric path stays vectorised, where DataSketches' HyperLogLog would
+    take the values one Python call each.
+
+    Each double's bits are hashed (MurmurHash3's 64-bit finalizer; -0.0 counts as 0.0): the
+    first ``lg_k`` bits pick a register, which keeps the longest run of leading zeros of the
+    rest plus one. ``2**lg_k`` registers of a byte; merged by their maximum. The estimate is
+    linear counting while it is small (exact to a few tenths of a percent), the harmonic
+    mean beyond: within about ``1.04 / sqrt(2**lg_k)`` (1.6 % for 12).
+
+    Args:
+        lg_k: the registers' count as a power of two.
+    """
+
+    def __init__(self, lg_k: int = 12) -> None:
+        self.lg_k = lg_k
+        self.registers = np.zeros(1 << lg_k, dtype=np.uint8)
+
+    def update(self, values: np.ndarray) -> None:
+        """Count a chunk of finite doubles."""
+        if not values.size:
+            return
+        lg_k = np.uint64(self.lg_k)
+        hashed = (np.asarray(values, dtype=np.float64) + 0.0).view(np.uint64)
+        for multiplier in _MIX:
+            hashed ^= hashed >> _SHIFT
+            hashed *= multiplier
+        hashed ^= hashed >> _SHIFT
+        index = hashed >> (np.uint64(64) - lg_k)
+        # the bits after the index, then a 1 that ends the run: below 2**53, exact in a double
+        rest = ((hashed << lg_k) >> (lg_k - np.uint64(1))) | np.uint64(1)
+        length = np.frexp(rest.astype(np.float64))[1]
+        np.maximum.at(self.registers, index, (66 - self.lg_k - length).astype(np.uint8))
+
+    def merge(self, other: NumberDistinct) -> None:
+        """Count the other's values too (same ``lg_k``)."""
+        np.maximum(self.registers, other.registers, out=self.registers)
+
+    def estimate(self) -> float:
+        """The estimated number of distinct values counted."""
+        m = float(self.registers.size)
+        zeros = int(np.count_nonzero(self.registers == 0))
+        raw = 0.7213 / (1.0 + 1.079 / m) * m * m / float(
+            np.ldexp(1.0, -self.registers.astype(np.int64)).sum())
+        if raw <= 2.5 * m and zeros:
+            return m * math.log(m / zeros)
+        return raw
+
+    def to_state(self) -> str:
+        """The registers as base64."""
+        return base64.b64encode(self.registers.tobytes()).decode("ascii")
+
+    @classmethod
+    def from_state(cls, state: str, lg_k: int = 12) -> NumberDistinct:
+        """The counter :meth:`to_state` saved.
+
+        Raises:
+            ValueError: not ``2**lg_k`` registers.
+        """
+        counter = cls(lg_k)
+        registers = np.frombuffer(base64.b64decode(state), dtype=np.uint8)
+        if registers.size != counter.registers.size:
+            raise ValueError(f"a distinct counter of {registers.size} registers, not "
+                             f"{counter.registers.size}")
+        counter.registers = registers.copy()
+        return counter
+
+
+_MIX = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
+_SHIFT = np.uint64(33)
 
 
 def new_sketch() -> DeequKll:

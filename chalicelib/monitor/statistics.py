@@ -15,11 +15,17 @@ from typing import Any
 
 from chalicelib.monitor import sketches
 from chalicelib.monitor.features import STRING, UNKNOWN, FeatureStats, Moments
-from chalicelib.monitor.sketches import DeequKll, frequent_strings_sketch, hll_sketch
+from chalicelib.monitor.sketches import (
+    DeequKll,
+    NumberDistinct,
+    frequent_strings_sketch,
+    hll_sketch,
+)
 
 CHUNK_ROWS = 4096
-STATE_VERSION = 2
-"""2: the numeric sketch is Deequ's (version 1 held a DataSketches KLL)."""
+STATE_VERSION = 3
+"""3: a numeric feature's distinct counter (2: the numeric sketch is Deequ's; version 1 held
+a DataSketches KLL)."""
 
 
 MAX_FEATURES = 1000
@@ -152,16 +158,21 @@ def feature_json(feature: FeatureStats, item_count: int) -> dict[str, Any]:
     elif kind == UNKNOWN:
         entry["string_statistics"] = {"common": common, "distinct_count": 0}
     else:
-        entry["numerical_statistics"] = _numerical(feature, common)
+        entry["numerical_statistics"] = _numerical(feature, common, item_count)
     return entry
 
 
-def _numerical(feature: FeatureStats, common: dict[str, int]) -> dict[str, Any]:
+def _numerical(feature: FeatureStats, common: dict[str, int],
+               item_count: int) -> dict[str, Any]:
     moments = feature.moments
     sketch = sketches.sketch_json(feature.kll)
     cdf = sketches.WeightedCdf(sketch["data"])
+    # completeness and approximate_num_distinct_values: what the analyzer writes since (a
+    # 2026 run), Deequ's Completeness and ApproxCountDistinct of the column
     return {"common": common, "mean": _finite(moments.mean), "sum": _finite(moments.sum),
             "std_dev": _finite(moments.std_dev), "min": moments.min, "max": moments.max,
+            "completeness": feature.present / item_count if item_count else 0.0,
+            "approximate_num_distinct_values": feature.distinct_number_count(),
             "distribution": {"kll": {
                 "buckets": sketches.buckets(cdf, moments.min, moments.max),
                 "sketch": sketch}}}
@@ -187,7 +198,8 @@ def _feature_state(feature: FeatureStats) -> dict[str, Any]:
                         *((m.min, m.max) if m.count else (None, None))],
             "kll": feature.kll.to_state(),
             "frequent": _b64(feature.frequent.serialize()),
-            "distinct": _b64(feature.distinct.serialize_compact())}
+            "distinct": _b64(feature.distinct.serialize_compact()),
+            "distinct_numbers": feature.distinct_numbers.to_state()}
 
 
 def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
@@ -206,4 +218,5 @@ def _feature_from_state(saved: Mapping[str, Any]) -> FeatureStats:
     feature.kll = DeequKll.from_state(saved["kll"])
     feature.frequent = frequent_strings_sketch.deserialize(base64.b64decode(saved["frequent"]))
     feature.distinct = hll_sketch.deserialize(base64.b64decode(saved["distinct"]))
+    feature.distinct_numbers = NumberDistinct.from_state(saved["distinct_numbers"])
     return feature

@@ -26,7 +26,8 @@ def _model_monitors() -> tuple[dict[str, Any], dict[str, Any]]:
     statistics = {"version": 0.0, "dataset": {"item_count": 2333}, "features": [
         {"name": "Churn", "inferred_type": "Integral", "numerical_statistics": {
             "common": common, "mean": 0.139306, "sum": 325.0, "std_dev": 0.346265,
-            "min": 0.0, "max": 1.0, "distribution": {"kll": {
+            "min": 0.0, "max": 1.0, "completeness": 1.0,  # these two since (a 2026 run)
+            "approximate_num_distinct_values": 2, "distribution": {"kll": {
                 "buckets": [{"lower_bound": 0.0, "upper_bound": 0.1, "count": 2008.0}],
                 "sketch": {"parameters": {"c": 0.64, "k": 2048.0},
                            "data": [[0.0, 0.0, 1.0], [], [0.0]]}}}}},
@@ -60,6 +61,8 @@ def test_the_documents_sagegate_and_model_monitor_write_load(make: Any) -> None:
 def test_keys_sagegate_does_not_read_are_left_alone() -> None:
     statistics, constraints = _model_monitors()
     statistics["features"][0]["numerical_statistics"]["mean"] = float("nan")
+    statistics["features"][0]["numerical_statistics"]["sum"] = None  # past the doubles
+    statistics["features"][0]["numerical_statistics"]["completeness"] = "unread"
     statistics["custom"] = [object.__name__]
     constraints["features"][0]["future_constraint"] = {"any": ["thing"]}
     documents.check_statistics(statistics, "s.json")

@@ -177,7 +177,8 @@ def test_the_one_line_csv_fast_path_gives_the_general_paths_rows(sent: str,
     assert list(RecordReader(csv_names=["label", "a"]).rows("f", [_line(document)])) == general
 
 
-@pytest.mark.parametrize(("sent", "received"), [("1,2,3,4", "0.9"), ("1,2,3,4\n5,6,7,8", "0.9\n0.8")])
+@pytest.mark.parametrize(("sent", "received"), [("1,2,3,4", "0.9"),
+                                                ("1,2,3,4\n5,6,7,8", "0.9\n0.8")])
 def test_csv_values_past_the_baselines_names_are_numbered_by_position(sent: str,
                                                                       received: str) -> None:
     """The baseline's names by position (output first), then ``_cN`` where N is the value's

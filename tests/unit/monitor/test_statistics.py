@@ -125,10 +125,11 @@ def test_state_round_trips_through_json_and_still_merges() -> None:
 
 def test_a_state_of_another_version_is_refused() -> None:
     saved = DatasetStatistics().add_all([{"x": n} for n in range(10)]).to_state()
-    assert saved["version"] == STATE_VERSION == 2
-    saved["version"] = 1  # a DataSketches KLL: not a sketch Deequ's port can read
-    with pytest.raises(ValueError, match="version 1"):
-        DatasetStatistics.from_state(saved)
+    assert saved["version"] == STATE_VERSION == 3
+    for old in (1, 2):  # 1: a DataSketches KLL; 2: no numeric distinct counter
+        saved["version"] = old
+        with pytest.raises(ValueError, match=f"version {old}"):
+            DatasetStatistics.from_state(saved)
 
 
 def test_memory_is_bounded_by_the_sketches_not_the_row_count() -> None:
@@ -200,3 +201,41 @@ def test_moments_past_the_doubles_range_are_null_in_the_document_and_the_state()
     restored.merge(DatasetStatistics().add_all([{"x": 2.0}]))
     numbers = restored.to_json()["features"][0]["numerical_statistics"]
     assert numbers["common"]["num_present"] == 4 and numbers["sum"] is None
+
+
+def test_numeric_features_have_the_current_analyzers_completeness_and_distinct_count() -> None:
+    """A 2026 analyzer run writes numerical_statistics.completeness and
+    .approximate_num_distinct_values (CONTRACTS.md section 8)."""
+    rows: list[dict[str, object]] = [{"i": n % 250, "f": n / 7, "s": "a"} for n in range(3000)]
+    rows += [{"s": "b"}] * 1000  # i and f missing in a quarter of the records
+    numbers = {name: f["numerical_statistics"] for name, f in _stats(rows).items() if name != "s"}
+    for name, distinct in (("i", 250), ("f", 3000)):
+        assert numbers[name]["completeness"] == 0.75
+        assert numbers[name]["approximate_num_distinct_values"] == \
+            pytest.approx(distinct, rel=0.02)
+    assert "completeness" not in _stats(rows)["s"]["string_statistics"]
+
+
+@pytest.mark.parametrize("distinct", [1, 7, 100, 1000, 5000, 20000, 100_000])
+def test_the_numeric_distinct_count_is_within_the_sketchs_error(distinct: int) -> None:
+    values = np.random.default_rng(distinct).normal(0, 1e6, distinct)
+    feature = FeatureStats("x")
+    for _repeat in range(2):  # each value twice: counted once
+        for start in range(0, distinct, 4096):
+            feature.add(values[start:start + 4096].tolist())
+    tolerance = 0.03 if distinct <= 1000 else 0.05  # linear counting, then 3 sigma of 1.6 %
+    assert feature.distinct_number_count() == pytest.approx(distinct, rel=tolerance, abs=0.5)
+
+
+def test_the_numeric_distinct_count_merges_and_survives_the_state() -> None:
+    first = DatasetStatistics().add_all([{"x": float(n)} for n in range(600)])
+    second = DatasetStatistics().add_all([{"x": float(n)} for n in range(300, 900)])
+    second = DatasetStatistics.from_state(json.loads(json.dumps(second.to_state())))
+    first.merge(second)
+    numbers = first.to_json()["features"][0]["numerical_statistics"]
+    assert numbers["approximate_num_distinct_values"] == pytest.approx(900, rel=0.01)
+    assert numbers["completeness"] == 1.0
+    assert FeatureStats("z").distinct_number_count() == 0
+    zeros = FeatureStats("z")
+    zeros.add([0.0, -0.0, 0, 1])  # -0.0 is 0.0
+    assert zeros.distinct_number_count() == 2
