@@ -110,16 +110,22 @@ class AsyncInvocation:
     content_type: str
     inference_id: str
     invocation_timeout_seconds: int
+    custom_attributes: str | None = None
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The boto3 keyword arguments."""
-        return {"EndpointName": self.endpoint_name, "InputLocation": self.input_location,
-                "ContentType": self.content_type, "InferenceId": self.inference_id,
-                "InvocationTimeoutSeconds": self.invocation_timeout_seconds}
+        """The boto3 keyword arguments, leaving out unset custom attributes."""
+        kwargs: dict[str, Any] = {
+            "EndpointName": self.endpoint_name, "InputLocation": self.input_location,
+            "ContentType": self.content_type, "InferenceId": self.inference_id,
+            "InvocationTimeoutSeconds": self.invocation_timeout_seconds}
+        if self.custom_attributes:
+            kwargs["CustomAttributes"] = self.custom_attributes
+        return kwargs
 
     def as_invocation(self) -> Invocation:
         """The call as the error translation reads it (its endpoint, type and id)."""
         return Invocation(self.endpoint_name, b"", self.content_type, "",
+                          custom_attributes=self.custom_attributes,
                           inference_id=self.inference_id)
 
 

@@ -59,8 +59,9 @@ def start(endpoint_client: EndpointClient, store: JobStore, job: Job, endpoint: 
     claimed, moved = store.claim(job.job_id, runner_id, lease_until)
     if not moved:
         return claimed
+    # the job's custom attributes go with it, as a real-time job's call carries them
     invocation = AsyncInvocation(endpoint, job.input_location, content_type, job.job_id,
-                                 timeout_seconds)
+                                 timeout_seconds, job.options.custom_attributes)
     try:
         endpoint_client.invoke_async(invocation, deadline)
     except Exception as error:  # the job is claimed: it must end, not hang

@@ -21,7 +21,7 @@ import boto3
 import pytest
 import requests
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 from chalice.test import Client
 from moto import mock_aws
 
@@ -613,6 +613,51 @@ def test_a_realtime_job_calls_the_jobs_endpoint_of_model_json(stage: Stage) -> N
     assert stage.run_tickets() == {"jobs": {job_id: "succeeded"}}
     assert called == ["efficientnet-big"]  # the deploy's IAM grants InvokeEndpoint on it
     assert stage.get(f"/jobs/{job_id}")[1]["result"]["endpoint"] == "efficientnet-big"
+
+
+def test_a_jobs_custom_attributes_reach_its_endpoint_on_either_backend(stage: Stage) -> None:
+    # real-time: the image job's endpoint call carries them, as the synchronous route's does
+    realtime = json.loads(stage.post_job(ENDPOINT, stage.put_upload(jpeg(64, 64), "image/jpeg"),
+                                         "?custom_attributes=trace-7").body)["job_id"]
+    stage.stubber.add_response(
+        "invoke_endpoint", endpoint_response(probabilities({3: 0.9})),
+        {"EndpointName": ENDPOINT, "Body": ANY, "ContentType": "application/x-image",
+         "Accept": "application/json", "InferenceId": realtime, "CustomAttributes": "trace-7"})
+    assert stage.run_tickets() == {"jobs": {realtime: "succeeded"}}
+    # asynchronous: InvokeEndpointAsync carries them too
+    queued = json.loads(stage.post_job("iris", stage.put_upload(IRIS_ROW, "text/csv"),
+                                       "?k=1&custom_attributes=trace-8").body)["job_id"]
+    stage.stubber.add_response(
+        "invoke_endpoint_async", {"InferenceId": queued, "OutputLocation": "s3://x/y.out"},
+        {"EndpointName": "iris-async", "InputLocation": f"s3://{BUCKET}/{PREFIX}inputs/{queued}",
+         "InferenceId": queued, "ContentType": "application/json",
+         "InvocationTimeoutSeconds": 900, "CustomAttributes": "trace-8"})
+    assert stage.run_tickets([f"{PREFIX}tickets/{queued}"]) == {"jobs": {queued: "running"}}
+    output = _output(stage, json.dumps({"predictions": [[0.9, 0.06, 0.04]]}).encode())
+    assert stage.notify(_notification(queued, output=output)) == {"jobs": {queued: "succeeded"}}
+    captured = [json.loads(line)["eventMetadata"] for line in stage.sink.lines()]
+    assert [(meta["inferenceId"], meta.get("customAttributes")) for meta in captured] == [
+        (realtime, ["trace-7"]), (queued, ["trace-8"])]
+
+
+def test_a_jobs_image_pixel_cap_is_the_jobs_setting_not_the_requests(stage: Stage) -> None:
+    settings = dataclasses.replace(stage.services.settings, max_image_pixels=100 * 100,
+                                   job_max_image_pixels=200 * 200)
+    services = Services(settings, s3=stage.s3, job_store=stage.store,
+                        capturer=Capturer("off", None),
+                        job_endpoint=stage.services.job_endpoint)
+    setattr(stage.app, "services", services)  # noqa: B010 (a module loaded at run time)
+    refused = stage.post(f"/models/{ENDPOINT}/predict", jpeg(150, 150), "image/jpeg")
+    assert json.loads(refused.body)["Code"] == "ImageTooLarge"  # the request's cap
+    fits = json.loads(stage.post_job(ENDPOINT, stage.put_upload(jpeg(150, 150), "image/jpeg"))
+                      .body)["job_id"]
+    over = json.loads(stage.post_job(ENDPOINT, stage.put_upload(jpeg(250, 250), "image/jpeg"))
+                      .body)["job_id"]
+    stage.stubber.add_response("invoke_endpoint", endpoint_response(probabilities({3: 0.9})))
+    assert stage.run_tickets([f"{PREFIX}tickets/{fits}"]) == {"jobs": {fits: "succeeded"}}
+    assert stage.run_tickets([f"{PREFIX}tickets/{over}"]) == {"jobs": {over: "failed"}}
+    error = stage.get(f"/jobs/{over}")[1]["error"]
+    assert error["Code"] == "ImageTooLarge" and str(200 * 200) in error["Message"]
 
 
 def test_an_async_image_job_takes_its_options_from_the_query_only(stage: Stage) -> None:
