@@ -17,7 +17,9 @@ the writer itself before the response leaves (:meth:`AfterHandlers.handler_ended
 inline capture would store the record; the before-snapshot hook flushes too
 (``Capturer.close``).
 
-Only the standard library is used: the extension starts before anything else is imported.
+Only the standard library is used, and :mod:`chalicelib.core.lifecycle` (standard library
+only), whose SnapStart detection this shares: the extension starts before anything else is
+imported.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from chalicelib.core import lifecycle
 
 LOG = logging.getLogger("sagegate.capture")
 
@@ -117,16 +121,18 @@ class CaptureExtension:
             if event.get("eventType") != "INVOKE":
                 continue
             self.invocations += 1
-            deadline = float(event.get("deadlineMs", 0)) / 1000.0
-            left = max(0.0, deadline - self._clock() - DEADLINE_MARGIN_SECONDS) \
-                if deadline else None
-            started = time.monotonic()
-            self._finished.wait_for(self.invocations, left)
-            if left is not None:
-                left = max(0.0, left - (time.monotonic() - started))
-            if not self._flush(left):
+            deadline = float(event.get("deadlineMs", 0)) / 1000.0 or None
+            self._finished.wait_for(self.invocations, self._left(deadline))
+            if not self._flush(self._left(deadline)):
                 LOG.warning("capture extension: records still held at the invocation's "
                             "deadline; they are stored with the next one")
+
+    def _left(self, deadline: float | None) -> float | None:
+        """Seconds until the invocation's deadline (epoch seconds) less the margin the next
+        call needs; None without a deadline."""
+        if deadline is None:
+            return None
+        return max(0.0, deadline - self._clock() - DEADLINE_MARGIN_SECONDS)
 
     def _next(self) -> dict[str, Any]:
         status, _, body = self._call("GET", f"{BASE}/event/next",
@@ -193,7 +199,7 @@ def start(flush: Flush, environ: dict[str, str] | None = None) -> CaptureExtensi
     (logged: the middleware then flushes in the handler)."""
     environ = dict(os.environ) if environ is None else environ
     api = environ.get(RUNTIME_API, "")
-    if not api or environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+    if not api or lifecycle.snap_start(environ):
         return None
     extension = CaptureExtension(api, flush)
     try:

@@ -25,12 +25,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 LOG = logging.getLogger("sagegate.lifecycle")
 
 INIT_TYPE_VARIABLE = "AWS_LAMBDA_INITIALIZATION_TYPE"  # on-demand | snap-start | provisioned-...
+SNAP_START = "snap-start"
+""":data:`INIT_TYPE_VARIABLE`'s value in a SnapStart environment (snapshotted, or restored)."""
 
 
 class Closable(Protocol):
@@ -46,9 +48,15 @@ def on_lambda() -> bool:
         or os.environ.get("LAMBDA_TASK_ROOT"))
 
 
-def init_type() -> str:
-    """How Lambda initialised this environment (``snap-start`` while taking a snapshot)."""
-    return os.environ.get(INIT_TYPE_VARIABLE, "on-demand")
+def init_type(environ: Mapping[str, str] | None = None) -> str:
+    """How Lambda initialised this environment (``snap-start`` while taking a snapshot);
+    ``environ``: the process's environment when None."""
+    return (os.environ if environ is None else environ).get(INIT_TYPE_VARIABLE, "on-demand")
+
+
+def snap_start(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this is a SnapStart environment (see :func:`init_type`)."""
+    return init_type(environ) == SNAP_START
 
 
 class Hooks:

@@ -174,6 +174,38 @@ def test_the_hand_over_is_bounded_and_a_refusal_is_counted() -> None:
     assert not closed.submit(exchange(8)) and closed.dropped == 1
 
 
+class CountingSink:
+    """Stores nothing, counts what it was given."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def write(self, records: Sequence[CaptureRecord]) -> None:
+        self.records += len(records)
+
+    def close(self) -> None:
+        pass
+
+
+def test_bytes_written_are_released_so_the_byte_cap_bounds_what_waits_not_the_total() -> None:
+    """1 MB bodies, 8 MB handed over at a time, 80 MB in all: well over the 64 MB cap in
+    total, never near it at once. Nothing is dropped."""
+    body = b"x" * (1024 * 1024)  # one object shared by every exchange: the test holds 1 MB
+    sink = CountingSink()
+    writer = CaptureWriter(sink, build)
+    assert writer_module.MAX_PENDING_BYTES == 64 * 1024 * 1024
+    for batch in range(10):
+        for number in range(8):
+            assert writer.submit(dataclasses.replace(exchange(8 * batch + number), sent=body))
+        assert writer.flush(30)
+    assert (writer.written, writer.dropped, sink.records) == (80, 0, 80)
+    small = CaptureWriter(CountingSink(), build, max_pending_bytes=1000, batch_records=3)
+    for batch in range(20):  # 20 times the cap in all, 300 bytes and less waiting at a time
+        assert all(small.submit(exchange(3 * batch + number, size=90)) for number in range(3))
+        assert small.flush(10)
+    assert (small.written, small.dropped) == (60, 0)
+
+
 def test_records_still_held_when_the_process_ends_are_dropped_counted_and_logged(
         caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
     sink = GatedSink(gate_open=False)  # a sink that stopped answering
