@@ -19,6 +19,7 @@ from chalicelib.core.errors import ConfigurationError
 from chalicelib.jobs.events import s3_keys
 from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.redrive import (
+    MAX_DELIVERED,
     Redriven,
     RedriveSettings,
     Tickets,
@@ -221,6 +222,25 @@ def test_a_job_never_claimed_is_handed_again_on_that_schedule_only(store: JobSto
         run(store, s3, lambda event, at=now: sent.append((at, s3_keys(event, BUCKET))), now=now)
     assert [int((at - NOW) / 60) for at, _ in sent] == [5, 6, 7, 9, 13, 21]
     assert {key for _, keys in sent for key in keys} == {f"{PREFIX}tickets/{job_id}"}
+
+
+def test_a_run_delivers_at_most_its_cap_oldest_first_and_the_rest_in_a_later_run() -> None:
+    """After an outage, a run hands the runner at most MAX_DELIVERED events (a burst of
+    thousands of asynchronous invocations would be throttled); the others wait for a later
+    run, counted as not due in this one."""
+    store, s3 = MemoryJobStore(clock=Clock()), FakeS3()
+    # all due now (waited from the after_seconds on, within one period), oldest last
+    ids = [queued(store, s3, waited=300 + index / 10) for index in range(MAX_DELIVERED + 5)]
+    runner = Runner(store)
+
+    first = run(store, s3, runner)
+    assert len(first.redriven) == MAX_DELIVERED and first.not_due == 5
+    assert set(first.redriven) == set(ids[5:]) and set(runner.claims) == set(ids[5:])
+
+    second = run(store, s3, runner, now=NOW + 60)  # the next period: due again
+    assert sorted(second.redriven) == sorted(ids[:5])
+    assert second.not_due == 0  # the claimed ones are no longer listed
+    assert sorted(runner.claims) == sorted(ids)  # each claimed once
 
 
 def test_the_listing_is_oldest_first_within_its_bounds_and_its_limit(store: JobStore) -> None:
