@@ -17,6 +17,7 @@ from chalicelib.core.errors import (
     ModelError,
     SagegateError,
 )
+from chalicelib.core.retries import classify
 from chalicelib.inference.endpoint import AsyncInvocation, EndpointClient
 from chalicelib.jobs.records import Job, JobState, is_job_id
 from chalicelib.jobs.runner import PutResult, outcome_of
@@ -127,8 +128,8 @@ def complete(store: JobStore, completion: Completion, read_output: Callable[[str
     inference id that is not a job id, or a job past its TTL).
 
     A completed inference's output object becomes the job's answer (inline when small); a
-    failed one fails the job with SageMaker's reason, an expired one as a timeout. A job
-    already finished is answered as it stands (SNS delivers at least once).
+    failed one fails the job with SageMaker's reason (:func:`failure_of`), an expired one as
+    a timeout. A job already finished is answered as it stands (SNS delivers at least once).
     """
     if not is_job_id(completion.inference_id):
         return None
@@ -146,7 +147,20 @@ def complete(store: JobStore, completion: Completion, read_output: Callable[[str
             completion.failure_reason or "The request expired in the asynchronous endpoint's "
             "queue before it was run.").as_failure()
     else:
-        error = ModelError(
-            completion.failure_reason or "The asynchronous inference failed.").as_failure()
+        error = failure_of(completion).as_failure()
     failed, _ = store.advance(job.job_id, JobState.FAILED, Outcome(error=error))
     return failed
+
+
+def failure_of(completion: Completion) -> SagegateError:
+    """A failure notice as the job's error, its reason's code (``ServiceUnavailable: ...``)
+    classified by the rule every endpoint call's error code is
+    (:func:`~chalicelib.core.retries.classify`): one a retry may cure (throttling, the
+    endpoint unavailable or failing on its side) is ``EndpointUnavailable``, as a real-time
+    job's call given up on it is; anything else (the model's error, SageMaker's
+    ``ClientError: ...``) is ``ModelError``. SageMaker's reason is the message either way."""
+    reason = completion.failure_reason
+    code = reason.partition(":")[0].strip()
+    if code and classify(code, None) is not None:
+        return EndpointUnavailableError(reason)
+    return ModelError(reason or "The asynchronous inference failed.")

@@ -263,7 +263,12 @@ def test_an_input_that_is_gone_is_captured_without_it_and_the_job_succeeds(
 
 @pytest.mark.parametrize("status,reason,code", [
     ("Failed", "ClientError: Received server error (500) from model: bad row", "ModelError"),
-    ("Expired", "Request expired in the queue.", "EndpointTimeout")])
+    ("Expired", "Request expired in the queue.", "EndpointTimeout"),
+    # the endpoint's own transient failures, classified as a real-time job's call's are
+    ("Failed", "ServiceUnavailable: ServiceUnavailable (emulator fault injection)",
+     "EndpointUnavailable"),
+    ("Failed", "ThrottlingException: too many requests", "EndpointUnavailable"),
+    ("Failed", "InternalFailure: An internal failure occurred.", "EndpointUnavailable")])
 def test_an_async_failure_fails_the_job_with_the_endpoints_message(
         stage: Stage, status: str, reason: str, code: str) -> None:
     job = stage.services.jobs.create_from_body(stage.services.registry.get("iris"), IRIS_ROW,
