@@ -132,13 +132,12 @@ class LocalJobs:
 
     def settings_env(self) -> dict[str, str]:
         """The variables sagegate reads: the bucket, the topics, the tables, and boto3's
-        endpoints."""
+        endpoints (:func:`local_aws_env`)."""
         tables = {name: value for name, value in (("JOBS_TABLE", self.table),
                                                   ("CACHE_TABLE", self.cache_table)) if value}
         return {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
                 "JOBS_ERROR_TOPIC": self.error_topic, **tables,
-                **{f"AWS_ENDPOINT_URL_{service}": self.endpoint_url
-                   for service in ("S3", "SNS", "SQS", "DYNAMODB")}}
+                **local_aws_env(self.endpoint_url)}
 
     def api_env(self) -> dict[str, str]:
         """Everything ``chalice local`` needs: :meth:`settings_env` and the pump's queues."""
@@ -154,6 +153,29 @@ class LocalJobs:
     def tickets_prefix(self) -> str:
         """The keys whose creation starts a job (the job runner's S3 event)."""
         return f"{self.prefix}tickets/"
+
+
+MOTO_SERVICES = ("S3", "SNS", "SQS", "DYNAMODB", "FIREHOSE")
+"""The services a local run uses on moto's server, each named by its own endpoint variable."""
+
+
+def local_aws_env(moto_url: str) -> dict[str, str]:
+    """The variables that point every boto3 client of a local run's process at moto's server:
+    each service's own endpoint variable, and ``AWS_ENDPOINT_URL`` for any other service (a
+    client nobody expected fails on 127.0.0.1 instead of reaching AWS); dummy credentials, so
+    no profile or instance metadata service is looked up. The SageMaker runtime's own variable
+    (the emulator) beats ``AWS_ENDPOINT_URL``."""
+    return {**DUMMY_AWS_ENV, "AWS_ENDPOINT_URL": moto_url,
+            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "false",
+            **{f"AWS_ENDPOINT_URL_{service}": moto_url for service in MOTO_SERVICES}}
+
+
+def emulator_env(moto_url: str) -> dict[str, str]:
+    """The emulator's environment in a local run: this process's, its boto3 clients (the
+    asynchronous endpoints' S3 and SNS) pointed at moto's server (:func:`local_aws_env`)."""
+    env = {**os.environ, **local_aws_env(moto_url)}
+    env.pop("AWS_PROFILE", None)
+    return env
 
 
 def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
@@ -290,6 +312,23 @@ def emulator_resources(config_path: Path) -> tuple[list[str], list[str]]:
     return buckets, topics
 
 
+def emulator_topics(config_path: Path) -> set[tuple[str, str]]:
+    """The (success, error) topic ARNs each asynchronous endpoint of the emulator notifies
+    ("" for none), once each.
+
+    Raises:
+        MotoStartError: the configuration cannot be read (the emulator would refuse it too).
+    """
+    from emulator.config import ConfigError, load_config
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as error:
+        raise MotoStartError(str(error)) from None
+    return {(endpoint.asynchronous.success_topic or "", endpoint.asynchronous.error_topic or "")
+            for endpoint in config.endpoints.values() if endpoint.asynchronous is not None}
+
+
 @contextlib.contextmanager
 def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = "local",
                logs: Path | None = None, env: Mapping[str, str] | None = None,
@@ -319,7 +358,7 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
                          else LocalJobs(moto.url), buckets, topics, key=moto.provision_key)
         emulator = stack.enter_context(start_emulator(
             emulator_config, echo_stderr=log("emulator.log", "w") if logs else None,
-            extra_args=jobs.emulator_args()))
+            extra_args=jobs.emulator_args(), env=emulator_env(moto.url)))
         api = stack.enter_context(start_chalice_local(
             free_port(HOST), emulator.url, project_dir=project_dir, stage=stage,
             log=log("api.log", "wb"), env={**jobs.api_env(), **(env or {})}))

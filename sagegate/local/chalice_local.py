@@ -15,6 +15,11 @@ queues ``sagegate run`` names, :mod:`sagegate.local.events` pumps them to ``app.
 ``app.job_results`` and ``app.job_failures`` in this process (so the API and the functions share
 the in-memory job store).
 
+And the local run's own variables: ``chalice local`` applies the stage's variables over the
+process's environment, so a stage's AWS settings (a ``firehose://`` capture destination, its
+topics) would win over what ``sagegate run`` points at moto's server and the emulator; the
+variables :data:`~sagegate.local.processes.OVERRIDES_ENV` names are set after the stage's.
+
 SIGTERM stops it as Ctrl-C does, through the interpreter's exit, so the capture records the
 app's writer still holds are stored first (``atexit``).
 
@@ -33,17 +38,21 @@ from __future__ import annotations
 
 import functools
 import hmac
+import json
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping, MutableMapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
+import chalice.cli as chalice_cli
 from chalice import local
 from chalice.app import Chalice
 from chalice.cli import main as chalice_main
+from chalice.cli.factory import CLIFactory
 from chalice.config import Config
 
 from sagegate.local.auth import (
@@ -55,7 +64,7 @@ from sagegate.local.auth import (
     new_api_key,
 )
 from sagegate.local.events import start_pump
-from sagegate.local.processes import INSTANCE_ENV, INSTANCE_HEADER
+from sagegate.local.processes import INSTANCE_ENV, INSTANCE_HEADER, OVERRIDES_ENV
 
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
@@ -174,10 +183,43 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
 
+class LocalCLIFactory(CLIFactory):
+    """Chalice's CLI factory, loading the app with the stage's variables and then the local
+    run's overrides (:data:`OVERRIDES_ENV`): chalice local applies a stage's variables over the
+    process's own, so without this a stage's ``firehose://`` capture destination or its AWS
+    endpoints would win over what ``sagegate run`` points at moto's server."""
+
+    def load_chalice_app(self, environment_variables: MutableMapping[str, str] | None = None,
+                         validate_feature_flags: bool | None = True) -> Chalice:
+        """Loads the app with ``environment_variables``, then the overrides, set."""
+        merged = {**(environment_variables or {}), **local_overrides(os.environ)}
+        return super().load_chalice_app(merged, validate_feature_flags)
+
+
+def local_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables :data:`OVERRIDES_ENV` gives, as a JSON object of strings (none unset).
+
+    Raises:
+        SystemExit: the variable is not such an object (the parent is not sagegate's).
+    """
+    raw = environ.get(OVERRIDES_ENV, "")
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(
+            isinstance(item, str) for pair in value.items() for item in pair):
+        raise SystemExit(f"chalice local: {OVERRIDES_ENV} must be a JSON object of strings")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the chalice CLI with the patched local server factory."""
+    """Run the chalice CLI with the patched local server factory and CLI factory."""
     # chalice.cli's factory looks this function up on the module at call time.
     local.create_local_server = create_local_server
+    chalice_cli.CLIFactory = LocalCLIFactory  # type: ignore[misc]  # the group builds it
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.argv = ["chalice", *(sys.argv[1:] if argv is None else argv)]
     return int(chalice_main() or 0)

@@ -14,18 +14,29 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from chalicelib.core.config import Settings
+from chalicelib.core.config_names import FIREHOSE_SCHEME
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.loading import MODELS_DIR, load_registry
 from sagegate.local.auth import UncheckableAuth, local_api_key
-from sagegate.local.aws import LocalJobs
+from sagegate.local.aws import (
+    LocalJobs,
+    MotoStartError,
+    arn_of,
+    emulator_topics,
+    local_aws_env,
+)
 from sagegate.local.ports import describe_owner
 from sagegate.local.processes import HOST, api_env
 
 __all__ = ["PORTS", "Plan", "StartError", "check_auth", "check_models", "check_port_free",
-           "check_redrive", "check_settings", "preflight", "read_port", "stage_env"]
+           "check_redrive", "check_settings", "local_overrides", "preflight", "read_port",
+           "stage_env"]
 
 PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080, "MOTO_PORT": 8070}
 """The port variables ``sagegate run`` reads, with their defaults."""
+LOCAL_CAPTURE_BUCKET = "sagegate-local-captures"
+"""Where a local run captures a ``firehose://`` destination whose stream the stage does not
+declare (``capture_stream``), on moto's server."""
 
 
 class StartError(Exception):
@@ -71,29 +82,74 @@ def check_port_free(port: int, name: str, host: str = HOST) -> None:
                      f"e.g. make run {name}={other}")
 
 
-def stage_env(stage: str, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment sagegate sees under ``chalice local --stage <stage>``: ``base``,
-    overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order).
-
-    A stage whose stack creates its capture stream (``capture_stream``) captures, locally, to
-    where that stream delivers, through the S3 sink on moto's server: moto's Firehose writes
-    one object per call under its prefix taken literally (no ``!{...}`` expressions), so the
-    monitor's layout would not be there.
+def stage_env(stage: str, base: Mapping[str, str],
+              emulator_config: Path | None = None) -> dict[str, str]:
+    """The environment sagegate sees under ``sagegate run --stage <stage>``: ``base``,
+    overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order),
+    then with :func:`local_overrides` (which ``chalice local`` applies after the stage's).
 
     Raises:
-        StartError: the config has no such stage or cannot be read.
+        StartError: the config has no such stage or cannot be read, or the emulator's
+            asynchronous endpoints notify topics no one stage can subscribe.
     """
+    env = {**base, **_load_stage(stage).env}
+    return {**env, **local_overrides(stage, env, emulator_config)}
+
+
+def _load_stage(stage: str) -> Any:
     from sagegate.deploy.stages import load_stage
 
     try:
-        loaded = load_stage(stage)
+        return load_stage(stage)
     except (KeyError, OSError, ValueError) as error:
         raise StartError(f"cannot read stage {stage!r} of .chalice/config.json: "
                          f"{error}") from None
-    env = {**base, **loaded.env}
-    if loaded.capture_stream and env.get("CAPTURE_DESTINATION", "").startswith("firehose://"):
-        env["CAPTURE_DESTINATION"] = loaded.capture_stream.strip()
-    return env
+
+
+def local_overrides(stage: str, env: Mapping[str, str],
+                    emulator_config: Path | None = None) -> dict[str, str]:
+    """What a local run sets over the stage's own variables, so that nothing in it addresses
+    AWS and its data is filed where the stage's contract says, on moto's server:
+
+    * a ``firehose://`` capture destination captures through the S3 sink to where the stream
+      delivers (the stage's ``capture_stream``; else ``s3://sagegate-local-captures/<stream>``):
+      moto's Firehose writes one object per call under its prefix taken literally (no
+      ``!{...}`` expressions), so the monitor's layout would not be there;
+    * the jobs' topics become the ones the emulator's asynchronous endpoints notify (on AWS,
+      the endpoint is configured with the stage's topics; here the emulator's configuration
+      names them), so the notifications reach the job functions.
+
+    Raises:
+        StartError: the emulator's asynchronous endpoints notify more than one pair of topics
+            and none is the stage's.
+    """
+    overrides: dict[str, str] = {}
+    destination = env.get("CAPTURE_DESTINATION", "").strip()
+    if destination.startswith(FIREHOSE_SCHEME):
+        stream = _load_stage(stage).capture_stream.strip()
+        overrides["CAPTURE_DESTINATION"] = stream or (
+            f"s3://{LOCAL_CAPTURE_BUCKET}/{destination.removeprefix(FIREHOSE_SCHEME)}")
+    if emulator_config is not None and env.get("JOBS_BUCKET", "").strip():
+        overrides.update(_topics(stage, env, emulator_config))
+    return overrides
+
+
+def _topics(stage: str, env: Mapping[str, str], emulator_config: Path) -> dict[str, str]:
+    try:
+        notified = emulator_topics(emulator_config)
+    except MotoStartError as error:
+        raise StartError(f"cannot read the emulator's configuration: {error}") from None
+    subscribed = (arn_of(env.get("JOBS_SUCCESS_TOPIC", "").strip()),
+                  arn_of(env.get("JOBS_ERROR_TOPIC", "").strip()))
+    if not notified or subscribed in notified:
+        return {}
+    if len(notified) > 1:
+        raise StartError(f"the emulator's asynchronous endpoints notify {len(notified)} "
+                         f"different pairs of topics and stage {stage!r} subscribes another: "
+                         f"give every asynchronous endpoint of {emulator_config} one "
+                         "success_topic and one error_topic")
+    success, failure = next(iter(notified))
+    return {"JOBS_SUCCESS_TOPIC": success, "JOBS_ERROR_TOPIC": failure}
 
 
 def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
@@ -149,6 +205,9 @@ class Plan(NamedTuple):
     """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
     redrive_period: int = 0
     """How often the event pump re-drives queued jobs (seconds; 0 with jobs off)."""
+    local_env: Mapping[str, str] = {}
+    """The variables ``chalice local`` sets over the stage's own (:func:`local_overrides`,
+    and every AWS endpoint: moto's server or the emulator)."""
 
 
 def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
@@ -177,8 +236,15 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
              "MOTO_PORT": args.moto_port}
     ports = {name: given or read_port(environ, name) for name, given in ports.items()}
     url = f"http://{HOST}:{ports['EMULATOR_PORT']}"
-    jobs_env = _jobs_env(ports["MOTO_PORT"])
-    env = stage_env(args.stage, api_env(url, jobs_env))
+    moto_url = f"http://{HOST}:{ports['MOTO_PORT']}"
+    jobs_env = _jobs_env(moto_url)
+    staged = {**api_env(url, jobs_env), **_load_stage(args.stage).env}
+    # Every AWS client of chalice local points here, whatever the stage says: moto's server
+    # (a stage with jobs off has none running, so an AWS call fails on 127.0.0.1) or the
+    # emulator
+    local_env = {**local_overrides(args.stage, staged, args.emulator_config),
+                 **local_aws_env(moto_url), "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url}
+    env = {**staged, **local_env}
     settings = check_settings(args.stage, env)
     if not settings.jobs_enabled:
         ports["MOTO_PORT"], jobs_env = 0, {}
@@ -187,7 +253,7 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     check_models(settings, env)
     period = check_redrive(args.stage, env) if settings.jobs_enabled else 0
     return Plan(ports["API_PORT"], ports["EMULATOR_PORT"], settings, api_key,
-                ports["MOTO_PORT"], jobs_env, period)
+                ports["MOTO_PORT"], jobs_env, period, local_env)
 
 
 def check_redrive(stage: str, env: Mapping[str, str]) -> int:
@@ -206,8 +272,8 @@ def check_redrive(stage: str, env: Mapping[str, str]) -> int:
                          f"{stage!r} of .chalice/config.json)") from None
 
 
-def _jobs_env(moto_port: int) -> dict[str, str]:
-    return LocalJobs(f"http://{HOST}:{moto_port}").settings_env()
+def _jobs_env(moto_url: str) -> dict[str, str]:
+    return LocalJobs(moto_url).settings_env()
 
 
 def _check_ports(ports: Mapping[str, int]) -> None:

@@ -15,6 +15,7 @@ is imported here: the ``chalice local`` child imports this module for its marker
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import subprocess
@@ -43,6 +44,7 @@ __all__ = [
     "HOST",
     "INSTANCE_ENV",
     "INSTANCE_HEADER",
+    "OVERRIDES_ENV",
     "ROOT",
     "ApiProcess",
     "ApiStartError",
@@ -92,6 +94,10 @@ INSTANCE_ENV = "SAGEGATE_INSTANCE"
 """The variable giving a ``chalice local`` child the marker it puts in its answers."""
 INSTANCE_HEADER = "X-Sagegate-Instance"
 """The header carrying that marker (see :mod:`sagegate.local.chalice_local`)."""
+OVERRIDES_ENV = "SAGEGATE_LOCAL_ENV"
+"""The variable giving a ``chalice local`` child, as a JSON object, the variables it sets over
+the stage's own (chalice local applies the stage's last; see
+:mod:`sagegate.local.chalice_local`)."""
 _POLL_SECONDS = 0.1
 
 
@@ -145,7 +151,8 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
                         stage: str | None = "local", host: str = HOST,
                         env: Mapping[str, str] | None = None, log: IO[bytes] | None = None,
                         timeout: float = 60.0, ready_path: str = "/health",
-                        ready_status: int | None = 200) -> ApiProcess:
+                        ready_status: int | None = 200,
+                        overrides: Mapping[str, str] | None = None) -> ApiProcess:
     """Start ``chalice local`` (TCP_NODELAY, backlog 128, instance marker) for the Chalice app
     in ``project_dir`` and wait until this child itself answers ``ready_path``.
 
@@ -161,6 +168,7 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
         timeout: seconds to wait for the answer.
         ready_path: the path to GET until it answers.
         ready_status: the status that means ready (None: any answer from this child).
+        overrides: variables that win over the stage's own (``env``'s do not).
 
     Raises:
         ApiStartError: the child exited or never answered (it is then stopped).
@@ -170,6 +178,8 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
                *(("--stage", stage) if stage else ()),
                "--host", host, "--port", str(port), "--no-autoreload"]
     child_env = api_env(endpoint_url, {**(env or {}), INSTANCE_ENV: instance})
+    if overrides:
+        child_env.update({**overrides, OVERRIDES_ENV: json.dumps(dict(overrides))})
     # sagegate.local.chalice_local is found from any project directory
     child_env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, child_env.get("PYTHONPATH", "").split(os.pathsep))])
@@ -187,7 +197,7 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
 
 def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "local",
               env: Mapping[str, str] | None = None, log: IO[bytes] | None = None,
-              timeout: float = 60.0) -> ApiProcess:
+              timeout: float = 60.0, overrides: Mapping[str, str] | None = None) -> ApiProcess:
     """Start sagegate under ``chalice local`` for ``stage`` and wait until it answers
     ``/health`` (200) itself. Arguments as :func:`start_chalice_local`.
 
@@ -195,7 +205,7 @@ def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "l
         ApiStartError: the child exited or never answered (it is then stopped).
     """
     return start_chalice_local(port, endpoint_url, stage=stage, host=host, env=env, log=log,
-                               timeout=timeout)
+                               timeout=timeout, overrides=overrides)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 from chalicelib.core.config import Settings
 from sagegate.local.auth import API_KEY_ENV
-from sagegate.local.aws import MotoStack, MotoStartError
+from sagegate.local.aws import MotoStack, MotoStartError, emulator_env
 from sagegate.local.preflight import (  # the checks: importable here as before
     PORTS,
     Plan,
@@ -227,9 +227,10 @@ def _run(args: argparse.Namespace) -> int:
             except MotoStartError as error:
                 raise StartError(f"moto's server did not start: {error}") from None
         extra = moto.jobs.emulator_args() if moto is not None else []
+        moto_url = plan.local_env.get("AWS_ENDPOINT_URL", "")
         emulator_supervisor = Supervisor(lambda: start_emulator(
             args.emulator_config, port=plan.emulator_port, echo_stderr=sys.stderr,
-            extra_args=extra), _say)
+            extra_args=extra, env=emulator_env(moto_url)), _say)
         supervisors.append(emulator_supervisor)
         try:
             emulator = emulator_supervisor.start()
@@ -238,7 +239,8 @@ def _run(args: argparse.Namespace) -> int:
         env = {**(moto.jobs.api_env() if moto is not None else {}),
                **({API_KEY_ENV: plan.api_key} if plan.api_key else {})}
         try:
-            api = start_api(plan.api_port, emulator.url, stage=args.stage, env=env)
+            api = start_api(plan.api_port, emulator.url, stage=args.stage, env=env,
+                            overrides=plan.local_env)
         except ApiStartError as error:
             raise StartError(str(error)) from None
         try:
