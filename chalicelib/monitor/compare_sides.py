@@ -41,6 +41,9 @@ PRIMARY_ERRORS_NOTE = ("n/a: no failure in its records (a primary arm's failures
 class _Failed:
     """A failed call's record (``sagegateError``): its pair is counted, not compared."""
 
+    def __reduce__(self) -> str:
+        return "FAILED"  # one object, also back from a worker process (``is FAILED``)
+
 
 FAILED = _Failed()
 Entry = Top1 | _Failed | None
@@ -190,6 +193,12 @@ class Side:
             self._output_columns(output, parsed)
         self._pair(key, top1_of(parsed))
         return True
+
+    @property
+    def pairing(self) -> Pairing:
+        """The pairing this side's records go to (a copy of it, when the side was read in
+        a worker process and sent back)."""
+        return self._pairing
 
     def _pair(self, key: str | None, entry: Entry) -> None:
         if self.name == "b":

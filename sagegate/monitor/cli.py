@@ -15,8 +15,11 @@ Exit status: 0 no violations (compare: within every threshold given); 3 violatio
 (compare: B worse than a threshold) (CI and cron act on it); 4 nothing checked:
 no records in the window (its own status, so a cron job never reads an empty window as a
 clean one); 2 a usage or input error: one line on stderr, ``sagegate monitor: ...``, naming
-the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C); 1 (with
-``--workers``) a worker process ended without an answer (killed, out of memory), one line.
+the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C); 1 a worker
+process (with ``--workers``, or the one a record preprocessor runs in) ended without an answer
+(an exit, a signal, out of memory) or was stopped at ``--preprocess-timeout``, one line. A
+record preprocessor's output (prints, its logger) is on stderr, never stdout
+(:mod:`sagegate.monitor.workers`).
 """
 from __future__ import annotations
 
@@ -215,20 +218,26 @@ class _Read:
 def _captures(args: argparse.Namespace, source: str, start: datetime.datetime | None,
               end: datetime.datetime | None, options: workers.ReaderOptions,
               command: str) -> _Read:
-    """A capture source's window, read here or, ``--workers`` N, by N processes."""
-    # the preprocessor is imported here first, whatever the workers: its error comes before
-    # the source's, as the single pass reports them
-    reader = workers.reader(options)
-    if args.workers <= 1:
+    """A capture source's window, read here or, with ``--workers`` N or a record
+    preprocessor (the user's code runs in worker processes only), by worker processes."""
+    preprocessor = options.preprocess_handler
+    if args.workers <= 1 and not preprocessor:
         return _Read(partial.analyse_objects(
-            reader, sources.capture_files(source, start, end, command), args.max_columns))
-    objects = sources.capture_objects(source, start, end, command)
-    if len(objects) < 2:
-        opened = sources.open_captures(source, [name for name, _size in objects])
-        return _Read(partial.analyse_objects(reader, opened, args.max_columns))
-    parts = workers.capture_parts(source, objects, args.workers, options)
-    return _Read(workers.analyse(parts, args.workers, args.max_columns), len(parts),
-                 min(args.workers, len(parts)))
+            workers.reader(options), sources.capture_files(source, start, end, command),
+            args.max_columns))
+    with workers.Workers(args.workers, preprocessor, args.preprocess_timeout) as pool:
+        # imported before the source is listed: its error comes first, as the single pass's
+        pool.check_preprocessor()
+        objects = sources.capture_objects(source, start, end, command)
+        if len(objects) < 2 and not preprocessor:
+            opened = sources.open_captures(source, [name for name, _size in objects])
+            return _Read(partial.analyse_objects(workers.reader(options), opened,
+                                                 args.max_columns))
+        parts = workers.capture_parts(source, objects, args.workers, options)
+        analysed = pool.analyse(parts, args.max_columns)[0]
+    shared = args.workers > 1 and len(parts) > 1
+    return _Read(analysed, len(parts) if shared else 0,
+                 min(args.workers, len(parts)) if shared else 0)
 
 
 def _dataset(args: argparse.Namespace, options: workers.ReaderOptions) -> _Read:

@@ -14,8 +14,10 @@ from sagegate.monitor import files, workers
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 EXIT_FAILED = 1
-"""A worker process died (killed, out of memory): as a crash of the command itself would."""
+"""A worker process died (an exit, a signal, out of memory) or a record preprocessor was
+stopped at its deadline: as a crash of the command itself would."""
 Window = tuple[datetime.datetime, datetime.datetime]
+_DEADLINE = workers.PREPROCESS_DEADLINE  # the parameter ``workers`` hides the module below
 
 
 class UsageError(Exception):
@@ -36,6 +38,11 @@ def add_output_arguments(parser: argparse.ArgumentParser, window_default: str,
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor (preprocess_handler), "
                         "run unchanged on each capture record")
+    parser.add_argument("--preprocess-timeout", type=_seconds,
+                        default=_DEADLINE, metavar="SECONDS",
+                        help=f"stop the run (exit 1) when the preprocessor reads no record for "
+                        f"SECONDS: one record's call, or its import, that never returns "
+                        f"(default: {_DEADLINE:g})")
     parser.add_argument("--exclude-cache-hits", action="store_true",
                         help="leave out records of answers served from the cache")
     parser.add_argument("--max-columns", type=_positive, default=MAX_COLUMNS, metavar="N",
@@ -58,6 +65,17 @@ def _positive(text: str) -> int:
             from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text[:40]!r}") \
+            from None
+    if not 0 < value < 1e9:  # NaN and infinity too
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, not {text[:40]}")
     return value
 
 

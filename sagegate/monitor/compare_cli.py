@@ -81,6 +81,22 @@ def _number(text: str) -> float:
     return value
 
 
+def _side(pool: workers.Workers | None, source: str, names: list[str],
+          options: workers.ReaderOptions, side: compare.Side) -> compare.SideRead:
+    """One side read, B keeping shadow records, ``side`` seeing each record kept: here, or
+    with a record preprocessor in the pool's worker (the side comes back from it)."""
+    include_shadow = side.name == "b"
+    if pool is None:
+        reader = workers.reader(options, include_shadow=include_shadow, observe=side)
+        result = partial.analyse_objects(reader, sources.open_captures(source, names),
+                                         options.max_columns)
+    else:
+        part = workers.CapturePart(source, tuple(names), options, include_shadow, side)
+        result, observed = pool.analyse([part] if names else [], options.max_columns)
+        side = observed[0] if observed else side
+    return compare.SideRead(source, side, result.statistics.to_json(), result.tally)
+
+
 def run(args: argparse.Namespace) -> int:
     """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
     write compare.json (and compare.html), print the figures and the verdict."""
@@ -89,19 +105,20 @@ def run(args: argparse.Namespace) -> int:
                                     args.max_error_rate, args.max_latency_ratio,
                                     args.comparison_method)
     options = reader_options(args, (start, end))
-    preprocess = workers.record_preprocessor(options)  # once, before the sources: as check
-    listed = {name: sources.capture_objects(source, start, end, "compare")
-              for name, source in (("a", args.captures_a), ("b", args.captures_b))}
-    pairing = compare.Pairing()
-    read: dict[str, compare.SideRead] = {}
-    for name, source in (("b", args.captures_b), ("a", args.captures_a)):
-        side = compare.Side(name, pairing, output_columns=preprocess is None,
-                            max_columns=args.max_columns, arm=getattr(args, f"arm_{name}"))
-        reader = workers.reader(options, include_shadow=name == "b", observe=side,
-                                preprocess=preprocess)
-        opened = sources.open_captures(source, [item for item, _size in listed[name]])
-        result = partial.analyse_objects(reader, opened, args.max_columns)
-        read[name] = compare.SideRead(source, side, result.statistics.to_json(), result.tally)
+    preprocessor = options.preprocess_handler
+    with workers.Workers(1, preprocessor, args.preprocess_timeout) as pool:
+        pool.check_preprocessor()  # before the sources are listed: as check
+        listed = {name: sources.capture_objects(source, start, end, "compare")
+                  for name, source in (("a", args.captures_a), ("b", args.captures_b))}
+        pairing = compare.Pairing()
+        read: dict[str, compare.SideRead] = {}
+        for name, source in (("b", args.captures_b), ("a", args.captures_a)):
+            side = compare.Side(name, pairing, output_columns=not preprocessor,
+                                max_columns=args.max_columns,
+                                arm=getattr(args, f"arm_{name}"))
+            read[name] = _side(pool if preprocessor else None, source,
+                               [item for item, _size in listed[name]], options, side)
+            pairing = read[name].side.pairing  # a worker's side brings its pairing back
     empty = [name for name in ("a", "b") if not read[name].side.records]
     for name in empty:  # a side of bad lines only is broken, not empty
         refuse_all_bad(read[name].source, read[name].tally)
@@ -115,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                   f"no files written", file=sys.stderr)
         return EXIT_EMPTY
     document = compare.compare(read["a"], read["b"], pairing, thresholds, (start, end),
-                               preprocessed=preprocess is not None)
+                               preprocessed=preprocessor is not None)
     outputs = {compare_report.JSON: analysis.dumps(document),
                compare_report.STATISTICS_A: analysis.dumps(read["a"].statistics),
                compare_report.STATISTICS_B: analysis.dumps(read["b"].statistics)}

@@ -164,7 +164,7 @@ import pathlib
 import time
 
 SEEN = pathlib.Path({folder!r})
-PARENT = {parent}
+WORKERS = {workers}
 
 
 def preprocess_handler(inference_record, logger):
@@ -174,8 +174,7 @@ def preprocess_handler(inference_record, logger):
         logger.info("preprocessing in %s", os.getpid())
         # a worker's first record waits for the other worker's: each takes a part
         deadline = time.monotonic() + 20
-        while os.getpid() != PARENT and len(list(SEEN.iterdir())) < 3 \\
-                and time.monotonic() < deadline:
+        while len(list(SEEN.iterdir())) < WORKERS and time.monotonic() < deadline:
             time.sleep(0.01)
     data = inference_record.endpoint_output.data.rstrip("\\n") + "," + \\
         inference_record.endpoint_input.data
@@ -185,28 +184,32 @@ def preprocess_handler(inference_record, logger):
 
 @pytest.mark.parametrize("threads", [False, True], ids=["forked", "spawned"])
 def test_a_preprocessor_is_loaded_in_each_worker(tmp_path: Path, threads: bool) -> None:
-    # with a thread running (a preprocessor may start one) workers start as fresh
-    # interpreters instead of forks: both import the preprocessor themselves
-    seen = tmp_path / "pids"
-    seen.mkdir()
-    handler = tmp_path / "pids.py"
-    handler.write_text(PID_PREPROCESSOR.format(folder=str(seen), parent=os.getpid()),
-                       encoding="utf-8")
+    # with a thread running workers start as fresh interpreters instead of forks: both
+    # import the preprocessor themselves; without --workers, one worker runs it (the user's
+    # code never runs in the command's own process)
     captures = capturegen.write_window(tmp_path / "iris", 3000, per_file=300)
-    args = ["--preprocess-handler", str(handler), *WINDOW]
-    assert cli.main(["baseline", str(captures), "-o", str(tmp_path / "one"), *args]) == 0
-    assert [p.name for p in seen.iterdir()] == [str(os.getpid())]  # one pass: here
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, daemon=True)
-    if threads:
-        thread.start()
-    try:
-        assert cli.main(["baseline", str(captures), "-o", str(tmp_path / "two"),
-                         "--workers", "2", *args]) == 0
-    finally:
-        stop.set()
-    workers = {int(p.name) for p in seen.iterdir()} - {os.getpid()}
-    assert len(workers) == 2
+    seen = {}
+    for name, count in (("one", 1), ("two", 2)):
+        seen[name] = tmp_path / f"pids-{name}"
+        seen[name].mkdir()
+        handler = tmp_path / f"pids_{name}.py"
+        handler.write_text(PID_PREPROCESSOR.format(folder=str(seen[name]), workers=count),
+                           encoding="utf-8")
+        args = ["--preprocess-handler", str(handler), *WINDOW]
+        if count > 1:
+            args += ["--workers", str(count)]
+        stop = threading.Event()
+        thread = threading.Thread(target=stop.wait, daemon=True)
+        if threads:
+            thread.start()
+        try:
+            assert cli.main(["baseline", str(captures), "-o", str(tmp_path / name),
+                             *args]) == 0
+        finally:
+            stop.set()
+    pids = {name: {int(p.name) for p in folder.iterdir()} for name, folder in seen.items()}
+    assert len(pids["one"]) == 1 and len(pids["two"]) == 2
+    assert os.getpid() not in pids["one"] | pids["two"]
     assert_same_statistics(_json(tmp_path / "one" / "statistics.json"),
                            _json(tmp_path / "two" / "statistics.json"))
     assert (tmp_path / "two" / "constraints.json").read_text() == \
