@@ -12,7 +12,9 @@ its moto and its emulator (each by the PID this module started it with, on the s
   job with ``UploadChanged``, and the other bytes never reach the endpoint;
 - an asynchronous job whose emulator is killed (SIGKILL) while the model works completes once
   the emulator is back: its queue is kept in a state folder and resumed, as SageMaker's
-  asynchronous queue is durable.
+  asynchronous queue is durable;
+- asynchronous jobs submitted while the emulator restarts wait for it, as real-time ones do
+  (their ``InvokeEndpointAsync`` retried by the same rule), and complete.
 """
 from __future__ import annotations
 
@@ -265,3 +267,25 @@ def test_an_async_job_survives_its_emulator_killed_mid_flight(faults: FaultStack
     status, direct, _ = faults.call("POST", "/models/iris/predict", instances)
     assert status == 200
     assert view["result"]["predictions"] == direct["predictions"]
+
+
+def test_async_jobs_wait_out_an_emulator_restart_as_realtime_ones_do(
+        faults: FaultStack) -> None:
+    faults.ensure_running()
+    instances = json.dumps({"instances": [[6.2, 2.9, 4.3, 1.3]]}).encode()
+    faults.emulator.stop()  # the emulator this module started, by its PID
+    waiting = []
+    for _ in range(WORKERS):
+        status, answer, _ = faults.call("POST", "/models/slow/jobs", instances)
+        assert status == 202, answer
+        waiting.append(str(answer["job_id"]))
+    # claimed, each runner retrying InvokeEndpointAsync against nothing listening
+    _wait(lambda: all(_state(faults, job)["state"] == "running" for job in waiting),
+          "the jobs to be running", timeout=60)
+    time.sleep(2)  # several attempts meet the endpoint down (botocore's five took < 0.5 s)
+
+    faults.restart_emulator()
+
+    for job in waiting:
+        view = _finished(faults, job)
+        assert view["state"] == "succeeded", view
