@@ -80,6 +80,7 @@ class CaptureWriter:
         self.dropped = 0
         self._closed = False
         self._gave_up = 0  # times close() gave up what it held: a batch taken before is settled
+        self._counted = 0  # records counted as written or dropped whose metrics are on their way
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         _OPEN.add(self)
@@ -132,11 +133,11 @@ class CaptureWriter:
         self.flush(timeout)
         with self._changed:
             self._closed = True
-            lost = self._handed - self._settled
+            lost = self._handed - self._settled - self._counted
             if lost:
                 self._queue.clear()
                 self._bytes = 0
-                self._settled = self._handed
+                self._settled += lost  # the counted batch settles as its metrics are out
                 self.dropped += lost
                 self._gave_up += 1
             self._changed.notify_all()
@@ -181,12 +182,17 @@ class CaptureWriter:
                     continue
                 self.written += stored
                 self.dropped += dropped
-                self._settled += len(batch)
-                self._changed.notify_all()
+                self._counted = len(batch)
+            # the metrics are written before the batch is settled: on Lambda the environment
+            # may freeze as soon as a flush returns
             if stored:
                 emit_count("CaptureRecords", stored)
             if dropped:
                 emit_count("CaptureDropped", dropped)
+            with self._changed:
+                self._counted = 0
+                self._settled += len(batch)
+                self._changed.notify_all()
 
     def _store(self, batch: Sequence[Exchange]) -> int:
         """Build and store one batch, trying again with backoff; the records stored."""

@@ -142,9 +142,11 @@ def test_the_flush_waits_for_the_handler_to_end(api: FakeExtensionsApi) -> None:
     flush.called = progress
     extension = running(api, flush, finished)
     api.invoke(seconds_left=60.0)
-    assert progress.wait(10)
-    assert finished.waiting.is_set() and flush.calls == []  # waiting, nothing flushed yet
-    extension.handler_ended()  # the handler returned: the response is on its way
+    try:
+        assert progress.wait(10)
+        assert finished.waiting.is_set() and flush.calls == []  # waiting, nothing flushed yet
+    finally:
+        extension.handler_ended()  # the handler returned: the response is on its way
     for _ in range(100):
         if flush.calls:
             break

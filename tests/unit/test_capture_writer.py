@@ -97,15 +97,17 @@ def served(endpoint: str = "iris") -> Served:
 def test_a_record_keeps_the_time_its_answer_was_made_however_long_the_sink_held_it() -> None:
     sink = GatedSink(gate_open=False)  # down: the first record's write waits for the test
     capturer = Capturer("both", sink).background()
-    assert capturer.capture_served(served(), "r-0", None, time.monotonic() + 5) == \
-        Outcome.QUEUED
-    assert sink.entered.wait(10)  # the writer is stuck on it; the next one waits its turn
-    before = datetime.datetime.now(datetime.UTC)
-    assert capturer.capture_served(served(), "r-1", None, time.monotonic() + 5) == \
-        Outcome.QUEUED
-    after = datetime.datetime.now(datetime.UTC)
-    threading.Event().wait(0.05)  # the outage goes on a little after the answer
-    sink.gate.set()
+    try:
+        assert capturer.capture_served(served(), "r-0", None, time.monotonic() + 5) == \
+            Outcome.QUEUED
+        assert sink.entered.wait(10)  # the writer is stuck on it; the next one waits its turn
+        before = datetime.datetime.now(datetime.UTC)
+        assert capturer.capture_served(served(), "r-1", None, time.monotonic() + 5) == \
+            Outcome.QUEUED
+        after = datetime.datetime.now(datetime.UTC)
+        threading.Event().wait(0.05)  # the outage goes on a little after the answer
+    finally:
+        sink.gate.set()  # a failed assert must not leave the writer's thread blocked
     assert capturer.flush(10)
     record = sink.stored[1]
     assert before <= record.time <= after  # when the answer was made, not when it was built
@@ -204,6 +206,27 @@ def test_bytes_written_are_released_so_the_byte_cap_bounds_what_waits_not_the_to
         assert all(small.submit(exchange(3 * batch + number, size=90)) for number in range(3))
         assert small.flush(10)
     assert (small.written, small.dropped) == (60, 0)
+
+
+def test_a_flush_returns_once_the_stored_records_metric_is_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Lambda the environment may freeze as soon as the flush returns: the batch's
+    ``CaptureRecords`` line must be out by then, not printed by a thread frozen with it."""
+    release = threading.Event()
+    emitted: list[tuple[str, int]] = []
+
+    def slow_emit(name: str, value: int) -> None:
+        release.wait(10)
+        emitted.append((name, value))
+
+    monkeypatch.setattr(writer_module, "emit_count", slow_emit)
+    writer = CaptureWriter(GatedSink(), build)
+    assert writer.submit(exchange(1))
+    try:
+        assert not writer.flush(0.2)  # stored, but its metric is not written yet
+    finally:
+        release.set()
+    assert writer.flush(10) and emitted == [("CaptureRecords", 1)]
 
 
 def test_records_still_held_when_the_process_ends_are_dropped_counted_and_logged(
