@@ -9,6 +9,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SAGEGATE := $(VENV)/bin/sagegate
+# how many packages the lock pins (said while they install)
+DEV_PACKAGES = $(shell grep -c '^[A-Za-z0-9][A-Za-z0-9._-]*==' requirements-dev.txt)
 # The IaC tools (cfn-lint, checkov, AWS's SAM translator) get their own virtualenv: checkov
 # pins an older boto3/botocore than the project uses.
 IAC_VENV := $(VENV)/iac
@@ -65,14 +67,20 @@ $(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-v
 	@# a virtualenv left by another Python (an older checkout) is rebuilt, not reused
 	@test ! -x $(PY) || $(PY) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PYTHON_VERSION)")' \
 	  || { echo "$(VENV) is not Python $(PYTHON_VERSION): recreating it" >&2; rm -rf $(VENV); }
+	@echo "sagegate: setting up $(VENV), once (3 steps; about 2 minutes, more where pip downloads the packages)"
+	@echo "sagegate: [1/3] creating the virtualenv $(VENV) with $(PYTHON): seconds"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "sagegate: [2/3] installing the $(DEV_PACKAGES) locked packages of requirements-dev.txt," \
+	  "hashes checked: the long step, 1 to 5 minutes (pip shows each package, then installs them all at once)"
 	@# the lock pins every package with its hashes: nothing unpinned or unchecked is installed
-	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
+	$(PY) -m pip install --progress-bar on --require-hashes -r requirements-dev.txt
+	@echo "sagegate: [3/3] installing sagegate itself (editable, for the sagegate command): seconds"
 	@# the project itself, for the `sagegate` command: editable, in compat mode (the project
 	@# directory on sys.path), built with the locked setuptools, nothing else installed
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation \
 	  --config-settings editable_mode=compat -e .
 	touch $(STAMP)
+	@echo "sagegate: $(VENV) is ready"
 
 venv: $(STAMP)
 

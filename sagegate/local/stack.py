@@ -214,13 +214,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _steps(plan: Plan, stage: str) -> Iterator[None]:
+    """One line per start-up step, each saying what it starts and how long it takes (a
+    first run's steps are the slow ones: the emulator loads its models, chalice local
+    imports the app); the generator says the next one each time it is advanced."""
+    lines = [f"moto's server (S3, SNS, SQS, DynamoDB, Firehose) on port {plan.moto_port}: "
+             "a second or two"] if plan.moto_port else []
+    lines += [f"the SageMaker emulator on port {plan.emulator_port}: loads its models, a few "
+              "seconds", f"chalice local, stage {stage!r}, on port {plan.api_port}: imports "
+              "the app and warms it up, a few seconds"]
+    for number, line in enumerate(lines, 1):
+        _say(f"sagegate: [{number}/{len(lines)}] starting {line}")
+        yield
+
+
 def _run(args: argparse.Namespace) -> int:
+    _say(f"sagegate: checking stage {args.stage!r}: its settings, ports and models")
     plan = preflight(args, os.environ)
     write_samples()
+    steps = _steps(plan, args.stage)
     supervisors: list[Supervisor[Any]] = []
     moto = MotoStack.for_plan(plan.moto_port, plan.settings, args.emulator_config, _say)
     try:
         if moto is not None:
+            next(steps)
             supervisors.append(moto.supervisor)
             try:
                 moto.supervisor.start()
@@ -232,12 +249,14 @@ def _run(args: argparse.Namespace) -> int:
             args.emulator_config, port=plan.emulator_port, echo_stderr=sys.stderr,
             extra_args=extra, env=emulator_env(moto_url)), _say)
         supervisors.append(emulator_supervisor)
+        next(steps)
         try:
             emulator = emulator_supervisor.start()
         except EmulatorStartError as error:
             raise StartError(f"the emulator did not start: {error}") from None
         env = {**(moto.jobs.api_env() if moto is not None else {}),
                **({API_KEY_ENV: plan.api_key} if plan.api_key else {})}
+        next(steps)
         try:
             api = start_api(plan.api_port, emulator.url, stage=args.stage, env=env,
                             overrides=plan.local_env)

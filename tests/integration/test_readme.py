@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from sagegate.local.aws import jobs_stack
+from sagegate.local.preflight import PORTS
 from sagegate.local.processes import (
     DEFAULT_EMULATOR_CONFIG,
     PROJECT_FILES,
@@ -285,3 +286,28 @@ def _keys(document: Any, prefix: str = "") -> set[str]:
         keys.add(prefix + key)
         keys |= _keys(value, prefix + key + ".")
     return keys
+
+
+def test_the_readme_names_every_port_and_its_default() -> None:
+    """``make run`` reads three ports; the README names each, its default, and says once that
+    the pages' commands assume the defaults."""
+    text = README.read_text()
+    for name, default in PORTS.items():
+        assert re.search(rf"`{name}` \(default\s+{default}\b", text), name
+    assert "assume the default ports" in text
+
+
+# an option naming a file or folder a command writes (not aws's `--output text`)
+_OUTPUT = re.compile(r"(?:^|\s)(?:-o|--output-path)\s+(?P<path>[^\s'\"]+)", re.MULTILINE)
+
+
+def test_files_the_examples_write_are_git_ignored() -> None:
+    """What the pages' commands write in the checkout (``monitoring/``, ``verdict/`` ...) is
+    git-ignored: following the pages leaves ``git status`` clean."""
+    written = {match["path"] for page in PAGES for block in _FENCE.finditer(page.read_text())
+               for match in _OUTPUT.finditer(block["body"])
+               if not match["path"].startswith(("/", "$", "-"))}
+    assert {"monitoring/iris/baseline/", "verdict/int8"} <= written, written
+    kept = [path for path in sorted(written) if subprocess.run(
+        ["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False).returncode]
+    assert kept == [], f"written by the docs' commands but not git-ignored: {kept}"
