@@ -216,12 +216,10 @@ class EndpointClient:
                               deadline)
 
     def invoke_async(self, invocation: AsyncInvocation, deadline: float | None = None) -> str:
-        """Queue a job's input on an asynchronous endpoint (``InvokeEndpointAsync``), by the
-        rules of :meth:`invoke`: what a retry may cure (a connection refused or reset,
-        throttling, a 5xx, a model not ready) is retried by the same policy until
-        ``deadline``, so an endpoint restarting for seconds costs a job a wait whichever
-        backend runs it; a refusal, or a call that timed out reading its answer (it may have
-        been queued), is not.
+        """Queue a job's input on an asynchronous endpoint (``InvokeEndpointAsync``) by the
+        rules of :meth:`invoke`: what a retry may cure is retried by the same policy until
+        ``deadline`` (an endpoint restarting costs a job a wait, whatever its backend); a
+        refusal, or a call that timed out reading its answer (it may be queued), is not.
 
         Returns:
             The output location SageMaker will write ("" when it names none).
