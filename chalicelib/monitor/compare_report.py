@@ -2,14 +2,18 @@
 
 No script, no stylesheet, no font, no ``style`` attribute, nothing fetched: HTML tables and
 inline SVG with presentation attributes, so it opens offline and under a strict
-Content-Security-Policy. The verdict comes first (a badge, then each reason), then the
+Content-Security-Policy. A table of contents links every section. The verdict comes first (a
+badge, then each reason), then its evidence: the figure of each threshold that failed (the
+columns beyond ``--max-distance`` charted, the agreement, the latency, the errors), then the
 thresholds against B's figures, one row per column both sides have (A's distribution in grey,
 B's in blue, on one axis: :func:`chalicelib.monitor.report_svg.chart`; the distance as a bar
-against the threshold), the agreement, the latency and the errors.
+against the threshold), and the sections not already shown. Long tables (the columns past the
+charted ones) are folded (``<details>``). Given the model's labels, a class is shown by its
+name beside its index (the disagreements, the output's ``predictionN`` columns).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chalicelib.monitor import compare, report_svg
@@ -35,14 +39,27 @@ CHARTED_COLUMNS = 40
 charted and the others listed in a short table (an image classifier's 1000 probabilities)."""
 NEUTRAL_COLOUR = "#9a9a9a"
 """A column's distance bar when it is not gated (an input column)."""
+EVIDENCE_COLUMNS = 10
+"""Columns beyond --max-distance charted under the verdict, at most (the largest first)."""
+SHOWN_REASONS = 10
+"""Reasons listed under the verdict; the others are folded (a thousand columns beyond the
+threshold would push its evidence pages down)."""
+Labels = Sequence[str] | None
+"""The model's class names, in index order (None: classes shown as indices)."""
 
 
 def render(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
-           statistics_b: Mapping[str, Any]) -> str:
-    """The page of a comparison's document (:func:`chalicelib.monitor.compare.compare`) and
-    the two sides' ``statistics.json`` (the charts)."""
+           statistics_b: Mapping[str, Any], labels: Labels = None) -> str:
+    """The page of a comparison's document (:func:`chalicelib.monitor.compare.compare`), the
+    two sides' ``statistics.json`` (the charts) and the model's class names (``labels``)."""
     a, b = document["a"], document["b"]
     title = f"{a['source']} (A) vs {b['source']} (B)"
+    features = ({str(f["name"]): f for f in statistics_a.get("features", [])},
+                {str(f["name"]): f for f in statistics_b.get("features", [])})
+    sections = _sections(document, features, labels)
+    contents = "".join(f'<li><a href="#{anchor}">{_e(heading)}</a></li>'
+                       for anchor, heading, _html in sections)
+    body = "\n".join(html for _anchor, _heading, html in sections)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -50,14 +67,65 @@ def render(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
 <body>
 <h1>Comparison: {_e(title)}</h1>
 <p>{_facts(document)}</p>
-{_verdict(document)}
-{_thresholds(document)}
-{_columns(document, statistics_a, statistics_b)}
-{_agreement(document["agreement"])}
-{_latency(document)}
-{_errors(document)}
+<nav id="contents" aria-label="contents"><ol>{contents}</ol></nav>
+{body}
 </body></html>
 """
+
+
+Features = tuple[Mapping[str, Any], Mapping[str, Any]]
+Section = tuple[str, str, str]
+"""A section of the page: its anchor, its heading (the table of contents') and its HTML."""
+_EVIDENCE = ("max_distance", "min_agreement", "max_latency_ratio", "max_error_rate")
+
+
+def _sections(document: Mapping[str, Any], features: Features, labels: Labels
+              ) -> list[Section]:
+    """The page's sections in order: the verdict, the failed thresholds' figures (the
+    evidence), the thresholds, then every other section."""
+    named = _Names(labels)
+    builders: dict[str, Callable[[], Section]] = {
+        "min_agreement": lambda: ("agreement", "Agreement",
+                                  _agreement(document["agreement"], named)),
+        "max_latency_ratio": lambda: ("latency", "Latency", _latency(document)),
+        "max_error_rate": lambda: ("errors", "Errors", _errors(document))}
+    failed = document["verdict"]["failed"]
+    sections: list[Section] = [("verdict", "Verdict", _verdict(document))]
+    if "max_distance" in failed:
+        sections.append(("beyond", "Columns beyond --max-distance",
+                         _beyond(document, features, named)))
+    sections.extend(builders[key]() for key in _EVIDENCE if key in failed and key in builders)
+    sections.append(("thresholds", "Thresholds", _thresholds(document)))
+    sections.append(("columns", "Columns", _columns(document, features, named)))
+    if len(document["columns"]) > CHARTED_COLUMNS:
+        sections.append(("other-columns", "Other columns",
+                         _other_columns(compare.ranked(document["columns"])[CHARTED_COLUMNS:],
+                                        named)))
+    sections.extend(builders[key]() for key in ("min_agreement", "max_latency_ratio",
+                                                "max_error_rate") if key not in failed)
+    return sections
+
+
+class _Names:
+    """Classes and output columns shown by the model's class names beside their indices."""
+
+    def __init__(self, labels: Labels) -> None:
+        self._labels = list(labels) if labels else []
+
+    def label(self, value: Any) -> str:
+        """An answer (a class index, or a list of them), each index named."""
+        if isinstance(value, list):
+            return ", ".join(self.label(item) for item in value)
+        if type(value) is int and 0 <= value < len(self._labels):
+            return f"{self._labels[value]} ({value})"
+        return str(value)
+
+    def column(self, name: str) -> str:
+        """A column's name; ``predictionN`` (the output's Nth probability) with class N's."""
+        index = name.removeprefix("prediction")
+        if name.startswith("prediction") and index.isdigit() and int(index) < len(self._labels):
+            return f"{name} ({self._labels[int(index)]})"
+        return name
 
 
 def _facts(document: Mapping[str, Any]) -> str:
@@ -92,8 +160,14 @@ def _verdict(document: Mapping[str, Any]) -> str:
            f'width="96" height="28" rx="4" fill="{colour}"/><text x="48" y="19" '
            f'font-size="14" font-weight="bold" text-anchor="middle" font-family="sans-serif" '
            f'fill="#fff">{badge}</text></svg>')
-    reasons = "".join(f"<li>{_e(reason)}</li>" for reason in verdict["reasons"])
+    shown, folded = verdict["reasons"][:SHOWN_REASONS], verdict["reasons"][SHOWN_REASONS:]
+    reasons = "".join(f"<li>{_e(reason)}</li>" for reason in shown)
     listed = f'\n<ol class="reasons">{reasons}</ol>' if reasons else ""
+    if folded:
+        more = "".join(f"<li>{_e(reason)}</li>" for reason in folded)
+        listed += (f'\n<details class="more-reasons"><summary>{len(folded)} more reason(s)'
+                   f'</summary><ol class="reasons" start="{SHOWN_REASONS + 1}">{more}</ol>'
+                   f"</details>")
     return (f'<h2 id="verdict">{svg} Verdict: {_e(headline)}</h2>{listed}')
 
 
@@ -141,7 +215,7 @@ def _largest(document: Mapping[str, Any]) -> str:
     return report_svg.short(max(distances)) if distances else "n/a"
 
 
-def _agreement(agreement: Mapping[str, Any]) -> str:
+def _agreement(agreement: Mapping[str, Any], named: _Names) -> str:
     figure = _percent(agreement["agreement"]) if agreement["agreement"] is not None \
         else agreement["note"]
     rows = [("top-1 agreement", figure),
@@ -162,7 +236,8 @@ def _agreement(agreement: Mapping[str, Any]) -> str:
              '<table class="agreement" border="1" cellpadding="4" cellspacing="0">\n'
              f"<tbody>\n{body}\n</tbody></table>"]
     if agreement["disagreements"]:
-        items = "\n".join(f'<tr><td>{_e(_label(d["a"]))}</td><td>{_e(_label(d["b"]))}</td>'
+        items = "\n".join(f'<tr><td>{_e(named.label(d["a"]))}</td>'
+                          f'<td>{_e(named.label(d["b"]))}</td>'
                           f'<td align="right">{d["count"]}</td></tr>'
                           for d in agreement["disagreements"])
         parts.append('<h3>Most frequent disagreements</h3>\n<table class="disagreements" '
@@ -172,24 +247,14 @@ def _agreement(agreement: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _label(value: Any) -> str:
-    return str(value) if not isinstance(value, list) else ", ".join(map(str, value))
-
-
-def _columns(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
-             statistics_b: Mapping[str, Any]) -> str:
-    features_a = {str(f["name"]): f for f in statistics_a.get("features", [])}
-    features_b = {str(f["name"]): f for f in statistics_b.get("features", [])}
+def _columns(document: Mapping[str, Any], features: Features, named: _Names) -> str:
     columns = document["columns"]
     charted = columns if len(columns) <= CHARTED_COLUMNS \
         else compare.ranked(columns)[:CHARTED_COLUMNS]
-    ids = anchors([c["name"] for c in charted])
-    limit = document["thresholds"]["max_distance"]
-    rows = "\n".join(_column_row(c, anchor, features_a, features_b, limit)
-                     for c, anchor in zip(charted, ids, strict=True))
     order = "Every column both sides have, the output's first" if len(charted) == len(columns) \
         else (f"The {len(charted)} of {len(columns)} columns of largest distance (beyond the "
-              f"threshold first; the others are listed below the table)")
+              f"threshold first; the others are listed under "
+              f'<a href="#other-columns">Other columns</a>)')
     legend = (f'<svg class="legend" xmlns="http://www.w3.org/2000/svg" width="260" '
               f'height="16" viewBox="0 0 260 16" role="img" aria-label="legend: grey A, '
               f'blue B"><rect x="0" y="3" width="12" height="10" fill="{BASE_COLOUR}"/>'
@@ -201,31 +266,62 @@ def _columns(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
              f"the drift check's L-infinity distance, 0 to 1; the black tick is "
              f"--max-distance (the dashed one the KS critical distance, under Robust); red: "
              f"beyond it, green: within, grey: not gated.</p>",
-             '<table class="columns" border="1" cellpadding="6" cellspacing="0">\n'
-             '<thead><tr><th scope="col">Column</th><th scope="col">Values (present / missing)'
-             '</th><th scope="col">A vs B</th><th scope="col">Distance vs threshold</th></tr>'
-             f"</thead>\n<tbody>\n{rows}\n</tbody></table>"]
-    if len(charted) < len(columns):
-        parts.append(_other_columns(compare.ranked(columns)[len(charted):]))
+             _column_table("columns", charted, document, features, named)]
     for key, other in (("only_a", "B"), ("only_b", "A")):
         if document[key]:
-            names = ", ".join(_e(item["name"]) + (" (output)" if item["output"] else "")
+            names = ", ".join(_e(named.column(item["name"]))
+                              + (" (output)" if item["output"] else "")
                               for item in document[key])
             parts.append(f'<p class="{key}">Columns {other} does not have: {names}</p>')
     return "\n".join(parts)
 
 
-def _other_columns(columns: list[dict[str, Any]]) -> str:
-    """The columns past the charted ones: one short row each, largest distance first."""
+def _beyond(document: Mapping[str, Any], features: Features, named: _Names) -> str:
+    """The evidence of a failed --max-distance: the columns beyond it, charted (the largest
+    first), or why none could be compared."""
+    beyond = [c for c in compare.ranked(document["columns"]) if c["beyond"]]
+    shown = beyond[:EVIDENCE_COLUMNS]
+    more = f" (the {len(shown)} largest of {len(beyond)})" if len(shown) < len(beyond) else ""
+    parts = ['<h2 id="beyond">Columns beyond --max-distance</h2>']
+    if shown:
+        parts.append(f"<p>{len(beyond)} gated column(s) beyond the threshold{more}; every "
+                     f'column: <a href="#columns">Columns</a>.</p>')
+        parts.append(_column_table("beyond", shown, document, features, named))
+    else:
+        parts.append("<p>No column is beyond it; the reasons above say why it fails "
+                     '(<a href="#columns">Columns</a>).</p>')
+    return "\n".join(parts)
+
+
+def _column_table(kind: str, columns: list[dict[str, Any]], document: Mapping[str, Any],
+                  features: Features, named: _Names) -> str:
+    """A table of charted columns; its rows' anchors are the column names (prefixed
+    ``beyond-`` in the evidence's table: the same column is in both)."""
+    ids = anchors([c["name"] for c in columns])
+    prefix = "" if kind == "columns" else f"{kind}-"
+    limit = document["thresholds"]["max_distance"]
+    rows = "\n".join(_column_row(c, prefix + anchor, features, limit, named)
+                     for c, anchor in zip(columns, ids, strict=True))
+    return (f'<table class="{kind}" border="1" cellpadding="6" cellspacing="0">\n'
+            '<thead><tr><th scope="col">Column</th><th scope="col">Values (present / missing)'
+            '</th><th scope="col">A vs B</th><th scope="col">Distance vs threshold</th></tr>'
+            f"</thead>\n<tbody>\n{rows}\n</tbody></table>")
+
+
+def _other_columns(columns: list[dict[str, Any]], named: _Names) -> str:
+    """The columns past the charted ones: one short row each, largest distance first, in a
+    folded table."""
     rows = "\n".join(
-        f'<tr><th scope="row" align="left">{_e(c["name"])}</th><td>{_KIND[c["output"]]}</td>'
+        f'<tr><th scope="row" align="left">{_e(named.column(c["name"]))}</th>'
+        f'<td>{_KIND[c["output"]]}</td>'
         f'<td align="right">{_e(_distance(c))}</td><td>{_result(c)}</td></tr>'
         for c in columns)
-    return (f'<h3 id="other-columns">The other {len(columns)} columns</h3>\n'
+    return (f'<h2 id="other-columns">Other columns</h2>\n<details class="other-columns">'
+            f"<summary>The other {len(columns)} columns, largest distance first</summary>\n"
             '<table class="other-columns" border="1" cellpadding="3" cellspacing="0">\n'
             '<thead><tr><th scope="col">Column</th><th scope="col"></th><th scope="col">'
             'Distance</th><th scope="col">Result</th></tr></thead>\n'
-            f"<tbody>\n{rows}\n</tbody></table>")
+            f"<tbody>\n{rows}\n</tbody></table></details>")
 
 
 _KIND = {True: "output", False: "input", None: ""}
@@ -244,17 +340,17 @@ def _result(column: Mapping[str, Any]) -> str:
     return "beyond the threshold" if column["beyond"] else "within the threshold"
 
 
-def _column_row(column: Mapping[str, Any], anchor: str, features_a: Mapping[str, Any],
-                features_b: Mapping[str, Any], limit: float | None) -> str:
+def _column_row(column: Mapping[str, Any], anchor: str, features: Features,
+                limit: float | None, named: _Names) -> str:
     name = column["name"]
     kind = _KIND[column["output"]]
     counts = "<br>".join(f"{side.upper()}: {column[side]['present']} / "
                          f"{column[side]['missing']} "
                          f"<small>{_e(column[side]['inferred_type'] or '')}</small>"
                          for side in ("a", "b"))
-    chart = report_svg.chart(FeatureResult(name, features_a.get(name), features_b.get(name)),
+    chart = report_svg.chart(FeatureResult(name, features[0].get(name), features[1].get(name)),
                              LABELS)
-    label = _e(name) if name.strip() else "<em>(no name)</em>"
+    label = _e(named.column(name)) if name.strip() else "<em>(no name)</em>"
     return (f'<tr id="{anchor}"><th scope="row">{label}<br><small>{kind}</small></th>'
             f"<td>{counts}</td><td>{chart}</td><td>{_bar(column, limit)}</td></tr>")
 

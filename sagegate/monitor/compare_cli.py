@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import SagegateError
+from chalicelib.inference import predictions
 from chalicelib.monitor import analysis, compare, compare_report, partial, windows
+from chalicelib.registry.loading import load_registry
 from sagegate.monitor import sources, workers
 from sagegate.monitor.cli_shared import (
     EXIT_EMPTY,
+    UsageError,
     add_output_arguments,
     reader_options,
     refuse_all_bad,
@@ -54,6 +60,11 @@ def configure(commands: Any) -> None:
                         "and p99 latency (sagegateLatencyMs) each at most X times A's")
     parser.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                         help="write compare.html beside compare.json (default: on)")
+    parser.add_argument("--labels", metavar="NAME", help="the report names classes from this "
+                        "label file in chalicelib/labels ('' for class indices; default: the "
+                        "labels of the registered models calling A's endpoint, else B's)")
+    parser.add_argument("--stage", default="local", help="the stage whose variables the "
+                        "model registry is read with, for the default labels (default local)")
     add_output_arguments(parser, window_default="the last full hour", workers=False)
 
 
@@ -97,6 +108,49 @@ def _side(pool: workers.Workers | None, source: str, names: list[str],
     return compare.SideRead(source, side, result.statistics.to_json(), result.tally)
 
 
+def _labels(name: str | None, stage: str, sources_ab: tuple[str, str]) -> compare_report.Labels:
+    """The class names the report shows: ``--labels``' file, or those of the registered
+    models calling A's endpoint (its folder's or prefix's last name), else B's; None (class
+    indices) when neither is known.
+
+    Raises:
+        UsageError: ``--labels`` names no label file.
+    """
+    if name is not None:
+        try:
+            return predictions.load_labels(name)
+        except SagegateError:
+            raise UsageError(f"--labels {name!r}: no such non-empty label file in "
+                             f"chalicelib/labels ('' for class indices)") from None
+    by_endpoint = _registry_labels(stage)
+    for source in sources_ab:
+        found = by_endpoint.get(source.rstrip("/").rsplit("/", 1)[-1], set())
+        if len(found) == 1:  # the models calling it agree on their labels
+            return found.pop()
+    return None
+
+
+def _registry_labels(stage: str) -> dict[str, set[tuple[str, ...]]]:
+    """``endpoint -> {labels}`` of the registered models, the registry read with ``stage``'s
+    variables as ``chalice local --stage`` reads it; empty when it cannot be read (the report
+    then shows class indices)."""
+    from sagegate.deploy.stages import load_stage  # deferred: only a report with labels
+
+    try:
+        env = {**os.environ, **load_stage(stage).env}
+        settings = Settings.from_env(env)
+        registry = load_registry(settings, {**env, "ENDPOINT_NAME": settings.endpoint_name},
+                                 labels=predictions.load_labels(settings.labels))
+    except (SagegateError, KeyError, OSError, ValueError):
+        return {}
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for name in registry.names():
+        model = registry.models[name]
+        if model.labels:
+            found.setdefault(model.endpoint, set()).add(tuple(model.labels))
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
     write compare.json (and compare.html), print the figures and the verdict."""
@@ -138,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
                compare_report.STATISTICS_B: analysis.dumps(read["b"].statistics)}
     if args.report:
         outputs[compare_report.HTML] = compare_report.render(
-            document, read["a"].statistics, read["b"].statistics)
+            document, read["a"].statistics, read["b"].statistics,
+            _labels(args.labels, args.stage, (args.captures_a, args.captures_b)))
     write_outputs(Path(args.output), outputs)
     for name in ("a", "b"):
         print(f"{name.upper()}: {tally_text(read[name].tally)}", file=sys.stderr)
