@@ -11,7 +11,7 @@ import itertools
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from chalicelib.core.config import Settings
 from chalicelib.core.config_names import FIREHOSE_SCHEME
@@ -27,6 +27,9 @@ from sagegate.local.aws import (
 )
 from sagegate.local.ports import describe_owner
 from sagegate.local.processes import HOST, api_env
+
+if TYPE_CHECKING:
+    from sagegate.deploy.stages import Stage
 
 __all__ = ["PORTS", "Plan", "StartError", "check_auth", "check_models", "check_port_free",
            "check_redrive", "check_settings", "local_overrides", "preflight", "read_port",
@@ -96,7 +99,7 @@ def stage_env(stage: str, base: Mapping[str, str],
     return {**env, **local_overrides(stage, env, emulator_config)}
 
 
-def _load_stage(stage: str) -> Any:
+def _load_stage(stage: str) -> Stage:
     from sagegate.deploy.stages import load_stage
 
     try:
