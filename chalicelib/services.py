@@ -332,7 +332,7 @@ class Services:
             if self._jobs_context is None:
                 self._jobs_context = JobsContext(
                     settings=settings, registry=self.registry, store=self.job_store,
-                    s3=self._s3.get(), runtime=self.job_endpoint,
+                    s3=self._s3.get(), endpoint=self.job_endpoint,
                     pipeline_for=self.job_pipeline_for, backends=self.known.backends,
                     capturer=self.capturer, lifetime=RunnerLifetime.from_env(
                         os.environ if self._env is None else self._env))

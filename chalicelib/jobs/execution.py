@@ -96,8 +96,8 @@ class JobsExecution:
         return self.context.store
 
     @property
-    def runtime(self) -> EndpointClient:
-        return self.context.runtime
+    def endpoint(self) -> EndpointClient:
+        return self.context.endpoint
 
     def model(self, job: Job) -> ModelSpec:
         return self.context.registry.get(job.model)

@@ -73,7 +73,7 @@ class JobsContext:
         registry: the models.
         store: the job records.
         s3: a boto3 S3 client (uploads, tickets, inputs, results).
-        runtime: the jobs' endpoint client: a real-time job's ``InvokeEndpoint`` and an
+        endpoint: the jobs' endpoint client: a real-time job's ``InvokeEndpoint`` and an
             asynchronous one's ``InvokeEndpointAsync``, retried by one rule.
         pipeline_for: a model's pipeline with the job's limits (its image pixel cap, the
             job endpoint client's timeouts and budget).
@@ -88,7 +88,7 @@ class JobsContext:
     registry: Registry
     store: JobStore
     s3: Any
-    runtime: EndpointClient
+    endpoint: EndpointClient
     pipeline_for: Callable[[ModelSpec], ServingPipeline]
     backends: Mapping[str, BackendRules]
     capturer: Capturer

@@ -250,7 +250,7 @@ def test_the_job_endpoint_client_has_the_jobs_timeouts(aws: None) -> None:
     assert client.client.meta.config.read_timeout == 70.0
     assert client in services.connection_holders()
     # InvokeEndpointAsync goes through it too: one retry rule for both backends, its own
-    assert services.jobs_context.runtime is client
+    assert services.jobs_context.endpoint is client
     assert client.client.meta.config.retries["total_max_attempts"] == 1  # botocore's: none
 
 
@@ -269,7 +269,7 @@ def test_a_given_job_endpoint_client_also_sends_invoke_endpoint_async(aws: None)
     client = EndpointClient(boto3.client("sagemaker-runtime"))
     services = Services(Settings(endpoint_name="e", jobs_bucket="sagegate-jobs"),
                         job_endpoint=client)
-    assert services.jobs_context.runtime is client  # tests stub one client
+    assert services.jobs_context.endpoint is client  # tests stub one client
 
 
 def test_nothing_of_jobs_is_built_before_its_first_use() -> None:

@@ -56,7 +56,7 @@ class AsyncBackend:
         except SagegateError as error:
             return steps.fail(job, error)
         return asyncinference.start(
-            steps.runtime, steps.store, dataclasses.replace(job, input_location=location),
+            steps.endpoint, steps.store, dataclasses.replace(job, input_location=location),
             model.jobs_endpoint, call.content_type, model.jobs.invocation_timeout_seconds,
             runner_id=run.runner_id, lease_until=run.lease_until, deadline=run.deadline)
 

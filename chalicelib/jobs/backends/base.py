@@ -45,7 +45,7 @@ class JobSteps(Protocol):
         ...
 
     @property
-    def runtime(self) -> EndpointClient:
+    def endpoint(self) -> EndpointClient:
         """The jobs' endpoint client (``InvokeEndpointAsync`` too: one retry rule for every
         backend)."""
         ...
