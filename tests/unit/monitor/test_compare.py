@@ -523,3 +523,37 @@ def test_each_failed_threshold_is_one_reason_in_the_thresholds_order() -> None:
     printed = compare.lines(document)
     assert printed[-8] == "verdict: B is worse than A by 7 reason(s) (exit 3)"
     assert printed[-7:] == [f"worse: {reason}" for reason in verdict["reasons"]]
+
+
+def test_a_side_read_in_a_worker_comes_back_with_its_pairing() -> None:
+    import pickle
+
+    pairing = compare.Pairing()
+    b = [_pair(i, [0.9, 0.1], shadow=True, error=i == 0) for i in range(4)]
+    side_b = pickle.loads(pickle.dumps(_read(b, "b", pairing).side))  # as from a worker
+    assert side_b.pairing is not pairing
+    a = [_pair(i, [0.9, 0.1]) for i in range(4)]
+    side_a = compare.Side("a", side_b.pairing)
+    for record in a:
+        side_a(record)
+    agreement = side_b.pairing.document()
+    assert (agreement["pairs"], agreement["with_error"], agreement["compared"]) == (4, 1, 3)
+    assert pickle.loads(pickle.dumps(compare.FAILED)) is compare.FAILED
+
+
+def test_the_report_puts_the_failed_figures_first_and_names_classes() -> None:
+    a = [_pair(i, [0.9, 0.1, 0.0]) for i in range(10)]
+    b = [_pair(i, [0.1, 0.9, 0.0] if i < 5 else [0.9, 0.1, 0.0], shadow=True, latency=30.0)
+         for i in range(10)]
+    document = _compare(a, b, min_agreement=0.9, max_latency_ratio=2.0)
+    assert document["verdict"]["failed"] == ["min_agreement", "max_latency_ratio"]
+    page = compare_report.render(document, {}, {}, ["cat", "dog", "fox"])
+    order = [page.index(f'<h2 id="{anchor}"') for anchor in
+             ("verdict", "agreement", "latency", "thresholds", "columns", "errors")]
+    assert order == sorted(order)
+    contents = re.findall(r'<a href="#([a-z-]+)">', page)
+    assert contents == ["verdict", "agreement", "latency", "thresholds", "columns", "errors"]
+    assert "<td>cat (0)</td><td>dog (1)</td>" in page
+    assert "prediction1 (dog)" in page and "prediction2 (fox)" in page
+    plain = compare_report.render(document, {}, {})
+    assert "<td>0</td><td>1</td>" in plain and "prediction1 (" not in plain
