@@ -22,7 +22,8 @@ of the hour after is read again by the next hour's run, for that hour's records.
 
 A ``.jsonl.gz`` object is decompressed as it is read (:func:`gzip_lines`), never held whole,
 with a bound on what it may decompress to (:data:`MAX_DECOMPRESSED_BYTES`: a gzip bomb is
-refused, not expanded) and on a line's length (:data:`MAX_LINE_BYTES`). An object that is not
+refused, not expanded) and on a line's length (:data:`MAX_LINE_BYTES`); a plain ``.jsonl``
+object is read in chunks with the same bound on a line (:func:`plain_lines`). An object that is not
 GZIP, is damaged or truncated, or passes a bound raises :class:`CaptureObjectError` where it
 stops: the reader counts it as a bad object (:func:`chalicelib.monitor.partial.
 analyse_objects`), keeps the records it read before the damage, and goes on.
@@ -45,8 +46,12 @@ MAX_DECOMPRESSED_BYTES = 1024 * 1024 * 1024
 """The most a ``.jsonl.gz`` object may decompress to. A Firehose object holds at most its
 buffer (64 MiB here, 128 MiB at most) before compression; past this it is refused."""
 MAX_LINE_BYTES = 64 * 1024 * 1024
-"""The longest line of a ``.jsonl.gz`` object. Firehose takes records of 1,000 KiB at most;
-a job's batch record measured 12.7 MB (written by the S3 sink, uncompressed, not bounded)."""
+"""The longest line of a capture object, ``.jsonl`` or ``.jsonl.gz``. Firehose takes records
+of 1,000 KiB at most; a job's batch record measured 12.7 MB (written by the S3 sink,
+uncompressed)."""
+READ_BYTES = 1024 * 1024
+"""A plain ``.jsonl`` object is read this much at a time (:func:`plain_lines`); below
+:data:`MAX_LINE_BYTES`, so a line within one read needs no check."""
 CLOCK_SLACK = datetime.timedelta(minutes=1)
 """How much earlier than the window's start an object of the hour before may have been last
 modified and still be read: room for the clocks of Lambda (``inferenceTime``), Firehose and
@@ -156,12 +161,47 @@ def gzip_lines(raw: Readable, name: str) -> Iterator[bytes]:
             if total > MAX_DECOMPRESSED_BYTES:
                 raise CaptureObjectError(f"{name}: decompresses to more than "
                                          f"{MAX_DECOMPRESSED_BYTES // (1024 * 1024):,} MiB")
-            if len(line) > MAX_LINE_BYTES:
-                raise CaptureObjectError(f"{name}: a line longer than "
-                                         f"{MAX_LINE_BYTES // (1024 * 1024)} MiB")
+            _check_line(len(line), name)
             yield line
     finally:
         stream.close()
+
+
+def plain_lines(raw: Readable, name: str) -> Iterator[bytes]:
+    """The lines of a plain ``.jsonl`` capture object (without their newline), read
+    :data:`READ_BYTES` at a time, so a line is held whole only up to :data:`MAX_LINE_BYTES`.
+
+    Args:
+        raw: the object's bytes (a file, an S3 object's body).
+        name: how messages name the object.
+
+    Raises:
+        CaptureObjectError: a line longer than :data:`MAX_LINE_BYTES` (raised where it
+            starts: the lines before it were given).
+    """
+    pending: list[bytes] = []  # the pieces of a line not ended yet
+    size = 0
+    while chunk := raw.read(READ_BYTES):
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:
+            pending.append(chunk)
+            size += len(chunk)
+            _check_line(size, name)
+            continue
+        if pending:  # a line within one read is shorter than a read: only this one can be long
+            lines[0] = b"".join((*pending, lines[0]))
+            _check_line(len(lines[0]), name)
+        last = lines.pop()
+        pending, size = ([last], len(last)) if last else ([], 0)
+        yield from lines
+    if pending:
+        yield b"".join(pending)
+
+
+def _check_line(size: int, name: str) -> None:
+    if size > MAX_LINE_BYTES:
+        raise CaptureObjectError(f"{name}: a line longer than "
+                                 f"{MAX_LINE_BYTES // (1024 * 1024)} MiB")
 
 
 def _reason(error: Exception) -> str:

@@ -103,7 +103,8 @@ def fetch_objects(s3: Any, captures: S3Location, keys: Sequence[tuple[str, int]]
             if future is None:
                 body = s3.get_object(Bucket=captures.bucket, Key=key)["Body"]
                 lines = capture_format.gzip_lines(body, captures.object_uri(key)) \
-                    if capture_format.is_gzip(key) else body.iter_lines()
+                    if capture_format.is_gzip(key) \
+                    else capture_format.plain_lines(body, captures.object_uri(key))
             else:
                 data = future.result()
                 lines = capture_format.gzip_lines(io.BytesIO(data), captures.object_uri(key)) \

@@ -13,6 +13,7 @@ the unit and a day is the merge of its hours.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -37,6 +38,13 @@ CATEGORICAL_BUCKETS = 100
 """The most frequent values written as categorical buckets."""
 _NOT_INTEGRAL = frozenset(".eEnNiI")
 _SIGNS = frozenset("+- \t")
+MAX_VALUE_CHARS = 1024
+"""The longest string value the statistics keep as it is: a longer one is kept as its first
+characters and a digest of the whole (:func:`bounded_text`), so a feature's categorical and
+distinct-value state, and its buckets in ``statistics.json``, hold at most this much per
+value, whatever a record or a preprocessor gives."""
+_DIGEST_BYTES = 8
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
 
 
 class Moments:
@@ -256,6 +264,31 @@ def classify(value: Any) -> tuple[str, float, str]:
     except ValueError:
         return STRING, 0.0, text
     return (FRACTIONAL, number, text) if math.isfinite(number) else (UNKNOWN, 0.0, "")
+
+
+def bounded_text(value: str) -> str | None:
+    """A string value longer than :data:`MAX_VALUE_CHARS`, as the statistics keep it.
+
+    Typed first, as :func:`classify` types it, so a long number is still one: a number no
+    double holds is missing (None), another is its number's short text. Any other text is
+    its first characters then ``...`` and a BLAKE2b digest of the whole, :data:`MAX_VALUE_CHARS`
+    in all: values that differ only past their start still count as distinct.
+    """
+    text = value.strip()
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    if _NUMBER_CHARS.issuperset(text[:64]):  # text can be a number only if it starts as one
+        kind, number, _text = classify(text)
+        if kind == UNKNOWN:
+            return None
+        if kind == INTEGRAL:  # a double's digits: the sign and the digits past the zeros
+            return ("-" if text[0] == "-" else "") + (text.lstrip("+-").lstrip("0") or "0")
+        if kind == FRACTIONAL:
+            return repr(number)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
+                             digest_size=_DIGEST_BYTES).hexdigest()
+    suffix = f"... blake2b:{digest}"
+    return text[:MAX_VALUE_CHARS - len(suffix)] + suffix
 
 
 def _json_text(value: Any) -> str:

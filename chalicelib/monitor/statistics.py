@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from chalicelib.monitor import sketches
-from chalicelib.monitor.features import STRING, UNKNOWN, FeatureStats, Moments
+from chalicelib.monitor.features import (
+    MAX_VALUE_CHARS,
+    STRING,
+    UNKNOWN,
+    FeatureStats,
+    Moments,
+    bounded_text,
+)
 from chalicelib.monitor.sketches import (
     DeequKll,
     NumberDistinct,
@@ -23,6 +30,12 @@ from chalicelib.monitor.sketches import (
 )
 
 CHUNK_ROWS = 4096
+CHUNK_TEXT_CHARS = 32 * 1024 * 1024
+"""The characters of long strings (past :data:`LONG_TEXT` each) a chunk may buffer: rows of
+long values are added before :data:`CHUNK_ROWS` of them are buffered."""
+LONG_TEXT = 64
+"""A string longer than this counts towards :data:`CHUNK_TEXT_CHARS` (shorter ones are
+bounded by the rows and columns of a chunk)."""
 STATE_VERSION = 3
 """3: a numeric feature's distinct counter (2: the numeric sketch is Deequ's; version 1 held
 a DataSketches KLL)."""
@@ -54,9 +67,13 @@ class DatasetStatistics:
         self._chunk_rows = chunk_rows
         self._buffer: dict[str, list[Any]] = {}
         self._buffered = 0
+        self._text_chars = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Add one row (a feature absent from it counts as missing)."""
+        """Add one row (a feature absent from it counts as missing). A string longer than
+        :data:`~chalicelib.monitor.features.MAX_VALUE_CHARS` is kept bounded
+        (:func:`~chalicelib.monitor.features.bounded_text`), so the chunk never holds a
+        record's or a preprocessor's long strings."""
         buffer = self._buffer
         for name, value in row.items():
             values = buffer.get(name)
@@ -65,10 +82,17 @@ class DatasetStatistics:
                 if name not in self.features:  # a preprocessor may key its row by int
                     self._make_room()
                     self.features[name] = FeatureStats(str(name))
+            if type(value) is str and len(value) > LONG_TEXT:  # the hot path's only cost
+                value = self._long(value)
             values.append(value)
         self._buffered += 1
-        if self._buffered >= self._chunk_rows:
+        if self._buffered >= self._chunk_rows or self._text_chars > CHUNK_TEXT_CHARS:
             self.flush()
+
+    def _long(self, value: str) -> str | None:
+        bounded = bounded_text(value) if len(value) > MAX_VALUE_CHARS else value
+        self._text_chars += len(bounded or "")
+        return bounded
 
     def add_all(self, rows: Iterable[Mapping[str, Any]]) -> DatasetStatistics:
         """Add every row, then flush; returns self."""
@@ -90,7 +114,7 @@ class DatasetStatistics:
         for name, values in self._buffer.items():
             self.features[name].add(values)
         self.item_count += self._buffered
-        self._buffer, self._buffered = {}, 0
+        self._buffer, self._buffered, self._text_chars = {}, 0, 0
 
     def merge(self, other: DatasetStatistics) -> None:
         """Fold another window's statistics into these (both flushed first).

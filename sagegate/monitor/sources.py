@@ -91,7 +91,7 @@ def open_captures(source: str, names: Iterable[str]) -> Files:
         else:
             with open_regular(name) as handle:  # a FIFO or a folder named *.jsonl: one line
                 yield name, capture_format.gzip_lines(handle, name) \
-                    if capture_format.is_gzip(name) else handle
+                    if capture_format.is_gzip(name) else capture_format.plain_lines(handle, name)
 
 
 def _size(path: Path) -> int:
@@ -210,7 +210,7 @@ def _s3_lines(s3: Any, source: str, name: str) -> Iterator[bytes]:
     try:
         body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
         yield from capture_format.gzip_lines(body, name) if capture_format.is_gzip(uri.key) \
-            else body.iter_lines()
+            else capture_format.plain_lines(body, name)
     except (BotoCoreError, ClientError) as error:  # one line, not a traceback
         raise SourceError(f"{source}: {error}") from None
 

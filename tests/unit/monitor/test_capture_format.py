@@ -6,6 +6,7 @@ import datetime
 import gzip
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from chalicelib.monitor.capture_format import (
     gzip_lines,
     key_hour,
     listing_span,
+    plain_lines,
     wanted,
 )
 from chalicelib.monitor.partial import analyse_objects
@@ -172,3 +174,42 @@ def test_firehose_shaped_objects_hold_each_record_once_and_some_beside_their_hou
         item.key, gzip_lines(io.BytesIO(item.body), item.key))]
     assert len(rows) == capturegen.in_hour(objects) == tally.rows
     assert tally.outside_window > 0
+
+
+def test_a_plain_objects_lines_are_bounded_as_a_gzip_objects_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``.jsonl`` line longer than the bound stops the object where it starts (the lines
+    before it are given), however the bytes arrive; never read whole into memory."""
+    monkeypatch.setattr(capture_format, "MAX_LINE_BYTES", 50)
+    monkeypatch.setattr(capture_format, "READ_BYTES", 16)
+    lines = [b"", b"a" * 49, b"b" * 17, b"c"]  # near the bound, past a read, the last unended
+    for data in (b"\n".join(lines), b"\n".join(lines) + b"\n", b"\r\n".join(lines)):
+        got = list(plain_lines(io.BytesIO(data), "f.jsonl"))
+        assert [line.rstrip(b"\r") for line in got] == lines
+        assert list(plain_lines(Chunked(data), "f.jsonl")) == got
+    long = b"x\n" + b"y" * 51 + b"\nz\n"
+    got = []
+    with pytest.raises(CaptureObjectError, match=r"f\.jsonl: a line longer than 0 MiB"):
+        got.extend(plain_lines(io.BytesIO(long), "f.jsonl"))
+    assert got == [b"x"]
+    assert list(plain_lines(io.BytesIO(b"a" * 50), "f.jsonl")) == [b"a" * 50]  # at the bound
+    with pytest.raises(CaptureObjectError, match="a line longer than"):  # with no newline
+        list(plain_lines(io.BytesIO(b"y" * 200), "f.jsonl"))
+
+
+def test_a_plain_line_past_the_bound_is_a_bad_object_and_the_next_file_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``sagegate monitor`` opens a folder's ``.jsonl`` files (sources.open_captures)."""
+    from sagegate.monitor import sources
+
+    folder = capturegen.write_window(tmp_path / "endpoint", 4, per_file=2) / "AllTraffic"
+    first, second = sorted(folder.rglob("*.jsonl"))
+    first.write_bytes(first.read_bytes().replace(b'"eventVersion"', b'"pad": "'
+                                                 + b"p" * 5000 + b'", "eventVersion"', 1))
+    monkeypatch.setattr(capture_format, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(capture_format, "READ_BYTES", 1024)  # below the bound, as it is
+    reader = RecordReader()
+    part = analyse_objects(reader, sources.open_captures(str(folder),
+                                                         [str(first), str(second)]))
+    assert part.tally.bad_objects == 1 and "a line longer than" in part.tally.first_bad_object
+    assert part.tally.records == 2 and part.statistics.item_count == 2  # the second file's

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import math
 import random
+import tracemalloc
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from chalicelib.monitor import sketches
-from chalicelib.monitor.features import FeatureStats, classify
+from chalicelib.monitor import sketches, statistics
+from chalicelib.monitor.features import MAX_VALUE_CHARS, FeatureStats, bounded_text, classify
 from chalicelib.monitor.statistics import STATE_VERSION, DatasetStatistics
 
 
@@ -239,3 +241,61 @@ def test_the_numeric_distinct_count_merges_and_survives_the_state() -> None:
     zeros = FeatureStats("z")
     zeros.add([0.0, -0.0, 0, 1])  # -0.0 is 0.0
     assert zeros.distinct_number_count() == 2
+
+
+def _long_rows(count: int, chars: int) -> Iterator[dict[str, object]]:
+    """Rows of distinct long strings, made one at a time (as records are read)."""
+    for index in range(count):
+        yield {"text": f"{index:04d}" + "x" * chars, "n": index}
+
+
+def test_long_strings_are_bounded_in_the_document_and_the_state() -> None:
+    """30 records of distinct 8 MB strings wrote a 208 MB statistics.json."""
+    stats = DatasetStatistics().add_all(_long_rows(30, 8 * 1024 * 1024))
+    document = json.dumps(stats.to_json())
+    state = json.dumps(stats.to_state())
+    assert len(document) < 30 * 2 * MAX_VALUE_CHARS and len(state) < 30 * 2 * MAX_VALUE_CHARS
+    text = stats.to_json()["features"][0]["string_statistics"]
+    values = [bucket["value"] for bucket in text["distribution"]["categorical"]["buckets"]]
+    assert len(set(values)) == 30 and text["distinct_count"] == 30  # still distinct
+    assert all(len(value) == MAX_VALUE_CHARS and value.startswith("00") for value in values)
+    assert text["common"] == {"num_present": 30, "num_missing": 0}
+
+
+def test_a_chunk_never_holds_the_long_strings_it_is_given() -> None:
+    """A preprocessor returning 50 MB strings reached 10 GB: the chunk kept every row's."""
+    size = 16 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        stats = DatasetStatistics()
+        for row in _long_rows(24, size):
+            stats.add(row)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert stats.item_count == 0  # all of them in one chunk, not yet flushed
+    assert peak < 4 * size  # a row's string and its digest's bytes, not 24 strings
+
+
+def test_a_chunk_of_long_values_is_flushed_before_its_rows_are_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(statistics, "CHUNK_TEXT_CHARS", 100_000)
+    stats = DatasetStatistics()
+    for index in range(25):
+        stats.add({f"c{column}": f"{index}-{column}-" + "v" * 990 for column in range(10)})
+    assert stats.item_count == 22  # flushed after rows 11 and 22 (past 100,000 characters)
+
+
+@pytest.mark.parametrize(("text", "kind", "kept"), [
+    ("0" * 2000 + "7", "Integral", "7"), ("-" + "0" * 2000 + "7", "Integral", "-7"),
+    ("1" * 2000, "Unknown", None), ("1." + "0" * 2000, "Fractional", "1.0"),
+    (" " * 3000 + "short", "String", "short"), ("1" * 2000 + "x", "String", None),
+])
+def test_a_long_value_is_typed_as_its_whole_text_is(text: str, kind: str,
+                                                    kept: str | None) -> None:
+    bounded = bounded_text(text)
+    assert classify(bounded)[0] == kind if bounded is not None else kind == "Unknown"
+    if kept is not None or kind == "Unknown":
+        assert bounded == kept
+    else:
+        assert bounded is not None and len(bounded) == MAX_VALUE_CHARS
