@@ -49,7 +49,7 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest line of a capture object, ``.jsonl`` or ``.jsonl.gz``. Firehose takes records
 of 1,000 KiB at most; a job's batch record measured 12.7 MB (written by the S3 sink,
 uncompressed)."""
-READ_BYTES = 1024 * 1024
+READ_BYTES = 256 * 1024
 """A plain ``.jsonl`` object is read this much at a time (:func:`plain_lines`); below
 :data:`MAX_LINE_BYTES`, so a line within one read needs no check."""
 CLOCK_SLACK = datetime.timedelta(minutes=1)

@@ -13,7 +13,6 @@ the unit and a day is the merge of its hours.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from typing import Any
@@ -285,6 +284,8 @@ def bounded_text(value: str) -> str | None:
             return ("-" if text[0] == "-" else "") + (text.lstrip("+-").lstrip("0") or "0")
         if kind == FRACTIONAL:
             return repr(number)
+    import hashlib  # deferred: OpenSSL's 4 MB are paid by a run that meets a long value
+
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
                              digest_size=_DIGEST_BYTES).hexdigest()
     suffix = f"... blake2b:{digest}"
