@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -128,7 +129,7 @@ def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
     if fmt == "jsonl":
         count = 0
         for row in items:
-            out.write(json.dumps(row) + "\n")
+            out.write(_json_line(row) + "\n")
             count += 1
         return count
     collected = list(items)
@@ -139,6 +140,16 @@ def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
     writer.writeheader()
     writer.writerows(collected)
     return len(collected)
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    """A row as strict JSON: NaN and the infinities (which JSON has no number for, and the
+    monitor reads as missing) are null."""
+    try:
+        return json.dumps(row, allow_nan=False)
+    except ValueError:  # rare: the row is copied only then
+        return json.dumps({key: None if isinstance(value, float) and not math.isfinite(value)
+                           else value for key, value in row.items()}, allow_nan=False)
 
 
 class SourceError(Exception):

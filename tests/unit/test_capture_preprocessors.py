@@ -175,3 +175,20 @@ def test_a_failing_handler_is_one_line_naming_the_file_and_record(
     assert "Traceback" not in err and says in err
     if "postprocess" not in says:
         assert ".jsonl:1" in err
+
+
+def test_rows_are_written_as_strict_json_lines_a_number_no_double_holds_as_null() -> None:
+    """NaN and the infinities have no JSON of their own (the monitor reads them as missing):
+    ``sagegate capture --format jsonl`` writes them null, never a ``NaN`` literal."""
+    import io
+
+    out = io.StringIO()
+    rows = [{"a": 1.5, "b": "x"}, {"a": float("nan"), "b": float("inf"), "c": -float("inf"),
+                                   "d": 10**400}]
+    assert reader.write_rows(out, rows, "jsonl") == 2
+
+    def refuse(name: str) -> object:
+        raise AssertionError(f"not strict JSON: {name}")
+
+    written = [json.loads(line, parse_constant=refuse) for line in out.getvalue().splitlines()]
+    assert written == [{"a": 1.5, "b": "x"}, {"a": None, "b": None, "c": None, "d": 10**400}]
