@@ -29,6 +29,7 @@ from typing import IO, Any
 from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
+from chalicelib.monitor import capture_format
 from chalicelib.monitor.preprocessing import (
     CapturedData,
     HandlerError,
@@ -53,14 +54,14 @@ __all__ = ["CaptureFormatError", "CapturedData", "DefaultRows", "Entry", "Handle
            "read_entries", "read_records"]
 
 
-def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
+def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[bytes]]]:
     files = [root] if root.is_file() else sorted(root.rglob("*.jsonl"))
     for path in files:
-        with path.open(encoding="utf-8") as lines:
-            yield str(path), path.parts, lines
+        with path.open("rb") as raw:  # lines bounded as the monitor's (MAX_LINE_BYTES)
+            yield str(path), path.parts, capture_format.plain_lines(raw, str(path))
 
 
-def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]]]:
+def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[bytes]]]:
     import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
 
     uri = S3Uri.parse(source)
@@ -70,9 +71,10 @@ def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[str]
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
         for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
             if item["Key"].endswith(".jsonl"):
-                body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-                yield (f"{S3_SCHEME}{bucket}/{item['Key']}", tuple(item["Key"].split("/")),
-                       body.decode("utf-8").splitlines())
+                name = f"{S3_SCHEME}{bucket}/{item['Key']}"
+                body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]
+                yield (name, tuple(item["Key"].split("/")),
+                       capture_format.plain_lines(body, name))
 
 
 def read_entries(source: str) -> Iterator[Entry]:
@@ -86,7 +88,7 @@ def read_entries(source: str) -> Iterator[Entry]:
                 yield Entry(where, endpoint, parse_record(line, where))
 
 
-def parse_record(line: str, where: str) -> CapturedData:
+def parse_record(line: str | bytes, where: str) -> CapturedData:
     """One JSON line as the analyzer's record.
 
     Raises:

@@ -192,3 +192,19 @@ def test_rows_are_written_as_strict_json_lines_a_number_no_double_holds_as_null(
 
     written = [json.loads(line, parse_constant=refuse) for line in out.getvalue().splitlines()]
     assert written == [{"a": 1.5, "b": "x"}, {"a": None, "b": None, "c": None, "d": 10**400}]
+
+
+def test_a_line_past_the_bound_is_one_error_line_never_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``.jsonl`` lines are bounded as the monitor bounds them (MAX_LINE_BYTES)."""
+    from chalicelib.monitor import capture_format
+
+    root = write(tmp_path / "captures", iris_exchange(1))
+    (capture,) = root.rglob("*.jsonl")
+    capture.write_bytes(capture.read_bytes() + b'{"pad": "' + b"p" * 10_000 + b'"}\n')
+    monkeypatch.setattr(capture_format, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(capture_format, "READ_BYTES", 1024)
+    assert reader.main([str(root), "-o", str(tmp_path / "rows.jsonl")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()[-1:]
+    assert line.startswith("error: ") and "a line longer than" in line
