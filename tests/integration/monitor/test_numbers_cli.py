@@ -133,3 +133,23 @@ def test_numbers_whose_sum_passes_the_double_range_write_strict_json(tmp_path: P
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o",
                      str(tmp_path / "check"), *WINDOW]) == cli.EXIT_OK
     _strict(tmp_path / "check" / "statistics.json")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_datasets_numbers_no_double_holds_are_missing_in_its_baseline(
+        suffix: str, tmp_path: Path) -> None:
+    values = [*VALUES.values(), "1.5", "2.5", "3.5"]
+    dataset = tmp_path / f"train{suffix}"
+    if suffix == ".csv":
+        dataset.write_text("x,y\n" + "".join(f"{v},{i}\n" for i, v in enumerate(values)),
+                           encoding="utf-8")
+    else:
+        dataset.write_text("".join(f'{{"x": {v}, "y": {i}}}\n' for i, v in enumerate(values)),
+                           encoding="utf-8")
+    baseline = tmp_path / "baseline"
+    assert cli.main(["baseline", str(dataset), "-o", str(baseline)]) == cli.EXIT_OK
+    feature = _feature(_strict(baseline / "statistics.json"), "x")
+    assert feature["inferred_type"] == "Fractional"
+    assert feature["numerical_statistics"]["common"] == {"num_present": 3,
+                                                         "num_missing": len(VALUES)}
+    assert feature["numerical_statistics"]["max"] == 3.5
