@@ -183,8 +183,9 @@ def test_rows_are_written_as_strict_json_lines_a_number_no_double_holds_as_null(
     import io
 
     out = io.StringIO()
-    rows = [{"a": 1.5, "b": "x"}, {"a": float("nan"), "b": float("inf"), "c": -float("inf"),
-                                   "d": 10**400}]
+    rows: list[dict[str, object]] = [
+        {"a": 1.5, "b": "x"}, {"a": float("nan"), "b": float("inf"), "c": -float("inf"),
+                               "d": 10**400}]
     assert reader.write_rows(out, rows, "jsonl") == 2
 
     def refuse(name: str) -> object:
