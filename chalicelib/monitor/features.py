@@ -44,6 +44,14 @@ distinct-value state, and its buckets in ``statistics.json``, hold at most this 
 value, whatever a record or a preprocessor gives."""
 _DIGEST_BYTES = 8
 _NUMBER_CHARS = frozenset("0123456789+-.eE")
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+"""What Java's ``String.trim`` (and so ``Double.parseDouble``) strips: U+0000 to U+0020 only;
+Python's ``float()`` strips any Unicode blank too (U+00A0, U+2003), which leaves a String."""
+_PLAIN_NUMBER_CHARS = frozenset("0123456789+-.eE" + _JAVA_TRIM + "nNaAiIfFtTyY")
+"""The characters of a chunk whose texts numpy may type at once: ASCII digits, signs, point,
+exponent, blanks and the letters of ``nan``/``inf``/``infinity``. Anything else (``_``,
+which ``float()`` accepts as a digit separator, other scripts' digits, Unicode blanks) sends
+the chunk to :func:`classify`, one value at a time."""
 
 
 class Moments:
@@ -150,11 +158,15 @@ class FeatureStats:
         except ValueError:
             self._add_mixed(values)
             return
+        joined = "".join(values)
+        if not _PLAIN_NUMBER_CHARS.issuperset(joined):  # "1_000": float() reads it, Java not
+            self._add_mixed(values)
+            return
         finite = np.isfinite(array)
         if not finite.all():  # "nan", "inf": missing, as Deequ reads them
             values = [v for v, ok in zip(values, finite, strict=True) if ok]
             array = array[finite]
-        joined = "".join(values)
+            joined = "".join(values)
         if _NOT_INTEGRAL.isdisjoint(joined):
             integral = len(values)
         elif _SIGNS.isdisjoint(joined):  # no sign, no blank: str.isdigit says it, in C
@@ -239,7 +251,15 @@ def _text(value: Any) -> str:
 
 
 def classify(value: Any) -> tuple[str, float, str]:
-    """A value's type, its number (0.0 unless numeric) and its text; ``UNKNOWN`` is missing."""
+    """A value's type, its number (0.0 unless numeric) and its text; ``UNKNOWN`` is missing.
+
+    A text is a number when Java's ``Double.parseDouble`` (Deequ's) and Python's ``float()``
+    both read it: trimmed of U+0000 to U+0020 as Java trims, ASCII digits only, no ``_``
+    (``float("1_000")`` is 1000.0, Java refuses it: a String). Java's type suffix (``1.5d``,
+    ``2f``) and hex floats (``0x1p3``) are Strings too: Deequ types a column by its digits,
+    not by Java's literal syntax. ``nan``, ``inf`` and ``infinity`` (any case) stay missing,
+    as every number no double holds is.
+    """
     kind = type(value)
     if value is None:
         return UNKNOWN, 0.0, ""
@@ -252,9 +272,11 @@ def classify(value: Any) -> tuple[str, float, str]:
         return (FRACTIONAL, value, repr(value)) if math.isfinite(value) else (UNKNOWN, 0.0, "")
     if kind is bool:
         return STRING, 0.0, "true" if value else "false"
-    text = value.strip() if kind is str else _json_text(value)
+    text = value.strip(_JAVA_TRIM) if kind is str else _json_text(value)
     if not text:
         return UNKNOWN, 0.0, ""
+    if not text.isascii() or "_" in text:  # float() reads "1_000", "١٢"; Java does not
+        return STRING, 0.0, text
     if text.lstrip("+-").isdigit():
         number = float(text)  # digits past the doubles read as infinity: missing
         return (INTEGRAL, number, text) if math.isfinite(number) else (UNKNOWN, 0.0, "")
