@@ -30,13 +30,14 @@ from bench import (
     load_report,
     monitor,
     pipelines,
+    requestpath,
     table,
 )
 from bench.report import Report
 from bench.timing import Budgets
 
 PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "capture", "monitor", "jobs",
-         "experiments", "all")
+         "experiments", "path", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -53,8 +54,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "capture "
                              "records against reading them; jobs: a job's added latency over "
                              "the synchronous route; experiments: the callers' latency with a "
-                             "shadow at the 75 s slow endpoint and without; all (default): "
-                             "the ten")
+                             "shadow at the 75 s slow endpoint and without; path: the calls, "
+                             "functions, modules and module switches of one experiment "
+                             "request; all (default): the eleven")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -100,6 +102,7 @@ def _parts(args: argparse.Namespace, budgets: Budgets) -> dict[str, Callable[[],
         "monitor": lambda: monitor.report(quick=args.quick),
         "jobs": lambda: jobs.report(budgets.e2e),
         "experiments": lambda: experiments.report(quick=args.quick),
+        "path": requestpath.report,
     }
 
 
