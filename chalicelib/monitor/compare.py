@@ -130,11 +130,26 @@ def lines(document: Mapping[str, Any]) -> list[str]:
     elif verdict["worse"]:
         out.append(f"verdict: B is worse than A by {len(verdict['reasons'])} reason(s) "
                    f"(exit 3)")
-        out.extend(f"worse: {reason}" for reason in verdict["reasons"])
+        out.extend(f"worse: {reason}" for reason in _capped_reasons(verdict))
     else:
         out.append(f"verdict: B is within every threshold given "
                    f"({', '.join(verdict['checked'])}; exit 0)")
     return out
+
+
+def _capped_reasons(verdict: Mapping[str, Any]) -> list[str]:
+    """The verdict's reasons, those of columns (the first ``column_reasons``) cut to
+    :data:`PRINTED_COLUMNS` and a line counting the rest, as the distances are."""
+    reasons: list[str] = verdict["reasons"]
+    columns = verdict.get("column_reasons", 0)
+    if columns <= PRINTED_COLUMNS:
+        return reasons
+    rest = reasons[PRINTED_COLUMNS:columns]
+    unchecked = sum(reason.endswith("cannot be checked") for reason in rest)
+    return [*reasons[:PRINTED_COLUMNS],
+            f"... and {len(rest)} more column(s) failing --max-distance ({len(rest) - unchecked} "
+            f"above it, {unchecked} not checkable; compare.json's verdict has every reason)",
+            *reasons[columns:]]
 
 
 DISTANCE_HEADER = ("distances, one a column: how far B's distribution of the column is from "

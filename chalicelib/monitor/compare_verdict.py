@@ -45,7 +45,10 @@ THRESHOLDS = ("max_distance", "min_agreement", "max_error_rate", "max_latency_ra
 
 def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, Any]:
     """The verdict as compare.json has it: whether B is worse, the exit status, the thresholds
-    checked and failed, and the reasons, from the comparison's figures (``document``)."""
+    checked and failed, and the reasons, from the comparison's figures (``document``);
+    ``column_reasons``: how many of the first reasons are one column's (``--max-distance``:
+    a thousand of them for an image classifier's probabilities, so the printed lines cap
+    them)."""
     found = _reasons(document, thresholds)
     reasons = [reason for _key, reason in found]
     nothing = nothing_compared(document)
@@ -54,7 +57,8 @@ def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, An
         "worse": bool(reasons) and not nothing, "exit_status": status,
         "nothing_compared": nothing,
         "checked": [key for key in THRESHOLDS if getattr(thresholds, key) is not None],
-        "failed": list(dict.fromkeys(key for key, _reason in found)), "reasons": reasons}
+        "failed": list(dict.fromkeys(key for key, _reason in found)), "reasons": reasons,
+        "column_reasons": sum(key == "max_distance" for key, _reason in found)}
 
 
 def nothing_compared(document: Mapping[str, Any]) -> bool:

@@ -78,7 +78,7 @@ def test_an_int8_shadow_within_the_thresholds_exits_0(
         "feature0", "feature1", "feature2", "feature3"]
     assert document["verdict"] == {
         "worse": False, "exit_status": 0, "failed": [], "reasons": [],
-        "nothing_compared": False,
+        "nothing_compared": False, "column_reasons": 0,
         "checked": ["max_distance", "min_agreement", "max_error_rate", "max_latency_ratio"]}
     assert printed[2].startswith(f"agreement: {100 * int8.agreed / int8.compared:.2f}% "
                                  f"({int8.agreed} of {int8.compared} compared pair(s) agree")

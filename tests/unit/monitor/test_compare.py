@@ -263,7 +263,8 @@ def test_without_thresholds_there_is_no_verdict_and_nothing_fails() -> None:
     b = _probability_records(200, seed=2, shift=0.3, shadow=True)
     document = _compare(a, b)
     assert document["verdict"] == {"worse": False, "exit_status": 0, "checked": [],
-                                   "failed": [], "reasons": [], "nothing_compared": False}
+                                   "failed": [], "reasons": [], "nothing_compared": False,
+                                   "column_reasons": 0}
     assert document["thresholds"] == {"max_distance": None, "min_agreement": None,
                                       "max_error_rate": None, "max_latency_ratio": None,
                                       "comparison_method": "Robust"}
@@ -557,3 +558,33 @@ def test_the_report_puts_the_failed_figures_first_and_names_classes() -> None:
     assert "prediction1 (dog)" in page and "prediction2 (fox)" in page
     plain = compare_report.render(document, {}, {})
     assert "<td>0</td><td>1</td>" in plain and "prediction1 (" not in plain
+
+
+def test_the_worse_lines_of_failed_columns_are_capped_as_the_distances_are() -> None:
+    rng = random.Random(3)
+    wide = compare.PRINTED_COLUMNS + 25
+    a = [_pair(i, [rng.uniform(0.0, 0.4) for _ in range(wide)]) for i in range(40)]
+    b = [_pair(i, [rng.uniform(0.6, 1.0) for _ in range(wide)], shadow=True)
+         for i in range(40)]
+    document = _compare(a, b, max_distance=0.5, min_agreement=1.0,
+                        comparison_method="Simple")
+    reasons = document["verdict"]["reasons"]
+    assert len(reasons) >= wide + 1  # compare.json keeps every reason
+    printed = compare.lines(document)
+    worse = [line for line in printed if line.startswith("worse: ")]
+    columns = [line for line in worse if "--max-distance" in line]
+    assert columns[:compare.PRINTED_COLUMNS] == [
+        f"worse: {reason}" for reason in reasons[:compare.PRINTED_COLUMNS]]
+    assert len(columns) == compare.PRINTED_COLUMNS + 1
+    assert columns[-1] == (
+        f"worse: ... and {wide - compare.PRINTED_COLUMNS} more column(s) failing "
+        f"--max-distance ({wide - compare.PRINTED_COLUMNS} above it, 0 not checkable; "
+        f"compare.json's verdict has every reason)")
+    assert worse[-1].startswith("worse: agreement ")  # the other thresholds' reasons stay
+    narrow = compare.PRINTED_COLUMNS
+    few = _compare([_pair(i, [0.1] * narrow) for i in range(10)],
+                   [_pair(i, [0.9] * narrow, shadow=True) for i in range(10)],
+                   max_distance=0.5, comparison_method="Simple")
+    assert [line for line in compare.lines(few) if line.startswith("worse: ")] == \
+        [f"worse: {reason}" for reason in few["verdict"]["reasons"]]  # at the cap: all
+    assert few["verdict"]["column_reasons"] == narrow
