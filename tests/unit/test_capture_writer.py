@@ -7,10 +7,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import subprocess
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +26,8 @@ from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finis
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.writer import CaptureWriter
 from chalicelib.core.observability import Outcome
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def exchange(number: int, size: int = 10) -> Exchange:
@@ -254,16 +260,51 @@ def test_records_still_held_when_the_process_ends_are_dropped_counted_and_logged
     assert dropped == 61
 
 
-def test_a_writer_still_holding_records_at_exit_is_closed_after_the_apps_own_flush(
+def test_the_exit_hook_closes_the_open_writers_and_only_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The module's exit hook is registered when it is imported, so it runs after the flush
-    the app registers later (atexit runs last in, first out): what that flush could not store
-    is given up then, counted and logged."""
+    """The exit hook gives each open writer its last seconds; the set is the test's own, so
+    no other writer alive in this process is closed by it."""
     closed: list[float | None] = []
     writer = CaptureWriter(GatedSink(), build)
+    bystander = CaptureWriter(GatedSink(), build)
     monkeypatch.setattr(writer, "close", closed.append)
+    monkeypatch.setattr(bystander, "close", lambda timeout: pytest.fail("closed a bystander"))
+    only: weakref.WeakSet[CaptureWriter] = weakref.WeakSet([writer])
+    monkeypatch.setattr(writer_module, "_OPEN", only)
     writer_module._close_at_exit()
     assert closed == [writer_module.EXIT_SECONDS]
+
+
+_EXIT_ORDER = """
+import atexit
+from chalicelib.capture import writer as writer_module
+from chalicelib.capture.records import build_record
+
+class Sink:
+    def write(self, records):
+        pass
+
+    def close(self):
+        pass
+
+class Writer(writer_module.CaptureWriter):
+    def close(self, timeout=10.0):
+        print("writer closed", flush=True)
+        return super().close(timeout)
+
+writer = Writer(Sink(), lambda item: build_record(item, "both", False))
+atexit.register(lambda: print("app flushed", flush=True))  # as the app's services do
+"""
+
+
+def test_a_writer_still_holding_records_at_exit_is_closed_after_the_apps_own_flush() -> None:
+    """The module's exit hook is registered when it is imported, so it runs after the flush
+    the app registers later (atexit runs last in, first out): what that flush could not store
+    is given up then, counted and logged. Seen in a process that really exits."""
+    done = subprocess.run([sys.executable, "-c", _EXIT_ORDER], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["app flushed", "writer closed"]
 
 
 def _metrics(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
