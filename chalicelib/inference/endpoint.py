@@ -63,6 +63,8 @@ UNAVAILABLE_CODES = frozenset({"ModelNotReadyException", "ServiceUnavailable"})
 # the connection failed, before or while the answer was read (a body cut short included)
 _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTimeoutError,
                       ResponseStreamingError, IncompleteReadError)
+# ... of which these prove the request never arrived (no connection was made)
+_NOT_SENT = (EndpointConnectionError, ConnectTimeoutError)
 _MAX_ECHOED_MESSAGE = 512
 DEFAULT_POLICY = RetryPolicy(attempt_timeout=22.0)
 """The policy of a client given none (the settings' defaults: 2 s connect, 20 s read)."""
@@ -218,8 +220,11 @@ class EndpointClient:
     def invoke_async(self, invocation: AsyncInvocation, deadline: float | None = None) -> str:
         """Queue a job's input on an asynchronous endpoint (``InvokeEndpointAsync``) by the
         rules of :meth:`invoke`: what a retry may cure is retried by the same policy until
-        ``deadline`` (an endpoint restarting costs a job a wait, whatever its backend); a
-        refusal, or a call that timed out reading its answer (it may be queued), is not.
+        ``deadline`` (an endpoint restarting costs a job a wait, whatever its backend), but
+        only a failure that proves the job was not queued: a connection that could not be
+        made, or a throttle (a refusal). A failure after the request may have arrived (a
+        connection closed before the answer, a 5xx, a read timeout) is not retried: the
+        endpoint may have queued the job, and a second call would queue its id again.
 
         Returns:
             The output location SageMaker will write ("" when it names none).
@@ -232,10 +237,10 @@ class EndpointClient:
             answer = self._client.invoke_endpoint_async(**invocation.to_kwargs())
             return str(answer.get("OutputLocation") or "")
 
-        return self._retrying(invocation.as_invocation(), send, deadline)
+        return self._retrying(invocation.as_invocation(), send, deadline, idempotent=False)
 
     def _retrying(self, invocation: Invocation, send: Callable[[int], T],
-                  deadline: float | None) -> T:
+                  deadline: float | None, *, idempotent: bool = True) -> T:
         """``send(attempt)`` retried by the policy (see :meth:`invoke`); its failures
         classified and translated by :meth:`_attempt`."""
         if deadline is None:
@@ -244,7 +249,7 @@ class EndpointClient:
         retrier = Retrier(self._policy, self.quota, deadline=deadline, clock=self._clock,
                           rng=self._rng)
         while True:
-            outcome = self._attempt(invocation, send, retrier.attempts)
+            outcome = self._attempt(invocation, send, retrier.attempts, idempotent)
             if not isinstance(outcome, _Failure):
                 retrier.succeeded()
                 return outcome
@@ -261,9 +266,11 @@ class EndpointClient:
             self._sleep(delay)
 
     def _attempt(self, invocation: Invocation, send: Callable[[int], T],
-                 attempt: int) -> T | _Failure:
+                 attempt: int, idempotent: bool = True) -> T | _Failure:
         """One call: its result, or (returned, not raised) an error a retry might cure. The
-        one rule of what may be retried, for both operations.
+        one rule of what may be retried, for both operations: a call that is not idempotent
+        (``InvokeEndpointAsync`` queues its id each time it arrives) is retried only after a
+        failure that proves it never arrived (no connection made, or a throttle).
 
         Errors that end the request are raised without a local variable naming them: an
         exception held by a frame of its own traceback is a reference cycle, and every failed
@@ -273,15 +280,18 @@ class EndpointClient:
         try:
             return send(attempt)
         except ClientError as error:
-            if _retry_kind(error) is not None:
+            if _retryable(error, idempotent):
                 return _failure(error, invocation)
             raise translate_client_error(error, invocation) from None
         except ReadTimeoutError:
             raise EndpointTimeoutError(
                 "The endpoint did not answer in time. Try again later.") from None
+        except _NOT_SENT:
+            return _Failure(_unreachable())
         except _CONNECTION_ERRORS:
-            return _Failure(
-                EndpointUnavailableError("The endpoint could not be reached. Try again later."))
+            if idempotent:
+                return _Failure(_unreachable())
+            raise _unreachable() from None
         except BotoCoreError as error:  # any other failure of the SDK: never a 500
             logger.warning("endpoint call failed in botocore: %s", type(error).__name__)
             raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
@@ -305,6 +315,17 @@ def _retry_kind(error: ClientError) -> bool | None:
     None not retryable."""
     return classify(error_code(error),
                     error.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+
+
+def _retryable(error: ClientError, idempotent: bool) -> bool:
+    """Whether an answer is worth a retry: a throttle always (the request was refused), a
+    transient failure only when the call may be made twice."""
+    kind = _retry_kind(error)
+    return kind is True or (kind is False and idempotent)
+
+
+def _unreachable() -> EndpointUnavailableError:
+    return EndpointUnavailableError("The endpoint could not be reached. Try again later.")
 
 
 def _failure(error: ClientError, invocation: Invocation) -> _Failure:

@@ -7,6 +7,7 @@ import base64
 import dataclasses
 import importlib.util
 import json
+import logging
 import socket
 import threading
 import time
@@ -983,8 +984,8 @@ class ScriptedEndpoint:
     """InvokeEndpoint (and InvokeEndpointAsync) on 127.0.0.1, nothing listening until
     :meth:`listen` (connections are refused, as while the emulator restarts); then each call
     answered by the next of ``script``: ``ok`` (an answer, its variant named), ``queued``
-    (InvokeEndpointAsync's 202), ``unavailable`` (503 ServiceUnavailable), ``cut`` (an answer
-    cut short after its headers)."""
+    (InvokeEndpointAsync's 202), ``unavailable`` (503 ServiceUnavailable), ``throttled`` (429
+    ThrottlingException), ``cut`` (an answer cut short after its headers)."""
 
     def __init__(self, *script: str) -> None:
         self.script = list(script)
@@ -1023,6 +1024,10 @@ class ScriptedEndpoint:
             body = json.dumps({"message": "restarting"}).encode()
             handler.send_response(503)
             handler.send_header("x-amzn-ErrorType", "ServiceUnavailable")
+        elif what == "throttled":
+            body = json.dumps({"message": "slow down"}).encode()
+            handler.send_response(429)
+            handler.send_header("x-amzn-ErrorType", "ThrottlingException")
         else:
             handler.send_response(200)
             handler.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
@@ -1074,22 +1079,49 @@ def test_a_realtime_job_waits_for_its_endpoint_to_come_back(
     assert result["predictions"][0]["index"] == 5 and result["variant"] == "AllTraffic"
 
 
+class ListenAfterRetries(logging.Handler):
+    """Starts the scripted endpoint once the endpoint client has retried ``refused`` failed
+    attempts: the endpoint comes back at a point the test chooses, not after a wall-clock
+    wait that must beat the job's retry deadline."""
+
+    def __init__(self, endpoint: ScriptedEndpoint, refused: int) -> None:
+        super().__init__()
+        self.endpoint, self.left = endpoint, refused
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("retrying endpoint call"):
+            self.left -= 1
+            if self.left == 0:
+                self.endpoint.listen()
+
+
 def test_an_async_job_waits_for_its_endpoint_to_come_back_as_a_realtime_job_does(
         stage: Stage, scripted: ScriptedEndpoint) -> None:
-    # the same transient failures as the real-time job's above: connections refused while the
-    # endpoint restarts, then a 503; botocore's own retries were spent in well under a second
-    scripted.script = ["unavailable", "queued"]
+    # connections refused while the endpoint restarts (they never arrived), then a throttle
+    # (a refusal): retried as a real-time job's call is; a 5xx is not (the job may be queued)
+    scripted.script = ["throttled", "queued"]
     job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
-    timer = threading.Timer(1.5, scripted.listen)
-    timer.start()
+    trigger = ListenAfterRetries(scripted, refused=2)
+    endpoint_log = logging.getLogger("sagegate.endpoint")
+    endpoint_log.addHandler(trigger)
     try:
         assert stage.run_tickets() == {"jobs": {job_id: "running"}}
     finally:
-        timer.cancel()
-    assert scripted.calls == [job_id, job_id]  # refused ones never arrived; the 503 retried
+        endpoint_log.removeHandler(trigger)
+    assert trigger.left <= 0  # two refused attempts came first
+    assert scripted.calls == [job_id, job_id]  # refused ones never arrived; the throttle retried
     output = _output(stage, json.dumps({"predictions": [[0.1, 0.2, 0.7]]}).encode())
     assert stage.notify(_notification(job_id, output=output)) == {"jobs": {job_id: "succeeded"}}
     assert stage.get(f"/jobs/{job_id}")[1]["result"]["predictions"][0][0]["index"] == 2
+
+
+def test_an_async_job_is_not_queued_twice_after_a_5xx(
+        stage: Stage, scripted: ScriptedEndpoint) -> None:
+    scripted.script = ["unavailable", "queued"]
+    scripted.listen()
+    job_id = json.loads(stage.post("/models/slow/jobs", IRIS_ROW, "text/csv").body)["job_id"]
+    assert stage.run_tickets() == {"jobs": {job_id: "failed"}}
+    assert scripted.calls == [job_id]  # the endpoint may have queued it: not sent again
 
 
 def test_an_answer_cut_short_is_not_asked_for_twice(

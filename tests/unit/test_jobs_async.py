@@ -9,12 +9,18 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+)
 from botocore.stub import Stubber
 
 from chalicelib.calls import Answer
+from chalicelib.core.errors import EndpointError
 from chalicelib.core.retries import RetryPolicy
-from chalicelib.inference.endpoint import EndpointClient
+from chalicelib.inference.endpoint import AsyncInvocation, EndpointClient
 from chalicelib.jobs.asyncinference import complete, parse_completion, start
 from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.store import MemoryJobStore
@@ -147,6 +153,57 @@ def test_a_refused_connection_is_retried_by_the_jobs_policy_until_the_job_is_que
                     lease_until=LEASE_UNTIL)
     assert running.state is JobState.RUNNING
     assert runtime.calls == 6 and len(sleeps) == 5
+
+
+def _answer_error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "scripted"},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, "InvokeEndpointAsync")
+
+
+class Scripted:
+    """A runtime whose calls raise the scripted failures in turn, then queue the job."""
+
+    def __init__(self, *failures: Exception) -> None:
+        self.failures, self.calls = list(failures), 0
+
+    def invoke_endpoint_async(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return {"InferenceId": kwargs["InferenceId"], "OutputLocation": "s3://b/o.out"}
+
+
+def _patient(runtime: Scripted) -> EndpointClient:
+    policy = RetryPolicy(max_attempts=10, budget_seconds=60, attempt_timeout=1.0)
+    return EndpointClient(runtime, policy, sleep=lambda _: None)  # type: ignore[arg-type]
+
+
+def _async_call() -> AsyncInvocation:
+    return AsyncInvocation("iris-async", "s3://b/in", "text/csv", new_job_id(), 60)
+
+
+@pytest.mark.parametrize("failure", [
+    ConnectionClosedError(endpoint_url="http://127.0.0.1:9"),  # the request may have arrived
+    _answer_error("InternalFailure", 500),  # ... and been queued before the endpoint failed
+    _answer_error("ServiceUnavailable", 503)], ids=["closed", "500", "503"])
+def test_a_failure_after_the_request_may_have_arrived_is_not_sent_again(
+        failure: Exception) -> None:
+    runtime = Scripted(failure)
+    with pytest.raises(EndpointError):
+        _patient(runtime).invoke_async(_async_call())
+    assert runtime.calls == 1  # the same InferenceId is never queued twice
+
+
+@pytest.mark.parametrize("failure", [
+    EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),  # refused: never arrived
+    ConnectTimeoutError(endpoint_url="http://127.0.0.1:9"),
+    _answer_error("ThrottlingException", 400),  # a throttle is a refusal
+    _answer_error("TooManyRequests", 429)], ids=["refused", "connect-timeout", "throttled",
+                                                  "429"])
+def test_a_failure_that_proves_the_request_never_arrived_is_retried(failure: Exception) -> None:
+    runtime = Scripted(failure, failure)
+    assert _patient(runtime).invoke_async(_async_call()) == "s3://b/o.out"
+    assert runtime.calls == 3
 
 
 def test_a_completed_inference_becomes_the_jobs_answer_once() -> None:
