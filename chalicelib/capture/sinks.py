@@ -39,7 +39,18 @@ LOG = logging.getLogger("sagegate.capture")
 
 
 class CaptureSinkError(Exception):
-    """A sink could not store every record it was given."""
+    """A sink could not store every record it was given.
+
+    Args:
+        message: what failed.
+        unstored: the records not stored, when the sink knows them (the others were): a
+            retry writes only these, and only these are counted as dropped. None: unknown,
+            every record given is to be written again.
+    """
+
+    def __init__(self, message: str, unstored: Sequence[CaptureRecord] | None = None) -> None:
+        super().__init__(message)
+        self.unstored = unstored
 
 
 class Sink(Protocol):
@@ -249,12 +260,28 @@ class S3Sink(_Retrying):
     def write(self, records: Sequence[CaptureRecord]) -> None:
         """One object per partition of ``records`` (a batch of the capture writer mixes
         endpoints, variants and hours), named by its first record: writing the same records
-        again puts the same keys, so a retried batch replaces, never duplicates."""
-        for group in by_partition(records).values():
-            self._put(self.key(group[0]), b"".join(record.line for record in group))
+        again puts the same keys, so a retried batch never stores a record twice.
 
-    def _put(self, key: str, body: bytes) -> None:
+        The partitions share one retry budget (a write of many partitions waits no longer
+        than one would), and one that keeps failing does not keep the others from being put.
+
+        Raises:
+            CaptureSinkError: some partitions were not stored; it carries their records.
+        """
         retrier = self._retrier()
+        unstored: list[CaptureRecord] = []
+        failure: Exception | None = None
+        for group in by_partition(records).values():
+            try:
+                self._put(retrier, self.key(group[0]), b"".join(r.line for r in group))
+            except Exception as error:  # this partition's; the next ones are still put
+                unstored.extend(group)
+                failure = error
+        if failure is not None:
+            raise CaptureSinkError(f"S3 did not store {len(unstored)} of {len(records)} "
+                                   f"record(s): {type(failure).__name__}", unstored) from failure
+
+    def _put(self, retrier: Retrier, key: str, body: bytes) -> None:
         while self._attempt(retrier, lambda: self._client.put_object(
                 Bucket=self.bucket, Key=key, Body=body,
                 ContentType="application/jsonlines")) is None:
@@ -306,28 +333,42 @@ class FirehoseSink(_Retrying):
                         len(oversized), FIREHOSE_RECORD_BYTES)
             emit_count("CaptureDropped", len(oversized))
             self._delivered.update(oversized)  # settled: not counted again on a retry
+        retrier = self._retrier()  # one budget for the whole write, however many calls
+        unstored: set[str] = set()
+        failure: Exception | None = None
         for call in _calls(lines):
-            self._write_batch([line for _, line in call])
-            self._delivered.update(event_id for event_id, _ in call)
+            sent = [event_id for event_id, _ in call]
+            try:
+                self._write_batch(retrier, call)
+            except Exception as error:  # this call's; the next ones are still sent
+                unstored.update(event_id for event_id, _ in call)  # what it did not deliver
+                failure = error
+            self._delivered.update(event_id for event_id in sent if event_id not in unstored)
+        if failure is not None:
+            left = [record for record in pending if record.event_id in unstored]
+            raise CaptureSinkError(f"Firehose did not take {len(left)} of {len(records)} "
+                                   f"record(s): {failure}", left) from failure
         self._delivered.clear()  # every record of this write is stored
 
     def _put(self, lines: list[bytes]) -> Any:
         return self._client.put_record_batch(
             DeliveryStreamName=self.stream, Records=[{"Data": line} for line in lines])
 
-    def _write_batch(self, pending: list[bytes]) -> None:
-        retrier = self._retrier()
+    def _write_batch(self, retrier: Retrier, pending: list[tuple[str, bytes]]) -> None:
+        """One call's records sent until Firehose took them all; on failure ``pending``
+        is left holding those it did not take."""
         while True:
-            answer = self._attempt(retrier, functools.partial(self._put, pending))
+            answer = self._attempt(retrier, functools.partial(
+                self._put, [line for _, line in pending]))
             if answer is None:
                 continue
             if not answer.get("FailedPutCount"):
                 retrier.succeeded()
                 return
-            refused = [(line, result["ErrorCode"]) for line, result
+            refused = [(entry, result["ErrorCode"]) for entry, result
                        in zip(pending, answer["RequestResponses"], strict=True)
                        if result.get("ErrorCode")]
-            pending = [line for line, _ in refused]
+            pending[:] = [entry for entry, _ in refused]
             throttled = all(classify(code, None) is True for _, code in refused)
             if not self._waited(retrier, throttled):
                 raise CaptureSinkError(f"Firehose refused {len(pending)} record(s) after "

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Sequence
 
 from chalicelib.capture.records import CaptureRecord, Exchange
-from chalicelib.capture.sinks import Sink
+from chalicelib.capture.sinks import CaptureSinkError, Sink
 from chalicelib.core.observability import emit_count
 
 LOG = logging.getLogger("sagegate.capture")
@@ -203,22 +203,31 @@ class CaptureWriter:
             except Exception as error:  # one inference's record, not the batch's
                 LOG.warning("data capture: a record could not be built: %s: %s",
                             type(error).__name__, error)
-        delay = BASE_DELAY
+        built, delay = len(records), BASE_DELAY
         for attempt in range(1, self._attempts + 1):
             try:
                 if records:
                     self._sink.write(records)
-                return len(records)
+                return built
             except Exception as error:
+                # what the sink says it stored is settled: only the rest is tried again
+                records = _unstored(error, records)
                 if attempt == self._attempts:
                     LOG.warning("data capture dropped %d record(s) after %d attempts: %s: %s",
                                 len(records), attempt, type(error).__name__, error)
-                    return 0
+                    return built - len(records)
                 LOG.info("data capture: storing %d record(s) failed (%s); again in %.1f s",
                          len(records), type(error).__name__, delay)
                 self._sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
-        return 0
+        return built - len(records)
+
+
+def _unstored(error: Exception, records: list[CaptureRecord]) -> list[CaptureRecord]:
+    """The records a failed write did not store: those its error names, else all."""
+    if isinstance(error, CaptureSinkError) and error.unstored is not None:
+        return list(error.unstored)
+    return records
 
 
 _OPEN: weakref.WeakSet[CaptureWriter] = weakref.WeakSet()

@@ -159,7 +159,7 @@ def test_a_retried_write_does_not_send_what_the_failed_one_delivered() -> None:
     records = [record(inference_id=f"r{i}") for i in range(FIREHOSE_BATCH + 5)]
     client = FakeFirehose(fail_calls=frozenset({2}))  # the second call of the first write
     sink = FirehoseSink(client, "stream")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(sinks.CaptureSinkError):
         sink.write(records)
     sink.write(records)  # the capture writer tries the batch again
     lines = [firehose_line(r) for r in records]
@@ -178,7 +178,7 @@ def test_a_record_over_the_limit_is_counted_once_when_the_write_is_tried_again(
                record(inference_id="r0")]
     client = FakeFirehose(fail_calls=frozenset({1}))
     sink = FirehoseSink(client, "stream")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(sinks.CaptureSinkError):
         sink.write(records)
     sink.write(records)
     assert client.delivered == [firehose_line(records[1])]
@@ -205,3 +205,29 @@ def test_each_line_of_a_mixed_batch_names_its_own_records_folder() -> None:
                        f"{at[0:4]}/{at[5:7]}/{at[8:10]}/{at[11:13]}")
     assert folders == [captured.partition() for captured in records]
     assert len(set(folders)) == len(records)
+
+
+class OneRefused(FakeFirehose):
+    """PutRecordBatch that keeps refusing the records of one inference (a per-record error)."""
+
+    def __init__(self, refused_id: str) -> None:
+        super().__init__()
+        self.refused_id = refused_id
+
+    def put_record_batch(self, DeliveryStreamName: str, Records: list[dict[str, bytes]]
+                         ) -> dict[str, Any]:
+        self.calls.append([entry["Data"] for entry in Records])
+        results: list[dict[str, str]] = [
+            {"ErrorCode": "ServiceUnavailableException", "ErrorMessage": "busy"}
+            if f'"inferenceId":"{self.refused_id}"'.encode() in entry["Data"]
+            else {"RecordId": "x"} for entry in Records]
+        return {"FailedPutCount": sum("ErrorCode" in r for r in results),
+                "RequestResponses": results}
+
+
+def test_a_failed_write_names_only_the_records_firehose_did_not_take() -> None:
+    records = [record(inference_id=f"r{i}") for i in range(FIREHOSE_BATCH + 5)]
+    sink = FirehoseSink(OneRefused("r3"), "stream", sleep=lambda _: None)
+    with pytest.raises(sinks.CaptureSinkError) as raised:
+        sink.write(records)
+    assert raised.value.unstored == [records[3]]  # the writer retries and drops only it

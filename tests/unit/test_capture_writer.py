@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from chalicelib.calls import Answer, Served
 from chalicelib.capture import Capturer
 from chalicelib.capture import writer as writer_module
 from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
+from chalicelib.capture.sinks import CaptureSinkError, S3Sink
 from chalicelib.capture.writer import CaptureWriter
 from chalicelib.core.observability import Outcome
 
@@ -305,6 +307,56 @@ def test_a_writer_still_holding_records_at_exit_is_closed_after_the_apps_own_flu
                           timeout=60, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["app flushed", "writer closed"]
+
+
+class FailingPartitionS3:
+    """PutObject that stores every key but those under ``failing`` (one partition whose
+    prefix keeps answering 500), and counts its calls."""
+
+    def __init__(self, failing: str) -> None:
+        self.failing, self.stored, self.calls = failing, dict[str, bytes](), 0
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes, ContentType: str
+                   ) -> dict[str, Any]:
+        self.calls += 1
+        if Key.startswith(self.failing):
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "down"},
+                               "ResponseMetadata": {"HTTPStatusCode": 500}}, "PutObject")
+        self.stored[Key] = Body
+        return {"ETag": '"e"'}
+
+
+def test_a_partition_that_keeps_failing_drops_only_its_own_records(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    s3 = FailingPartitionS3("iris/B/")
+    sink = S3Sink(s3, "bucket", "", sleep=lambda _: None)
+    writer = CaptureWriter(sink, build, batch_records=100, attempts=3, sleep=lambda _: None)
+    variants = ["A"] * 2 + ["B"] * 3 + ["C"] * 4
+    for number, variant in enumerate(variants):
+        assert writer.submit(dataclasses.replace(exchange(number), variant=variant))
+    try:
+        assert writer.flush(10)
+    finally:
+        writer.close(10)
+    assert (writer.written, writer.dropped) == (6, 3)  # B's records only, A's and C's stored
+    stored = b"".join(s3.stored.values()).splitlines()
+    assert len(stored) == 6
+    metrics = _metrics(capsys)
+    assert sum(line["CaptureDropped"][0] for line in metrics if "CaptureDropped" in line) == 3
+    assert sum(line["CaptureRecords"][0] for line in metrics if "CaptureRecords" in line) == 6
+
+
+def test_one_write_of_many_partitions_shares_one_retry_budget() -> None:
+    now = [0.0]
+    s3 = FailingPartitionS3("iris/")  # every partition failing
+    sink = S3Sink(s3, "bucket", "", sleep=lambda delay: now.__setitem__(0, now[0] + delay),
+                  clock=lambda: now[0], rng=lambda: 1.0)
+    records = [build(dataclasses.replace(exchange(n), variant=f"V{n}")) for n in range(20)]
+    with pytest.raises(CaptureSinkError) as raised:
+        sink.write(records)
+    assert raised.value.unstored is not None and len(raised.value.unstored) == 20
+    assert now[0] <= sink.policy.budget_seconds + sink.policy.max_delay  # not 20 x 2 s
+    assert s3.calls < 20 * sink.policy.max_attempts
 
 
 def _metrics(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
