@@ -1,5 +1,6 @@
-"""The one builder of chalicelib's boto3 clients, by a named policy of
-:mod:`chalicelib.core.aws` (its timeouts and retries).
+"""The one builder of boto3 clients, by a named policy of :mod:`chalicelib.core.aws` (its
+timeouts and retries): chalicelib's, and the tools' (``sagegate``'s deploy, local stack,
+capture reader and monitor) too.
 
 boto3 is imported when a client is built, not when this module is: a room that never uses a
 service never pays for it. boto3 reads the ``AWS_ENDPOINT_URL_*`` variables itself (the local
@@ -12,10 +13,24 @@ from typing import Any
 from chalicelib.core.aws import ClientPolicy
 
 
-def build(service: str, policy: ClientPolicy) -> Any:
-    """A boto3 client of ``service`` that waits and retries as ``policy`` says."""
+def build(service: str, policy: ClientPolicy, *, endpoint_url: str | None = None,
+          region: str | None = None) -> Any:
+    """A boto3 client of ``service`` that waits and retries as ``policy`` says.
+
+    Args:
+        service: the AWS service's name (``"s3"``, ``"sagemaker-runtime"``...).
+        policy: its timeouts and retries.
+        endpoint_url: a service endpoint of its own (moto's server); None: boto3's lookup.
+        region: the client's region; None: boto3's lookup.
+    """
     import boto3  # deferred: boto3 is slow to import, paid on first use, not at cold start
-    from botocore.config import Config
+
+    return boto3.client(service, config=config(policy), **_where(endpoint_url, region))
+
+
+def config(policy: ClientPolicy) -> Any:
+    """botocore's ``Config`` of ``policy``."""
+    from botocore.config import Config  # deferred, as boto3 is
 
     options: dict[str, Any] = {
         "connect_timeout": policy.connect_timeout,
@@ -32,4 +47,47 @@ def build(service: str, policy: ClientPolicy) -> Any:
         # endpoint stays path-style
         options["signature_version"] = "s3v4"
         options["s3"] = {"addressing_style": "virtual"}
-    return boto3.client(service, config=Config(**options))
+    return Config(**options)
+
+
+def _where(endpoint_url: str | None, region: str | None) -> dict[str, str]:
+    """boto3's keywords for what the caller chose (nothing: boto3's own lookup)."""
+    chosen = {"endpoint_url": endpoint_url, "region_name": region}
+    return {name: value for name, value in chosen.items() if value is not None}
+
+
+class Clients:
+    """Clients of one region (and, given, credentials), each built with one policy: what the
+    deploy commands and the local stack hold (``region_name`` and ``client(service)``, as a
+    boto3 session has).
+
+    Args:
+        policy: every client's timeouts and retries.
+        region: the region; None: boto3's lookup (``AWS_DEFAULT_REGION``, the configuration),
+            which may find none (``region_name`` is then None).
+        credentials: an access key id and secret (the local stack's dummy ones); None:
+            boto3's lookup.
+        endpoint_url: every client's endpoint (moto's server); None: boto3's lookup.
+    """
+
+    def __init__(self, policy: ClientPolicy, region: str | None = None,
+                 credentials: tuple[str, str] | None = None,
+                 endpoint_url: str | None = None) -> None:
+        import boto3  # deferred, as in build
+
+        keys = {} if credentials is None else {"aws_access_key_id": credentials[0],
+                                               "aws_secret_access_key": credentials[1]}
+        self._session = boto3.session.Session(region_name=region, **keys)
+        self._policy = policy
+        self._endpoint_url = endpoint_url
+
+    @property
+    def region_name(self) -> str | None:
+        """The region the clients are built in (None: none found)."""
+        region: str | None = self._session.region_name
+        return region
+
+    def client(self, service: str) -> Any:
+        """A client of ``service`` in this region, built with this policy."""
+        return self._session.client(service, config=config(self._policy),
+                                    **_where(self._endpoint_url, None))

@@ -2,11 +2,13 @@
 
 The one place that says, per use, how long a client waits and how often botocore retries
 (:class:`ClientPolicy`; :mod:`chalicelib.awsclients` builds the clients from them), reads a
-``ClientError``'s code (:func:`error_code`) and parses an ``s3://`` URI (:class:`S3Uri`).
-Nothing here imports botocore: the light rooms may use it.
+``ClientError``'s code (:func:`error_code`) and parses an ``s3://`` URI (:class:`S3Uri`):
+the product, the monitor and the tools (``sagegate``) all use these, so nothing here imports
+botocore or any other room (the light rooms and the stand-alone monitor may import it).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -14,6 +16,10 @@ from typing import Literal
 S3_SCHEME = "s3://"
 
 RetryMode = Literal["legacy", "standard", "adaptive"]
+
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+"""S3's bucket name rule (3 to 63 lowercase letters, digits, dots and hyphens, a letter or
+digit at either end)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,28 @@ MONITOR_S3 = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="l
                           total_max_attempts=5)
 """The scheduled monitor's S3 reads and writes: botocore's defaults (a run has minutes)."""
 
+CLI = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="legacy",
+                   total_max_attempts=5)
+"""The command line's reads (``sagegate capture`` and ``sagegate monitor`` listing and reading
+capture objects, the local stack's provisioning on moto's server): botocore's defaults,
+stated: a person waits at the terminal and Ctrl-C stops a wait."""
+
+DEPLOY = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="legacy",
+                      total_max_attempts=5)
+"""The deploy commands' calls (STS, CloudWatch Logs, Lambda, API Gateway, the layer's upload):
+botocore's defaults, stated; a deploy has minutes, and a layer's zip uploads for a while."""
+
+EVENTS_SQS = ClientPolicy(connect_timeout=60.0, read_timeout=30.0, retry_mode="legacy",
+                          total_max_attempts=2)
+"""The local event pump's SQS client: its read timeout is the long poll's wait plus a margin
+(:func:`ClientPolicy.with_timeouts`); one retry (botocore's ``max_attempts`` of 1), as the
+pump polls again anyway."""
+
+
+def valid_bucket_name(name: str) -> bool:
+    """Whether ``name`` follows S3's bucket name rule (3-63 of ``a-z 0-9 . -``)."""
+    return bool(_BUCKET_NAME.match(name))
+
 
 def error_code(error: BaseException) -> str:
     """A botocore ``ClientError``'s code (``response["Error"]["Code"]``), "" for anything else."""
@@ -93,17 +121,25 @@ class S3Uri:
     key: str = ""
 
     @classmethod
-    def parse(cls, text: str) -> S3Uri:
+    def parse(cls, text: str, *, strict: bool = False) -> S3Uri:
         """``s3://bucket/key`` (the key as written, slashes included).
 
+        Args:
+            text: the URI.
+            strict: also require a valid bucket name (:func:`valid_bucket_name`) and a key on
+                one line (a setting's value, checked before anything is written there).
+
         Raises:
-            ValueError: ``text`` does not start with ``s3://`` or names no bucket.
+            ValueError: ``text`` does not start with ``s3://`` or names no bucket (or, strict,
+                not a valid one); each caller words it for its own setting.
         """
         if not text.startswith(S3_SCHEME):
             raise ValueError(f"not an {S3_SCHEME} URI: {text[:64]!r}")
         bucket, _, key = text[len(S3_SCHEME):].partition("/")
         if not bucket:
             raise ValueError(f"no bucket in {text[:64]!r}")
+        if strict and (not valid_bucket_name(bucket) or "\n" in key):
+            raise ValueError(f"not a valid bucket name in {text[:64]!r}")
         return cls(bucket, key)
 
     @property
@@ -116,9 +152,20 @@ class S3Uri:
         names = [name for name in (self.prefix, *(part.strip("/") for part in parts)) if name]
         return S3Uri(self.bucket, "/".join(names))
 
+    def folder(self, *parts: str) -> str:
+        """The key of ``parts`` under this prefix with a trailing slash (a listing's prefix;
+        "" at the bucket's root)."""
+        key = self.child(*parts).key
+        return f"{key}/" if key else ""
+
     def join(self, key: str) -> S3Uri:
         """Another key of this bucket (a full key, not a part)."""
         return S3Uri(self.bucket, key)
+
+    @property
+    def location(self) -> str:
+        """``s3://bucket/prefix`` without a trailing slash (``s3://bucket`` at its root)."""
+        return f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
 
     def __str__(self) -> str:
         return f"{S3_SCHEME}{self.bucket}/{self.key}"

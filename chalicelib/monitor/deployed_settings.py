@@ -17,6 +17,8 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
+from chalicelib.core.aws import S3_SCHEME, S3Uri
+
 MONITOR_BASELINE, MONITOR_OUTPUT, MONITOR_SCHEDULE, MONITOR_CAPTURES = (
     "MONITOR_BASELINE", "MONITOR_OUTPUT", "MONITOR_SCHEDULE", "MONITOR_CAPTURES")
 MONITOR_ENGINE = "MONITOR_ENGINE"
@@ -29,7 +31,6 @@ RUNS_SUFFIX = "-runs"
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 DEFAULT_SCHEDULE = "cron(5 * * * ? *)"
 """Hourly, five minutes past the hour (late capture files of the hour have landed)."""
-_S3 = "s3://"
 _SCHEDULE = re.compile(r"^(cron|rate)\([^()]+\)\Z")
 
 
@@ -56,29 +57,33 @@ class S3Location:
             MonitorConfigError: not an ``s3://`` URI with a bucket.
         """
         text = uri.strip()
-        bucket, _, prefix = text[len(_S3):].partition("/")
-        if not text.startswith(_S3) or not bucket:
+        try:
+            parsed = S3Uri.parse(text)
+        except ValueError:
             raise MonitorConfigError(f"{setting} must be an s3://bucket/prefix URI, "
-                                     f"not {text[:80]!r}")
-        return cls(bucket, prefix.strip("/"))
+                                     f"not {text[:80]!r}") from None
+        return cls(parsed.bucket, parsed.prefix)
+
+    @property
+    def _uri(self) -> S3Uri:
+        return S3Uri(self.bucket, self.prefix)
 
     def key(self, *parts: str) -> str:
         """The key of ``parts`` under the prefix."""
-        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+        return self._uri.child(*parts).key
 
     def folder(self, *parts: str) -> str:
         """:meth:`key` with a trailing slash (a listing prefix); empty at the bucket's root."""
-        key = self.key(*parts)
-        return f"{key}/" if key else ""
+        return self._uri.folder(*parts)
 
     def object_uri(self, key: str) -> str:
         """``s3://bucket/key``: the URI of a key of this bucket (a full key, not a part)."""
-        return f"{_S3}{self.bucket}/{key}"
+        return str(self._uri.join(key))
 
     @property
     def uri(self) -> str:
         """``s3://bucket/prefix``."""
-        return f"{_S3}{self.bucket}/{self.prefix}".rstrip("/")
+        return self._uri.location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +149,7 @@ def _captures(env: Mapping[str, str]) -> S3Location:
     if read_from:
         return S3Location.parse(read_from, MONITOR_CAPTURES)
     destination = env.get(CAPTURE_DESTINATION, "").strip()
-    if not destination.startswith(_S3):
+    if not destination.startswith(S3_SCHEME):
         raise MonitorConfigError(
             f"{MONITOR_BASELINE} is set, so {CAPTURE_DESTINATION} must be the s3:// "
             f"prefix the captures are written to, not {destination[:80]!r} (or set "

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from chalicelib import awsclients
+from chalicelib.core.aws import DEPLOY
 from sagegate.deploy import templates
 from sagegate.deploy.runtime import ARCHITECTURE
 from sagegate.deploy.shell import DeployError, config_path
@@ -20,17 +22,15 @@ from sagegate.deploy.stages import ROOT, record_layer
 LAYER_DESCRIPTION = "numpy, OpenCV and the other compiled dependencies"
 
 
-def session(region: str | None = None) -> Any:
-    """A boto3 session in ``region``, else AWS_REGION, else boto3's own lookup
-    (AWS_DEFAULT_REGION, the AWS configuration).
+def session(region: str | None = None) -> awsclients.Clients:
+    """The deploy's clients (:data:`chalicelib.core.aws.DEPLOY`) in ``region``, else
+    AWS_REGION, else boto3's own lookup (AWS_DEFAULT_REGION, the AWS configuration).
 
     Raises:
         DeployError: (status 2) no region anywhere.
     """
-    import boto3
-
     chosen = (region or "").strip() or os.environ.get("AWS_REGION", "").strip() or None
-    made = boto3.session.Session(region_name=chosen)
+    made = awsclients.Clients(DEPLOY, region=chosen)
     if not made.region_name:
         raise DeployError("no AWS region: pass --region (make ... REGION=), set AWS_REGION "
                           "or configure the AWS CLI", status=2)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chalicelib.core.aws import S3_SCHEME, S3Uri
+from chalicelib.core.aws import S3_SCHEME, S3Uri, valid_bucket_name
 from chalicelib.core.config_names import FIREHOSE_SCHEME
 from sagegate.deploy.stage import Stage
 
@@ -68,7 +68,6 @@ its ``inferenceTime`` (``yyyy-mm-ddThh:mm:ssZ``), not the hour it reached the st
 DEFAULT_LOG_DAYS = 14
 ERRORS_SUFFIX = "-errors"
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}\Z")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\Z")
 _LOG_GROUP_SKIPS = [
     ("CKV_AWS_158", "Firehose's delivery errors (object keys, error codes), never a record; "
@@ -147,7 +146,7 @@ def check_capture_stream(stage: Stage) -> None:
                          "firehose://<stream name> (1 to 64 of a-z A-Z 0-9 . _ -), not "
                          f"{stage.env.get('CAPTURE_DESTINATION', '')[:80]!r}")
     uri = delivery(stage)
-    if not _BUCKET.match(uri.bucket) or not _PREFIX.match(uri.prefix):
+    if not valid_bucket_name(uri.bucket) or not _PREFIX.match(uri.prefix):
         raise ValueError(f"{where}.capture_stream must be s3://<bucket>/<prefix> (a bucket "
                          "name and a prefix of A-Z a-z 0-9 . _ - /), not "
                          f"{stage.capture_stream[:80]!r}")

@@ -161,11 +161,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--stage", required=True, choices=DEPLOY_STAGES)
     parser.add_argument("--region", required=True)
     args = parser.parse_args(argv)
-    import boto3
+    from chalicelib import awsclients
+    from chalicelib.core.aws import DEPLOY
 
     try:
         print(switch(args.action, deploy_stage(args.stage),
-                     boto3.session.Session(region_name=args.region)))
+                     awsclients.Clients(DEPLOY, region=args.region)))
     except ValueError as error:
         parser.exit(1, f"error: {error}\n")
     return 0

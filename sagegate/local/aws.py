@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from chalicelib import awsclients
+from chalicelib.core import aws
 from chalicelib.core.config import Settings
 from sagegate.local.events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
 from sagegate.local.moto_server import OPEN_PATH, PROVISION_HEADER, PROVISION_KEY_ENV
@@ -181,13 +183,10 @@ def emulator_env(moto_url: str) -> dict[str, str]:
 def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
     """boto3's S3, SNS, SQS and DynamoDB clients for moto's server, each request carrying
     the gate's key (the only requests it lets through before it opens)."""
-    import boto3  # deferred: only provisioning needs it
-
-    session = boto3.session.Session(
-        aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"], region_name=REGION)
-    clients = tuple(session.client(name, endpoint_url=endpoint_url)
-                    for name in ("s3", "sns", "sqs", "dynamodb"))
+    session = awsclients.Clients(aws.CLI, region=REGION, endpoint_url=endpoint_url,
+                                 credentials=(DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+                                              DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"]))
+    clients = tuple(session.client(name) for name in ("s3", "sns", "sqs", "dynamodb"))
 
     def with_key(request: Any, **_: Any) -> None:
         request.headers[PROVISION_HEADER] = key
@@ -307,7 +306,7 @@ def emulator_resources(config_path: Path) -> tuple[list[str], list[str]]:
             continue
         for path in (settings.output_path, settings.failure_path):
             if path:
-                buckets.append(path.removeprefix("s3://").split("/", 1)[0])
+                buckets.append(aws.S3Uri.parse(path).bucket)  # checked by load_config
         topics.extend(t for t in (settings.success_topic, settings.error_topic) if t)
     return buckets, topics
 
@@ -434,6 +433,7 @@ class MotoStack:
 
 def capture_bucket(destination: str) -> str:
     """The bucket of an ``s3://bucket/prefix`` capture destination ("" for any other)."""
-    if not destination.startswith("s3://"):
+    try:
+        return aws.S3Uri.parse(destination).bucket
+    except ValueError:
         return ""
-    return destination.removeprefix("s3://").split("/", 1)[0]

@@ -32,6 +32,9 @@ import uuid
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from chalicelib import awsclients
+from chalicelib.core.aws import EVENTS_SQS
+
 TICKETS_QUEUE_ENV = "SAGEGATE_LOCAL_TICKETS_QUEUE"
 """The SQS queue URL of the jobs bucket's ticket notifications (set by ``sagegate run``)."""
 NOTIFICATIONS_QUEUE_ENV = "SAGEGATE_LOCAL_NOTIFICATIONS_QUEUE"
@@ -337,13 +340,11 @@ def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump 
     handlers = handlers_of(app_module)
     if not routes or not handlers:
         return None
-    import boto3
-    from botocore.config import Config
     from chalice.local import LambdaContext
 
-    sqs = boto3.client("sqs", endpoint_url=environ.get("AWS_ENDPOINT_URL_SQS"),
-                       config=Config(read_timeout=WAIT_SECONDS + 10,
-                                     retries={"max_attempts": 1}))
+    # the read timeout outlasts the long poll's wait
+    policy = EVENTS_SQS.with_timeouts(EVENTS_SQS.connect_timeout, WAIT_SECONDS + 10)
+    sqs = awsclients.build("sqs", policy, endpoint_url=environ.get("AWS_ENDPOINT_URL_SQS"))
 
     def context(name: str, invocation: str) -> Any:
         made = LambdaContext(name, 1769, LAMBDA_TIMEOUT_MS)

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from chalicelib.core.aws import S3_SCHEME
 from chalicelib.core.config import Settings
 from sagegate.local.auth import API_KEY_ENV
 from sagegate.local.aws import MotoStack, MotoStartError, emulator_env
@@ -101,7 +102,7 @@ def describe_capture(settings: Settings, local_s3: bool = False) -> str:
         return "data capture off"
     where = settings.capture_destination
     line = f"capturing {settings.capture_mode} of each prediction to {where}"
-    if local_s3 and where.startswith("s3://"):
+    if local_s3 and where.startswith(S3_SCHEME):
         return line + " (on moto's server, in memory)"
     if "://" in where:
         return line

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from chalicelib import awsclients
+from chalicelib.core import aws
 from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.monitor import capture_format, windows
 from sagegate.monitor.files import SourceError, open_regular
@@ -216,9 +218,7 @@ def _s3_lines(s3: Any, source: str, name: str) -> Iterator[bytes]:
 
 
 def _s3_client() -> Any:
-    import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
-
-    return boto3.client("s3")
+    return awsclients.build("s3", aws.CLI)  # boto3 imported then: only for an s3:// source
 
 
 def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,

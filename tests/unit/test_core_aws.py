@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.core.aws import S3Uri, error_code
+from chalicelib.core.aws import S3Uri, error_code, valid_bucket_name
 
 
 def test_an_s3_uri_parses_and_prints_back() -> None:
@@ -38,3 +38,28 @@ def test_the_error_code_of_a_client_error_and_of_anything_else() -> None:
     assert error_code(Answered({"Error": "nope"})) == ""
     assert error_code(Answered(None)) == ""
     assert error_code(ValueError()) == ""
+
+
+@pytest.mark.parametrize(("name", "valid"), [("my-bucket.logs", True), ("abc", True),
+                                             ("ab", False), ("My-Bucket", False),
+                                             ("-bucket", False), ("bucket-", False),
+                                             ("b" * 63, True), ("b" * 64, False)])
+def test_the_bucket_name_rule(name: str, valid: bool) -> None:
+    assert valid_bucket_name(name) is valid
+
+
+def test_a_strict_parse_also_wants_a_valid_bucket_name_and_a_key_on_one_line() -> None:
+    assert S3Uri.parse("s3://Bucket/key").bucket == "Bucket"  # lenient: as written
+    assert S3Uri.parse("s3://bucket/key", strict=True) == S3Uri("bucket", "key")
+    for text in ("s3://Bucket/key", "s3://ab", "s3://bucket/a\nb"):
+        with pytest.raises(ValueError, match="not a valid bucket name"):
+            S3Uri.parse(text, strict=True)
+
+
+def test_a_prefixs_folder_and_location() -> None:
+    prefix = S3Uri.parse("s3://bucket/team/captures/")
+    assert prefix.folder("iris") == "team/captures/iris/"
+    assert prefix.folder() == "team/captures/"
+    assert S3Uri("bucket").folder() == ""
+    assert prefix.location == "s3://bucket/team/captures"
+    assert S3Uri("bucket").location == "s3://bucket"
