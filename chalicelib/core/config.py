@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.core.aws import S3_SCHEME
+from chalicelib.core.aws import S3_SCHEME, S3Uri, valid_bucket_name
 from chalicelib.core.config_names import (
     API_GATEWAY_TIMEOUT_SECONDS,
     CACHE_MEMORY_BYTES,
@@ -90,12 +90,20 @@ from chalicelib.core.media import MODES as RESIZE_MODES
 
 _LABELS_RE = re.compile(r"^[A-Za-z0-9_.-]*\Z")
 _TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")  # DynamoDB's table name rule
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")  # S3's bucket name rule
 # S3's safe key characters, "/"-separated non-empty segments, ending in "/" (or empty)
 _KEY_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*\Z")
 # an SNS topic's ARN, or its bare name (1-256 letters, digits, '-', '_'; ".fifo" for FIFO)
 _TOPIC_RE = re.compile(r"^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:)?[A-Za-z0-9_-]{1,256}"
                        r"(\.fifo)?\Z")
+
+
+def _strict_s3_uri(text: str) -> bool:
+    """Whether ``text`` is an ``s3://`` URI with a valid bucket name (S3Uri's strict parse)."""
+    try:
+        S3Uri.parse(text, strict=True)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +213,7 @@ class Settings:
         self._check_jobs()
 
     def _check_jobs(self) -> None:
-        check(self.jobs_bucket == "" or bool(_BUCKET_RE.match(self.jobs_bucket)), JOBS_BUCKET,
+        check(self.jobs_bucket == "" or valid_bucket_name(self.jobs_bucket), JOBS_BUCKET,
               "must be an S3 bucket name (3-63 lowercase letters, digits, '.', '-') or empty")
         check(len(self.jobs_prefix) <= 256 and bool(_KEY_PREFIX_RE.match(self.jobs_prefix))
               and "/../" not in f"/{self.jobs_prefix}" and "/./" not in f"/{self.jobs_prefix}",
@@ -245,8 +253,8 @@ class Settings:
               f"must be set when {CAPTURE_MODE} is {self.capture_mode!r} (a directory, "
               "s3://bucket/prefix or firehose://delivery-stream)")
         if destination.startswith(S3_SCHEME):
-            check(bool(re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?\Z", destination)),
-                  CAPTURE_DESTINATION, "must be s3://bucket[/prefix] with a valid bucket name")
+            check(_strict_s3_uri(destination), CAPTURE_DESTINATION,
+                  "must be s3://bucket[/prefix] with a valid bucket name")
         elif destination.startswith(FIREHOSE_SCHEME):
             check(bool(re.match(r"^firehose://[a-zA-Z0-9_.-]{1,64}\Z", destination)),
                   CAPTURE_DESTINATION, "must be firehose://<delivery stream name>")

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from chalicelib import awsclients
+from chalicelib.core import aws
 from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
@@ -62,12 +64,9 @@ def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[by
 
 
 def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[bytes]]]:
-    import boto3  # deferred: boto3 costs to import, paid only for an s3:// source
-
     uri = S3Uri.parse(source)
-    bucket, prefix = uri.bucket, uri.prefix
-    folder = f"{prefix}/" if prefix else ""  # the prefix is a folder, as the S3 sink writes it
-    s3 = boto3.client("s3")
+    bucket, folder = uri.bucket, uri.folder()  # a folder, as the S3 sink writes it
+    s3 = awsclients.build("s3", aws.CLI)  # boto3 imported then: only for an s3:// source
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
         for item in sorted(page.get("Contents", []), key=lambda i: i["Key"]):
             if item["Key"].endswith(".jsonl"):
