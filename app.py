@@ -16,7 +16,7 @@ from typing import Any
 
 from chalice import Chalice, CognitoUserPoolAuthorizer, CORSConfig, IAMAuthorizer, Response
 
-from chalicelib.core import lifecycle
+from chalicelib.core import environment, lifecycle
 from chalicelib.core.access import Access, AuthMode
 from chalicelib.core.config_deployment import Deployment
 from chalicelib.core.errors import SagegateError
@@ -74,8 +74,8 @@ def _auth(access: Access) -> dict[str, Any]:
 # Chalice fixes auth and CORS per route, and declares the event functions, at import;
 # `chalice deploy`/`package` import this file with the stage's environment variables set, so
 # SAGEGATE_AUTH etc. and the events' variables come from the stage (read once, here).
-_ACCESS = Access.from_env(deployed=lifecycle.on_lambda())
-DEPLOYMENT = Deployment.from_env()
+_ACCESS = Access.from_env(environment.variables(), deployed=lifecycle.on_lambda())
+DEPLOYMENT = Deployment.from_env(environment.variables())
 app.api.cors = _cors(_ACCESS)
 _PROTECTED = _auth(_ACCESS)
 

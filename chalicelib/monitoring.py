@@ -18,13 +18,12 @@ cold start loads none of the monitor, numpy's statistics or datasketches (``benc
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chalicelib import awsclients
-from chalicelib.core import aws
+from chalicelib.core import aws, environment
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.specs import ModelSpec
 
@@ -45,7 +44,7 @@ def run_monitor(event: Any, models: Models, schedule_name: str, *,
         models: the registered models (read once the monitor's own settings are known good).
         schedule_name: the ``MonitoringSchedule`` dimension (the function's own name).
         s3: an S3 client; built (the monitor's timeouts and retries) when None.
-        env: where the monitor's settings are read (``MONITOR_*``); ``os.environ`` when None.
+        env: where the monitor's settings are read (``MONITOR_*``); the process's when None.
 
     Returns:
         Each endpoint's outcome and the run's count of violations.
@@ -80,7 +79,7 @@ def plan_monitor(event: Mapping[str, Any], models: Models, *, s3: Any = None,
         event: the state machine's ``{"event", "execution"}``.
         models: the registered models.
         s3: an S3 client; built when None.
-        env: where the monitor's settings are read; ``os.environ`` when None.
+        env: where the monitor's settings are read; the process's when None.
 
     Raises:
         ConfigurationError: ``MONITOR_BASELINE`` is not set.
@@ -125,7 +124,7 @@ def reduce_monitor(event: Mapping[str, Any], schedule_name: str, *, s3: Any = No
 def _settings(env: Mapping[str, str] | None) -> MonitorSettings:
     from chalicelib.monitor.deployed_settings import MonitorSettings
 
-    settings = MonitorSettings.from_env(os.environ if env is None else env)
+    settings = MonitorSettings.from_env(environment.variables() if env is None else env)
     if settings is None:
         raise ConfigurationError("MONITOR_BASELINE is not set: nothing to monitor")
     return settings

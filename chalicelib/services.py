@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,7 @@ from chalicelib.cache.prediction import PredictionCache
 from chalicelib.capture import CLOSE_FLUSH_SECONDS, Capturer
 from chalicelib.capture.extension import AfterHandlers
 from chalicelib.capture.extension import start as start_extension
-from chalicelib.core import aws, lifecycle
+from chalicelib.core import aws, environment, lifecycle
 from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
@@ -57,7 +56,8 @@ class Services:
         endpoint: a ready endpoint client (every model's); the predictor's, or built, when None.
         registry: a ready model registry; read from ``chalicelib/models/`` when None.
         cache: a ready prediction cache; built from the settings (``CACHE_*``) when None.
-        read_settings: how settings are read when not given (``Settings.from_env``).
+        read_settings: how settings are read when not given (``Settings.from_env`` of the
+            process's environment, :mod:`chalicelib.core.environment`).
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
         job_store: a ready job store; in memory, or the ``JOBS_TABLE`` table, when None.
         s3: a ready S3 client (jobs' uploads, tickets and results); boto3's when None.
@@ -73,7 +73,7 @@ class Services:
     def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
                  capturer: Capturer | None = None, endpoint: EndpointClient | None = None,
                  registry: Registry | None = None, cache: PredictionCache | None = None,
-                 read_settings: Callable[[], Settings] = Settings.from_env,
+                 read_settings: Callable[[], Settings] | None = None,
                  env: Mapping[str, str] | None = None, job_store: JobStore | None = None,
                  s3: Any = None, job_endpoint: EndpointClient | None = None,
                  kinds: Sequence[KindRules] = kinds.KINDS,
@@ -85,7 +85,8 @@ class Services:
         self._endpoint = endpoint or (predictor.endpoint if predictor else None)
         self._registry = registry
         self._cache = cache
-        self._read_settings = read_settings
+        self._read_settings = read_settings or (
+            lambda: Settings.from_env(environment.variables()))
         self._env = env
         self._endpoint_given = self._endpoint is not None
         self._pipelines: dict[tuple[str | None, ...], ServingPipeline] = {}
@@ -122,7 +123,7 @@ class Services:
             if self._registry is None:
                 settings = self.settings
                 # the flat settings describe the default model: its "$ENDPOINT_NAME" is theirs
-                env = {**(os.environ if self._env is None else self._env),
+                env = {**(environment.variables() if self._env is None else self._env),
                        ENDPOINT_NAME: settings.endpoint_name}
                 self._registry = load_registry(settings, env, labels=load_labels(settings.labels),
                                                known=self.known)
@@ -335,7 +336,7 @@ class Services:
                     s3=self._s3.get(), endpoint=self.job_endpoint,
                     pipeline_for=self.job_pipeline_for, backends=self.known.backends,
                     capturer=self.capturer, lifetime=RunnerLifetime.from_env(
-                        os.environ if self._env is None else self._env))
+                        environment.variables() if self._env is None else self._env))
             return self._jobs_context
 
     @property

@@ -17,21 +17,20 @@ the writer itself before the response leaves (:meth:`AfterHandlers.handler_ended
 inline capture would store the record; the before-snapshot hook flushes too
 (``Capturer.close``).
 
-Only the standard library is used, and :mod:`chalicelib.core.lifecycle` (standard library
-only), whose SnapStart detection this shares: the extension starts before anything else is
-imported.
+Only the standard library is used, and :mod:`chalicelib.core.lifecycle` and
+:mod:`chalicelib.core.environment` (standard library only), whose SnapStart detection and
+environment this shares: the extension starts before anything else is imported.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib.core import lifecycle
+from chalicelib.core import environment, lifecycle
 
 LOG = logging.getLogger("sagegate.capture")
 
@@ -197,7 +196,7 @@ def start(flush: Flush, environ: dict[str, str] | None = None) -> CaptureExtensi
     """Register and start the extension when this is a Lambda environment with a runtime API
     and not SnapStart's (see the module); None otherwise, or when registration failed
     (logged: the middleware then flushes in the handler)."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = dict(environment.variables()) if environ is None else environ
     api = environ.get(RUNTIME_API, "")
     if not api or lifecycle.snap_start(environ):
         return None

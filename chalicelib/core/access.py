@@ -2,7 +2,7 @@
 
 Chalice fixes a route's authorizer, ``api_key_required`` and CORS settings when ``app.py`` is
 imported, and ``chalice deploy`` / ``chalice package`` import it with the stage's
-``environment_variables`` already in ``os.environ``. So these settings live in each stage of
+``environment_variables`` already in its environment. So these settings live in each stage of
 ``.chalice/config.json`` like every other one, and are read once, at import, instead of lazily
 like :class:`~chalicelib.core.config.Settings`. A bad value fails the import (and so the packaging)
 with a message naming the variable.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
 from collections.abc import Mapping
 
@@ -94,8 +93,8 @@ class Access:
         return self.auth != AuthMode.NONE
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, deployed: bool = False) -> Access:
-        """Read the access rules from the environment (``os.environ`` when None).
+    def from_env(cls, env: Mapping[str, str], deployed: bool = False) -> Access:
+        """Read the access rules from environment variables.
 
         Args:
             env: the variables.
@@ -106,7 +105,6 @@ class Access:
             ConfigurationError: a variable has a bad value, or a deployed function's mode is
                 implicit or open without saying so; the message names the variable.
         """
-        env = os.environ if env is None else env
         arns = tuple(arn.strip() for arn in env.get(COGNITO_USER_POOL_ARNS, "").split(",")
                      if arn.strip())
         auth = env.get(SAGEGATE_AUTH, "").strip().lower()

@@ -18,7 +18,6 @@ them; their home is those two modules.)
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -292,11 +291,12 @@ class Settings:
         ]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Build settings from the environment.
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build settings from environment variables.
 
         Args:
-            env: the variables to read; ``os.environ`` when None.
+            env: the variables to read (the app's: :func:`chalicelib.core.environment.
+                variables`).
             **overrides: explicit values (field names), which win over the environment.
 
         Returns:
@@ -305,7 +305,6 @@ class Settings:
         Raises:
             ConfigurationError: a variable is missing or has a bad value; the message names it.
         """
-        env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             var = field.name.upper()

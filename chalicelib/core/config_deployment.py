@@ -9,7 +9,6 @@ functions meet it when they run); the values are the same text the settings read
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -64,15 +63,14 @@ class Deployment(NamedTuple):
     job_redrive_period_seconds: int = DEFAULT_JOB_REDRIVE_PERIOD_SECONDS
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Deployment:
-        """The deployment the environment describes (``os.environ`` when None); never raises.
+    def from_env(cls, env: Mapping[str, str]) -> Deployment:
+        """The deployment the variables ``env`` describe; never raises.
 
         A variable unset or empty takes its default. ``JOBS_PREFIX`` is read as
         :class:`~chalicelib.core.config.Settings` reads it (blanks stripped from a set value),
         so the runner's S3 event and the tickets the routes write agree; ``MONITOR_SCHEDULE``
         as the monitor reads it (blank: the default).
         """
-        env = os.environ if env is None else env
         period = env.get(JOB_REDRIVE_PERIOD_SECONDS, "").strip()
         return cls(
             function_name=env.get(AWS_LAMBDA_FUNCTION_NAME, "").strip(),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import os
 import sys
 import threading
 from typing import IO, Any, cast
@@ -21,6 +20,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
+from chalicelib.core import environment
 from chalicelib.core.config_names import (
     POWERTOOLS_METRICS_NAMESPACE,
     POWERTOOLS_SERVICE_NAME,
@@ -69,14 +69,15 @@ class _CurrentStdout:
 
 _STDOUT = _CurrentStdout()
 # Powertools reads POWERTOOLS_SERVICE_NAME (and the log level) itself; "sagegate" otherwise.
-logger = Logger(service=os.environ.get(POWERTOOLS_SERVICE_NAME) or SERVICE,
+logger = Logger(service=environment.variables().get(POWERTOOLS_SERVICE_NAME) or SERVICE,
                 stream=cast(IO[str], _STDOUT))
 
 
 def _metrics() -> EphemeralMetrics:
     """A new metric set, named as the environment says now (not as it said at import)."""
-    return EphemeralMetrics(namespace=os.environ.get(POWERTOOLS_METRICS_NAMESPACE) or SERVICE,
-                            service=os.environ.get(POWERTOOLS_SERVICE_NAME) or SERVICE)
+    variables = environment.variables()
+    return EphemeralMetrics(namespace=variables.get(POWERTOOLS_METRICS_NAMESPACE) or SERVICE,
+                            service=variables.get(POWERTOOLS_SERVICE_NAME) or SERVICE)
 
 
 @dataclasses.dataclass

@@ -9,9 +9,9 @@ and so are they read here, when a page is served.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
+from chalicelib.core import environment
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.http import static
 from chalicelib.http.exchange import HttpAnswer
@@ -51,5 +51,6 @@ def _file_answer(body: str, content_type: str, jobs_bucket: JobsBucket,
         bucket = jobs_bucket()
     except ConfigurationError:
         bucket = ""
-    origins = static.upload_origins(bucket, os.environ if environ is None else environ)
+    origins = static.upload_origins(bucket, environment.variables() if environ is None
+                                    else environ)
     return HttpAnswer(body, {"Content-Type": content_type, **static.security_headers(origins)})

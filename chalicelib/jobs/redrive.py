@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -27,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chalicelib import awsclients
-from chalicelib.core import aws
+from chalicelib.core import aws, environment
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.jobs.records import JobState
 from chalicelib.jobs.service import JobsContext
@@ -248,12 +247,13 @@ def run_scheduled(context: JobsContext, scheduled: str, function_name: str,
             is its sibling, ``<app>-<stage>-job_runner``, which Chalice names the same way.
         deliver: how one ticket event reaches the runner (default: an asynchronous
             invocation of it; the local event pump passes a message on its tickets queue).
-        environ: the re-drive's settings (default: the process's environment).
+        environ: the re-drive's settings (default: the process's environment, read now).
     """
     if deliver is None:
         runner = function_name.removesuffix(REDRIVE_FUNCTION) + RUNNER_FUNCTION
         deliver = invoke_runner(lambda_client(), runner)
     done = redrive(context.store, Tickets(context.s3, context.bucket, context.prefix), deliver,
-                   RedriveSettings.from_env(os.environ if environ is None else environ),
+                   RedriveSettings.from_env(environment.variables() if environ is None
+                                            else environ),
                    scheduled_time(scheduled))
     return done.view()
