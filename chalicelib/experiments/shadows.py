@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import NamedTuple
 
 from chalicelib.core.observability import emit_count
@@ -68,6 +68,8 @@ class _Copy:
     call: Callable[[], None] | None
     size: int
     expires: float
+    dimensions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Its request's metric dimensions, for the line that counts it if it expires."""
 
 
 @dataclasses.dataclass
@@ -113,7 +115,7 @@ class Shadows:
         self._warned_drops = 0
 
     def submit(self, target: Hashable, call: Callable[[], None], *, timeout_seconds: float,
-               size: int = 0) -> str:
+               size: int = 0, dimensions: Mapping[str, str] | None = None) -> str:
         """Run ``call``, a copy for the shadow ``target``, in the background.
 
         Args:
@@ -124,6 +126,9 @@ class Shadows:
                 dropped.
             size: the bytes the copy holds (its request's body), for the bound on waiting
                 copies.
+            dimensions: the request's metric dimensions (its route, model, arm): a copy that
+                expires is counted (``ShadowDropped``) in the series its request's own
+                drops are.
 
         Returns:
             :data:`QUEUED`; :data:`DROPPED` when the target's waiting copies are at their
@@ -138,12 +143,19 @@ class Shadows:
             queue = self._targets.get(target)
             if queue is None:
                 queue = self._targets[target] = _Target(threading.Condition(self._lock))
-            if not self._has_room(queue, size):
+            queued = self._has_room(queue, size)
+            if queued:
+                thread = self._queue(queue, _Copy(call, size, self._clock() + timeout_seconds,
+                                                  dict(dimensions or {})))
+            else:
                 self.dropped += 1
                 warn = self._dropped_since_warning()
-            else:
-                self._queue(target, queue, _Copy(call, size, self._clock() + timeout_seconds))
-                return QUEUED
+        if queued:
+            # a new thread starts once the lock is let go: other requests' submits wait for
+            # the lock, never for a thread to start
+            if thread is not None:
+                thread.start()
+            return QUEUED
         if warn:
             self._warn(warn)
         return DROPPED
@@ -153,19 +165,20 @@ class Shadows:
             and queue.waiting_bytes + size <= self._max_waiting_bytes \
             and self._all_waiting_bytes + size <= self._max_all_waiting_bytes
 
-    def _queue(self, target: Hashable, queue: _Target, copy: _Copy) -> None:
-        """Under the lock: ``copy`` waits for one of ``target``'s threads (a new one when
-        every thread it has is busy and it may have another)."""
+    def _queue(self, queue: _Target, copy: _Copy) -> threading.Thread | None:
+        """Under the lock: ``copy`` waits for one of its target's threads; the new thread
+        to start once the lock is let go, when every thread it has is busy and it may have
+        another (counted now, so no other submit starts one more)."""
         self._handed += 1
         queue.waiting.append(copy)
         queue.waiting_bytes += copy.size
         self._all_waiting_bytes += copy.size
         if len(queue.waiting) > queue.idle and queue.threads < self._threads:
             queue.threads += 1
-            threading.Thread(target=self._work, args=(queue,), daemon=True,
-                             name=f"shadow-{queue.threads}").start()
-        else:
-            queue.wake.notify()
+            return threading.Thread(target=self._work, args=(queue,), daemon=True,
+                                    name=f"shadow-{queue.threads}")
+        queue.wake.notify()
+        return None
 
     def _work(self, queue: _Target) -> None:
         """A target's thread: its copies, one at a time, until none comes for a while."""
@@ -211,7 +224,8 @@ class Shadows:
             self.dropped += 1
             self.expired += 1
             warn = self._dropped_since_warning()
-        emit_count("ShadowDropped", 1)  # its request's metrics are already out
+        # its request's metrics are already out: a line of its own, in their series
+        emit_count("ShadowDropped", 1, **copy.dimensions)
         if warn:
             self._warn(warn)
         self._settle()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import logging
 import threading
 import time
@@ -118,6 +119,49 @@ def test_a_copy_past_its_own_timeout_when_a_thread_reaches_it_is_dropped_not_run
     gc.collect()
     assert short() is None  # nothing of the dropped copy is kept
     assert '"ShadowDropped":[1' in capsys.readouterr().out.replace(" ", "")
+
+
+def test_an_expired_copys_drop_carries_its_requests_dimensions(
+        gates: Callable[[], threading.Event], capsys: pytest.CaptureFixture[str]) -> None:
+    """The request's own ShadowDropped is in a line with its route, model and arm: the
+    expired copy's line has the same dimensions, so CloudWatch counts both in one series."""
+    now = [1000.0]
+    shadows = Shadows(threads=1, clock=lambda: now[0])
+    endpoint = Endpoint(gates())
+    assert submit(shadows, "t", endpoint, "first")[0] == QUEUED
+    endpoint.wait_started()
+    request = {"route": "/models/{name}/predictions", "model": "iris", "arm": "champion"}
+    call, _ = endpoint.copy("late")
+    assert shadows.submit("t", call, timeout_seconds=5.0, dimensions=request) == QUEUED
+    del call
+    capsys.readouterr()
+    now[0] += 10.0
+    endpoint.gate.set()
+    assert shadows.flush(WAIT)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if "ShadowDropped" in line]
+    assert len(lines) == 1
+    assert {key: lines[0][key] for key in request} == request
+    metric = lines[0]["_aws"]["CloudWatchMetrics"][0]
+    assert sorted(metric["Dimensions"][0]) == sorted(["service", *request])
+
+
+def test_a_submit_does_not_hold_the_pools_lock_while_a_thread_starts(
+        gates: Callable[[], threading.Event], monkeypatch: pytest.MonkeyPatch) -> None:
+    shadows = Shadows(threads=2)
+    held: list[bool] = []
+    start = threading.Thread.start
+
+    def checked(thread: threading.Thread) -> None:
+        held.append(shadows._lock.locked())
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", checked)
+    endpoint = Endpoint(gates())
+    endpoint.gate.set()
+    assert [submit(shadows, "t", endpoint, f"c{n}")[0] for n in range(3)] == [QUEUED] * 3
+    assert shadows.flush(WAIT)
+    assert held and not any(held)  # every thread started after the lock was let go
 
 
 def test_waiting_copies_are_bounded_in_count_and_bytes_and_given_back(
