@@ -162,8 +162,8 @@ def single_query(request: ServedRequest) -> Mapping[str, str]:
     ``?k=1&k=2`` would be read as ``k=2``, the client's other value dropped without a word.
 
     Raises:
-        InvalidParameterError: a parameter given more than once (the first such name, in
-            order).
+        InvalidParameterError: a parameter given more than once (the first such name in
+            alphabetical order: the event's object of values need not keep the request's).
     """
     params = request.query_params
     if not params:
