@@ -1,5 +1,7 @@
 """The settings' names and vocabulary: every environment variable sagegate reads, the values
-some of them take, and the defaults more than one reader shares.
+some of them take, and the defaults more than one reader shares. (The variables themselves
+come from :mod:`chalicelib.core.environment`, the one module that reads the environment; each
+reader below is handed them.)
 
 :class:`chalicelib.core.config.Settings` reads what requests use; the access variables are
 read by :mod:`chalicelib.core.access` and the log and metric names by
@@ -78,8 +80,22 @@ MONITOR_FANNED_OUT = "stepfunctions"
 """``MONITOR_ENGINE``'s value that fans the monitor out on Step Functions (anything else: the
 one scheduled function)."""
 JOB_REDRIVE_PERIOD_SECONDS = "JOB_REDRIVE_PERIOD_SECONDS"
+# read by the jobs room when its functions run (chalicelib.jobs.redrive, chalicelib.jobs.lifetime)
+JOB_REDRIVE_AFTER_SECONDS = "JOB_REDRIVE_AFTER_SECONDS"
+"""How long a job stays queued before it is re-driven (seconds)."""
+JOB_RUNNER_TIMEOUT_SECONDS = "JOB_RUNNER_TIMEOUT_SECONDS"
+"""The job runner function's timeout, as configured for the stage."""
+
+# Lambda's own runtime variables (chalicelib.core.lifecycle reads them)
 AWS_LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
 """Lambda's name of the running function (``<app>-<stage>[-<function>]``); unset elsewhere."""
+AWS_EXECUTION_ENV = "AWS_EXECUTION_ENV"
+"""The runtime's name on Lambda (``AWS_Lambda_python3.13``)."""
+LAMBDA_TASK_ROOT = "LAMBDA_TASK_ROOT"
+"""Where Lambda unpacked the function's code."""
+AWS_LAMBDA_INITIALIZATION_TYPE = "AWS_LAMBDA_INITIALIZATION_TYPE"
+"""How Lambda initialised the environment: ``on-demand``, ``snap-start``,
+``provisioned-concurrency``."""
 
 DEFAULT_JOBS_PREFIX = "jobs/"
 """``JOBS_PREFIX``'s default: the stage's key prefix in its jobs bucket."""

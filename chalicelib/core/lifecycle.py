@@ -28,15 +28,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from chalicelib.core import environment
+from chalicelib.core.config_names import (
+    AWS_EXECUTION_ENV,
+    AWS_LAMBDA_FUNCTION_NAME,
+    AWS_LAMBDA_INITIALIZATION_TYPE,
+    LAMBDA_TASK_ROOT,
+)
 
 LOG = logging.getLogger("sagegate.lifecycle")
 
-INIT_TYPE_VARIABLE = "AWS_LAMBDA_INITIALIZATION_TYPE"  # on-demand | snap-start | provisioned-...
-FUNCTION_NAME_VARIABLE = "AWS_LAMBDA_FUNCTION_NAME"
-EXECUTION_ENV_VARIABLE = "AWS_EXECUTION_ENV"  # AWS_Lambda_python3.13 ...
-TASK_ROOT_VARIABLE = "LAMBDA_TASK_ROOT"
 SNAP_START = "snap-start"
-""":data:`INIT_TYPE_VARIABLE`'s value in a SnapStart environment (snapshotted, or restored)."""
+"""``AWS_LAMBDA_INITIALIZATION_TYPE``'s value in a SnapStart environment (snapshotted, or
+restored)."""
 
 
 class Closable(Protocol):
@@ -49,16 +52,16 @@ def on_lambda(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process is a Lambda execution environment (not chalice local/package);
     ``environ``: the process's environment when None."""
     env = environment.variables() if environ is None else environ
-    return bool(env.get(FUNCTION_NAME_VARIABLE)) and bool(
-        env.get(EXECUTION_ENV_VARIABLE, "").startswith("AWS_Lambda_")
-        or env.get(TASK_ROOT_VARIABLE))
+    return bool(env.get(AWS_LAMBDA_FUNCTION_NAME)) and bool(
+        env.get(AWS_EXECUTION_ENV, "").startswith("AWS_Lambda_")
+        or env.get(LAMBDA_TASK_ROOT))
 
 
 def init_type(environ: Mapping[str, str] | None = None) -> str:
     """How Lambda initialised this environment (``snap-start`` while taking a snapshot);
     ``environ``: the process's environment when None."""
     env = environment.variables() if environ is None else environ
-    return env.get(INIT_TYPE_VARIABLE, "on-demand")
+    return env.get(AWS_LAMBDA_INITIALIZATION_TYPE, "on-demand")
 
 
 def snap_start(environ: Mapping[str, str] | None = None) -> bool:

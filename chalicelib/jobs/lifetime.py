@@ -25,12 +25,11 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 
+from chalicelib.core.config_names import JOB_RUNNER_TIMEOUT_SECONDS
 from chalicelib.core.errors import ConfigurationError
 
 logger = logging.getLogger("sagegate.jobs")
 
-RUNNER_TIMEOUT_ENV = "JOB_RUNNER_TIMEOUT_SECONDS"
-"""The job runner function's timeout, as configured for the stage."""
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 """Lambda's longest timeout: the default, which no runner can outlive."""
 RUNNER_MARGIN_SECONDS = 60
@@ -62,7 +61,7 @@ class RunnerLifetime:
         if isinstance(self.timeout_seconds, bool) or not isinstance(self.timeout_seconds, int) \
                 or not 1 <= self.timeout_seconds <= LAMBDA_MAX_TIMEOUT_SECONDS:
             raise ConfigurationError(
-                f"{RUNNER_TIMEOUT_ENV} must be the job runner function's timeout, whole "
+                f"{JOB_RUNNER_TIMEOUT_SECONDS} must be the job runner function's timeout, whole "
                 f"seconds from 1 to {LAMBDA_MAX_TIMEOUT_SECONDS}, not {self.timeout_seconds!r}")
 
     @classmethod
@@ -72,12 +71,12 @@ class RunnerLifetime:
         Raises:
             ConfigurationError: not a whole number of seconds from 1 to 900.
         """
-        raw = environ.get(RUNNER_TIMEOUT_ENV, "").strip()
+        raw = environ.get(JOB_RUNNER_TIMEOUT_SECONDS, "").strip()
         if not raw:
             return cls()
         if not raw.isascii() or not raw.isdigit():
-            raise ConfigurationError(f"{RUNNER_TIMEOUT_ENV} must be whole seconds from 1 to "
-                                     f"{LAMBDA_MAX_TIMEOUT_SECONDS}, not {raw[:32]!r}")
+            raise ConfigurationError(f"{JOB_RUNNER_TIMEOUT_SECONDS} must be whole seconds "
+                                     f"from 1 to {LAMBDA_MAX_TIMEOUT_SECONDS}, not {raw[:32]!r}")
         return cls(int(raw))
 
     def lease_seconds(self, remaining_ms: RemainingMillis | None) -> float:
@@ -107,7 +106,7 @@ class RunnerLifetime:
             remaining = remaining_ms() / 1000.0
             if remaining > limit + 1:  # the function may run longer than the others assume
                 logger.warning("the job runner has %.0f s but %s says %d s: its work stops "
-                               "within the configured timeout", remaining, RUNNER_TIMEOUT_ENV,
-                               self.timeout_seconds)
+                               "within the configured timeout", remaining,
+                               JOB_RUNNER_TIMEOUT_SECONDS, self.timeout_seconds)
             limit = min(limit, remaining)
         return max(0.0, min(budget, limit - FINISH_MARGIN_SECONDS))

@@ -27,6 +27,7 @@ from typing import Any
 
 from chalicelib import awsclients
 from chalicelib.core import aws, environment
+from chalicelib.core.config_names import JOB_REDRIVE_AFTER_SECONDS, JOB_REDRIVE_PERIOD_SECONDS
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.jobs.records import JobState
 from chalicelib.jobs.service import JobsContext
@@ -38,10 +39,6 @@ REDRIVE_FUNCTION, RUNNER_FUNCTION = "job_redrive", "job_runner"
 
 logger = logging.getLogger("sagegate.jobs")
 
-PERIOD_ENV = "JOB_REDRIVE_PERIOD_SECONDS"
-"""How often the re-drive runs (seconds; on AWS whole minutes, EventBridge's unit)."""
-AFTER_ENV = "JOB_REDRIVE_AFTER_SECONDS"
-"""How long a job stays queued before it is re-driven (seconds)."""
 DEFAULT_PERIOD_SECONDS = 300
 DEFAULT_AFTER_SECONDS = 300
 """S3 delivers an event within seconds, nearly always: five minutes of waiting means lost."""
@@ -76,8 +73,8 @@ class RedriveSettings:
         Raises:
             ConfigurationError: a value is not a whole number of seconds from 1 to 86400.
         """
-        return cls(_seconds(environ, PERIOD_ENV, DEFAULT_PERIOD_SECONDS),
-                   _seconds(environ, AFTER_ENV, DEFAULT_AFTER_SECONDS))
+        return cls(_seconds(environ, JOB_REDRIVE_PERIOD_SECONDS, DEFAULT_PERIOD_SECONDS),
+                   _seconds(environ, JOB_REDRIVE_AFTER_SECONDS, DEFAULT_AFTER_SECONDS))
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: int) -> int:

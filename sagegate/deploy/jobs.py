@@ -173,8 +173,9 @@ def _check_runner_timeout(stage: Stage, configured: dict[str, Any], where: str) 
     SECONDS``, by default Lambda's longest) must be the one the runner is given: shorter, a
     job would be declared lost while its runner still works; longer, a dead runner's job
     would wait longer than it must."""
+    from chalicelib.core.config_names import JOB_RUNNER_TIMEOUT_SECONDS
     from chalicelib.core.errors import ConfigurationError
-    from chalicelib.jobs.lifetime import RUNNER_TIMEOUT_ENV, RunnerLifetime
+    from chalicelib.jobs.lifetime import RunnerLifetime
 
     try:
         assumed = RunnerLifetime.from_env(stage.env).timeout_seconds
@@ -182,9 +183,9 @@ def _check_runner_timeout(stage: Stage, configured: dict[str, Any], where: str) 
         raise ValueError(f"{where}: {error.message}") from None
     given = configured.get(JOB_RUNNER, {}).get("lambda_timeout")
     if given is not None and int(given) != assumed:
-        raise ValueError(f"{where}: {RUNNER_TIMEOUT_ENV} is {assumed} s but "
+        raise ValueError(f"{where}: {JOB_RUNNER_TIMEOUT_SECONDS} is {assumed} s but "
                          f"lambda_functions.{JOB_RUNNER}.lambda_timeout is {given} s: set "
-                         f"{RUNNER_TIMEOUT_ENV} to the runner's timeout")
+                         f"{JOB_RUNNER_TIMEOUT_SECONDS} to the runner's timeout")
 
 
 def _check_redrive(stage: Stage, where: str) -> None:
