@@ -134,17 +134,20 @@ class LocalJobs:
 
     def settings_env(self) -> dict[str, str]:
         """The variables sagegate reads: the bucket, the topics, the tables, and boto3's
-        endpoints (:func:`local_aws_env`)."""
+        endpoints (:func:`local_aws_env`); no jobs variable when jobs are off (no bucket)."""
         tables = {name: value for name, value in (("JOBS_TABLE", self.table),
                                                   ("CACHE_TABLE", self.cache_table)) if value}
-        return {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
-                "JOBS_ERROR_TOPIC": self.error_topic, **tables,
-                **local_aws_env(self.endpoint_url)}
+        jobs = {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
+                "JOBS_ERROR_TOPIC": self.error_topic} if self.bucket else {}
+        return {**jobs, **tables, **local_aws_env(self.endpoint_url)}
 
     def api_env(self) -> dict[str, str]:
-        """Everything ``chalice local`` needs: :meth:`settings_env` and the pump's queues."""
-        return {**self.settings_env(), TICKETS_QUEUE_ENV: self.tickets_queue,
-                NOTIFICATIONS_QUEUE_ENV: self.notifications_queue}
+        """Everything ``chalice local`` needs: :meth:`settings_env` and the pump's queues
+        (none with jobs off)."""
+        queues = {name: value for name, value in ((TICKETS_QUEUE_ENV, self.tickets_queue),
+                                                  (NOTIFICATIONS_QUEUE_ENV,
+                                                   self.notifications_queue)) if value}
+        return {**self.settings_env(), **queues}
 
     def emulator_args(self) -> list[str]:
         """The emulator's options for its asynchronous endpoints' S3 and SNS."""
@@ -213,16 +216,19 @@ def provision(jobs: LocalJobs, buckets: Iterable[str] = (), topics: Iterable[str
     from botocore.exceptions import BotoCoreError, ClientError
 
     s3, sns, sqs, dynamodb = _clients(jobs.endpoint_url, key)
+    tickets = notes = ""
     try:
         for bucket in dict.fromkeys(filter(None, [jobs.bucket, jobs.capture_bucket, *buckets])):
             s3.create_bucket(Bucket=bucket)
         for arn in dict.fromkeys(filter(None, [jobs.success_topic, jobs.error_topic, *topics])):
             sns.create_topic(Name=arn.rsplit(":", 1)[-1])
-        tickets, tickets_arn = _queue(sqs, TICKETS_QUEUE)
-        notes, notes_arn = _queue(sqs, NOTIFICATIONS_QUEUE)
-        s3.put_bucket_notification_configuration(
-            Bucket=jobs.bucket, NotificationConfiguration=ticket_notification(jobs, tickets_arn))
-        _subscribe(sns, {jobs.success_topic, jobs.error_topic} - {""}, notes_arn)
+        if jobs.bucket:  # jobs on: their events' queues
+            tickets, tickets_arn = _queue(sqs, TICKETS_QUEUE)
+            notes, notes_arn = _queue(sqs, NOTIFICATIONS_QUEUE)
+            s3.put_bucket_notification_configuration(
+                Bucket=jobs.bucket,
+                NotificationConfiguration=ticket_notification(jobs, tickets_arn))
+            _subscribe(sns, {jobs.success_topic, jobs.error_topic} - {""}, notes_arn)
         for table, schema in table_schemas(jobs).items():
             _table(dynamodb, table, schema)
         if key:  # last: until now, nothing but this process could reach moto
@@ -389,13 +395,17 @@ class MotoStack:
     @classmethod
     def for_plan(cls, port: int, settings: Settings, emulator_config: Path,
                  say: Callable[[str], None]) -> MotoStack | None:
-        """The stack for a stage's settings (its bucket, topics, tables, capture bucket);
-        None when the stage has jobs off (port 0)."""
-        if not port or not settings.jobs_enabled:
+        """The stack for a stage's settings (its jobs' bucket and topics when jobs are on,
+        its tables, its capture bucket); None when the run uses no AWS service
+        (:func:`moto_needed`) or has no moto port (0)."""
+        if not port or not moto_needed(settings):
             return None
+        on = settings.jobs_enabled
         jobs = LocalJobs(f"http://{HOST}:{port}", settings.jobs_bucket, settings.jobs_prefix,
-                         arn_of(settings.jobs_success_topic), arn_of(settings.jobs_error_topic),
-                         table=settings.jobs_table, cache_table=settings.cache_table,
+                         arn_of(settings.jobs_success_topic) if on else "",
+                         arn_of(settings.jobs_error_topic) if on else "",
+                         table=settings.jobs_table if on else "",
+                         cache_table=settings.cache_table,
                          capture_bucket=capture_bucket(settings.capture_destination))
         return cls(port, jobs, emulator_config, say)
 
@@ -424,11 +434,22 @@ class MotoStack:
                    else "records in chalice local's memory")
         also = [f"prediction cache table {jobs.cache_table}"] if jobs.cache_table else []
         also += [f"capture bucket {jobs.capture_bucket}"] if jobs.capture_bucket else []
+        if not jobs.bucket:  # jobs off: moto's server holds the rest
+            return (f"moto's server {jobs.endpoint_url}{where}, in memory: "
+                    + ", ".join(also) + " (jobs are off)")
         return (f"jobs: uploads and results go to s3://{jobs.bucket}/{jobs.prefix} on moto's "
                 f"server {jobs.endpoint_url}{where}, in memory ({records}"
                 + "".join(f", {item}" for item in also) + "); its S3 and SNS events reach the "
                 "job functions through a pump in chalice local, which re-drives jobs still "
                 f"queued (lost events) every {redrive_period} s")
+
+
+def moto_needed(settings: Settings) -> bool:
+    """Whether a local run of ``settings`` uses an AWS service, all on moto's server: jobs
+    (S3, SNS, SQS, a table), the prediction cache's table, or captures to an S3 bucket (a
+    ``firehose://`` destination included: the run captures to S3)."""
+    return settings.jobs_enabled or bool(settings.cache_table) \
+        or bool(capture_bucket(settings.capture_destination))
 
 
 def capture_bucket(destination: str) -> str:

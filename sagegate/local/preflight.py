@@ -24,6 +24,7 @@ from sagegate.local.aws import (
     arn_of,
     emulator_topics,
     local_aws_env,
+    moto_needed,
 )
 from sagegate.local.ports import describe_owner
 from sagegate.local.processes import HOST, api_env
@@ -203,7 +204,9 @@ class Plan(NamedTuple):
     api_key: str | None
     """The key ``x-api-key`` must carry (a stage with API-key authentication), else None."""
     moto_port: int = 0
-    """moto's server's port; 0 when the stage has jobs off (then no moto)."""
+    """moto's server's port; 0 when the run uses no AWS service (then no moto:
+    :func:`~sagegate.local.aws.moto_needed`; its port is checked free all the same, every
+    AWS client pointing there)."""
     jobs_env: Mapping[str, str] = {}
     """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
     redrive_period: int = 0
@@ -243,20 +246,21 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     jobs_env = _jobs_env(moto_url)
     staged = {**api_env(url, jobs_env), **_load_stage(args.stage).env}
     # Every AWS client of chalice local points here, whatever the stage says: moto's server
-    # (a stage with jobs off has none running, so an AWS call fails on 127.0.0.1) or the
-    # emulator
+    # (a run that uses no AWS service has none running, so an unexpected AWS call fails on
+    # 127.0.0.1, at a port checked free) or the emulator
     local_env = {**local_overrides(args.stage, staged, args.emulator_config),
                  **local_aws_env(moto_url), "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": url}
     env = {**staged, **local_env}
     settings = check_settings(args.stage, env)
     if not settings.jobs_enabled:
-        ports["MOTO_PORT"], jobs_env = 0, {}
-    _check_ports(ports)
+        jobs_env = {}
+    _check_ports(ports)  # moto's too, started or not: the clients point there
     api_key = check_auth(args.stage, env)
     check_models(settings, env)
     period = check_redrive(args.stage, env) if settings.jobs_enabled else 0
+    moto_port = ports["MOTO_PORT"] if moto_needed(settings) else 0
     return Plan(ports["API_PORT"], ports["EMULATOR_PORT"], settings, api_key,
-                ports["MOTO_PORT"], jobs_env, period, local_env)
+                moto_port, jobs_env, period, local_env)
 
 
 def check_redrive(stage: str, env: Mapping[str, str]) -> int:

@@ -7,16 +7,18 @@ stage with every connection audited)."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chalice.cli.factory import CLIFactory
 
+from sagegate.deploy import stages
 from sagegate.deploy.stages import load_stage
 from sagegate.local import processes
 from sagegate.local.auth import API_KEY_ENV
-from sagegate.local.aws import emulator_topics
+from sagegate.local.aws import MotoStack, emulator_topics
 from sagegate.local.chalice_local import LocalCLIFactory
 from sagegate.local.preflight import StartError, preflight
 from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, OVERRIDES_ENV, ROOT, api_env
@@ -100,3 +102,56 @@ def test_overrides_that_are_not_an_object_of_strings_stop_chalice_local(
 
     with pytest.raises(SystemExit, match=OVERRIDES_ENV):
         LocalCLIFactory(str(ROOT)).load_chalice_app({})
+
+
+def _jobs_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """``stage`` as read by the local run, with its jobs off (``JOBS_BUCKET`` set empty, its
+    other jobs variables gone): a copy of the config, the checkout's untouched."""
+    config = json.loads((ROOT / ".chalice" / "config.json").read_text())
+    env = config["stages"][stage].setdefault("environment_variables", {})
+    for name in [name for name in env if name.startswith("JOBS_")]:
+        del env[name]
+    env["JOBS_BUCKET"] = ""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    real = stages.load_stage
+    monkeypatch.setattr(stages, "load_stage", lambda name: real(name, path))
+
+
+def test_a_stage_with_jobs_off_still_gets_moto_for_its_capture_bucket_and_cache_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dev without its jobs: its firehose:// captures go to an S3 bucket on moto's server
+    and its cache to a DynamoDB table there, so moto starts and holds both."""
+    _jobs_off(tmp_path, monkeypatch, "dev")
+    monkeypatch.setenv(API_KEY_ENV, "k" * 20)
+    plan = preflight(_args("dev"), {})
+    assert not plan.settings.jobs_enabled
+    assert plan.moto_port and plan.local_env["AWS_ENDPOINT_URL"] == \
+        f"http://127.0.0.1:{plan.moto_port}"
+    moto = MotoStack.for_plan(plan.moto_port, plan.settings, DEFAULT_EMULATOR_CONFIG, print)
+    assert moto is not None
+    assert (moto.jobs.capture_bucket, moto.jobs.cache_table) == (
+        "sagegate-dev-data", "sagegate-dev-prediction-cache")
+    api_env_of_run = moto.jobs.api_env()
+    assert not any(name.startswith("JOBS_") for name in api_env_of_run)  # jobs stay off
+    assert api_env_of_run["AWS_ENDPOINT_URL_S3"] == f"http://127.0.0.1:{plan.moto_port}"
+
+
+def test_a_stage_that_needs_no_aws_points_its_clients_at_a_checked_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local stage with jobs off uses no AWS service: no moto, but a client nobody
+    expected still fails on 127.0.0.1, at a port checked free, never at whatever another
+    program serves."""
+    _jobs_off(tmp_path, monkeypatch, "local")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(StartError, match="MOTO_PORT"):
+            preflight(parse_args(["--stage", "local", "--api-port", str(processes.free_port()),
+                                  "--emulator-port", str(processes.free_port()),
+                                  "--moto-port", str(port)]), {})
+    plan = preflight(_args("local"), {})
+    assert plan.moto_port == 0
+    assert MotoStack.for_plan(plan.moto_port, plan.settings, DEFAULT_EMULATOR_CONFIG,
+                              print) is None
