@@ -196,7 +196,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="Ports: an option beats API_PORT / EMULATOR_PORT / MOTO_PORT in the "
                f"environment, which beat the defaults ({PORTS['API_PORT']}, "
                f"{PORTS['EMULATOR_PORT']} and {PORTS['MOTO_PORT']}; moto's server runs only "
-               "when the stage has jobs on). Exit "
+               "when the run uses an AWS service: jobs, a cache table, captures to S3; its "
+               "port is checked either way). Exit "
                "codes: 0 after Ctrl-C, 1 when a child cannot be kept running, 2 when the "
                "stack cannot start (the one line on stderr says why).")
     parser.add_argument("--stage", default="local",
