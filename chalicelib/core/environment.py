@@ -5,9 +5,12 @@ Everything else is handed a mapping of variables and reads its own typed piece f
 :class:`~chalicelib.core.access.Access`, :class:`~chalicelib.core.config_deployment.Deployment`,
 the re-drive's, the runner's lifetime, the monitor's; Lambda's own runtime variables in
 :mod:`chalicelib.core.lifecycle`), so a test or a tool passes its own mapping where the app
-passes this one. Each piece is read when the app reads it (at import, when the container's
-objects are built, or when a scheduled function runs), never earlier: a test that sets a
-variable before that moment is read as a stage would be.
+passes this one. Each piece is read at its own moment: at import (the access rules, the
+event functions), when the container's objects are first used (the settings, the registry's
+``$VARIABLE`` endpoints, the runner's lifetime), when a scheduled function runs (the re-drive,
+the monitor), or as a request is served (the metric names, the page's S3 origin, as boto3
+reads its own); never earlier, so a test that sets a variable before then is read as a stage
+would be.
 
 Standard library only: the capture extension and the log set-up read through it while
 nothing else is imported (``tests/unit/test_environment_reads.py`` keeps every other module
