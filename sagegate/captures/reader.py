@@ -7,10 +7,13 @@ metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, e
 records named with its own model's labels (:mod:`sagegate.captures.labels`).
 ``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
 unchanged and called as the analyzer calls it (:mod:`chalicelib.monitor.preprocessing`),
-instead, then its ``postprocess_handler()`` if it has one. Records of answers served from
-sagegate's cache (``eventMetadata.sagegateCacheHit``) are read too, their default rows say
-``cacheHit``;
-``--exclude-cache-hits`` leaves them out (as ``sagegate monitor`` does).
+instead, then its ``postprocess_handler()`` if it has one, both in a worker process, never in
+the command's: the rows go to it in batches, and its prints and log lines to stderr
+(:mod:`chalicelib.monitor.user_workers`); a handler that exits is one line, exit status 1, one
+that reads no record for ``--preprocess-timeout`` seconds is stopped, exit status 1. Records
+of answers served from sagegate's cache (``eventMetadata.sagegateCacheHit``) are read too,
+their default rows say ``cacheHit``; ``--exclude-cache-hits`` leaves them out (as
+``sagegate monitor`` does).
 
 A developer tool, not part of the Lambda package: the function only writes captures
 (:mod:`chalicelib.capture`).
@@ -18,11 +21,13 @@ A developer tool, not part of the Lambda package: the function only writes captu
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,9 +42,15 @@ from chalicelib.monitor.preprocessing import (
     HandlerError,
     HandlerFailed,
     Preprocessor,
-    handler_logger,
     is_cache_hit,
     is_shadow,
+)
+from chalicelib.monitor.user_workers import (
+    PREPROCESS_DEADLINE,
+    UserWorkers,
+    WorkerDied,
+    preprocess_batch,
+    preprocessor_postprocess,
 )
 from sagegate.captures.labels import EndpointLabels, endpoint_of, registry_labels
 from sagegate.captures.rows import (
@@ -125,6 +136,52 @@ def handler_rows(entries: Iterable[Entry], handler: Preprocessor,
             yield row
 
 
+BATCH = 1000
+"""Records sent to the preprocessor's worker at once: no round trip a record."""
+IN_FLIGHT = 2
+"""Batches sent ahead of the one awaited, so the worker never waits for this process."""
+
+
+def isolated_rows(pool: UserWorkers, path: str, entries: Iterable[Entry],
+                  skipped: list[int]) -> Iterator[dict[str, Any]]:
+    """The rows of ``path``'s handler, called in ``pool``'s worker as :func:`handler_rows`
+    calls it here, in batches of :data:`BATCH` records.
+
+    Raises:
+        HandlerFailed: the handler raised or returned a bad row; WorkerDied: the worker
+            ended without an answer; PreprocessorStuck: it read no record for the deadline.
+    """
+    pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+    for number, batch in enumerate(_batches(entries, skipped), 1):
+        pending.append((number, pool.submit(preprocess_batch, path, batch)))
+        if len(pending) > IN_FLIGHT:
+            yield from _answer(pool, *pending.popleft())
+    while pending:
+        yield from _answer(pool, *pending.popleft())
+
+
+def _answer(pool: UserWorkers, number: int, future: Future[Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = pool.wait(future, f"on batch {number}", f"batch {number}")
+    return rows
+
+
+def _batches(entries: Iterable[Entry], skipped: list[int]
+             ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """The records to preprocess, as (where, record) batches; shadow records skipped first
+    (counted in ``skipped[0]``), as the analyzer skips them."""
+    batch: list[tuple[str, dict[str, Any]]] = []
+    for entry in entries:
+        if is_shadow(entry.record.event_dict):
+            skipped[0] += 1
+            continue
+        batch.append((entry.where, entry.record.event_dict))
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
     """Write rows as JSON Lines or CSV (columns: the first row's, then any new ones)."""
     if fmt == "jsonl":
@@ -181,6 +238,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text[:40]!r}") \
+            from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text[:40]!r}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
     parser = argparse.ArgumentParser(
@@ -199,6 +267,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default local)")
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor file to apply instead")
+    parser.add_argument("--preprocess-timeout", type=_seconds, default=PREPROCESS_DEADLINE,
+                        metavar="SECONDS",
+                        help=f"stop (exit 1) when the preprocessor reads no record for SECONDS "
+                        f"(default: {PREPROCESS_DEADLINE:g})")
     parser.add_argument("--exclude-cache-hits", action="store_true",
                         help="leave out records of answers served from the prediction cache "
                              "(eventMetadata.sagegateCacheHit)")
@@ -246,24 +318,36 @@ def _convert(args: argparse.Namespace) -> str:
     """Reads, flattens and writes; returns the summary line."""
     check_source(args.source)
     entries, skipped = _Counted(args.source, args.exclude_cache_hits), [0]
-    handler: Preprocessor | None = None
     if args.preprocess_handler:
-        handler = Preprocessor(args.preprocess_handler, handler_logger(sys.stderr))
-        items = handler_rows(entries, handler, skipped)
+        count = _preprocessed(args, entries, skipped)
     else:
-        items = DefaultRows(args.top_k, _labels(args))(entries)
-    out = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
-    try:
-        count = write_rows(out, items, args.format)
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    if handler is not None:
-        handler.postprocess()
+        count = _write(args, DefaultRows(args.top_k, _labels(args))(entries))
     shadow = f", {skipped[0]} shadow record(s) skipped" if skipped[0] else ""
     if entries.cache_hits_excluded:
         shadow += f", {entries.cache_hits_excluded} cache hit(s) excluded"
     return f"{count} row(s) from {entries.records} record(s) of {args.source}{shadow}"
+
+
+def _preprocessed(args: argparse.Namespace, entries: Iterable[Entry],
+                  skipped: list[int]) -> int:
+    """The preprocessor's rows written, its file imported and called, then its
+    ``postprocess_handler()``, in a worker process (never this one)."""
+    path = args.preprocess_handler
+    with UserWorkers(1, path, args.preprocess_timeout) as pool:
+        pool.check_import()
+        count = _write(args, isolated_rows(pool, path, entries, skipped))
+        pool.run(preprocessor_postprocess, path, "in its postprocess_handler",
+                 "running its postprocess_handler")
+    return count
+
+
+def _write(args: argparse.Namespace, items: Iterable[dict[str, Any]]) -> int:
+    out = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        return write_rows(out, items, args.format)
+    finally:
+        if out is not sys.stdout:
+            out.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -272,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 on success (``N row(s) from M record(s) of SOURCE`` on stderr); 2 when the
         arguments, the source, the labels, the handler file or a record is unusable; 1 when
-        the source cannot be read or the handler raises. Every failure is one ``error: ...``
+        the source cannot be read, the handler raises, or its worker process ends without an
+        answer or is stopped at ``--preprocess-timeout``. Every failure is one ``error: ...``
         line on stderr.
     """
     args = parse_args(argv)
@@ -284,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SourceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1 if args.source.startswith(S3_SCHEME) else 2
-    except HandlerFailed as error:
+    except (HandlerFailed, WorkerDied) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # the output file

@@ -29,20 +29,22 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.partial import PartialAnalysis
-from chalicelib.monitor.preprocessing import (
-    HandlerError,
-    HandlerFailed,
-    load_postprocessor,
-    watching_interrupts,
-)
+from chalicelib.monitor.preprocessing import HandlerError, HandlerFailed, watching_interrupts
 from chalicelib.monitor.records import RecordError, Tally
 from chalicelib.monitor.statistics import FeatureLimitError
+from chalicelib.monitor.user_workers import (
+    POSTPROCESS,
+    PREPROCESS_DEADLINE,
+    UserWorkers,
+    WorkerDied,
+    postprocess,
+)
 from sagegate.monitor import compare_cli, datasets, files, sources, workers
 from sagegate.monitor.cli_shared import (  # the exit statuses: importable here as before
     EXIT_EMPTY,
@@ -56,6 +58,7 @@ from sagegate.monitor.cli_shared import (  # the exit statuses: importable here 
     add_output_arguments,
     reader_options,
     refuse_all_bad,
+    seconds,
     span_text,
     tally_text,
     write_outputs,
@@ -95,7 +98,13 @@ def configure(monitor: argparse.ArgumentParser) -> None:
                        help="folder holding the baseline's statistics.json and "
                        "constraints.json (constraints.json as you may have edited it)")
     check.add_argument("--postprocess-handler", metavar="FILE",
-                       help="a file defining postprocess_handler(), run after the analysis")
+                       help="a file defining postprocess_handler(), run after the analysis "
+                       "(in a worker process: its output on stderr)")
+    check.add_argument("--postprocess-timeout", type=seconds, default=PREPROCESS_DEADLINE,
+                       metavar="SECONDS",
+                       help=f"stop the run (exit 1) when postprocess_handler(), or its "
+                       f"import, has not returned in SECONDS (default: "
+                       f"{PREPROCESS_DEADLINE:g})")
     check.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                        help="write report.html beside the JSON files (default: on)")
     add_output_arguments(check, window_default="the last full hour")
@@ -124,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             OSError) as error:
         print(f"sagegate monitor: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except workers.WorkerDied as error:
+    except WorkerDied as error:
         print(f"sagegate monitor: {error}", file=sys.stderr)
         return EXIT_FAILED
 
@@ -179,8 +188,16 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    """The check, the postprocessing script imported first and run last in a worker process
+    of its own (the user's code never runs in the command's)."""
+    with UserWorkers(1, args.postprocess_handler, args.postprocess_timeout,
+                     POSTPROCESS) as post:
+        post.check_import()  # before the analysis: a broken script costs no run
+        return _checked(args, post)
+
+
+def _checked(args: argparse.Namespace, post: UserWorkers) -> int:
     statistics, constraints = _load_baseline(Path(args.baseline))
-    postprocess = _postprocessor(args.postprocess_handler)
     start, end = windows.window(args.start, args.end)
     # a headerless CSV capture's columns take the baseline's names, by position
     options = reader_options(args, (start, end),
@@ -197,8 +214,9 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_EMPTY
     write_outputs(Path(args.output), result.files)
     _summary(args.output, tally, result.files, (start, end), read)
-    if postprocess is not None:
-        postprocess()
+    if args.postprocess_handler:
+        post.run(postprocess, args.postprocess_handler, "while running it",
+                 "running postprocess_handler")
     for violation in result.evaluation.violations["violations"]:
         print(f"{violation['feature_name']}: {violation['constraint_check_type']}: "
               f"{violation['description']}")
@@ -227,7 +245,7 @@ def _captures(args: argparse.Namespace, source: str, start: datetime.datetime | 
             args.max_columns))
     with workers.Workers(args.workers, preprocessor, args.preprocess_timeout) as pool:
         # imported before the source is listed: its error comes first, as the single pass's
-        pool.check_preprocessor()
+        pool.check_import()
         objects = sources.capture_objects(source, start, end, command)
         if len(objects) < 2 and not preprocessor:
             opened = sources.open_captures(source, [name for name, _size in objects])
@@ -270,10 +288,6 @@ def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise UsageError(f"{error} (make it with sagegate monitor baseline)") from None
     return (documents.load_statistics(statistics, str(folder / analysis.STATISTICS)),
             documents.load_constraints(constraints, str(folder / analysis.CONSTRAINTS)))
-
-
-def _postprocessor(path: str | None) -> Callable[[], None] | None:
-    return load_postprocessor(path) if path else None
 
 
 def _summary(output: str, tally: Tally, outputs: dict[str, str], window: Window | None,

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from chalicelib.monitor.records import MAX_COLUMNS, Tally
+from chalicelib.monitor.user_workers import PREPROCESS_DEADLINE
 from sagegate.monitor import files, workers
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
@@ -17,7 +18,7 @@ EXIT_FAILED = 1
 """A worker process died (an exit, a signal, out of memory) or a record preprocessor was
 stopped at its deadline: as a crash of the command itself would."""
 Window = tuple[datetime.datetime, datetime.datetime]
-_DEADLINE = workers.PREPROCESS_DEADLINE  # the parameter ``workers`` hides the module below
+_DEADLINE = PREPROCESS_DEADLINE
 
 
 class UsageError(Exception):
@@ -38,7 +39,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, window_default: str,
     parser.add_argument("--preprocess-handler", metavar="FILE",
                         help="a Model Monitor record preprocessor (preprocess_handler), "
                         "run unchanged on each capture record")
-    parser.add_argument("--preprocess-timeout", type=_seconds,
+    parser.add_argument("--preprocess-timeout", type=seconds,
                         default=_DEADLINE, metavar="SECONDS",
                         help=f"stop the run (exit 1) when the preprocessor reads no record for "
                         f"SECONDS: one record's call, or its import, that never returns "
@@ -68,7 +69,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:

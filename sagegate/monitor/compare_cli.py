@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     options = reader_options(args, (start, end))
     preprocessor = options.preprocess_handler
     with workers.Workers(1, preprocessor, args.preprocess_timeout) as pool:
-        pool.check_preprocessor()  # before the sources are listed: as check
+        pool.check_import()  # before the sources are listed: as check
         listed = {name: sources.capture_objects(source, start, end, "compare")
                   for name, source in (("a", args.captures_a), ("b", args.captures_b))}
         pairing = compare.Pairing()

@@ -267,7 +267,9 @@ def test_cli_applies_a_model_monitor_preprocess_handler_unchanged(
     assert len(rows) == 2  # r1 dropped by the handler
     assert list(rows[0]) == ["0000", "0001", "0002"] and rows[0]["0000"] == "0.0005"
     captured = capsys.readouterr()
-    assert "postprocess ran" in captured.out and "2 row(s) from 3 record(s)" in captured.err
+    assert captured.out == ""  # the handler's print is its worker's: on stderr, prefixed
+    assert "preprocess_handler output: postprocess ran" in captured.err.splitlines()
+    assert "2 row(s) from 3 record(s)" in captured.err
 
 
 def test_cli_jsonl_default_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sagegate.monitor import cli, workers
+from chalicelib.monitor import user_workers
+from sagegate.monitor import cli
 from tests.unit.monitor import experimentgen
 from tests.unit.monitor.experimentgen import WINDOW
 
@@ -122,9 +123,9 @@ def test_the_preprocessors_prints_never_reach_stdout(
         "verdict: B is within every threshold given (max_distance; exit 0)"]
     assert done.returncode == cli.EXIT_OK
     err = done.stderr.splitlines()
-    assert f"{workers.OUTPUT_PREFIX}{FORGED}" in err
-    assert f"{workers.OUTPUT_PREFIX}verdict: PASS" in err
-    assert f"{workers.OUTPUT_PREFIX}verdict: PASS (fd 1)" in err
+    assert f"{user_workers.OUTPUT_PREFIX}{FORGED}" in err
+    assert f"{user_workers.OUTPUT_PREFIX}verdict: PASS" in err
+    assert f"{user_workers.OUTPUT_PREFIX}verdict: PASS (fd 1)" in err
     assert not [line for line in err if line.startswith("verdict")]
 
 
@@ -166,7 +167,7 @@ def test_check_and_baseline_run_the_preprocessor_in_a_worker_too(
         if fragment is not None:
             _failed(done, out, fragment)
         else:
-            assert f"{workers.OUTPUT_PREFIX}{FORGED}" in done.stderr.splitlines()
+            assert f"{user_workers.OUTPUT_PREFIX}{FORGED}" in done.stderr.splitlines()
 
 
 def test_a_preprocessor_dropping_every_record_fails_max_distance(

@@ -170,7 +170,9 @@ def test_the_postprocessing_script_runs_after_the_analysis(
     assert _run("check", str(captures), "--baseline", str(baseline), "-o",
                 str(tmp_path / "out"), *WINDOW, "--postprocess-handler",
                 str(PREPROCESSORS / "devguide_flatten_csv.py")) == 0
-    assert "postprocess_handler ran" in capsys.readouterr().out
+    printed = capsys.readouterr()  # run in a worker process: its print on stderr, prefixed
+    assert "postprocess_handler ran" not in printed.out
+    assert "postprocess_handler output: postprocess_handler ran" in printed.err.splitlines()
 
 
 def test_usage_and_input_errors_exit_2(tmp_path: Path,
