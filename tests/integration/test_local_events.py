@@ -18,6 +18,9 @@ import pytest
 import urllib3
 from chalice import Chalice
 
+from chalicelib.capture import Exchange, build_record
+from chalicelib.capture.sinks import S3Sink
+from chalicelib.core.config import Settings
 from sagegate.local.aws import LocalJobs, MotoProcess, MotoStack, provision, start_moto
 from sagegate.local.events import EventPump, routes_from
 from sagegate.local.processes import (
@@ -235,3 +238,34 @@ def test_a_killed_moto_is_restarted_and_provisioned_again() -> None:
     assert f"moto's server (pid {first.pid}) exited with code -9" in lines[0]
     assert "what it held (uploads, results, queued events) is lost" in lines[0]
     assert lines[-1].startswith("sagegate: moto's server restarted (pid ")
+
+
+def test_a_run_with_jobs_off_still_gets_its_capture_bucket_and_cache_table_on_moto() -> None:
+    """A stage with jobs off that captures to S3 (as a firehose:// destination does locally)
+    and caches predictions: ``sagegate run``'s moto is started for it and holds the bucket
+    and the table, and a capture written through the run's endpoints is stored there."""
+    port = free_port()
+    settings = Settings.from_env({"ENDPOINT_NAME": "iris", "CAPTURE_MODE": "both",
+                                  "CACHE_TABLE": "local-cache",
+                                  "CAPTURE_DESTINATION": "s3://sagegate-local-captures/fh"})
+    assert not settings.jobs_enabled
+    stack = MotoStack.for_plan(port, settings, DEFAULT_EMULATOR_CONFIG, print)
+    assert stack is not None
+    stack.supervisor.start()
+    try:
+        jobs = stack.jobs
+        env = jobs.api_env()
+        assert not any(name.startswith("JOBS_") for name in env)
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], **CREDENTIALS)
+        record = build_record(Exchange(endpoint="iris", variant="AllTraffic",
+                                       inference_id="r-1", sent=b"1,2", sent_content_type=
+                                       "text/csv", received=b"[0.5]",
+                                       received_content_type="application/json"), "both")
+        S3Sink(s3, "sagegate-local-captures", "fh").write([record])
+        listed = s3.list_objects_v2(Bucket="sagegate-local-captures", Prefix="fh/iris/")
+        tables = boto3.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
+                              **CREDENTIALS).list_tables()["TableNames"]
+    finally:
+        stack.supervisor.stop()
+    assert listed["KeyCount"] == 1
+    assert tables == ["local-cache"]
