@@ -215,7 +215,10 @@ def _agreement_line(agreement: Mapping[str, Any]) -> str:
     pairs = f"{agreement['pairs']} pair(s) by {agreement['key']}"
     extra = "".join(f", {agreement[k]} {label}" for k, label in
                     (("with_error", "with a failed call"),
-                     ("not_comparable", "without an answer to compare")) if agreement[k])
+                     ("undefined", "with an undefined answer (NaN)"),
+                     ("not_comparable", "without an answer to compare"),
+                     ("beyond_cap_b", "B record(s) past the pairing cap, not kept"))
+                    if agreement.get(k))
     if agreement["agreement"] is None:
         return f"agreement: {agreement['note']} ({pairs}{extra}; {unpaired})"
     by = " and ".join(f"{count} by {method.replace('_', ' ')}"

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 ARGMAX, FIRST_COLUMN = "argmax", "first_column"
+UNDEFINED_METHOD = "undefined"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +25,11 @@ class Top1:
     output value)."""
     labels: tuple[Any, ...]
 
+
+UNDEFINED = Top1(UNDEFINED_METHOD, ())
+"""The top-1 of an answer holding NaN (a probability vector with a NaN, a NaN first value):
+undefined, so its pair is counted apart (``undefined``), never compared (NaN equals
+nothing, not even itself: every such pair would be a disagreement)."""
 
 
 def top1(output: Any) -> Top1 | None:
@@ -85,10 +91,19 @@ def top1_of(output: Output | None) -> Top1 | None:
             else [document]
     if instances and all(_vector(item) for item in instances):
         return Top1(ARGMAX, tuple(_argmax(item) for item in instances))
+    if any(_has_nan(item) for item in instances):
+        return UNDEFINED
     firsts = [_first_leaf(item) for item in instances]
     if not firsts or any(label is _NONE for label in firsts):
         return None
-    return Top1(FIRST_COLUMN, tuple(_value(label) for label in firsts))
+    labels = tuple(_value(label) for label in firsts)
+    return UNDEFINED if any(label != label for label in labels) else Top1(FIRST_COLUMN, labels)
+
+
+def _has_nan(item: Any) -> bool:
+    """A list of numbers holding a NaN: a probability vector whose argmax is undefined."""
+    return isinstance(item, list) and any(
+        type(value) is float and value != value for value in item)
 
 
 def _argmax(vector: list[float]) -> int:

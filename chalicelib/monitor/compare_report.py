@@ -226,6 +226,8 @@ def _agreement(agreement: Mapping[str, Any], named: _Names) -> str:
              " / ".join(str(agreement["by"][m]) for m in
                         (compare.ARGMAX, compare.FIRST_COLUMN, compare.MIXED))),
             ("pairs with a failed call", agreement["with_error"]),
+            ("pairs with an undefined answer (NaN)", agreement.get("undefined", 0)),
+            ("B records past the pairing cap, not kept", agreement.get("beyond_cap_b", 0)),
             ("pairs not comparable (no answer to compare)", agreement["not_comparable"]),
             ("A records without a B partner", agreement["unpaired_a"]),
             ("B records without an A partner", agreement["unpaired_b"]),

@@ -16,6 +16,7 @@ import numpy as np
 from chalicelib.monitor.compare_answers import (
     ARGMAX,
     FIRST_COLUMN,
+    UNDEFINED,
     Output,
     Top1,
     output_names,
@@ -28,6 +29,14 @@ from chalicelib.monitor.records import MAX_COLUMNS, SHADOW_SOURCE, Tally
 ARM_KEY, LATENCY_KEY, ERROR_KEY = "sagegateArm", "sagegateLatencyMs", "sagegateError"
 PAIR_KEY = "inferenceId"
 PERCENTILES = (50, 90, 99)
+MAX_WAITING = 2_000_000
+"""B's records kept for pairing, at most (each an id, at most :data:`MAX_KEY_CHARS`, and a
+small number: its answer's index among B's distinct answers; about 150 bytes a record, 300 MB
+at the cap). B's records past it are not kept, counted (``beyond_cap_b``): their A partners
+are unpaired."""
+MAX_KEY_CHARS = 128
+"""An ``inferenceId`` longer than this is kept as its BLAKE2b digest (ids are compared, never
+shown)."""
 TOP_DISAGREEMENTS = 10
 """The most frequent disagreements (A's answer, B's answer) listed."""
 TOP_CODES = 20
@@ -55,7 +64,15 @@ class Pairing:
     about a hundred bytes a record), then each A record takes its partner out."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, Entry] = {}
+        self._waiting: dict[str, int] = {}
+        """B's ids, each to its answer's index in :attr:`_entries`."""
+        self._answers: dict[Entry, int] = {}
+        self._entries: list[Entry] = []
+        """B's distinct answers, each kept once (a classifier's: a few)."""
+        self.beyond_cap_b = 0
+        """B's records not kept: :data:`MAX_WAITING` were waiting."""
+        self.undefined = 0
+        """Pairs where either side's top-1 is undefined (a NaN in its answer)."""
         self.pairs = 0
         self.compared = 0
         self.agreed = 0
@@ -72,20 +89,32 @@ class Pairing:
         """A B record (its id, or None without one)."""
         if key is None:
             return
+        key = _bounded_key(key)
         if key in self._waiting:
             self.duplicate_ids_b += 1
             return
-        self._waiting[key] = entry
+        if len(self._waiting) >= MAX_WAITING:
+            self.beyond_cap_b += 1
+            return
+        code = self._answers.get(entry)
+        if code is None:
+            code = self._answers[entry] = len(self._entries)
+            self._entries.append(entry)
+        self._waiting[key] = code
 
     def match_a(self, key: str | None, entry: Entry) -> None:
         """An A record: paired with B's record of its id, if one is waiting."""
+        if key is not None:
+            key = _bounded_key(key)
         if key is None or key not in self._waiting:
             self.unpaired_a += 1
             return
-        other = self._waiting.pop(key)
+        other = self._entries[self._waiting.pop(key)]
         self.pairs += 1
         if entry is FAILED or other is FAILED:
             self.with_error += 1
+        elif entry == UNDEFINED or other == UNDEFINED:
+            self.undefined += 1
         elif not isinstance(entry, Top1) or not isinstance(other, Top1):
             self.not_comparable += 1
         else:
@@ -98,8 +127,8 @@ class Pairing:
 
     @property
     def unpaired_b(self) -> int:
-        """B's records whose id no A record had (after A is read)."""
-        return len(self._waiting)
+        """B's records whose id no A record had (after A is read), and those not kept."""
+        return len(self._waiting) + self.beyond_cap_b
 
     def document(self) -> dict[str, Any]:
         """The agreement's figures (``agreement`` None when no pair could be compared)."""
@@ -112,11 +141,22 @@ class Pairing:
                 "compared": self.compared, "agreed": self.agreed, "agreement": agreement,
                 "note": note, "by": {m: self.by[m] for m in (ARGMAX, FIRST_COLUMN, MIXED)},
                 "with_error": self.with_error, "not_comparable": self.not_comparable,
+                "undefined": self.undefined, "beyond_cap_b": self.beyond_cap_b,
                 "unpaired_a": self.unpaired_a, "unpaired_b": self.unpaired_b,
                 "duplicate_ids_b": self.duplicate_ids_b,
                 "disagreements": [{"a": _shown(a), "b": _shown(b), "count": count}
                                   for (a, b), count
                                   in self.disagreements.most_common(TOP_DISAGREEMENTS)]}
+
+
+def _bounded_key(key: str) -> str:
+    """An id as pairing keeps it: a long one as its digest."""
+    if len(key) <= MAX_KEY_CHARS:
+        return key
+    import hashlib  # deferred: only a run that meets a long id pays OpenSSL's memory
+
+    return "blake2b:" + hashlib.blake2b(key.encode("utf-8", "surrogatepass"),
+                                        digest_size=16).hexdigest()
 
 
 def _shown(labels: tuple[Any, ...]) -> Any:

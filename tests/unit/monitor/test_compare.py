@@ -132,7 +132,8 @@ def test_pairs_are_counted_by_inference_id() -> None:
     assert agreement == {
         "key": "eventMetadata.inferenceId", "pairs": 8, "compared": 7, "agreed": 5,
         "agreement": 5 / 7, "note": "", "by": {"argmax": 7, "first_column": 0, "mixed": 0},
-        "with_error": 1, "not_comparable": 0, "unpaired_a": 2, "unpaired_b": 1,
+        "with_error": 1, "not_comparable": 0, "undefined": 0, "beyond_cap_b": 0,
+        "unpaired_a": 2, "unpaired_b": 1,
         "duplicate_ids_b": 1, "disagreements": [{"a": 0, "b": 1, "count": 2}]}
 
 
@@ -588,3 +589,47 @@ def test_the_worse_lines_of_failed_columns_are_capped_as_the_distances_are() -> 
     assert [line for line in compare.lines(few) if line.startswith("worse: ")] == \
         [f"worse: {reason}" for reason in few["verdict"]["reasons"]]  # at the cap: all
     assert few["verdict"]["column_reasons"] == narrow
+
+
+def test_a_nan_answer_is_an_undefined_top1_counted_apart_never_a_disagreement() -> None:
+    nan = float("nan")
+    a = [_pair(i, [0.9, 0.1]) for i in range(6)]
+    b = [_pair(i, [0.8, 0.2], shadow=True) for i in range(6)]
+    a[0] = _pair(0, [nan, 0.1])  # json.dumps writes NaN, json.loads reads it
+    b[1] = _pair(1, [0.3, nan], shadow=True)
+    a[2], b[2] = _pair(2, [nan, nan]), _pair(2, [nan, nan], shadow=True)
+    agreement = _compare(a, b, min_agreement=1.0)["agreement"]
+    assert agreement["pairs"] == 6
+    assert agreement["undefined"] == 3  # either side's top-1 undefined: not compared
+    assert (agreement["compared"], agreement["agreed"]) == (3, 3)
+    assert agreement["disagreements"] == []
+    assert "3 with an undefined answer (NaN)" in compare._agreement_line(agreement)
+    from chalicelib.monitor import compare_answers
+    output = {"encoding": "JSON", "data": "[NaN, 0.5]"}
+    assert compare_answers.top1(output) == compare_answers.UNDEFINED
+
+
+def test_pairing_keeps_a_small_number_per_waiting_b_record_and_a_documented_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.monitor import compare_sides
+    pairing = compare.Pairing()
+    answer = compare.Top1("argmax", (3,))
+    for i in range(1000):
+        pairing.add_b(f"id-{i}", compare.Top1("argmax", (3,)))  # a new object each time
+    assert len({id(entry) for entry in pairing._entries}) == 1  # one answer kept once
+    assert all(type(code) is int for code in pairing._waiting.values())
+    long_key = "k" * 100_000
+    pairing.add_b(long_key, answer)
+    assert max(map(len, pairing._waiting)) <= compare_sides.MAX_KEY_CHARS
+    pairing.match_a(long_key, answer)
+    assert (pairing.pairs, pairing.agreed) == (1, 1)
+    monkeypatch.setattr(compare_sides, "MAX_WAITING", 1005)
+    capped = compare.Pairing()
+    for i in range(1010):
+        capped.add_b(f"id-{i}", answer)
+    for i in range(1010):
+        capped.match_a(f"id-{i}", answer)
+    document = capped.document()
+    assert document["beyond_cap_b"] == 5  # not kept: counted, never silently lost
+    assert document["pairs"] == 1005 and document["unpaired_a"] == 5
+    assert document["unpaired_b"] == 5
