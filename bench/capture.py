@@ -11,8 +11,9 @@ an image inference (a 224x224 PNG sent, 1,000 probabilities answered) through
 The figure is the wall time the request spends in its ``capture`` stage, median and p90. After
 the timing, every record handed over must have been stored (the writer flushed): a record lost
 fails the run. Then the objects a monitor reads per hour of traffic with each sink (the
-directory and S3 sinks: one file or object a record; Firehose: one object per buffer flush and
-partition), from the counts the sinks made here.
+directory sink: one file per process and hour; the S3 sink: one object per writer batch and
+folder, at most one a record; Firehose: one object per buffer flush and partition), from the
+counts the sinks made here.
 """
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def _objects_per_hour(requests_per_second: float = 1000.0, buffer_seconds: float
     firehose = int(hour / buffer_seconds) * partitions
     return ["", f"  objects the monitor reads per hour at {requests_per_second:,.0f} requests/s"
                 " (one endpoint and variant):",
-            f"    S3 sink: {per_record:,} (one object a record); "
+            f"    S3 sink: up to {per_record:,} (one object per writer batch and folder, at "
+            f"most one a record); "
             f"Firehose: {firehose:,} (one a {buffer_seconds:.0f} s buffer flush and partition, "
             "unless 64 MiB fill first); directory: one file per process and hour"]

@@ -6,11 +6,16 @@ Two kinds of capture object sit in ``<endpoint>/<variant>/yyyy/mm/dd/hh/``:
 * ``*.jsonl``, written by sagegate's directory and S3 sinks (and Model Monitor's data
   capture): the folder's hour is the hour of each record's ``inferenceTime``, so a window
   reads the folders of its own hours only;
-* ``*.jsonl.gz``, delivered by a Kinesis Data Firehose stream (the ``dev`` stage's): many
-  records an object, and the folder's hour is the *arrival* hour (UTC) of the object's oldest
-  record. A record of the window can then sit in the folder of the hour before the window (an
-  object opened in its last minute, still filling when the window began) or of the hour after
-  it (a record that reached the stream after the window's end, in an object opened then).
+* ``*.jsonl.gz``, delivered by a Kinesis Data Firehose stream: many records an object. The
+  ``dev`` stage's stream files each record by the hour of its own ``inferenceTime``
+  (:mod:`sagegate.deploy.capture_template`'s dynamic partitioning), as the sinks do. But a
+  stream of the user's own named by ``MONITOR_CAPTURES`` may file by ``!{timestamp:...}``,
+  the *arrival* hour (UTC) of the object's oldest record, and so did the objects a stream
+  delivered before it filed by ``inferenceTime``: then a record of the window can sit in the
+  folder of the hour before the window (an object opened in its last minute, still filling
+  when the window began) or of the hour after it (a record that reached the stream after the
+  window's end). The monitor cannot tell the two layouts apart from the names, so it reads
+  both.
 
 So a window's listing spans its hours and one more on each side (:func:`listing_span`), and
 :func:`wanted` keeps, of what is listed, the ``.jsonl`` objects of the window's own hours and
