@@ -1,11 +1,9 @@
 """sagegate: the routes and the event functions, each a few lines calling chalicelib.
 
-Each route reads the request (:mod:`chalicelib.http.exchange`, :mod:`chalicelib.reading`), calls
-a room and renders its answer; each event function hands its event to the room that does the
-work (:mod:`chalicelib.jobs.functions`, :mod:`chalicelib.monitoring`), imported there so that the
-request path's cold start loads neither. Which event functions a stage declares is read once,
-at import, from its environment (:class:`~chalicelib.core.config_deployment.Deployment`); what
-requests use, on first use (:class:`~chalicelib.core.config.Settings`, in :data:`services`).
+Each route hands its request to a room of :mod:`chalicelib.http` and renders the answer; each
+event function hands its event to the room that does the work, imported there so that the
+request path's cold start loads neither jobs nor the monitor. Which event functions a stage
+declares is read once, at import (:class:`~chalicelib.core.config_deployment.Deployment`).
 """
 from __future__ import annotations
 
@@ -22,13 +20,9 @@ from chalicelib.core.config_deployment import Deployment
 from chalicelib.core.errors import SagegateError
 from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import logger
-from chalicelib.http import catalog, exchange, modelcalls
+from chalicelib.http import catalog, exchange, jobcalls, modelcalls, resizing
 from chalicelib.http.exchange import HttpAnswer
-from chalicelib.images.resizer import resize_image
-from chalicelib.inference.pipeline import limits_from
-from chalicelib.inference.predictions import load_labels
-from chalicelib.reading.jobrequest import read_job
-from chalicelib.reading.resize import read_resize
+from chalicelib.http.health import health_details as configuration
 from chalicelib.services import Services
 
 # Logs are Powertools' JSON lines (chalicelib.core.observability), Chalice's own included.
@@ -37,9 +31,7 @@ app.debug = False  # a traceback must never reach a client, in any stage
 # Chalice's debug setter turns its logger, which is Powertools' (both are named "sagegate"), to
 # ERROR; give it back the level Powertools chose (POWERTOOLS_LOG_LEVEL / LOG_LEVEL, else INFO).
 logger.setLevel(None)
-for _media_type in BINARY_TYPES:
-    if _media_type not in app.api.binary_types:
-        app.api.binary_types.append(_media_type)
+app.api.binary_types.extend([kind for kind in BINARY_TYPES if kind not in app.api.binary_types])
 
 _ANY_CONTENT_TYPE = ["*/*"]  # sagegate checks the type itself, answering its own 415
 
@@ -48,15 +40,8 @@ def _cors(access: Access) -> CORSConfig | bool:
     """The CORS rules every route answers with (False: no CORS headers at all)."""
     if not access.cors_origin:
         return False
-    return CORSConfig(
-        allow_origin=access.cors_origin,
-        allow_headers=["X-Request-Id", "X-Correlation-Id", "X-Target-Variant",
-                       "X-Target-Model", "X-Target-Inference-Component", "X-Custom-Attributes",
-                       "Cache-Control"],
-        expose_headers=["X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
-                        "X-Custom-Attributes", modelcalls.VARIANT_HEADER,
-                        modelcalls.CACHE_HEADER, modelcalls.ARM_HEADER],
-        max_age=600)
+    return CORSConfig(allow_origin=access.cors_origin, allow_headers=list(exchange.ALLOW_HEADERS),
+                      expose_headers=list(modelcalls.MODEL_EXPOSE_HEADERS), max_age=600)
 
 
 def _auth(access: Access) -> dict[str, Any]:
@@ -79,8 +64,7 @@ DEPLOYMENT = Deployment.from_env(environment.variables())
 app.api.cors = _cors(_ACCESS)
 _PROTECTED = _auth(_ACCESS)
 
-# The settings, predictor and capturer every request shares, built on first use. Tests that
-# need other parts put their own Services here (see chalicelib.services).
+# What every request shares, built on first use (a test puts its own Services here).
 services = Services()
 # Each thread's own request and log line (chalice local is threaded; see chalicelib.http.exchange)
 exchanges = exchange.Exchanges(lambda: app.current_request)
@@ -98,11 +82,9 @@ def _response(answer: HttpAnswer) -> Response:
 
 
 def renders_errors(view: Callable[..., Response]) -> Callable[..., Response]:
-    """Turn sagegate's errors raised by a view into their HTTP answers.
-
-    Per view, not in the middleware: Chalice answers a view's exception itself (a 500) before
-    any middleware sees it, and adds the route's CORS headers only to what the view returns.
-    """
+    """Turn sagegate's errors raised by a view into their HTTP answers: per view, as Chalice
+    answers a view's exception (a 500) before any middleware, and adds CORS headers only to
+    what the view returns."""
     @functools.wraps(view)
     def wrapper(**params: str) -> Response:  # (a route's path parameters, by name)
         try:
@@ -140,8 +122,7 @@ def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
 
 @app.middleware("all")
 def store_captures(event: Any, get_response: Callable[[Any], Any]) -> Any:
-    """As every handler ends (a route's, an event function's), the capture records it handed
-    over are stored after its response (see :meth:`Services.handler_ended`)."""
+    """As every handler ends, its capture records are stored after its response."""
     try:
         return get_response(event)
     finally:
@@ -153,18 +134,15 @@ def store_captures(event: Any, get_response: Callable[[Any], Any]) -> Any:
 
 @route("/predict", "POST", any_content_type=True)
 def predict() -> Response:
-    """Run the default model (``DEFAULT_MODEL``): for the image classifier, one image as JSON
-    (base64 or data URL) or a binary body."""
-    return _response(modelcalls.serve(services, exchanges, services.registry.get()))
+    """Run the default model (``DEFAULT_MODEL``) on the request's body."""
+    return _response(modelcalls.serve(services.route(), exchanges))
 
 
 @route("/models")
 def list_models() -> Response:
     """Every registered model: pipeline, accepted content types, signature."""
-    registry, jobs = services.registry, services.settings.jobs_enabled
-    return Response(body={"default": registry.default,
-                          "models": [catalog.describe(registry.models[name], jobs=jobs)
-                                     for name in registry.names()]})
+    return Response(body=catalog.describe_all(services.registry,
+                                              jobs=services.settings.jobs_enabled))
 
 
 @route("/models/{name}")
@@ -177,51 +155,30 @@ def describe_model(name: str) -> Response:
 @route("/models/{name}/predict", "POST", any_content_type=True)
 def predict_model(name: str) -> Response:
     """Run one registered model on the request's body."""
-    return _response(modelcalls.serve(services, exchanges, services.registry.get(name)))
+    return _response(modelcalls.serve(services.route(name), exchanges))
 
 
 # --- jobs: uploads through S3, jobs on a real-time or an asynchronous endpoint -------------
 
-JOB_LOCATION = "/jobs/{job_id}"  # relative to the API's stage, as the web page's URLs are
-
-
 @route("/uploads", "POST", any_content_type=True)
 def create_upload() -> Response:
     """A presigned S3 POST for one large input of a model: ``{"model", "content_type"}``."""
-    from chalicelib.http import uploads  # deferred, as the jobs room is (bench/imports.py)
-
-    jobs = services.jobs  # jobs off: 501, whatever the body
-    asked = uploads.read_upload_request(exchanges.http_request().body)
-    exchanges.log().model = asked.model[:64]
-    return Response(body=jobs.presign(asked.model, asked.content_type,
-                                      exchanges.caller()).view())
+    # jobs off: 501, whatever the body
+    return _response(jobcalls.create_upload(services.jobs, exchanges.current()))
 
 
 @route("/models/{name}/jobs", "POST", any_content_type=True)
 def create_job(name: str) -> Response:
     """Run a model on an upload (``{"upload_id": ...}``) or a small inline body, as a job."""
-    jobs = services.jobs
-    model = services.registry.get(name)
-    http = exchanges.http_request()
-    exchanges.log().model = model.name
-    queued = read_job(http, max_body_bytes=services.settings.max_body_bytes)
-    caller = exchanges.caller()
-    if queued.inline:
-        job = jobs.create_from_body(model, http.body, http.content_type or "", queued.options,
-                                    caller)
-    else:
-        job = jobs.create_from_upload(model, queued.upload_id, queued.options, caller)
-    exchanges.log().job_id = job.job_id
-    return Response(body={"job_id": job.job_id, "state": str(job.state)}, status_code=202,
-                    headers={"Location": JOB_LOCATION.format(job_id=job.job_id)})
+    return _response(jobcalls.create_job(services.jobs, services.registry.get(name),
+                                         exchanges.current(),
+                                         max_body_bytes=services.settings.max_body_bytes))
 
 
 @route("/jobs/{job_id}")
 def describe_job(job_id: str) -> Response:
     """A job's state and, when it is done, its answer (or a presigned GET of it)."""
-    jobs = services.jobs
-    exchanges.log().job_id = job_id[:64]
-    return Response(body=jobs.view(job_id, exchanges.caller()))
+    return _response(jobcalls.describe_job(services.jobs, job_id, exchanges.current()))
 
 
 # --- images, the page, health -----------------------------------------------------------
@@ -229,17 +186,10 @@ def describe_job(job_id: str) -> Response:
 @route("/resize", "POST", any_content_type=True)
 def resize() -> Response:
     """Resize one image to exactly the width and height asked for."""
-    settings = services.settings
-    asked = read_resize(exchanges.http_request(), max_body_bytes=settings.max_body_bytes,
-                        max_output_pixels=settings.max_output_pixels)
-    resized = resize_image(asked.image, asked.options, limits_from(settings))
-    if asked.options.binary:
-        return Response(body=resized.data, headers={"Content-Type": asked.options.content_type})
-    return Response(body=resized.to_dict())
+    return _response(resizing.resize_answer(exchanges.current(), services.settings))
 
 
-# The page's routes import chalicelib.http.pages (and the files it serves) on first use: an
-# API's cold start loads none of it, as it loads no part of jobs (bench/imports.py).
+# The page's routes import chalicelib.http.pages on first use: cold starts load none of it.
 
 def _jobs_bucket() -> str:
     """The stage's jobs bucket, which the page's CSP names (raises when misconfigured)."""
@@ -250,7 +200,6 @@ def _jobs_bucket() -> str:
 def web_page() -> Response:
     """The web page: pick, drop, paste or photograph an image; see the top-k."""
     from chalicelib.http import pages
-
     path = str(exchanges.request().context.get("path") or "/")
     return _response(pages.web_page(path, _jobs_bucket))
 
@@ -259,7 +208,6 @@ def web_page() -> Response:
 def web_asset(name: str) -> Response:
     """The page's script, style sheet and icons."""
     from chalicelib.http import pages
-
     return _response(pages.web_asset(name, _jobs_bucket))
 
 
@@ -267,7 +215,6 @@ def web_asset(name: str) -> Response:
 def openapi_description() -> Response:
     """The OpenAPI 3.1 description of every route."""
     from chalicelib.http import pages
-
     return _response(pages.openapi_description(_jobs_bucket))
 
 
@@ -284,23 +231,13 @@ def health() -> Response:
 @route("/health/details")
 def health_details() -> Response:
     """The configuration as loaded: endpoint, model input, resize rule, label count."""
-    settings = services.settings
-    labels = load_labels(settings.labels)
-    return Response(body={
-        "status": "ok",
-        "endpoint": settings.endpoint_name,
-        "model_input": {"width": settings.input_width, "height": settings.input_height},
-        "resize": {"mode": settings.resize_mode, "shorter_side": settings.resize_shorter_side},
-        "labels": len(labels) if labels is not None else 0,
-    })
+    return Response(body=configuration(services.settings))
 
 
 # --- event functions: each declared only for a stage that has it (DEPLOYMENT) --------------
 
-# The data-quality monitor (docs/MONITOR.md, "Deployed"): a stage with MONITOR_BASELINE. One
-# scheduled function; or, with MONITOR_ENGINE=stepfunctions, the three functions a Step
-# Functions run calls, its schedule and state machine in the stage's template
-# (sagegate/deploy/monitor_template.py).
+# The data-quality monitor (docs/MONITOR.md, "Deployed"): one scheduled function; or, with
+# MONITOR_ENGINE=stepfunctions, the three a Step Functions run calls (its stage's template).
 MONITOR_FUNCTION = "monitor"  # its name in .chalice/config.json's lambda_functions
 MONITOR_PLAN_FUNCTION = "monitor_plan"  # the fanned-out run's: its window and prefixes
 MONITOR_MAP_FUNCTION = "monitor_map"  # a Distributed Map child: objects read into a part
@@ -311,26 +248,21 @@ if DEPLOYMENT.monitored:
     if DEPLOYMENT.monitor_fanned_out:
         @app.lambda_function(name=MONITOR_PLAN_FUNCTION)
         def monitor_plan(event: dict[str, Any], context: Any) -> dict[str, Any]:
-            """The run's hour and, per endpoint, the capture prefixes its Distributed Maps
-            list."""
+            """The run's hour and, per endpoint, the capture prefixes its maps list."""
             from chalicelib import monitoring  # deferred: the request path loads no monitor
-
             return monitoring.plan_monitor(event, lambda: services.registry.models.values())
 
         @app.lambda_function(name=MONITOR_MAP_FUNCTION)
         def monitor_map(event: dict[str, Any], context: Any) -> dict[str, Any]:
             """A Distributed Map child: its batch of capture objects read into a part."""
             from chalicelib import monitoring
-
             return monitoring.map_monitor(event, lambda: services.registry.models.values())
 
         @app.lambda_function(name=MONITOR_REDUCE_FUNCTION)
         def monitor_reduce(event: dict[str, Any], context: Any) -> dict[str, Any]:
-            """An endpoint's parts merged, checked, its files and metrics written. The
-            metrics' MonitoringSchedule is the run's name, sagegate-<stage>-monitor, as the
-            single function's."""
+            """An endpoint's parts merged, checked, written; its metrics' schedule named as
+            the single function's (sagegate-<stage>-monitor)."""
             from chalicelib import monitoring
-
             name = DEPLOYMENT.function_named(app.app_name, MONITOR_REDUCE_FUNCTION)
             return monitoring.reduce_monitor(event, name.removesuffix(
                 MONITOR_REDUCE_FUNCTION.removeprefix(MONITOR_FUNCTION)))
@@ -338,30 +270,25 @@ if DEPLOYMENT.monitored:
         @app.schedule(DEPLOYMENT.monitor_schedule, name=MONITOR_FUNCTION,
                       description="sagegate: check each endpoint's previous hour of captures")
         def monitor(event: Any) -> dict[str, Any]:
-            """Check the previous hour of every registered endpoint's captures (Model
-            Monitor's data quality files to S3, its metrics as EMF lines in the log)."""
+            """Check the previous hour of every registered endpoint's captures."""
             from chalicelib import monitoring  # deferred: the request path loads no monitor
-
             return monitoring.run_monitor(
                 event, lambda: services.registry.models.values(),
                 DEPLOYMENT.function_named(app.app_name, MONITOR_FUNCTION))
 
 
-# The job functions (docs/DEPLOY.md): a stage with JOBS_BUCKET. Their work is the jobs room's
-# (chalicelib.jobs.functions), imported in each: the request path's cold start loads no jobs.
+# The job functions (docs/DEPLOY.md): their work is chalicelib.jobs.functions', imported in
+# each: the request path's cold start loads no jobs.
 JOB_REDRIVE_FUNCTION = "job_redrive"  # runs again the queued jobs whose S3 event was lost
 JOB_RUNNER_FUNCTION = "job_runner"  # runs a job when its ticket is written
 JOB_RESULTS_FUNCTION = "job_results"  # finishes asynchronous jobs (the success topic)
 JOB_FAILURES_FUNCTION = "job_failures"  # fails them (the error topic, when it is another)
 if DEPLOYMENT.jobs_enabled:
-    # The re-drive (chalicelib/jobs/redrive.py): hands the runner again the tickets of jobs
-    # still queued minutes after they were made (their S3 event was lost).
     @app.schedule(DEPLOYMENT.job_redrive_rate, name=JOB_REDRIVE_FUNCTION,
                   description="sagegate: run again the queued jobs whose S3 event was lost")
     def job_redrive(event: Any) -> dict[str, Any]:
         """Re-deliver the tickets of the jobs still queued after their S3 event's time."""
         from chalicelib.jobs import functions
-
         return functions.redrive_jobs(
             services.jobs_context, str(getattr(event, "time", "") or ""),
             DEPLOYMENT.function_named(app.app_name, JOB_REDRIVE_FUNCTION))
@@ -371,16 +298,13 @@ if DEPLOYMENT.jobs_enabled:
     def job_runner(event: Any) -> dict[str, Any]:
         """Run the jobs whose tickets were written."""
         from chalicelib.jobs import functions
-
         return functions.run_tickets(services.job_execution, event.to_dict(), event.context)
 
     if DEPLOYMENT.jobs_success_topic:
         @app.on_sns_message(topic=DEPLOYMENT.jobs_success_topic, name=JOB_RESULTS_FUNCTION)
         def job_results(event: Any) -> dict[str, Any]:
-            """Finish the asynchronous jobs an endpoint notified (success; failure too when
-            both topics are one)."""
+            """Finish the asynchronous jobs an endpoint notified (of failure too: one topic)."""
             from chalicelib.jobs import functions
-
             return functions.complete(services.job_execution, event.to_dict())
 
     if DEPLOYMENT.separate_error_topic:
@@ -388,13 +312,9 @@ if DEPLOYMENT.jobs_enabled:
         def job_failures(event: Any) -> dict[str, Any]:
             """Fail the asynchronous jobs an endpoint notified of failure."""
             from chalicelib.jobs import functions
-
             return functions.complete(services.job_execution, event.to_dict())
 
 
 # The monitor's functions serve no request: they skip the request path's warm-up.
 if lifecycle.on_lambda() and not any(DEPLOYMENT.runs(name) for name in MONITOR_FUNCTIONS):
-    _init_ms = lifecycle.timed(
-        lambda: services.warm_up(prime_codecs=lifecycle.init_type() != "on-demand"))
-    logger.info("initialised", extra={"init_type": lifecycle.init_type(),
-                                      "warm_up_ms": round(_init_ms, 1)})
+    services.initialise()

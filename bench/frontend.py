@@ -29,7 +29,8 @@ from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.inference import predictions
 from chalicelib.inference.endpoint import EndpointClient
-from chalicelib.inference.pipeline import Predictor, StageTimer
+from chalicelib.inference.pipeline import Predictor
+from chalicelib.inference.timing import StageTimer
 from chalicelib.reading.options import HttpRequest, read_predict
 
 ENDPOINT_NAME = "efficientnet-lite0"

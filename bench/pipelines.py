@@ -32,8 +32,8 @@ from bench.timing import Budget, Budgets, Samples, compare
 from chalicelib.calls import Call, CallOptions, ModelRequest, Served
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import ModelServer, ServingPipeline
+from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds import Parts, kind_of
 from chalicelib.registry.loading import Registry, load_registry
 from chalicelib.registry.specs import ModelSpec, Pipeline

@@ -26,8 +26,9 @@ from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference.endpoint import EndpointClient
-from chalicelib.inference.pipeline import Predictor, StageTimer
+from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.predictions import load_labels
+from chalicelib.inference.timing import StageTimer
 from scripts.crafted_images import scan_bomb
 
 SIDE = 6320  # 6320 x 6320 = 39.9 MP, under MAX_IMAGE_PIXELS (40 MP)

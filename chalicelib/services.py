@@ -3,7 +3,7 @@
 A Lambda container serves many requests; the settings, the prediction pipeline (with its
 boto3 client and connection pool) and the data capture sink are built on first use and kept.
 :class:`Services` is that builder: ``app.py`` holds one (``app.services``), and a test that
-needs other parts builds its own and puts it there (``Services(settings, predictor=...)``):
+needs other parts builds its own and puts it there (``Services(settings, endpoint=...)``):
 whatever it is not given, it builds from the settings as the real one does.
 """
 from __future__ import annotations
@@ -25,10 +25,13 @@ from chalicelib.core.clients import LazyClient
 from chalicelib.core.config import ENDPOINT_NAME, Settings
 from chalicelib.core.config_names import CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
+from chalicelib.core.observability import logger
+from chalicelib.experiments import assign
 from chalicelib.experiments.shadows import Shadows
+from chalicelib.http.modelcalls import ModelRoute, Target
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.endpoint_config import make_client, policy_from, shadow_endpoint
-from chalicelib.inference.pipeline import Predictor
+from chalicelib.inference.pipeline import warm_up_codecs
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import ModelServer, ServingPipeline
 from chalicelib.kinds import Parts, kind_of
@@ -46,14 +49,13 @@ if TYPE_CHECKING:
 
 
 class Services:
-    """Settings, registry, endpoint client, predictors, capturer and prediction cache: each
+    """Settings, registry, endpoint client, pipelines, capturer and prediction cache: each
     built on first use, once, then kept.
 
     Args:
         settings: the settings; read from the environment on first use when None.
-        predictor: a ready predictor for the default image model; built when None.
         capturer: a ready capturer; built from the settings when None.
-        endpoint: a ready endpoint client (every model's); the predictor's, or built, when None.
+        endpoint: a ready endpoint client (every model's); built from the settings when None.
         registry: a ready model registry; read from ``chalicelib/models/`` when None.
         cache: a ready prediction cache; built from the settings (``CACHE_*``) when None.
         read_settings: how settings are read when not given (``Settings.from_env`` of the
@@ -70,7 +72,7 @@ class Services:
             :data:`chalicelib.registry.kinds.BACKENDS`).
     """
 
-    def __init__(self, settings: Settings | None = None, *, predictor: Predictor | None = None,
+    def __init__(self, settings: Settings | None = None, *,
                  capturer: Capturer | None = None, endpoint: EndpointClient | None = None,
                  registry: Registry | None = None, cache: PredictionCache | None = None,
                  read_settings: Callable[[], Settings] | None = None,
@@ -80,9 +82,8 @@ class Services:
                  job_backends: Sequence[BackendRules] = kinds.BACKENDS) -> None:
         self._settings = settings
         self.known = Registered.of(kinds, job_backends)
-        self._predictor = predictor
         self._capturer = capturer
-        self._endpoint = endpoint or (predictor.endpoint if predictor else None)
+        self._endpoint = endpoint
         self._registry = registry
         self._cache = cache
         self._read_settings = read_settings or (
@@ -90,6 +91,7 @@ class Services:
         self._env = env
         self._endpoint_given = self._endpoint is not None
         self._pipelines: dict[tuple[str | None, ...], ServingPipeline] = {}
+        self._routes: dict[str | None, tuple[tuple[int, ...], ModelRoute]] = {}
         self._shadow_pipelines: dict[tuple[str | float | None, ...], ServingPipeline] = {}
         self._shadows: Shadows | None = None
         self._server: ModelServer | None = None
@@ -129,15 +131,46 @@ class Services:
                                                known=self.known)
             return self._registry
 
-    @property
-    def predictor(self) -> Predictor:
-        """The image pipeline of the flat settings (the default model's)."""
+    def route(self, name: str | None = None) -> ModelRoute:
+        """How the model called ``name`` (the default when None) is served
+        (:func:`chalicelib.http.modelcalls.serve`): settled on its first request, and again
+        when a part it holds was replaced (a test's registry, cache or capturer).
+
+        Raises:
+            ModelNotFoundError: no such model.
+        """
+        # the route holds these very objects (so their ids cannot be reused while it is kept)
+        parts = (id(self._registry), id(self._settings), id(self._cache), id(self._capturer),
+                 id(self._shadows))
+        held = self._routes.get(name)
+        if held is not None and held[0] == parts:
+            return held[1]
         with self._lock:
-            if self._predictor is None:
-                settings = self.settings
-                self._predictor = Predictor(settings, self.endpoint,
-                                            load_labels(settings.labels))
-            return self._predictor
+            route = self._route(self.registry.get(name))
+            self._routes[name] = ((id(self._registry), id(self._settings), id(self._cache),
+                                   id(self._capturer), id(self._shadows)), route)
+            return route
+
+    def _route(self, model: ModelSpec) -> ModelRoute:
+        experiment = model.experiment
+        settings = self.settings
+        arms: dict[str, Target] = {}
+        shadows: dict[str, tuple[ModelSpec, tuple[str | None, ...]]] = {}
+        if experiment is not None:
+            for arm in experiment.arms:
+                on_arm = assign.on_target(model, arm)
+                arms[arm.name] = Target(on_arm, self.pipeline_for(on_arm))
+            shadows = {shadow.name: (assign.on_target(model, shadow), shadow.route())
+                       for shadow in experiment.shadows}
+        return ModelRoute(
+            model=model, kind=kind_of(model),
+            reads=model if experiment is None else assign.unrouted(model),
+            target=None if experiment is not None else Target(model, self.pipeline_for(model)),
+            arms=arms, shadows=shadows, max_body_bytes=settings.max_body_bytes,
+            budget_seconds=settings.request_budget_seconds, cache=self.cache,
+            capturer=self.capturer, pool=self.shadows if shadows else None,
+            shadow_pipeline=self.shadow_pipeline_for,
+            sticky_header=experiment.sticky_header if experiment is not None else None)
 
     def pipeline_for(self, model: ModelSpec) -> ServingPipeline:
         """The pipeline that serves ``model``'s requests (its kind's), built once per model
@@ -185,10 +218,6 @@ class Services:
         return self.capturer.flush(left) and shadows
 
     def _pipeline(self, model: ModelSpec) -> ServingPipeline:
-        if model.settings is not None and model.settings == self.settings \
-                and model.endpoint == self.settings.endpoint_name \
-                and model.labels == self.predictor.labels:
-            return self.predictor  # the flat settings' model (the default): one pipeline
         return kind_of(model).pipeline(model, Parts(self.endpoint, self.server))
 
     @property
@@ -246,7 +275,6 @@ class Services:
         provisioned concurrency): on an on-demand cold start it would add its cost to the
         first request's wait even when that request needs less (a JPEG passed through).
         """
-        predictor = self.predictor
         _ = self.capturer, self.cache
         for model in self.registry.models.values():  # a broken handler file fails init
             self.pipeline_for(model)
@@ -256,8 +284,18 @@ class Services:
                 # and client are built on the pool's thread when first needed (never on a
                 # caller's path, and not at all where shadows are off: under SnapStart)
                 _ = self.shadows
+        for name in (None, *self.registry.models):  # each model's route, the default's too
+            self.route(name)
         if prime_codecs:
-            predictor.warm_up()
+            warm_up_codecs(self.settings)
+
+    def initialise(self) -> None:
+        """Lambda's init phase: :meth:`warm_up` (the codecs primed unless on demand), its time
+        logged."""
+        init_type = lifecycle.init_type()
+        init_ms = lifecycle.timed(lambda: self.warm_up(prime_codecs=init_type != "on-demand"))
+        logger.info("initialised", extra={"init_type": init_type,
+                                          "warm_up_ms": round(init_ms, 1)})
 
     def connection_holders(self) -> list[lifecycle.Closable]:
         """The built objects that pool connections (closed around a SnapStart snapshot)."""

@@ -71,7 +71,8 @@ class PredictionCache:
                 scope: Mapping[str, Any] | None = None) -> CacheUse:
         """One request's use of the cache (``enabled=False``: a model whose answers must be
         fresh, a bypass); ``scope`` goes into every key it makes (the model's name)."""
-        return CacheUse(self, control if enabled and self.enabled else BYPASSED,
+        on = enabled and (self.memory is not None or self.table is not None)  # (self.enabled)
+        return CacheUse(self, control if on else BYPASSED,
                         scope=dict(scope or {}))
 
     def close(self) -> None:
@@ -218,7 +219,9 @@ class CacheUse:
         key = cache_key(fields, body)
         found, flight = self._look_up(cache, key, deadline)
         self.lookup_ms += (time.perf_counter() - started) * 1000.0
-        self._note(HIT if found is not None else MISS)
+        self._lookups += 1
+        if self._lookups == 1 or found is None:  # one miss makes the request's a miss
+            self.status = HIT if found is not None else MISS
         if found is not None:
             return dataclasses.replace(found, attempts=0)
         result = None
@@ -252,8 +255,3 @@ class CacheUse:
             cache.land(key, flight, found)  # whoever joined meanwhile gets it too
             return found, None
         return None, flight
-
-    def _note(self, status: str) -> None:
-        self._lookups += 1
-        if self._lookups == 1 or status == MISS:
-            self.status = status

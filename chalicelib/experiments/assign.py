@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 
 from chalicelib.calls import ModelRequest
-from chalicelib.registry.experiments import Arm, Experiment, Sticky, Target
+from chalicelib.registry.experiments import Arm, Experiment, Shadow, Sticky, Target
 from chalicelib.registry.specs import ModelSpec
 
 
@@ -26,19 +26,40 @@ def unit_hash(*parts: str) -> float:
     return (int.from_bytes(digest[:8], "big") + 0.5) / 2.0 ** 64
 
 
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """One request's routing, decided once: the arm that serves it and the shadows that get a
+    copy of it."""
+
+    arm: Arm
+    shadows: tuple[Shadow, ...]
+
+
+def decide(experiment: Experiment, model: str, key: str | None, request_id: str,
+           rng: Callable[[], float] = random.random) -> Routing:
+    """The routing of a request whose sticky key is ``key`` (None: a draw): its arm
+    (:func:`choose`) and its sampled shadows (:func:`sampled`, by its request id)."""
+    return Routing(choose(experiment, model, key, rng),
+                   tuple([shadow for shadow in experiment.shadows
+                          if sampled(model, shadow.name, request_id, shadow.sample)]))
+
+
 def choose(experiment: Experiment, model: str, key: str | None,
            rng: Callable[[], float] = random.random) -> Arm:
     """The arm that serves a request whose sticky key is ``key`` (None: a draw)."""
     if key is None or experiment.sticky == Sticky.NONE:
-        point = rng() * sum(arm.weight for arm in experiment.arms)
+        point = rng() * sum([arm.weight for arm in experiment.arms])
         for arm in experiment.arms:
             point -= arm.weight
             if point < 0:
                 return arm
         return experiment.arms[-1]
-    return max(experiment.arms,
-               key=lambda arm: arm.weight / -math.log(
-                   unit_hash(model, experiment.name, arm.name, key)))
+    chosen, best = experiment.arms[0], -math.inf
+    for arm in experiment.arms:  # the first of the highest scores, as max() picks
+        score = arm.weight / -math.log(unit_hash(model, experiment.name, arm.name, key))
+        if score > best:
+            chosen, best = arm, score
+    return chosen
 
 
 def sampled(model: str, shadow: str, inference_id: str, share: float) -> bool:

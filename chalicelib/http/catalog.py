@@ -10,9 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.kinds import kind_of
+from chalicelib.registry.loading import Registry
 from chalicelib.registry.specs import ModelSpec
 
-__all__ = ["describe", "example_body"]
+__all__ = ["describe", "describe_all", "example_body"]
+
+
+def describe_all(registry: Registry, jobs: bool = True) -> dict[str, Any]:
+    """``GET /models``: the default model's name and every model's description, by name."""
+    return {"default": registry.default,
+            "models": [describe(registry.models[name], jobs=jobs) for name in registry.names()]}
 
 
 def describe(model: ModelSpec, example: bool = False, jobs: bool = True) -> dict[str, Any]:

@@ -10,6 +10,7 @@ answer is an :class:`HttpAnswer` that ``app.py`` renders as Chalice's ``Response
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -60,6 +61,13 @@ class Answered(Protocol):
     def body(self) -> Any: ...
 
 
+ALLOW_HEADERS = ("X-Request-Id", "X-Correlation-Id", "X-Target-Variant", "X-Target-Model",
+                 "X-Target-Inference-Component", "X-Custom-Attributes", "Cache-Control")
+"""The request headers a browser may send across origins (where CORS is on)."""
+EXPOSE_HEADERS = ("X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
+                  "X-Custom-Attributes")
+"""The answer headers of every route a browser's script may read across origins."""
+
 _NO_HEADERS: Mapping[str, str | list[str]] = MappingProxyType({})
 
 
@@ -89,6 +97,35 @@ def error_answer(error: SagegateError, request_id: str) -> HttpAnswer:
     return HttpAnswer(body, dict(error.headers), error.STATUS_CODE)
 
 
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """The request a thread is serving, with its log line and its request id of record
+    (:func:`chalicelib.http.correlation.request_id`), all three pinned together."""
+
+    request: ServedRequest
+    log: RequestLog
+    request_id: str
+
+    def http_request(self) -> HttpRequest:
+        """The request as :mod:`chalicelib.reading` reads it (its size noted in the log).
+
+        Raises:
+            InvalidParameterError: a query parameter given more than once
+                (:func:`single_query`).
+        """
+        request = self.request
+        raw = request.raw_body or b""
+        self.log.body_bytes = len(raw)
+        return HttpRequest(body=raw if isinstance(raw, bytes) else raw.encode("utf-8"),
+                           content_type=request.headers.get("content-type"),
+                           headers=request.headers, query=single_query(request))
+
+    def caller(self) -> str | None:
+        """The caller's identity, when auth identifies callers (a job is readable by its
+        own)."""
+        return _caller(self.request)
+
+
 class Exchanges:
     """Each thread's request and its log line, pinned while the thread serves it.
 
@@ -106,13 +143,20 @@ class Exchanges:
         """Pin ``request`` (and its new log line, yielded) to this thread while it is served."""
         self._local.request = request
         try:
-            log = RequestLog(self.request_id(), request.method,
+            request_id = correlation.request_id(request.context)
+            log = RequestLog(request_id, request.method,
                              request.context.get("resourcePath") or request.path,
                              correlation_id=correlation.correlation_id(request.headers))
-            self._local.log = log
+            self._local.exchange = Exchange(request, log, request_id)
             yield log
         finally:
-            self._local.request = self._local.log = None
+            self._local.request = self._local.exchange = None
+
+    def current(self) -> Exchange:
+        """The request this thread is serving, its log line and its id."""
+        exchange: Exchange | None = getattr(self._local, "exchange", None)
+        assert exchange is not None, "only called while serving a request"
+        return exchange
 
     def request(self) -> ServedRequest:
         """The request this thread is serving (pinned, else the fallback's)."""
@@ -122,35 +166,26 @@ class Exchanges:
 
     def log(self) -> RequestLog:
         """The log line of the request this thread is serving."""
-        log: RequestLog | None = getattr(self._local, "log", None)
-        assert log is not None, "only called while serving a request"
-        return log
+        return self.current().log
 
     def request_id(self) -> str:
         """The request id of record (:func:`chalicelib.http.correlation.request_id`)."""
         return correlation.request_id(self.request().context)
 
     def http_request(self) -> HttpRequest:
-        """The request as :mod:`chalicelib.reading` reads it (its size noted in the log).
-
-        Raises:
-            InvalidParameterError: a query parameter given more than once
-                (:func:`single_query`).
-        """
-        request = self.request()
-        raw = request.raw_body or b""
-        self.log().body_bytes = len(raw)
-        return HttpRequest(body=raw if isinstance(raw, bytes) else raw.encode("utf-8"),
-                           content_type=request.headers.get("content-type"),
-                           headers=request.headers, query=single_query(request))
+        """See :meth:`Exchange.http_request`."""
+        return self.current().http_request()
 
     def caller(self) -> str | None:
-        """The caller's identity, when auth identifies callers (a job is readable by its
-        own)."""
-        # deferred: the request path's cold start loads no part of jobs (bench/imports.py)
-        from chalicelib.jobs.records import owner_of
+        """See :meth:`Exchange.caller`."""
+        return _caller(self.request())
 
-        return owner_of(self.request().context)
+
+def _caller(request: ServedRequest) -> str | None:
+    # deferred: the request path's cold start loads no part of jobs (bench/imports.py)
+    from chalicelib.jobs.records import owner_of
+
+    return owner_of(request.context)
 
 
 def single_query(request: ServedRequest) -> Mapping[str, str]:

@@ -1,33 +1,34 @@
-"""The model routes' one serve path (``POST /predict``, ``POST /models/{name}/predict``): read
-the request once, serve it through the model's pipeline (through the prediction cache when it
-may), capture it, answer; whatever the model's kind.
+"""The model routes' one serve path (``POST /predict``, ``POST /models/{name}/predict``), read
+top to bottom in :func:`serve`: route the request (which arm, which shadows: one decision), read
+it with its model's kind, serve it through its target's pipeline (through the prediction cache
+when it may), capture it, hand the shadows their copies, answer; whatever the model's kind.
 
-The composition root's services are passed in (:class:`ServingParts`: this room does not
-import it); the request and its log line come from the thread's
-:class:`~chalicelib.http.exchange.Exchanges`.
+What a model's requests are served with is settled once, when it is first served
+(:class:`ModelRoute`, built by the composition root: this room does not import it); the
+request, its log line and its id come from the thread's
+:class:`~chalicelib.http.exchange.Exchanges`, read once.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from chalicelib.cache.control import request_cache_control
 from chalicelib.cache.prediction import CacheUse, PredictionCache
 from chalicelib.calls import ModelRequest, Served
 from chalicelib.capture import Capturer
 from chalicelib.core import media
-from chalicelib.core.config import Settings
 from chalicelib.core.errors import EndpointTimeoutError, SagegateError
 from chalicelib.core.observability import RequestLog
 from chalicelib.experiments import assign
-from chalicelib.experiments.assign import on_target
 from chalicelib.experiments.shadows import Shadows
-from chalicelib.http.exchange import Exchanges, HttpAnswer
-from chalicelib.inference.pipeline import StageTimer
+from chalicelib.http.exchange import EXPOSE_HEADERS, Exchange, Exchanges, HttpAnswer
 from chalicelib.inference.serving import ServingPipeline
-from chalicelib.kinds import kind_of
-from chalicelib.registry.experiments import Arm, Shadow, Sticky
+from chalicelib.inference.timing import StageTimer
+from chalicelib.kinds import PipelineKind
+from chalicelib.registry.experiments import Shadow, Sticky
 from chalicelib.registry.specs import ModelSpec
 
 CAPTURE_SECONDS = 10.0
@@ -39,88 +40,128 @@ CACHE_HEADER = "X-Cache"
 """``hit``, ``miss`` or ``bypass``: whether the prediction cache answered."""
 ARM_HEADER = "X-Sagegate-Arm"
 """The experiment arm that served the request (an ``experiment`` model's answers)."""
+MODEL_EXPOSE_HEADERS = (*EXPOSE_HEADERS, VARIANT_HEADER, CACHE_HEADER, ARM_HEADER)
+"""The answer headers a browser's script may read across origins (where CORS is on)."""
+
+ShadowPipeline = Callable[[ModelSpec, float], ServingPipeline]
+"""A shadow target's pipeline, whose endpoint client reads for at most the shadow's timeout."""
 
 
-class ServingParts(Protocol):
-    """What the serve path works with (the composition root's ``Services`` has these)."""
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where a model's requests go: the model on one endpoint (an experiment arm's, or its
+    own), and that model's pipeline."""
 
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def cache(self) -> PredictionCache: ...
-
-    @property
-    def capturer(self) -> Capturer: ...
-
-    def pipeline_for(self, model: ModelSpec) -> ServingPipeline: ...
-
-    def shadow_pipeline_for(self, model: ModelSpec, seconds: float) -> ServingPipeline: ...
-
-    @property
-    def shadows(self) -> Shadows: ...
+    model: ModelSpec
+    pipeline: ServingPipeline
 
 
-def serve(parts: ServingParts, exchanges: Exchanges, model: ModelSpec) -> HttpAnswer:
-    """Serve the thread's request to ``model``: its answer, with Server-Timing, the cache's
-    outcome and the variant that answered.
+@dataclasses.dataclass(frozen=True)
+class ModelRoute:
+    """One model's serve path, settled when it is first served.
+
+    Attributes:
+        model: the model the route names.
+        kind: its pipeline kind (which reads its requests).
+        reads: the model its requests are read with (an experiment's, without its routing
+            defaults: its options hold only what the client named, each target adds its own).
+        target: where its requests go (None: an experiment's, whose arms' targets these are).
+        arms: an experiment's targets, by arm name.
+        shadows: an experiment's shadow targets (and what makes two the same model, their
+            queue's key), by shadow name.
+        max_body_bytes: the largest request body.
+        budget_seconds: the request's time budget (preprocessing, the endpoint, the capture).
+        cache: the prediction cache.
+        capturer: data capture.
+        pool: the shadow calls' pool (None: the model has no shadows).
+        shadow_pipeline: a shadow target's pipeline, built on the pool's thread.
+        sticky_header: the header whose value keeps a caller's arm (lower-cased), if any.
+    """
+
+    model: ModelSpec
+    kind: PipelineKind
+    reads: ModelSpec
+    target: Target | None
+    arms: Mapping[str, Target]
+    shadows: Mapping[str, tuple[ModelSpec, tuple[str | None, ...]]]
+    max_body_bytes: int
+    budget_seconds: float
+    cache: PredictionCache
+    capturer: Capturer
+    pool: Shadows | None
+    shadow_pipeline: ShadowPipeline
+    sticky_header: str | None = None
+
+
+def serve(route: ModelRoute, exchanges: Exchanges) -> HttpAnswer:
+    """Serve the thread's request to ``route``'s model: its answer, with Server-Timing, the
+    cache's outcome and the variant that answered.
 
     Raises:
         SagegateError: the request is refused, or the endpoint failed (a timeout names the
             model's job route, where a slow model has time).
     """
     # the request's time budget runs from here: preprocessing, the endpoint and the capture
-    settings = parts.settings
-    deadline = time.monotonic() + settings.request_budget_seconds
+    deadline = time.monotonic() + route.budget_seconds
     timer = StageTimer()
-    log = exchanges.log()
+    exchange = exchanges.current()
+    log, request_id, model = exchange.log, exchange.request_id, route.model
     log.model = model.name
     log.stages_ms = timer.durations  # the same dict: stages that ran are logged even on error
-    request_id = exchanges.request_id()
-    arm = _arm(model, exchanges)
-    target = model if arm is None else on_target(model, arm)
-    log.arm = arm.name if arm is not None else None
-    cache = cache_use(parts, exchanges, model, arm)
+    routing = _routing(route, exchange)
+    target = route.target if routing is None else route.arms[routing.arm.name]
+    assert target is not None  # a model without an experiment has its own target
+    log.arm = None if routing is None else routing.arm.name
+    cache = cache_use(route, exchange, log.arm)
     try:
-        with timer.stage("parse"):
-            # an experiment's request holds only the routing its client named; each target
-            # (the arm here, a shadow later) adds its own
-            request = kind_of(model).read(
-                exchanges.http_request(), model if arm is None else assign.unrouted(model),
-                max_body_bytes=settings.max_body_bytes)
+        start = timer.clock()
         try:
-            served = parts.pipeline_for(target).serve(
-                request if arm is None else assign.routed(request, target), request_id, timer,
-                deadline, cache=cache)
-        except EndpointTimeoutError as error:
-            raise EndpointTimeoutError(
-                f"{error.message} If the model needs longer, run it as a job: POST "
-                f"/models/{model.name}/jobs.", details=error.details) from None
+            request = route.kind.read(exchange.http_request(), route.reads,
+                                      max_body_bytes=route.max_body_bytes)
+        finally:
+            timer.since("parse", start)
+        served = _served(target, request if routing is None
+                         else assign.routed(request, target.model), request_id, timer,
+                         deadline, cache)
         note_served(log, served)
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
-            with timer.stage("capture"):
-                log.capture = parts.capturer.capture_served(
+            start = timer.clock()
+            try:
+                log.capture = route.capturer.capture_served(
                     served, request_id, request.options.custom_attributes, deadline,
-                    arm=log.arm, latency_ms=exchange_ms(timer) if arm is not None else None)
-        if model.experiment is not None and model.experiment.shadows:
-            log.shadows = shadow_copies(parts, model, request, request_id) or None
+                    arm=log.arm, latency_ms=None if routing is None else exchange_ms(timer))
+            finally:
+                timer.since("capture", start)
+        if routing is not None and routing.shadows:
+            log.shadows = shadow_copies(route, routing.shadows, request, request_id, log)
     finally:
         note_cache(log, cache, timer)  # an error answer's log line says it too
     return model_answer(served, timer, cache, log.arm)
 
 
-def _arm(model: ModelSpec, exchanges: Exchanges) -> Arm | None:
-    """The arm that serves this request (None: the model has no experiment)."""
-    experiment = model.experiment
+def _routing(route: ModelRoute, exchange: Exchange) -> assign.Routing | None:
+    """The request's arm and shadows (None: the model has no experiment), decided once."""
+    experiment = route.model.experiment
     if experiment is None:
         return None
     if experiment.sticky == Sticky.CALLER:
-        key = exchanges.caller()
-    elif experiment.sticky_header is not None:
-        key = exchanges.request().headers.get(experiment.sticky_header) or None
+        key = exchange.caller()
+    elif route.sticky_header is not None:
+        key = exchange.request.headers.get(route.sticky_header) or None
     else:
         key = None
-    return assign.choose(experiment, model.name, key)
+    return assign.decide(experiment, route.model.name, key, exchange.request_id)
+
+
+def _served(target: Target, request: ModelRequest, request_id: str, timer: StageTimer,
+            deadline: float, cache: CacheUse) -> Served:
+    """The target's pipeline on the request; an endpoint timeout names the job route."""
+    try:
+        return target.pipeline.serve(request, request_id, timer, deadline, cache=cache)
+    except EndpointTimeoutError as error:
+        raise EndpointTimeoutError(
+            f"{error.message} If the model needs longer, run it as a job: POST "
+            f"/models/{target.model.name}/jobs.", details=error.details) from None
 
 
 def exchange_ms(timer: StageTimer) -> float | None:
@@ -130,28 +171,30 @@ def exchange_ms(timer: StageTimer) -> float | None:
     return durations.get("endpoint", durations.get("model"))
 
 
-def shadow_copies(parts: ServingParts, model: ModelSpec, request: ModelRequest,
-                  request_id: str) -> dict[str, int]:
+def shadow_copies(route: ModelRoute, shadows: tuple[Shadow, ...], request: ModelRequest,
+                  request_id: str, log: RequestLog) -> dict[str, int] | None:
     """Hand each sampled shadow its copy of the request, run after the answer; how many
     copies were queued, dropped (their target's queue full) or skipped (shadows off
-    here)."""
-    assert model.experiment is not None
+    here). A copy that expires is counted with the request's metric dimensions."""
+    assert route.pool is not None  # a model with shadows has their pool
+    dimensions = {name: value for name, value in
+                  (("route", log.route), ("model", log.model), ("arm", log.arm)) if value}
     handed: dict[str, int] = {}
-    for shadow in model.experiment.shadows:
-        if assign.sampled(model.name, shadow.name, request_id, shadow.sample):
-            outcome = parts.shadows.submit(
-                shadow.route(), functools.partial(_shadow_call, parts, on_target(model, shadow),
-                                                  shadow, request, request_id),
-                timeout_seconds=shadow.timeout_seconds, size=len(request.call.body))
-            handed[outcome] = handed.get(outcome, 0) + 1
-    return handed
+    for shadow in shadows:
+        target, queue = route.shadows[shadow.name]
+        outcome = route.pool.submit(
+            queue, functools.partial(_shadow_call, route, target, shadow, request, request_id),
+            timeout_seconds=shadow.timeout_seconds, size=len(request.call.body),
+            dimensions=dimensions)
+        handed[outcome] = handed.get(outcome, 0) + 1
+    return handed or None
 
 
-def _shadow_call(parts: ServingParts, target: ModelSpec, shadow: Shadow,
+def _shadow_call(route: ModelRoute, target: ModelSpec, shadow: Shadow,
                  request: ModelRequest, request_id: str) -> None:
     """On the shadow pool's thread: the shadow's pipeline (built there the first time, off
     the caller's path), then its call."""
-    run_shadow(parts.shadow_pipeline_for(target, shadow.timeout_seconds), parts.capturer,
+    run_shadow(route.shadow_pipeline(target, shadow.timeout_seconds), route.capturer,
                target, shadow, assign.routed(request, target, client=False), request_id)
 
 
@@ -174,16 +217,16 @@ def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,
                             latency_ms=exchange_ms(timer), shadow=True)
 
 
-def cache_use(parts: ServingParts, exchanges: Exchanges, model: ModelSpec,
-              arm: Arm | None = None) -> CacheUse:
+def cache_use(route: ModelRoute, exchange: Exchange, arm: str | None = None) -> CacheUse:
     """This request's use of the prediction cache: the client's ``Cache-Control`` and
     ``Pragma``, every line of them (:class:`chalicelib.cache.control.CacheControl`), unless
     the model is never cached; an experiment's arms never share an entry."""
-    request = exchanges.request()
+    request = exchange.request
     control = request_cache_control(
         request.headers, request.to_original_event().get("multiValueHeaders"))
-    scope = {"model": model.name} if arm is None else {"model": model.name, "arm": arm.name}
-    return parts.cache.request(control, enabled=model.cache, scope=scope)
+    name = route.model.name
+    scope = {"model": name} if arm is None else {"model": name, "arm": arm}
+    return route.cache.request(control, enabled=route.model.cache, scope=scope)
 
 
 def note_cache(log: RequestLog, cache: CacheUse, timer: StageTimer) -> None:
@@ -208,7 +251,7 @@ def model_answer(served: Served, timer: StageTimer, cache: CacheUse,
                  arm: str | None = None) -> HttpAnswer:
     """The client's answer: the model's, with the request's stages as Server-Timing (and the
     experiment arm that served it)."""
-    headers: dict[str, str | list[str]] = {"Server-Timing": server_timing(timer.durations),
+    headers: dict[str, str | list[str]] = {"Server-Timing": timer.server_timing(),
                                            CACHE_HEADER: cache.status}
     if arm is not None:
         headers[ARM_HEADER] = arm
@@ -221,8 +264,3 @@ def model_answer(served: Served, timer: StageTimer, cache: CacheUse,
     if not media.is_binary(served.answer.content_type):
         body = served.answer.body.decode("utf-8", errors="replace")
     return HttpAnswer(body, headers)
-
-
-def server_timing(durations: dict[str, float]) -> str:
-    """A ``Server-Timing`` header's value: each stage and its milliseconds."""
-    return ", ".join(f"{name};dur={ms:.1f}" for name, ms in durations.items())

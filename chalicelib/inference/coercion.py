@@ -97,11 +97,11 @@ def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
     if array.ndim == len(spec.shape) - 1 and spec.shape[0] == -1:
         array = array[np.newaxis, ...]  # one sample, without the batch axis
     if array.ndim != len(spec.shape) or any(
-            want not in (-1, have) for want, have in zip(spec.shape, array.shape, strict=True)):
+            [want not in (-1, have) for want, have in zip(spec.shape, array.shape, strict=True)]):
         raise mismatch(describe_value(value if not isinstance(value, np.ndarray) else array))
     if array.shape[0] == 0:
         raise mismatch("an empty batch")
-    max_rows = limits()[0]
+    max_rows = _LIMITS.get()[0]
     if array.shape[0] > max_rows:  # every body shape and every handler's return
         raise mismatch(f"{array.shape[0]} rows (at most {max_rows} a request)")
     return _typed(array, spec, value, mismatch)  # after the shape: no work on what is refused
@@ -120,7 +120,7 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
     if isinstance(value, np.ndarray):
         array = value
     else:
-        max_values = limits()[1]
+        max_values = _LIMITS.get()[1]
         size = _count(value, max_values + 1)
         if size > max_values:
             raise mismatch(f"{size} values (at most {max_values})")
@@ -129,14 +129,14 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
         except ValueError:
             raise mismatch(describe_value(value)) from None
         if array.dtype == object and array.ndim and any(
-                isinstance(item, list) for item in array.reshape(-1)):
+                [isinstance(item, list) for item in array.reshape(-1)]):
             raise mismatch(describe_value(value))  # ragged rows
     return array
 
 
 def _typed(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
     if spec.dtype == DType.STRING:
-        if not all(isinstance(item, str) for item in array.reshape(-1)):
+        if not all([isinstance(item, str) for item in array.reshape(-1)]):
             raise mismatch(describe_value(value))
         return array.astype(object)
     return _numbers(array, spec, value, mismatch)
@@ -145,7 +145,10 @@ def _typed(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np
 def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
     array = _numeric_source(array, spec, mismatch)
     flat = array.reshape(-1)
-    if array.dtype == object:  # Python ints stay ints: 2**53 + 1 for int64 is not 2**53
+    if array.dtype == object and spec.dtype not in _INTEGER \
+            and {type(item) for item in flat} == {float}:
+        flat = flat.astype(np.float64)  # JSON's numbers with a point: nothing to read apart
+    elif array.dtype == object:  # Python ints stay ints: 2**53 + 1 for int64 is not 2**53
         try:
             flat = np.array([_number(item, spec.dtype) for item in flat], dtype=object)
         except _NotANumber as bad:
@@ -252,11 +255,15 @@ def _count(value: Any, limit: int = MAX_ELEMENTS + 1) -> int:
     """How many leaves a nested list holds (stopping past ``limit``)."""
     if not isinstance(value, list):
         return 1
-    total = 0
-    for item in value:
-        total += _count(item, limit - total)
-        if total >= limit:
-            break
+    total, pending = 0, [value]  # a stack, not recursion: one call however deep the rows
+    while pending and total < limit:
+        for item in pending.pop():
+            if isinstance(item, list):
+                pending.append(item)
+                continue
+            total += 1
+            if total >= limit:
+                break
     return total
 
 

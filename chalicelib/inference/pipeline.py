@@ -6,9 +6,7 @@ from the settings is checked once, when it is built.
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +23,7 @@ from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, Imag
 from chalicelib.images import imaging, sizing
 from chalicelib.inference import predictions
 from chalicelib.inference.endpoint import EndpointClient, Invocation
+from chalicelib.inference.timing import StageTimer
 
 
 def limits_from(settings: Settings) -> sizing.Limits:
@@ -33,24 +32,6 @@ def limits_from(settings: Settings) -> sizing.Limits:
                           max_aspect_ratio=settings.max_aspect_ratio,
                           allow_corrupt=settings.allow_corrupt_images,
                           max_jpeg_scans=settings.max_jpeg_scans)
-
-
-class StageTimer:
-    """Wall-clock milliseconds per named stage (rendered later as ``Server-Timing``)."""
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
-        self.durations: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Time the enclosed block under ``name`` (accumulating if repeated)."""
-        start = self._clock()
-        try:
-            yield
-        finally:
-            elapsed = (self._clock() - start) * 1000.0
-            self.durations[name] = self.durations.get(name, 0.0) + elapsed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +117,27 @@ def _pipeline_fields(settings: Settings, passthrough: bool) -> dict[str, Any]:
                        s.max_jpeg_scans, s.max_body_bytes]}
 
 
+def warm_up_codecs(settings: Settings) -> None:
+    """Preprocess a generated 800x600 JPEG once as ``settings`` say, endpoint aside, so
+    OpenCV's lazy set-up (codec tables, its thread pool) happens during init, not in the first
+    request."""
+    ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
+    image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
+    upload = imaging.encode(image, sizing.Encoding(ImageFormat.JPEG, 90))
+    resized, _ = imaging.prepare(upload, _plan(settings), limits_from(settings))
+    imaging.encode(resized, _encoding(settings))
+
+
+def _plan(settings: Settings) -> sizing.ResizePlan:
+    return sizing.plan_resize(settings.resize_mode, settings.input_width, settings.input_height,
+                              settings.resize_shorter_side, settings.upscale)
+
+
+def _encoding(settings: Settings) -> sizing.Encoding:
+    return sizing.Encoding(ImageFormat(settings.encode_format), settings.jpeg_quality,
+                           settings.png_compression)
+
+
 class Predictor:
     """Runs one prediction end to end.
 
@@ -150,12 +152,9 @@ class Predictor:
         self._settings = settings
         self._endpoint = endpoint
         self._labels = labels
-        self._plan = sizing.plan_resize(settings.resize_mode, settings.input_width,
-                                         settings.input_height, settings.resize_shorter_side,
-                                         settings.upscale)
+        self._plan = _plan(settings)
         self._limits = limits_from(settings)
-        self._encoding = sizing.Encoding(ImageFormat(settings.encode_format),
-                                          settings.jpeg_quality, settings.png_compression)
+        self._encoding = _encoding(settings)
         # The upload may go untouched only where the endpoint is told it may be any image.
         self._passthrough_allowed = (settings.passthrough
                                      and settings.endpoint_content_type in PASSTHROUGH_TYPES)
@@ -174,15 +173,6 @@ class Predictor:
     def close(self) -> None:
         """Drop the endpoint client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
         self._endpoint.close()
-
-    def warm_up(self) -> None:
-        """Preprocess a generated 800x600 JPEG once, endpoint aside, so OpenCV's lazy set-up
-        (codec tables, its thread pool) happens during init, not in the first request."""
-        ramp = np.arange(800, dtype=np.uint16)[None, :] + np.arange(600, dtype=np.uint16)[:, None]
-        image = np.repeat((ramp % 256).astype(np.uint8)[:, :, None], 3, axis=2)
-        upload = imaging.encode(image, sizing.Encoding(ImageFormat.JPEG, 90))
-        resized, _ = imaging.prepare(upload, self._plan, self._limits)
-        imaging.encode(resized, self._encoding)
 
     def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
               deadline: float | None = None, cache: CacheUse | None = None) -> Served:

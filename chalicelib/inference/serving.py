@@ -19,7 +19,7 @@ from chalicelib.cache.keys import file_digest
 from chalicelib.cache.prediction import CacheUse
 from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.inference.endpoint import EndpointClient, Invocation
-from chalicelib.inference.pipeline import StageTimer
+from chalicelib.inference.timing import StageTimer
 from chalicelib.registry.specs import ModelSpec
 
 
@@ -146,9 +146,12 @@ class HandledModel:
         Raises:
             SagegateError: (a subclass) see :meth:`ModelServer.serve`.
         """
-        with timer.stage("model"):
+        start = timer.clock()
+        try:
             return self.server.serve(self.model, self.run, request.call, request.options,
                                      request_id, deadline, cache=cache)
+        finally:
+            timer.since("model", start)
 
 
 class SplitPipeline(ServingPipeline, Protocol):

@@ -99,9 +99,9 @@ def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
     if not isinstance(instances, list) or not instances:
         raise SignatureMismatchError(
             f'"instances" must be a non-empty list of rows, not {describe_value(instances)}.')
-    if len(signature.inputs) == 1 and not all(isinstance(row, dict) for row in instances):
+    if len(signature.inputs) == 1 and not all([isinstance(row, dict) for row in instances]):
         return {signature.inputs[0].name: instances}
-    if not all(isinstance(row, dict) for row in instances):
+    if not all([isinstance(row, dict) for row in instances]):
         names = ", ".join(repr(spec.name) for spec in signature.inputs)
         raise SignatureMismatchError(
             f"This model has {len(signature.inputs)} inputs ({names}): each instance must be "

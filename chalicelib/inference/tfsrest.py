@@ -93,6 +93,8 @@ def _array(value: Any) -> np.ndarray:
 def to_json(value: Any) -> Any:
     """Numpy arrays and scalars (as handlers return them) as plain JSON values."""
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biu" or (value.dtype.kind == "f" and np.all(np.isfinite(value))):
+            return value.tolist()  # plain numbers already: nothing to walk
         return to_json(value.tolist())
     if isinstance(value, np.generic):
         return to_json(value.item())

@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from chalicelib.calls import CallOptions
 from chalicelib.capture import Capturer
@@ -20,8 +20,7 @@ from chalicelib.core.config import Settings
 from chalicelib.core.errors import InvalidUploadError
 from chalicelib.inference.coercion import batch_limits
 from chalicelib.inference.endpoint import EndpointClient
-from chalicelib.inference.pipeline import StageTimer
-from chalicelib.inference.serving import ServingPipeline, SplitPipeline
+from chalicelib.inference.serving import ServingPipeline
 from chalicelib.jobs.awsfaults import translated
 from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.lifetime import LAMBDA_RETRY_WAIT_SECONDS, RunnerLifetime
@@ -206,11 +205,9 @@ class JobsService:
         kind = check_type(model, content_type)
         request = kind_of(model).read_job(body, content_type, options, model,
                                           max_body_bytes=max(len(body), 1))
-        if model.kind.splits:  # sagegate's own preprocessing (not a handler's): try it now
-            backend = backend_of(model, self.context.backends)
-            with batch_limits(*backend.batch_limits(model)):
-                pipeline = cast(SplitPipeline, self.context.pipeline_for(model))
-                pipeline.preprocess(request, StageTimer())
+        backend = backend_of(model, self.context.backends)
+        with batch_limits(*backend.batch_limits(model)):  # sagegate's own preprocessing, now
+            kind_of(model).preflight(request, lambda: self.context.pipeline_for(model))
         key = f"{self.context.prefix}{UPLOADS}{uuid.uuid4().hex}"
         put = self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=body,
                                          ContentType=kind)

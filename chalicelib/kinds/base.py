@@ -4,12 +4,14 @@ is the model's own (everything but the image classifier)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from chalicelib.calls import Call, CallOptions, ModelRequest
 from chalicelib.core.media import bare
 from chalicelib.inference.endpoint import EndpointClient
-from chalicelib.inference.serving import ModelServer, ServingPipeline
+from chalicelib.inference.serving import ModelServer, ServingPipeline, SplitPipeline
+from chalicelib.inference.timing import StageTimer
 from chalicelib.reading.options import HttpRequest, read_model_options
 from chalicelib.registry.specs import ModelSpec
 
@@ -61,6 +63,21 @@ class PipelineKind(Protocol):
         splits."""
         ...
 
+    def preflight(self, request: ModelRequest,
+                  pipeline: Callable[[], ServingPipeline]) -> None:
+        """Run sagegate's own preprocessing of a job's input when the job is made, so an input
+        it cannot read is the caller's 4xx then, not a failed job later (a kind whose rules
+        say it splits; a handler's work waits for the job).
+
+        Raises:
+            SagegateError: (a 4xx subclass) the input is not acceptable.
+        """
+        ...
+
+    def applied_k(self, model: ModelSpec, k: int | None) -> int | None:
+        """The ``k`` a request's options hold once read, when the client asked ``k``."""
+        ...
+
     def load(self, model: ModelSpec, server: ModelServer) -> None:
         """Load and check what the model's pipeline runs (a handler file) at start-up.
 
@@ -94,6 +111,13 @@ class BodyKind:
         return ModelRequest(Call(body, bare(content_type), None, options.custom_attributes),
                             options)
 
+    def preflight(self, request: ModelRequest,
+                  pipeline: Callable[[], ServingPipeline]) -> None:
+        return None
+
+    def applied_k(self, model: ModelSpec, k: int | None) -> int | None:
+        return k
+
     def load(self, model: ModelSpec, server: ModelServer) -> None:
         return None
 
@@ -102,3 +126,8 @@ class BodyKind:
 
     def describe(self, model: ModelSpec) -> dict[str, Any]:
         return {}
+
+
+def preprocess_now(request: ModelRequest, pipeline: Callable[[], ServingPipeline]) -> None:
+    """:meth:`PipelineKind.preflight` of a kind that splits: its pipeline's first half."""
+    cast(SplitPipeline, pipeline()).preprocess(request, StageTimer())

@@ -10,7 +10,7 @@ from chalicelib.calls import Call, CallOptions, ModelRequest
 from chalicelib.core.media import REQUEST_TYPES, MediaType
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.serving import ModelServer
-from chalicelib.kinds.base import Parts
+from chalicelib.kinds.base import Parts, preprocess_now
 from chalicelib.reading.options import HttpRequest, read_predict
 from chalicelib.registry.specs import ModelSpec
 
@@ -44,6 +44,11 @@ class ImageKind:
         if parts.max_image_pixels is not None:
             settings = dataclasses.replace(settings, max_image_pixels=parts.max_image_pixels)
         return Predictor(settings, parts.endpoint, model.labels)
+
+    preflight = staticmethod(preprocess_now)
+
+    def applied_k(self, model: ModelSpec, k: int | None) -> int | None:
+        return model.default_k if k is None else k  # the image reader applies the default
 
     def load(self, model: ModelSpec, server: ModelServer) -> None:
         return None

@@ -12,9 +12,9 @@ import numpy as np
 from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.core.media import MediaType
 from chalicelib.inference import predictions, tensors, tfsrest
-from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import HandledModel
-from chalicelib.kinds.base import BodyKind, Parts
+from chalicelib.inference.timing import StageTimer
+from chalicelib.kinds.base import BodyKind, Parts, preprocess_now
 from chalicelib.registry.specs import DType, ModelSpec, TensorSpec
 
 ACCEPTED = tuple(str(kind) for kind in tensors.READABLE_TYPES)
@@ -56,11 +56,7 @@ def _labelled(scores: np.ndarray, labels: tuple[str, ...] | None,
     if labels is None or scores.ndim != 2 or scores.shape[1] != len(labels) \
             or scores.dtype.kind not in "fiu":
         return None
-    rows = []
-    for row in scores.astype(np.float64):
-        indices = predictions.top_k(row, k)
-        rows.append([p.to_dict() for p in predictions.label_predictions(row, indices, labels)])
-    return rows
+    return [predictions.labelled_top_k(row, k, labels) for row in scores.astype(np.float64)]
 
 
 def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
@@ -107,6 +103,8 @@ class TensorKind(BodyKind):
 
     def accepts(self, model: ModelSpec) -> tuple[str, ...]:
         return ACCEPTED
+
+    preflight = staticmethod(preprocess_now)
 
     def pipeline(self, model: ModelSpec, parts: Parts) -> TensorModel:
         return TensorModel(parts.server, model, run)

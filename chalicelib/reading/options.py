@@ -23,7 +23,7 @@ import dataclasses
 import enum
 import heapq
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.calls import CallOptions
@@ -163,13 +163,13 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> CallOpti
                                    f"{max_body_bytes}.")
     check_fields(request.query, MODEL_OPTIONS, Source.QUERY)
     fields = _with_headers(request.query, request.headers)
-    k = fields.get("k")
-    return CallOptions(
-        k=None if k is None else parse_positive_int("k", k, maximum=MAX_K),
-        variant=parse_variant(fields.get("variant")),
-        target_model=parse_target_model(fields.get("target_model")),
-        inference_component=parse_inference_component(fields.get("inference_component")),
-        custom_attributes=parse_custom_attributes(fields.get("custom_attributes")))
+    # only what was given is parsed (each parser reads None as None), in this order
+    return CallOptions(**{name: parse(fields[name]) for name, parse in _MODEL_PARSERS.items()
+                          if name in fields})
+
+
+def _parse_k(value: Any) -> int:
+    return parse_positive_int("k", value, maximum=MAX_K)
 
 
 def _with_headers(fields: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
@@ -215,7 +215,7 @@ def check_fields(fields: Mapping[str, Any], kinds: Mapping[str, Kind], source: S
     Raises:
         InvalidParameterError: an unknown name or a value of the wrong type.
     """
-    unknown = heapq.nsmallest(5, (name for name in fields if name not in kinds))
+    unknown = heapq.nsmallest(5, [name for name in fields if name not in kinds])
     if unknown:  # (the first few, in order, however many a hostile body holds)
         known = sorted(kinds) if source == Source.QUERY else ["image", *sorted(kinds)]
         shown = ", ".join(echo(name) for name in unknown)
@@ -277,3 +277,8 @@ def parse_custom_attributes(value: Any) -> str | None:
     return value
 
 
+_MODEL_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "k": _parse_k, "variant": parse_variant, "target_model": parse_target_model,
+    "inference_component": parse_inference_component,
+    "custom_attributes": parse_custom_attributes}
+"""A model route's options (:data:`MODEL_OPTIONS`), each with its parser."""

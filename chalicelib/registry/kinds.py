@@ -9,9 +9,11 @@ checks every model.json at start-up without loading any of that code: each modul
 the first time a model of its kind is served (:func:`implementation`), and the jobs room not at
 all on the request path.
 
-A new kind or backend is its module (its rules beside its code, ``RULES``) and one line: its
-``RULES`` in :data:`KINDS` or :data:`BACKENDS`, or, for a deployment's own, in the sequences
-given to ``Services`` (``kinds=``, ``job_backends=``).
+The built-in kinds' rules are listed here, not in their modules, because the registry sits
+below the kinds and checks model.json without importing their code (numpy, OpenCV); what a kind
+does with a model (read, pipeline, job preflight, catalog) is its module's alone. A deployment's
+own kind or backend is its module, its ``RULES`` beside its code, and one line: that ``RULES``
+in the sequences given to ``Services`` (``kinds=``, ``job_backends=``).
 """
 from __future__ import annotations
 

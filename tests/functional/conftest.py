@@ -19,8 +19,6 @@ import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
-from chalicelib.inference.pipeline import Predictor
-from chalicelib.inference.predictions import load_labels
 from chalicelib.services import Services
 
 ENDPOINT = "efficientnet-lite0"
@@ -55,8 +53,7 @@ class Harness:
         """Serve with these settings (the current ones when None), a predictor built on the
         harness's stubbed endpoint client (or ``endpoint``), and ``capturer`` if given."""
         settings = settings or app_module.services.settings
-        predictor = Predictor(settings, endpoint or self.endpoint, load_labels(settings.labels))
-        services = Services(settings, predictor=predictor, capturer=capturer)
+        services = Services(settings, endpoint=endpoint or self.endpoint, capturer=capturer)
         self.monkeypatch.setattr(app_module, "services", services)
         return services
 
@@ -127,7 +124,6 @@ def answering_app() -> Iterator[AnsweringApp]:
     fake = AnsweringEndpoint()
     endpoint = EndpointClient(fake, sleep=lambda _: None)  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(app_module, "services", Services(
-            settings, predictor=Predictor(settings, endpoint, load_labels(settings.labels))))
+        patch.setattr(app_module, "services", Services(settings, endpoint=endpoint))
         with Client(app_module.app, stage_name="local") as client:
             yield AnsweringApp(client, fake)

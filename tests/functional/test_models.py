@@ -195,7 +195,7 @@ def test_default_model_can_be_a_tensor_model(harness: Harness,
                                         "DEFAULT_MODEL": "iris"})
     harness.use(settings)
     monkeypatch.setattr(app_module, "services", Services(
-        settings, predictor=app_module.services.predictor, registry=registry))
+        settings, endpoint=app_module.services.endpoint, registry=registry))
     expect_iris(harness)
     response = post_json(harness, "/predict", [IRIS_ROW])
     assert json.loads(response.body)["model"] == "iris"

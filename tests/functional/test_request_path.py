@@ -92,7 +92,7 @@ def test_the_pipeline_gets_the_options_the_reader_validated(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Headers, body fields and defaults all arrive through options.read_predict."""
     seen: list[Any] = []
-    predictor = app_module.services.predictor
+    predictor = app_module.services.route().target.pipeline
     real = predictor.predict
 
     def spy(image: bytes, asked: Any, *args: Any, **kwargs: Any) -> Any:

@@ -32,7 +32,7 @@ from chalicelib.core.errors import (
 from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.endpoint_config import policy_from
-from chalicelib.inference.pipeline import StageTimer
+from chalicelib.inference.timing import StageTimer
 from chalicelib.jobs.backends.asynchronous import JOB_MAX_ELEMENTS, JOB_MAX_INSTANCES
 from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.events import s3_keys, sns_messages

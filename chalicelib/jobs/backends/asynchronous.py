@@ -10,12 +10,13 @@ from typing import Any, cast
 from chalicelib.calls import Answer, Call, InvokeResult, ModelRequest
 from chalicelib.core.errors import InvalidParameterError, SagegateError
 from chalicelib.inference.coercion import batch_limits
-from chalicelib.inference.pipeline import StageTimer
 from chalicelib.inference.serving import SplitPipeline
+from chalicelib.inference.timing import StageTimer
 from chalicelib.jobs import asyncinference
 from chalicelib.jobs.backends.base import JobSteps, Run
 from chalicelib.jobs.lifetime import RemainingMillis, RunnerLifetime
 from chalicelib.jobs.records import Job, JobState, is_job_id
+from chalicelib.kinds import kind_of
 from chalicelib.registry.specs import ModelSpec
 
 JOB_MAX_INSTANCES = 4_000_000
@@ -101,9 +102,7 @@ def _check_options(request: ModelRequest, job: Job, model: ModelSpec) -> None:
     Raises:
         InvalidParameterError: the body's ``k`` differs from the query's.
     """
-    expected = job.options.k
-    if expected is None and model.kind.image:  # the image reader applies the default
-        expected = model.default_k
+    expected = kind_of(model).applied_k(model, job.options.k)
     if request.options.k != expected:
         raise InvalidParameterError(
             "An asynchronous job takes its options from the query string of POST "
