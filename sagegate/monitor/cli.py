@@ -16,10 +16,11 @@ Exit status: 0 no violations (compare: within every threshold given); 3 violatio
 no records in the window (its own status, so a cron job never reads an empty window as a
 clean one); 2 a usage or input error: one line on stderr, ``sagegate monitor: ...``, naming
 the file (and the line or record), never a traceback; 130 interrupted (Ctrl-C); 1 a worker
-process (with ``--workers``, or the one a record preprocessor runs in) ended without an answer
-(an exit, a signal, out of memory) or was stopped at ``--preprocess-timeout``, one line. A
-record preprocessor's output (prints, its logger) is on stderr, never stdout
-(:mod:`sagegate.monitor.workers`).
+process (with ``--workers``, or the one a record preprocessor or the postprocessing script runs
+in) ended without an answer (an exit, a signal, out of memory) or was stopped at
+``--preprocess-timeout`` (``--postprocess-timeout``), one line. A record preprocessor's and a
+postprocessing script's output (prints, its logger) is on stderr, never stdout
+(:mod:`chalicelib.monitor.user_workers`).
 """
 from __future__ import annotations
 
