@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import NamedTuple
 
 from chalicelib.core.observability import emit_count
+from chalicelib.core.pending import Pending
 
 LOG = logging.getLogger("sagegate.experiments")
 
@@ -106,11 +107,9 @@ class Shadows:
         self._idle_seconds = idle_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._targets: dict[Hashable, _Target] = {}
         self._all_waiting_bytes = 0
-        self._handed = 0
-        self._settled = 0
+        self._pending = Pending()  # copies queued until run or dropped, for flush
         self._warned_at: float | None = None
         self._warned_drops = 0
 
@@ -169,7 +168,7 @@ class Shadows:
         """Under the lock: ``copy`` waits for one of its target's threads; the new thread
         to start once the lock is let go, when every thread it has is busy and it may have
         another (counted now, so no other submit starts one more)."""
-        self._handed += 1
+        self._pending.hand()
         queue.waiting.append(copy)
         queue.waiting_bytes += copy.size
         self._all_waiting_bytes += copy.size
@@ -215,7 +214,7 @@ class Shadows:
             LOG.exception("shadow call failed")
         finally:
             del call  # the copy's request is given back before the call counts as ended
-            self._settle()
+            self._pending.settle()
 
     def _expire(self, copy: _Copy) -> None:
         """Drop a copy that waited past its timeout: counted, never run."""
@@ -228,12 +227,7 @@ class Shadows:
         emit_count("ShadowDropped", 1, **copy.dimensions)
         if warn:
             self._warn(warn)
-        self._settle()
-
-    def _settle(self) -> None:
-        with self._changed:
-            self._settled += 1
-            self._changed.notify_all()
+        self._pending.settle()
 
     def _dropped_since_warning(self) -> int:
         """Under the lock: the drops to warn of now (0: a warning was given less than a
@@ -261,6 +255,4 @@ class Shadows:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the calls handed over so far have ended (or been dropped); False when
         ``timeout`` ran out."""
-        with self._changed:
-            target = self._handed
-            return self._changed.wait_for(lambda: self._settled >= target, timeout)
+        return self._pending.wait(timeout)
