@@ -4,12 +4,13 @@
 Each side's records are read as the check reads them (:class:`RecordReader`: the window, the
 cache hits, a record preprocessor, the same flattened columns), except that B keeps shadow
 records (``invocationSource`` ``ShadowExperiment``, which the analysis skips). Beside its rows,
-each record kept is seen by a :class:`Side` (the reader's ``observe``), which reads the
-experiment's keys of ``eventMetadata``: ``sagegateArm`` (the arm or shadow's name),
-``sagegateLatencyMs`` (the endpoint exchange's milliseconds) and ``sagegateError`` (a failed
-shadow call's ``{"Code", "Message"}``; such a record has no output, and its rows are held back
-from the distributions). A side given an arm (``--arm-a``/``--arm-b``) keeps only that arm's
-or shadow's records, by ``sagegateArm``: experiments sharing an endpoint share its folder.
+each record kept is seen by a :class:`~chalicelib.monitor.compare_sides.Side` (the reader's
+``observe``), which reads the experiment's keys of ``eventMetadata``: ``sagegateArm`` (the arm
+or shadow's name), ``sagegateLatencyMs`` (the endpoint exchange's milliseconds) and
+``sagegateError`` (a failed shadow call's ``{"Code", "Message"}``; such a record has no output,
+and its rows are held back from the distributions). A side given an arm
+(``--arm-a``/``--arm-b``) keeps only that arm's or shadow's records, by ``sagegateArm``:
+experiments sharing an endpoint share its folder.
 Then:
 
 - per column both sides have: the distance between the sides' distributions, the drift
@@ -19,10 +20,11 @@ Then:
   also requires. Output columns (those the record's ``endpointOutput`` flattens to) are the
   ones ``max_distance`` gates; with a preprocessor, whose rows do not say which are outputs,
   every column is;
-- agreement (:class:`Pairing`): B's records paired with A's by ``inferenceId`` (a shadow's
-  record carries its primary's); a pair agrees when the two outputs' top-1 answers are equal
-  (:func:`top1`: the argmax of each probability vector of a JSON list or TF Serving
-  ``predictions``, else the first output column, per instance);
+- agreement (:class:`~chalicelib.monitor.compare_sides.Pairing`): B's records paired with A's by
+  ``inferenceId`` (a shadow's record carries its primary's); a pair agrees when the two outputs'
+  top-1 answers are equal (:func:`~chalicelib.monitor.compare_answers.top1`: the argmax of each
+  probability vector of a JSON list or TF Serving ``predictions``, else the first output column,
+  per instance);
 - latency percentiles (p50, p90, p99 of ``sagegateLatencyMs`` of the records with an
   output) and error rates (error records among the side's records, where the records can say
   it: a side of shadow records, or one holding error records; a primary's failures are not
@@ -31,43 +33,263 @@ Then:
   no latency, a rate the records do not give) fails, so a gate never passes on nothing.
 
 Its parts: :mod:`chalicelib.monitor.compare_answers` (a record's top-1 answer and output
-columns), :mod:`chalicelib.monitor.compare_sides` (the two capture sets read and paired),
-:mod:`chalicelib.monitor.compare_figures` (the distances, each side's figures) and
-:mod:`chalicelib.monitor.compare_verdict` (the thresholds, the reasons, the exit status). This
-module assembles compare.json (:func:`compare`) and the lines printed (:func:`lines`); the
-command and the report import every name from it.
+columns) and :mod:`chalicelib.monitor.compare_sides` (the two capture sets read and paired).
+This module holds the comparison itself: the distances and each side's figures, the
+thresholds, the reasons and the exit status (3 when B is worse, else 0; 4 when no figure at
+all could be computed, as ``check``'s for nothing to check), compare.json (:func:`compare`)
+and the lines printed (:func:`lines`).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from chalicelib.monitor.compare_answers import ARGMAX, FIRST_COLUMN, Top1, top1
-from chalicelib.monitor.compare_figures import column, compared_columns, ratio, side_document
-from chalicelib.monitor.compare_sides import (
-    ARM_KEY,
-    ERROR_KEY,
-    FAILED,
-    LATENCY_KEY,
-    MIXED,
-    PAIR_KEY,
-    PERCENTILES,
-    PRIMARY_ERRORS_NOTE,
-    TOP_CODES,
-    TOP_DISAGREEMENTS,
-    Entry,
-    Pairing,
-    Side,
-    SideRead,
-)
-from chalicelib.monitor.compare_verdict import METHODS, Thresholds, percent, short, verdict
+from chalicelib.monitor import checks, sketches
+from chalicelib.monitor.compare_sides import LATENCY_KEY, PERCENTILES, Pairing, SideRead
 
-__all__ = ["ARGMAX", "ARM_KEY", "ERROR_KEY", "FAILED", "FIRST_COLUMN", "KIND", "LATENCY_KEY",
-           "METHODS", "MIXED", "NOTHING_COMPARED", "PAIR_KEY", "PERCENTILES",
-           "PRIMARY_ERRORS_NOTE", "PRINTED_COLUMNS", "TOP_CODES", "TOP_DISAGREEMENTS",
-           "VERSION", "Entry", "Pairing", "Side", "SideRead", "Thresholds", "Top1", "Window",
-           "column", "compare", "lines", "percent", "ranked", "short", "top1"]
+METHODS = ("Robust", "Simple")
+EXIT_WORSE = 3
+"""The exit status when B is worse than a threshold given (0 otherwise)."""
+EXIT_NOTHING_COMPARED = 4
+"""The exit status when no figure could be computed (``check``'s for nothing checked)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """What the challenger (B) must stay within; None: not checked."""
+
+    max_distance: float | None = None
+    """Each gated column's distance at most this (``Robust``: and within the KS test's
+    critical distance, as the drift check's default method)."""
+    min_agreement: float | None = None
+    max_error_rate: float | None = None
+    """B's error rate at most this."""
+    max_latency_ratio: float | None = None
+    """B's p50, p90 and p99 latency each at most this times A's."""
+    comparison_method: str = "Robust"
+
+    def document(self) -> dict[str, Any]:
+        """The thresholds as compare.json has them."""
+        return dataclasses.asdict(self)
+
+
+THRESHOLDS = ("max_distance", "min_agreement", "max_error_rate", "max_latency_ratio")
+
+
+def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, Any]:
+    """The verdict as compare.json has it: whether B is worse, the exit status, the thresholds
+    checked and failed, and the reasons, from the comparison's figures (``document``);
+    ``column_reasons``: how many of the first reasons are one column's (``--max-distance``:
+    a thousand of them for an image classifier's probabilities, so the printed lines cap
+    them)."""
+    found = _reasons(document, thresholds)
+    reasons = [reason for _key, reason in found]
+    nothing = nothing_compared(document)
+    status = EXIT_NOTHING_COMPARED if nothing else EXIT_WORSE if reasons else 0
+    return {
+        "worse": bool(reasons) and not nothing, "exit_status": status,
+        "nothing_compared": nothing,
+        "checked": [key for key in THRESHOLDS if getattr(thresholds, key) is not None],
+        "failed": list(dict.fromkeys(key for key, _reason in found)), "reasons": reasons,
+        "column_reasons": sum(key == "max_distance" for key, _reason in found)}
+
+
+def nothing_compared(document: Mapping[str, Any]) -> bool:
+    """No figure of the comparison could be computed: no column's distance, no pair's
+    agreement, no latency ratio and no error rate of B (a preprocessor that drops every
+    record, outputs neither side can read, and no experiment metadata)."""
+    return (all(item["distance"] is None for item in document["columns"])
+            and document["agreement"]["agreement"] is None
+            and all(value is None for value in document["latency_ratio"].values())
+            and document["b"]["errors"]["rate"] is None)
+
+
+def _reasons(document: Mapping[str, Any], thresholds: Thresholds) -> list[tuple[str, str]]:
+    """The reasons B is worse, one a line, each with the threshold it fails."""
+    reasons: list[tuple[str, str]] = []
+    if thresholds.max_distance is not None:
+        reasons.extend(("max_distance", reason)
+                       for reason in _distance_reasons(document, thresholds.max_distance))
+    if thresholds.min_agreement is not None:
+        agreement = document["agreement"]
+        if agreement["agreement"] is None:
+            reasons.append(("min_agreement", f"agreement {agreement['note']}: "
+                            f"--min-agreement {percent(thresholds.min_agreement)} cannot be "
+                            f"checked"))
+        elif agreement["agreement"] < thresholds.min_agreement:
+            reasons.append(("min_agreement", f"agreement {percent(agreement['agreement'])} "
+                            f"({agreement['agreed']} of {agreement['compared']} pairs) is "
+                            f"below --min-agreement {percent(thresholds.min_agreement)}"))
+    if thresholds.max_error_rate is not None:
+        errors = document["b"]["errors"]
+        if errors["rate"] is None:
+            reasons.append(("max_error_rate", f"B's error rate is {errors['note']}: "
+                            f"--max-error-rate {percent(thresholds.max_error_rate)} cannot "
+                            f"be checked"))
+        elif errors["rate"] > thresholds.max_error_rate:
+            reasons.append(("max_error_rate", f"B's error rate {percent(errors['rate'])} "
+                            f"({errors['count']} of {errors['records']} records) is above "
+                            f"--max-error-rate {percent(thresholds.max_error_rate)}"))
+    if thresholds.max_latency_ratio is not None:
+        reasons.extend(("max_latency_ratio", reason)
+                       for reason in _latency_reasons(document, thresholds.max_latency_ratio))
+    return reasons
+
+
+def _distance_reasons(document: Mapping[str, Any], limit: float) -> list[str]:
+    reasons = []
+    for item in document["columns"]:
+        if not item["gated"]:
+            continue
+        if item["distance"] is None:
+            reasons.append(f"{item['name']}: distance {item['note']}: --max-distance "
+                           f"cannot be checked")
+        elif item["beyond"]:
+            robust = item["method"] == "Robust" and item["critical"] is not None \
+                and item["critical"] > limit
+            beyond = f"the KS critical distance {short(item['critical'])}" if robust \
+                else f"--max-distance {short(limit)}"
+            reasons.append(f"{item['name']}: distance {short(item['distance'])} "
+                           f"({item['method']}) is above {beyond}")
+    if document["columns_gated"] == "output":
+        for side, other in (("only_a", "B"), ("only_b", "A")):
+            for item in document[side]:
+                if item["output"]:
+                    reasons.append(f"{item['name']}: an output column {other} does not have: "
+                                   f"--max-distance cannot be checked")
+    if not reasons and not any(item["gated"] and item["distance"] is not None
+                               for item in document["columns"]):
+        reasons.append(f"no {_GATED[document['columns_gated']]} compared ({_rows(document)}): "
+                       f"--max-distance cannot be checked")
+    return reasons
+
+
+_GATED = {"output": "output column", "all": "column"}
+
+
+def _rows(document: Mapping[str, Any]) -> str:
+    """Why no column was compared, as the sides' rows say it."""
+    rows = f"{document['a']['rows']} row(s) in A, {document['b']['rows']} in B"
+    if not document["columns"] and document["a"]["rows"] and document["b"]["rows"]:
+        return f"{rows}, no column both sides have"
+    return rows
+
+
+def _latency_reasons(document: Mapping[str, Any], limit: float) -> list[str]:
+    reasons = []
+    for p in PERCENTILES:
+        ratio = document["latency_ratio"][f"p{p}"]
+        a, b = document["a"]["latency_ms"][f"p{p}"], document["b"]["latency_ms"][f"p{p}"]
+        if ratio is None:
+            why = f"a side without {LATENCY_KEY}" if a is None or b is None \
+                else "no ratio to A's 0 ms"
+            reasons.append(f"latency p{p}: n/a (A {_ms(a)}, B {_ms(b)}: {why}): "
+                           f"--max-latency-ratio cannot be checked")
+        elif ratio > limit:
+            reasons.append(f"latency p{p}: B's {_ms(b)} is {short(ratio)} times A's {_ms(a)}, "
+                           f"above --max-latency-ratio {short(limit)}")
+    return reasons
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{short(value)} ms"
+
+
+def short(value: float) -> str:
+    """A figure in four significant digits, for the printed lines."""
+    return f"{value:.4g}"
+
+
+def percent(fraction: float) -> str:
+    """A share as a percentage, to two decimals (compare.json keeps the exact figure)."""
+    return f"{fraction * 100:.2f}%"
+
+
+def ratio(challenger: float | None, champion: float | None) -> float | None:
+    """B's figure over A's; None when either is missing or A's is not above 0."""
+    if challenger is None or champion is None or champion <= 0:
+        return None
+    return challenger / champion
+
+
+def side_document(read: SideRead, role: str, latency: dict[str, Any]) -> dict[str, Any]:
+    """One side as compare.json has it: its source and role, records and rows, arms, latency
+    (``latency``: :meth:`Side.latency <chalicelib.monitor.compare_sides.Side.latency>`), errors
+    and tally."""
+    side = read.side
+    return {"source": read.source, "role": role, "records": side.records,
+            "rows": int(read.statistics.get("dataset", {}).get("item_count", 0)),
+            "shadow_records": side.shadow, "arms": dict(side.arms.most_common()),
+            "arm": side.arm, "other_arms": side.other_arms,
+            "latency_ms": latency, "errors": side.error_rate(),
+            "tally": dataclasses.asdict(read.tally)}
+
+
+def compared_columns(a: SideRead, b: SideRead, thresholds: Thresholds, preprocessed: bool
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                list[dict[str, Any]], str]:
+    """The columns both sides have, each compared (:func:`column`; the outputs first), those of
+    A only and of B only, and which are gated: ``output`` (the output's columns are known), or
+    ``all``."""
+    features_a = {str(f["name"]): f for f in a.statistics.get("features", [])}
+    features_b = {str(f["name"]): f for f in b.statistics.get("features", [])}
+    outputs = {} if preprocessed else {**a.side.outputs, **b.side.outputs}
+    gated = "output" if outputs else "all"
+    columns = []
+    for name, feature in features_a.items():
+        if name in features_b:
+            is_output = None if preprocessed else name in outputs
+            columns.append(column(name, feature, features_b[name], is_output,
+                                  gated == "all" or bool(is_output), thresholds))
+    columns.sort(key=lambda c: not c["output"])  # the outputs first, each side's order kept
+
+    def alone(features: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{"name": name, "output": None if preprocessed else name in outputs}
+                for name in features if name not in other]
+
+    return columns, alone(features_a, features_b), alone(features_b, features_a), gated
+
+
+def column(name: str, feature_a: Mapping[str, Any], feature_b: Mapping[str, Any],
+           output: bool | None, gated: bool, thresholds: Thresholds) -> dict[str, Any]:
+    """One column's comparison: its counts each side, the distance (the drift check's), the
+    KS critical distance (numbers), and whether it is beyond ``max_distance`` (None when not
+    gated or no threshold is given)."""
+    found = checks.distance(feature_a, feature_b)
+    method = "LInfinity" if found is not None and found.kind == "categorical" \
+        else thresholds.comparison_method
+    critical = sketches.ks_critical(*found.sizes) \
+        if found is not None and found.kind == "numeric" else None
+    beyond = None
+    if gated and thresholds.max_distance is not None and found is not None:
+        limit = thresholds.max_distance
+        if method == "Robust" and critical is not None:
+            limit = max(limit, critical)
+        beyond = found.value > limit
+    return {"name": name, "output": output, "kind": found.kind if found else None,
+            "distance": found.value if found else None, "method": method if found else None,
+            "critical": critical if critical is not None and math.isfinite(critical) else None,
+            "gated": gated, "beyond": beyond,
+            "note": "" if found else _why_not(feature_a, feature_b),
+            "a": _counts(feature_a), "b": _counts(feature_b)}
+
+
+def _why_not(feature_a: Mapping[str, Any], feature_b: Mapping[str, Any]) -> str:
+    kinds = (feature_a.get("inferred_type"), feature_b.get("inferred_type"))
+    if "Unknown" in kinds:
+        return "n/a: no values on a side"
+    return f"n/a: {kinds[0]} in A, {kinds[1]} in B"
+
+
+def _counts(feature: Mapping[str, Any]) -> dict[str, Any]:
+    common = checks.common_statistics(feature)
+    return {"inferred_type": feature.get("inferred_type"),
+            "present": int(common.get("num_present", 0)),
+            "missing": int(common.get("num_missing", 0))}
+
 
 KIND, VERSION = "sagegate-monitor-compare", 1
 PRINTED_COLUMNS = 20

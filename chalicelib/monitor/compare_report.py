@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from chalicelib.monitor import compare, report_svg
+from chalicelib.monitor import compare, compare_answers, compare_sides, report_svg
 from chalicelib.monitor.checks import FeatureResult
 from chalicelib.monitor.report import anchors
 from chalicelib.monitor.report_svg import (
@@ -185,7 +185,7 @@ def _thresholds(document: Mapping[str, Any]) -> str:
          _percent(errors["rate"]) if errors["rate"] is not None else errors["note"]),
         ("max_latency_ratio", report_svg.short,
          "B/A " + "/".join(f"{_number(document['latency_ratio'][f'p{p}'])} (p{p})"
-                           for p in compare.PERCENTILES)),
+                           for p in compare_sides.PERCENTILES)),
     ]
     body = []
     for key, shown, figure in rows:
@@ -224,7 +224,8 @@ def _agreement(agreement: Mapping[str, Any], named: _Names) -> str:
             ("agreed", agreement["agreed"]),
             ("compared by argmax / first output column / mixed",
              " / ".join(str(agreement["by"][m]) for m in
-                        (compare.ARGMAX, compare.FIRST_COLUMN, compare.MIXED))),
+                        (compare_answers.ARGMAX, compare_answers.FIRST_COLUMN,
+                         compare_sides.MIXED))),
             ("pairs with a failed call", agreement["with_error"]),
             ("pairs with an undefined answer (NaN)", agreement.get("undefined", 0)),
             ("B records past the pairing cap, not kept", agreement.get("beyond_cap_b", 0)),
@@ -400,7 +401,7 @@ def _latency(document: Mapping[str, Any]) -> str:
     rows = [f'<tr><th scope="row" align="left">p{p}</th><td align="right">'
             f'{_number(a[f"p{p}"])}</td><td align="right">{_number(b[f"p{p}"])}</td>'
             f'<td align="right">{_number(ratio[f"p{p}"])}</td></tr>'
-            for p in compare.PERCENTILES]
+            for p in compare_sides.PERCENTILES]
     rows.append(f'<tr><th scope="row" align="left">records with a latency</th>'
                 f'<td align="right">{a["count"]}</td><td align="right">{b["count"]}</td>'
                 f"<td></td></tr>")
@@ -409,8 +410,8 @@ def _latency(document: Mapping[str, Any]) -> str:
             'cellpadding="4" cellspacing="0">\n<thead><tr><th scope="col"></th>'
             '<th scope="col">A</th><th scope="col">B</th>'
             f'<th scope="col">B / A{_e(given)}</th></tr></thead>\n<tbody>\n'
-            f"{chr(10).join(rows)}\n</tbody></table>\n<p>{compare.LATENCY_KEY} of the records "
-            f"with an output; percentiles by linear interpolation.</p>")
+            f"{chr(10).join(rows)}\n</tbody></table>\n<p>{compare_sides.LATENCY_KEY} of the "
+            f"records with an output; percentiles by linear interpolation.</p>")
 
 
 def _errors(document: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
-from chalicelib.monitor import analysis, compare, compare_report, partial, windows
+from chalicelib.monitor import analysis, compare, compare_report, compare_sides, partial, windows
 from chalicelib.registry.loading import load_registry
 from sagegate.monitor import sources, workers
 from sagegate.monitor.cli_shared import (
@@ -93,7 +93,7 @@ def _number(text: str) -> float:
 
 
 def _side(pool: workers.Workers | None, source: str, names: list[str],
-          options: workers.ReaderOptions, side: compare.Side) -> compare.SideRead:
+          options: workers.ReaderOptions, side: compare_sides.Side) -> compare_sides.SideRead:
     """One side read, B keeping shadow records, ``side`` seeing each record kept: here, or
     with a record preprocessor in the pool's worker (the side comes back from it)."""
     include_shadow = side.name == "b"
@@ -105,7 +105,7 @@ def _side(pool: workers.Workers | None, source: str, names: list[str],
         part = workers.CapturePart(source, tuple(names), options, include_shadow, side)
         result, observed = pool.analyse([part] if names else [], options.max_columns)
         side = observed[0] if observed else side
-    return compare.SideRead(source, side, result.statistics.to_json(), result.tally)
+    return compare_sides.SideRead(source, side, result.statistics.to_json(), result.tally)
 
 
 def _labels(name: str | None, stage: str, sources_ab: tuple[str, str]) -> compare_report.Labels:
@@ -164,10 +164,10 @@ def run(args: argparse.Namespace) -> int:
         pool.check_import()  # before the sources are listed: as check
         listed = {name: sources.capture_objects(source, start, end, "compare")
                   for name, source in (("a", args.captures_a), ("b", args.captures_b))}
-        pairing = compare.Pairing()
-        read: dict[str, compare.SideRead] = {}
+        pairing = compare_sides.Pairing()
+        read: dict[str, compare_sides.SideRead] = {}
         for name, source in (("b", args.captures_b), ("a", args.captures_a)):
-            side = compare.Side(name, pairing, output_columns=not preprocessor,
+            side = compare_sides.Side(name, pairing, output_columns=not preprocessor,
                                 max_columns=args.max_columns,
                                 arm=getattr(args, f"arm_{name}"))
             read[name] = _side(pool if preprocessor else None, source,

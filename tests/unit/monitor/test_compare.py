@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chalicelib.monitor import analysis, compare, compare_report, constraints, partial
+from chalicelib.monitor import (
+    analysis,
+    compare,
+    compare_answers,
+    compare_report,
+    compare_sides,
+    constraints,
+    partial,
+)
 from chalicelib.monitor.records import RecordReader
 from chalicelib.monitor.statistics import DatasetStatistics
 from tests.unit.monitor import experimentgen
@@ -21,19 +29,19 @@ from tests.unit.monitor import experimentgen
 Records = list[dict[str, Any]]
 
 
-def _read(records: Records, name: str, pairing: compare.Pairing,
-          preprocessed: bool = False, arm: str | None = None) -> compare.SideRead:
+def _read(records: Records, name: str, pairing: compare_sides.Pairing,
+          preprocessed: bool = False, arm: str | None = None) -> compare_sides.SideRead:
     """One side read as the command reads it (B keeps shadow records; the observer sees
     each record kept)."""
-    side = compare.Side(name, pairing, output_columns=not preprocessed, arm=arm)
+    side = compare_sides.Side(name, pairing, output_columns=not preprocessed, arm=arm)
     reader = RecordReader(include_shadow=name == "b", observe=side)
     lines = [json.dumps(r) for r in records]
     result = partial.analyse_objects(reader, [(f"{name}.jsonl", lines)])
-    return compare.SideRead(name, side, result.statistics.to_json(), result.tally)
+    return compare_sides.SideRead(name, side, result.statistics.to_json(), result.tally)
 
 
 def _compare(a: Records, b: Records, **thresholds: Any) -> dict[str, Any]:
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     side_b = _read(b, "b", pairing)
     side_a = _read(a, "a", pairing)
     return compare.compare(side_a, side_b, pairing, compare.Thresholds(**thresholds), None)
@@ -67,19 +75,20 @@ def test_top1_reads_probability_vectors_batches_and_first_columns() -> None:
     def json_out(document: Any) -> dict[str, str]:
         return {"data": json.dumps(document), "encoding": "JSON"}
 
-    top1 = compare.top1
-    assert top1(json_out([0.1, 0.7, 0.2])) == compare.Top1("argmax", (1,))
-    assert top1(json_out([[0.1, 0.9], [0.8, 0.2]])) == compare.Top1("argmax", (1, 0))
-    assert top1(json_out({"predictions": [[0.3, 0.3, 0.4]]})) == compare.Top1("argmax", (2,))
-    assert top1(json_out([0.5, 0.5])) == compare.Top1("argmax", (0,))  # a tie: the first
+    top1 = compare_answers.top1
+    assert top1(json_out([0.1, 0.7, 0.2])) == compare_answers.Top1("argmax", (1,))
+    assert top1(json_out([[0.1, 0.9], [0.8, 0.2]])) == compare_answers.Top1("argmax", (1, 0))
+    assert top1(json_out({"predictions": [[0.3, 0.3, 0.4]]})) == compare_answers.Top1(
+        "argmax", (2,))
+    assert top1(json_out([0.5, 0.5])) == compare_answers.Top1("argmax", (0,))  # a tie: the first
     # TF Serving scalars, objects, labels: each instance's first output value
-    assert top1(json_out({"predictions": [0.3, 0.8]})) == compare.Top1("first_column",
+    assert top1(json_out({"predictions": [0.3, 0.8]})) == compare_answers.Top1("first_column",
                                                                         (0.3, 0.8))
-    assert top1(json_out({"label": "cat", "score": 0.9})) == compare.Top1("first_column",
+    assert top1(json_out({"label": "cat", "score": 0.9})) == compare_answers.Top1("first_column",
                                                                            ("cat",))
-    assert top1(json_out([{"label": "dog"}])) == compare.Top1("first_column", ("dog",))
-    assert top1(json_out([True, 0.2])) == compare.Top1("first_column", ("true",))
-    assert top1({"data": "1,0.93\n0.0,0.2\n", "encoding": "CSV"}) == compare.Top1(
+    assert top1(json_out([{"label": "dog"}])) == compare_answers.Top1("first_column", ("dog",))
+    assert top1(json_out([True, 0.2])) == compare_answers.Top1("first_column", ("true",))
+    assert top1({"data": "1,0.93\n0.0,0.2\n", "encoding": "CSV"}) == compare_answers.Top1(
         "first_column", (1.0, 0.0))  # numbers as numbers: "1" equals "1.0"
     for nothing in ({"data": "aGk=", "encoding": "BASE64"}, json_out([]),
                     json_out({"predictions": []}), {"data": "[1,", "encoding": "JSON"}, None):
@@ -102,7 +111,7 @@ def test_output_columns_are_named_as_the_flattening_names_them(output: dict[str,
     expected: dict[str, None] = {}
     for row in flatten_record({"captureData": {"endpointOutput": output}}):
         expected.update(dict.fromkeys(row))
-    side = compare.Side("a", compare.Pairing())
+    side = compare_sides.Side("a", compare_sides.Pairing())
     side({"captureData": {"endpointOutput": output}, "eventMetadata": {}})
     assert list(side.outputs) == list(expected)
 
@@ -169,7 +178,7 @@ def test_error_rates_come_from_error_records_only() -> None:
     b = [_pair(i, [0.9, 0.1], shadow=True, error=i % 10 == 0) for i in range(50)]
     document = _compare(a, b, max_error_rate=0.1)
     assert document["a"]["errors"]["rate"] is None  # a primary's failures are not captured
-    assert document["a"]["errors"]["note"] == compare.PRIMARY_ERRORS_NOTE
+    assert document["a"]["errors"]["note"] == compare_sides.PRIMARY_ERRORS_NOTE
     assert document["b"]["errors"] == {"count": 5, "records": 50, "rate": 0.1, "note": "",
                                        "codes": {"ModelError": 5}}
     assert not document["verdict"]["worse"]  # 10 % is not above 10 %
@@ -273,7 +282,7 @@ def test_without_thresholds_there_is_no_verdict_and_nothing_fails() -> None:
 
 
 def test_with_a_preprocessor_every_column_is_gated() -> None:
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     b = _read(_probability_records(300, seed=2, shadow=True, input_shift=1.0), "b", pairing,
               preprocessed=True)
     a = _read(_probability_records(300, seed=1), "a", pairing, preprocessed=True)
@@ -297,7 +306,7 @@ def test_an_arm_is_chosen_where_two_experiments_share_an_endpoints_folder() -> N
         [_pair(i, [0.1, 0.9], key=f"none{i}") for i in range(2)]
     b = [of_arm(_pair(i, [0.9, 0.1], shadow=True), "shadow-int8") for i in range(6)] + \
         [of_arm(_pair(i, [0.1, 0.9], key=f"int8-{i}"), "int8") for i in range(3)]
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     side_b = _read(b, "b", pairing, arm="shadow-int8")
     side_a = _read(a, "a", pairing, arm="primary")
     document = compare.compare(side_a, side_b, pairing,
@@ -319,7 +328,7 @@ def test_an_arm_is_chosen_where_two_experiments_share_an_endpoints_folder() -> N
 
 def test_a_shadow_side_is_kept_and_the_primary_side_skips_shadows() -> None:
     records = _probability_records(10, seed=1, shadow=True)
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     b = _read(records, "b", pairing)
     a = _read(records, "a", pairing)
     assert (b.side.records, b.tally.rows, b.tally.shadow) == (10, 10, 0)
@@ -329,7 +338,7 @@ def test_a_shadow_side_is_kept_and_the_primary_side_skips_shadows() -> None:
 def test_the_document_is_strict_json_and_the_report_is_self_contained(
         tmp_path: Path) -> None:
     experiment = experimentgen.experiment(tmp_path, 400, disagree_every=5, error_every=50)
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     b = _read(experiment.shadow.records, "b", pairing)
     a = _read(experiment.primary.records, "a", pairing)
     document = compare.compare(a, b, pairing, compare.Thresholds(
@@ -371,15 +380,15 @@ def test_max_distance_fails_when_no_column_was_compared() -> None:
 
 
 def test_a_preprocessor_dropping_every_record_fails_max_distance() -> None:
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     sides = {}
     for name, shadow in (("b", True), ("a", False)):
-        side = compare.Side(name, pairing, output_columns=False)
+        side = compare_sides.Side(name, pairing, output_columns=False)
         reader = RecordReader(lambda _record, _where: None, include_shadow=name == "b",
                               observe=side)
         lines = [json.dumps(r) for r in _probability_records(50, seed=1, shadow=shadow)]
         result = partial.analyse_objects(reader, [(f"{name}.jsonl", lines)])
-        sides[name] = compare.SideRead(name, side, result.statistics.to_json(), result.tally)
+        sides[name] = compare_sides.SideRead(name, side, result.statistics.to_json(), result.tally)
     document = compare.compare(sides["a"], sides["b"], pairing,
                                compare.Thresholds(max_distance=0.1), None, preprocessed=True)
     assert (document["a"]["rows"], document["b"]["rows"]) == (0, 0)
@@ -530,17 +539,17 @@ def test_each_failed_threshold_is_one_reason_in_the_thresholds_order() -> None:
 def test_a_side_read_in_a_worker_comes_back_with_its_pairing() -> None:
     import pickle
 
-    pairing = compare.Pairing()
+    pairing = compare_sides.Pairing()
     b = [_pair(i, [0.9, 0.1], shadow=True, error=i == 0) for i in range(4)]
     side_b = pickle.loads(pickle.dumps(_read(b, "b", pairing).side))  # as from a worker
     assert side_b.pairing is not pairing
     a = [_pair(i, [0.9, 0.1]) for i in range(4)]
-    side_a = compare.Side("a", side_b.pairing)
+    side_a = compare_sides.Side("a", side_b.pairing)
     for record in a:
         side_a(record)
     agreement = side_b.pairing.document()
     assert (agreement["pairs"], agreement["with_error"], agreement["compared"]) == (4, 1, 3)
-    assert pickle.loads(pickle.dumps(compare.FAILED)) is compare.FAILED
+    assert pickle.loads(pickle.dumps(compare_sides.FAILED)) is compare_sides.FAILED
 
 
 def test_the_report_puts_the_failed_figures_first_and_names_classes() -> None:
@@ -604,18 +613,16 @@ def test_a_nan_answer_is_an_undefined_top1_counted_apart_never_a_disagreement() 
     assert (agreement["compared"], agreement["agreed"]) == (3, 3)
     assert agreement["disagreements"] == []
     assert "3 with an undefined answer (NaN)" in compare._agreement_line(agreement)
-    from chalicelib.monitor import compare_answers
     output = {"encoding": "JSON", "data": "[NaN, 0.5]"}
     assert compare_answers.top1(output) == compare_answers.UNDEFINED
 
 
 def test_pairing_keeps_a_small_number_per_waiting_b_record_and_a_documented_cap(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.monitor import compare_sides
-    pairing = compare.Pairing()
-    answer = compare.Top1("argmax", (3,))
+    pairing = compare_sides.Pairing()
+    answer = compare_answers.Top1("argmax", (3,))
     for i in range(1000):
-        pairing.add_b(f"id-{i}", compare.Top1("argmax", (3,)))  # a new object each time
+        pairing.add_b(f"id-{i}", compare_answers.Top1("argmax", (3,)))  # a new object each time
     assert len({id(entry) for entry in pairing._entries}) == 1  # one answer kept once
     assert all(type(code) is int for code in pairing._waiting.values())
     long_key = "k" * 100_000
@@ -624,7 +631,7 @@ def test_pairing_keeps_a_small_number_per_waiting_b_record_and_a_documented_cap(
     pairing.match_a(long_key, answer)
     assert (pairing.pairs, pairing.agreed) == (1, 1)
     monkeypatch.setattr(compare_sides, "MAX_WAITING", 1005)
-    capped = compare.Pairing()
+    capped = compare_sides.Pairing()
     for i in range(1010):
         capped.add_b(f"id-{i}", answer)
     for i in range(1010):
