@@ -3,8 +3,9 @@ answers; a thread of this process builds the records and stores them in batches.
 
 Nothing is lost silently. The hand-over is bounded (records and bytes waiting): past it an
 inference is refused at once and counted as dropped (a sink that cannot keep up must not grow
-the function's memory). A batch the sink fails to store is tried again with backoff
-(:data:`ATTEMPTS` in all, past the sink's own retries); after the last attempt its records are
+the function's memory). A batch the sink fails to store is tried again with
+:mod:`chalicelib.core.retries`' full-jitter backoff (:data:`RETRY_POLICY`'s attempts in all,
+past the sink's own retries); after the last attempt its records are
 dropped, counted (:attr:`CaptureWriter.dropped`, the ``CaptureDropped`` metric) and logged with
 the error. :meth:`CaptureWriter.flush` waits until everything handed over is stored or dropped:
 on Lambda the internal extension (:mod:`.extension`) calls it after each invocation's response
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import logging
+import math
+import random
 import threading
 import time
 import weakref
@@ -25,6 +29,8 @@ from collections.abc import Callable, Sequence
 from chalicelib.capture.records import CaptureRecord, Exchange
 from chalicelib.capture.sinks import CaptureSinkError, Sink
 from chalicelib.core.observability import emit_count
+from chalicelib.core.pending import Pending
+from chalicelib.core.retries import RetryPolicy
 
 LOG = logging.getLogger("sagegate.capture")
 
@@ -34,10 +40,10 @@ MAX_PENDING_BYTES = 64 * 1024 * 1024
 """Their bodies' bytes, at most (a Lambda function's memory is the bound that matters)."""
 BATCH_RECORDS = 500
 """Records stored in one call of the sink (Firehose's PutRecordBatch takes 500)."""
-ATTEMPTS = 5
-"""Tries of one batch before its records are dropped."""
-BASE_DELAY, MAX_DELAY = 0.2, 5.0
-"""The backoff between tries, doubling from the first (seconds)."""
+RETRY_POLICY = RetryPolicy(max_attempts=5, budget_seconds=math.inf, base_delay=0.2,
+                           max_delay=5.0)
+"""Tries of one batch before its records are dropped, and the backoff between them (no time
+budget: only the writer's own thread waits)."""
 EXIT_SECONDS = 1.0
 """What the process's end still gives held records after the app's own flush at exit (which
 waits for shadow calls and records, ``CLOSE_FLUSH_SECONDS``) ran out: the parent that stops a
@@ -57,25 +63,28 @@ class CaptureWriter:
         max_pending_records, max_pending_bytes: the hand-over's bounds.
         batch_records: records per sink call.
         attempts: tries of a batch before its records are dropped.
-        sleep: the backoff's sleep (injectable for tests).
+        sleep, rng: the backoff's sleep and its jitter's draw (injectable for tests).
     """
 
     def __init__(self, sink: Sink, build: Callable[[Exchange], CaptureRecord], *,
                  max_pending_records: int = MAX_PENDING_RECORDS,
                  max_pending_bytes: int = MAX_PENDING_BYTES,
-                 batch_records: int = BATCH_RECORDS, attempts: int = ATTEMPTS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 batch_records: int = BATCH_RECORDS,
+                 attempts: int = RETRY_POLICY.max_attempts,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: Callable[[], float] = random.random) -> None:
         self._sink = sink
         self._build = build
         self._max_records = max_pending_records
         self._max_bytes = max_pending_bytes
         self._batch = batch_records
-        self._attempts = attempts
-        self._sleep = sleep
+        self._policy = dataclasses.replace(RETRY_POLICY, max_attempts=attempts)
+        self._sleep, self._rng = sleep, rng
         self._queue: collections.deque[Exchange] = collections.deque()
         self._bytes = 0
-        self._handed = 0  # inferences accepted so far
-        self._settled = 0  # of those, stored or dropped
+        # inferences accepted until stored or dropped; handed and settled under _changed,
+        # so close() sees them beside the queue and _counted
+        self._pending = Pending()
         self.written = 0
         self.dropped = 0
         self._closed = False
@@ -88,8 +97,7 @@ class CaptureWriter:
     @property
     def pending(self) -> int:
         """Inferences handed over and not yet stored or dropped."""
-        with self._changed:
-            return self._handed - self._settled
+        return self._pending.outstanding
 
     def submit(self, exchange: Exchange) -> bool:
         """Hand one inference over; False (dropped, counted) when the hand-over is full or the
@@ -103,7 +111,7 @@ class CaptureWriter:
             else:
                 self._queue.append(exchange)
                 self._bytes += size
-                self._handed += 1
+                self._pending.hand()
                 refused = False
                 self._start()
                 self._changed.notify_all()
@@ -116,9 +124,7 @@ class CaptureWriter:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every inference handed over so far is stored or dropped; False when
         ``timeout`` (seconds) ran out first."""
-        with self._changed:
-            target = self._handed
-            return self._changed.wait_for(lambda: self._settled >= target, timeout)
+        return self._pending.wait(timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:
         """Flush, then stop taking inferences (the process is ending).
@@ -133,11 +139,11 @@ class CaptureWriter:
         self.flush(timeout)
         with self._changed:
             self._closed = True
-            lost = self._handed - self._settled - self._counted
+            lost = self._pending.outstanding - self._counted
             if lost:
                 self._queue.clear()
                 self._bytes = 0
-                self._settled += lost  # the counted batch settles as its metrics are out
+                self._pending.settle(lost)  # the counted batch settles as its metrics are out
                 self.dropped += lost
                 self._gave_up += 1
             self._changed.notify_all()
@@ -191,8 +197,7 @@ class CaptureWriter:
                 emit_count("CaptureDropped", dropped)
             with self._changed:
                 self._counted = 0
-                self._settled += len(batch)
-                self._changed.notify_all()
+                self._pending.settle(len(batch))
 
     def _store(self, batch: Sequence[Exchange]) -> int:
         """Build and store one batch, trying again with backoff; the records stored."""
@@ -203,8 +208,8 @@ class CaptureWriter:
             except Exception as error:  # one inference's record, not the batch's
                 LOG.warning("data capture: a record could not be built: %s: %s",
                             type(error).__name__, error)
-        built, delay = len(records), BASE_DELAY
-        for attempt in range(1, self._attempts + 1):
+        built, attempts = len(records), self._policy.max_attempts
+        for attempt in range(1, attempts + 1):
             try:
                 if records:
                     self._sink.write(records)
@@ -212,14 +217,14 @@ class CaptureWriter:
             except Exception as error:
                 # what the sink says it stored is settled: only the rest is tried again
                 records = _unstored(error, records)
-                if attempt == self._attempts:
+                if attempt == attempts:
                     LOG.warning("data capture dropped %d record(s) after %d attempts: %s: %s",
                                 len(records), attempt, type(error).__name__, error)
                     return built - len(records)
+                delay = self._policy.delay(attempt, self._rng)
                 LOG.info("data capture: storing %d record(s) failed (%s); again in %.1f s",
                          len(records), type(error).__name__, delay)
                 self._sleep(delay)
-                delay = min(delay * 2, MAX_DELAY)
         return built - len(records)
 
 

@@ -1,9 +1,11 @@
 """The one retry policy: bounded attempts, full jitter, a time budget and a retry quota.
 
-Every place sagegate retries (the endpoint client, the capture sinks, sagegate's HTTP client,
-the emulator's supervisor) configures a :class:`RetryPolicy`; the callers of an upstream
-share a :class:`RetryQuota` and drive one :class:`Retrier` per operation (the supervisor, which
-restarts one child, waits the policy's ceiling). None has a backoff of its own.
+Every place sagegate retries (the endpoint client, the capture sinks and the capture writer,
+sagegate's HTTP client, the emulator's supervisor) configures a :class:`RetryPolicy`; the
+callers of an upstream share a :class:`RetryQuota` and drive one :class:`Retrier` per operation
+(the supervisor, which restarts one child, waits the policy's ceiling; the capture writer,
+which tries again what its sink's own retries gave up, waits the policy's :meth:`delay` with
+no quota: its tries are bounded and off every request's path). None has a backoff of its own.
 
 The quota is botocore's standard retry mode's (``botocore/retries/quota.py`` and
 ``standard.py``, botocore 1.44): a token bucket of 500 per client, shared by the threads that

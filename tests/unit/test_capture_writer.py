@@ -26,7 +26,7 @@ from chalicelib.capture import writer as writer_module
 from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import CaptureSinkError, S3Sink
-from chalicelib.capture.writer import CaptureWriter
+from chalicelib.capture.writer import RETRY_POLICY, CaptureWriter
 from chalicelib.core.observability import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,12 +140,28 @@ def test_a_record_keeps_the_time_its_request_gave_it_even_across_an_hour() -> No
 def test_a_sink_killed_mid_flight_is_retried_and_nothing_is_lost() -> None:
     sink = GatedSink(failures=2)
     sleeps: list[float] = []
-    writer = CaptureWriter(sink, build, attempts=5, sleep=sleeps.append)
+    # the jitter's draw at its top: each backoff is its ceiling, so the doubling shows
+    writer = CaptureWriter(sink, build, attempts=5, sleep=sleeps.append, rng=lambda: 1.0)
     for number in range(5):
         writer.submit(exchange(number))
     assert writer.flush(10)
     assert ids(sink.stored) == [f"r-{number}" for number in range(5)]
     assert writer.dropped == 0 and len(sleeps) >= 2 and sleeps[1] > sleeps[0]  # backing off
+
+
+def test_the_backoff_between_tries_is_the_one_retry_policys_full_jitter() -> None:
+    sink = GatedSink(failures=1_000)
+    sleeps: list[float] = []
+    draws = iter([0.5, 0.25, 1.0])
+    writer = CaptureWriter(sink, build, attempts=4, sleep=sleeps.append, rng=lambda: next(draws))
+    writer.submit(exchange(1))
+    assert writer.flush(10)
+    # a draw times the ceiling after each failed try (0.2 s, doubling, up to 5 s): core/retries'
+    # RetryPolicy.delay, as every other retry in sagegate waits
+    ceilings = [RETRY_POLICY.ceiling(attempt) for attempt in (1, 2, 3)]
+    assert ceilings == pytest.approx([0.2, 0.4, 0.8])
+    assert sleeps == pytest.approx([0.5 * 0.2, 0.25 * 0.4, 1.0 * 0.8])
+    assert writer.dropped == 1
 
 
 def test_a_sink_that_stays_down_drops_only_after_its_retries_and_says_so(
