@@ -1,2 +1,2 @@
-"""HTTP: the page's catalog of models, request correlation, static files (the request readers
-are :mod:`chalicelib.reading`'s)."""
+"""HTTP: a room per route family over the exchange (the request, its ids, its answer); the
+request readers are :mod:`chalicelib.reading`'s."""

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from chalicelib.core.errors import ConfigurationError, InvalidParameterError, SagegateError
 from chalicelib.core.observability import RequestLog, logger
-from chalicelib.http import correlation
 from chalicelib.reading.bodies import echo
 from chalicelib.reading.options import HttpRequest
 
@@ -85,6 +86,33 @@ class HttpAnswer(NamedTuple):
     status_code: int = 200
 
 
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
+_KEY = "sagegate_request_id"  # where the id is kept in the request's context, once chosen
+
+
+def request_id(context: MutableMapping[str, Any]) -> str:
+    """The request id of record: API Gateway's (``chalice local`` has none: a new uuid4),
+    chosen once per request and kept in its ``context``.
+
+    It is what logs, the capture's ``inferenceId`` and the endpoint's ``InferenceId`` carry,
+    so it is never the client's: a client's id goes along as :func:`correlation_id`.
+    """
+    if _KEY not in context:
+        context[_KEY] = context.get("requestId") or str(uuid.uuid4())
+    return str(context[_KEY])
+
+
+def correlation_id(headers: Mapping[str, str]) -> str | None:
+    """The client's own id for the request (``X-Correlation-Id``, or ``X-Request-Id`` as
+    clients commonly send it), when it is a well-formed one; logged and echoed, never the
+    request id of record."""
+    for name in ("x-correlation-id", "x-request-id"):
+        candidate = headers.get(name, "")
+        if _REQUEST_ID_RE.match(candidate):
+            return str(candidate)
+    return None
+
+
 def error_answer(error: SagegateError, request_id: str) -> HttpAnswer:
     """Any sagegate error as ``{"Code", "Message", "request_id", ...details}``; a
     misconfiguration is logged and says only that (its message names the stage's variables)."""
@@ -100,7 +128,7 @@ def error_answer(error: SagegateError, request_id: str) -> HttpAnswer:
 @dataclasses.dataclass(frozen=True)
 class Exchange:
     """The request a thread is serving, with its log line and its request id of record
-    (:func:`chalicelib.http.correlation.request_id`), all three pinned together."""
+    (:func:`request_id`), all three pinned together."""
 
     request: ServedRequest
     log: RequestLog
@@ -143,11 +171,11 @@ class Exchanges:
         """Pin ``request`` (and its new log line, yielded) to this thread while it is served."""
         self._local.request = request
         try:
-            request_id = correlation.request_id(request.context)
-            log = RequestLog(request_id, request.method,
+            identity = request_id(request.context)
+            log = RequestLog(identity, request.method,
                              request.context.get("resourcePath") or request.path,
-                             correlation_id=correlation.correlation_id(request.headers))
-            self._local.exchange = Exchange(request, log, request_id)
+                             correlation_id=correlation_id(request.headers))
+            self._local.exchange = Exchange(request, log, identity)
             yield log
         finally:
             self._local.request = self._local.exchange = None
@@ -169,8 +197,8 @@ class Exchanges:
         return self.current().log
 
     def request_id(self) -> str:
-        """The request id of record (:func:`chalicelib.http.correlation.request_id`)."""
-        return correlation.request_id(self.request().context)
+        """The request id of record (:func:`request_id`)."""
+        return request_id(self.request().context)
 
     def http_request(self) -> HttpRequest:
         """See :meth:`Exchange.http_request`."""

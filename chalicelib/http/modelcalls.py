@@ -123,7 +123,9 @@ def serve(route: ModelRoute, exchanges: Exchanges) -> HttpAnswer:
         served = _served(target, request if routing is None
                          else assign.routed(request, target.model), request_id, timer,
                          deadline, cache)
-        note_served(log, served)
+        log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, \
+            served.attempts
+        log.image_in, log.image_out = served.image_in, served.image_out  # (an image's sizes)
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             start = timer.clock()
             try:
@@ -236,15 +238,6 @@ def note_cache(log: RequestLog, cache: CacheUse, timer: StageTimer) -> None:
     log.cache_skipped_too_large = cache.skipped_too_large or None
     if cache.active:
         timer.durations["cache"] = cache.lookup_ms
-
-
-def note_served(log: RequestLog, served: Served) -> None:
-    """The endpoint exchange (and an image pipeline's sizes) in the log line."""
-    log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, served.attempts
-    if served.image_in is not None:
-        log.image_in = served.image_in
-    if served.image_out is not None:
-        log.image_out = served.image_out
 
 
 def model_answer(served: Served, timer: StageTimer, cache: CacheUse,

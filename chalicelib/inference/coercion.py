@@ -104,7 +104,12 @@ def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
     max_rows = _LIMITS.get()[0]
     if array.shape[0] > max_rows:  # every body shape and every handler's return
         raise mismatch(f"{array.shape[0]} rows (at most {max_rows} a request)")
-    return _typed(array, spec, value, mismatch)  # after the shape: no work on what is refused
+    # after the shape: no work on what is refused
+    if spec.dtype == DType.STRING:
+        if not all([isinstance(item, str) for item in array.reshape(-1)]):
+            raise mismatch(describe_value(value))
+        return array.astype(object)
+    return _numbers(array, spec, value, mismatch)
 
 
 def check_batch(rows: int, what: str) -> None:
@@ -132,14 +137,6 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
                 [isinstance(item, list) for item in array.reshape(-1)]):
             raise mismatch(describe_value(value))  # ragged rows
     return array
-
-
-def _typed(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
-    if spec.dtype == DType.STRING:
-        if not all([isinstance(item, str) for item in array.reshape(-1)]):
-            raise mismatch(describe_value(value))
-        return array.astype(object)
-    return _numbers(array, spec, value, mismatch)
 
 
 def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:

@@ -51,7 +51,7 @@ def read_tensors(body: bytes, content_type: str | None, signature: Signature
     """
     kind = bare(content_type)
     if kind in (MediaType.JSON, MediaType.JSONLINES):
-        raw = _from_json(_load(body, kind), signature)
+        raw = _from_json(load_json(body) if kind == MediaType.JSON else _lines(body), signature)
     elif kind == MediaType.CSV:
         name = _only_input(signature, "CSV rows").name
         raw = {name: _csv_rows(body, name)}
@@ -65,9 +65,8 @@ def read_tensors(body: bytes, content_type: str | None, signature: Signature
     return {spec.name: coerce(spec, raw[spec.name]) for spec in signature.inputs}
 
 
-def _load(body: bytes, kind: str) -> Any:
-    if kind == MediaType.JSON:
-        return load_json(body)
+def _lines(body: bytes) -> Any:
+    """JSON lines, one instance a line."""
     lines = [line for line in body.splitlines() if line.strip()]
     check_batch(len(lines), "The body's JSON lines")  # before parsing them: bounded work
     return {"instances": [load_json(line) for line in lines]}

@@ -1,9 +1,9 @@
-"""The request id of record and the client's correlation id (chalicelib.http.correlation)."""
+"""The request id of record and the client's correlation id (chalicelib.http.exchange)."""
 from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.http import correlation
+from chalicelib.http import exchange as correlation
 
 
 def test_request_id_is_api_gateways_and_chosen_once() -> None:
