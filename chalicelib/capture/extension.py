@@ -17,9 +17,10 @@ the writer itself before the response leaves (:meth:`AfterHandlers.handler_ended
 inline capture would store the record; the before-snapshot hook flushes too
 (``Capturer.close``).
 
-Only the standard library is used, and :mod:`chalicelib.core.lifecycle` and
-:mod:`chalicelib.core.environment` (standard library only), whose SnapStart detection and
-environment this shares: the extension starts before anything else is imported.
+Only the standard library is used, and :mod:`chalicelib.core.lifecycle`,
+:mod:`chalicelib.core.environment` and :mod:`chalicelib.core.pending` (standard library only),
+whose SnapStart detection, environment and pending-work count this shares: the extension
+starts before anything else is imported.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chalicelib.core import environment, lifecycle
+from chalicelib.core.pending import Pending
 
 LOG = logging.getLogger("sagegate.capture")
 
@@ -45,24 +47,9 @@ Flush = Callable[[float | None], bool]
 """The capture writer's ``flush(timeout)``."""
 
 
-class _Finished:
-    """How many handlers have returned in this process (the middleware counts them)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.changed = threading.Condition()
-
-    def add(self) -> None:
-        with self.changed:
-            self.count += 1
-            self.changed.notify_all()
-
-    def wait_for(self, count: int, timeout: float | None) -> bool:
-        with self.changed:
-            return self.changed.wait_for(lambda: self.count >= count, timeout)
-
-
-FINISHED = _Finished()
+FINISHED = Pending()
+"""This process's invocations: handed as the extension hears of one, settled as its handler
+returns (the middleware counts them; a handler may return first)."""
 
 
 class CaptureExtension:
@@ -71,11 +58,12 @@ class CaptureExtension:
     Args:
         api: the runtime API's ``host:port``.
         flush: stores what the capture writer holds, within a timeout.
-        finished: the count of handlers that returned (the module's, by default).
+        finished: the invocations heard of and the handlers returned (the module's, by
+            default).
         clock: epoch seconds (the events' deadlines are epoch milliseconds).
     """
 
-    def __init__(self, api: str, flush: Flush, finished: _Finished = FINISHED,
+    def __init__(self, api: str, flush: Flush, finished: Pending = FINISHED,
                  clock: Callable[[], float] = time.time) -> None:
         host, _, port = api.rpartition(":")
         self._host, self._port = host or api, int(port) if port.isdigit() else 80
@@ -102,7 +90,7 @@ class CaptureExtension:
 
     def handler_ended(self) -> None:
         """A handler returned: this invocation's records may be flushed."""
-        self._finished.add()
+        self._finished.settle()
 
     def start(self) -> None:
         """Run the extension's loop on a daemon thread."""
@@ -120,8 +108,9 @@ class CaptureExtension:
             if event.get("eventType") != "INVOKE":
                 continue
             self.invocations += 1
+            self._finished.hand()
             deadline = float(event.get("deadlineMs", 0)) / 1000.0 or None
-            self._finished.wait_for(self.invocations, self._left(deadline))
+            self._finished.wait(self._left(deadline))
             if not self._flush(self._left(deadline)):
                 LOG.warning("capture extension: records still held at the invocation's "
                             "deadline; they are stored with the next one")

@@ -19,9 +19,9 @@ from chalicelib.capture.extension import (
     RUNTIME_API,
     AfterHandlers,
     CaptureExtension,
-    _Finished,
 )
 from chalicelib.core import lifecycle
+from chalicelib.core.pending import Pending
 
 NOW = 1_800_000_000.0  # the extension's clock, in epoch seconds
 STOP = {"stop": True}  # what makes the fake API end the extension's loop (an error answer)
@@ -86,18 +86,18 @@ def api() -> Iterator[FakeExtensionsApi]:
 class Flushes:
     """A flush that notes its timeout and how many handlers had ended when it was called."""
 
-    def __init__(self, finished: _Finished) -> None:
+    def __init__(self, finished: Pending) -> None:
         self.finished = finished
         self.calls: list[tuple[float | None, int]] = []
         self.called = threading.Event()
 
     def __call__(self, timeout: float | None) -> bool:
-        self.calls.append((timeout, self.finished.count))
+        self.calls.append((timeout, self.finished.settled))
         self.called.set()
         return True
 
 
-class WatchedFinished(_Finished):
+class WatchedFinished(Pending):
     """The handlers' count, saying when the extension starts waiting on it."""
 
     def __init__(self, progress: threading.Event) -> None:
@@ -105,13 +105,13 @@ class WatchedFinished(_Finished):
         self.progress = progress
         self.waiting = threading.Event()
 
-    def wait_for(self, count: int, timeout: float | None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         self.waiting.set()
         self.progress.set()
-        return super().wait_for(count, timeout)
+        return super().wait(timeout)
 
 
-def running(api: FakeExtensionsApi, flush: Flushes, finished: _Finished) -> CaptureExtension:
+def running(api: FakeExtensionsApi, flush: Flushes, finished: Pending) -> CaptureExtension:
     extension = CaptureExtension(api.address, flush, finished, clock=lambda: NOW)
     extension.register()
     extension.start()
@@ -120,7 +120,7 @@ def running(api: FakeExtensionsApi, flush: Flushes, finished: _Finished) -> Capt
 
 def test_the_flush_leaves_the_deadline_margin_of_the_invocations_time(
         api: FakeExtensionsApi) -> None:
-    finished = _Finished()
+    finished = Pending()
     flush = Flushes(finished)
     extension = running(api, flush, finished)
     extension.handler_ended()  # the handler is done: only the flush's timeout is left to see
@@ -157,11 +157,11 @@ def test_the_flush_waits_for_the_handler_to_end(api: FakeExtensionsApi) -> None:
 def test_a_registration_answered_without_an_identifier_is_refused() -> None:
     api = FakeExtensionsApi(identifier="")
     try:
-        extension = CaptureExtension(api.address, Flushes(_Finished()))
+        extension = CaptureExtension(api.address, Flushes(Pending()))
         with pytest.raises(ValueError, match="registration"):
             extension.register()
         # start() logs it and runs without the extension: the handler flushes instead
-        assert extension_module.start(Flushes(_Finished()), {RUNTIME_API: api.address}) is None
+        assert extension_module.start(Flushes(Pending()), {RUNTIME_API: api.address}) is None
         assert len(api.registrations) == 2
     finally:
         api.close()
@@ -192,7 +192,7 @@ def test_without_the_extension_the_handlers_flush_leaves_the_margin_too() -> Non
 def test_snapstart_registers_no_extension(api: FakeExtensionsApi, init_type: str,
                                           registers: bool) -> None:
     environ = {RUNTIME_API: api.address, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type}
-    started = extension_module.start(Flushes(_Finished()), environ)
+    started = extension_module.start(Flushes(Pending()), environ)
     assert (started is not None) == registers
     assert len(api.registrations) == int(registers)
 
@@ -209,6 +209,6 @@ def test_snapstart_is_what_lifecycle_detects(api: FakeExtensionsApi,
 
     monkeypatch.setattr(lifecycle, "snap_start", snap_start)
     environ = {RUNTIME_API: api.address}
-    assert extension_module.start(Flushes(_Finished()), environ) is None
+    assert extension_module.start(Flushes(Pending()), environ) is None
     assert asked == [environ] and api.registrations == []
     assert lifecycle.SNAP_START == "snap-start"

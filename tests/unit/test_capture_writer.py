@@ -23,11 +23,12 @@ from botocore.exceptions import ClientError
 from chalicelib.calls import Answer, Served
 from chalicelib.capture import Capturer
 from chalicelib.capture import writer as writer_module
-from chalicelib.capture.extension import AfterHandlers, CaptureExtension, _Finished
+from chalicelib.capture.extension import AfterHandlers, CaptureExtension
 from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import CaptureSinkError, S3Sink
 from chalicelib.capture.writer import RETRY_POLICY, CaptureWriter
 from chalicelib.core.observability import Outcome
+from chalicelib.core.pending import Pending
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -447,7 +448,7 @@ def test_the_extension_asks_for_its_next_event_only_once_the_records_are_stored(
     sink = GatedSink(gate_open=False)
     capturer = Capturer("both", sink).background()
     extensions_api.stored = lambda: sink.stored
-    finished = _Finished()
+    finished = Pending()
     extension = CaptureExtension(extensions_api.address, capturer.flush, finished)
     extension.register()
     assert extensions_api.registered == {"name": "sagegate-capture", "events": ["INVOKE"]}
