@@ -44,29 +44,16 @@ from typing import Any
 
 from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.capture_objects import Reading, capture_files, never
+from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.deployed_settings import (  # the settings run takes, importable here
-    CAPTURE_DESTINATION,
-    DEFAULT_SCHEDULE,
-    MONITOR_BASELINE,
-    MONITOR_CAPTURES,
-    MONITOR_OUTPUT,
-    MONITOR_SCHEDULE,
     MonitorConfigError,
     MonitorSettings,
     S3Location,
-    default_output,
 )
 from chalicelib.monitor.metrics import emf_lines
 from chalicelib.monitor.partial import PartialAnalysis
-from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
+from chalicelib.monitor.preprocessing import Preprocessor
 from chalicelib.monitor.records import Preprocess, RecordReader, Window
-
-__all__ = [
-    "BASELINE_BYTES", "CAPTURE_DESTINATION", "DEFAULT_SCHEDULE", "MONITOR_BASELINE",
-    "MONITOR_CAPTURES", "MONITOR_OUTPUT", "MONITOR_SCHEDULE", "PREPROCESSOR_FILE",
-    "RESERVE_SECONDS", "USED_CONSTRAINTS", "Baseline", "EndpointRun", "MonitorConfigError",
-    "MonitorSettings", "S3Location", "check_and_write", "csv_names", "default_output",
-    "endpoint_preprocessors", "endpoint_reader", "load_baseline", "log_line", "run"]
 
 USED_CONSTRAINTS = analysis.CONSTRAINTS
 PREPROCESSOR_FILE = "preprocessor.py"  # in a model's folder: its endpoint's preprocessor

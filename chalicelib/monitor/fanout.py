@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from chalicelib.monitor import capture_format, capture_objects, deployed, documents, windows
-from chalicelib.monitor.deployed import Emit, EndpointRun, MonitorSettings
+from chalicelib.monitor.deployed import Emit, EndpointRun
+from chalicelib.monitor.deployed_settings import MonitorSettings
 from chalicelib.monitor.partial import PartialAnalysis, analyse_objects, merge_in_order
 from chalicelib.monitor.preprocessing import HandlerFailed
 

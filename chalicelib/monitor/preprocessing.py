@@ -32,14 +32,7 @@ from typing import Any, TextIO
 
 from chalicelib.monitor.captured_data import (  # the record's classes, importable here too
     CapturedData,
-    EventData,
-    is_cache_hit,
-    is_shadow,
 )
-
-__all__ = ["LOGGER_NAME", "LOG_FORMAT", "BadRow", "CapturedData", "EventData", "HandlerError",
-           "HandlerFailed", "Preprocessor", "checked_row", "describe", "handler_logger",
-           "is_cache_hit", "is_shadow", "load_postprocessor", "watching_interrupts"]
 
 LOGGER_NAME = "Preprocessing"  # the analyzer's name for the logger it hands handlers
 

@@ -26,13 +26,9 @@ from chalicelib.monitor.flattening import (
     FlattenError,
     Naming,
     TooWide,
-    flatten_json,
     flatten_record,
     simple_csv_row,
 )
-
-__all__ = ["CACHE_HIT_KEY", "MAX_COLUMNS", "SHADOW_SOURCE", "ColumnLimitError", "Observe",
-           "Preprocess", "RecordError", "RecordReader", "Tally", "flatten_json", "flatten_record"]
 
 SHADOW_SOURCE = "ShadowExperiment"
 CACHE_HIT_KEY = "sagegateCacheHit"

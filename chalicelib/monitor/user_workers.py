@@ -37,9 +37,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.preprocessing import (
     LOG_FORMAT,
-    CapturedData,
     Preprocessor,
     handler_logger,
     load_postprocessor,

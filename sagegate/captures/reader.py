@@ -37,14 +37,8 @@ from chalicelib.core.aws import S3_SCHEME, S3Uri
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
 from chalicelib.monitor import capture_format
-from chalicelib.monitor.preprocessing import (
-    CapturedData,
-    HandlerError,
-    HandlerFailed,
-    Preprocessor,
-    is_cache_hit,
-    is_shadow,
-)
+from chalicelib.monitor.captured_data import CapturedData, is_cache_hit, is_shadow
+from chalicelib.monitor.preprocessing import HandlerError, HandlerFailed, Preprocessor
 from chalicelib.monitor.user_workers import (
     PREPROCESS_DEADLINE,
     UserWorkers,

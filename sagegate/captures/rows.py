@@ -21,7 +21,7 @@ import numpy as np
 
 from chalicelib.core.errors import SagegateError
 from chalicelib.inference import predictions
-from chalicelib.monitor.preprocessing import CapturedData, EventData, is_cache_hit
+from chalicelib.monitor.captured_data import CapturedData, EventData, is_cache_hit
 
 
 class CaptureFormatError(ValueError):

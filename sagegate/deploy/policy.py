@@ -60,7 +60,7 @@ from sagegate.deploy.stage import (
 from sagegate.deploy.stages import ROOT
 
 if TYPE_CHECKING:
-    from chalicelib.monitor.deployed import S3Location
+    from chalicelib.monitor.deployed_settings import S3Location
 
 JOBS, PARTS, RESULTS = "jobs", "parts", "results"
 """A fanned-out run's folders under its run prefix (:mod:`chalicelib.monitor.fanout`'s, which

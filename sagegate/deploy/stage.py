@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chalicelib.monitor.deployed import MonitorSettings
+    from chalicelib.monitor.deployed_settings import MonitorSettings
 
 MONITOR_FUNCTION = "monitor"  # app.py's scheduled monitor, by its name in lambda_functions
 MONITOR_PLAN, MONITOR_MAP, MONITOR_REDUCE = "monitor_plan", "monitor_map", "monitor_reduce"
@@ -82,7 +82,7 @@ class Stage:
         """
         # deferred: the monitor's analysis modules cost more to import than this whole
         # module; only a command that reads a stage's monitor settings pays for them
-        from chalicelib.monitor.deployed import MonitorSettings
+        from chalicelib.monitor.deployed_settings import MonitorSettings
 
         return MonitorSettings.from_env(self.env)
 

@@ -111,7 +111,7 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
             with ``MONITOR_ENGINE=stepfunctions``, the same for each of its three functions,
             and :func:`sagegate.deploy.monitor_template.check_monitor_fanout`.
     """
-    from chalicelib.monitor.deployed import MonitorConfigError  # deferred: as in Stage.monitor
+    from chalicelib.monitor.deployed_settings import MonitorConfigError
 
     try:
         settings = stage.monitor

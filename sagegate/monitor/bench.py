@@ -152,8 +152,9 @@ def deployed(folder: Path) -> dict[str, float]:
     """The scheduled monitor's path (:func:`chalicelib.monitor.deployed.run`) over the
     objects the S3 sink writes, one record each, in this process."""
     from chalicelib.monitor import deployed as monitor  # deferred: as the check's, above
+    from chalicelib.monitor import deployed_settings
 
-    settings = monitor.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+    settings = deployed_settings.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
                                                  "CAPTURE_DESTINATION": "s3://b/c"})
     assert settings is not None
     started = time.perf_counter()

@@ -19,7 +19,8 @@ from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
-from chalicelib.monitor.records import MAX_COLUMNS, ColumnLimitError, RecordReader, flatten_json
+from chalicelib.monitor.flattening import flatten_json
+from chalicelib.monitor.records import MAX_COLUMNS, ColumnLimitError, RecordReader
 from sagegate.monitor.files import SourceError, open_regular
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")

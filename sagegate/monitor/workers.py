@@ -32,8 +32,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from chalicelib.monitor import partial, user_workers
+from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.partial import PartialAnalysis
-from chalicelib.monitor.preprocessing import CapturedData
 from chalicelib.monitor.records import MAX_COLUMNS, Observe, Preprocess, RecordReader
 from chalicelib.monitor.user_workers import UserWorkers
 from sagegate.monitor import datasets, sources

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.monitor import deployed
+from chalicelib.monitor import deployed_settings
 from sagegate.deploy import monitor_template, templates
 from sagegate.deploy.policy import (
     monitor_function_policy_path,
@@ -140,7 +140,7 @@ def test_dev_runs_its_monitor_as_a_state_machine_not_a_scheduled_function(dev: P
     assert properties["Definition"] == monitor_template.definition(load_stage("dev"))
     # the schedule starts the state machine, with a role that may do nothing else
     rule = dev.resource("MonitorSchedule")["Properties"]
-    assert rule["ScheduleExpression"] == deployed.DEFAULT_SCHEDULE == "cron(5 * * * ? *)"
+    assert rule["ScheduleExpression"] == deployed_settings.DEFAULT_SCHEDULE == "cron(5 * * * ? *)"
     assert rule["State"] == "ENABLED"
     assert rule["Targets"] == [{"Id": "MonitorRun", "Arn": {"Ref": "MonitorStateMachine"},
                                 "RoleArn": {"Fn::GetAtt": ["MonitorScheduleRole", "Arn"]}}]

@@ -15,7 +15,8 @@ import pytest
 
 from chalicelib.capture import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
-from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
+from chalicelib.monitor.captured_data import CapturedData
+from chalicelib.monitor.preprocessing import Preprocessor
 from sagegate.captures import reader
 
 HANDLERS = Path(__file__).resolve().parents[1] / "preprocessors"

@@ -18,7 +18,7 @@ from chalicelib.core.config_names import (
     SAGEGATE_OPEN_API,
 )
 from chalicelib.core.errors import ConfigurationError
-from chalicelib.monitor import deployed, deployed_settings
+from chalicelib.monitor import deployed_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,8 +84,8 @@ ACCESS_VARIABLES = {SAGEGATE_AUTH, SAGEGATE_OPEN_API, CORS_ALLOW_ORIGIN, COGNITO
 LIBRARY_VARIABLES = {"AWS_DEFAULT_REGION", "POWERTOOLS_LOG_LEVEL", POWERTOOLS_SERVICE_NAME,
                      POWERTOOLS_METRICS_NAMESPACE}
 # read by the scheduled monitor (chalicelib.monitor.deployed) and app.py at import
-MONITOR_VARIABLES = {deployed.MONITOR_BASELINE, deployed.MONITOR_OUTPUT,
-                     deployed.MONITOR_SCHEDULE, deployed.MONITOR_CAPTURES,
+MONITOR_VARIABLES = {deployed_settings.MONITOR_BASELINE, deployed_settings.MONITOR_OUTPUT,
+                     deployed_settings.MONITOR_SCHEDULE, deployed_settings.MONITOR_CAPTURES,
                      deployed_settings.MONITOR_ENGINE}
 
 

@@ -181,7 +181,7 @@ def test_a_models_preprocessor_runs_unchanged_in_the_scheduled_run(
     """The Developer Guide's CSV preprocessor, as a model folder's preprocessor.py: the
     window's features get its names, and a preprocessor that raises is that endpoint's one
     clear failure naming the file and the record."""
-    from chalicelib.monitor import deployed
+    from chalicelib.monitor import deployed, deployed_settings
 
     s3 = aws
     model = tmp_path / "models" / "iris"
@@ -198,7 +198,8 @@ def test_a_models_preprocessor_runs_unchanged_in_the_scheduled_run(
                          "sentiment": [broken / "preprocessor.py"], "efficientnet-lite0": []}
     window = capturegen.write_window(tmp_path / "window", 400)
     base = capturegen.write_window(tmp_path / "base", 1000, seed=9)
-    from chalicelib.monitor.preprocessing import CapturedData, Preprocessor
+    from chalicelib.monitor.captured_data import CapturedData
+    from chalicelib.monitor.preprocessing import Preprocessor
 
     handler = Preprocessor(model / "preprocessor.py")
     lines = [line for path in sorted(base.rglob("*.jsonl"))
@@ -209,7 +210,7 @@ def test_a_models_preprocessor_runs_unchanged_in_the_scheduled_run(
         for name, text in analysis.baseline(rows if endpoint == "iris" else []).items():
             s3.put_object(Bucket=BUCKET, Key=f"baselines/{endpoint}/{name}", Body=text.encode())
         put_tree(s3, window, f"captures/{endpoint}")
-    settings = deployed.MonitorSettings.from_env({
+    settings = deployed_settings.MonitorSettings.from_env({
         "MONITOR_BASELINE": f"s3://{BUCKET}/baselines",
         "CAPTURE_DESTINATION": f"s3://{BUCKET}/captures"})
     assert settings is not None

@@ -14,7 +14,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from chalicelib.monitor import analysis, capture_objects, deployed, metrics
+from chalicelib.monitor import analysis, capture_objects, deployed, deployed_settings, metrics
 from chalicelib.monitor.deployed_settings import (
     MonitorConfigError,
     MonitorSettings,
@@ -122,7 +122,7 @@ def test_an_endpoint_whose_models_bring_two_preprocessors_is_refused(tmp_path: P
                                              ("shared", plain), ("other", plain)])
     assert found == {"shared": [first / "preprocessor.py", second / "preprocessor.py"],
                      "other": []}
-    settings = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+    settings = deployed_settings.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
                                                   "CAPTURE_DESTINATION": "s3://b/c"})
     assert settings is not None
 
@@ -150,7 +150,7 @@ def test_a_baseline_denied_is_reported_as_none_not_as_a_failure(
     # S3 answers GetObject of a missing key with 403 when the role may not list its prefix
     s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
                       aws_secret_access_key="s")
-    settings = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+    settings = deployed_settings.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
                                                   "CAPTURE_DESTINATION": "s3://b/c"})
     assert settings is not None
     stub = Stubber(s3)
@@ -224,7 +224,7 @@ def _baseline_objects(tmp_path: Path) -> dict[str, bytes]:
     return {f"base/iris/{name}": text.encode() for name, text in files.items()}
 
 
-SETTINGS = deployed.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
+SETTINGS = deployed_settings.MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
                                               "CAPTURE_DESTINATION": "s3://b/c"})
 
 

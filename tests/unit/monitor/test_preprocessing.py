@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from chalicelib.monitor import preprocessing
+from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.preprocessing import (
-    CapturedData,
     HandlerError,
     HandlerFailed,
     Preprocessor,

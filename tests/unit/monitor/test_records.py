@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from chalicelib.monitor import flattening
-from chalicelib.monitor.records import ColumnLimitError, RecordReader, flatten_record
+from chalicelib.monitor.flattening import flatten_record
+from chalicelib.monitor.records import ColumnLimitError, RecordReader
 from chalicelib.monitor.windows import WindowError, hours, window
 from tests.unit.monitor.capturegen import HOUR, record
 
