@@ -180,8 +180,11 @@ def test_a_sink_retries_throttling_and_hiccups_by_the_policy(kind: Any) -> None:
 def test_a_sink_gives_up_on_what_a_retry_cannot_cure(kind: Any) -> None:
     clock = Clock()
     client = FlakyAws(aws_error("AccessDenied", 403))
-    with pytest.raises(ClientError):
+    # the sink's error names the record it did not store; the AWS error is its cause
+    with pytest.raises(CaptureSinkError) as failed:
         sink(kind, client, clock).write([record()])
+    assert isinstance(failed.value.__cause__, ClientError)
+    assert len(failed.value.unstored or ()) == 1
     assert (client.calls, clock.sleeps) == (1, [])
 
 
@@ -192,8 +195,9 @@ def test_a_sinks_retries_stop_at_its_quota(kind: Any) -> None:
     writer = sink(kind, client, clock)
     writer.quota = RetryQuota(capacity=THROTTLED_RETRY_COST)
     for _ in range(3):
-        with pytest.raises(ClientError):
+        with pytest.raises(CaptureSinkError) as failed:
             writer.write([record()])
+        assert isinstance(failed.value.__cause__, ClientError)
     assert client.calls == 3 + 1  # one retry paid for, then none
 
 
