@@ -22,7 +22,6 @@ from chalicelib.core.media import BINARY_TYPES
 from chalicelib.core.observability import logger
 from chalicelib.http import catalog, exchange, jobcalls, modelcalls, resizing
 from chalicelib.http.exchange import HttpAnswer
-from chalicelib.http.health import health_details as configuration
 from chalicelib.services import Services
 
 # Logs are Powertools' JSON lines (chalicelib.core.observability), Chalice's own included.
@@ -231,7 +230,7 @@ def health() -> Response:
 @route("/health/details")
 def health_details() -> Response:
     """The configuration as loaded: endpoint, model input, resize rule, label count."""
-    return Response(body=configuration(services.settings))
+    return Response(body=catalog.configuration(services.settings))
 
 
 # --- event functions: each declared only for a stage that has it (DEPLOYMENT) --------------

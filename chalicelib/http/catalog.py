@@ -1,4 +1,5 @@
-"""What ``GET /models`` and ``GET /models/{name}`` say about a model: enough to call it.
+"""What ``GET /models`` and ``GET /models/{name}`` say about a model: enough to call it; and
+what ``GET /health/details`` says of the configuration as loaded.
 
 Each model is described by its pipeline, the content types its route reads, its signature,
 its labels and, for one model, an example request body a client can copy: built from the
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from chalicelib.core.config import Settings
+from chalicelib.inference.predictions import load_labels
 from chalicelib.kinds import kind_of
 from chalicelib.registry.loading import Registry
 from chalicelib.registry.specs import ModelSpec
 
-__all__ = ["describe", "describe_all", "example_body"]
+__all__ = ["configuration", "describe", "describe_all", "example_body"]
 
 
 def describe_all(registry: Registry, jobs: bool = True) -> dict[str, Any]:
@@ -54,3 +57,16 @@ def example_body(model: ModelSpec) -> Any:
     if model.example is not None:
         return model.example
     return kind_of(model).example(model)
+
+
+def configuration(settings: Settings) -> dict[str, Any]:
+    """``GET /health/details``: the endpoint, model input, resize rule and label count the
+    settings describe."""
+    labels = load_labels(settings.labels)
+    return {
+        "status": "ok",
+        "endpoint": settings.endpoint_name,
+        "model_input": {"width": settings.input_width, "height": settings.input_height},
+        "resize": {"mode": settings.resize_mode, "shorter_side": settings.resize_shorter_side},
+        "labels": len(labels) if labels is not None else 0,
+    }
