@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,9 +24,7 @@ from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import Sink, sink_for
 from chalicelib.capture.writer import CaptureWriter
 from chalicelib.core.config_names import CaptureMode
-from chalicelib.core.observability import Outcome
-
-__all__ = ["CaptureRecord", "Capturer", "Exchange", "build_record"]
+from chalicelib.core.observability import Outcome, emit_count
 
 LOG = logging.getLogger("sagegate.capture")
 # writes still running after their request stopped waiting for them; past that, a capture is
@@ -172,16 +170,21 @@ class Capturer:
         try:
             record = build_record(exchange, self.mode, self._include_original)
             if timeout is None:
-                self._sink.write([record])
+                refused = self._sink.write([record])
             else:
-                self._write_within(record, timeout)
+                refused = self._write_within(record, timeout)
         except Exception as error:  # a capture problem must never fail the user's request
             LOG.warning("data capture failed: %s: %s", type(error).__name__, error)
             return Outcome.FAILED
+        if refused:  # the sink can never store it (logged there): dropped, not written
+            emit_count("CaptureDropped", len(refused))
+            return Outcome.DROPPED
         return Outcome.WRITTEN
 
-    def _write_within(self, record: CaptureRecord, timeout: float) -> None:
-        """Write on a worker thread and wait at most ``timeout`` seconds for it."""
+    def _write_within(self, record: CaptureRecord,
+                      timeout: float) -> Sequence[CaptureRecord] | None:
+        """Write on a worker thread and wait at most ``timeout`` seconds for it; what the
+        sink refused for good."""
         assert self._sink is not None
         with self._lock:
             if self._abandoned >= MAX_PENDING_WRITES:
@@ -190,7 +193,7 @@ class Capturer:
                 self._writers = ThreadPoolExecutor(_WRITERS, thread_name_prefix="capture")
             future = self._writers.submit(self._sink.write, [record])
         try:
-            future.result(timeout=max(0.0, timeout))
+            return future.result(timeout=max(0.0, timeout))
         except TimeoutError:
             with self._lock:
                 self._abandoned += 1

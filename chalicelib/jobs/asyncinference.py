@@ -24,9 +24,6 @@ from chalicelib.jobs.runner import PutResult, outcome_of
 from chalicelib.jobs.store import JobStore, Outcome
 from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
-__all__ = ["ASYNC_VARIANT", "DEFAULT_INVOCATION_TIMEOUT_SECONDS", "Completion", "complete",
-           "parse_completion", "start"]
-
 logger = logging.getLogger("sagegate.jobs")
 
 ASYNC_VARIANT = "AllTraffic"

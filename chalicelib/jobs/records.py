@@ -11,9 +11,6 @@ from typing import Any
 from chalicelib.calls import CallOptions
 from chalicelib.core.errors import JobNotFoundError
 
-__all__ = ["Job", "JobNotFoundError", "JobState", "check_owner", "is_job_id", "lease_end",
-           "may_claim", "may_move", "new_job_id", "owner_of", "states_before"]
-
 
 class JobState(enum.StrEnum):
     """A job's state: queued, then running, then succeeded or failed (both final)."""

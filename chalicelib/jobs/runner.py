@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 
 from chalicelib.calls import Answer
-from chalicelib.core.errors import SagegateError
+from chalicelib.core.errors import JobNotFoundError, SagegateError
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota
 from chalicelib.jobs.awsfaults import retriable
 from chalicelib.jobs.codec import result_text
 from chalicelib.jobs.lifetime import FINISH_MARGIN_SECONDS
-from chalicelib.jobs.records import Job, JobNotFoundError, JobState
+from chalicelib.jobs.records import Job, JobState
 from chalicelib.jobs.store import JobStore, Outcome
 
 logger = logging.getLogger("sagegate.jobs")

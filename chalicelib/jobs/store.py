@@ -15,13 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from chalicelib.jobs.records import (
-    Job,
-    JobNotFoundError,
-    JobState,
-    may_claim,
-    may_move,
-)
+from chalicelib.core.errors import JobNotFoundError
+from chalicelib.jobs.records import Job, JobState, may_claim, may_move
 
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
 """How long a job is kept when no TTL is given: a week."""

@@ -11,14 +11,9 @@ from chalicelib import awsclients
 from chalicelib.core import aws
 from chalicelib.core.aws import error_code
 from chalicelib.core.clients import DynamoTable
+from chalicelib.core.errors import JobNotFoundError
 from chalicelib.jobs.codec import decode_job, encode_job, outcome_attributes
-from chalicelib.jobs.records import (
-    LEGACY_LEASE_SECONDS,
-    Job,
-    JobNotFoundError,
-    JobState,
-    states_before,
-)
+from chalicelib.jobs.records import LEGACY_LEASE_SECONDS, Job, JobState, states_before
 from chalicelib.jobs.store import Outcome
 
 

@@ -18,11 +18,7 @@ from chalicelib.core.errors import (
     UploadTypeMismatchError,
 )
 from chalicelib.jobs.records import JOB_ID
-from chalicelib.registry.specs import DEFAULT_MAX_UPLOAD_BYTES, MAX_UPLOAD_BYTES
-
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "MAX_UPLOAD_BYTES", "InvalidUploadError", "Pin", "Upload",
-           "UploadChangedError", "UploadNotFoundError", "UploadTooLargeError",
-           "UploadTypeMismatchError"]
+from chalicelib.registry.specs import MAX_UPLOAD_BYTES
 
 DEFAULT_EXPIRY_SECONDS = 15 * 60
 """How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""

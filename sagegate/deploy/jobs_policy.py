@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from chalicelib.jobs.table import TableJobStore
-from chalicelib.registry.specs import JobsBackend, ModelSpec
+from chalicelib.registry.kinds import JobsBackend
+from chalicelib.registry.specs import ModelSpec
 from sagegate.deploy import jobs
 from sagegate.deploy.iam import (
     allow,

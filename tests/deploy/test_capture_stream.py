@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.capture import Exchange, build_record
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import S3Sink, firehose_line
 from chalicelib.core.aws import S3Uri
 from chalicelib.monitor.deployed_settings import DEFAULT_SCHEDULE

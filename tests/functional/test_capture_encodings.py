@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from botocore.stub import ANY
 
-from chalicelib.capture import Capturer, Exchange
-from chalicelib.capture.records import build_record
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from tests.functional.conftest import Harness, endpoint_response
 

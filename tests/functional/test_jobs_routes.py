@@ -40,7 +40,8 @@ from chalicelib.jobs.lifetime import RunnerLifetime
 from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.store import MemoryJobStore
 from chalicelib.jobs.table import TableJobStore
-from chalicelib.registry.specs import JobsBackend, JobsSpec
+from chalicelib.registry.kinds import JobsBackend
+from chalicelib.registry.specs import JobsSpec
 from chalicelib.services import Services
 from tests.functional.conftest import ENDPOINT, endpoint_response, probabilities
 from tests.imagefactory import jpeg

@@ -27,8 +27,8 @@ import pytest
 from PIL import Image
 
 import app as app_module
-from chalicelib.capture import MAX_PENDING_WRITES, Capturer, Exchange
-from chalicelib.capture.records import build_record
+from chalicelib.capture import MAX_PENDING_WRITES, Capturer
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.access import Access
 from chalicelib.core.errors import ConfigurationError, PreprocessingTimeoutError

@@ -11,7 +11,7 @@ from chalicelib.http import modelcalls
 from chalicelib.inference.pipeline import Predictor
 from chalicelib.inference.serving import HandledModel
 from chalicelib.kinds.tensor import TensorModel
-from chalicelib.registry.specs import Pipeline
+from chalicelib.registry.kinds import Pipeline
 from tests import imagefactory
 from tests.functional.conftest import AnsweringApp
 

@@ -13,8 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
-from chalicelib.capture import Capturer, Exchange, build_record
-from chalicelib.capture.records import CaptureRecord
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import FirehoseSink, S3Sink, sink_for
 from chalicelib.core.observability import Outcome
 from sagegate.captures import reader

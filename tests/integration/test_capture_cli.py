@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chalicelib.capture import Exchange, build_record
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from sagegate.captures.reader import inference_id, read_records
 from sagegate.local.processes import free_port

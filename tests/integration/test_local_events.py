@@ -18,7 +18,7 @@ import pytest
 import urllib3
 from chalice import Chalice
 
-from chalicelib.capture import Exchange, build_record
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import S3Sink
 from chalicelib.core.config import Settings
 from sagegate.local.aws import LocalJobs, MotoProcess, MotoStack, provision, start_moto

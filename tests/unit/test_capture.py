@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chalicelib.capture import Capturer, Exchange, build_record
-from chalicelib.capture.records import CaptureRecord
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import (
     CaptureSinkError,
     DirectorySink,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from chalicelib.calls import Answer, Served
-from chalicelib.capture import Capturer, Exchange, build_record
-from chalicelib.capture.records import CACHE_HIT_KEY
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import CACHE_HIT_KEY, Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.observability import Outcome
 from chalicelib.monitor import records as monitor_records

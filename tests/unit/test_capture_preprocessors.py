@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chalicelib.capture import Exchange, build_record
+from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.preprocessing import Preprocessor

@@ -1,6 +1,6 @@
 """The Firehose sink's records and calls: the partition keys spliced into ``eventMetadata``
 for the stream's dynamic partitioning, calls within PutRecordBatch's limits, records over
-Firehose's limit left out and counted, no record sent twice when a failed write is retried."""
+Firehose's limit left out and counted as dropped once (never also as stored), no record sent twice when a failed write is retried."""
 from __future__ import annotations
 
 import datetime
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib.capture import Exchange, build_record, sinks
-from chalicelib.capture.records import INVALID_NAME, CaptureRecord
+from chalicelib.capture import Capturer, sinks
+from chalicelib.capture.records import INVALID_NAME, CaptureRecord, Exchange, build_record
 from chalicelib.capture.sinks import (
     FIREHOSE_BATCH,
     FIREHOSE_CALL_BYTES,
@@ -18,6 +18,8 @@ from chalicelib.capture.sinks import (
     FirehoseSink,
     firehose_line,
 )
+from chalicelib.capture.writer import CaptureWriter
+from chalicelib.core.observability import Outcome
 
 WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, 123456, tzinfo=datetime.UTC)
 
@@ -142,17 +144,55 @@ def test_calls_stay_within_put_record_batchs_limits() -> None:
         assert sum(map(len, call)) <= FIREHOSE_CALL_BYTES
 
 
-def test_a_record_over_firehoses_limit_is_left_out_and_counted(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    counted: list[tuple[str, int]] = []
-    monkeypatch.setattr(sinks, "emit_count", lambda name, value: counted.append((name, value)))
+def test_a_record_over_firehoses_limit_is_left_out_and_returned_refused(
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     huge = record(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES)
     small = [record(inference_id=f"r{i}") for i in range(2)]
     client = FakeFirehose()
-    FirehoseSink(client, "stream").write([small[0], huge, small[1]])
+    refused = FirehoseSink(client, "stream").write([small[0], huge, small[1]])
     assert client.delivered == [firehose_line(r) for r in small]
-    assert counted == [("CaptureDropped", 1)]
+    assert refused == [huge]  # for the caller to count as dropped, once
+    assert _counts(capsys.readouterr().out) == {}  # the sink does not count it too
     assert "dropped 1 record(s) over Firehose's" in caplog.text
+
+
+def test_a_record_over_firehoses_limit_is_counted_dropped_once_and_never_stored(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    huge = exchange(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES)
+    small = [exchange(inference_id=f"r{i}") for i in range(2)]
+    client = FakeFirehose()
+    writer = CaptureWriter(FirehoseSink(client, "stream"),
+                           lambda item: build_record(item, "both", now=WHEN))
+    for item in (small[0], huge, small[1]):
+        assert writer.submit(item)
+    assert writer.flush(10)
+    assert (writer.written, writer.dropped) == (2, 1)
+    counts = _counts(capsys.readouterr().out)
+    assert counts == {"CaptureRecords": 2, "CaptureDropped": 1}
+
+
+def test_an_inline_capture_over_firehoses_limit_is_dropped_not_written(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    client = FakeFirehose()
+    capturer = Capturer("both", FirehoseSink(client, "stream"))
+    outcome = capturer.capture(exchange(sent=b"x" * FIREHOSE_RECORD_BYTES), timeout=None)
+    assert outcome == Outcome.DROPPED and client.delivered == []
+    assert _counts(capsys.readouterr().out) == {"CaptureDropped": 1}
+
+
+def _counts(out: str) -> dict[str, int]:
+    """The counts of the EMF lines printed (metric name -> sum)."""
+    counts: dict[str, int] = {}
+    for line in out.splitlines():
+        if not line.startswith("{") or "_aws" not in line:
+            continue
+        document = json.loads(line)
+        for metric in document["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+            name = metric["Name"]
+            value = document[name]
+            counts[name] = counts.get(name, 0) + int(value[0] if isinstance(value, list)
+                                                     else value)
+    return counts
 
 
 def test_a_retried_write_does_not_send_what_the_failed_one_delivered() -> None:
@@ -170,19 +210,31 @@ def test_a_retried_write_does_not_send_what_the_failed_one_delivered() -> None:
     assert client.calls[3] == lines[:1]
 
 
-def test_a_record_over_the_limit_is_counted_once_when_the_write_is_tried_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    counted: list[tuple[str, int]] = []
-    monkeypatch.setattr(sinks, "emit_count", lambda name, value: counted.append((name, value)))
+def test_a_record_over_the_limit_is_refused_once_when_the_write_is_tried_again() -> None:
     records = [record(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES),
                record(inference_id="r0")]
     client = FakeFirehose(fail_calls=frozenset({1}))
     sink = FirehoseSink(client, "stream")
-    with pytest.raises(sinks.CaptureSinkError):
+    with pytest.raises(sinks.CaptureSinkError) as failed:
         sink.write(records)
-    sink.write(records)
+    assert list(failed.value.refused) == records[:1]
+    assert list(failed.value.unstored or ()) == records[1:]
+    assert sink.write(records) == []  # refused once: not again on the retry
     assert client.delivered == [firehose_line(records[1])]
-    assert counted == [("CaptureDropped", 1)]
+
+
+def test_a_record_over_the_limit_in_a_write_that_fails_is_counted_dropped_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    client = FakeFirehose(fail_calls=frozenset({1}))
+    writer = CaptureWriter(FirehoseSink(client, "stream"),
+                           lambda item: build_record(item, "both", now=WHEN),
+                           sleep=lambda _: None)
+    for item in (exchange(inference_id="huge", sent=b"x" * FIREHOSE_RECORD_BYTES),
+                 exchange(inference_id="r0")):
+        assert writer.submit(item)
+    assert writer.flush(10)
+    assert (writer.written, writer.dropped) == (1, 1)
+    assert _counts(capsys.readouterr().out) == {"CaptureRecords": 1, "CaptureDropped": 1}
 
 
 def test_each_line_of_a_mixed_batch_names_its_own_records_folder() -> None:

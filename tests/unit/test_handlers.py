@@ -29,8 +29,9 @@ from chalicelib.core.errors import (
 from chalicelib.inference.userfiles import failures, forwarder
 from chalicelib.inference.userfiles.cortex import CortexHandler
 from chalicelib.inference.userfiles.tfs import TfsHandler
+from chalicelib.registry.kinds import Pipeline
 from chalicelib.registry.loading import load_model
-from chalicelib.registry.specs import DType, ModelSpec, Pipeline, Signature, TensorSpec
+from chalicelib.registry.specs import DType, ModelSpec, Signature, TensorSpec
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "chalicelib" / "models"

@@ -11,7 +11,7 @@ import pytest
 from chalicelib.core.errors import ImageTooLargeError, InvalidImageError, InvalidParameterError
 from chalicelib.core.media import ImageFormat
 from chalicelib.images import imaging, sizing
-from chalicelib.images.probe import probe
+from chalicelib.images.probe import ImageInfo, probe
 from tests import imagefactory
 from tests.corpus import generate
 
@@ -19,10 +19,10 @@ LIMIT = sizing.Limits(max_pixels=40_000_000)
 
 
 def test_probe_reads_jpeg_png_webp_sizes() -> None:
-    assert probe(imagefactory.jpeg(640, 480)) == imaging.ImageInfo("jpeg", 640, 480, scans=1)
-    assert probe(imagefactory.png_rgba(64, 48)) == imaging.ImageInfo("png", 64, 48)
-    assert probe(imagefactory.webp(320, 200)) == imaging.ImageInfo("webp", 320, 200)
-    assert probe(imagefactory.webp(320, 200, lossless=True)) == imaging.ImageInfo(
+    assert probe(imagefactory.jpeg(640, 480)) == ImageInfo("jpeg", 640, 480, scans=1)
+    assert probe(imagefactory.png_rgba(64, 48)) == ImageInfo("png", 64, 48)
+    assert probe(imagefactory.webp(320, 200)) == ImageInfo("webp", 320, 200)
+    assert probe(imagefactory.webp(320, 200, lossless=True)) == ImageInfo(
         "webp", 320, 200)
 
 
@@ -160,11 +160,11 @@ def test_exif_orientation_is_honoured_at_every_reduction() -> None:
 ])
 def test_reduction_keeps_twice_the_target_size(
         size: tuple[int, int], needed: tuple[int, int], expected: int) -> None:
-    assert imaging.reduction_for(imaging.ImageInfo("jpeg", *size), needed) == expected
+    assert imaging.reduction_for(ImageInfo("jpeg", *size), needed) == expected
 
 
 def test_no_reduction_for_png() -> None:
-    assert imaging.reduction_for(imaging.ImageInfo("png", 4000, 3000), (100, 100)) == 1
+    assert imaging.reduction_for(ImageInfo("png", 4000, 3000), (100, 100)) == 1
 
 
 def test_shorter_side_keeps_aspect() -> None:

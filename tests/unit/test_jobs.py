@@ -14,12 +14,18 @@ from moto import mock_aws
 
 from chalicelib.calls import CallOptions
 from chalicelib.core.config import Settings
-from chalicelib.core.errors import ConfigurationError
+from chalicelib.core.errors import (
+    ConfigurationError,
+    InvalidUploadError,
+    JobNotFoundError,
+    UploadNotFoundError,
+    UploadTooLargeError,
+    UploadTypeMismatchError,
+)
 from chalicelib.jobs.codec import CorruptJobError, decode_job, encode_job
 from chalicelib.jobs.records import (
     LEGACY_LEASE_SECONDS,
     Job,
-    JobNotFoundError,
     JobState,
     check_owner,
     is_job_id,
@@ -30,15 +36,7 @@ from chalicelib.jobs.records import (
 )
 from chalicelib.jobs.store import JobStore, MemoryJobStore, Outcome
 from chalicelib.jobs.table import TableJobStore
-from chalicelib.jobs.uploads import (
-    InvalidUploadError,
-    UploadNotFoundError,
-    UploadTooLargeError,
-    UploadTypeMismatchError,
-    check_uploaded,
-    presign_upload,
-    upload_key,
-)
+from chalicelib.jobs.uploads import check_uploaded, presign_upload, upload_key
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED,
                                       JobState.FAILED)

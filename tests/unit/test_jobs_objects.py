@@ -11,18 +11,14 @@ import requests
 from moto import mock_aws
 
 from chalicelib.calls import Answer
-from chalicelib.jobs.objects import check_input, put_result, read_input, result_url
-from chalicelib.jobs.uploads import (
+from chalicelib.core.errors import (
     InvalidUploadError,
-    Pin,
-    UploadChangedError,
     UploadNotFoundError,
     UploadTooLargeError,
     UploadTypeMismatchError,
-    pin_of,
-    presign_upload,
-    upload_key,
 )
+from chalicelib.jobs.objects import check_input, put_result, read_input, result_url
+from chalicelib.jobs.uploads import Pin, UploadChangedError, pin_of, presign_upload, upload_key
 
 BUCKET, PREFIX = "sagegate-test-jobs", "dev/jobs/"
 

@@ -9,9 +9,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from chalicelib.calls import Answer
-from chalicelib.core.errors import ConfigurationError, ModelError
+from chalicelib.core.errors import ConfigurationError, JobNotFoundError, ModelError
 from chalicelib.jobs.lifetime import RunnerLifetime
-from chalicelib.jobs.records import Job, JobNotFoundError, JobState, new_job_id
+from chalicelib.jobs.records import Job, JobState, new_job_id
 from chalicelib.jobs.runner import INLINE_RESULT_BYTES, run_job
 from chalicelib.jobs.store import MemoryJobStore, Outcome
 

@@ -48,8 +48,9 @@ from chalicelib.jobs.service import job_id_of_ticket, ticket_key
 from chalicelib.jobs.store import MemoryJobStore
 from chalicelib.jobs.table import TableJobStore
 from chalicelib.kinds.tensor import tensor_input
+from chalicelib.registry.kinds import JobsBackend
 from chalicelib.registry.loading import Registered, load_model
-from chalicelib.registry.specs import JobsBackend, JobsSpec
+from chalicelib.registry.specs import JobsSpec
 from chalicelib.services import Services
 from tests.imagefactory import jpeg
 

@@ -428,7 +428,8 @@ def test_inference_component_comes_from_the_body_the_query_or_its_header(where: 
 
 
 def test_a_models_own_targets_fill_in_what_the_request_does_not_give(tmp_path: Path) -> None:
-    from chalicelib.registry.specs import ModelSpec, Pipeline, Signature
+    from chalicelib.registry.kinds import Pipeline
+    from chalicelib.registry.specs import ModelSpec, Signature
 
     model = ModelSpec(name="m", folder=tmp_path, endpoint="e",
                       pipeline=Pipeline.IMAGE_CLASSIFICATION, content_type="image/jpeg",

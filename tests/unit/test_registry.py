@@ -10,8 +10,9 @@ import pytest
 
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
+from chalicelib.registry.kinds import Pipeline
 from chalicelib.registry.loading import IMAGE_KEYS, MODELS_DIR, load_model, load_registry
-from chalicelib.registry.specs import DType, Pipeline
+from chalicelib.registry.specs import DType
 
 SETTINGS = Settings(endpoint_name="efficientnet-lite0")
 ENV = {"ENDPOINT_NAME": "efficientnet-lite0"}
