@@ -22,7 +22,6 @@ from chalicelib.capture.records import CaptureRecord
 from chalicelib.core import aws
 from chalicelib.core.aws import S3_SCHEME, S3Uri, error_code
 from chalicelib.core.config_names import FIREHOSE_SCHEME
-from chalicelib.core.observability import emit_count
 from chalicelib.core.retries import Retrier, RetryPolicy, RetryQuota, classify
 
 FIREHOSE_BATCH = 500  # PutRecordBatch's limit of records a call
@@ -46,18 +45,24 @@ class CaptureSinkError(Exception):
         unstored: the records not stored, when the sink knows them (the others were): a
             retry writes only these, and only these are counted as dropped. None: unknown,
             every record given is to be written again.
+        refused: records the sink will never store (see :meth:`Sink.write`), not among
+            ``unstored``: dropped, not tried again.
     """
 
-    def __init__(self, message: str, unstored: Sequence[CaptureRecord] | None = None) -> None:
+    def __init__(self, message: str, unstored: Sequence[CaptureRecord] | None = None,
+                 refused: Sequence[CaptureRecord] = ()) -> None:
         super().__init__(message)
         self.unstored = unstored
+        self.refused = refused
 
 
 class Sink(Protocol):
     """Stores capture records durably before returning."""
 
-    def write(self, records: Sequence[CaptureRecord]) -> None:
-        """Store ``records``; raise on any failure."""
+    def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord] | None:
+        """Store ``records``; raise on any failure. Returns the records it refused for good
+        (none can ever be stored: a record over Firehose's size), which the caller counts as
+        dropped; the rest were stored (None: every record was)."""
 
     def close(self) -> None:
         """Drop pooled connections; the sink stays usable (they reopen on the next write)."""
@@ -118,13 +123,14 @@ class DirectorySink:
     def close(self) -> None:
         """Nothing is held open between writes."""
 
-    def write(self, records: Sequence[CaptureRecord]) -> None:
+    def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord]:
         with self._lock:
             for record in records:
                 path = self._path(record)
                 self._append(path, record.line)
                 if self.max_bytes:
                     self._account(record.partition().split("/", 1)[0], path, len(record.line))
+        return ()
 
     @staticmethod
     def _append(path: Path, line: bytes) -> None:
@@ -257,7 +263,7 @@ class S3Sink(_Retrying):
         """Drop the S3 client's pooled connections."""
         self._client.close()
 
-    def write(self, records: Sequence[CaptureRecord]) -> None:
+    def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord]:
         """One object per partition of ``records`` (a batch of the capture writer mixes
         endpoints, variants and hours), named by its first record: writing the same records
         again puts the same keys, so a retried batch never stores a record twice.
@@ -280,6 +286,7 @@ class S3Sink(_Retrying):
         if failure is not None:
             raise CaptureSinkError(f"S3 did not store {len(unstored)} of {len(records)} "
                                    f"record(s): {type(failure).__name__}", unstored) from failure
+        return ()
 
     def _put(self, retrier: Retrier, key: str, body: bytes) -> None:
         while self._attempt(retrier, lambda: self._client.put_object(
@@ -300,9 +307,10 @@ class FirehoseSink(_Retrying):
     own folder, not its arrival hour's; ``sagegate/deploy/capture_template.py``).
     A call holds at most :data:`FIREHOSE_BATCH` records and :data:`FIREHOSE_CALL_BYTES`; a
     record over :data:`FIREHOSE_RECORD_BYTES` (Firehose's limit) is not sent but logged and
-    counted (``CaptureDropped``): Firehose would refuse the whole call for it. The records a
-    failed ``write`` did deliver are not sent again when the same records are written again
-    (the capture writer's retry of the batch).
+    returned as refused, for the capture writer (or the inline capture) to count as dropped
+    (``CaptureDropped``, never also as stored): Firehose would refuse the whole call for it.
+    The records a failed ``write`` did deliver are not sent again when the same records are
+    written again (the capture writer's retry of the batch).
     """
 
     def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS, *,
@@ -319,20 +327,20 @@ class FirehoseSink(_Retrying):
         """Drop the Firehose client's pooled connections."""
         self._client.close()
 
-    def write(self, records: Sequence[CaptureRecord]) -> None:
+    def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord]:
         pending = [record for record in records if record.event_id not in self._delivered]
         lines, oversized = [], []
         for record in pending:
             line = firehose_line(record)
             if len(line) > FIREHOSE_RECORD_BYTES:
-                oversized.append(record.event_id)
+                oversized.append(record)
             else:
                 lines.append((record.event_id, line))
         if oversized:
             LOG.warning("data capture dropped %d record(s) over Firehose's %d bytes a record",
                         len(oversized), FIREHOSE_RECORD_BYTES)
-            emit_count("CaptureDropped", len(oversized))
-            self._delivered.update(oversized)  # settled: not counted again on a retry
+            # settled: refused once, never sent nor refused again by a retry of the batch
+            self._delivered.update(record.event_id for record in oversized)
         retrier = self._retrier()  # one budget for the whole write, however many calls
         unstored: set[str] = set()
         failure: Exception | None = None
@@ -347,8 +355,9 @@ class FirehoseSink(_Retrying):
         if failure is not None:
             left = [record for record in pending if record.event_id in unstored]
             raise CaptureSinkError(f"Firehose did not take {len(left)} of {len(records)} "
-                                   f"record(s): {failure}", left) from failure
-        self._delivered.clear()  # every record of this write is stored
+                                   f"record(s): {failure}", left, oversized) from failure
+        self._delivered.clear()  # every record of this write is stored or refused
+        return oversized
 
     def _put(self, lines: list[bytes]) -> Any:
         return self._client.put_record_batch(

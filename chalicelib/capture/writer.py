@@ -209,23 +209,26 @@ class CaptureWriter:
                 LOG.warning("data capture: a record could not be built: %s: %s",
                             type(error).__name__, error)
         built, attempts = len(records), self._policy.max_attempts
+        refused = 0  # records the sink will never store: dropped, not tried again
         for attempt in range(1, attempts + 1):
             try:
                 if records:
-                    self._sink.write(records)
-                return built
+                    refused += len(self._sink.write(records) or ())
+                return built - refused
             except Exception as error:
                 # what the sink says it stored is settled: only the rest is tried again
+                if isinstance(error, CaptureSinkError):
+                    refused += len(error.refused)
                 records = _unstored(error, records)
                 if attempt == attempts:
                     LOG.warning("data capture dropped %d record(s) after %d attempts: %s: %s",
                                 len(records), attempt, type(error).__name__, error)
-                    return built - len(records)
+                    return built - refused - len(records)
                 delay = self._policy.delay(attempt, self._rng)
                 LOG.info("data capture: storing %d record(s) failed (%s); again in %.1f s",
                          len(records), type(error).__name__, delay)
                 self._sleep(delay)
-        return built - len(records)
+        return built - refused - len(records)
 
 
 def _unstored(error: Exception, records: list[CaptureRecord]) -> list[CaptureRecord]:

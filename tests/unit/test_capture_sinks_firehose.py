@@ -1,6 +1,7 @@
 """The Firehose sink's records and calls: the partition keys spliced into ``eventMetadata``
 for the stream's dynamic partitioning, calls within PutRecordBatch's limits, records over
-Firehose's limit left out and counted as dropped once (never also as stored), no record sent twice when a failed write is retried."""
+Firehose's limit left out and counted as dropped once (never also as stored), no record sent
+twice when a failed write is retried."""
 from __future__ import annotations
 
 import datetime
