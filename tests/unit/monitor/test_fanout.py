@@ -9,7 +9,7 @@ Step Functions has no ItemBatcher, and its ResultWriter writes an empty manifest
 * the ItemReader's ``s3:listObjectsV2`` gives each object as ``{"Etag", "Key",
   "LastModified" (epoch seconds), "Size", "StorageClass"}``;
 * the ItemBatcher gives each child ``{"BatchInput": ..., "Items": [...]}``, the items in the
-  listing's order, :data:`~sagegate.deploy.monitor_template.MAX_ITEMS_PER_BATCH` at most;
+  listing's order, :data:`~sagegate.deploy.monitor_definition.MAX_ITEMS_PER_BATCH` at most;
 * the ResultWriter writes ``<prefix>/<map run id>/manifest.json`` (``DestinationBucket``,
   ``MapRunArn``, ``ResultFiles`` with ``FAILED``, ``PENDING``, ``SUCCEEDED`` lists of
   ``{"Key", "Size"}``) and ``SUCCEEDED_0.json``, a JSON array of the child executions
@@ -19,9 +19,11 @@ Step Functions has no ItemBatcher, and its ResultWriter writes an empty manifest
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gzip
 import json
+import multiprocessing
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,13 +33,15 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.server import ThreadedMotoServer
 
-from chalicelib.monitor import analysis, fanout
+from chalicelib.monitor import analysis, fanout, user_workers
 from chalicelib.monitor.deployed_settings import MonitorSettings
 from chalicelib.monitor.records import RecordReader
-from sagegate.deploy import monitor_template
+from emulator.process import free_port
+from sagegate.deploy import monitor_definition
 from sagegate.deploy.stages import load_stage
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 from tests.unit.monitor.test_partial import assert_same_statistics
 
@@ -103,7 +107,7 @@ def item_reader(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
 
 
 def run_distributed_map(s3: Any, plan: dict[str, Any], read: dict[str, Any],
-                        batch: int = monitor_template.MAX_ITEMS_PER_BATCH,
+                        batch: int = monitor_definition.MAX_ITEMS_PER_BATCH,
                         preprocessors: dict[str, list[Path]] | None = None) -> dict[str, Any]:
     """One prefix's Distributed Map as Step Functions runs it: listed, batched, each child
     the map function, the ResultWriter's files; returns the read as the definition's
@@ -141,7 +145,7 @@ def run_distributed_map(s3: Any, plan: dict[str, Any], read: dict[str, Any],
                                  "Key": details["ResultWriterDetails"]["Key"]}}
 
 
-def run_state_machine(s3: Any, batch: int = monitor_template.MAX_ITEMS_PER_BATCH
+def run_state_machine(s3: Any, batch: int = monitor_definition.MAX_ITEMS_PER_BATCH
                       ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """Plan, every prefix's Distributed Map, every endpoint's reduce; returns the plan, the
     reduces' outputs and the lines logged."""
@@ -232,7 +236,7 @@ def test_the_map_and_the_reduce_write_the_files_the_command_writes(
     assert sorted(files) == ["constraint_violations.json", "constraints.json", "report.html",
                              "statistics.json"]
     out = tmp_path / "command"
-    assert check_with_the_command(baseline, out) == cli.EXIT_VIOLATIONS
+    assert check_with_the_command(baseline, out) == cli_shared.EXIT_VIOLATIONS
     statistics = json.loads(files["statistics.json"])
     assert statistics["dataset"]["item_count"] == in_hour
     assert_same_statistics(json.loads((out / "statistics.json").read_text()), statistics)
@@ -269,7 +273,7 @@ def test_a_window_past_the_sketchs_compaction_gives_the_commands_violations(
     assert outcomes[0]["status"] == "checked"
     files = reduced_files(s3)
     out = tmp_path / "command"
-    assert check_with_the_command(baseline, out) == cli.EXIT_VIOLATIONS
+    assert check_with_the_command(baseline, out) == cli_shared.EXIT_VIOLATIONS
     assert_same_statistics(json.loads((out / "statistics.json").read_text()),
                            json.loads(files["statistics.json"]))
     assert violations(files["constraint_violations.json"]) == \
@@ -279,8 +283,27 @@ def test_a_window_past_the_sketchs_compaction_gives_the_commands_violations(
     assert line["first_bad"].startswith(f"s3://{BUCKET}/{broken}: not a whole GZIP file")
 
 
+@contextlib.contextmanager
+def moto_on_loopback(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's moto backends served on 127.0.0.1, every AWS client of the block (and
+    of the processes it starts) pointed there."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        yield
+    finally:
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        server.stop()
+
+
 def test_a_preprocessors_failure_is_the_endpoints_as_in_one_pass(
-        s3: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        s3: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fresh interpreter for the worker, as when this process runs other threads (earlier
+    # tests' may still run): what it reads must not depend on sharing this process's memory
+    monkeypatch.setattr(user_workers, "_context", lambda: multiprocessing.get_context("spawn"))
     baseline = put_baseline(s3, tmp_path, "iris")
     put_objects(s3, capturegen.firehose_window("captures", "iris", 400))
     handler = tmp_path / "models" / "iris" / "preprocessor.py"
@@ -306,10 +329,15 @@ def test_a_preprocessors_failure_is_the_endpoints_as_in_one_pass(
     assert failed["status"] == "failed"
     assert not reduced_files(s3)
     error = json.loads(logged[-1])["error"]
-    status = cli.main(["check", f"s3://{BUCKET}/captures/iris", "--baseline", str(baseline),
-                       "-o", str(tmp_path / "out"), "--start", "2026-11-25T09:00Z",
-                       "--end", "2026-11-25T10:00Z", "--preprocess-handler", str(handler)])
-    assert status == cli.EXIT_USAGE
+    # the CLI runs the preprocessor in a worker process, which reads the window itself: a
+    # forked worker would share this process's mock, a spawned one (this process runs other
+    # threads) would not, so the mock is served on 127.0.0.1 and every worker reads it there
+    with moto_on_loopback(monkeypatch):
+        status = cli.main(["check", f"s3://{BUCKET}/captures/iris", "--baseline",
+                           str(baseline), "-o", str(tmp_path / "out"),
+                           "--start", "2026-11-25T09:00Z", "--end", "2026-11-25T10:00Z",
+                           "--preprocess-handler", str(handler)])
+    assert status == cli_shared.EXIT_USAGE
     [line] = capsys.readouterr().err.strip().splitlines()
     assert error == "HandlerFailed: " + line.removeprefix("sagegate monitor: ")
     assert ".jsonl.gz:" in error and ": AttributeError" in error
@@ -463,7 +491,7 @@ def test_the_state_machine_runs_in_motos_interpreter_as_far_as_it_goes(
         plan["reads"].append({**plan["reads"][0], "endpoint": "lost", "order": 0,
                               "prefix": "captures/lost/AllTraffic/2026/11/25/09/"})
         plan["endpoints"].append({"endpoint": "lost"})
-        definition = _moto_variant(monitor_template.definition(load_stage("dev")), BUCKET)
+        definition = _moto_variant(monitor_definition.definition(load_stage("dev")), BUCKET)
         definition["States"]["Plan"] = {"Type": "Pass", "Result": plan, "Next": "ReadPrefixes"}
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         described, history = _run(sfn, definition, "sagegate-dev-monitor")
