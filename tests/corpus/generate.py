@@ -332,11 +332,11 @@ def _query_cases() -> Iterator[Case]:
     bad = [("image", "image=x", "query parameter"), ("unknown", "foo=1", "foo"),
            ("k-zero", "k=0", "1 to"), ("k-5000-digits", "k=" + "9" * 5000, "1 to"),
            ("k-text", "k=abc", "k"), ("variant", "variant=bad%20name", "variant"),
-           ("k-and-topk", "k=1&topk=2", "not both")]
+           ("k-and-topk", "k=1&topk=2", "not both"),
+           ("k-repeated", "k=1&k=2", "'k' given twice")]
     for name, query, says in bad:
         yield Case(f"query-{name}", "/predict", jpeg, "image/jpeg", 400, "InvalidParameter",
                    query=query, says=says)
-    yield Case("query-k-repeated", "/predict", jpeg, "image/jpeg", OK, query="k=1&k=2")
     yield Case("query-topk", "/predict", jpeg, "image/jpeg", OK, query="topk=2")
     yield Case("resize-query-format-bad", "/resize", jpeg, "image/jpeg", 400,
                "InvalidParameter", query="width=8&height=8&format=gif")
