@@ -30,8 +30,10 @@ import numpy as np
 from bench import images, table
 from bench.report import Report
 from bench.timing import Budget
-from sagegate.client import Client, Encoding, ShrinkRule, Upload, content_type_of, shrink
+from sagegate.client import Client
 from sagegate.client.fidelity import FIDELITY_BOUND, probability_vector, top5_deviation
+from sagegate.client.shrinking import Encoding, ShrinkRule, content_type_of, shrink
+from sagegate.client.transfer import Upload
 from sagegate.local.processes import quiet_stack
 
 STAGE = "local"

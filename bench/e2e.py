@@ -27,14 +27,9 @@ from bench.report import Report
 from bench.timing import Budget, ratio
 from chalicelib.core.config import Settings
 from chalicelib.inference.predictions import load_labels
-from sagegate.local.processes import (
-    ApiProcess,
-    free_port,
-    start_api,
-    start_chalice_local,
-    start_emulator,
-)
-from sagegate.local.stack import check_settings, stage_env
+from emulator.process import free_port, start_emulator
+from sagegate.local.preflight import check_settings, stage_env
+from sagegate.local.processes import ApiProcess, start_api, start_chalice_local
 
 REFERENCE_APP = Path(__file__).resolve().parent / "reference_app"
 HOST = "127.0.0.1"

@@ -38,13 +38,8 @@ from bench import table
 from bench.jobs import p90, rounds
 from bench.report import Report
 from bench.timing import Budget
-from sagegate.local.processes import (
-    ROOT,
-    copy_project,
-    free_port,
-    start_chalice_local,
-    start_emulator,
-)
+from emulator.process import free_port, start_emulator
+from sagegate.local.processes import ROOT, copy_project, start_chalice_local
 
 PLAIN, ARMED, SHADOWED = "iris", "iris-armed", "iris-shadowed"
 ROW = json.dumps({"instances": [[5.9, 3.0, 4.2, 1.5]]}).encode()

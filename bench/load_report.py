@@ -89,7 +89,8 @@ PLOT_PATH = Path(__file__).resolve().parent / "load.png"
 def report(quick: bool = False, plot_path: Path | None = PLOT_PATH) -> Report:
     """Start ``make run``'s stack (ports picked free), run every level, print the table and
     save the plot; wrong answers, resets and 5xx are failures of the run."""
-    from sagegate.local.processes import free_port, rss_mb, start_api, start_emulator
+    from emulator.process import free_port, start_emulator
+    from sagegate.local.processes import rss_mb, start_api
 
     out = Report()
     out.say(table.section("Part 3 - load: 1 to 32 keep-alive clients on make run's stack "

@@ -45,7 +45,7 @@ from typing import Any
 from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.capture_objects import Reading, capture_files, never
 from chalicelib.monitor.captured_data import CapturedData
-from chalicelib.monitor.deployed_settings import (  # the settings run takes, importable here
+from chalicelib.monitor.deployed_settings import (
     MonitorConfigError,
     MonitorSettings,
     S3Location,

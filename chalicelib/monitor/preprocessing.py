@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, TextIO
 
-from chalicelib.monitor.captured_data import (  # the record's classes, importable here too
+from chalicelib.monitor.captured_data import (
     CapturedData,
 )
 

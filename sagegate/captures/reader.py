@@ -51,14 +51,7 @@ from sagegate.captures.rows import (
     CaptureFormatError,
     DefaultRows,
     Entry,
-    decoded,
-    flatten,
-    inference_id,
 )
-
-__all__ = ["CaptureFormatError", "CapturedData", "DefaultRows", "Entry", "HandlerError",
-           "HandlerFailed", "Preprocessor", "decoded", "flatten", "inference_id", "main",
-           "read_entries", "read_records"]
 
 
 def _local_files(root: Path) -> Iterator[tuple[str, tuple[str, ...], Iterable[bytes]]]:

@@ -23,15 +23,17 @@ through ``note`` (the command line prints it on stderr). ``mode="async"`` always
 ``mode="sync"`` never.
 
 Defaults, one set for the library and ``sagegate predict``: an explicit argument, else the
-environment (:data:`URL_ENV`, :data:`API_KEY_ENV`, :data:`TIMEOUT_ENV`,
-:data:`WAIT_TIMEOUT_ENV`), else the default (:class:`ClientSettings`).
+environment (the variables :mod:`~sagegate.client.settings` names: ``SAGEGATE_URL``,
+``SAGEGATE_API_KEY``, ``SAGEGATE_TIMEOUT``, ``SAGEGATE_WAIT_TIMEOUT``), else the default
+(:class:`~sagegate.client.settings.ClientSettings`).
 
 The steps of a job are :class:`~sagegate.client.jobs.JobsClient`'s (``upload``,
 ``submit_job``, ``job``, ``wait``, ``result``); the HTTP, its retries and its errors
-(:class:`ClientError`) are :mod:`sagegate.client.http`'s.
+(:class:`~sagegate.client.http.ClientError`) are :mod:`sagegate.client.http`'s.
 
-This package is the client's room, and this module its library (every public name above is
-here: ``from sagegate.client import Client``). Its parts import downwards only:
+This package is the client's room, and this module its library (``from sagegate.client
+import Client``; each other name is imported from the module that defines it). Its parts
+import downwards only:
 :mod:`~sagegate.client.cli` (``sagegate predict`` and ``sagegate resize``, with
 :mod:`~sagegate.client.progress`'s bars) over this library, over
 :mod:`~sagegate.client.settings`, :mod:`~sagegate.client.jobs`, :mod:`~sagegate.client.http`,
@@ -50,37 +52,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.inference.coercion import MAX_INSTANCES
-from sagegate.client.http import (
-    DEFAULT_URL,
-    MAX_RETRY_AFTER_S,
-    ClientError,
-    retry_after_seconds,
-    retry_policy,
-)
+from sagegate.client.http import ClientError
 from sagegate.client.jobs import (
-    DEFAULT_WAIT_S,
-    JobFailedError,
     JobsClient,
     answer_of,
     names_job_route,
     over_row_limit,
     rows_of,
 )
-from sagegate.client.settings import (
-    API_KEY_ENV,
-    DEFAULT_TIMEOUT_S,
-    TIMEOUT_ENV,
-    URL_ENV,
-    WAIT_TIMEOUT_ENV,
-    ClientSettings,
-)
+from sagegate.client.settings import ClientSettings
 from sagegate.client.shrinking import (
     DEFAULT_ENCODING,
-    OCTET_STREAM,
     Encoding,
     ShrinkRule,
     content_type_of,
-    encode,
     shrink,
 )
 from sagegate.client.transfer import (
@@ -92,13 +77,6 @@ from sagegate.client.transfer import (
     as_is,
     read_input,
 )
-
-__all__ = ["API_KEY_ENV", "DEFAULT_ENCODING", "DEFAULT_TIMEOUT_S", "DEFAULT_URL",
-           "DEFAULT_WAIT_S", "MAX_RETRY_AFTER_S", "OCTET_STREAM", "SYNC_LIMIT_BYTES",
-           "TIMEOUT_ENV", "URL_ENV", "WAIT_TIMEOUT_ENV", "Client", "ClientError",
-           "ClientSettings", "Encoding", "JobFailedError", "Mode", "ShrinkRule", "Upload",
-           "content_type_of", "encode", "read_input", "retry_after_seconds", "retry_policy",
-           "shrink"]
 
 _shrink = shrink  # for Client.prepare, whose argument of the same name shadows it
 LOG = logging.getLogger("sagegate.client")

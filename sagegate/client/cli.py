@@ -29,22 +29,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sagegate.client import (
+from sagegate.client import Client, Mode
+from sagegate.client.http import DEFAULT_URL, ClientError
+from sagegate.client.inputs import UsageError, find, skipped_lines
+from sagegate.client.jobs import DEFAULT_WAIT_S
+from sagegate.client.progress import Bars
+from sagegate.client.settings import (
     API_KEY_ENV,
-    DEFAULT_ENCODING,
     DEFAULT_TIMEOUT_S,
-    DEFAULT_URL,
-    DEFAULT_WAIT_S,
     TIMEOUT_ENV,
     URL_ENV,
     WAIT_TIMEOUT_ENV,
-    Client,
-    ClientError,
-    Encoding,
-    Mode,
 )
-from sagegate.client.inputs import UsageError, find, skipped_lines
-from sagegate.client.progress import Bars
+from sagegate.client.shrinking import DEFAULT_ENCODING, Encoding
 
 PROGRESS_FROM = 4
 """Runs of at least this many files show a progress bar."""

@@ -35,20 +35,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sagegate.deploy.monitor_definition import (  # the definition's names: importable here too
-    DEFAULT_MAP_CONCURRENCY,
-    MAX_INPUT_BYTES_PER_BATCH,
-    MAX_ITEMS_PER_BATCH,
-    MAX_MAP_SECONDS,
+from sagegate.deploy.monitor_definition import (
     PLACEHOLDERS,
-    PREFIX_CONCURRENCY,
-    REDUCE_CONCURRENCY,
-    TASK_RETRY,
-    WORK_RETRY,
-    check_monitor_fanout,
     definition,
-    map_concurrency,
-    map_timeout,
 )
 from sagegate.deploy.stage import (
     MONITOR_FUNCTION,
@@ -57,13 +46,6 @@ from sagegate.deploy.stage import (
     MONITOR_REDUCE,
     Stage,
 )
-
-__all__ = ["DEFAULT_MAP_CONCURRENCY", "MAX_INPUT_BYTES_PER_BATCH", "MAX_ITEMS_PER_BATCH",
-           "MAX_MAP_SECONDS", "PLACEHOLDERS", "PREFIX_CONCURRENCY", "REDUCE_CONCURRENCY",
-           "SCHEDULE", "SCHEDULE_ROLE", "STATE_MACHINE", "STATE_MACHINE_ROLE", "TASK_RETRY",
-           "WORK_RETRY", "check_monitor_fanout", "definition", "enabled", "function_name",
-           "logical_id", "map_concurrency", "map_timeout", "monitor_outputs",
-           "monitor_resources", "state_machine_name", "state_machine_statements"]
 
 STATE_MACHINE = "MonitorStateMachine"
 STATE_MACHINE_ROLE = "MonitorStateMachineRole"

@@ -27,7 +27,7 @@ from chalicelib.registry.specs import ModelSpec
 from sagegate.deploy.capture_template import check_capture_stream
 from sagegate.deploy.iam import models
 from sagegate.deploy.jobs import check_jobs
-from sagegate.deploy.monitor_template import check_monitor_fanout
+from sagegate.deploy.monitor_definition import check_monitor_fanout
 from sagegate.deploy.stage import MONITOR_FANOUT_FUNCTIONS, MONITOR_FUNCTION, Stage
 
 ROOT = Path(__file__).resolve().parents[2]

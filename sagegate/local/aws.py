@@ -35,19 +35,18 @@ from typing import IO, Any
 from chalicelib import awsclients
 from chalicelib.core import aws
 from chalicelib.core.config import Settings
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import free_port, start_emulator
 from sagegate.local.events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
 from sagegate.local.moto_server import OPEN_PATH, PROVISION_HEADER, PROVISION_KEY_ENV
 from sagegate.local.processes import (
-    DEFAULT_EMULATOR_CONFIG,
     DUMMY_AWS_ENV,
     HOST,
     INSTANCE_ENV,
     ROOT,
     ApiProcess,
     ApiStartError,
-    free_port,
     start_chalice_local,
-    start_emulator,
     wait_until_serving,
 )
 from sagegate.local.supervision import Supervisor

@@ -49,21 +49,6 @@ from urllib.parse import parse_qs
 
 from sagegate.local.s3_forms import S3Error, check_policy, read_form
 
-__all__ = [
-    "INSTANCE_ENV",
-    "INSTANCE_HEADER",
-    "PROVISION_HEADER",
-    "PROVISION_KEY_ENV",
-    "PostPolicyCheck",
-    "ProvisionGate",
-    "S3Error",
-    "build_app",
-    "check_policy",
-    "checking_s3",
-    "main",
-    "s3_target",
-]
-
 READY_PREFIX = "moto: serving on "
 INSTANCE_ENV = "SAGEGATE_INSTANCE"
 INSTANCE_HEADER = "X-Sagegate-Instance"

@@ -29,40 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import (
     EmulatorProcess,
-    EmulatorStartError,
     free_port,
     start_emulator,
     terminate,
 )
-
-__all__ = [
-    "DEFAULT_EMULATOR_CONFIG",
-    "DUMMY_AWS_ENV",
-    "HOST",
-    "INSTANCE_ENV",
-    "INSTANCE_HEADER",
-    "OVERRIDES_ENV",
-    "ROOT",
-    "ApiProcess",
-    "ApiStartError",
-    "EmulatorProcess",
-    "EmulatorStartError",
-    "api_env",
-    "copy_project",
-    "free_port",
-    "own_answer",
-    "peak_rss_mb",
-    "quiet_stack",
-    "rss_mb",
-    "start_api",
-    "start_chalice_local",
-    "start_emulator",
-    "terminate",
-    "wait_until_serving",
-]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository: sagegate's Chalice project (``app.py``, ``.chalice/``)."""

@@ -23,51 +23,18 @@ from typing import Any
 
 from chalicelib.core.aws import S3_SCHEME
 from chalicelib.core.config import Settings
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import EmulatorStartError, start_emulator
 from sagegate.local.auth import API_KEY_ENV
 from sagegate.local.aws import MotoStack, MotoStartError, emulator_env
-from sagegate.local.preflight import (  # the checks: importable here as before
+from sagegate.local.preflight import (
     PORTS,
     Plan,
     StartError,
-    check_auth,
-    check_models,
-    check_port_free,
-    check_redrive,
-    check_settings,
     preflight,
-    read_port,
-    stage_env,
 )
-from sagegate.local.processes import (
-    DEFAULT_EMULATOR_CONFIG,
-    ROOT,
-    ApiProcess,
-    ApiStartError,
-    EmulatorStartError,
-    start_api,
-    start_emulator,
-)
+from sagegate.local.processes import ROOT, ApiProcess, ApiStartError, start_api
 from sagegate.local.supervision import Child, Supervisor
-
-__all__ = [
-    "PORTS",
-    "SAMPLES",
-    "Plan",
-    "StartError",
-    "check_auth",
-    "check_models",
-    "check_port_free",
-    "check_redrive",
-    "check_settings",
-    "describe_capture",
-    "main",
-    "parse_args",
-    "preflight",
-    "read_port",
-    "serve",
-    "stage_env",
-    "write_samples",
-]
 
 SAMPLES = ROOT / "samples"
 

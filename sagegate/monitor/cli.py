@@ -47,7 +47,7 @@ from chalicelib.monitor.user_workers import (
     postprocess,
 )
 from sagegate.monitor import compare_cli, datasets, files, sources, workers
-from sagegate.monitor.cli_shared import (  # the exit statuses: importable here as before
+from sagegate.monitor.cli_shared import (
     EXIT_EMPTY,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -64,9 +64,6 @@ from sagegate.monitor.cli_shared import (  # the exit statuses: importable here 
     tally_text,
     write_outputs,
 )
-
-__all__ = ["EXIT_EMPTY", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-           "EXIT_VIOLATIONS", "HELP", "UsageError", "add_parser", "configure", "main", "run"]
 
 HELP = "Model Monitor's data quality baseline and checks, on captures here or in S3"
 

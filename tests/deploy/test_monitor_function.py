@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from chalicelib.monitor import deployed_settings
-from sagegate.deploy import monitor_template, templates
+from sagegate.deploy import monitor_definition, monitor_template, templates
 from sagegate.deploy.policy import (
     monitor_function_policy_path,
     monitor_policy_path,
@@ -137,7 +137,7 @@ def test_dev_runs_its_monitor_as_a_state_machine_not_a_scheduled_function(dev: P
         "MonitorMapArn": {"Fn::GetAtt": ["MonitorMap", "Arn"]},
         "MonitorReduceArn": {"Fn::GetAtt": ["MonitorReduce", "Arn"]}}
     assert "LoggingConfiguration" not in properties
-    assert properties["Definition"] == monitor_template.definition(load_stage("dev"))
+    assert properties["Definition"] == monitor_definition.definition(load_stage("dev"))
     # the schedule starts the state machine, with a role that may do nothing else
     rule = dev.resource("MonitorSchedule")["Properties"]
     assert rule["ScheduleExpression"] == deployed_settings.DEFAULT_SCHEDULE == "cron(5 * * * ? *)"
@@ -168,7 +168,7 @@ def _states(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_the_definition_reads_each_prefix_with_a_distributed_map_then_reduces() -> None:
-    definition = monitor_template.definition(load_stage("dev"))
+    definition = monitor_definition.definition(load_stage("dev"))
     states = _states(definition)
     assert definition["StartAt"] == "Plan"
     plan = states["Plan"]
@@ -185,10 +185,10 @@ def test_the_definition_reads_each_prefix_with_a_distributed_map_then_reduces() 
                                   "Parameters": {"Bucket.$": "$.run.captures_bucket",
                                                  "Prefix.$": "$.read.prefix"}}
     assert read["ItemBatcher"] == {
-        "MaxItemsPerBatch": monitor_template.MAX_ITEMS_PER_BATCH,
-        "MaxInputBytesPerBatch": monitor_template.MAX_INPUT_BYTES_PER_BATCH,
+        "MaxItemsPerBatch": monitor_definition.MAX_ITEMS_PER_BATCH,
+        "MaxInputBytesPerBatch": monitor_definition.MAX_INPUT_BYTES_PER_BATCH,
         "BatchInput": {"run.$": "$.run", "read.$": "$.read"}}
-    assert monitor_template.MAX_INPUT_BYTES_PER_BATCH <= 256 * 1024  # Step Functions' limit
+    assert monitor_definition.MAX_INPUT_BYTES_PER_BATCH <= 256 * 1024  # Step Functions' limit
     assert read["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED",
                                                         "ExecutionType": "EXPRESS"}
     assert read["ToleratedFailurePercentage"] == 0  # a lost part is not passed over
@@ -256,7 +256,7 @@ def test_each_function_has_its_own_role_and_settings(dev: Package, function: str
                                                  "us-east-1")[function]
     assert_no_wildcards(committed)
     assert "ManagedPolicyArns" not in role
-    assert configured["lambda_timeout"] <= monitor_template.MAX_MAP_SECONDS \
+    assert configured["lambda_timeout"] <= monitor_definition.MAX_MAP_SECONDS \
         or function != "monitor_map"
 
 

@@ -15,19 +15,12 @@ import urllib3
 from playwright.sync_api import Browser, sync_playwright
 from skimage import data
 
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import EmulatorProcess, free_port, start_emulator
 from sagegate.local import aws as local_aws
 from sagegate.local.aws import LocalJobs
 from sagegate.local.browser import BrowserError, find_chromium
-from sagegate.local.processes import (
-    DEFAULT_EMULATOR_CONFIG,
-    ApiProcess,
-    EmulatorProcess,
-    free_port,
-    start_api,
-    start_emulator,
-)
-from sagegate.local.processes import peak_rss_mb as peak_rss_mb  # re-exported for the tests
-from sagegate.local.processes import rss_mb as rss_mb  # re-exported for the tests
+from sagegate.local.processes import ApiProcess, start_api
 
 HERE = Path(__file__).resolve().parent
 

@@ -16,8 +16,9 @@ import boto3
 import numpy as np
 import pytest
 
+from emulator.process import free_port
 from sagegate.client.fidelity import probability_vector, top5_deviation
-from sagegate.local.processes import free_port, start_api
+from sagegate.local.processes import start_api
 from tests import imagefactory
 from tests.integration.conftest import Stack
 

@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from sagegate.captures import reader
+from sagegate.captures import reader, rows
 from tests import imagefactory
 from tests.integration.conftest import Stack
 
@@ -28,7 +28,7 @@ def records_by_inference_id(stack: Stack, expected: set[str] | None = None) -> C
     hopes)."""
     deadline = time.monotonic() + 10
     while True:
-        counts = Counter(reader.inference_id(record)
+        counts = Counter(rows.inference_id(record)
                          for record in reader.read_records(str(stack.captures)))
         if not expected or all(counts[rid] for rid in expected) \
                 or time.monotonic() > deadline:
@@ -89,13 +89,13 @@ def test_a_record_holds_what_the_model_received_and_answered(
     assert response.status == 200
     records_by_inference_id(stack, {response.headers["X-Request-Id"]})
     (entry,) = [e for e in reader.read_entries(str(stack.captures))
-                if reader.inference_id(e.record) == response.headers["X-Request-Id"]]
+                if rows.inference_id(e.record) == response.headers["X-Request-Id"]]
     record = entry.record
     assert record.event_metadata is not None
     assert record.event_metadata.custom_attribute == ["session=42"]
     assert record.endpoint_input is not None and record.endpoint_output is not None
     assert record.endpoint_input.encoding == "BASE64"
-    sent = cv2.imdecode(np.frombuffer(reader.decoded(record.endpoint_input), np.uint8),
+    sent = cv2.imdecode(np.frombuffer(rows.decoded(record.endpoint_input), np.uint8),
                         cv2.IMREAD_COLOR)
     assert min(sent.shape[:2]) == 256  # the resized image, not the upload
     probabilities = json.loads(record.endpoint_output.data)
@@ -104,7 +104,7 @@ def test_a_record_holds_what_the_model_received_and_answered(
     assert probabilities[top["index"]] == pytest.approx(top["probability"])
     variant = json.loads(response.data)["variant"]
     assert list(stack.captures.glob(f"efficientnet-lite0/{variant}/*/*/*/*/*.jsonl"))
-    (row,) = reader.flatten(entry, 1, None)
+    (row,) = rows.flatten(entry, 1, None)
     assert row["top1_index"] == top["index"] and "prediction999" in row
 
 
@@ -116,9 +116,9 @@ def test_a_small_jpeg_is_captured_as_it_was_uploaded(
     assert response.status == 200
     records_by_inference_id(stack, {response.headers["X-Request-Id"]})
     (record,) = [r for r in reader.read_records(str(stack.captures))
-                 if reader.inference_id(r) == response.headers["X-Request-Id"]]
+                 if rows.inference_id(r) == response.headers["X-Request-Id"]]
     assert record.endpoint_input is not None
-    assert reader.decoded(record.endpoint_input) == photos["chelsea"]
+    assert rows.decoded(record.endpoint_input) == photos["chelsea"]
 
 
 def test_every_request_is_one_json_log_line(stack: Stack, photos: dict[str, bytes]) -> None:

@@ -15,8 +15,9 @@ import pytest
 
 from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import DirectorySink
-from sagegate.captures.reader import inference_id, read_records
-from sagegate.local.processes import free_port
+from emulator.process import free_port
+from sagegate.captures.reader import read_records
+from sagegate.captures.rows import inference_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -15,7 +15,10 @@ import pytest
 from skimage import data
 
 from sagegate import cli
-from sagegate.client import SYNC_LIMIT_BYTES, Client, ClientError, JobFailedError, Mode, transfer
+from sagegate.client import Client, Mode, transfer
+from sagegate.client.http import ClientError
+from sagegate.client.jobs import JobFailedError
+from sagegate.client.transfer import SYNC_LIMIT_BYTES
 from tests import imagefactory
 from tests.integration.conftest import JobsStack, jpeg_of
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from sagegate.local.processes import free_port, peak_rss_mb, start_api
+from emulator.process import free_port
+from sagegate.local.processes import peak_rss_mb, start_api
 from tests.corpus import generate, models
 from tests.corpus.generate import Case
 from tests.functional.test_corpus import check_answer

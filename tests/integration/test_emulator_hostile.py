@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 
 from emulator.process import EmulatorProcess, start_emulator
+from sagegate.local.processes import peak_rss_mb
 from tests import imagefactory
-from tests.integration.conftest import peak_rss_mb
 from tests.integration.test_emulator import ENDPOINT, MODEL, invoke, jpeg_of, make_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

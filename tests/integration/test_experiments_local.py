@@ -32,13 +32,8 @@ import urllib3
 from playwright.sync_api import Browser
 from skimage import data
 
-from sagegate.local.processes import (
-    ApiProcess,
-    copy_project,
-    free_port,
-    start_chalice_local,
-    start_emulator,
-)
+from emulator.process import free_port, start_emulator
+from sagegate.local.processes import ApiProcess, copy_project, start_chalice_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

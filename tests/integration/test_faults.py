@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from sagegate.local.processes import free_port
+from emulator.process import free_port
 from tests import imagefactory
 from tests.integration.conftest import HERE, Stack
 from tests.integration.test_api import CATS, assert_error, top1

@@ -28,6 +28,7 @@ from typing import IO, Any
 import pytest
 import urllib3
 
+from emulator.process import EmulatorProcess, free_port, start_emulator
 from sagegate.local.aws import (
     LocalJobs,
     MotoProcess,
@@ -36,14 +37,7 @@ from sagegate.local.aws import (
     start_moto,
 )
 from sagegate.local.events import WORKERS
-from sagegate.local.processes import (
-    HOST,
-    ApiProcess,
-    EmulatorProcess,
-    free_port,
-    start_chalice_local,
-    start_emulator,
-)
+from sagegate.local.processes import HOST, ApiProcess, start_chalice_local
 from tests import imagefactory
 from tests.integration.conftest import jobs_emulator_config
 

@@ -29,8 +29,8 @@ from skimage import data
 
 from chalicelib.jobs.records import JobState
 from chalicelib.jobs.table import TableJobStore
+from emulator.process import free_port
 from sagegate.local.auth import API_KEY_ENV
-from sagegate.local.processes import free_port
 from tests.integration.conftest import jpeg_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -12,7 +12,8 @@ import functools
 import pytest
 
 from bench import load
-from tests.integration.conftest import Stack, rss_mb
+from sagegate.local.processes import rss_mb
+from tests.integration.conftest import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

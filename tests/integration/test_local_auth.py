@@ -23,8 +23,8 @@ from typing import IO, Any
 
 import pytest
 
+from emulator.process import free_port
 from sagegate.local.auth import API_KEY_ENV
-from sagegate.local.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -21,14 +21,11 @@ from chalice import Chalice
 from chalicelib.capture.records import Exchange, build_record
 from chalicelib.capture.sinks import S3Sink
 from chalicelib.core.config import Settings
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import free_port
 from sagegate.local.aws import LocalJobs, MotoProcess, MotoStack, provision, start_moto
 from sagegate.local.events import EventPump, routes_from
-from sagegate.local.processes import (
-    DEFAULT_EMULATOR_CONFIG,
-    DUMMY_AWS_ENV,
-    free_port,
-    start_chalice_local,
-)
+from sagegate.local.processes import DUMMY_AWS_ENV, start_chalice_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

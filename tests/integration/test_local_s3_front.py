@@ -23,8 +23,8 @@ from botocore.exceptions import ClientError
 from chalicelib.core.errors import UploadNotFoundError
 from chalicelib.jobs.objects import check_input
 from chalicelib.jobs.uploads import OWNER_FIELD, presign_upload
+from emulator.process import free_port
 from sagegate.local.aws import LocalJobs, MotoProcess, provision, start_moto
-from sagegate.local.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

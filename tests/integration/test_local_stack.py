@@ -24,13 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from emulator.process import EmulatorProcess, free_port, start_emulator
 from sagegate.local.processes import (
     ApiProcess,
     ApiStartError,
-    EmulatorProcess,
-    free_port,
     start_chalice_local,
-    start_emulator,
     wait_until_serving,
 )
 from sagegate.local.supervision import Supervisor

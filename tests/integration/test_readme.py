@@ -34,15 +34,10 @@ from typing import Any
 
 import pytest
 
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from sagegate.local.aws import jobs_stack
 from sagegate.local.preflight import PORTS
-from sagegate.local.processes import (
-    DEFAULT_EMULATOR_CONFIG,
-    PROJECT_FILES,
-    ROOT,
-    ApiProcess,
-    copy_project,
-)
+from sagegate.local.processes import PROJECT_FILES, ROOT, ApiProcess, copy_project
 from sagegate.local.stack import write_samples
 
 README = ROOT / "README.md"

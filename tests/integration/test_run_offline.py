@@ -30,9 +30,9 @@ import pytest
 import urllib3
 from skimage import data
 
+from emulator.process import free_port
 from sagegate.deploy.stages import load_stage
 from sagegate.local.auth import API_KEY_ENV
-from sagegate.local.processes import free_port
 from tests.integration.conftest import jpeg_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -25,7 +25,7 @@ from chalicelib.capture.sinks import (
     firehose_line,
 )
 from chalicelib.core.observability import Outcome
-from sagegate.captures import reader
+from sagegate.captures import reader, rows
 
 WHEN = datetime.datetime(2026, 11, 23, 9, 5, 7, 123456, tzinfo=datetime.UTC)
 
@@ -229,7 +229,7 @@ def write_captures(root: Path, count: int = 3) -> None:
 def test_flatten_gives_metadata_top_k_and_every_probability(tmp_path: Path) -> None:
     write_captures(tmp_path, 1)
     (entry,) = reader.read_entries(str(tmp_path))
-    (row,) = reader.flatten(entry, 2, ["c"] * 285 + ["Egyptian cat"] + ["c"] * 714)
+    (row,) = rows.flatten(entry, 2, ["c"] * 285 + ["Egyptian cat"] + ["c"] * 714)
     assert row["inferenceId"] == "r0" and row["inferenceTime"] == "2026-11-23T09:05:07Z"
     assert row["endpoint"] == "efficientnet-lite0"
     assert (row["top1_index"], row["top1_label"], row["top1_probability"]) == \

@@ -15,11 +15,12 @@ import pytest
 from chalicelib.core.retries import RETRY_COST, RetryQuota
 from chalicelib.images import imaging, sizing
 from chalicelib.images.probe import probe
-from sagegate import client as client_module
-from sagegate.client import Client, ClientError, Encoding, ShrinkRule, inputs, shrink
+from emulator.process import free_port
+from sagegate.client import Client, http, inputs, shrinking
 from sagegate.client import cli as predict_cli
 from sagegate.client import http as http_client
-from sagegate.local.processes import free_port
+from sagegate.client.http import ClientError
+from sagegate.client.shrinking import Encoding, ShrinkRule, shrink
 from tests import httpfake, imagefactory
 
 
@@ -90,7 +91,7 @@ def test_encodings_have_their_content_types() -> None:
         Encoding.WEBP: "image/webp", Encoding.PNG: "image/png", Encoding.JPEG: "image/jpeg"}
     assert kinds[Encoding.WEBP][0][:4] == b"RIFF" and kinds[Encoding.PNG][0][:4] == b"\x89PNG"
     # the default is the smaller lossless one
-    assert client_module.DEFAULT_ENCODING == Encoding.WEBP
+    assert shrinking.DEFAULT_ENCODING == Encoding.WEBP
     assert len(kinds[Encoding.WEBP][0]) < len(kinds[Encoding.PNG][0])
 
 
@@ -153,11 +154,11 @@ def test_a_model_without_images_has_no_rule() -> None:
 
 
 def test_retry_after_is_bounded() -> None:
-    assert client_module.retry_after_seconds("2") == 2.0
-    assert client_module.retry_after_seconds("3600") == client_module.MAX_RETRY_AFTER_S
-    assert client_module.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
-    assert client_module.retry_after_seconds(None) is None  # the policy's backoff, then
-    assert client_module.retry_after_seconds("soon") is None
+    assert http.retry_after_seconds("2") == 2.0
+    assert http.retry_after_seconds("3600") == http.MAX_RETRY_AFTER_S
+    assert http.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert http.retry_after_seconds(None) is None  # the policy's backoff, then
+    assert http.retry_after_seconds("soon") is None
 
 
 # ---------------------------------------------------------------- HTTP
@@ -223,7 +224,7 @@ def test_retries_are_bounded_then_the_503_is_the_error(server: tuple[str, Script
     assert (raised.value.status, raised.value.code, raised.value.message) == (
         503, "EndpointUnavailable", "busy")
     assert len(script.requests) == 3
-    assert sleeps == [client_module.MAX_RETRY_AFTER_S] * 2
+    assert sleeps == [http.MAX_RETRY_AFTER_S] * 2
 
 
 def test_a_connection_that_fails_is_retried_then_reported(sleeps: list[float]) -> None:

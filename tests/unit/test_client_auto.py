@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sagegate.client import Client, ClientError, Mode, inputs
+from sagegate.client import Client, Mode, inputs
+from sagegate.client.http import ClientError
 from sagegate.client.jobs import names_job_route, rows_of
 from sagegate.client.transfer import as_is
 from tests import httpfake

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from sagegate import client as client_module
-from sagegate.client import Client, ClientError, JobFailedError, Mode, transfer
+from sagegate.client import Client, Mode, transfer
 from sagegate.client import cli as predict_cli
 from sagegate.client import http as http_client
 from sagegate.client import jobs as jobs_client
+from sagegate.client.http import ClientError
+from sagegate.client.jobs import JobFailedError
 from sagegate.client.progress import Bars
 from sagegate.client.transfer import SYNC_LIMIT_BYTES
 from tests import httpfake, imagefactory

@@ -7,19 +7,18 @@ from typing import Any
 
 import pytest
 
-from sagegate.client import (
+from sagegate.client import Client
+from sagegate.client import cli as predict_cli
+from sagegate.client.http import DEFAULT_URL, ClientError
+from sagegate.client.jobs import DEFAULT_WAIT_S
+from sagegate.client.settings import (
     API_KEY_ENV,
     DEFAULT_TIMEOUT_S,
-    DEFAULT_URL,
-    DEFAULT_WAIT_S,
     TIMEOUT_ENV,
     URL_ENV,
     WAIT_TIMEOUT_ENV,
-    Client,
-    ClientError,
     ClientSettings,
 )
-from sagegate.client import cli as predict_cli
 from tests import httpfake
 
 ENV = {URL_ENV: "http://env.invalid:1", API_KEY_ENV: "env-key", TIMEOUT_ENV: "7",

@@ -12,6 +12,7 @@ import pytest
 from chalice import Chalice, CORSConfig, local
 from chalice.config import Config
 
+from emulator import process
 from sagegate.local import processes, stack
 from sagegate.local.auth import (
     API_KEY_ENV,
@@ -19,7 +20,8 @@ from sagegate.local.auth import (
     local_api_key,
 )
 from sagegate.local.chalice_local import ApiKeyGateway, local_key, requires_api_key
-from sagegate.local.stack import StartError, check_auth, parse_args, preflight
+from sagegate.local.preflight import StartError, check_auth, check_settings, preflight, stage_env
+from sagegate.local.stack import parse_args
 
 KEY = "k" * 40
 
@@ -144,8 +146,8 @@ def test_a_bad_auth_setting_is_one_line_naming_it() -> None:
 
 
 def test_sagegate_run_plans_a_key_for_the_dev_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = parse_args(["--stage", "dev", "--api-port", str(processes.free_port()),
-                       "--emulator-port", str(processes.free_port())])
+    args = parse_args(["--stage", "dev", "--api-port", str(process.free_port()),
+                       "--emulator-port", str(process.free_port())])
     monkeypatch.setenv(API_KEY_ENV, KEY)
     assert preflight(args, {}).api_key == KEY
     monkeypatch.delenv(API_KEY_ENV)
@@ -154,9 +156,9 @@ def test_sagegate_run_plans_a_key_for_the_dev_stage(monkeypatch: pytest.MonkeyPa
 
 def test_the_ready_lines_print_the_key_and_use_it_in_every_example() -> None:
     api = cast(processes.ApiProcess, types.SimpleNamespace(url="http://127.0.0.1:8000", pid=1))
-    emulator = cast(processes.EmulatorProcess,
+    emulator = cast(process.EmulatorProcess,
                     types.SimpleNamespace(url="http://127.0.0.1:8080", pid=2))
-    settings = stack.check_settings("local", {"ENDPOINT_NAME": "efficientnet-lite0"})
+    settings = check_settings("local", {"ENDPOINT_NAME": "efficientnet-lite0"})
     lines = stack._banner(api, emulator, settings, KEY).splitlines()
     assert any(line.startswith(f"API key: {KEY} ") and API_KEY_ENV in line for line in lines)
     examples = [line for line in lines if line.lstrip().startswith(("curl", ".venv"))]
@@ -169,10 +171,10 @@ def test_the_dev_stage_captures_locally_where_its_stream_would_deliver(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """moto's Firehose does not lay records out by endpoint and hour: `sagegate run --stage
     dev` captures through the S3 sink to the stream's destination, on moto's server."""
-    args = parse_args(["--stage", "dev", "--api-port", str(processes.free_port()),
-                       "--emulator-port", str(processes.free_port())])
+    args = parse_args(["--stage", "dev", "--api-port", str(process.free_port()),
+                       "--emulator-port", str(process.free_port())])
     monkeypatch.setenv(API_KEY_ENV, KEY)
     settings = preflight(args, {}).settings
     assert settings.capture_destination == "s3://sagegate-dev-data/captures"
-    assert stack.stage_env("dev", {})["CAPTURE_DESTINATION"] == settings.capture_destination
-    assert stack.stage_env("local", {})["CAPTURE_DESTINATION"] == "captures"  # untouched
+    assert stage_env("dev", {})["CAPTURE_DESTINATION"] == settings.capture_destination
+    assert stage_env("local", {})["CAPTURE_DESTINATION"] == "captures"  # untouched

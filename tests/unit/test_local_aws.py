@@ -13,6 +13,8 @@ import pytest
 
 from chalicelib.core.config import Settings
 from chalicelib.jobs.table import TableJobStore
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
+from emulator.process import terminate
 from sagegate.deploy.jobs_template import jobs_table_schema
 from sagegate.deploy.templates import cache_table_schema
 from sagegate.local import aws as local_aws
@@ -33,7 +35,6 @@ from sagegate.local.aws import (
 )
 from sagegate.local.events import NOTIFICATIONS_QUEUE_ENV, TICKETS_QUEUE_ENV
 from sagegate.local.moto_server import PROVISION_HEADER
-from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, terminate
 from sagegate.local.supervision import Supervisor
 
 URL = "http://127.0.0.1:8070"

@@ -21,27 +21,25 @@ from typing import ClassVar
 import pytest
 
 from chalicelib.core.config import Settings
-from sagegate.local import stack
+from emulator.process import free_port, terminate
+from sagegate.local.preflight import (
+    StartError,
+    check_models,
+    check_port_free,
+    preflight,
+    read_port,
+)
 from sagegate.local.processes import (
     INSTANCE_HEADER,
     ApiProcess,
     ApiStartError,
     api_env,
-    free_port,
     own_answer,
     peak_rss_mb,
     rss_mb,
-    terminate,
     wait_until_serving,
 )
-from sagegate.local.stack import (
-    StartError,
-    check_port_free,
-    describe_capture,
-    parse_args,
-    preflight,
-    read_port,
-)
+from sagegate.local.stack import describe_capture, parse_args
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -331,13 +329,13 @@ def test_sagegate_run_refuses_to_start_on_a_broken_model(tmp_path: Path) -> None
 
     settings = Settings(endpoint_name="efficientnet-lite0")
     shutil.copytree(MODELS_DIR, tmp_path / "models")
-    assert "iris-cortex" in stack.check_models(settings, {}, tmp_path / "models")
+    assert "iris-cortex" in check_models(settings, {}, tmp_path / "models")
     handler = tmp_path / "models" / "iris-cortex" / "handler.py"
     # a post_inference of no form Cortex ever called (it may be left out, not misshapen)
     handler.write_text(handler.read_text().replace(
         "def post_inference(prediction, signature, metadata)",
         "def post_inference(prediction, signature, metadata, extra)"))
     with pytest.raises(StartError) as caught:
-        stack.check_models(settings, {}, tmp_path / "models")
+        check_models(settings, {}, tmp_path / "models")
     assert "models/iris-cortex/handler.py" in str(caught.value)
     assert "post_inference" in str(caught.value)

@@ -25,9 +25,9 @@ from sagegate.local.moto_server import (
     PostPolicyCheck,
     ProvisionGate,
     build_app,
-    check_policy,
 )
 from sagegate.local.s3_forms import S3Error as PolicyError
+from sagegate.local.s3_forms import check_policy
 
 NOW = datetime(2026, 11, 25, 17, 0, tzinfo=UTC)
 KEY = "jobs/uploads/0123456789abcdef0123456789abcdef"

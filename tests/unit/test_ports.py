@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sagegate.local.ports import Owner, describe_owner, listening_inodes, port_owners
-from sagegate.local.stack import StartError, check_port_free
+from sagegate.local.preflight import StartError, check_port_free
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "

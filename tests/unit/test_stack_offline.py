@@ -14,23 +14,24 @@ from typing import Any
 import pytest
 from chalice.cli.factory import CLIFactory
 
+from emulator import process
+from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from sagegate.deploy import stages
 from sagegate.deploy.stages import load_stage
-from sagegate.local import processes
 from sagegate.local.auth import API_KEY_ENV
 from sagegate.local.aws import MotoStack, emulator_topics
 from sagegate.local.chalice_local import LocalCLIFactory
 from sagegate.local.preflight import StartError, preflight
-from sagegate.local.processes import DEFAULT_EMULATOR_CONFIG, OVERRIDES_ENV, ROOT, api_env
+from sagegate.local.processes import OVERRIDES_ENV, ROOT, api_env
 from sagegate.local.stack import parse_args
 
 STAGES = sorted(json.loads((ROOT / ".chalice" / "config.json").read_text())["stages"])
 
 
 def _args(stage: str, *more: str) -> Any:
-    return parse_args(["--stage", stage, "--api-port", str(processes.free_port()),
-                       "--emulator-port", str(processes.free_port()),
-                       "--moto-port", str(processes.free_port()), *more])
+    return parse_args(["--stage", stage, "--api-port", str(process.free_port()),
+                       "--emulator-port", str(process.free_port()),
+                       "--moto-port", str(process.free_port()), *more])
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -148,8 +149,8 @@ def test_a_stage_that_needs_no_aws_points_its_clients_at_a_checked_port(
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(StartError, match="MOTO_PORT"):
-            preflight(parse_args(["--stage", "local", "--api-port", str(processes.free_port()),
-                                  "--emulator-port", str(processes.free_port()),
+            preflight(parse_args(["--stage", "local", "--api-port", str(process.free_port()),
+                                  "--emulator-port", str(process.free_port()),
                                   "--moto-port", str(port)]), {})
     plan = preflight(_args("local"), {})
     assert plan.moto_port == 0

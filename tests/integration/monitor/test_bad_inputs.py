@@ -21,7 +21,7 @@ from typing import Any
 import boto3
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -38,7 +38,7 @@ def _monitor(*argv: str, env: dict[str, str] | None = None,
 
 
 def _refused(done: subprocess.CompletedProcess[str], *fragments: str,
-             status: int = cli.EXIT_USAGE) -> str:
+             status: int = cli_shared.EXIT_USAGE) -> str:
     """Assert the run exited ``status`` with one line on stderr holding every fragment."""
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     lines = done.stderr.splitlines()
@@ -254,7 +254,7 @@ def test_max_columns_is_the_users_to_set(tmp_path: Path) -> None:
     done = _monitor("baseline", str(dataset), "-o", str(tmp_path / "out"), "--max-columns", "5")
     assert done.returncode == 0, done.stderr
     assert _monitor("baseline", str(dataset), "-o", str(tmp_path / "out"),
-                    "--max-columns", "0").returncode == cli.EXIT_USAGE
+                    "--max-columns", "0").returncode == cli_shared.EXIT_USAGE
 
 
 def _capture_root(tmp_path: Path, records: int = 40) -> tuple[Path, Path]:
@@ -341,7 +341,7 @@ def test_a_misbehaving_postprocessor_is_one_line(baseline: Path, captures: Path,
     done = _monitor("check", str(captures), "--baseline", str(baseline), "-o",
                     str(tmp_path / "out"), *WINDOW, "--postprocess-handler", str(script))
     assert "Traceback" not in done.stderr
-    assert done.returncode == cli.EXIT_USAGE, done.stderr
+    assert done.returncode == cli_shared.EXIT_USAGE, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("sagegate monitor")]
     assert len(errors) == 1, done.stderr
     assert errors[0].startswith(f"sagegate monitor: post.py: postprocess_handler failed: "
@@ -384,7 +384,7 @@ def test_the_users_ctrl_c_stops_the_run_with_one_line(baseline: Path, captures: 
         process.kill()
         process.wait(timeout=TIMEOUT)
     assert "Traceback" not in out + err
-    assert process.returncode == cli.EXIT_INTERRUPTED == 130, err
+    assert process.returncode == cli_shared.EXIT_INTERRUPTED == 130, err
     assert err.splitlines() == ["sagegate monitor: interrupted"]
 
 
@@ -400,7 +400,7 @@ def test_a_preprocessors_log_lines_are_printed_with_its_prefix(baseline: Path, c
         """), encoding="utf-8")
     done = _monitor("check", str(captures), "--baseline", str(baseline), "-o",
                     str(tmp_path / "out"), *WINDOW, "--preprocess-handler", str(handler))
-    assert done.returncode in (cli.EXIT_OK, cli.EXIT_VIOLATIONS), done.stderr
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
     lines = done.stderr.splitlines()
     assert lines.count("preprocess_handler INFO: read one") == 40
     assert lines.count("preprocess_handler WARNING: careful") == 40
@@ -427,7 +427,7 @@ def test_a_folder_above_the_endpoints_is_refused_naming_them(baseline: Path, tmp
     for folder in (root / "iris", root / "iris" / "AllTraffic"):
         done = _monitor("check", str(folder), "--baseline", str(baseline), "-o",
                         str(tmp_path / "out"), *WINDOW)
-        assert done.returncode == cli.EXIT_OK, done.stderr
+        assert done.returncode == cli_shared.EXIT_OK, done.stderr
 
 
 def test_an_s3_prefix_above_the_endpoints_is_refused(baseline: Path, tmp_path: Path,
@@ -447,7 +447,7 @@ def test_an_s3_prefix_above_the_endpoints_is_refused(baseline: Path, tmp_path: P
                  "(iris, penguins)", "e.g. sagegate monitor check s3://above/datacapture/iris")
     done = _monitor("check", "s3://above/datacapture/iris/", "--baseline", str(baseline),
                     "-o", str(tmp_path / "out"), *WINDOW, env=env)
-    assert done.returncode == cli.EXIT_OK, done.stderr
+    assert done.returncode == cli_shared.EXIT_OK, done.stderr
 
 
 def test_an_empty_window_is_exit_4_not_a_clean_check(baseline: Path, captures: Path,
@@ -456,7 +456,7 @@ def test_an_empty_window_is_exit_4_not_a_clean_check(baseline: Path, captures: P
                     str(tmp_path / "out"), "--start", "2026-11-25T11:00Z", "--end",
                     "2026-11-25T12:00Z")
     assert "Traceback" not in done.stderr
-    assert done.returncode == cli.EXIT_EMPTY == 4, done.stderr
+    assert done.returncode == cli_shared.EXIT_EMPTY == 4, done.stderr
     assert done.stderr.splitlines() == [
         f"note: no records in {captures} from 2026-11-25T11:00Z to 2026-11-25T12:00Z (0 "
         f"record(s) read, 0 row(s)): nothing checked, no files written"]
@@ -498,7 +498,7 @@ def test_bad_lines_among_good_ones_are_counted_and_the_first_named(
     bad.write_text('{"captureData": {}}\n' + "[" * 100_000 + "\n", encoding="utf-8")
     done = _monitor("check", str(root), "--baseline", str(baseline), "-o",
                     str(tmp_path / "out"), *WINDOW)
-    assert done.returncode == cli.EXIT_OK, done.stderr
+    assert done.returncode == cli_shared.EXIT_OK, done.stderr
     assert f"1 bad line(s) skipped (the first {bad}:2: nested too deep to read)" in done.stderr
 
 
@@ -508,7 +508,7 @@ def test_the_summary_gives_the_window_as_asked_and_what_it_left_out(
     done = _monitor("check", str(root), "--baseline", str(baseline), "-o",
                     str(tmp_path / "out"), "--start", "2026-11-25T09:50Z", "--end",
                     "2026-11-25T09:59:30Z")
-    assert done.returncode in (cli.EXIT_OK, cli.EXIT_VIOLATIONS), done.stderr
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
     summary = done.stderr.splitlines()[-1]
     assert "from 2026-11-25T09:50Z to 2026-11-25T09:59:30Z" in summary
     # 600 records over the hour: one each 6 s; [09:50, 09:59:30) holds 95 of them
@@ -530,7 +530,7 @@ def test_records_without_a_time_are_counted_not_checked(baseline: Path, tmp_path
     (hour / "untimed.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     done = _monitor("check", str(root), "--baseline", str(baseline), "-o",
                     str(tmp_path / "out"), *WINDOW)
-    assert done.returncode in (cli.EXIT_OK, cli.EXIT_VIOLATIONS), done.stderr
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
     assert "33 record(s) read, 30 row(s), 3 without a readable eventMetadata.inferenceTime" \
         in done.stderr
 

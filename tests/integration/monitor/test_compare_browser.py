@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import experimentgen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -29,7 +29,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        str(experiment.shadow.folder), "-o", str(folder / "out"),
                        *experimentgen.WINDOW, "--max-distance", "0.1", "--min-agreement",
                        "0.9", "--max-error-rate", "0.05"])
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     return folder / "out" / "compare.html"
 
 
@@ -126,7 +126,7 @@ def image_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                        "-o", str(folder / "out"), *experimentgen.WINDOW, "--min-agreement",
                        "0.99", "--max-distance", "0.01", "--comparison-method", "Simple",
                        "--labels", "imagenet1k"])
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     document = json.loads((folder / "out" / "compare.json").read_text(encoding="utf-8"))
     assert document["verdict"]["failed"] == ["max_distance", "min_agreement"]
     return folder / "out" / "compare.html", (

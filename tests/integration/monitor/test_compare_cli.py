@@ -16,7 +16,7 @@ import boto3
 import numpy as np
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import experimentgen
 from tests.unit.monitor.experimentgen import WINDOW
 
@@ -55,7 +55,7 @@ def test_an_int8_shadow_within_the_thresholds_exits_0(
     status = _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
                   str(out), *WINDOW, *GATES)
     printed = capsys.readouterr().out.splitlines()
-    assert status == cli.EXIT_OK, printed
+    assert status == cli_shared.EXIT_OK, printed
     assert sorted(p.name for p in out.iterdir()) == [
         "compare.html", "compare.json", "statistics_a.json", "statistics_b.json"]
     document = _json(out / "compare.json")
@@ -100,7 +100,7 @@ def test_an_image_classifiers_int8_shadow_compares_its_1000_probabilities(
     assert (agreement["compared"], agreement["agreed"]) == (240, images.agreed)
     assert agreement["by"]["argmax"] == 240
     assert images.agreed < 0.95 * 240  # close top classes swap under the int8 noise
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     columns = document["columns"]
     assert len(columns) == 1000 and all(c["output"] for c in columns)
     assert columns[0]["name"] == "prediction0" and columns[-1]["name"] == "prediction999"
@@ -131,7 +131,7 @@ def test_a_challenger_that_disagrees_on_a_fifth_exits_3_with_its_reason(
     status = _run("compare", str(disagreeing.primary.folder), str(disagreeing.shadow.folder),
                   "-o", str(tmp_path / "out"), *WINDOW, "--min-agreement", "0.9")
     printed = capsys.readouterr().out.splitlines()
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     document = _json(tmp_path / "out" / "compare.json")
     assert document["agreement"]["agreed"] == disagreeing.agreed
     # every fifth answer rotated: at least that fifth disagrees (int8 rounding may add a few)
@@ -155,7 +155,7 @@ def test_every_failed_threshold_is_a_reason_of_its_own(
                   "-o", str(tmp_path / "out"), *WINDOW, "--max-distance", "0.05",
                   "--comparison-method", "Simple", "--min-agreement", "0.9",
                   "--max-error-rate", "0.005", "--max-latency-ratio", "1.05")
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     verdict = _json(tmp_path / "out" / "compare.json")["verdict"]
     assert verdict["failed"] == ["max_distance", "min_agreement", "max_error_rate",
                                  "max_latency_ratio"]
@@ -170,7 +170,7 @@ def test_two_independent_arms_compare_distances_without_agreement(
     challenger = experimentgen.independent_arm(tmp_path, "v2", 1200, seed=2, shift=1.0,
                                                latency=30.0)
     args = [str(champion.folder), str(challenger.folder), *WINDOW]
-    assert _run("compare", *args, "-o", str(tmp_path / "plain")) == cli.EXIT_OK
+    assert _run("compare", *args, "-o", str(tmp_path / "plain")) == cli_shared.EXIT_OK
     document = _json(tmp_path / "plain" / "compare.json")
     assert document["agreement"]["agreement"] is None
     assert (document["agreement"]["unpaired_a"], document["agreement"]["unpaired_b"]) == (
@@ -180,14 +180,14 @@ def test_two_independent_arms_compare_distances_without_agreement(
     # the first feature moved by a standard deviation: so did the answers
     status = _run("compare", *args, "-o", str(tmp_path / "gated"), "--max-distance", "0.1",
                   "--max-latency-ratio", "1.2")
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     verdict = _json(tmp_path / "gated" / "compare.json")["verdict"]
     assert verdict["failed"] == ["max_distance", "max_latency_ratio"]
     # an agreement gate has no pairs to pass on: it fails rather than pass on nothing
     assert _run("compare", str(champion.folder), str(champion.folder), *WINDOW, "-o",
-                str(tmp_path / "same"), "--min-agreement", "0.5") == cli.EXIT_OK  # itself
+                str(tmp_path / "same"), "--min-agreement", "0.5") == cli_shared.EXIT_OK  # itself
     assert _run("compare", *args, "-o", str(tmp_path / "agree"),
-                "--min-agreement", "0.5") == cli.EXIT_VIOLATIONS
+                "--min-agreement", "0.5") == cli_shared.EXIT_VIOLATIONS
 
 
 def test_a_preprocessor_makes_both_sides_rows_and_every_column_is_gated(
@@ -195,7 +195,7 @@ def test_a_preprocessor_makes_both_sides_rows_and_every_column_is_gated(
     status = _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
                   str(tmp_path / "out"), *WINDOW, "--preprocess-handler",
                   str(PREPROCESSORS / "json_tensor.py"), "--min-agreement", "0.9")
-    assert status == cli.EXIT_OK  # the failed calls' records never reach the handler
+    assert status == cli_shared.EXIT_OK  # the failed calls' records never reach the handler
     document = _json(tmp_path / "out" / "compare.json")
     assert document["columns_gated"] == "all"
     names = {c["name"] for c in document["columns"]}
@@ -218,9 +218,9 @@ def test_an_s3_prefix_on_either_side_reads_the_same(
         s3.upload_file(str(path), "experiments",
                        f"captures/iris-int8/{path.relative_to(int8.shadow.folder)}")
     assert _run("compare", str(int8.primary.folder), "s3://experiments/captures/iris-int8",
-                "-o", str(tmp_path / "s3"), *WINDOW) == cli.EXIT_OK
+                "-o", str(tmp_path / "s3"), *WINDOW) == cli_shared.EXIT_OK
     assert _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
-                str(tmp_path / "local"), *WINDOW) == cli.EXIT_OK
+                str(tmp_path / "local"), *WINDOW) == cli_shared.EXIT_OK
     from_s3, local = (_json(tmp_path / name / "compare.json") for name in ("s3", "local"))
     for document in (from_s3, local):
         document["b"].pop("source")
@@ -233,13 +233,13 @@ def test_an_empty_window_compares_nothing_and_exits_4(
     status = _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
                   str(tmp_path / "out"), "--start", "2026-11-26T09:00Z", "--end",
                   "2026-11-26T10:00Z", *GATES)
-    assert status == cli.EXIT_EMPTY
+    assert status == cli_shared.EXIT_EMPTY
     assert not (tmp_path / "out").exists()
     notes = capsys.readouterr().err.splitlines()
     assert [n.split(" (")[0] for n in notes] == ["note: no records in A", "note: no records in B"]
     # a primary's folder given as B and a shadow's as A: A's shadow records are skipped
     assert _run("compare", str(int8.shadow.folder), str(int8.primary.folder), "-o",
-                str(tmp_path / "swapped"), *WINDOW) == cli.EXIT_EMPTY
+                str(tmp_path / "swapped"), *WINDOW) == cli_shared.EXIT_EMPTY
     assert "1500 shadow skipped" in capsys.readouterr().err
 
 
@@ -248,7 +248,7 @@ def test_an_arm_no_record_has_compares_nothing_and_says_so(
         capsys: pytest.CaptureFixture[str]) -> None:
     status = _run("compare", str(int8.primary.folder), str(int8.shadow.folder), "-o",
                   str(tmp_path / "out"), *WINDOW, "--arm-b", "no-such-arm")
-    assert status == cli.EXIT_EMPTY
+    assert status == cli_shared.EXIT_EMPTY
     (note,) = capsys.readouterr().err.splitlines()
     assert note.startswith("note: no records of arm 'no-such-arm' (1500 of other arms) in B")
 
@@ -265,20 +265,20 @@ def test_bad_input_is_one_line_and_exit_2(int8: experimentgen.Experiment, tmp_pa
          "preprocess_handler failed on "),
     ]
     for argv, message in cases:
-        assert _run("compare", *argv, "-o", str(tmp_path / "out"), *WINDOW) == cli.EXIT_USAGE
+        assert _run("compare", *argv, "-o", str(tmp_path / "out"), *WINDOW) == cli_shared.EXIT_USAGE
         error = capsys.readouterr().err.strip()
         assert len(error.splitlines()) == 1 and message in error, error
     broken = tmp_path / "broken" / "AllTraffic" / "2026" / "11" / "25" / "09"
     broken.mkdir(parents=True)
     (broken / "x.jsonl").write_text("not json\n", encoding="utf-8")
     assert _run("compare", str(int8.primary.folder), str(tmp_path / "broken"), "-o",
-                str(tmp_path / "out"), *WINDOW) == cli.EXIT_USAGE
+                str(tmp_path / "out"), *WINDOW) == cli_shared.EXIT_USAGE
     assert "no readable record" in capsys.readouterr().err
     for option, value in (("--min-agreement", "1.5"), ("--max-latency-ratio", "0"),
                           ("--max-distance", "nan")):
         with pytest.raises(SystemExit) as raised:
             _run("compare", "a", "b", "-o", "out", option, value)
-        assert raised.value.code == cli.EXIT_USAGE
+        assert raised.value.code == cli_shared.EXIT_USAGE
     assert not (tmp_path / "out").exists()
 
 

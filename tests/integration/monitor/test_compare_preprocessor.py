@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from chalicelib.monitor import user_workers
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import experimentgen
 from tests.unit.monitor.experimentgen import WINDOW
 
@@ -51,7 +51,7 @@ def _handler(folder: Path, text: str, name: str = "hostile.py") -> Path:
 def _failed(done: subprocess.CompletedProcess[str], out: Path, *fragments: str) -> str:
     """Exit 1, one line on stderr holding each fragment, nothing on stdout, no file."""
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
-    assert done.returncode == cli.EXIT_FAILED == 1, done.stderr
+    assert done.returncode == cli_shared.EXIT_FAILED == 1, done.stderr
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith("sagegate monitor: ")
@@ -90,7 +90,7 @@ def test_a_thread_the_preprocessor_leaves_running_does_not_keep_the_command(
     if where == "import":
         text = textwrap.dedent(start) + text
     done = _compare(experiment, tmp_path / "out", _handler(tmp_path, text))
-    assert done.returncode == cli.EXIT_OK, done.stderr  # the one column x, within 0.5
+    assert done.returncode == cli_shared.EXIT_OK, done.stderr  # the one column x, within 0.5
     assert done.stdout.splitlines()[-1].startswith("verdict: B is within every threshold")
     (pid,) = (int(p.name) for p in pids.iterdir())
     assert pid != os.getpid()
@@ -121,7 +121,7 @@ def test_the_preprocessors_prints_never_reach_stdout(
     assert FORGED not in printed and "verdict: PASS" not in done.stdout
     assert [line for line in printed if line.startswith("verdict:")] == [
         "verdict: B is within every threshold given (max_distance; exit 0)"]
-    assert done.returncode == cli.EXIT_OK
+    assert done.returncode == cli_shared.EXIT_OK
     err = done.stderr.splitlines()
     assert f"{user_workers.OUTPUT_PREFIX}{FORGED}" in err
     assert f"{user_workers.OUTPUT_PREFIX}verdict: PASS" in err
@@ -149,12 +149,12 @@ def test_check_and_baseline_run_the_preprocessor_in_a_worker_too(
     baseline = tmp_path / "baseline"
     plain = _handler(tmp_path, HANDLER + ROW, "plain.py")
     assert cli.main(["baseline", str(experiment.primary.folder), "-o", str(baseline),
-                     *WINDOW, "--preprocess-handler", str(plain)]) == cli.EXIT_OK
+                     *WINDOW, "--preprocess-handler", str(plain)]) == cli_shared.EXIT_OK
     base = ["--baseline", str(baseline)] if command == "check" else []
     for text, status, fragment in (
-            ("import os\n" + HANDLER + "    os._exit(0)\n", cli.EXIT_FAILED,
+            ("import os\n" + HANDLER + "    os._exit(0)\n", cli_shared.EXIT_FAILED,
              "it exited with status 0"),
-            (HANDLER + "    print('" + FORGED + "')\n" + ROW, cli.EXIT_OK, None)):
+            (HANDLER + "    print('" + FORGED + "')\n" + ROW, cli_shared.EXIT_OK, None)):
         out = tmp_path / f"out-{status}"
         done = subprocess.run(
             [sys.executable, "-m", "sagegate.monitor", command, str(experiment.primary.folder),
@@ -178,6 +178,6 @@ def test_a_preprocessor_dropping_every_record_fails_max_distance(
                        str(experiment.shadow.folder), "-o", str(tmp_path / "out"), *WINDOW,
                        "--preprocess-handler", str(handler), "--max-distance", "0.1"])
     printed = capsys.readouterr().out.splitlines()
-    assert status == cli.EXIT_VIOLATIONS, printed  # not "within every threshold", exit 0
+    assert status == cli_shared.EXIT_VIOLATIONS, printed  # not "within every threshold", exit 0
     assert printed[-1] == ("worse: no column compared (0 row(s) in A, 0 in B): "
                            "--max-distance cannot be checked")

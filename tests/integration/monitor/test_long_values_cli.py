@@ -14,7 +14,7 @@ import pytest
 
 from chalicelib.monitor import capture_format
 from chalicelib.monitor.features import MAX_VALUE_CHARS
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -56,9 +56,9 @@ def _texts(statistics: Path, name: str) -> list[str]:
 def test_megabyte_strings_in_captures_leave_the_outputs_small(tmp_path: Path) -> None:
     captures = _captures(tmp_path / "endpoint")
     baseline, window = tmp_path / "baseline", tmp_path / "check"
-    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli_shared.EXIT_OK
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o", str(window),
-                     *WINDOW]) == cli.EXIT_OK
+                     *WINDOW]) == cli_shared.EXIT_OK
     for folder in (baseline, window):
         assert max(_sizes(folder).values()) < SMALL, _sizes(folder)
     texts = _texts(window / "statistics.json", "text")
@@ -82,12 +82,12 @@ def test_a_preprocessors_megabyte_strings_leave_every_commands_outputs_small(
     handler.write_text(textwrap.dedent(PREPROCESSOR), encoding="utf-8")
     given = ["--preprocess-handler", str(handler), *WINDOW]
     baseline, window, compared = tmp_path / "baseline", tmp_path / "check", tmp_path / "cmp"
-    assert cli.main(["baseline", str(captures), "-o", str(baseline), *given]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(baseline), *given]) == cli_shared.EXIT_OK
     # each run calls the handler afresh in its own module: the same strings each time
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o", str(window),
-                     *given]) == cli.EXIT_OK
+                     *given]) == cli_shared.EXIT_OK
     assert cli.main(["compare", str(captures), str(captures), "-o", str(compared),
-                     *given]) == cli.EXIT_OK
+                     *given]) == cli_shared.EXIT_OK
     for folder in (baseline, window, compared):
         assert max(_sizes(folder).values()) < SMALL, _sizes(folder)
     assert len(set(_texts(baseline / "statistics.json", "text"))) == RECORDS
@@ -101,7 +101,7 @@ def test_a_jsonl_line_past_the_bound_is_a_bad_object_counted_in_the_summary(
     monkeypatch.setattr(capture_format, "MAX_LINE_BYTES", LONG // 2)
     monkeypatch.setattr(capture_format, "READ_BYTES", 64 * 1024)
     out = tmp_path / "baseline"
-    assert cli.main(["baseline", str(captures), "-o", str(out), *WINDOW]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(out), *WINDOW]) == cli_shared.EXIT_OK
     printed = capsys.readouterr()
     assert "a line longer than 1 MiB" in printed.out + printed.err
     document = json.loads((out / "statistics.json").read_text(encoding="utf-8"))

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen, schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -66,7 +66,7 @@ def test_a_window_like_the_training_data_passes(baseline: Path, tmp_path: Path,
     captures = capturegen.write_window(tmp_path / "iris", 2000)
     out = tmp_path / "out"
     assert _run("check", str(captures), "--baseline", str(baseline), "-o", str(out),
-                *WINDOW) == cli.EXIT_OK
+                *WINDOW) == cli_shared.EXIT_OK
     schema.check_statistics(_json(out / "statistics.json"))
     schema.check_violations(_json(out / "constraint_violations.json"))
     assert _violations(out) == []
@@ -80,7 +80,7 @@ def test_a_shifted_feature_reports_drift_for_it_alone(baseline: Path, tmp_path: 
     out = tmp_path / "out"
     status = _run("check", str(captures), "--baseline", str(baseline), "-o", str(out),
                   *WINDOW)
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     assert _violations(out) == [("_c3", "baseline_drift_check")]  # input column 2
 
 
@@ -89,7 +89,7 @@ def test_a_feature_missing_from_a_third_of_records_is_incomplete(baseline: Path,
     captures = capturegen.write_window(tmp_path / "iris", 1500, missing=(1, 3))
     out = tmp_path / "out"
     assert _run("check", str(captures), "--baseline", str(baseline), "-o", str(out),
-                *WINDOW) == cli.EXIT_VIOLATIONS
+                *WINDOW) == cli_shared.EXIT_VIOLATIONS
     assert _violations(out) == [("_c2", "completeness_check")]
 
 
@@ -110,7 +110,7 @@ def test_an_empty_window_checks_nothing_and_says_so(baseline: Path, tmp_path: Pa
     # its own status: a cron job must not read "nothing checked" as "no violations"
     assert _run("check", str(captures), "--baseline", str(baseline), "-o",
                 str(tmp_path / "out"), "--start", "2026-11-24T00:00Z", "--end",
-                "2026-11-24T01:00Z") == cli.EXIT_EMPTY == 4
+                "2026-11-24T01:00Z") == cli_shared.EXIT_EMPTY == 4
     assert "no records" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -157,7 +157,7 @@ def test_a_failing_preprocessor_is_one_line_naming_file_and_record(
     status = _run("check", str(captures), "--baseline", str(baseline), "-o",
                   str(tmp_path / "out"), *WINDOW, "--preprocess-handler",
                   str(PREPROCESSORS / "introduction_event_data.py"))
-    assert status == cli.EXIT_USAGE
+    assert status == cli_shared.EXIT_USAGE
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
     assert "introduction_event_data.py: preprocess_handler failed on " in error
@@ -178,7 +178,7 @@ def test_the_postprocessing_script_runs_after_the_analysis(
 def test_usage_and_input_errors_exit_2(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("check", str(tmp_path), "--baseline", str(tmp_path / "none"), "-o",
-                str(tmp_path / "out")) == cli.EXIT_USAGE
+                str(tmp_path / "out")) == cli_shared.EXIT_USAGE
     assert "statistics.json: no such file" in capsys.readouterr().err
     assert _run("baseline", str(tmp_path / "missing.csv"), "-o", str(tmp_path)) == 2
     dataset = capturegen.training_csv(tmp_path / "train.csv", 10, header=False)
@@ -203,11 +203,11 @@ def test_a_check_of_an_s3_prefix_reads_the_same_window(
     for path in captures.rglob("*.jsonl"):
         s3.upload_file(str(path), "captures", f"datacapture/iris/{path.relative_to(captures)}")
     assert _run("check", "s3://no-such-bucket/iris", "--baseline", str(baseline), "-o",
-                str(tmp_path / "none"), *WINDOW) == cli.EXIT_USAGE
+                str(tmp_path / "none"), *WINDOW) == cli_shared.EXIT_USAGE
     out = tmp_path / "out"
     status = _run("check", "s3://captures/datacapture/iris", "--baseline", str(baseline),
                   "-o", str(out), *WINDOW)
-    assert status == cli.EXIT_VIOLATIONS
+    assert status == cli_shared.EXIT_VIOLATIONS
     assert _json(out / "statistics.json")["dataset"]["item_count"] == 800
     assert _violations(out) == [("_c3", "baseline_drift_check")]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -72,17 +72,17 @@ def test_a_number_no_double_holds_is_missing_in_baseline_check_and_compare(
     captures = _captures(tmp_path / "endpoint", value)
     missing = len(range(0, RECORDS, EVERY))
     baseline, window, compared = tmp_path / "baseline", tmp_path / "check", tmp_path / "cmp"
-    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli_shared.EXIT_OK
     statistics = _strict(baseline / "statistics.json")
     for name in ("feature0", "prediction0"):
         _assert_missing(_feature(statistics, name), missing)
     _strict(baseline / "constraints.json")
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o", str(window),
-                     *WINDOW]) == cli.EXIT_OK
+                     *WINDOW]) == cli_shared.EXIT_OK
     _assert_missing(_feature(_strict(window / "statistics.json"), "feature0"), missing)
     assert _strict(window / "constraint_violations.json") == {"violations": []}
     assert cli.main(["compare", str(captures), str(captures), "-o", str(compared),
-                     *WINDOW]) == cli.EXIT_OK
+                     *WINDOW]) == cli_shared.EXIT_OK
     document = _strict(compared / "compare.json")
     assert {c["name"] for c in document["columns"]} >= {"feature0", "prediction0"}
     _assert_missing(_feature(_strict(compared / "statistics_b.json"), "prediction0"), missing)
@@ -105,16 +105,16 @@ def test_a_preprocessors_numbers_no_double_holds_are_missing_in_every_command(
     handler.write_text(textwrap.dedent(PREPROCESSOR), encoding="utf-8")
     given = ["--preprocess-handler", str(handler), *WINDOW]
     baseline, window, compared = tmp_path / "baseline", tmp_path / "check", tmp_path / "cmp"
-    assert cli.main(["baseline", str(captures), "-o", str(baseline), *given]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(baseline), *given]) == cli_shared.EXIT_OK
     common = {"num_present": 12, "num_missing": 24}  # 1.5 and 2.5 of every six
     feature = _feature(_strict(baseline / "statistics.json"), "c")
     assert feature["numerical_statistics"]["common"] == common
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o", str(window),
-                     *given]) == cli.EXIT_OK
+                     *given]) == cli_shared.EXIT_OK
     feature = _feature(_strict(window / "statistics.json"), "c")
     assert feature["numerical_statistics"]["common"] == common
     assert cli.main(["compare", str(captures), str(captures), "-o", str(compared),
-                     *given]) == cli.EXIT_OK
+                     *given]) == cli_shared.EXIT_OK
     _strict(compared / "compare.json")
     feature = _feature(_strict(compared / "statistics_a.json"), "c")
     assert feature["numerical_statistics"]["common"] == common
@@ -125,13 +125,13 @@ def test_numbers_whose_sum_passes_the_double_range_write_strict_json(tmp_path: P
     (the moments that overflowed are null) and every value is counted."""
     captures = _captures(tmp_path / "endpoint", "1.5e308")
     baseline = tmp_path / "baseline"
-    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(captures), "-o", str(baseline), *WINDOW]) == cli_shared.EXIT_OK
     numbers = _feature(_strict(baseline / "statistics.json"), "feature0")["numerical_statistics"]
     assert numbers["common"] == {"num_present": RECORDS, "num_missing": 0}
     assert numbers["max"] == 1.5e308 and numbers["sum"] is None and numbers["std_dev"] is None
     assert all(b["upper_bound"] <= 1.5e308 for b in numbers["distribution"]["kll"]["buckets"])
     assert cli.main(["check", str(captures), "--baseline", str(baseline), "-o",
-                     str(tmp_path / "check"), *WINDOW]) == cli.EXIT_OK
+                     str(tmp_path / "check"), *WINDOW]) == cli_shared.EXIT_OK
     _strict(tmp_path / "check" / "statistics.json")
 
 
@@ -147,7 +147,7 @@ def test_a_datasets_numbers_no_double_holds_are_missing_in_its_baseline(
         dataset.write_text("".join(f'{{"x": {v}, "y": {i}}}\n' for i, v in enumerate(values)),
                            encoding="utf-8")
     baseline = tmp_path / "baseline"
-    assert cli.main(["baseline", str(dataset), "-o", str(baseline)]) == cli.EXIT_OK
+    assert cli.main(["baseline", str(dataset), "-o", str(baseline)]) == cli_shared.EXIT_OK
     feature = _feature(_strict(baseline / "statistics.json"), "x")
     assert feature["inferred_type"] == "Fractional"
     assert feature["numerical_statistics"]["common"] == {"num_present": 3,

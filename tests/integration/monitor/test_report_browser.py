@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 from tests.unit.monitor.test_report import LABELS, many_features_report
 
@@ -28,7 +28,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                        capturegen.iris_like(shift={2: 1.0}))
     assert cli.main(["check", str(captures), "--baseline", str(folder / "baseline"), "-o",
                      str(folder / "out"), "--start", "2026-11-25T09:00Z", "--end",
-                     "2026-11-25T10:00Z"]) == cli.EXIT_VIOLATIONS
+                     "2026-11-25T10:00Z"]) == cli_shared.EXIT_VIOLATIONS
     return folder / "out" / "report.html"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -100,7 +100,7 @@ def test_a_thread_the_postprocessor_leaves_running_does_not_keep_the_command(
              f"threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n")
     text = _in_handler(POST, start) if where == "handler" else start + POST + "    pass\n"
     done = _check(folders, tmp_path / "out", _file(tmp_path, text))
-    assert done.returncode in (cli.EXIT_OK, cli.EXIT_VIOLATIONS), done.stderr
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
     (pid,) = (int(p.name) for p in pids.iterdir())
     _ended(pid)
 
@@ -132,7 +132,7 @@ def test_the_postprocessors_prints_never_reach_stdout(
     forge = _forge(FORGED)
     text = _in_handler(POST, forge) if where == "handler" else forge + POST + "    pass\n"
     done = _check(folders, tmp_path / "out", _file(tmp_path, text))
-    assert done.returncode in (cli.EXIT_OK, cli.EXIT_VIOLATIONS), done.stderr
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
     assert FORGED not in done.stdout
     err = done.stderr.splitlines()
     for line in (FORGED, FORGED, f"{FORGED} (fd 1)"):

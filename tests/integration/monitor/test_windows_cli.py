@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from chalicelib.monitor import windows
-from sagegate.monitor import cli, sources
+from sagegate.monitor import cli, cli_shared, sources
 from tests.unit.monitor import capturegen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -57,10 +57,10 @@ def test_a_relative_window_reads_the_hours_just_captured(baseline: Path,
     out = tmp_path / "out"
     # "--start -PT1H" as two arguments: argparse alone would read -PT1H as an option
     assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
-                     "--start", "-PT1H", "--end", "now"]) == cli.EXIT_OK
+                     "--start", "-PT1H", "--end", "now"]) == cli_shared.EXIT_OK
     assert _count(out) == 300
     assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
-                     "--start=-P1D", "--end=-PT0S"]) == cli.EXIT_OK
+                     "--start=-P1D", "--end=-PT0S"]) == cli_shared.EXIT_OK
     assert _count(out) == 500
 
 
@@ -75,9 +75,9 @@ def test_a_window_at_the_calendars_ends_is_a_usage_error_or_read(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "OverflowError" not in err
     if bounds[0] == "--end":
-        assert status == cli.EXIT_USAGE and "outside the calendar" in err
+        assert status == cli_shared.EXIT_USAGE and "outside the calendar" in err
     else:  # the calendar's last hour is read (the captures are of another hour)
-        assert status == cli.EXIT_EMPTY and "no records" in err
+        assert status == cli_shared.EXIT_EMPTY and "no records" in err
 
 
 def test_a_window_of_years_lists_the_folders_that_exist(
@@ -96,7 +96,7 @@ def test_a_window_of_years_lists_the_folders_that_exist(
     monkeypatch.setattr(Path, "glob", counted)
     out = tmp_path / "out"
     assert cli.main(["check", str(root), "--baseline", str(baseline), "-o", str(out),
-                     *DECADE]) == cli.EXIT_OK
+                     *DECADE]) == cli_shared.EXIT_OK
     assert _count(out) == 500  # 2019's hour is outside the window
     # one per hour folder that exists, not one per hour of a decade: the window's two, and the
     # hour before it (2019's last), listed for a Firehose stream's objects, whose .jsonl files
@@ -124,7 +124,7 @@ def test_a_long_s3_window_walks_the_prefixes_that_exist(
                         or children(client, bucket, folder))
     out = tmp_path / "out"
     assert cli.main(["check", "s3://mon3-walk/capture/iris", "--baseline", str(baseline),
-                     "-o", str(out), *DECADE]) == cli.EXIT_OK
+                     "-o", str(out), *DECADE]) == cli_shared.EXIT_OK
     assert _count(out) == 500
     assert len(listed) < 12  # variants, years, months, days: not 87,600 hour prefixes
 
@@ -149,7 +149,7 @@ def test_a_firehose_streams_gzip_objects_are_read_with_the_hours_around_the_wind
     _put_firehose(tmp_path, delivered)
     out = tmp_path / "out"
     assert cli.main(["check", str(tmp_path / "captures" / "iris"), "--baseline", str(baseline),
-                     "-o", str(out), *HOUR_BOUNDS]) == cli.EXIT_OK
+                     "-o", str(out), *HOUR_BOUNDS]) == cli_shared.EXIT_OK
     # every record of the hour, wherever the stream put it, and no other
     assert _count(out) == capturegen.in_hour(delivered) > 2800
     note = capsys.readouterr().err
@@ -172,7 +172,7 @@ def test_a_broken_gzip_object_is_counted_in_one_line_not_a_traceback(
     status = cli.main(["check", str(tmp_path / "captures" / "iris"), "--baseline",
                        str(baseline), "-o", str(out), *HOUR_BOUNDS])
     err = capsys.readouterr().err
-    assert status == cli.EXIT_OK and "Traceback" not in err
+    assert status == cli_shared.EXIT_OK and "Traceback" not in err
     assert "2 bad object(s) given up (the first " in err
     assert "zz-broken.jsonl.gz: not a whole GZIP file" in err
     # the truncated object's records before the damage are read as any others
@@ -182,7 +182,7 @@ def test_a_broken_gzip_object_is_counted_in_one_line_not_a_traceback(
     only.mkdir(parents=True)
     (only / "a.jsonl.gz").write_bytes(b"\x1f\x8bnot really")
     assert cli.main(["check", str(tmp_path / "only" / "iris"), "--baseline", str(baseline),
-                     "-o", str(tmp_path / "out-only"), *HOUR_BOUNDS]) == cli.EXIT_USAGE
+                     "-o", str(tmp_path / "out-only"), *HOUR_BOUNDS]) == cli_shared.EXIT_USAGE
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no readable record: 1 bad object(s) skipped, the first " in line
     assert "a.jsonl.gz: not a readable GZIP file" in line
@@ -203,14 +203,14 @@ def test_an_s3_window_of_gzip_objects_is_read_as_a_local_one(
                   Key="captures/iris/AllTraffic/2026/11/25/09/bad.jsonl.gz")
     out = tmp_path / "out"
     assert cli.main(["check", "s3://mon3-firehose/captures/iris", "--baseline", str(baseline),
-                     "-o", str(out), *HOUR_BOUNDS]) == cli.EXIT_OK
+                     "-o", str(out), *HOUR_BOUNDS]) == cli_shared.EXIT_OK
     # moto's LastModified is the upload's: every object of the hour before is read, and its
     # records outside the window are left out by their time
     assert _count(out) == capturegen.in_hour(delivered)
     _put_firehose(tmp_path, delivered)
     local = tmp_path / "local"
     assert cli.main(["check", str(tmp_path / "captures" / "iris"), "--baseline", str(baseline),
-                     "-o", str(local), *HOUR_BOUNDS]) == cli.EXIT_OK
+                     "-o", str(local), *HOUR_BOUNDS]) == cli_shared.EXIT_OK
     assert (local / "constraint_violations.json").read_bytes() == \
         (out / "constraint_violations.json").read_bytes()
     s3_statistics = json.loads((out / "statistics.json").read_text())

@@ -28,7 +28,7 @@ from typing import Any
 import boto3
 import pytest
 
-from sagegate.monitor import cli
+from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 from tests.unit.monitor.test_partial import assert_same_statistics
 
@@ -112,9 +112,9 @@ def test_a_window_spread_unevenly_over_its_files_gives_one_workers_statistics(
     sizes = [1, 2, 2600, 5, 1, 1700, 3, 900, 40]  # 5,252 records: the sketches compact
     captures = write_files(tmp_path / "iris", sizes, traffic(shift=0.5))
     one, many = tmp_path / "one", tmp_path / f"w{workers}"
-    assert _check(captures, baseline, one) == cli.EXIT_VIOLATIONS
+    assert _check(captures, baseline, one) == cli_shared.EXIT_VIOLATIONS
     summary_one = capsys.readouterr().err
-    assert _check(captures, baseline, many, "--workers", workers) == cli.EXIT_VIOLATIONS
+    assert _check(captures, baseline, many, "--workers", workers) == cli_shared.EXIT_VIOLATIONS
     summary_many = capsys.readouterr().err
     assert f"in {workers} parts by {workers} worker processes" in summary_many
     assert "by worker processes" not in summary_one
@@ -130,8 +130,8 @@ def test_the_violations_files_are_identical_below_the_sketchs_first_compaction(
         baseline: Path, tmp_path: Path) -> None:
     captures = write_files(tmp_path / "iris", [700, 3, 1, 900, 400], traffic(shift=2.0))
     one, two = tmp_path / "one", tmp_path / "two"
-    assert _check(captures, baseline, one) == cli.EXIT_VIOLATIONS
-    assert _check(captures, baseline, two, "--workers", "2") == cli.EXIT_VIOLATIONS
+    assert _check(captures, baseline, one) == cli_shared.EXIT_VIOLATIONS
+    assert _check(captures, baseline, two, "--workers", "2") == cli_shared.EXIT_VIOLATIONS
     text = (one / "constraint_violations.json").read_text()
     assert (two / "constraint_violations.json").read_text() == text
     assert "baseline_drift_check" in text
@@ -276,7 +276,7 @@ def test_a_failing_preprocessor_in_a_worker_is_the_single_passs_line(
                           "--preprocess-handler", str(handler)], tmp_path, capsys)
     assert one == two
     status, error = one
-    assert status == cli.EXIT_USAGE and len(error.splitlines()) == 1
+    assert status == cli_shared.EXIT_USAGE and len(error.splitlines()) == 1
     assert f"failing.py: preprocess_handler failed on {paths[late // 100]}:" \
         f"{late % 100 + 1}: ValueError: a score this high" in error
 
@@ -289,7 +289,7 @@ def test_a_bad_line_in_a_later_part_of_a_dataset_is_the_single_passs_line(
     dataset.write_bytes(b"\n".join(lines))
     one, two = _run_both(["baseline", str(dataset)], tmp_path, capsys)
     assert one == two
-    assert one[0] == cli.EXIT_USAGE and "train.csv:7001: not UTF-8 text" in one[1]
+    assert one[0] == cli_shared.EXIT_USAGE and "train.csv:7001: not UTF-8 text" in one[1]
     assert len(one[1].splitlines()) == 1
 
 
@@ -304,7 +304,7 @@ def test_too_many_features_across_parts_is_the_single_passs_line(
     one, two = _run_both(["check", str(captures), "--baseline", str(baseline), *WINDOW,
                           "--max-columns", "6"], tmp_path, capsys)
     assert one == two
-    assert one[0] == cli.EXIT_USAGE and "more than 6 distinct features" in one[1]
+    assert one[0] == cli_shared.EXIT_USAGE and "more than 6 distinct features" in one[1]
 
 
 KILLER = '''
@@ -329,7 +329,7 @@ def test_a_worker_killed_is_one_line_and_status_1(
     status = _check(captures, baseline, tmp_path / "out", "--workers", "2",
                     "--preprocess-handler", str(handler))
     error = capsys.readouterr().err.strip()
-    assert status == cli.EXIT_FAILED == 1
+    assert status == cli_shared.EXIT_FAILED == 1
     assert error.splitlines() == [error] and "worker process ended without an answer" in error
     assert not (tmp_path / "out").exists()
 
@@ -384,7 +384,7 @@ def test_ctrl_c_ends_the_workers(baseline: Path, tmp_path: Path, group: bool) ->
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == cli.EXIT_INTERRUPTED
+    assert process.returncode == cli_shared.EXIT_INTERRUPTED
     assert err.strip().splitlines() == ["sagegate monitor: interrupted"]
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
@@ -406,11 +406,11 @@ def test_an_s3_window_is_read_by_workers(baseline: Path, tmp_path: Path, moto_ur
     for path in captures.rglob("*.jsonl"):
         s3.upload_file(str(path), "workers", f"capture/iris/{path.relative_to(captures)}")
     source = "s3://workers/capture/iris"
-    assert _check(source, baseline, tmp_path / "one") == cli.EXIT_VIOLATIONS
+    assert _check(source, baseline, tmp_path / "one") == cli_shared.EXIT_VIOLATIONS
     capsys.readouterr()
     # a thread runs here (moto's server): the workers are fresh interpreters, not forks
     assert _check(source, baseline, tmp_path / "two", "--workers", "2") == \
-        cli.EXIT_VIOLATIONS
+        cli_shared.EXIT_VIOLATIONS
     assert "in 2 parts by 2 worker processes" in capsys.readouterr().err
     assert_same_statistics(_json(tmp_path / "one" / "statistics.json"),
                            _json(tmp_path / "two" / "statistics.json"))
