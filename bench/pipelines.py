@@ -34,9 +34,11 @@ from chalicelib.core.config import Settings
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.serving import ModelServer, ServingPipeline
 from chalicelib.inference.timing import StageTimer
-from chalicelib.kinds import Parts, kind_of
+from chalicelib.kinds import kind_of
+from chalicelib.kinds.base import Parts
+from chalicelib.registry.kinds import Pipeline
 from chalicelib.registry.loading import Registry, load_registry
-from chalicelib.registry.specs import ModelSpec, Pipeline
+from chalicelib.registry.specs import ModelSpec
 
 ENDPOINT_NAME = "efficientnet-lite0"
 REQUEST_ID = "bench-id"

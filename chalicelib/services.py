@@ -22,8 +22,8 @@ from chalicelib.capture.extension import AfterHandlers
 from chalicelib.capture.extension import start as start_extension
 from chalicelib.core import aws, environment, lifecycle
 from chalicelib.core.clients import LazyClient
-from chalicelib.core.config import ENDPOINT_NAME, Settings
-from chalicelib.core.config_names import CaptureWriter
+from chalicelib.core.config import Settings
+from chalicelib.core.config_names import ENDPOINT_NAME, CaptureWriter
 from chalicelib.core.errors import JobsDisabledError
 from chalicelib.core.observability import logger
 from chalicelib.experiments import assign
@@ -34,7 +34,8 @@ from chalicelib.inference.endpoint_config import make_client, policy_from, shado
 from chalicelib.inference.pipeline import warm_up_codecs
 from chalicelib.inference.predictions import load_labels
 from chalicelib.inference.serving import ModelServer, ServingPipeline
-from chalicelib.kinds import Parts, kind_of
+from chalicelib.kinds import kind_of
+from chalicelib.kinds.base import Parts
 from chalicelib.registry import kinds
 from chalicelib.registry.kinds import BackendRules, KindRules
 from chalicelib.registry.loading import Registered, Registry, load_registry

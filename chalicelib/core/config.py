@@ -11,9 +11,7 @@ variable's text is read, :mod:`chalicelib.core.config_parsing`. The access varia
 (``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.core.access` at import, because Chalice
 fixes a route's authentication when ``app.py`` is imported; what decides which event functions
 a stage declares by :mod:`chalicelib.core.config_deployment`, also at import; the log and metric
-names by :mod:`chalicelib.core.observability`. (A few rooms still import ``ENDPOINT_NAME``,
-``SAGEMAKER_NAME``, ``CaptureMode`` and ``SettingError`` from here, where :class:`Settings` uses
-them; their home is those two modules.)
+names by :mod:`chalicelib.core.observability`.
 """
 from __future__ import annotations
 
@@ -75,7 +73,6 @@ from chalicelib.core.config_names import (
     CaptureMode,
     CaptureWriter,
 )
-from chalicelib.core.config_parsing import SettingError as SettingError  # Settings raises it
 from chalicelib.core.config_parsing import check, check_type, listed, parse
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.core.media import (

@@ -27,7 +27,7 @@ from chalicelib.experiments.shadows import Shadows
 from chalicelib.http.exchange import EXPOSE_HEADERS, Exchange, Exchanges, HttpAnswer
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.inference.timing import StageTimer
-from chalicelib.kinds import PipelineKind
+from chalicelib.kinds.base import PipelineKind
 from chalicelib.registry.experiments import Shadow, Sticky
 from chalicelib.registry.specs import ModelSpec
 

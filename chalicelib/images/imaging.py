@@ -19,9 +19,6 @@ from chalicelib.images import jpegscan
 from chalicelib.images.probe import ImageInfo, probe
 from chalicelib.images.sizing import Encoding, Limits, ResizePlan, scaled_length
 
-__all__ = ["ImageInfo", "decode", "encode", "inspect", "prepare", "probe", "resize"]
-
-
 _REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
                   (2, cv2.IMREAD_REDUCED_COLOR_2))
 # libjpeg's scaled IDCT is not a box filter. Measured against a full decode on real photos

@@ -31,7 +31,7 @@ from botocore.exceptions import (
 
 from chalicelib.calls import InvokeResult
 from chalicelib.core.aws import error_code
-from chalicelib.core.config import SAGEMAKER_NAME
+from chalicelib.core.config_names import SAGEMAKER_NAME
 from chalicelib.core.errors import (
     EndpointError,
     EndpointNotFoundError,

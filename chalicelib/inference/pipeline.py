@@ -21,6 +21,7 @@ from chalicelib.core.errors import (
 )
 from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, PASSTHROUGH_TYPES, ImageFormat, MediaType
 from chalicelib.images import imaging, sizing
+from chalicelib.images.probe import ImageInfo
 from chalicelib.inference import predictions
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.timing import StageTimer
@@ -42,7 +43,7 @@ class PredictResult:
     endpoint: str
     variant: str | None
     custom_attributes: str | None
-    image_in: imaging.ImageInfo | None
+    image_in: ImageInfo | None
     """The upload's header (None: answered from the cache, which reads none)."""
     image_out: tuple[int, int] | None
     """The size sent to the endpoint (None: answered from the cache)."""
@@ -98,7 +99,7 @@ class PredictResult:
 class _Prepared:
     """An upload made ready for the endpoint."""
 
-    info: imaging.ImageInfo
+    info: ImageInfo
     payload: bytes
     size: tuple[int, int]
     passthrough: bool

@@ -17,7 +17,7 @@ from typing import Any
 
 from chalicelib.calls import Answer, Call, ModelRequest, Served
 from chalicelib.core.aws import S3Uri
-from chalicelib.core.config import CaptureMode
+from chalicelib.core.config_names import CaptureMode
 from chalicelib.core.errors import InvalidEndpointResponseError, SagegateError
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.serving import ServingPipeline

@@ -8,11 +8,9 @@ from typing import cast
 
 from chalicelib.core.errors import UnsupportedMediaTypeError
 from chalicelib.core.media import bare
-from chalicelib.kinds.base import Parts, PipelineKind
+from chalicelib.kinds.base import PipelineKind
 from chalicelib.registry.kinds import implementation
 from chalicelib.registry.specs import ModelSpec
-
-__all__ = ["Parts", "PipelineKind", "accepts", "check_type", "kind_of"]
 
 
 def kind_of(model: ModelSpec) -> PipelineKind:

@@ -35,7 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chalicelib.core.config import SAGEMAKER_NAME, Settings
+from chalicelib.core.config import Settings
+from chalicelib.core.config_names import SAGEMAKER_NAME
 from chalicelib.core.config_parsing import SettingError
 from chalicelib.core.errors import ConfigurationError, ModelNotFoundError
 from chalicelib.core.media import ENDPOINT_ANSWER_TYPES, MediaType

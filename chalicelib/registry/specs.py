@@ -12,10 +12,7 @@ from typing import Any
 
 from chalicelib.core.config import Settings
 from chalicelib.registry.experiments import Experiment
-from chalicelib.registry.kinds import BUILT_IN_KINDS, JobsBackend, KindRules, Pipeline
-
-__all__ = ["DType", "JobsBackend", "JobsSpec", "ModelSpec", "Pipeline", "Signature",
-           "TensorSpec"]
+from chalicelib.registry.kinds import BUILT_IN_KINDS, JobsBackend, KindRules
 
 
 class DType(enum.StrEnum):
