@@ -293,9 +293,11 @@ def bounded_text(value: str) -> str | None:
     Typed first, as :func:`classify` types it, so a long number is still one: a number no
     double holds is missing (None), another is its number's short text. Any other text is
     its first characters then ``...`` and a BLAKE2b digest of the whole, :data:`MAX_VALUE_CHARS`
-    in all: values that differ only past their start still count as distinct.
+    in all: values that differ only past their start still count as distinct. Trimmed as
+    :func:`classify` trims a short one (Java's U+0000 to U+0020; a Unicode blank is kept), so
+    a value's type does not depend on its length.
     """
-    text = value.strip()
+    text = value.strip(_JAVA_TRIM)
     if len(text) <= MAX_VALUE_CHARS:
         return text
     if _NUMBER_CHARS.issuperset(text[:64]):  # text can be a number only if it starts as one

@@ -319,3 +319,16 @@ def test_a_text_is_a_number_only_as_javas_double_parsing_reads_one(value: str,
     feature = FeatureStats("x")
     feature.add(["1", "2.5", value])
     assert feature.strings == (kind == "String")
+
+
+@pytest.mark.parametrize("blank", ["\u00a0", "\u2003", "\u3000"])
+def test_a_long_text_is_trimmed_as_a_short_one_is_only_of_javas_blanks(blank: str) -> None:
+    short, long = blank + "0.5", blank + "0." + "1" * (MAX_VALUE_CHARS + 100)
+    assert classify(short)[0] == "String"  # Java does not trim a Unicode blank
+    bounded = bounded_text(long)
+    assert bounded is not None and bounded.startswith(blank)  # not stripped into a number
+    assert classify(bounded)[0] == "String"
+    # Java's own blanks (U+0000 to U+0020) are trimmed, long and short alike: both numbers
+    trimmed = bounded_text("\t\x00 " + long[1:] + "\x1f")
+    assert classify("\t\x00 0.5\x1f")[0] == "Fractional"
+    assert trimmed is not None and classify(trimmed)[0] == "Fractional"
