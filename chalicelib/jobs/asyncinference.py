@@ -27,29 +27,21 @@ from chalicelib.registry.specs import DEFAULT_INVOCATION_TIMEOUT_SECONDS
 logger = logging.getLogger("sagegate.jobs")
 
 ASYNC_VARIANT = "AllTraffic"
-"""The production variant an asynchronous job's answer names. Neither InvokeEndpointAsync's
-answer nor SageMaker's notification names one (a real-time answer's
-``x-Amzn-Invoked-Production-Variant`` has no counterpart): the answer names the variant
-SageMaker's tools give an endpoint of one variant, as data capture does for an answer that
-names none, so the job's answer and the synchronous route's agree."""
+"""The production variant an asynchronous job's answer names: neither InvokeEndpointAsync nor
+the notification names one, so it is the one SageMaker's tools give a one-variant endpoint, as
+data capture does, and the job's answer agrees with the synchronous route's."""
 
 
 def start(endpoint_client: EndpointClient, store: JobStore, job: Job, endpoint: str,
           content_type: str, timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS, *,
           runner_id: str, lease_until: float, deadline: float | None = None) -> Job:
-    """Claim a queued job (only one caller moves it to running), its lease running to
-    ``lease_until`` (the endpoint's last notification), and queue it on an asynchronous
-    endpoint.
+    """Claim a queued job, its lease running to ``lease_until`` (the endpoint's last
+    notification), and queue it on an asynchronous endpoint.
 
-    Only the caller that claimed the job sends it: a retried or duplicate start answers the
-    job as it stands, so the endpoint never gets it twice. The call is retried as a real-time
-    job's endpoint call is, by the same client, rules and policy
-    (:meth:`~chalicelib.inference.endpoint.EndpointClient.invoke_async`), until ``deadline``
-    (the run's). When it still fails, the job fails (:func:`_job_failure`) rather than the
-    call raising: a retry of the event would find the job claimed and do nothing.
-
-    Args:
-        endpoint_client: the jobs' endpoint client (its policy retries until the deadline).
+    Only the caller that claimed the job sends it, so the endpoint never gets it twice. The
+    call is retried as a real-time job's is, until ``deadline``. When it still fails, the job
+    fails rather than the call raising: a retry of the event would find the job claimed and
+    do nothing.
 
     Raises:
         the job store's errors before the claim (the event is retried; nothing was sent).
@@ -72,9 +64,8 @@ def start(endpoint_client: EndpointClient, store: JobStore, job: Job, endpoint: 
 
 
 def _job_failure(error: Exception, endpoint: str) -> SagegateError:
-    """A failed submission as the job's error: the endpoint client's own (a refusal that a
-    retry cannot cure keeps its code: the real-time job's would be the same), said of the job
-    when it was still unavailable once retries were spent."""
+    """A failed submission as the job's error: the endpoint client's own (as a real-time
+    job's), reworded for a job when it was still unavailable once retries were spent."""
     if isinstance(error, EndpointUnavailableError):
         what = str(error.details.get("endpoint_error") or "unreachable")
         return EndpointUnavailableError(
@@ -98,8 +89,8 @@ class Completion:
 
 
 def parse_completion(message: str | Mapping[str, Any]) -> Completion | None:
-    """The notification an SNS message carries, or None when it is not one (SNS topics may
-    carry other messages; they are not retried)."""
+    """The notification an SNS message carries, or None (topics may carry other messages;
+    they are not retried)."""
     try:
         document = json.loads(message) if isinstance(message, str) else message
     except ValueError:
@@ -121,13 +112,9 @@ def parse_completion(message: str | Mapping[str, Any]) -> Completion | None:
 
 def complete(store: JobStore, completion: Completion, read_output: Callable[[str], Answer],
              put_result: PutResult) -> Job | None:
-    """Finish the job a notification is about; None when it is no job of this stage (an
-    inference id that is not a job id, or a job past its TTL).
-
-    A completed inference's output object becomes the job's answer (inline when small); a
-    failed one fails the job with SageMaker's reason (:func:`failure_of`), an expired one as
-    a timeout. A job already finished is answered as it stands (SNS delivers at least once).
-    """
+    """Finish the job a notification is about; None when it is no job of this stage (or
+    past its TTL). An expired inference fails as a timeout; a job already finished is
+    answered as it stands (SNS delivers at least once)."""
     if not is_job_id(completion.inference_id):
         return None
     job = store.get(completion.inference_id)
@@ -150,12 +137,9 @@ def complete(store: JobStore, completion: Completion, read_output: Callable[[str
 
 
 def failure_of(completion: Completion) -> SagegateError:
-    """A failure notice as the job's error, its reason's code (``ServiceUnavailable: ...``)
-    classified by the rule every endpoint call's error code is
-    (:func:`~chalicelib.core.retries.classify`): one a retry may cure (throttling, the
-    endpoint unavailable or failing on its side) is ``EndpointUnavailable``, as a real-time
-    job's call given up on it is; anything else (the model's error, SageMaker's
-    ``ClientError: ...``) is ``ModelError``. SageMaker's reason is the message either way."""
+    """A failure notice as the job's error: its reason's code (``ServiceUnavailable: ...``)
+    classified as every endpoint call's is: one a retry may cure is ``EndpointUnavailable``,
+    as a real-time job's would be, anything else ``ModelError``; the reason is the message."""
     reason = completion.failure_reason
     code = reason.partition(":")[0].strip()
     if code and classify(code, None) is not None:

@@ -1,17 +1,11 @@
 """The jobs room's one mapping of AWS failures: what S3 or DynamoDB (or the connection to
 them) did that a retry may cure becomes one 503, ``JobsUnavailable`` with a ``Retry-After``.
 
-What may be retried is decided as everywhere else in sagegate
-(:func:`chalicelib.core.retries.classify`, botocore's standard mode): a connection refused,
-reset or timed out, an answer cut short, a throttling code or status (429), a transient code
-or a 5xx. Everything else is left as it is: S3's "no such key" (an upload never posted) and a
-precondition failed (an upload replaced), DynamoDB's refused conditional write, each keep the
-meaning their own handlers give them; an access denied or a missing table is a
-misconfiguration, not a reason to come back later.
-
-:func:`aws_faults` (and :func:`translated`, the same as a decorator) applies it around each of
-the routes' calls of the jobs service; :func:`unavailable` and :func:`retriable` answer the
-same question for one error (a job runner's retry of its writes).
+What may be retried is decided as everywhere else (:func:`chalicelib.core.retries.classify`,
+botocore's standard mode): a connection refused, reset or timed out, an answer cut short,
+throttling, a transient code or a 5xx. Everything else keeps its meaning: S3's "no such key"
+and a precondition failed, DynamoDB's refused conditional write; an access denied or a missing
+table is a misconfiguration, not a reason to come back later.
 """
 from __future__ import annotations
 
@@ -33,8 +27,8 @@ logger = logging.getLogger("sagegate.jobs")
 
 TRANSPORT_ERRORS = (botocore.exceptions.ConnectionError, HTTPClientError,
                     IncompleteReadError)
-"""The connection failed: refused, reset, timed out connecting or reading, or the answer was
-cut short (botocore's own classes; its ``ReadTimeoutError`` is an ``HTTPClientError``)."""
+"""The connection failed or the answer was cut short (``ReadTimeoutError`` is an
+``HTTPClientError``)."""
 RETRY_AFTER_SECONDS = 2
 """The ``Retry-After`` when the failure says nothing of its own: a connection refused or a 5xx
 is usually over within seconds (a regional blip; locally, moto's server restarted)."""
@@ -46,11 +40,7 @@ R = TypeVar("R")
 
 
 def unavailable(error: BaseException) -> JobsUnavailableError | None:
-    """The 503 an AWS failure is, or None when a retry would not cure it.
-
-    Args:
-        error: what a boto3 call raised.
-    """
+    """The 503 an AWS failure is, or None when a retry would not cure it."""
     if isinstance(error, TRANSPORT_ERRORS):
         return _unavailable(type(error).__name__, RETRY_AFTER_SECONDS)
     if not isinstance(error, ClientError):
@@ -74,13 +64,8 @@ def _unavailable(what: str, wait: float) -> JobsUnavailableError:
 
 @contextlib.contextmanager
 def aws_faults(operation: str) -> Iterator[None]:
-    """Run a block whose AWS failures a retry may cure are raised as
-    :class:`~chalicelib.core.errors.JobsUnavailableError` (logged with what AWS said);
-    every other exception passes unchanged.
-
-    Args:
-        operation: what the block does, for the log line (``create job``).
-    """
+    """Raise a block's AWS failures a retry may cure as ``JobsUnavailableError`` (logged
+    with what AWS said, as ``operation``); every other exception passes unchanged."""
     try:
         yield
     except (BotoCoreError, ClientError) as error:
@@ -94,7 +79,7 @@ def aws_faults(operation: str) -> Iterator[None]:
 
 
 def translated(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """A decorator: :func:`aws_faults` around every call of a function."""
+    """:func:`aws_faults` as a decorator."""
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -105,7 +90,6 @@ def translated(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 def retriable(error: BaseException) -> bool:
-    """Whether an AWS failure is one a retry may cure (see :func:`unavailable`)."""
     return unavailable(error) is not None
 
 

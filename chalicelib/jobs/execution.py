@@ -2,12 +2,10 @@
 endpoint's notification. Both are safe to run again for the same job (Lambda retries an event
 that raised; S3 and SNS deliver at least once).
 
-What running and finishing mean is the model's job backend's
-(:mod:`chalicelib.jobs.backends`); :class:`JobsExecution` finds it, gives it the job's lease
-and deadline, and offers the steps every backend is made of
-(:class:`~chalicelib.jobs.backends.base.JobSteps`): the job's input read as the model route
-reads a request, the model's pipeline, the capture (the same Model Monitor record as the
-synchronous route's, inference id = job id), the answer kept.
+What running and finishing mean is the model's job backend's; :class:`JobsExecution` gives it
+the job's lease and deadline and the steps every backend is made of
+(:class:`~chalicelib.jobs.backends.base.JobSteps`). The capture is the same Model Monitor
+record as the synchronous route's, with inference id = job id.
 """
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ logger = logging.getLogger("sagegate.jobs")
 
 
 class JobsExecution:
-    """Runs tickets and completes notifications (the ``job_*`` event functions)."""
 
     def __init__(self, context: JobsContext) -> None:
         self.context = context
@@ -46,14 +43,10 @@ class JobsExecution:
         (logged, not retried).
 
         Args:
-            key: the ticket's object key.
-            runner_id: this invocation's id (Lambda's request id, kept by its retries of one
-                event): a job another runner is running is not run again (a duplicate
-                delivery of the ticket's event).
-            remaining_ms: the invocation's remaining time (Lambda's context; None: not on
-                Lambda). The job's work, the endpoint's retries included, ends before it
-                (:meth:`~chalicelib.jobs.lifetime.RunnerLifetime.work_seconds`), and the
-                claim's lease runs to its end (the backend's ``lease_seconds``).
+            runner_id: Lambda's request id, kept by its retries of one event: a job another
+                runner is running is not run again (a duplicate delivery).
+            remaining_ms: the invocation's remaining time (None: not on Lambda). The job's
+                work, endpoint retries included, ends before it; the claim's lease runs to it.
 
         Raises:
             botocore's errors and anything unexpected (the event is retried; a job that
@@ -76,12 +69,8 @@ class JobsExecution:
         return backend.start(self, Run(job, model, runner_id, deadline, lease_until))
 
     def complete(self, message: Any) -> Job | None:
-        """Finish the job an endpoint's notification (an SNS message) is about; None when the
-        message is no notification of one of this stage's jobs.
-
-        Raises:
-            botocore's errors (the message is redelivered; a finished job stays as it is).
-        """
+        """Finish the job an SNS notification is about; None when it is no notification of
+        this stage's jobs. botocore's errors raise (the message is redelivered)."""
         for backend in implementations(self.context.backends):
             job = backend.complete(self, message)
             if job is not None:
@@ -106,9 +95,8 @@ class JobsExecution:
         return self.context.pipeline_for(model)
 
     def request(self, job: Job, model: ModelSpec) -> ModelRequest:
-        """The job's input read as the model route reads a request, with the options read
-        when the job was made: the object the job was made for, or an ``UploadChanged``
-        failure."""
+        """The job's input read as the model route reads a request: the object the job was
+        made for, or an ``UploadChanged`` failure."""
         body, content_type = read_input(
             self.context.s3, self.context.bucket, self.context.prefix,
             self.context.key_of(job.input_location), model.jobs.max_upload_bytes,
@@ -136,13 +124,9 @@ class JobsExecution:
 
     def endpoint_input(self, job: Job, request: ModelRequest, call: Call) -> str:
         """Where an endpoint reads the job's input: an object of the server's own
-        (``inputs/<job_id>``), never the upload, which the endpoint would read when it gets
-        to it, after a client may have replaced it. An input the preprocessing left as it was
-        is copied from the object the job read (S3's copy, on its ETag).
-
-        Raises:
-            UploadChangedError: the upload was replaced since the job read it.
-        """
+        (``inputs/<job_id>``), never the upload, which a client may replace before the
+        endpoint gets to it. An unchanged input is copied from the object the job read (on
+        its ETag: UploadChangedError if it was replaced since)."""
         key = input_key(self.context.prefix, job.job_id)
         if call.body != request.call.body or call.content_type != request.call.content_type:
             self.context.s3.put_object(Bucket=self.context.bucket, Key=key, Body=call.body,
@@ -162,12 +146,8 @@ class JobsExecution:
         return self.context.location(key)
 
     def output(self, location: str) -> tuple[bytes, str]:
-        """An object's bytes and type.
-
-        Raises:
-            InvalidEndpointResponseError: there is no such object (a retry would not make
-                one: the job fails instead of staying ``running`` once the retries are spent).
-        """
+        """An object's bytes and type; a missing one is InvalidEndpointResponseError (a retry
+        would not make one: the job fails instead of staying ``running``)."""
         uri = S3Uri.parse(location)
         try:
             answer = self.context.s3.get_object(Bucket=uri.bucket, Key=uri.key)
@@ -179,9 +159,8 @@ class JobsExecution:
         return answer["Body"].read(), str(answer.get("ContentType") or "")
 
     def sent(self, job: Job) -> bytes:
-        """What the endpoint was sent (for capture; nothing when capture is off): the job's
-        input object, or nothing when it is gone (the capture record then has an empty
-        input; the answer does not depend on it)."""
+        """What the endpoint was sent, for capture: nothing when capture is off or the input
+        is gone (the record then has an empty input; the answer does not depend on it)."""
         if self.context.capturer.mode == CaptureMode.OFF:
             return b""
         key = input_key(self.context.prefix, job.job_id)
@@ -195,5 +174,4 @@ class JobsExecution:
 
 
 def _pin(job: Job) -> Pin | None:
-    """The input object a job was made for (None: a job made before pins)."""
     return Pin(job.input_etag, job.input_version) if job.input_etag else None

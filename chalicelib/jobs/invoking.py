@@ -2,16 +2,11 @@
 sent again once the endpoint has answered.
 
 A request has seconds (API Gateway's 29); a job has minutes. Its endpoint client keeps the
-synchronous route's translation of every failure (:mod:`chalicelib.inference.endpoint`) and
-its retry policy's rules (full jitter, a quota, a whole attempt must fit before the deadline),
-with the job's own numbers (:func:`job_retry_policy`): what a retry may cure (a connection
-refused or reset, throttling, a 5xx, a model not ready) is retried with a backoff growing to
-:data:`JOB_MAX_DELAY_SECONDS` until the job's deadline, so an endpoint restarting for seconds
-(a deploy, the local emulator's restart) costs a job a wait, not its answer. A model's error
-and a refused request are never retried.
-
-An answer that arrived but was cut short while its body was read is not retried either
-(:class:`WholeAnswers`): the endpoint ran the job; invoking it again would run it twice.
+synchronous route's translation of failures and its retry rules, with the job's own numbers:
+what a retry may cure is retried with a backoff growing to :data:`JOB_MAX_DELAY_SECONDS` until
+the job's deadline, so an endpoint restarting for seconds (a deploy) costs a job a wait, not
+its answer. A model's error and a refused request are never retried, nor an answer cut short
+while its body was read (:class:`WholeAnswers`): invoking again would run the job twice.
 """
 from __future__ import annotations
 
@@ -41,9 +36,8 @@ _CUT_SHORT = (ResponseStreamingError, IncompleteReadError, ConnectionClosedError
 
 
 def job_retry_policy(settings: Settings) -> RetryPolicy:
-    """A real-time job's retry policy: the job's attempt timeout (its longer read timeout),
-    attempts bounded by the job's deadline, and a backoff from
-    :data:`JOB_BASE_DELAY_SECONDS` doubling to :data:`JOB_MAX_DELAY_SECONDS`."""
+    """A real-time job's retry policy: the job's longer read timeout, attempts bounded by
+    the job's deadline."""
     return dataclasses.replace(policy_from(settings, job=True), max_attempts=JOB_MAX_ATTEMPTS,
                                base_delay=JOB_BASE_DELAY_SECONDS,
                                max_delay=JOB_MAX_DELAY_SECONDS)
@@ -58,23 +52,13 @@ class AnswerCutShortError(BotoCoreError):
 
 class WholeAnswers:
     """A sagemaker-runtime client whose ``InvokeEndpoint`` answers are read whole before they
-    are handed on; every other attribute is the client's own.
-
-    Args:
-        client: a boto3 ``sagemaker-runtime`` client.
-    """
+    are handed on; every other attribute is the client's own."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
 
     def invoke_endpoint(self, **kwargs: Any) -> dict[str, Any]:
-        """``InvokeEndpoint``, its body read here.
-
-        Raises:
-            AnswerCutShortError: the body was cut short (the answer was received: no retry).
-            the client's own errors otherwise (a connection that failed before an answer is
-            retried by the endpoint client).
-        """
+        """``InvokeEndpoint``, its body read here: AnswerCutShortError when cut short."""
         response: dict[str, Any] = self._client.invoke_endpoint(**kwargs)
         try:
             body = response["Body"].read()

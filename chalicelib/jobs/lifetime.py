@@ -1,23 +1,18 @@
 """How long a job runner lives: when its work must stop, and the lease its claim stores on the
-job (until when it may still move the job: past it another runner may take the job over, and
-past it by Lambda's retry wait the job is lost).
+job.
 
-The job runner is a Lambda function whose timeout is set per stage (``.chalice/config.json``,
-``lambda_functions.job_runner.lambda_timeout``); the functions that judge a runner (the API's
-``GET /jobs/{id}``, another delivery of the runner) run elsewhere and learn it from
+The runner's timeout is set per stage (``lambda_functions.job_runner.lambda_timeout``); the
+functions that judge a runner (``GET /jobs/{id}``, another delivery) learn it from
 ``JOB_RUNNER_TIMEOUT_SECONDS``, by default Lambda's longest. The runner itself knows better:
-its invocation's remaining time (Lambda's context). From both, here and nowhere else:
+its invocation's remaining time. From both, here and nowhere else:
 
-- a runner's work ends :data:`FINISH_MARGIN_SECONDS` before its function would be stopped
-  (what is left is for keeping the answer), and before the configured timeout too, should
-  the function be allowed longer (:meth:`RunnerLifetime.work_seconds`);
-- its claim's lease (:meth:`RunnerLifetime.lease_seconds`) runs to the end of its function's
-  remaining time and :data:`RUNNER_MARGIN_SECONDS`: past it the runner is surely gone and
-  another delivery of the job's event may claim the job; :data:`LAMBDA_RETRY_WAIT_SECONDS`
-  past it, Lambda's last retry of the event would have claimed it too: nothing will move the
-  job any more (``JobLost``). The lease is stored on the job record, as Powertools'
-  idempotency stores ``in_progress_expiry`` from the remaining time, so the functions that
-  judge a runner read it there instead of assuming a timeout.
+- its work ends :data:`FINISH_MARGIN_SECONDS` before its function would be stopped, and
+  before the configured timeout should the function be allowed longer;
+- its claim's lease runs to the end of its remaining time plus :data:`RUNNER_MARGIN_SECONDS`:
+  past it another delivery may claim the job; :data:`LAMBDA_RETRY_WAIT_SECONDS` past it,
+  Lambda's last retry would have claimed it too, so the job is lost (``JobLost``). The lease
+  is stored on the job record, as Powertools' idempotency stores ``in_progress_expiry``, so
+  the judges read it there instead of assuming a timeout.
 """
 from __future__ import annotations
 
@@ -49,11 +44,7 @@ RemainingMillis = Callable[[], float]
 
 @dataclasses.dataclass(frozen=True)
 class RunnerLifetime:
-    """The job runner function's timeout and what follows from it (see the module).
-
-    Attributes:
-        timeout_seconds: the function's timeout.
-    """
+    """The job runner function's timeout and what follows from it."""
 
     timeout_seconds: int = LAMBDA_MAX_TIMEOUT_SECONDS
 
@@ -80,13 +71,8 @@ class RunnerLifetime:
         return cls(int(raw))
 
     def lease_seconds(self, remaining_ms: RemainingMillis | None) -> float:
-        """How long from now a runner that claims a job may still move it: its function's
-        remaining time (no more than the configured timeout) and :data:`RUNNER_MARGIN_SECONDS`.
-
-        Args:
-            remaining_ms: the invocation's remaining time (None: not on Lambda, the
-                configured timeout).
-        """
+        """How long from now a runner that claims a job may still move it (``remaining_ms``
+        None: not on Lambda, the configured timeout)."""
         limit = float(self.timeout_seconds)
         if remaining_ms is not None:
             limit = min(limit, remaining_ms() / 1000.0)
@@ -94,13 +80,8 @@ class RunnerLifetime:
 
     def work_seconds(self, remaining_ms: RemainingMillis | None, budget: float) -> float:
         """How long the job's work may take from now: ``budget`` (``JOB_BUDGET_SECONDS``), but
-        no longer than the function's remaining time, nor than the configured timeout, less
-        :data:`FINISH_MARGIN_SECONDS` (the answer must be kept before the function stops).
-
-        Args:
-            remaining_ms: the invocation's remaining time (None: not on Lambda).
-            budget: the stage's job budget.
-        """
+        no longer than the remaining time or the configured timeout, less
+        :data:`FINISH_MARGIN_SECONDS` (the answer must be kept before the function stops)."""
         limit = float(self.timeout_seconds)
         if remaining_ms is not None:
             remaining = remaining_ms() / 1000.0

@@ -21,21 +21,15 @@ from chalicelib.jobs.uploads import (
     uploaded_by,
 )
 
-RESULTS = "results/"
-"""Where answers go under the stage's ``JOBS_PREFIX``."""
-RESULT_URL_SECONDS = 15 * 60
-"""How long a presigned GET of an answer stays usable."""
+RESULTS = "results/"  # under the stage's JOBS_PREFIX
+RESULT_URL_SECONDS = 15 * 60  # how long a presigned GET of an answer stays usable
 
 
 def read_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
                accepts: Callable[[str], bool], pin: Pin | None = None) -> tuple[bytes, str]:
-    """An uploaded object's bytes and bare content type, whatever type it was uploaded as,
-    when ``accepts`` takes that type (the model's route reads it).
-
-    Args:
-        pin: the object the job was made for (:func:`check_input`'s): exactly that one is
-            read (its ETag a condition of the HEAD and of the read, its version named), never
-            what was uploaded in its place. None (a job made before pins): what is there.
+    """An uploaded object's bytes and bare content type, when ``accepts`` takes that type.
+    With a ``pin``, exactly that object is read (its ETag a condition of the HEAD and of the
+    read), never what was uploaded in its place.
 
     Raises:
         InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
@@ -49,15 +43,7 @@ def check_input(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
                 accepts: Callable[[str], bool],
                 caller: str | None = None) -> tuple[str, Pin | None]:
     """Check an uploaded object a job will read (HEAD only); answers its bare content type
-    and its pin (the object checked: the job reads that one or none).
-
-    An upload presigned for a caller (:func:`~chalicelib.jobs.uploads.uploaded_by`) is that
-    caller's: to anyone else it is missing, as another caller's job is.
-
-    Raises:
-        InvalidUploadError, UploadNotFoundError, UploadTypeMismatchError,
-        UploadTooLargeError; botocore's errors.
-    """
+    and its pin. An upload presigned for a caller is, to anyone else, missing."""
     content_type, _, head = _checked(client, bucket, prefix, key, max_bytes, accepts)
     owner = uploaded_by(head)
     if owner is not None and owner != caller:
@@ -80,12 +66,7 @@ def _checked(client: Any, bucket: str, prefix: str, key: str, max_bytes: int,
 
 def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int,
           pin: Pin | None = None) -> bytes:
-    """The object's first ``size`` bytes (never more than the cap): with a pin, of that object
-    only (S3 refuses the read when another one replaced it since the HEAD).
-
-    Raises:
-        UploadChangedError: the pinned object is no longer there.
-    """
+    # with a pin, S3 refuses the read when another object replaced it since the HEAD
     try:
         answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(size, 1) - 1}",
                                    **(pin.conditions() if pin else {}))
@@ -99,19 +80,18 @@ def _read(client: Any, bucket: str, key: str, size: int, max_bytes: int,
 
 
 def result_key(prefix: str, job_id: str) -> str:
-    """The key of a job's answer object: ``<prefix>results/<job_id>``."""
     return f"{prefix}{RESULTS}{job_id}"
 
 
 def put_result(client: Any, bucket: str, prefix: str, job_id: str, answer: Answer) -> str:
-    """Write a job's answer; answers its ``s3://bucket/key``."""
+    """Write a job's answer; answers its ``s3://`` URI."""
     key = result_key(prefix, job_id)
     client.put_object(Bucket=bucket, Key=key, Body=answer.body, ContentType=answer.content_type)
     return str(S3Uri(bucket, key))
 
 
 def result_url(client: Any, location: str, expiry_seconds: int = RESULT_URL_SECONDS) -> str:
-    """A presigned GET of an answer object (``s3://bucket/key``)."""
+    """A presigned GET of an answer object."""
     uri = S3Uri.parse(location)
     url: str = client.generate_presigned_url("get_object",
                                              Params={"Bucket": uri.bucket, "Key": uri.key},

@@ -22,12 +22,10 @@ class JobState(enum.StrEnum):
 
     @property
     def rank(self) -> int:
-        """The state's place in the order states move through (final states share one)."""
         return _RANKS[self]
 
     @property
     def final(self) -> bool:
-        """Whether nothing moves the job on from here."""
         return self in (JobState.SUCCEEDED, JobState.FAILED)
 
 
@@ -35,11 +33,8 @@ _RANKS = {JobState.QUEUED: 0, JobState.RUNNING: 1, JobState.SUCCEEDED: 2, JobSta
 
 
 def may_move(current: JobState, target: JobState) -> bool:
-    """Whether a job in ``current`` may be moved to ``target``.
-
-    States only move forward; a final state is never left, not even for the other final
-    state. Entering ``running`` again is a runner's claim (:func:`may_claim`), not a move.
-    """
+    """States only move forward; a final state is never left, not even for the other final
+    state. Entering ``running`` again is a runner's claim (:func:`may_claim`), not a move."""
     if current.final:
         return False
     return target.rank > current.rank
@@ -51,22 +46,18 @@ timeout and a margin after its last move."""
 
 
 def lease_end(job: Job) -> float:
-    """Until when the job's holder (its runner, or the endpoint it waits for) may still move
-    it: the lease its claim stored (see :func:`may_claim`)."""
+    """Until when the job's holder (its runner, or the endpoint it waits for) may move it."""
     if job.lease_expires_at is not None:
         return job.lease_expires_at
     return job.updated_at + LEGACY_LEASE_SECONDS
 
 
 def may_claim(job: Job, runner_id: str, now: float, reclaim: bool) -> bool:
-    """Whether the runner ``runner_id`` (the Lambda invocation's request id) may move ``job``
-    to ``running`` and run it.
+    """Whether the runner ``runner_id`` (the invocation's request id) may run ``job``.
 
     A queued job may be claimed. A running one only when ``reclaim`` is asked and its runner
-    is ``runner_id`` (Lambda's retry of the same event: it keeps the request id) or its lease
-    is over (its runner is gone: the lease ran to the end of its function's time, Powertools'
-    idempotency records ``in_progress_expiry`` so); never by another delivery of the event
-    while its runner may still be at work.
+    is ``runner_id`` (Lambda's retry of the same event keeps the request id) or its lease is
+    over (its runner is gone); never by another delivery while its runner may be at work.
     """
     if job.state is JobState.QUEUED:
         return True
@@ -75,21 +66,17 @@ def may_claim(job: Job, runner_id: str, now: float, reclaim: bool) -> bool:
 
 
 def states_before(target: JobState) -> tuple[JobState, ...]:
-    """The states a job may be in to be moved to ``target`` (see :func:`may_move`)."""
     return tuple(state for state in JobState if may_move(state, target))
 
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}\Z")
-"""A job id as :func:`new_job_id` makes them (uuid4, hex)."""
 
 
 def new_job_id() -> str:
-    """A fresh job id: a random UUID (version 4) in hex, 32 characters."""
     return uuid.uuid4().hex
 
 
 def is_job_id(text: str) -> bool:
-    """Whether ``text`` has the shape of a job id (anything else is an unknown job)."""
     return bool(JOB_ID.match(text))
 
 
@@ -98,26 +85,16 @@ class Job:
     """One job.
 
     Attributes:
-        job_id: see :func:`new_job_id`.
-        model: the model's name.
-        state: see :class:`JobState`.
-        created_at, updated_at: epoch seconds.
         input_location: the input's ``s3://bucket/key``, or "" for an inline body.
-        options: the model route's query options the job runs with (e.g. ``k``), read
-            once when the job was made.
-        result: the answer body when it was small enough to keep in the record.
-        result_location: the answer's ``s3://bucket/key`` when it was not.
-        error: ``{"Code", "Message"}`` of a failed job.
-        owner: the caller's identity when auth identifies callers (see :func:`owner_of`).
+        options: the model route's query options (e.g. ``k``), read once at creation.
+        result: the answer body when small enough to keep in the record, else
+            ``result_location`` names it.
         expires_at: epoch seconds after which the store may forget the job (its TTL).
-        runner_id: the request id of the invocation that moved it to ``running`` last
-            (see :func:`may_claim`).
-        input_etag, input_version: the input object the job was made for (its ETag, its
-            version when the bucket keeps versions): the job reads that one or none (see
-            :class:`~chalicelib.jobs.uploads.Pin`). None for a job made before pins.
-        lease_expires_at: epoch seconds until which the job's holder may still move it (its
-            runner's function's end, or an asynchronous endpoint's last notification): set
-            by the claim from the holder's remaining time (see :func:`may_claim`).
+        runner_id: the request id of the invocation that claimed it last.
+        input_etag, input_version: the :class:`~chalicelib.jobs.uploads.Pin` of the input
+            (None for a job made before pins).
+        lease_expires_at: until when the job's holder may still move it, set by the claim
+            from the holder's remaining time.
     """
 
     job_id: str
@@ -138,8 +115,7 @@ class Job:
     lease_expires_at: float | None = None
 
     def view(self) -> dict[str, Any]:
-        """The body of ``GET /jobs/{job_id}`` (without the presigned GET of a result object,
-        which the caller adds)."""
+        """The body of ``GET /jobs/{job_id}``, less a result object's presigned GET."""
         body: dict[str, Any] = {"job_id": self.job_id, "state": str(self.state),
                                 "created_at": self.created_at, "updated_at": self.updated_at}
         if self.state is JobState.SUCCEEDED and self.result_location is None:
@@ -150,9 +126,9 @@ class Job:
 
 
 def owner_of(request_context: Mapping[str, Any] | None) -> str | None:
-    """The caller's identity from API Gateway's request context, or None when auth does not
-    identify callers: a Cognito user's ``sub``, else an IAM principal's ARN, else an API key's
-    id. Each is prefixed by its kind so identities of two kinds never compare equal."""
+    """The caller's identity from API Gateway's request context, or None: a Cognito
+    ``sub``, else an IAM ARN, else an API key's id, each prefixed by its kind so identities
+    of two kinds never compare equal."""
     if not request_context:
         return None
     authorizer = request_context.get("authorizer") or {}
@@ -172,10 +148,7 @@ def owner_of(request_context: Mapping[str, Any] | None) -> str | None:
 
 
 def check_owner(job: Job | None, job_id: str, caller: str | None) -> Job:
-    """The job when the caller may read it.
-
-    A job with no owner (created while auth did not identify callers) is readable by anyone;
-    a job with one only by that caller.
+    """The job when the caller may read it: a job with no owner by anyone.
 
     Raises:
         JobNotFoundError: no job, or another caller's (the same answer for both).

@@ -1,18 +1,14 @@
 """The re-drive: queued jobs whose ticket's S3 event never started a runner, delivered again.
 
-A job is queued with its ticket, and S3's notification of the ticket invokes the job runner.
-That event can be delayed or dropped (on AWS; locally, a bucket that came back without its
-notification), and nothing else would move the job until ``GET /jobs/{id}`` fails it as
-``JobLost`` hours later. A scheduled function (``app.job_redrive``, every
-:data:`DEFAULT_PERIOD_SECONDS`) lists the jobs still queued :data:`DEFAULT_AFTER_SECONDS`
-after they were made and, for each whose ticket object exists, hands the runner the event S3
-would have sent (:func:`ticket_event`).
+S3's notification of a ticket invokes the job runner. That event can be delayed or dropped
+(locally: a bucket that came back without its notification), and nothing else would move the
+job until ``GET /jobs/{id}`` fails it as ``JobLost`` hours later. A scheduled function
+(``app.job_redrive``) lists the jobs still queued ``after_seconds`` after they were made and,
+for each whose ticket object exists, hands the runner the event S3 would have sent.
 
-Running it twice is harmless: the runner claims a job conditionally (only from ``queued``), so
-a job claimed or finished meanwhile (the original event was only late) is answered as it
-stands and never run twice. A job is re-delivered when it becomes due and then each time its
-wait doubles (:func:`due`), so a runner that is only throttled gets a few duplicate events in
-its queue, not one per period.
+Running it twice is harmless: the runner claims a job only from ``queued``, so a job claimed
+meanwhile is never run twice. A job is re-delivered when due and then each time its wait
+doubles (:func:`due`), so a throttled runner gets a few duplicate events, not one per period.
 """
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ from chalicelib.jobs.service import JobsContext
 from chalicelib.jobs.store import JobStore
 from chalicelib.jobs.uploads import head_upload
 
-REDRIVE_FUNCTION, RUNNER_FUNCTION = "job_redrive", "job_runner"
-"""app.py's names of the re-drive and of the runner (.chalice/config.json's lambda_functions)."""
+REDRIVE_FUNCTION, RUNNER_FUNCTION = "job_redrive", "job_runner"  # app.py's function names
 
 logger = logging.getLogger("sagegate.jobs")
 
@@ -49,26 +44,21 @@ MAX_DELIVERED = 500
 _MAX_SECONDS = 86_400
 
 Deliver = Callable[[dict[str, Any]], None]
-"""Hands the job runner one S3 notification (:func:`ticket_event`): on Lambda an asynchronous
-invocation of the runner function, locally a message on the event pump's tickets queue."""
+"""Hands the runner one S3 notification: on Lambda an asynchronous invocation, locally a
+message on the event pump's tickets queue."""
 
 
 @dataclasses.dataclass(frozen=True)
 class RedriveSettings:
-    """When the re-drive runs and what it takes.
-
-    Attributes:
-        period_seconds: how often it runs (``JOB_REDRIVE_PERIOD_SECONDS``).
-        after_seconds: how long a job waits queued before it is re-driven
-            (``JOB_REDRIVE_AFTER_SECONDS``).
-    """
+    """``JOB_REDRIVE_PERIOD_SECONDS`` (how often it runs) and ``JOB_REDRIVE_AFTER_SECONDS``
+    (how long a job waits queued before it is re-driven)."""
 
     period_seconds: int = DEFAULT_PERIOD_SECONDS
     after_seconds: int = DEFAULT_AFTER_SECONDS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RedriveSettings:
-        """The settings in ``environ`` (defaults for those unset or blank).
+        """The settings in ``environ``, defaults for those unset or blank.
 
         Raises:
             ConfigurationError: a value is not a whole number of seconds from 1 to 86400.
@@ -98,8 +88,7 @@ def due(waited: float, settings: RedriveSettings) -> bool:
 
 
 def ticket_event(bucket: str, key: str, now: float | None = None) -> dict[str, Any]:
-    """The S3 notification of a ticket, as S3 sends it to the runner (one record; the key
-    URL-encoded as S3 encodes it)."""
+    """The S3 notification of a ticket as S3 sends it (the key URL-encoded as S3 does)."""
     moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     return {"Records": [{
         "eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
@@ -111,47 +100,41 @@ def ticket_event(bucket: str, key: str, now: float | None = None) -> dict[str, A
 
 @dataclasses.dataclass
 class Redriven:
-    """What one run did: the jobs re-delivered, and the others it looked at."""
+    """What one run did."""
 
     redriven: list[str] = dataclasses.field(default_factory=list)
     not_due: int = 0
-    """Listed, but not due in this run (or past its cap, :data:`MAX_DELIVERED`)."""
+    """Not due in this run, or past :data:`MAX_DELIVERED`."""
     moved: int = 0
     """Listed as queued, but claimed or gone by the time they were read."""
     no_ticket: int = 0
-    """Queued without a ticket object: the API failed before writing it (its client got an
-    error, not a 202), or the bucket lost it; nothing can run such a job."""
+    """Queued without a ticket (the API failed before writing it, its client got no 202):
+    nothing can run such a job."""
     failed: int = 0
-    """Deliveries that raised (each due again in a later run)."""
+    """Deliveries that raised (due again in a later run)."""
 
     def view(self) -> dict[str, Any]:
-        """The scheduled function's answer."""
         return {"redriven": list(self.redriven), "not_due": self.not_due, "moved": self.moved,
                 "no_ticket": self.no_ticket, "failed": self.failed}
 
 
 @dataclasses.dataclass(frozen=True)
 class Tickets:
-    """Where the stage's tickets are: the jobs bucket, its prefix and an S3 client."""
+    """Where the stage's tickets are."""
 
     s3: Any
     bucket: str
     prefix: str
 
     def exists(self, job_id: str) -> bool:
-        """Whether the job's ticket object is there (a HEAD).
-
-        Raises:
-            botocore's errors other than not-found.
-        """
+        """Whether the job's ticket object is there (a HEAD; other errors than not-found
+        raise)."""
         return head_upload(self.s3, self.bucket, self.key(job_id)) is not None
 
     def event(self, job_id: str, now: float) -> dict[str, Any]:
-        """The job's ticket notification (see :func:`ticket_event`)."""
         return ticket_event(self.bucket, self.key(job_id), now)
 
     def key(self, job_id: str) -> str:
-        """The job's ticket key."""
         # deferred: the settings above are read by sagegate's tools, which load no inference
         from chalicelib.jobs.service import ticket_key
 
@@ -160,15 +143,10 @@ class Tickets:
 
 def redrive(store: JobStore, tickets: Tickets, deliver: Deliver, settings: RedriveSettings,
             now: float) -> Redriven:
-    """Re-deliver the tickets of the queued jobs that are due (see the module).
+    """Re-deliver the tickets of the queued jobs that are due.
 
     Args:
-        store: the job records.
-        tickets: where the tickets are.
-        deliver: hands the runner one ticket event.
-        settings: the period and the wait.
-        now: the run's time (its scheduled time: a late run re-drives what the run on time
-            would have).
+        now: the run's scheduled time (a late run re-drives what the run on time would have).
 
     Raises:
         botocore's errors listing the jobs (the run fails; the next one starts over).
@@ -188,7 +166,6 @@ def redrive(store: JobStore, tickets: Tickets, deliver: Deliver, settings: Redri
 
 def _redrive_one(store: JobStore, tickets: Tickets, deliver: Deliver, job_id: str, now: float,
                  done: Redriven) -> None:
-    """Deliver one listed job's ticket, if it is still queued and has one."""
     job = store.get(job_id)  # the listing may lag; the record is read consistently
     if job is None or job.state is not JobState.QUEUED:
         done.moved += 1
@@ -218,8 +195,8 @@ def scheduled_time(text: str, clock: Callable[[], float] = time.time) -> float:
 
 
 def invoke_runner(client: Any, function_name: str) -> Deliver:
-    """Deliveries as asynchronous invocations of the runner function (``InvocationType``
-    ``Event``, as S3 invokes it: Lambda queues, retries and dead-letters it the same way)."""
+    """Deliveries as ``Event`` invocations of the runner, as S3 invokes it (so Lambda
+    queues, retries and dead-letters them the same way)."""
     def deliver(event: dict[str, Any]) -> None:
         client.invoke(FunctionName=function_name, InvocationType="Event",
                       Payload=json.dumps(event).encode())
@@ -238,13 +215,11 @@ def run_scheduled(context: JobsContext, scheduled: str, function_name: str,
     """One scheduled run of the re-drive: what ``app.job_redrive`` does.
 
     Args:
-        context: the jobs' store, S3 client, bucket and prefix.
-        scheduled: the schedule event's ``time`` (an ISO time; empty: now).
+        scheduled: the schedule event's ``time`` (ISO; empty: now).
         function_name: this function's own name (``<app>-<stage>-job_redrive``): the runner
-            is its sibling, ``<app>-<stage>-job_runner``, which Chalice names the same way.
-        deliver: how one ticket event reaches the runner (default: an asynchronous
-            invocation of it; the local event pump passes a message on its tickets queue).
-        environ: the re-drive's settings (default: the process's environment, read now).
+            is its sibling ``<app>-<stage>-job_runner``, as Chalice names them.
+        deliver: default an asynchronous invocation of the runner.
+        environ: default the process's environment, read now.
     """
     if deliver is None:
         runner = function_name.removesuffix(REDRIVE_FUNCTION) + RUNNER_FUNCTION

@@ -1,16 +1,10 @@
-"""Running one job: claim it (move it to running for this runner), do its work, keep the
-answer (inline when small, else as an object) or the error, and move it to its final state.
-Safe to run again for the same job id: a finished job is answered as it stands; a running one
-starts over only for a retry of its own runner's event or once its runner's lease is over
-(:func:`~chalicelib.jobs.records.may_claim`), never for a duplicate delivery while its runner
-may still be at work.
+"""Running one job: claim it, do its work, keep the answer (inline when small, else as an
+object) or the error. Safe to run again: a finished job is answered as it stands; a running
+one starts over only as :func:`~chalicelib.jobs.records.may_claim` allows.
 
-Once the work has an outcome (the endpoint answered, or refused), keeping it is retried while
-S3 or DynamoDB fail in a way a retry may cure (:mod:`.awsfaults`): giving up there would have
-Lambda run the event again, and the endpoint invoked a second time for an answer it gave.
-
-The work itself (read the upload, run the model's pipeline) is passed in, so this module
-loads nothing heavy and the same steps serve every backend and every test.
+Once the work has an outcome, keeping it is retried while S3 or DynamoDB fail in a way a retry
+may cure: giving up there would have Lambda run the event again, and the endpoint invoked a
+second time for an answer it gave. The work is passed in, so this module loads nothing heavy.
 """
 from __future__ import annotations
 
@@ -38,14 +32,11 @@ KEEP_POLICY = RetryPolicy(max_attempts=6, budget_seconds=FINISH_MARGIN_SECONDS /
 _KEEP_QUOTA = RetryQuota()  # this process's retries of S3 and DynamoDB writes
 
 Work = Callable[[Job], Answer]
-"""A job's work: the answer the synchronous route would have given for its input."""
-PutResult = Callable[[Job, Answer], str]
-"""Store an answer too large to inline; answers its location (``s3://bucket/key``)."""
+PutResult = Callable[[Job, Answer], str]  # keeps an answer too large to inline; its s3:// URI
 
 
 def outcome_of(job: Job, answer: Answer, put_result: PutResult) -> Outcome:
-    """Where a job's answer goes: inline when it is JSON of at most
-    :data:`INLINE_RESULT_BYTES`, else an object written by ``put_result``."""
+    """Inline when the answer is JSON of at most :data:`INLINE_RESULT_BYTES`, else an object."""
     if answer.content_type.split(";")[0].strip() == "application/json" \
             and len(answer.body) <= INLINE_RESULT_BYTES:
         try:
@@ -63,13 +54,10 @@ def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
             sleep: Callable[[float], None] = time.sleep) -> Job:
     """Run a job once (or again, after its runner died) and answer it as it ends.
 
-    ``runner_id`` names this invocation (Lambda's request id, the same for its retries of one
-    event): the job runs when this runner claims it until ``lease_until`` (see
-    :func:`~chalicelib.jobs.records.may_claim`); otherwise it is answered as it stands. A
-    :class:`SagegateError` from the work (a missing, changed or wrong upload, a bad image, the
-    endpoint's failure) fails the job with its code and message. Anything else
-    propagates and leaves the job running, so the event that started it is retried (with the
-    same request id: the retry may run it again).
+    The job runs when ``runner_id`` claims it until ``lease_until``; otherwise it is answered
+    as it stands. A :class:`SagegateError` from the work fails the job with its code and
+    message. Anything else propagates and leaves the job running, so the event is retried
+    (with the same request id: the retry may run it again).
 
     Raises:
         JobNotFoundError: no such job (or past its TTL).
@@ -93,13 +81,7 @@ def run_job(store: JobStore, job_id: str, work: Work, put_result: PutResult, *,
 
 def _keep(store: JobStore, job_id: str, state: JobState, outcome: Callable[[], Outcome],
           sleep: Callable[[float], None]) -> Job:
-    """Move the job to its final ``state`` with ``outcome()`` (which may write the answer
-    object), again after a failure of S3 or DynamoDB a retry may cure, within
-    :data:`KEEP_POLICY`.
-
-    Raises:
-        whatever the last attempt raised, when it is no such failure or the retries are spent.
-    """
+    """Move the job to its final ``state``, again after a failure a retry may cure."""
     retrier = Retrier(KEEP_POLICY, _KEEP_QUOTA)
     while True:
         try:

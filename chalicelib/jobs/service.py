@@ -1,9 +1,5 @@
-"""The jobs service the routes call: presign an upload for a model, create a job from an
-upload (or a small inline body), read a job for its caller.
-
-Running and finishing jobs (the event functions' side) is :mod:`.execution`; both share the
-collaborators in :class:`JobsContext`, built by the composition root.
-"""
+"""The jobs service the routes call: presign an upload, create a job from an upload (or a
+small inline body), read a job. Running and finishing jobs is :mod:`.execution`."""
 from __future__ import annotations
 
 import dataclasses
@@ -55,7 +51,6 @@ INPUTS = "inputs/"
 upload (the image resized, a tensor body made TF Serving's)."""
 
 JOB_LOST = "JobLost"
-"""The error code of a job nothing will finish (see :meth:`JobsService._settled`)."""
 QUEUED_PATIENCE_SECONDS = 6 * 3600 + 15 * 60 + 5 * 60
 """How long a queued job may wait for its runner: Lambda may keep a throttled event up to 6
 hours before running it (``MaximumEventAgeInSeconds``' default), the attempt that claims the
@@ -68,19 +63,11 @@ class JobsContext:
     """What the jobs service works with; the composition root builds it on first use.
 
     Attributes:
-        settings: ``JOBS_*``, ``JOB_*`` and ``UPLOAD_EXPIRY_SECONDS``.
-        registry: the models.
-        store: the job records.
-        s3: a boto3 S3 client (uploads, tickets, inputs, results).
-        endpoint: the jobs' endpoint client: a real-time job's ``InvokeEndpoint`` and an
-            asynchronous one's ``InvokeEndpointAsync``, retried by one rule.
+        endpoint: a real-time job's ``InvokeEndpoint`` and an asynchronous one's
+            ``InvokeEndpointAsync``, retried by one rule.
         pipeline_for: a model's pipeline with the job's limits (its image pixel cap, the
             job endpoint client's timeouts and budget).
-        backends: the registered job backends (:mod:`chalicelib.jobs.backends`).
-        capturer: data capture.
-        clock: epoch seconds.
-        lifetime: the job runner function's timeout and what follows from it (its work's
-            time, its claims' leases).
+        lifetime: the runner function's timeout and what follows (work time, leases).
     """
 
     settings: Settings
@@ -105,15 +92,10 @@ class JobsContext:
         return self.settings.jobs_prefix
 
     def location(self, key: str) -> str:
-        """``s3://<bucket>/<key>``."""
         return str(S3Uri(self.bucket, key))
 
     def key_of(self, location: str) -> str:
-        """The key of one of this bucket's ``s3://`` locations.
-
-        Raises:
-            InvalidUploadError: a location in another bucket.
-        """
+        """The key of one of this bucket's ``s3://`` locations (InvalidUploadError if not)."""
         try:
             uri = S3Uri.parse(location)
         except ValueError:
@@ -124,7 +106,6 @@ class JobsContext:
 
 
 def ticket_key(prefix: str, job_id: str) -> str:
-    """The key of a job's ticket: ``<prefix>tickets/<job_id>``."""
     return f"{prefix}{TICKETS}{job_id}"
 
 
@@ -137,14 +118,12 @@ def job_id_of_ticket(key: str, prefix: str) -> str | None:
 
 
 def input_key(prefix: str, job_id: str) -> str:
-    """The key of a job's endpoint input: ``<prefix>inputs/<job_id>``."""
     return f"{prefix}{INPUTS}{job_id}"
 
 
 class JobsService:
-    """The routes' side of jobs: uploads, job creation, job reads. Each method's failures of
-    S3 or DynamoDB that a retry may cure are 503 ``JobsUnavailable``
-    (:func:`~chalicelib.jobs.awsfaults.aws_faults`); the others keep their meaning."""
+    """The routes' side of jobs. S3 or DynamoDB failures a retry may cure are 503
+    ``JobsUnavailable`` (:mod:`.awsfaults`); the others keep their meaning."""
 
     def __init__(self, context: JobsContext) -> None:
         self.context = context
@@ -152,13 +131,12 @@ class JobsService:
     @translated("presign upload")
     def presign(self, model_name: str, content_type: object,
                 owner: str | None = None) -> Upload:
-        """A presigned POST for one input of ``model_name`` of ``content_type``, for
-        ``owner``'s jobs only when auth identifies callers.
+        """A presigned POST for one input, for ``owner``'s jobs only when auth identifies
+        callers.
 
         Raises:
-            ModelNotFoundError: no such model.
-            InvalidUploadError: a content type that is no media type.
-            UnsupportedMediaTypeError: the model does not read that type.
+            ModelNotFoundError, InvalidUploadError (no media type),
+            UnsupportedMediaTypeError (the model does not read that type).
         """
         model = self.context.registry.get(model_name)
         kind = check_type(model, check_content_type(content_type))
@@ -171,14 +149,11 @@ class JobsService:
     def create_from_upload(self, model: ModelSpec, upload_id: object,
                            options: CallOptions, owner: str | None) -> Job:
         """A queued job for an uploaded object, checked first (HEAD), with its ticket. The
-        job is pinned to the object checked (its ETag and version): replaced later, it is
-        not what the job runs.
+        job is pinned to the object checked (ETag, version): replaced later, it is not run.
 
         Raises:
-            InvalidUploadError: not an upload id this server makes.
-            UploadNotFoundError (also for an upload presigned for another caller),
-            UploadTooLargeError, UploadTypeMismatchError.
-            JobsUnavailableError: S3 or DynamoDB did not answer.
+            InvalidUploadError, UploadNotFoundError (also another caller's upload),
+            UploadTooLargeError, UploadTypeMismatchError, JobsUnavailableError.
         """
         if not isinstance(upload_id, str):
             raise InvalidUploadError("upload_id must be the id POST /uploads answered "
@@ -193,15 +168,8 @@ class JobsService:
     def create_from_body(self, model: ModelSpec, body: bytes, content_type: str,
                          options: CallOptions, owner: str | None) -> Job:
         """A queued job for a small inline body, kept as an upload the server makes itself.
-
-        The body is read first as the job will read it (as the model route reads a request),
-        so one the model cannot read is the caller's 4xx now, not a failed job later.
-
-        Raises:
-            UnsupportedMediaTypeError: the model does not read that type.
-            BadRequestError and the other errors of the model route's reader.
-            JobsUnavailableError: S3 or DynamoDB did not answer.
-        """
+        The body is read first as the job will read it, so one the model cannot read is the
+        caller's 4xx now (the model route reader's errors), not a failed job later."""
         kind = check_type(model, content_type)
         request = kind_of(model).read_job(body, content_type, options, model,
                                           max_body_bytes=max(len(body), 1))
@@ -229,13 +197,8 @@ class JobsService:
 
     @translated("read job")
     def view(self, job_id: str, caller: str | None) -> dict[str, Any]:
-        """``GET /jobs/{job_id}``'s body: the job's view, with a presigned GET
-        (``result_url``) of an answer kept as an object.
-
-        Raises:
-            JobNotFoundError: no such job, or another caller's.
-            JobsUnavailableError: DynamoDB did not answer.
-        """
+        """``GET /jobs/{job_id}``'s body, with a presigned GET (``result_url``) of an answer
+        kept as an object. JobNotFoundError also for another caller's job."""
         found = self.context.store.get(job_id) if is_job_id(job_id) else None
         job = self._settled(check_owner(found, job_id[:64], caller))
         body = job.view()
@@ -246,14 +209,12 @@ class JobsService:
     def _settled(self, job: Job) -> Job:
         """The job, failed as ``JobLost`` when nothing will move it any more.
 
-        A queued job waits :data:`QUEUED_PATIENCE_SECONDS` for a runner to claim it (past
-        it, its event was dropped). A running job is held by a lease its claim stored (its
-        runner's function's remaining time, or the asynchronous endpoint's last notification:
-        the backend's ``lease_seconds``); Lambda retries an event at most
-        :data:`~chalicelib.jobs.lifetime.LAMBDA_RETRY_WAIT_SECONDS` after an attempt ended,
-        and that retry claims the job again. A job still running that long past its lease was
-        dropped by every attempt (its function ran out of memory or time): it is failed, so
-        its clients stop waiting.
+        A queued job waits :data:`QUEUED_PATIENCE_SECONDS` for a runner to claim it. A running
+        job is held by the lease its claim stored (the runner's remaining time, or the
+        backend's ``lease_seconds``); Lambda retries an event at most
+        :data:`~chalicelib.jobs.lifetime.LAMBDA_RETRY_WAIT_SECONDS` after an attempt ended.
+        A job still running that long past its lease was dropped by every attempt (out of
+        memory or time): it is failed, so its clients stop waiting.
         """
         if job.state.final:
             return job

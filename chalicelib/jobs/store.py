@@ -18,14 +18,12 @@ from typing import Any, Protocol
 from chalicelib.core.errors import JobNotFoundError
 from chalicelib.jobs.records import Job, JobState, may_claim, may_move
 
-DEFAULT_TTL_SECONDS = 7 * 24 * 3600
-"""How long a job is kept when no TTL is given: a week."""
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600  # a job's TTL when none is given
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What a job ends with: the inline answer, or the answer object's location, or an
-    error ``{"Code", "Message"}``."""
+    """What a job ends with: an inline answer, an answer object's location, or an error."""
 
     result: Any = None
     result_location: str | None = None
@@ -36,17 +34,15 @@ class JobStore(Protocol):
     """Keeps job records."""
 
     def create(self, job: Job) -> Job:
-        """Store a new job; when its id exists already, change nothing and answer the
-        stored job (a retried create)."""
+        """Store a new job; a retried create (its id exists) answers the stored job."""
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None (never created, or past its TTL)."""
 
     def advance(self, job_id: str, state: JobState,
                 outcome: Outcome | None = None) -> tuple[Job, bool]:
-        """Move a job to ``state`` (with its outcome when final) if it may move there
-        (:func:`~chalicelib.jobs.records.may_move`); answers the job as it stands after and
-        whether this call changed it.
+        """Move a job to ``state`` if :func:`~chalicelib.jobs.records.may_move` allows;
+        answers the job as it stands after and whether this call changed it.
 
         Raises:
             JobNotFoundError: no such job.
@@ -54,21 +50,18 @@ class JobStore(Protocol):
 
     def claim(self, job_id: str, runner_id: str, lease_until: float,
               reclaim: bool = False) -> tuple[Job, bool]:
-        """Move a job to ``running`` for the runner ``runner_id`` until ``lease_until`` (epoch
-        seconds), both kept in the record, if it may
-        (:func:`~chalicelib.jobs.records.may_claim`: from queued; from running only with
-        ``reclaim``, for its own runner or once its lease is over); answers the job as it
-        stands after and whether this call moved it (only one caller wins).
+        """Move a job to ``running`` for ``runner_id`` until ``lease_until`` (both kept in
+        the record) if :func:`~chalicelib.jobs.records.may_claim` allows; answers the job and
+        whether this call moved it (only one caller wins).
 
         Raises:
             JobNotFoundError: no such job.
         """
 
     def queued_between(self, since: float, before: float, limit: int) -> list[tuple[str, float]]:
-        """The ids and creation times of at most ``limit`` jobs still queued that were created
-        from ``since`` to ``before`` (epoch seconds), oldest first: jobs no runner has claimed
-        (the re-drive's candidates, :mod:`chalicelib.jobs.redrive`). A listing, not a read: a
-        job may have moved since (a claim decides)."""
+        """The ids and creation times of at most ``limit`` jobs still queued, created from
+        ``since`` to ``before``, oldest first (the re-drive's candidates). A listing, not a
+        read: a job may have moved since."""
 
 
 def _moved(job: Job, state: JobState, outcome: Outcome | None, now: float) -> Job:

@@ -20,14 +20,12 @@ from chalicelib.core.errors import (
 from chalicelib.jobs.records import JOB_ID
 from chalicelib.registry.specs import MAX_UPLOAD_BYTES
 
-DEFAULT_EXPIRY_SECONDS = 15 * 60
-"""How long a presigned POST stays usable when ``UPLOAD_EXPIRY_SECONDS`` is not set."""
-UPLOADS = "uploads/"
+DEFAULT_EXPIRY_SECONDS = 15 * 60  # when UPLOAD_EXPIRY_SECONDS is not set
+UPLOADS = "uploads/"  # under the stage's JOBS_PREFIX
 OWNER_METADATA = "sagegate-owner"
-"""The user metadata naming an upload's caller (S3 answers it in HeadObject's ``Metadata``)."""
+"""The user metadata naming an upload's caller (S3 answers it in HeadObject's ``Metadata``);
+the presigned POST sets it through :data:`OWNER_FIELD`."""
 OWNER_FIELD = f"x-amz-meta-{OWNER_METADATA}"
-"""The presigned POST's field that sets it."""
-"""Where uploads go under the stage's ``JOBS_PREFIX``."""
 
 # type "/" subtype, RFC 6838's restricted-name characters; no parameters
 _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
@@ -37,7 +35,7 @@ _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
 class UploadChangedError(SagegateError):
     """The upload was replaced after its job was made (the same presigned fields posted
     again): the job runs nothing rather than bytes it was not made for. A job's failure only,
-    never a route's answer (as ``JobLost``)."""
+    never a route's answer."""
 
     STATUS_CODE = 409
     CODE = "UploadChanged"
@@ -45,9 +43,8 @@ class UploadChangedError(SagegateError):
 
 @dataclasses.dataclass(frozen=True)
 class Pin:
-    """The one object a job was made for: its ETag, and its version when the bucket keeps
-    versions. A job reads that object or nothing (:func:`head_upload`, and the read's own
-    conditions)."""
+    """The one object a job was made for (ETag; version when the bucket keeps versions): the
+    job reads that object or nothing."""
 
     etag: str
     version_id: str | None = None
@@ -59,9 +56,9 @@ class Pin:
 
 
 def pin_of(answer: Mapping[str, Any] | None) -> Pin | None:
-    """The pin of the object a HeadObject or PutObject answer describes (None without an
-    ETag). S3's ``null`` version (a bucket whose versioning is off or suspended) is no version:
-    the next upload replaces it in place, so only the ETag tells them apart."""
+    """The pin of a HeadObject or PutObject answer (None without an ETag). S3's ``null``
+    version (versioning off or suspended) is no version: the next upload replaces it in place,
+    so only the ETag tells them apart."""
     etag = (answer or {}).get("ETag")
     if not isinstance(etag, str) or not etag:
         return None
@@ -71,8 +68,6 @@ def pin_of(answer: Mapping[str, Any] | None) -> Pin | None:
 
 
 def changed(pin: Pin, found: str | None = None) -> UploadChangedError:
-    """The error of a job whose upload is no longer the object ``pin`` names (``found``: the
-    ETag there now, when known)."""
     now = f", it is {found[:64]} now" if found else ""
     return UploadChangedError(
         f"The upload was replaced after this job was made (its ETag was {pin.etag[:64]}{now}): "
@@ -90,17 +85,12 @@ class Upload:
     expires_at: float
 
     def view(self) -> dict[str, Any]:
-        """The answer's JSON body."""
         return {"upload_id": self.upload_id, "url": self.url, "fields": dict(self.fields),
                 "expires_at": self.expires_at}
 
 
 def upload_key(prefix: str, upload_id: str) -> str:
-    """The object key of an upload: ``<prefix>uploads/<upload_id>``.
-
-    Raises:
-        InvalidUploadError: ``upload_id`` is not one :func:`presign_upload` makes.
-    """
+    """The object key of an upload (InvalidUploadError for an id the server does not make)."""
     if not JOB_ID.match(upload_id):
         raise InvalidUploadError("upload_id must be the id POST /uploads answered "
                                  "(32 lowercase hex digits).")
@@ -108,12 +98,7 @@ def upload_key(prefix: str, upload_id: str) -> str:
 
 
 def upload_id_of(key: str, prefix: str) -> str:
-    """The upload id of one of this stage's upload keys (see :func:`upload_key`).
-
-    Raises:
-        InvalidUploadError: the key is not under ``<prefix>uploads/`` or not one the server
-            makes.
-    """
+    """The upload id of one of this stage's upload keys (InvalidUploadError otherwise)."""
     upload_id = key[len(prefix) + len(UPLOADS):]
     if not key.startswith(prefix + UPLOADS) or not JOB_ID.match(upload_id):
         raise InvalidUploadError("The input is not an upload of this stage.")
@@ -121,11 +106,8 @@ def upload_id_of(key: str, prefix: str) -> str:
 
 
 def check_content_type(content_type: object) -> str:
-    """A content type an upload may pin: ``type/subtype`` with no parameters.
-
-    Raises:
-        InvalidUploadError: anything else.
-    """
+    """A content type an upload may pin: ``type/subtype``, no parameters (else
+    InvalidUploadError)."""
     if not isinstance(content_type, str) or not _MEDIA_TYPE.match(content_type):
         raise InvalidUploadError("content_type must be a media type such as 'image/jpeg' "
                                  "(type/subtype, no parameters).")
@@ -135,14 +117,12 @@ def check_content_type(content_type: object) -> str:
 def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max_bytes: int,
                    expiry_seconds: int = DEFAULT_EXPIRY_SECONDS,
                    clock: Callable[[], float] = time.time, owner: str | None = None) -> Upload:
-    """A presigned POST for one new object ``<prefix>uploads/<new id>`` of ``content_type``
-    and at most ``max_bytes``, usable for ``expiry_seconds``.
+    """A presigned POST for one new upload object, usable for ``expiry_seconds``.
 
     The key is the server's (no ``${filename}``), so the policy's ``key`` condition is an
-    exact match; ``Content-Type`` is a field and an exact-match condition; the size is a
-    ``content-length-range`` condition, checked by S3 itself. With an ``owner`` (the caller,
-    when auth identifies callers), the object carries it as metadata (:data:`OWNER_FIELD`,
-    a field and an exact-match condition): only that caller's jobs may read the upload.
+    exact match, as is ``Content-Type``'s; the size is a ``content-length-range`` condition,
+    checked by S3 itself. With an ``owner``, the object carries it as metadata (an exact-match
+    condition too): only that caller's jobs may read the upload.
 
     Raises:
         InvalidUploadError: a bad content type; ValueError: a cap outside 1 B to 1 GiB.
@@ -165,17 +145,12 @@ def presign_upload(client: Any, bucket: str, prefix: str, content_type: str, max
 
 def check_uploaded(head: Mapping[str, Any] | None, key: str, prefix: str, content_type: str,
                    max_bytes: int) -> int:
-    """Check an uploaded object before a job reads it; answers its size in bytes.
-
-    Args:
-        head: S3's HeadObject answer for ``key``, or None when there is no such object.
-        key: the object's key; it must be one of this stage's uploads.
-        content_type: the type the job expects (the upload's pinned type).
-        max_bytes: the model's cap.
+    """Check an uploaded object (``head``: its HeadObject answer, None when missing) before
+    a job reads it; answers its size in bytes.
 
     Raises:
-        InvalidUploadError: the key is not under ``<prefix>uploads/``.
-        UploadNotFoundError, UploadTypeMismatchError, UploadTooLargeError.
+        InvalidUploadError (not this stage's upload), UploadNotFoundError,
+        UploadTypeMismatchError, UploadTooLargeError.
     """
     upload_id = upload_id_of(key, prefix)
     if head is None:
@@ -205,9 +180,6 @@ def head_upload(client: Any, bucket: str, key: str,
                 pin: Pin | None = None) -> Mapping[str, Any] | None:
     """S3's HeadObject answer for an upload, or None when there is no such object.
 
-    Args:
-        pin: the object the job was made for: another one there is an error, not an answer.
-
     Raises:
         UploadChangedError: ``pin`` no longer names the object at ``key``.
         botocore's errors other than not-found.
@@ -226,22 +198,16 @@ def head_upload(client: Any, bucket: str, key: str,
 
 
 def check_pinned(pin: Pin | None, answer: Mapping[str, Any]) -> None:
-    """Refuse an answer of another object than the pinned one (a store that ignored
-    If-Match: the same verdict as S3's 412).
-
-    Raises:
-        UploadChangedError: the answer's ETag is not the pin's.
-    """
+    """Refuse (UploadChangedError) an answer of another object than the pinned one: a
+    store that ignored If-Match gets the same verdict as S3's 412."""
     found = answer.get("ETag")
     if pin is not None and isinstance(found, str) and found != pin.etag:
         raise changed(pin, found)
 
 
 def is_missing(error: Exception) -> bool:
-    """Whether a botocore error is S3's answer that there is no such object."""
     return error_code(error) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
 
 
 def is_changed(error: Exception) -> bool:
-    """Whether a botocore error is S3's answer that an ``If-Match`` no longer holds."""
     return error_code(error) in ("412", "PreconditionFailed")

@@ -20,19 +20,14 @@ from chalicelib.kinds import kind_of
 from chalicelib.registry.specs import ModelSpec
 
 JOB_MAX_INSTANCES = 4_000_000
-"""Rows an asynchronous job's tensor input may carry (a 30 MB CSV batch is about 2 million;
-one real-time request carries at most :data:`~chalicelib.inference.coercion.MAX_INSTANCES`)."""
+"""Rows an asynchronous job's tensor input may carry (a 30 MB CSV batch is about 2 million)."""
 JOB_MAX_ELEMENTS = 16_000_000
-"""Values one input of an asynchronous job may carry."""
 ASYNC_PATIENCE_SECONDS = 6 * 3600 + 120
-"""Beyond the invocation's timeout, how long SageMaker may keep an asynchronous request queued
-(``RequestTTLSeconds``' default, 6 hours) and a margin: the lease of a job handed to an
-asynchronous endpoint. Past it and Lambda's retry wait (5 minutes in all) the endpoint has
-notified, or never will."""
+"""The lease of a job handed to an asynchronous endpoint, beyond the invocation's timeout:
+SageMaker may keep a request queued 6 hours (``RequestTTLSeconds``' default), and a margin."""
 
 
 class AsyncBackend:
-    """See the module."""
 
     def batch_limits(self, model: ModelSpec) -> tuple[int, int]:
         return JOB_MAX_INSTANCES, JOB_MAX_ELEMENTS  # the endpoint takes a whole batch
@@ -43,8 +38,7 @@ class AsyncBackend:
         return float(model.jobs.invocation_timeout_seconds + ASYNC_PATIENCE_SECONDS)
 
     def start(self, steps: JobSteps, run: Run) -> Job:
-        """Preprocess, keep the endpoint's input, queue it (once:
-        :func:`~chalicelib.jobs.asyncinference.start`)."""
+        """Preprocess, keep the endpoint's input, queue it (once)."""
         job, model = run.job, run.model
         if job.state is not JobState.QUEUED:
             return job  # started already (a retried event): the notification finishes it
@@ -81,8 +75,6 @@ def _split(steps: JobSteps, model: ModelSpec) -> SplitPipeline:
 
 
 def _answer(steps: JobSteps, job: Job, output_location: str) -> Answer:
-    """The synchronous route's answer to an asynchronous endpoint's output object, captured
-    as the synchronous route captures an inference."""
     model = steps.model(job)
     body, content_type = steps.output(output_location)
     request = ModelRequest(Call(b"", ""), job.options)
@@ -97,11 +89,7 @@ def _answer(steps: JobSteps, job: Job, output_location: str) -> Answer:
 
 def _check_options(request: ModelRequest, job: Job, model: ModelSpec) -> None:
     """An asynchronous job's answer is made from its query options (the notification has
-    nothing else): options inside an uploaded JSON body that change it are refused.
-
-    Raises:
-        InvalidParameterError: the body's ``k`` differs from the query's.
-    """
+    nothing else): a ``k`` inside an uploaded JSON body that differs is refused."""
     expected = kind_of(model).applied_k(model, job.options.k)
     if request.options.k != expected:
         raise InvalidParameterError(

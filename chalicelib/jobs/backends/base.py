@@ -21,12 +21,8 @@ class Run:
     """One delivery of a job's ticket to a runner.
 
     Attributes:
-        job: the job as it stood when the ticket was read.
-        model: its model.
-        runner_id: this invocation's id (Lambda's request id, kept by its retries).
         deadline: when the job's work must end (``time.monotonic()``).
-        lease_until: until when the runner's claim holds the job (epoch seconds; the
-            backend's :meth:`JobBackend.lease_seconds` from now).
+        lease_until: until when the runner's claim holds the job (epoch seconds).
     """
 
     job: Job
@@ -41,62 +37,49 @@ class JobSteps(Protocol):
 
     @property
     def store(self) -> Any:
-        """The job records (:class:`~chalicelib.jobs.store.JobStore`)."""
         ...
 
     @property
     def endpoint(self) -> EndpointClient:
-        """The jobs' endpoint client (``InvokeEndpointAsync`` too: one retry rule for every
-        backend)."""
+        """The jobs' endpoint client (one retry rule for every backend)."""
         ...
 
     def model(self, job: Job) -> ModelSpec:
-        """The job's model.
-
-        Raises:
-            ModelNotFoundError: no longer registered.
-        """
+        """The job's model (ModelNotFoundError when no longer registered)."""
         ...
 
     def request(self, job: Job, model: ModelSpec) -> ModelRequest:
-        """The job's input read as the model's route reads a request."""
         ...
 
     def pipeline(self, model: ModelSpec) -> ServingPipeline:
-        """The model's pipeline in a job (the job's endpoint, limits)."""
+        """The model's pipeline with the job's endpoint and limits."""
         ...
 
     def capture(self, served: Served, job: Job, request: ModelRequest,
                 deadline: float | None = None) -> None:
-        """Capture an inference of the job, as the synchronous route captures one."""
         ...
 
     def put_result(self, job: Job, answer: Answer) -> str:
-        """Keep an answer too large for the record; its location."""
         ...
 
     def fail(self, job: Job, error: SagegateError) -> Job:
-        """Fail the job with the error's code and message."""
         ...
 
     def endpoint_input(self, job: Job, request: ModelRequest, call: Call) -> str:
-        """Where an endpoint reads the job's (preprocessed) input: an object of the server's."""
         ...
 
     def output(self, location: str) -> tuple[bytes, str]:
-        """An endpoint's output object: its bytes and type."""
         ...
 
     def sent(self, job: Job) -> bytes:
-        """What the endpoint was sent for the job (for capture; nothing when capture is off)."""
         ...
 
 
 class JobBackend(Protocol):
-    """Where and how a model's jobs run (one module per backend; see the package)."""
+    """Where and how a model's jobs run."""
 
     def batch_limits(self, model: ModelSpec) -> tuple[int, int]:
-        """The rows and values one job input may carry (its endpoint's batch)."""
+        """The rows and values one job input may carry."""
         ...
 
     def lease_seconds(self, model: ModelSpec, lifetime: RunnerLifetime,
@@ -110,8 +93,8 @@ class JobBackend(Protocol):
         ...
 
     def complete(self, steps: JobSteps, message: Any) -> Job | None:
-        """Finish the job a notification is about; None when the message is no notification
-        of this backend's about a job of this stage. Safe to run again."""
+        """Finish the job a notification is about; None when it is not this backend's about
+        a job of this stage. Safe to run again."""
         ...
 
 
@@ -129,6 +112,5 @@ def backend_of(model: ModelSpec, backends: Mapping[str, BackendRules]) -> JobBac
 
 
 def implementations(backends: Mapping[str, BackendRules]) -> list[JobBackend]:
-    """Every registered backend, in registration order."""
     return [cast(JobBackend, implementation(rules.implementation, "BACKEND"))
             for rules in backends.values()]

@@ -1,7 +1,5 @@
-"""The ``realtime`` backend: the job's runner (a Lambda function) runs the model's own serve
-path on the uploaded input, with the job's limits and no prediction cache, and captures the
-inference as the synchronous route does (:func:`~chalicelib.jobs.runner.run_job`: claimed
-once, its answer kept)."""
+"""The ``realtime`` backend: the job's runner runs the model's own serve path on the uploaded
+input, with the job's limits and no prediction cache, and captures it as the route does."""
 from __future__ import annotations
 
 import time
@@ -19,12 +17,10 @@ from chalicelib.registry.specs import ModelSpec
 
 CAPTURE_SECONDS = 10.0
 """What a real-time job's capture may take when its endpoint answered at the end of its
-work's time (out of what the runner kept for after it,
-:data:`~chalicelib.jobs.lifetime.FINISH_MARGIN_SECONDS`)."""
+work's time (out of :data:`~chalicelib.jobs.lifetime.FINISH_MARGIN_SECONDS`)."""
 
 
 class RealtimeBackend:
-    """See the module."""
 
     def batch_limits(self, model: ModelSpec) -> tuple[int, int]:
         return MAX_INSTANCES, MAX_ELEMENTS  # what one request to a real-time endpoint may
@@ -42,9 +38,6 @@ class RealtimeBackend:
 
 
 def _work(steps: JobSteps, job: Job, run: Run) -> Answer:
-    """The model's serve path on the upload, then its capture. The endpoint client retries
-    what a retry may cure until the run's deadline (see
-    :func:`~chalicelib.jobs.invoking.job_retry_policy`)."""
     request = steps.request(job, run.model)
     try:
         served = steps.pipeline(run.model).serve(request, job.job_id, StageTimer(),
@@ -57,7 +50,7 @@ def _work(steps: JobSteps, job: Job, run: Run) -> Answer:
 
 def _with_model_message(error: ModelError) -> ModelError:
     """A model failure whose message carries the model's own (a job's reader sees only the
-    message; the synchronous route's answer has it as a detail)."""
+    message, where the route's answer has it as a detail)."""
     original = error.details.get("original_message")
     if not original:
         return error
