@@ -26,8 +26,7 @@ ARM_KEYS = frozenset({"name", "endpoint", "weight", "variant", "target_model",
 SHADOW_KEYS = frozenset({"name", "endpoint", "sample", "timeout_seconds", "variant",
                          "target_model", "inference_component"})
 MAX_WEIGHT = 1_000_000
-MAX_SHADOW_TIMEOUT_SECONDS = 60.0
-"""A shadow's longest call: SageMaker's own InvokeEndpoint limit."""
+MAX_SHADOW_TIMEOUT_SECONDS = 60.0  # SageMaker's own InvokeEndpoint limit
 DEFAULT_SHADOW_TIMEOUT_SECONDS = 5.0
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}\Z")  # an HTTP token
@@ -57,7 +56,6 @@ class Target:
         return self.endpoint, self.variant, self.target_model, self.inference_component
 
     def to_dict(self) -> dict[str, Any]:
-        """As ``GET /models/{name}`` shows it (unset fields left out)."""
         return {key: value for key, value in dataclasses.asdict(self).items()
                 if value is not None}
 
@@ -80,7 +78,6 @@ class Shadow(Target):
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """A model's experiment (see the module)."""
 
     name: str
     arms: tuple[Arm, ...]
@@ -95,7 +92,6 @@ class Experiment:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """As ``GET /models/{name}`` shows it."""
         total = sum(arm.weight for arm in self.arms)
         return {"name": self.name, "sticky": self.sticky,
                 "arms": [{**arm.to_dict(), "share": round(arm.weight / total, 6)}
@@ -103,12 +99,9 @@ class Experiment:
                 "shadow": [shadow.to_dict() for shadow in self.shadows]}
 
 
-Fail = Callable[[str, str], ConfigurationError]
-"""Makes the error naming the file and a key: ``fail(key, requirement)``."""
-ResolveEndpoint = Callable[[str, Any], str]
-"""Checks an endpoint value (``"$VARIABLE"`` read): ``resolve(key, value)``."""
-CheckName = Callable[[str, Any], str | None]
-"""Checks an optional SageMaker name (``check(key, value)``; None when absent)."""
+Fail = Callable[[str, str], ConfigurationError]  # fail(key, requirement)
+ResolveEndpoint = Callable[[str, Any], str]  # resolve(key, value), "$VARIABLE" read
+CheckName = Callable[[str, Any], str | None]  # check(key, value) of a SageMaker name
 
 
 def read_experiment(value: Any, fail: Fail, resolve_endpoint: ResolveEndpoint,
@@ -117,9 +110,8 @@ def read_experiment(value: Any, fail: Fail, resolve_endpoint: ResolveEndpoint,
     """The model's experiment from its ``experiment`` value (None when the key is absent).
 
     Raises:
-        ConfigurationError: (made by ``fail``) an unknown key, a bad value, weights that are
-            not positive whole numbers, a name given twice, an unknown sticky form, a shadow
-            that is one of the arms.
+        ConfigurationError: (made by ``fail``) also for a name given twice or a shadow that
+            is one of the arms.
     """
     if value is None:
         return None

@@ -27,20 +27,14 @@ from chalicelib.registry.specs import (
 
 JOBS_KEYS = frozenset({"backend", "endpoint", "max_upload_bytes", "invocation_timeout_seconds"})
 
-Fail = Callable[[str, str], ConfigurationError]
-"""Makes the error naming the file and a key: ``fail(key, requirement)``."""
-ResolveEndpoint = Callable[[str, Any], str]
-"""Checks an endpoint value (``"$VARIABLE"`` read): ``resolve(key, value)``."""
+Fail = Callable[[str, str], ConfigurationError]  # fail(key, requirement)
+ResolveEndpoint = Callable[[str, Any], str]  # resolve(key, value), "$VARIABLE" read
 
 
 def read_jobs(value: Any, kind: KindRules, backends: Mapping[str, BackendRules], fail: Fail,
               resolve_endpoint: ResolveEndpoint) -> JobsSpec:
-    """The model's jobs from its ``jobs`` value (None when the key is absent).
-
-    Raises:
-        ConfigurationError: (made by ``fail``) an unknown key, a bad value, ``async`` without
-            an endpoint or for a pipeline that cannot be split.
-    """
+    """The model's jobs from its ``jobs`` value (None when the key is absent); a bad one is
+    ``fail``'s ConfigurationError."""
     if value is None:
         return JobsSpec()
     if not isinstance(value, dict):

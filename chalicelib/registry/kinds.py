@@ -37,8 +37,7 @@ class Pipeline(enum.StrEnum):
 
 
 class JobsBackend(enum.StrEnum):
-    """The built-in job backends' names: a model's real-time endpoint (the job's Lambda runs
-    the pipeline), or an asynchronous endpoint (``InvokeEndpointAsync``, finished by SNS)."""
+    """The built-in job backends' names."""
 
     REALTIME = "realtime"
     ASYNC = "async"
@@ -49,13 +48,10 @@ class KindRules:
     """One pipeline kind, as model.json's reader checks it.
 
     Attributes:
-        name: model.json's ``pipeline`` value.
-        implementation: the module whose ``KIND`` serves it
-            (:class:`chalicelib.kinds.base.PipelineKind`).
-        handler_file: the user's file in the model's folder it runs (None: none).
+        implementation: the module whose ``KIND`` serves it.
+        handler_file: the user's file in the model's folder it runs, if any.
         image: it reads images with the image settings (model.json's ``image`` block, the flat
             variables), and sends what they say (any ``accept``).
-        signature_required: model.json must declare at least one input.
         content_type: the one type it sends the endpoint (None: model.json's, JSON by default).
         splits: its pre- and postprocessing run apart from the endpoint call (an
             asynchronous endpoint's jobs need it; a handler that runs around the call cannot).
@@ -75,9 +71,7 @@ class BackendRules:
     """One job backend, as model.json's reader checks its ``jobs`` block.
 
     Attributes:
-        name: ``jobs.backend``'s value.
-        implementation: the module whose ``BACKEND`` runs its jobs
-            (:class:`chalicelib.jobs.backends.base.JobBackend`).
+        implementation: the module whose ``BACKEND`` runs its jobs.
         needs_endpoint: ``jobs.endpoint`` must name the endpoint its jobs go to.
         needs_split: only for kinds that split (:attr:`KindRules.splits`).
     """
@@ -95,25 +89,19 @@ KINDS: tuple[KindRules, ...] = (
     KindRules(Pipeline.SAGEMAKER_TFS, "chalicelib.kinds.tfs", handler_file="inference.py"),
     KindRules(Pipeline.CORTEX, "chalicelib.kinds.cortex", handler_file="handler.py"),
 )
-"""The built-in pipeline kinds."""
 
 BACKENDS: tuple[BackendRules, ...] = (
     BackendRules(JobsBackend.REALTIME, "chalicelib.jobs.backends.realtime"),
     BackendRules(JobsBackend.ASYNC, "chalicelib.jobs.backends.asynchronous",
                  needs_endpoint=True, needs_split=True),
 )
-"""The built-in job backends."""
 
 
 _Rules = TypeVar("_Rules", KindRules, BackendRules)
 
 
 def by_name(rules: Iterable[_Rules]) -> Mapping[str, _Rules]:
-    """Rules by name.
-
-    Raises:
-        ValueError: a name given twice.
-    """
+    """Rules by name (ValueError for a name given twice)."""
     named: dict[str, _Rules] = {}
     for rule in rules:
         if rule.name in named:
@@ -122,8 +110,7 @@ def by_name(rules: Iterable[_Rules]) -> Mapping[str, _Rules]:
     return named
 
 
-BUILT_IN_KINDS = by_name(KINDS)
-"""The built-in kinds by name (a spec built without a registry, in a test, takes its own)."""
+BUILT_IN_KINDS = by_name(KINDS)  # for a spec built without a registry (a test, a tool)
 
 _IMPLEMENTATIONS: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -131,12 +118,8 @@ _LOCK = threading.Lock()
 
 def implementation(module: str, attribute: str) -> Any:
     """``module``'s ``attribute`` (a kind's ``KIND``, a backend's ``BACKEND``), imported on
-    first use and kept.
-
-    Raises:
-        ImportError, AttributeError: the module or the attribute is missing (a registration
-            error, found by the tests that serve every registered kind).
-    """
+    first use and kept. A missing one raises (a registration error the tests that serve
+    every registered kind find)."""
     key = f"{module}:{attribute}"
     found = _IMPLEMENTATIONS.get(key)
     if found is None:

@@ -10,11 +10,7 @@ from chalicelib.core.errors import ConfigurationError
 def read_labels(path: Path, shown: str) -> tuple[str, ...]:
     """The class names of a label file, in index order: one a line, blank lines skipped.
 
-    The one reader of label files (a model's ``labels.txt``, the flat ``LABELS`` file); each
-    file is read once, and again only if it changed.
-
     Args:
-        path: the file.
         shown: how messages name it (``models/iris/labels.txt``).
 
     Raises:

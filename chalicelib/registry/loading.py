@@ -51,8 +51,7 @@ from chalicelib.registry.specs import ModelSpec
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILE = "model.json"
 LABELS_FILE = "labels.txt"
-DEFAULT_MODEL = "DEFAULT_MODEL"
-"""The environment variable naming the model ``/predict`` serves."""
+DEFAULT_MODEL = "DEFAULT_MODEL"  # the variable naming the model /predict serves
 DEFAULT_MODEL_NAME = "efficientnet-lite0"
 _MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?\Z")
 _ENV_REFERENCE = re.compile(r"^\$([A-Z_][A-Z0-9_]*)\Z")
@@ -80,15 +79,10 @@ class Registry:
         self.default = default
 
     def names(self) -> list[str]:
-        """The registered names, sorted."""
         return sorted(self.models)
 
     def get(self, name: str | None = None) -> ModelSpec:
-        """The model called ``name`` (the default one when None).
-
-        Raises:
-            ModelNotFoundError: no such model (the message lists the known ones).
-        """
+        """The model called ``name`` (None: the default); ModelNotFoundError lists the known."""
         model = self.models.get(self.default if name is None else name)
         if model is None:
             shown = name if len(name or "") <= 64 else (name or "")[:64] + "..."
@@ -110,11 +104,7 @@ class Registered:
     @classmethod
     def of(cls, kinds: Sequence[KindRules] = registered.KINDS,
            backends: Sequence[BackendRules] = registered.BACKENDS) -> Registered:
-        """These kinds and backends (by default the built-in ones).
-
-        Raises:
-            ConfigurationError: a name registered twice.
-        """
+        """These kinds and backends (ConfigurationError for a name registered twice)."""
         try:
             return cls(registered.by_name(kinds), registered.by_name(backends))
         except ValueError as error:
@@ -129,11 +119,8 @@ def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODEL
     Args:
         settings: the flat settings (they describe the default model, and any
             image-classification model's settings start from them).
-        env: the environment ``$VAR`` endpoints are read from.
-        root: the models folder.
+        env: where ``$VAR`` endpoints are read from.
         labels: the flat ``LABELS`` file's classes, for image models without a labels.txt.
-        known: the pipeline kinds and job backends a model may name (the built-in ones when
-            None).
 
     Raises:
         ConfigurationError: a folder, file or key is not valid; the message names it.
@@ -151,11 +138,7 @@ def load_registry(settings: Settings, env: Mapping[str, str], root: Path = MODEL
 def load_model(folder: Path, settings: Settings, env: Mapping[str, str],
                flat_labels: Sequence[str] | None = None,
                known: Registered | None = None) -> ModelSpec:
-    """Read one model folder.
-
-    Raises:
-        ConfigurationError: naming the file and the key that is wrong.
-    """
+    """Read one model folder (ConfigurationError naming the file and the key)."""
     where = f"models/{folder.name}/{MODEL_FILE}"
     if not _MODEL_NAME.match(folder.name):
         raise ConfigurationError(f"models/{folder.name}: a model's folder name is lower-case "

@@ -1,7 +1,4 @@
-"""What a registered model is: its pipeline, its tensors' types and shapes, its settings.
-
-Plain frozen dataclasses, built once by :mod:`chalicelib.registry.loading` from ``model.json``.
-"""
+"""What a registered model is: frozen dataclasses built once from ``model.json``."""
 from __future__ import annotations
 
 import dataclasses
@@ -70,26 +67,21 @@ class Signature:
                 "outputs": [spec.to_dict() for spec in self.outputs]}
 
 
-DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
-"""A model's upload cap when its model.json names none (``jobs.max_upload_bytes``)."""
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024  # when model.json names no jobs.max_upload_bytes
 MAX_UPLOAD_BYTES = 1024 ** 3
 """The largest cap a model may set: SageMaker Asynchronous Inference takes inputs up to 1 GB."""
-DEFAULT_INVOCATION_TIMEOUT_SECONDS = 900
-"""``InvocationTimeoutSeconds`` when the model names none (SageMaker's default)."""
-MAX_INVOCATION_TIMEOUT_SECONDS = 3600
-"""SageMaker's largest ``InvocationTimeoutSeconds``."""
+DEFAULT_INVOCATION_TIMEOUT_SECONDS = 900  # SageMaker's default InvocationTimeoutSeconds
+MAX_INVOCATION_TIMEOUT_SECONDS = 3600  # and its largest
 
 
 @dataclasses.dataclass(frozen=True)
 class JobsSpec:
-    """A model's jobs (model.json's ``jobs``; every model has one, defaults without it).
+    """A model's jobs (model.json's ``jobs``; defaults without it).
 
     Attributes:
-        backend: the job backend's name (:data:`~chalicelib.registry.kinds.BACKENDS`).
-        endpoint: the endpoint a job calls: the asynchronous one (``async``), or a
-            real-time one; None for the model's own (see :attr:`ModelSpec.jobs_endpoint`).
+        endpoint: the endpoint a job calls (the asynchronous one, or a real-time one); None
+            for the model's own.
         max_upload_bytes: the largest upload (and so job input) the model takes.
-        invocation_timeout_seconds: ``InvocationTimeoutSeconds`` of an asynchronous call.
     """
 
     backend: str = JobsBackend.REALTIME
@@ -100,21 +92,13 @@ class JobsSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """One registered model, validated.
+    """One registered model, validated (model.json's keys; see :mod:`.loading`).
 
     Attributes:
         name: the folder's name.
-        folder: the folder.
         endpoint: the SageMaker endpoint name (``$VAR`` resolved).
-        pipeline: the pipeline kind's name: how requests are handled.
-        content_type, accept: what is sent to the endpoint and asked of it.
-        signature: declared inputs and outputs (empty for image-classification).
-        target_model, variant: default TargetModel / TargetVariant (a request may override).
-        inference_component: default InferenceComponentName, for an endpoint that hosts
-            inference components (a request may override).
+        target_model, variant, inference_component: defaults a request may override.
         metadata: the user's dict, handed to Cortex handlers.
-        default_k: top-k when a request does not say.
-        labels: class names in index order, or None.
         settings: the image settings (image-classification): the flat variables, overridden
             by ``image`` in ``model.json``.
     """
@@ -135,18 +119,13 @@ class ModelSpec:
     settings: Settings | None = None
     description: str | None = None
     example: Any = None
-    """A request body ``GET /models/{name}`` shows (model.json's ``example``)."""
     cache: bool = True
-    """Whether the prediction cache may answer for this model (model.json's ``cache``)."""
     expose_handler_errors: bool = False
-    """Whether a handler's exception type and message are in its 500 answer (model.json's
-    ``expose_handler_errors``; off: the log alone has them)."""
+    """Whether a handler's exception type and message are in its 500 answer (off: the log
+    alone has them)."""
     jobs: JobsSpec = dataclasses.field(default_factory=JobsSpec)
-    """How the model runs as a job (model.json's ``jobs``)."""
     experiment: Experiment | None = None
-    """Arms and shadows the model is tried on (model.json's ``experiment``)."""
     kind: KindRules = None  # type: ignore[assignment]  # (a built-in's, by pipeline, when None)
-    """The pipeline kind's rules (the registry gives the registered kind's)."""
 
     def __post_init__(self) -> None:
         if self.kind is None:  # a spec built by hand (a test, a tool) of a built-in kind
@@ -159,6 +138,5 @@ class ModelSpec:
 
     @property
     def handler_file(self) -> Path | None:
-        """The user's handler file this pipeline runs, if any."""
         name = self.kind.handler_file
         return self.folder / name if name else None
