@@ -15,8 +15,7 @@ import functools
 import time
 from collections.abc import Callable, Mapping
 
-from chalicelib.cache.control import request_cache_control
-from chalicelib.cache.prediction import CacheUse, PredictionCache
+from chalicelib.cache.prediction import CacheUse, PredictionCache, request_cache_control
 from chalicelib.calls import ModelRequest, Served
 from chalicelib.capture import Capturer
 from chalicelib.core import media
@@ -221,7 +220,7 @@ def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,
 
 def cache_use(route: ModelRoute, exchange: Exchange, arm: str | None = None) -> CacheUse:
     """This request's use of the prediction cache: the client's ``Cache-Control`` and
-    ``Pragma``, every line of them (:class:`chalicelib.cache.control.CacheControl`), unless
+    ``Pragma``, every line of them (:class:`chalicelib.cache.prediction.CacheControl`), unless
     the model is never cached; an experiment's arms never share an entry."""
     request = exchange.request
     control = request_cache_control(

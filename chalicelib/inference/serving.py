@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from chalicelib.cache.keys import file_digest
-from chalicelib.cache.prediction import CacheUse
+from chalicelib.cache.prediction import CacheUse, file_digest
 from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.timing import StageTimer

@@ -15,9 +15,18 @@ import pytest
 from botocore.stub import Stubber
 
 from chalicelib.cache import prediction as cache_module
-from chalicelib.cache.control import CacheControl, request_cache_control
-from chalicelib.cache.keys import cache_key
-from chalicelib.cache.prediction import BYPASS, FLIGHT, HIT, MEMORY, MISS, TABLE, PredictionCache
+from chalicelib.cache.prediction import (
+    BYPASS,
+    FLIGHT,
+    HIT,
+    MEMORY,
+    MISS,
+    TABLE,
+    CacheControl,
+    PredictionCache,
+    cache_key,
+    request_cache_control,
+)
 from chalicelib.cache.tiers import (
     DYNAMODB_ITEM_LIMIT,
     CorruptItemError,
