@@ -11,7 +11,7 @@ import numpy as np
 
 from chalicelib.calls import Answer, Call, CallOptions, Invoke, InvokeResult, ModelRequest, Served
 from chalicelib.core.media import MediaType
-from chalicelib.inference import predictions, tensors, tfsrest
+from chalicelib.inference import predictions, tensors
 from chalicelib.inference.serving import HandledModel
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import BodyKind, Parts, preprocess_now
@@ -27,7 +27,7 @@ def tensor_input(model: ModelSpec, call: Call) -> bytes:
         SagegateError: (a 4xx subclass) the body does not fit the model's signature.
     """
     arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
-    return tfsrest.tfs_request(arrays, model.signature)
+    return tensors.tfs_request(arrays, model.signature)
 
 
 def tensor_answer(model: ModelSpec, body: bytes, options: CallOptions, variant: str | None,
@@ -37,11 +37,11 @@ def tensor_answer(model: ModelSpec, body: bytes, options: CallOptions, variant: 
     Raises:
         InvalidEndpointResponseError: the body is not the outputs the signature declares.
     """
-    outputs = tfsrest.tfs_outputs(body, model.signature)
+    outputs = tensors.tfs_outputs(body, model.signature)
     names = [spec.name for spec in model.signature.outputs] or ["predictions"]
     document: dict[str, Any] = {
         "model": model.name,
-        "outputs": {name: tfsrest.to_json(array) for name, array in zip(names, outputs,
+        "outputs": {name: tensors.to_json(array) for name, array in zip(names, outputs,
                                                                         strict=False)}}
     labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
     if labelled is not None:

@@ -18,8 +18,7 @@ from chalicelib.core.errors import (
     UnsupportedMediaTypeError,
 )
 from chalicelib.inference.coercion import MAX_INSTANCES, coerce
-from chalicelib.inference.tensors import read_tensors
-from chalicelib.inference.tfsrest import tfs_outputs, tfs_request, to_json
+from chalicelib.inference.tensors import read_tensors, tfs_outputs, tfs_request, to_json
 from chalicelib.registry.specs import DType, Signature, TensorSpec
 from tests.corpus.models import forged_npy
 

@@ -18,7 +18,7 @@ from chalicelib.core.errors import (
     HandlerError,
     SignatureMismatchError,
 )
-from chalicelib.inference import coercion, tfsrest
+from chalicelib.inference import coercion, tensors
 from chalicelib.inference.userfiles.failures import (
     HANDLER_FAILED,
     run_user_code,
@@ -112,7 +112,7 @@ class CortexHandler:
                                      *_arguments(sample, inputs, metadata, self.pre_arguments),
                                      refusal=lambda: True, expose=model.expose_handler_errors)
         arrays = self._arrays(returned, model)
-        result = invoke(tfsrest.tfs_request(arrays, model.signature), model.content_type,
+        result = invoke(tensors.tfs_request(arrays, model.signature), model.content_type,
                         model.accept)
         returned = prediction = _prediction(result.body, model)
         if self.post_inference is not None:
@@ -121,7 +121,7 @@ class CortexHandler:
                                                  self.post_arguments),
                                      expose=model.expose_handler_errors)
         try:
-            document = tfsrest.to_json(returned)
+            document = tensors.to_json(returned)
             json.dumps(document, allow_nan=False)
         except (TypeError, ValueError, RecursionError):
             raise wrong_return(self.where, "post_inference", returned,
@@ -163,13 +163,13 @@ def _plain(value: Any) -> Any:
     """Lists of numpy scalars as plain lists (coerce reads Python numbers)."""
     if isinstance(value, np.ndarray):
         return value
-    return tfsrest.to_json(list(value) if isinstance(value, tuple) else value)
+    return tensors.to_json(list(value) if isinstance(value, tuple) else value)
 
 
 def _prediction(body: bytes, model: ModelSpec) -> list[np.ndarray]:
     """The endpoint's TF Serving answer as onnxruntime's ``session.run()`` result: one array
     per output with the batch axis, in the declared dtype."""
-    outputs = tfsrest.tfs_outputs(body, model.signature)
+    outputs = tensors.tfs_outputs(body, model.signature)
     specs = model.signature.outputs
     if len(specs) != len(outputs):
         return outputs

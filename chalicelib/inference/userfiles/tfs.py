@@ -16,7 +16,7 @@ from chalicelib.core.errors import (
     InvalidInputError,
 )
 from chalicelib.core.media import bare
-from chalicelib.inference import tfsrest
+from chalicelib.inference import tensors
 from chalicelib.inference.userfiles.failures import (
     CONTROL_CHARACTERS,
     bound_json_depth,
@@ -107,7 +107,7 @@ def _request_body(value: Any, where: str) -> bytes:
         raise InvalidInputError("the input_handler returned nothing")
     if isinstance(value, (dict, list)):
         try:
-            return json.dumps(tfsrest.to_json(value), separators=(",", ":")).encode()
+            return json.dumps(tensors.to_json(value), separators=(",", ":")).encode()
         except (TypeError, ValueError, RecursionError):
             pass
     raise wrong_return(where, "input_handler", value, "the request body (str or bytes)")
