@@ -29,11 +29,7 @@ REDUCED_DECODE_MARGIN = 2.0
 
 
 def check_pixels(info: ImageInfo, max_pixels: int) -> None:
-    """Refuse an image whose header declares more than ``max_pixels`` pixels.
-
-    Raises:
-        ImageTooLargeError: the image is over the limit.
-    """
+    """Refuse (ImageTooLargeError) an image whose header declares over ``max_pixels``."""
     if info.width * info.height > max_pixels:
         raise ImageTooLargeError(
             f"The image is {info.width}x{info.height} ({info.width * info.height} pixels); the "
@@ -42,13 +38,12 @@ def check_pixels(info: ImageInfo, max_pixels: int) -> None:
 
 
 def check_geometry(info: ImageInfo, plan: ResizePlan, limits: Limits) -> None:
-    """Refuse, from the header alone, an image too big to decode, too elongated, or whose
-    resize would produce an image over the pixel limit.
+    """Refuse, from the header alone, an image too big to decode, too elongated, with too
+    many JPEG scans, or whose resize would produce an image over the pixel limit.
 
     Raises:
         ImageTooLargeError: over ``max_pixels``, decoded or resized.
-        InvalidImageError: the aspect ratio is over ``max_aspect_ratio``, or a JPEG has more
-            than ``max_jpeg_scans`` scans.
+        InvalidImageError: over ``max_aspect_ratio`` or ``max_jpeg_scans``.
     """
     check_pixels(info, limits.max_pixels)
     ratio = max(info.width, info.height) / min(info.width, info.height)
@@ -70,14 +65,6 @@ def check_geometry(info: ImageInfo, plan: ResizePlan, limits: Limits) -> None:
 def inspect(data: bytes, plan: ResizePlan, limits: Limits) -> ImageInfo:
     """Probe an upload and check it against every limit before any pixel is decoded.
 
-    Args:
-        data: the encoded upload.
-        plan: the resize it will get (or the endpoint will apply).
-        limits: what is accepted.
-
-    Returns:
-        The image's header.
-
     Raises:
         InvalidImageError: not a supported, well-formed image; too elongated; a progressive
             JPEG with scans missing (unless ``limits.allow_corrupt``).
@@ -95,12 +82,9 @@ def inspect(data: bytes, plan: ResizePlan, limits: Limits) -> ImageInfo:
 
 def reduction_for(info: ImageInfo, needed: tuple[int, int],
                   margin: float = REDUCED_DECODE_MARGIN) -> int:
-    """The largest libjpeg scale denominator (1, 2, 4, 8) for decoding this image.
-
-    The reduced image must still be ``margin`` times the size the resize produces, so the
-    resize that follows averages enough pixels to hide the scaled IDCT's own artefacts. Only
-    JPEG decodes at reduced scale natively; other formats always return 1.
-    """
+    """The largest libjpeg scale denominator (1, 2, 4, 8) for decoding this image: the
+    reduced image must still be ``margin`` times the resize's output (see
+    :data:`REDUCED_DECODE_MARGIN`). Only JPEG decodes at reduced scale natively."""
     if info.format != ImageFormat.JPEG:
         return 1
     for denominator, _ in _REDUCED_FLAGS:
@@ -111,23 +95,9 @@ def reduction_for(info: ImageInfo, needed: tuple[int, int],
 
 
 def decode(data: bytes, info: ImageInfo, reduction: int = 1) -> np.ndarray:
-    """Decode to 8-bit, 3-channel BGR, applying EXIF orientation.
-
-    Grey, alpha and 16-bit inputs come out as 8-bit BGR (alpha is dropped, as the endpoint's
-    own decoder would drop it): ``IMREAD_COLOR`` and its reduced forms, without
-    ``IMREAD_ANYDEPTH``, always make 3-channel ``uint8``.
-
-    Args:
-        data: the encoded image.
-        info: its probed header.
-        reduction: libjpeg scale denominator from :func:`reduction_for`.
-
-    Returns:
-        The decoded image, ``uint8`` with shape (height, width, 3).
-
-    Raises:
-        InvalidImageError: the data does not decode, or is truncated.
-    """
+    """Decode to 8-bit, 3-channel BGR, applying EXIF orientation (InvalidImageError when
+    it does not decode). Grey, alpha and 16-bit inputs come out as 8-bit BGR, alpha dropped as
+    the endpoint's own decoder would drop it."""
     flag = dict(_REDUCED_FLAGS).get(reduction, cv2.IMREAD_COLOR)
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
     if image is None:
@@ -169,7 +139,6 @@ def _fill(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
 
 
 def _centre_crop(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """A view of the centred ``width`` x ``height`` box (no copy)."""
     rows, cols = image.shape[:2]
     width, height = min(width, cols), min(height, rows)
     top, left = (rows - height) // 2, (cols - width) // 2
@@ -184,12 +153,7 @@ def _letterbox(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def encode(image: np.ndarray, encoding: Encoding) -> bytes:
-    """Encode a BGR ``uint8`` image as ``encoding`` says.
-
-    Raises:
-        InvalidParameterError: an unknown format.
-        InvalidImageError: the encoder failed.
-    """
+    """Encode a BGR ``uint8`` image (InvalidParameterError for an unknown format)."""
     if encoding.format == ImageFormat.PNG:
         return encode_png(image, encoding.png_compression)
     if encoding.format == ImageFormat.JPEG:
@@ -216,11 +180,10 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 def encode_png(image: np.ndarray, level: int = 0) -> bytes:
     """Lossless PNG of a BGR (or grey) ``uint8`` image at zlib ``level`` (0-9).
 
-    Level 0, what sagegate sends the endpoint, is written directly: the rows stored, no
-    filters. libpng, through ``cv2.imencode``, spends longer choosing row filters even at
-    level 0 than storing takes; a stored 341x256 image is about 260 KB, far inside
-    InvokeEndpoint's 6 MB. At levels 1-9 the filters pay for themselves in size, and libpng
-    writes it.
+    Level 0, what sagegate sends the endpoint, is written directly, rows stored unfiltered:
+    libpng spends longer choosing row filters even at level 0 than storing takes, and a stored
+    341x256 image (about 260 KB) is far inside InvokeEndpoint's 6 MB. At levels 1-9 the
+    filters pay for themselves, and libpng writes it.
     """
     if image.dtype != np.uint8 or image.ndim not in (2, 3) or \
             (image.ndim == 3 and image.shape[2] != 3):
@@ -244,11 +207,10 @@ def encode_png(image: np.ndarray, level: int = 0) -> bytes:
 def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
     """Whether sending the upload untouched is as faithful as, and cheaper than, resizing it.
 
-    True for a complete JPEG (it ends with its EOI marker) that no EXIF block rotates (the
-    endpoint's decoder may read another of several blocks than OpenCV does), under a
-    ``shorter-side`` plan (the endpoint resizes itself) when no reduced-scale decode applies:
-    sagegate would then decode every pixel just as the endpoint will, re-encode, and send more
-    bytes than the upload. The model sees exactly the original image.
+    True for a complete JPEG that no EXIF block rotates (the endpoint's decoder may read
+    another of several blocks than OpenCV does), under a ``shorter-side`` plan when no
+    reduced-scale decode applies: sagegate would then decode every pixel as the endpoint
+    will, re-encode, and send more bytes than the upload.
     """
     return (plan.mode == ResizeMode.SHORTER_SIDE and info.format == ImageFormat.JPEG
             and info.upright
@@ -259,13 +221,9 @@ def can_pass_through(data: bytes, info: ImageInfo, plan: ResizePlan) -> bool:
 def check_forwardable(data: bytes, info: ImageInfo, limits: Limits) -> None:
     """Check a JPEG that goes to the endpoint untouched: its markers, then its data at 1/8 scale.
 
-    The marker walk (:func:`jpegscan.check_complete`) reads no pixel; what only a decode shows
-    is a baseline file cut short with an EOI appended. At 1/8 scale libjpeg still reads every
-    bit of the data but computes only each block's DC term (the entropy decoding is the
-    floor), against the full decode, resize and encode that passthrough saves.
-
-    Raises:
-        InvalidImageError: the data does not decode, or ends before the image does.
+    The marker walk reads no pixel; only a decode shows a baseline file cut short with an
+    EOI appended. At 1/8 scale libjpeg still reads every bit of the data but computes only
+    each block's DC term, against the full decode, resize and encode passthrough saves.
     """
     if limits.allow_corrupt:
         return
@@ -276,20 +234,8 @@ def check_forwardable(data: bytes, info: ImageInfo, limits: Limits) -> None:
 
 
 def prepare(data: bytes, plan: ResizePlan, limits: Limits) -> tuple[np.ndarray, ImageInfo]:
-    """Probe, check limits, decode at the cheapest sufficient scale and resize.
-
-    Args:
-        data: the encoded upload.
-        plan: the resize to apply.
-        limits: what is accepted (see :func:`inspect`).
-
-    Returns:
-        The resized BGR image and the original image's header.
-
-    Raises:
-        InvalidImageError: not a supported, well-formed image.
-        ImageTooLargeError: over the pixel limit.
-    """
+    """Probe, check limits (as :func:`inspect`), decode at the cheapest sufficient scale
+    and resize; answers the resized image and the original's header."""
     info = inspect(data, plan, limits)
     return decode_and_resize(data, info, plan, limits), info
 
@@ -297,11 +243,8 @@ def prepare(data: bytes, plan: ResizePlan, limits: Limits) -> tuple[np.ndarray, 
 def decode_and_resize(data: bytes, info: ImageInfo, plan: ResizePlan,
                       limits: Limits) -> np.ndarray:
     """Decode an inspected image at the cheapest sufficient scale, then resize it.
-
-    Raises:
-        InvalidImageError: the data does not decode, or (unless ``limits.allow_corrupt``) the
-            decoder ran out of JPEG data (see :func:`jpegscan.check_decoded`).
-    """
+    InvalidImageError also when (unless ``limits.allow_corrupt``) the decoder ran out of JPEG
+    data."""
     reduction = reduction_for(info, plan.scaled_size(info.width, info.height))
     image = decode(data, info, reduction)
     if info.format == ImageFormat.JPEG and not limits.allow_corrupt:

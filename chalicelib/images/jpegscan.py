@@ -114,7 +114,6 @@ class _MarkerIndex:
         self.restart_numbers = following[restart] - 0xD0
 
     def next_marker(self, pos: int) -> int | None:
-        """The position of the first marker at or after ``pos``, if any."""
         found = int(np.searchsorted(self.markers, pos))
         return int(self.markers[found]) if found < len(self.markers) else None
 
@@ -125,15 +124,7 @@ class _MarkerIndex:
 
 
 def check_complete(data: bytes) -> None:
-    """Walk every marker of a JPEG and refuse one that is truncated or corrupt.
-
-    Args:
-        data: a JPEG (it starts with SOI; :func:`~chalicelib.images.probe.probe` has read its
-            header).
-
-    Raises:
-        InvalidImageError: the message says which: truncated, or corrupt data.
-    """
+    """Walk every marker of a probed JPEG; InvalidImageError says truncated or corrupt."""
     state = _State()
     pos = 2
     for _ in range(MAX_JPEG_MARKERS):
@@ -261,16 +252,8 @@ def _check_coverage(state: _State) -> None:
 
 
 def check_decoded(data: bytes, image: np.ndarray, reduction: int) -> None:
-    """Refuse a JPEG whose decoder ran out of data (its last blocks came out mid-grey).
-
-    Args:
-        data: the JPEG.
-        image: what ``cv2.imdecode`` made of it (EXIF orientation applied).
-        reduction: the scale denominator it was decoded at (1, 2, 4 or 8).
-
-    Raises:
-        InvalidImageError: the data ends before the image does.
-    """
+    """Refuse (InvalidImageError) a JPEG whose decoder ran out of data: its last blocks
+    came out mid-grey in ``image``, decoded at ``reduction``."""
     grey = [corner for corner in _corners(image) if (image[corner] == _GREY).all()]
     if not grey:
         return  # the common case: no second decode, no marker walk

@@ -45,16 +45,12 @@ class ImageInfo:
     """What an image's header says.
 
     Attributes:
-        format: ``jpeg``, ``png`` or ``webp``.
-        width: width as displayed (EXIF orientation applied).
-        height: height as displayed.
-        orientation: the EXIF orientation (1 when absent).
-        progressive: a progressive JPEG (its image arrives in several scans).
-        scans: how many scans a JPEG has (its start-of-scan markers: 0xFF is always stuffed
-            in entropy-coded data, so every FF DA is one, an EXIF thumbnail's included); each
-            is a pass of the decoder over the whole image. 0 for other formats.
-        exif_orientations: the orientation of every EXIF block, in file order (the first is
-            ``orientation``: OpenCV and Pillow apply the first block and ignore the others).
+        width, height: as displayed (EXIF orientation applied).
+        scans: a JPEG's start-of-scan markers (0xFF is always stuffed in entropy-coded data,
+            so every FF DA is one, an EXIF thumbnail's included); each is a decoder pass over
+            the whole image. 0 for other formats.
+        exif_orientations: every EXIF block's, in file order (OpenCV and Pillow apply the
+            first block's, ``orientation``, and ignore the others).
     """
 
     format: ImageFormat
@@ -73,22 +69,12 @@ class ImageInfo:
 
     @property
     def pixels(self) -> int:
-        """Number of pixels the decoded image has."""
         return self.width * self.height
 
 
 def probe(data: bytes) -> ImageInfo:
-    """Identify an image and read its size from the header.
-
-    Args:
-        data: the encoded image.
-
-    Returns:
-        Its format, size and orientation.
-
-    Raises:
-        InvalidImageError: not a JPEG, PNG or WebP, or a malformed or truncated one.
-    """
+    """Identify an image and read its size from the header (InvalidImageError: not a JPEG,
+    PNG or WebP, or a malformed or truncated one)."""
     if data[:3] == JPEG_SOI:
         return _probe_jpeg(data)
     if data[:8] == PNG_SIGNATURE:
@@ -161,17 +147,9 @@ def _probe_jpeg(data: bytes) -> ImageInfo:
 
 
 def read_segment(data: bytes, pos: int) -> tuple[int, int, int]:
-    """Read the JPEG marker segment at ``pos``, after any fill bytes (skipped in one C call).
-
-    The one segment reader: the header walk here and
-    :func:`chalicelib.images.jpegscan.check_complete` both step through a file with it.
-
-    Args:
-        data: the JPEG.
-        pos: where a marker (or fill bytes before one) should be.
-
-    Returns:
-        The marker and its payload's (start, end); start == end for a marker without a length.
+    """The JPEG marker segment at ``pos``, after any fill bytes (skipped in one C call): the
+    marker and its payload's (start, end), equal for a marker without a length. The one
+    segment reader, of the header walk here and of :mod:`.jpegscan`.
 
     Raises:
         InvalidImageError: the data ends, or no marker is at ``pos``.
@@ -195,11 +173,8 @@ def read_segment(data: bytes, pos: int) -> tuple[int, int, int]:
 
 
 def _jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(marker, payload start, payload end) of each segment up to the first scan or EOI.
-
-    Markers are counted: a hostile file of a million empty segments is refused after
-    :data:`MAX_JPEG_MARKERS`, not walked to its end.
-    """
+    """Each segment up to the first scan or EOI; a hostile file of a million empty segments
+    is refused after :data:`MAX_JPEG_MARKERS`, not walked to its end."""
     pos = 2
     for _ in range(MAX_JPEG_MARKERS):
         marker, start, end = read_segment(data, pos)

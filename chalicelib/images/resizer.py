@@ -39,7 +39,6 @@ ESTIMATE_TOLERANCE = 1.25
 
 @dataclasses.dataclass(frozen=True)
 class ResizedImage:
-    """The resizer's output."""
 
     data: bytes
     width: int
@@ -47,7 +46,7 @@ class ResizedImage:
     format: str
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON answer: the image as base64 text (not a ``"b'...'"`` repr)."""
+        """The JSON answer: the image as base64 text (not the 2018 ``"b'...'"`` repr)."""
         return {"image": base64.b64encode(self.data).decode("ascii"), "width": self.width,
                 "height": self.height, "format": self.format}
 
@@ -55,12 +54,6 @@ class ResizedImage:
 def resize_image(data: bytes, options: ResizeOptions, limits: Limits,
                  max_output_bytes: int = MAX_OUTPUT_BYTES) -> ResizedImage:
     """Decode, resize and re-encode one image.
-
-    Args:
-        data: the encoded upload.
-        options: the validated request.
-        limits: what is accepted of the upload and of the resize (see :func:`imaging.inspect`).
-        max_output_bytes: the largest encoded answer.
 
     Raises:
         InvalidImageError, ImageTooLargeError: as for prediction, or the encoded result is
@@ -78,17 +71,13 @@ def resize_image(data: bytes, options: ResizeOptions, limits: Limits,
 
 
 def worst_case_size(width: int, height: int) -> int:
-    """The most bytes any of /resize's encodings can take for a ``width`` x ``height`` image."""
+    """The most bytes any of /resize's encodings can take for an image of this size."""
     return width * height * _WORST_BYTES_PER_PIXEL + _WORST_OVERHEAD
 
 
 def estimated_size(image: np.ndarray, encoding: Encoding, max_output_bytes: int) -> int:
-    """What encoding ``image`` will take, known before encoding all of it.
-
-    The worst case when that fits in ``max_output_bytes`` (the encoding is then not sampled);
-    otherwise the encoded size of bands of rows spread over the image, 1/16 of it, scaled to
-    the whole.
-    """
+    """What encoding ``image`` will take, known before encoding all of it: the worst case
+    when that fits, else the sampled bands' size scaled to the whole."""
     height, width = image.shape[:2]
     worst = worst_case_size(width, height)
     if worst <= max_output_bytes:
@@ -100,7 +89,6 @@ def estimated_size(image: np.ndarray, encoding: Encoding, max_output_bytes: int)
 
 
 def _too_large(what: str, image: np.ndarray, limit: int) -> ImageTooLargeError:
-    """The 413, naming the limit and the largest size of this shape that always fits."""
     height, width = image.shape[:2]
     # what the image would compress to at another size is unknown (a smaller one is less
     # upscaled, so denser): the size offered is one whose worst case fits

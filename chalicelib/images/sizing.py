@@ -17,16 +17,8 @@ PNG_COMPRESSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class ResizePlan:
-    """How to resize one image.
-
-    Attributes:
-        mode: ``shorter-side``, ``fill`` (scale then centre-crop), ``fit`` (letterbox) or
-            ``stretch``.
-        width: target width (``fill``/``fit``/``stretch``).
-        height: target height (``fill``/``fit``/``stretch``).
-        shorter_side: target of the shorter side (``shorter-side``).
-        upscale: whether images smaller than the target are enlarged.
-    """
+    """How to resize one image: ``shorter-side`` (to ``shorter_side``), ``fill`` (scale then
+    centre-crop), ``fit`` (letterbox) or ``stretch`` (to ``width`` x ``height``)."""
 
     mode: ResizeMode
     width: int = 224
@@ -58,8 +50,7 @@ class ResizePlan:
         return scaled_width * scaled_height
 
     def fill_scale(self, width: int, height: int) -> float:
-        """The scale ``fill`` applies: the smallest that covers the box (at most 1 unless
-        upscaling)."""
+        """The smallest scale that covers the box (at most 1 unless upscaling)."""
         scale = max(self.width / width, self.height / height)
         return scale if self.upscale else min(scale, 1.0)
 
@@ -73,18 +64,13 @@ class ResizePlan:
 
 def plan_resize(mode: str, width: int, height: int, shorter_side: int = 256,
                 upscale: bool = False) -> ResizePlan:
-    """Validate and build a :class:`ResizePlan`.
-
-    Raises:
-        InvalidParameterError: unknown mode.
-    """
+    """A :class:`ResizePlan` (InvalidParameterError for an unknown mode)."""
     if mode not in MODES:
         raise InvalidParameterError(f'"mode" must be one of: {", ".join(MODES)}.')
     return ResizePlan(ResizeMode(mode), width, height, shorter_side, upscale)
 
 
 def scaled_length(length: int, scale: float) -> int:
-    """``length`` times ``scale``, rounded, at least 1."""
     return max(1, round(length * scale))
 
 
@@ -94,10 +80,8 @@ class Limits:
 
     Attributes:
         max_pixels: decoded pixels, and pixels of any image the resize produces.
-        max_aspect_ratio: longer side over shorter side.
-        allow_corrupt: accept JPEGs whose data is truncated or corrupt.
-        max_jpeg_scans: scans a JPEG may have. Each is a decoder pass over the whole image, so
-            the work is scans x pixels; real progressive files have 6 to about 20.
+        max_jpeg_scans: each scan is a decoder pass over the whole image, so the work is
+            scans x pixels; real progressive files have 6 to about 20.
     """
 
     max_pixels: int = 40_000_000
@@ -108,14 +92,8 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class Encoding:
-    """How an image is encoded.
-
-    Attributes:
-        format: the image format.
-        quality: 1-100, JPEG and WebP (PNG is lossless).
-        png_compression: zlib level for PNG, 0-9: 0 stores the rows (what the endpoint is
-            sent: fastest, see :func:`encode_png`), 1-9 compress them with libpng's filters.
-    """
+    """How an image is encoded: ``quality`` 1-100 for JPEG and WebP; ``png_compression``
+    0-9, 0 storing the rows (what the endpoint is sent, fastest), 1-9 libpng's filters."""
 
     format: ImageFormat = ImageFormat.JPEG
     quality: int = 90
@@ -124,15 +102,8 @@ class Encoding:
 
 @dataclasses.dataclass(frozen=True)
 class ResizeOptions:
-    """A resize, as :func:`chalicelib.reading.resize.read_resize` validated it.
-
-    Attributes:
-        width, height: the output size.
-        mode: one of :data:`~chalicelib.core.media.RESIZER_MODES`.
-        format: the output format.
-        quality: JPEG and WebP quality, 1-100 (PNG is lossless).
-        binary: answer the image itself rather than JSON with base64.
-    """
+    """A resize, as :func:`chalicelib.reading.resize.read_resize` validated it (``binary``:
+    answer the image itself rather than JSON with base64)."""
 
     width: int
     height: int
@@ -143,10 +114,8 @@ class ResizeOptions:
 
     @property
     def content_type(self) -> str:
-        """The media type of the output image."""
         return ImageFormat(self.format).media_type
 
     @property
     def encoding(self) -> Encoding:
-        """How the output is encoded."""
         return Encoding(ImageFormat(self.format), self.quality, PNG_COMPRESSION)
