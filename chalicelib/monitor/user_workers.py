@@ -60,6 +60,10 @@ thread of the user's that is not a daemon would keep one alive for ever)."""
 OUTPUT_LIMIT = 1024 * 1024
 """The bytes of the workers' own output (a handler's prints and log lines) kept and copied
 to the command's standard error."""
+OUTPUT_CAP = OUTPUT_LIMIT + 4096
+"""The largest a file a worker writes may grow (the output file, whatever writes to it:
+``os.write``, a C library, a subprocess; a file of the handler's own too): what the command
+copies of the output, at most."""
 OUTPUT_PREFIX = "preprocess_handler output: "
 """Each line of a preprocessor's workers' output that is not the handler logger's own, on
 stderr (a postprocessor's: :data:`POSTPROCESS`'s prefix)."""
@@ -202,7 +206,22 @@ def _start_worker(beat: Any = None, output: str | None = None) -> None:
         for stream in (1, 2):  # a C library's writes and a subprocess's too
             os.dup2(descriptor, stream)
         os.close(descriptor)
+        _cap_files(OUTPUT_CAP)
         sys.stdout = sys.stderr = _Output(OUTPUT_LIMIT)
+
+
+def _cap_files(limit: int) -> None:
+    """No file this worker (or a subprocess it starts) writes grows past ``limit`` bytes:
+    the output file is shared through descriptors 1 and 2, which ``os.write``, a C library
+    and a subprocess write to past :class:`_Output`'s count. A write past it fails (EFBIG,
+    SIGXFSZ ignored) instead of filling the disk or killing the worker."""
+    import resource  # deferred: POSIX only, and only a worker needs it
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
 
 
 class _Output(io.TextIOBase):
@@ -222,7 +241,10 @@ class _Output(io.TextIOBase):
             self._left -= len(data)
             if self._left <= 0:
                 data += b"\n(the rest of this worker's output was left out)\n"
-            os.write(1, data)
+            try:
+                os.write(1, data)
+            except OSError:  # the file is at its cap (EFBIG): the rest is left out
+                self._left = 0
         return len(text)
 
 
@@ -390,10 +412,13 @@ def _relay(path: Path, stream: Any, prefix: str) -> None:
     other prefixed ``prefix`` (never the command's own output)."""
     try:
         with path.open("rb") as file:
-            data = file.read(OUTPUT_LIMIT + 4096)
+            data = file.read(OUTPUT_CAP)
     except OSError:
         return
-    for line in data.decode("utf-8", "replace").splitlines():
+    lines = data.decode("utf-8", "replace").splitlines()
+    if len(data) >= OUTPUT_CAP:  # written past Python's count (os.write, C, a subprocess)
+        lines.append("(the rest of the workers' output was left out)")
+    for line in lines:
         stream.write(f"{line}\n" if line.startswith(_LOGGED) else f"{prefix}{line}\n")
     stream.flush()
 

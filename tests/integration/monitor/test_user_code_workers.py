@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chalicelib.monitor import user_workers
 from sagegate.monitor import cli, cli_shared
 from tests.unit.monitor import capturegen
 
@@ -211,3 +212,24 @@ def test_an_endless_capture_preprocessor_is_stopped_at_its_deadline(
     what = "on batch 1" if where == "handler" else "while importing it"
     _one_line(done, "error: ", f"hostile.py: preprocess_handler ran past its deadline {what}: "
               f"no record read for 1 s (--preprocess-timeout); its worker process was stopped")
+
+
+FLOOD = f"import os\nos.write(1, b'x' * ({user_workers.OUTPUT_LIMIT} * 4))\n"
+"""Four times the output limit written straight to descriptor 1, past sys.stdout's cap."""
+MARGIN = 64 * 1024
+
+
+def test_a_handlers_writes_past_python_are_capped_in_its_output_file(tmp_path: Path) -> None:
+    script = _file(tmp_path, _in_handler(POST, FLOOD))
+    with user_workers.UserWorkers(1, str(script), code=user_workers.POSTPROCESS) as workers:
+        workers.check_import()
+        workers.run(user_workers.postprocess, str(script), "in it", "running it")
+        size = workers._output.stat().st_size
+    assert size <= user_workers.OUTPUT_LIMIT + MARGIN
+
+
+def test_a_flooding_postprocessor_leaves_the_check_its_verdict(
+        folders: tuple[Path, Path], tmp_path: Path) -> None:
+    done = _check(folders, tmp_path / "out", _file(tmp_path, _in_handler(POST, FLOOD)))
+    assert done.returncode in (cli_shared.EXIT_OK, cli_shared.EXIT_VIOLATIONS), done.stderr
+    assert len(done.stderr) <= user_workers.OUTPUT_LIMIT + MARGIN
