@@ -15,8 +15,7 @@ import pytest
 from botocore.stub import ANY
 
 import app as app_module
-from chalicelib.cache.prediction import PredictionCache
-from chalicelib.cache.tiers import MemoryTier
+from chalicelib.cache.prediction import MemoryTier, PredictionCache
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.config import Settings

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-from chalicelib.cache.prediction import HIT, MISS, TABLE, PredictionCache
-from chalicelib.cache.tiers import MemoryTier, TableTier
+from chalicelib.cache.prediction import HIT, MISS, TABLE, MemoryTier, PredictionCache, TableTier
 from chalicelib.calls import InvokeResult
 from tests.integration.conftest import Stack, jpeg_of
 

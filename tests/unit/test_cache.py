@@ -17,23 +17,21 @@ from botocore.stub import Stubber
 from chalicelib.cache import prediction as cache_module
 from chalicelib.cache.prediction import (
     BYPASS,
+    DYNAMODB_ITEM_LIMIT,
     FLIGHT,
     HIT,
     MEMORY,
     MISS,
     TABLE,
     CacheControl,
-    PredictionCache,
-    cache_key,
-    request_cache_control,
-)
-from chalicelib.cache.tiers import (
-    DYNAMODB_ITEM_LIMIT,
     CorruptItemError,
     MemoryTier,
+    PredictionCache,
     TableTier,
+    cache_key,
     decode_item,
     encode_item,
+    request_cache_control,
 )
 from chalicelib.calls import CallOptions, InvokeResult
 from chalicelib.core.config import Settings
