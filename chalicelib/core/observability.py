@@ -51,7 +51,8 @@ class _CurrentStdout:
     """stdout as it is at each write (not as it was at import), so captured output works.
 
     One lock for every line sagegate writes: ``chalice local`` serves requests on threads,
-    and a log line must never be torn by a metrics line written at the same moment.
+    and a log line must never be torn by a metrics line written at the same moment. Each
+    write flushes, so it has no ``flush`` of its own for the log handler to call again.
     """
 
     lock = threading.Lock()
@@ -61,10 +62,6 @@ class _CurrentStdout:
             written = sys.stdout.write(text)
             sys.stdout.flush()
             return written
-
-    def flush(self) -> None:
-        with self.lock:
-            sys.stdout.flush()
 
 
 _STDOUT = _CurrentStdout()
@@ -131,10 +128,6 @@ class RequestLog:
         if status >= 400 and isinstance(body, dict):
             self.error_code = str(body.get("Code", "")) or None
         self.total_ms = elapsed_ms
-        self.emit()
-
-    def emit(self) -> None:
-        """Write the log line and flush the request's metrics."""
         write = logger.error if self.status >= 500 else logger.info
         write("request", extra=self.fields())
         try:
