@@ -1,11 +1,9 @@
 """Who may call the API: the authentication mode and the CORS origin, read at import time.
 
 Chalice fixes a route's authorizer, ``api_key_required`` and CORS settings when ``app.py`` is
-imported, and ``chalice deploy`` / ``chalice package`` import it with the stage's
-``environment_variables`` already in its environment. So these settings live in each stage of
-``.chalice/config.json`` like every other one, and are read once, at import, instead of lazily
-like :class:`~chalicelib.core.config.Settings`. A bad value fails the import (and so the packaging)
-with a message naming the variable.
+imported, and ``chalice deploy`` / ``package`` import it with the stage's environment already
+set. So these settings are read once, at import, not lazily like the other settings; a bad
+value fails the import (and so the packaging) with a message naming the variable.
 
 Modes (``SAGEGATE_AUTH``):
 
@@ -59,14 +57,7 @@ _USER_POOL_ARN_RE = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Access:
-    """The API's access rules.
-
-    Attributes:
-        auth: one of :data:`AUTH_MODES`.
-        cors_origin: the one origin browsers may call from, ``*`` (no auth only), or ``""``
-            for no CORS.
-        user_pool_arns: the Cognito user pools whose tokens are accepted (``cognito`` only).
-    """
+    """The API's access rules (see the module)."""
 
     auth: AuthMode = AuthMode.NONE
     cors_origin: str = ""
@@ -89,22 +80,12 @@ class Access:
 
     @property
     def protected(self) -> bool:
-        """Whether routes other than ``/health`` require authentication."""
         return self.auth != AuthMode.NONE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], deployed: bool = False) -> Access:
-        """Read the access rules from environment variables.
-
-        Args:
-            env: the variables.
-            deployed: running on Lambda, where the mode must be explicit and ``none`` needs
-                ``SAGEGATE_OPEN_API=true``.
-
-        Raises:
-            ConfigurationError: a variable has a bad value, or a deployed function's mode is
-                implicit or open without saying so; the message names the variable.
-        """
+        """The access rules in ``env``; ``deployed``: on Lambda, where the mode must be
+        explicit (ConfigurationError naming the variable otherwise)."""
         arns = tuple(arn.strip() for arn in env.get(COGNITO_USER_POOL_ARNS, "").split(",")
                      if arn.strip())
         auth = env.get(SAGEGATE_AUTH, "").strip().lower()

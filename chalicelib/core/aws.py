@@ -1,10 +1,9 @@
 """AWS's vocabulary without botocore: the client policies, error codes and ``s3://`` URIs.
 
 The one place that says, per use, how long a client waits and how often botocore retries
-(:class:`ClientPolicy`; :mod:`chalicelib.awsclients` builds the clients from them), reads a
-``ClientError``'s code (:func:`error_code`) and parses an ``s3://`` URI (:class:`S3Uri`):
-the product, the monitor and the tools (``sagegate``) all use these, so nothing here imports
-botocore or any other room (the light rooms and the stand-alone monitor may import it).
+(:mod:`chalicelib.awsclients` builds the clients), reads a ``ClientError``'s code and parses an
+``s3://`` URI. The product, the monitor and the tools all use these, so nothing here imports
+botocore or any other room.
 """
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ S3_SCHEME = "s3://"
 
 RetryMode = Literal["legacy", "standard", "adaptive"]
 
-_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
-"""S3's bucket name rule (3 to 63 lowercase letters, digits, dots and hyphens, a letter or
-digit at either end)."""
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")  # S3's bucket name rule
 
 
 @dataclass(frozen=True)
@@ -27,13 +24,8 @@ class ClientPolicy:
     """How one use's boto3 client waits and retries (botocore's ``Config``).
 
     Args:
-        connect_timeout: seconds to open a connection.
-        read_timeout: seconds to wait for a response's bytes.
-        retry_mode: botocore's retry mode.
-        total_max_attempts: attempts of one call, the first included (1: botocore retries
-            nothing; the caller's own policy does).
-        tcp_keepalive: keep idle pooled connections alive.
-        max_pool_connections: the connection pool's size (None: botocore's default).
+        total_max_attempts: the first included (1: botocore retries nothing; the caller's
+            own policy does).
         s3v4: S3 only: Signature Version 4, virtual-hosted addressing (presigned URLs).
     """
 
@@ -46,7 +38,6 @@ class ClientPolicy:
     s3v4: bool = False
 
     def with_timeouts(self, connect_timeout: float, read_timeout: float) -> ClientPolicy:
-        """This policy with a stage's own timeouts (the endpoint's are settings)."""
         return replace(self, connect_timeout=connect_timeout, read_timeout=read_timeout)
 
 
@@ -67,7 +58,7 @@ JobsUnavailable, see chalicelib.jobs.awsfaults), not after botocore's 60 s, ten 
 
 JOBS_REDRIVE = ClientPolicy(connect_timeout=2.0, read_timeout=10.0, retry_mode="standard",
                             total_max_attempts=4)
-"""The re-drive's Lambda client (an asynchronous invocation answers at once)."""
+"""The re-drive's Lambda client: an asynchronous invocation answers at once."""
 
 CACHE_TABLE = ClientPolicy(connect_timeout=1.0, read_timeout=2.0, retry_mode="legacy",
                            total_max_attempts=1, tcp_keepalive=True)
@@ -83,24 +74,20 @@ MONITOR_S3 = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="l
 
 CLI = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="legacy",
                    total_max_attempts=5)
-"""The command line's reads (``sagegate capture`` and ``sagegate monitor`` listing and reading
-capture objects, the local stack's provisioning on moto's server): botocore's defaults,
-stated: a person waits at the terminal and Ctrl-C stops a wait."""
+"""The command line's reads and the local stack's provisioning: botocore's defaults, stated:
+a person waits at the terminal and Ctrl-C stops a wait."""
 
 DEPLOY = ClientPolicy(connect_timeout=60.0, read_timeout=60.0, retry_mode="legacy",
                       total_max_attempts=5)
-"""The deploy commands' calls (STS, CloudWatch Logs, Lambda, API Gateway, the layer's upload):
-botocore's defaults, stated; a deploy has minutes, and a layer's zip uploads for a while."""
+"""The deploy commands' calls: botocore's defaults; a layer's zip uploads for a while."""
 
 EVENTS_SQS = ClientPolicy(connect_timeout=60.0, read_timeout=30.0, retry_mode="legacy",
                           total_max_attempts=2)
-"""The local event pump's SQS client: its read timeout is the long poll's wait plus a margin
-(:func:`ClientPolicy.with_timeouts`); one retry (botocore's ``max_attempts`` of 1), as the
-pump polls again anyway."""
+"""The local event pump's SQS client: its read timeout is the long poll's wait plus a margin;
+one retry, as the pump polls again anyway."""
 
 
 def valid_bucket_name(name: str) -> bool:
-    """Whether ``name`` follows S3's bucket name rule (3-63 of ``a-z 0-9 . -``)."""
     return bool(_BUCKET_NAME.match(name))
 
 
@@ -125,13 +112,12 @@ class S3Uri:
         """``s3://bucket/key`` (the key as written, slashes included).
 
         Args:
-            text: the URI.
-            strict: also require a valid bucket name (:func:`valid_bucket_name`) and a key on
-                one line (a setting's value, checked before anything is written there).
+            strict: also require a valid bucket name and a key on one line (a setting's
+                value, checked before anything is written there).
 
         Raises:
-            ValueError: ``text`` does not start with ``s3://`` or names no bucket (or, strict,
-                not a valid one); each caller words it for its own setting.
+            ValueError: not an ``s3://`` URI with a bucket; each caller words it for its
+                own setting.
         """
         if not text.startswith(S3_SCHEME):
             raise ValueError(f"not an {S3_SCHEME} URI: {text[:64]!r}")
@@ -144,11 +130,10 @@ class S3Uri:
 
     @property
     def prefix(self) -> str:
-        """The key without its slashes at either end (a prefix's folder name, "" for none)."""
+        """The key without its slashes at either end."""
         return self.key.strip("/")
 
     def child(self, *parts: str) -> S3Uri:
-        """The URI of ``parts`` under this prefix, joined by single slashes."""
         names = [name for name in (self.prefix, *(part.strip("/") for part in parts)) if name]
         return S3Uri(self.bucket, "/".join(names))
 
@@ -159,7 +144,6 @@ class S3Uri:
         return f"{key}/" if key else ""
 
     def join(self, key: str) -> S3Uri:
-        """Another key of this bucket (a full key, not a part)."""
         return S3Uri(self.bucket, key)
 
     @property

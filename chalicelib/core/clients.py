@@ -13,12 +13,8 @@ from typing import Any
 
 
 class LazyClient:
-    """``client`` when one is given, else what ``build`` returns on first use.
-
-    Args:
-        build: makes the client (boto3 is imported there, not at import time).
-        client: a ready client (tests pass a Stubber's); built on first use when None.
-    """
+    """``client`` when one is given (a test's Stubber), else what ``build`` returns on first
+    use (boto3 is imported there, not at import time)."""
 
     def __init__(self, build: Callable[[], Any], client: Any = None) -> None:
         self._build = build
@@ -26,7 +22,6 @@ class LazyClient:
         self._lock = threading.Lock()
 
     def get(self) -> Any:
-        """The client, built now if it was not yet."""
         with self._lock:
             if self._client is None:
                 self._client = self._build()
@@ -39,15 +34,8 @@ class LazyClient:
 
 
 class DynamoTable:
-    """One DynamoDB table behind a client built on first use: what the cache's shared tier
-    and the jobs' store have in common.
-
-    Args:
-        table: the table's name.
-        build: makes the DynamoDB client (see :class:`LazyClient`).
-        client: a ready client (tests pass a Stubber's); built on first use when None.
-        clock: epoch seconds (TTLs are compared with it).
-    """
+    """One DynamoDB table behind a :class:`LazyClient`: what the cache's shared tier and the
+    jobs' store have in common (``clock``: epoch seconds, for TTLs)."""
 
     def __init__(self, table: str, build: Callable[[], Any], client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -57,9 +45,7 @@ class DynamoTable:
 
     @property
     def client(self) -> Any:
-        """The DynamoDB client (built on first use)."""
         return self._client.get()
 
     def close(self) -> None:
-        """Drop a built client's pooled connections (see :mod:`chalicelib.core.lifecycle`)."""
         self._client.close()

@@ -1,17 +1,10 @@
 """Settings: what requests use, read from the environment once and validated.
 
-:class:`Settings` holds what requests use, read on first use. Explicit arguments beat
-environment variables, which beat the defaults below; ``.chalice/config.json`` sets only what
-differs from these defaults (and per stage). A bad value raises
-:class:`~chalicelib.core.config_parsing.SettingError` (a
-:class:`~chalicelib.core.errors.ConfigurationError`) naming the variable.
-
-The variables' names and the values they take are :mod:`chalicelib.core.config_names`'; how a
-variable's text is read, :mod:`chalicelib.core.config_parsing`. The access variables
-(``SAGEGATE_AUTH`` ...) are read by :mod:`chalicelib.core.access` at import, because Chalice
-fixes a route's authentication when ``app.py`` is imported; what decides which event functions
-a stage declares by :mod:`chalicelib.core.config_deployment`, also at import; the log and metric
-names by :mod:`chalicelib.core.observability`.
+Explicit arguments beat environment variables, which beat the defaults below;
+``.chalice/config.json`` sets only what differs from them, per stage. A bad value raises a
+:class:`~chalicelib.core.config_parsing.SettingError` naming the variable. The access variables
+and those that decide a stage's event functions are read elsewhere, at import, because Chalice
+fixes routes and functions when ``app.py`` is imported.
 """
 from __future__ import annotations
 
@@ -94,7 +87,6 @@ _TOPIC_RE = re.compile(r"^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:)?[A-Za-z0-9_
 
 
 def _strict_s3_uri(text: str) -> bool:
-    """Whether ``text`` is an ``s3://`` URI with a valid bucket name (S3Uri's strict parse)."""
     try:
         S3Uri.parse(text, strict=True)
     except ValueError:
@@ -143,37 +135,21 @@ class Settings:
     capture_sampling_percentage: float = 100.0
     capture_destination: str = ""
     capture_original: bool = False
-    capture_max_bytes: int = 0
-    """A directory destination's size cap (oldest files dropped); 0 for none."""
-    capture_cache_hits: bool = True
-    """Capture answers served from the prediction cache too (marked ``sagegateCacheHit``)."""
+    capture_max_bytes: int = 0  # a directory destination's cap (oldest files dropped)
+    capture_cache_hits: bool = True  # marked sagegateCacheHit
     capture_writer: str = CaptureWriter.BACKGROUND
-    """When a record is stored: after the response (``background``) or before it."""
-    cache_memory_bytes: int = 4 * 1024 * 1024
-    """The in-process prediction cache's bound (bodies and keys); 0 turns that tier off."""
-    cache_table: str = ""
-    """The DynamoDB table of the shared prediction cache tier; empty for none."""
+    cache_memory_bytes: int = 4 * 1024 * 1024  # bodies and keys; 0 turns that tier off
+    cache_table: str = ""  # the shared tier's; empty for none
     cache_ttl_seconds: int = 86_400
-    """How long a cached endpoint answer is served (both tiers)."""
-    jobs_bucket: str = ""
-    """The S3 bucket of uploads, job requests and results; empty turns jobs off."""
+    jobs_bucket: str = ""  # uploads, tickets and results; empty turns jobs off
     jobs_prefix: str = DEFAULT_JOBS_PREFIX
-    """This stage's key prefix in ``jobs_bucket`` (uploads go under ``<prefix>uploads/``)."""
-    jobs_table: str = ""
-    """The DynamoDB table of job records; empty keeps them in memory (one process only)."""
+    jobs_table: str = ""  # empty keeps job records in memory (one process only)
     jobs_ttl_seconds: int = 7 * 86_400
-    """How long a job record is kept after it was created."""
     upload_expiry_seconds: int = 900
-    """How long a presigned upload stays usable."""
-    jobs_success_topic: str = ""
-    """The SNS topic (ARN or name) the asynchronous endpoints notify of success; empty: none."""
+    jobs_success_topic: str = ""  # the SNS topics asynchronous endpoints notify; empty: none
     jobs_error_topic: str = ""
-    """The SNS topic (ARN or name) the asynchronous endpoints notify of failure; empty: none."""
-    job_max_image_pixels: int = 200_000_000
-    """The image pipeline's pixel cap inside a job (the synchronous routes keep
-    ``max_image_pixels``)."""
-    job_budget_seconds: float = 840.0
-    """A job runner's time budget (Lambda's 900 s less a margin)."""
+    job_max_image_pixels: int = 200_000_000  # the synchronous routes keep max_image_pixels
+    job_budget_seconds: float = 840.0  # Lambda's 900 s less a margin
 
     def __post_init__(self) -> None:
         # types first: "false" is truthy and 100.7 reaches OpenCV, so neither may get past here
@@ -234,7 +210,6 @@ class Settings:
 
     @property
     def jobs_enabled(self) -> bool:
-        """Whether this stage serves uploads and jobs (``JOBS_BUCKET`` is set)."""
         return self.jobs_bucket != ""
 
     def _check_capture(self) -> None:
@@ -289,15 +264,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
-        """Build settings from environment variables.
-
-        Args:
-            env: the variables to read (the app's: :func:`chalicelib.core.environment.
-                variables`).
-            **overrides: explicit values (field names), which win over the environment.
-
-        Returns:
-            The validated settings.
+        """Settings from ``env``; ``overrides`` (field names) win over it.
 
         Raises:
             ConfigurationError: a variable is missing or has a bad value; the message names it.

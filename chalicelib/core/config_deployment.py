@@ -34,22 +34,16 @@ class Deployment(NamedTuple):
     """The stage's event functions, as ``app.py`` declares them (a named tuple: built at
     every cold start, it costs a fraction of a dataclass to define).
 
+    Each field is the variable of its name, upper-cased.
+
     Attributes:
-        function_name: Lambda's name of the running function (``AWS_LAMBDA_FUNCTION_NAME``:
-            ``<app>-<stage>`` for the API, ``<app>-<stage>-<function>`` for the others);
-            empty off Lambda.
-        monitor_baseline: ``MONITOR_BASELINE``; set, the stage has the scheduled monitor.
-        monitor_schedule: ``MONITOR_SCHEDULE``, the monitor's EventBridge schedule.
-        monitor_engine: ``MONITOR_ENGINE``: ``stepfunctions`` fans the monitor out (three
-            functions a state machine calls); else one scheduled function.
-        jobs_bucket: ``JOBS_BUCKET``; set, the stage has the job functions and the re-drive.
-        jobs_prefix: ``JOBS_PREFIX``, the stage's key prefix in the bucket.
-        jobs_success_topic: ``JOBS_SUCCESS_TOPIC``; set, ``job_results`` listens to it.
-        jobs_error_topic: ``JOBS_ERROR_TOPIC``; set and another topic, ``job_failures``
-            listens to it.
-        job_redrive_period_seconds: ``JOB_REDRIVE_PERIOD_SECONDS``, how often the re-drive
-            runs (a value that is not a whole number is left to the re-drive's own check, which
-            refuses it when it runs and when the stage is packaged: the default stands here).
+        function_name: ``AWS_LAMBDA_FUNCTION_NAME`` (``<app>-<stage>`` for the API,
+            ``<app>-<stage>-<function>`` for the others); empty off Lambda.
+        monitor_engine: ``stepfunctions`` fans the monitor out (three functions a state
+            machine calls); else one scheduled function.
+        job_redrive_period_seconds: a value that is not a whole number is left to the
+            re-drive's own check, which refuses it when it runs and when the stage is
+            packaged: the default stands here.
     """
 
     function_name: str = ""
@@ -86,27 +80,22 @@ class Deployment(NamedTuple):
 
     @property
     def monitored(self) -> bool:
-        """Whether the stage has the scheduled monitor (``MONITOR_BASELINE`` is set)."""
         return self.monitor_baseline != ""
 
     @property
     def monitor_fanned_out(self) -> bool:
-        """Whether the monitor runs on Step Functions (``MONITOR_ENGINE=stepfunctions``)."""
         return self.monitored and self.monitor_engine == MONITOR_FANNED_OUT
 
     @property
     def jobs_enabled(self) -> bool:
-        """Whether the stage has the job functions and the re-drive (``JOBS_BUCKET``)."""
         return self.jobs_bucket != ""
 
     @property
     def tickets_prefix(self) -> str:
-        """The key prefix whose new objects (job tickets) start the job runner."""
         return self.jobs_prefix + JOBS_TICKETS
 
     @property
     def separate_error_topic(self) -> bool:
-        """Whether failures come on a topic of their own (else none, or the success topic's)."""
         return self.jobs_error_topic not in ("", self.jobs_success_topic)
 
     @property
@@ -116,18 +105,16 @@ class Deployment(NamedTuple):
         return f"rate({minutes} minute{'s' if minutes > 1 else ''})"
 
     def function_named(self, app_name: str, function: str) -> str:
-        """This function's own name: Lambda's, else what Chalice names ``function`` of
-        ``app_name`` (``<app>-<function>``, as a local or test call has no Lambda name)."""
+        """This function's own name: Lambda's, else what Chalice names it (a local or test
+        call has no Lambda name)."""
         return self.function_name or f"{app_name}-{function}"
 
     def runs(self, function: str) -> bool:
-        """Whether this process is the Lambda function Chalice deployed for ``function``
-        (its name ends ``-<function>``)."""
+        """Whether this process is the Lambda function Chalice deployed for ``function``."""
         return self.function_name.endswith(f"-{function}")
 
 
 def _as_settings_read(env: Mapping[str, str], name: str, default: str) -> str:
-    """A text variable as :meth:`Settings.from_env <chalicelib.core.config.Settings.from_env>`
-    reads it: unset or empty is the default, anything else its text without blanks around."""
+    """A text variable as ``Settings.from_env`` reads it: unset or empty is the default."""
     raw = env.get(name, "")
     return raw.strip() if raw != "" else default

@@ -1,13 +1,6 @@
 """The settings' names and vocabulary: every environment variable sagegate reads, the values
-some of them take, and the defaults more than one reader shares. (The variables themselves
-come from :mod:`chalicelib.core.environment`, the one module that reads the environment; each
-reader below is handed them.)
-
-:class:`chalicelib.core.config.Settings` reads what requests use; the access variables are
-read by :mod:`chalicelib.core.access` and the log and metric names by
-:mod:`chalicelib.core.observability`; what decides which event functions a stage declares by
-:class:`chalicelib.core.config_deployment.Deployment`.
-"""
+some of them take, and the defaults more than one reader shares. Which module reads each group
+is said above it."""
 from __future__ import annotations
 
 import enum
@@ -76,37 +69,25 @@ SERVICE = "sagegate"  # the default service name and metrics namespace
 MONITOR_BASELINE = "MONITOR_BASELINE"
 MONITOR_SCHEDULE = "MONITOR_SCHEDULE"
 MONITOR_ENGINE = "MONITOR_ENGINE"
-MONITOR_FANNED_OUT = "stepfunctions"
-"""``MONITOR_ENGINE``'s value that fans the monitor out on Step Functions (anything else: the
-one scheduled function)."""
+MONITOR_FANNED_OUT = "stepfunctions"  # MONITOR_ENGINE's; anything else: one function
 JOB_REDRIVE_PERIOD_SECONDS = "JOB_REDRIVE_PERIOD_SECONDS"
 # read by the jobs room when its functions run (chalicelib.jobs.redrive, chalicelib.jobs.lifetime)
 JOB_REDRIVE_AFTER_SECONDS = "JOB_REDRIVE_AFTER_SECONDS"
-"""How long a job stays queued before it is re-driven (seconds)."""
 JOB_RUNNER_TIMEOUT_SECONDS = "JOB_RUNNER_TIMEOUT_SECONDS"
-"""The job runner function's timeout, as configured for the stage."""
 
 # Lambda's own runtime variables (chalicelib.core.lifecycle reads them)
-AWS_LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
-"""Lambda's name of the running function (``<app>-<stage>[-<function>]``); unset elsewhere."""
-AWS_EXECUTION_ENV = "AWS_EXECUTION_ENV"
-"""The runtime's name on Lambda (``AWS_Lambda_python3.13``)."""
+AWS_LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"  # <app>-<stage>[-<function>]
+AWS_EXECUTION_ENV = "AWS_EXECUTION_ENV"  # AWS_Lambda_python3.13
 LAMBDA_TASK_ROOT = "LAMBDA_TASK_ROOT"
-"""Where Lambda unpacked the function's code."""
-AWS_LAMBDA_INITIALIZATION_TYPE = "AWS_LAMBDA_INITIALIZATION_TYPE"
-"""How Lambda initialised the environment: ``on-demand``, ``snap-start``,
-``provisioned-concurrency``."""
+AWS_LAMBDA_INITIALIZATION_TYPE = "AWS_LAMBDA_INITIALIZATION_TYPE"  # on-demand, snap-start...
 
 DEFAULT_JOBS_PREFIX = "jobs/"
-"""``JOBS_PREFIX``'s default: the stage's key prefix in its jobs bucket."""
-JOBS_TICKETS = "tickets/"
-"""Where job tickets go under ``JOBS_PREFIX``: writing one starts the job's runner (S3 event)."""
+JOBS_TICKETS = "tickets/"  # under JOBS_PREFIX: writing one starts the job's runner (S3 event)
 DEFAULT_MONITOR_SCHEDULE = "cron(5 * * * ? *)"
-"""``MONITOR_SCHEDULE``'s default: hourly, five minutes past the hour (the monitor room, which
-imports no other room, keeps the same value: a test holds the two equal)."""
+"""Hourly, five minutes past. The monitor room, which imports no other room, keeps the same
+value: a test holds the two equal."""
 DEFAULT_JOB_REDRIVE_PERIOD_SECONDS = 300
-"""``JOB_REDRIVE_PERIOD_SECONDS``'s default (the re-drive's own reader keeps the same value: a
-test holds the two equal)."""
+"""The re-drive's own reader keeps the same value: a test holds the two equal."""
 
 ENCODE_FORMATS = (ImageFormat.PNG, ImageFormat.JPEG)
 
@@ -129,8 +110,7 @@ class CaptureWriter(enum.StrEnum):
     BACKGROUND = "background"
     """After the response, by the capture writer's thread (on Lambda before the environment
     may freeze): the request pays only the hand-over."""
-    INLINE = "inline"
-    """Before the response, within the request's time budget."""
+    INLINE = "inline"  # before the response, within the request's time budget
 
 
 CAPTURE_WRITERS = tuple(CaptureWriter)

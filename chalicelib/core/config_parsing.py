@@ -14,13 +14,9 @@ from chalicelib.core.errors import ConfigurationError
 
 
 class SettingError(ConfigurationError):
-    """A setting's value is wrong: names the variable and says what it must be, so a file that
-    gives the setting under another name (``model.json``'s ``image``) can name its own key.
-
-    Attributes:
-        variable: the environment variable (the field's name upper-cased).
-        requirement: what the value must be ("must be true or false").
-    """
+    """A setting's value is wrong: names the variable and says what it must be ("must be
+    true or false"), so a file that gives the setting under another name (``model.json``'s
+    ``image``) can name its own key."""
 
     def __init__(self, variable: str, requirement: str) -> None:
         super().__init__(f"{variable} {requirement}")
@@ -29,7 +25,6 @@ class SettingError(ConfigurationError):
 
 
 def check(ok: bool, name: str, requirement: str) -> None:
-    """Raise :class:`SettingError` (``name`` ``requirement``) unless ``ok``."""
     if not ok:
         raise SettingError(name, requirement)
 
@@ -51,8 +46,7 @@ _TYPE_REQUIREMENTS: dict[str, tuple[Callable[[object], bool], str]] = {
 
 
 def check_type(name: str, annotation: object, value: object) -> None:
-    """Raise :class:`SettingError` unless ``value`` is of the field's annotated type (``bool``,
-    ``int``, ``float`` or ``str``, as written in the annotation)."""
+    """Raise :class:`SettingError` unless ``value`` is of the field's annotated type."""
     admits, requirement = _TYPE_REQUIREMENTS[str(annotation)]
     check(admits(value), name.upper(), f"{requirement}, not {value!r}")
 
@@ -95,12 +89,8 @@ _PARSERS: dict[str, tuple[Callable[[str], object], str]] = {
 
 
 def parse(name: str, text: str, annotation: object) -> object:
-    """The variable ``name``'s ``text`` (surrounding blanks ignored) as a value of the
-    annotated type.
-
-    Raises:
-        SettingError: the text is not a spelling of such a value.
-    """
+    """The variable's ``text`` (surrounding blanks ignored) as a value of the annotated type
+    (SettingError for any other spelling)."""
     parser, requirement = _PARSERS[str(annotation)]
     try:
         return parser(text.strip())

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 
 class SagegateError(Exception):
-    """Base of every error sagegate reports to a client.
-
-    Attributes:
-        STATUS_CODE: HTTP status the error renders with.
-        CODE: stable machine-readable code (the ``Code`` field of the error body).
-    """
+    """Base of every error sagegate reports to a client: ``STATUS_CODE`` is the HTTP status,
+    ``CODE`` the body's stable ``Code``."""
 
     STATUS_CODE = 500
     CODE = "InternalError"
@@ -24,11 +20,9 @@ class SagegateError(Exception):
 
     @property
     def headers(self) -> dict[str, str]:
-        """Extra response headers this error needs (e.g. ``Retry-After``)."""
         return {}
 
     def as_failure(self) -> dict[str, str]:
-        """This error as a failed job's ``error`` (its record's ``{"Code", "Message"}``)."""
         return {"Code": self.CODE, "Message": self.message}
 
 
@@ -98,7 +92,6 @@ class NotFoundError(SagegateError):
 
 
 class ModelNotFoundError(SagegateError):
-    """No model of that name is registered."""
 
     STATUS_CODE = 404
     CODE = "ModelNotFound"
@@ -245,11 +238,7 @@ class InvalidEndpointResponseError(EndpointError):
 
 
 class EndpointUnavailableError(EndpointError, RetryLaterError):
-    """Throttled, model not ready, or service unavailable: the client should retry.
-
-    ``retry_after`` is set by the endpoint client from what it knows when it gives up
-    (:meth:`chalicelib.core.retries.Retrier.retry_after`), not left at its default.
-    """
+    """Throttled, model not ready, or service unavailable: the client should retry."""
 
     STATUS_CODE = 503
     CODE = "EndpointUnavailable"

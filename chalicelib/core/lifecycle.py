@@ -1,11 +1,10 @@
 """The container's life on Lambda: the work done once at init, and SnapStart's runtime hooks.
 
 On Lambda, ``app.py`` builds everything a request needs while it is imported (the init
-phase): settings, labels, the boto3 client and its service model, the capture sink, and, when
-init is off the requests' path (SnapStart, provisioned concurrency), a first decode and encode
-that loads OpenCV's codecs. Without SnapStart that work is paid once
-per cold start instead of by the first request; with SnapStart it is done once per published
-version and lands in the snapshot that every new execution environment is restored from.
+phase), and, when init is off the requests' path (SnapStart, provisioned concurrency), a first
+decode and encode that loads OpenCV's codecs. Without SnapStart that work is paid once per cold
+start instead of by the first request; with SnapStart once per published version, in the
+snapshot every new execution environment is restored from.
 
 A snapshot is copied into many environments, so what must not be shared is undone by the
 runtime hooks (``snapshot_restore_py``, part of Lambda's Python runtimes):
@@ -37,20 +36,16 @@ from chalicelib.core.config_names import (
 
 LOG = logging.getLogger("sagegate.lifecycle")
 
-SNAP_START = "snap-start"
-"""``AWS_LAMBDA_INITIALIZATION_TYPE``'s value in a SnapStart environment (snapshotted, or
-restored)."""
+SNAP_START = "snap-start"  # AWS_LAMBDA_INITIALIZATION_TYPE's, snapshotted or restored
 
 
 class Closable(Protocol):
-    """Anything holding connections that can be dropped and opened again on next use."""
 
     def close(self) -> None: ...
 
 
 def on_lambda(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process is a Lambda execution environment (not chalice local/package);
-    ``environ``: the process's environment when None."""
+    """Whether this process is a Lambda execution environment (not chalice local/package)."""
     env = environment.variables() if environ is None else environ
     return bool(env.get(AWS_LAMBDA_FUNCTION_NAME)) and bool(
         env.get(AWS_EXECUTION_ENV, "").startswith("AWS_Lambda_")
@@ -58,25 +53,18 @@ def on_lambda(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def init_type(environ: Mapping[str, str] | None = None) -> str:
-    """How Lambda initialised this environment (``snap-start`` while taking a snapshot);
-    ``environ``: the process's environment when None."""
+    """How Lambda initialised this environment (``snap-start`` while taking a snapshot)."""
     env = environment.variables() if environ is None else environ
     return env.get(AWS_LAMBDA_INITIALIZATION_TYPE, "on-demand")
 
 
 def snap_start(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this is a SnapStart environment (see :func:`init_type`)."""
     return init_type(environ) == SNAP_START
 
 
 class Hooks:
-    """SnapStart's two hooks over the objects that hold connections.
-
-    Args:
-        connections: returns the objects whose connections are closed around a snapshot
-            (called at hook time, so objects built after registration are included).
-        reseed: reseeds the process's random generators (``random.seed`` by default).
-    """
+    """SnapStart's two hooks over the objects that hold connections (``connections`` is
+    called at hook time, so objects built after registration are included)."""
 
     def __init__(self, connections: Callable[[], list[Closable]],
                  reseed: Callable[[], None] = random.seed) -> None:
@@ -85,12 +73,10 @@ class Hooks:
         self.restores = 0
 
     def before_snapshot(self) -> None:
-        """Close every pooled connection: a snapshot must hold none."""
         closed = self._close_all()
         LOG.info("snapshot: %d connection pool(s) closed", closed)
 
     def after_restore(self) -> None:
-        """Make this restored copy its own: fresh randomness, no inherited connection."""
         started = time.perf_counter()
         self._reseed()
         closed = self._close_all()
@@ -106,10 +92,8 @@ class Hooks:
 
 
 def register(hooks: Hooks) -> bool:
-    """Register ``hooks`` with Lambda's runtime; False where ``snapshot_restore_py`` is absent.
-
-    Lambda's Python runtimes ship the library; elsewhere (a test without it) nothing happens.
-    """
+    """Register ``hooks`` with Lambda's runtime; False where ``snapshot_restore_py`` (shipped
+    by Lambda's Python runtimes) is absent."""
     try:
         from snapshot_restore_py import register_after_restore, register_before_snapshot
     except ImportError:
@@ -120,7 +104,7 @@ def register(hooks: Hooks) -> bool:
 
 
 def timed(work: Callable[[], Any]) -> float:
-    """Run ``work`` and return how long it took, in milliseconds."""
+    """How long ``work`` took, in milliseconds."""
     started = time.perf_counter()
     work()
     return (time.perf_counter() - started) * 1000.0

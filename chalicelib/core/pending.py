@@ -28,37 +28,26 @@ class Pending:
 
     @property
     def settled(self) -> int:
-        """Work settled so far."""
         with self._changed:
             return self._settled
 
     @property
     def outstanding(self) -> int:
-        """Work handed and not yet settled."""
         with self._changed:
             return self._handed - self._settled
 
     def hand(self, count: int = 1) -> None:
-        """Count ``count`` pieces of work handed on."""
         with self._changed:
             self._handed += count
 
     def settle(self, count: int = 1) -> None:
-        """Count ``count`` pieces of work settled (done, dropped or given up), releasing the
-        waits they complete."""
+        """Count work settled (done, dropped or given up), releasing the waits it completes."""
         with self._changed:
             self._settled += count
             self._changed.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until everything handed so far is settled.
-
-        Args:
-            timeout: the longest wait, in seconds (None: no limit).
-
-        Returns:
-            False when ``timeout`` ran out first.
-        """
+        """Wait until everything handed so far is settled; False when ``timeout`` ran out."""
         with self._changed:
             target = self._handed
             return self._changed.wait_for(lambda: self._settled >= target, timeout)

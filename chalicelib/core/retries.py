@@ -1,11 +1,9 @@
 """The one retry policy: bounded attempts, full jitter, a time budget and a retry quota.
 
-Every place sagegate retries (the endpoint client, the capture sinks and the capture writer,
-sagegate's HTTP client, the emulator's supervisor) configures a :class:`RetryPolicy`; the
-callers of an upstream share a :class:`RetryQuota` and drive one :class:`Retrier` per operation
-(the supervisor, which restarts one child, waits the policy's ceiling; the capture writer,
-which tries again what its sink's own retries gave up, waits the policy's :meth:`delay` with
-no quota: its tries are bounded and off every request's path). None has a backoff of its own.
+Every place sagegate retries (the endpoint client, the capture sinks and writer, sagegate's
+HTTP client, the emulator's supervisor) configures a :class:`RetryPolicy`; the callers of an
+upstream share a :class:`RetryQuota` and drive one :class:`Retrier` per operation. None has a
+backoff of its own.
 
 The quota is botocore's standard retry mode's (``botocore/retries/quota.py`` and
 ``standard.py``, botocore 1.44): a token bucket of 500 per client, shared by the threads that
@@ -38,7 +36,7 @@ THROTTLING_CODES = frozenset({
     # Firehose: "the service is unavailable. Back off and retry the operation"
     "ServiceUnavailableException",
 })
-"""Error codes that mean the upstream is throttling: the cheaper retry (see the quota)."""
+"""The upstream is throttling: the cheaper retry (see the quota)."""
 TRANSIENT_CODES = frozenset({
     # botocore's standard mode
     "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
@@ -46,14 +44,12 @@ TRANSIENT_CODES = frozenset({
     "InternalFailure", "InternalDependencyException", "ServiceUnavailable",
     "ModelNotReadyException",
 })
-"""Error codes of a transient failure a retry may cure."""
 THROTTLING_STATUSES = frozenset({429})
 TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 THROTTLED_RETRY_COST = 5
 RETRY_COST = 14
 SUCCESS_REFUND = 1
-MAX_RETRY_AFTER_S = 60
-"""The longest ``Retry-After`` sagegate advises, whatever an upstream said."""
+MAX_RETRY_AFTER_S = 60  # the longest Retry-After sagegate advises, whatever upstream said
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +58,9 @@ class RetryPolicy:
 
     Attributes:
         max_attempts: attempts in all, the first included.
-        budget_seconds: the time from the first attempt's start within which every attempt
-            must fit (``math.inf``: none).
-        attempt_timeout: the time one attempt may take; a retry starts only if its backoff
-            and a whole attempt still fit in the budget.
+        budget_seconds: from the first attempt's start, within which every attempt must fit.
+        attempt_timeout: a retry starts only if its backoff and a whole attempt still fit.
         base_delay: the first backoff's ceiling; each next one doubles, up to ``max_delay``.
-        max_delay: the longest backoff.
         quota_wait: the ``Retry-After`` advised when the quota cannot pay a retry: every
             caller in the process is then failing, and coming back sooner only adds load.
     """
@@ -80,18 +73,15 @@ class RetryPolicy:
     quota_wait: float = 10.0
 
     def ceiling(self, attempt: int) -> float:
-        """The longest backoff after failed attempt ``attempt`` (1-based): base, 2x, 4x...
-        up to ``max_delay``."""
+        """The longest backoff after failed attempt ``attempt`` (1-based)."""
         return float(min(self.max_delay, self.base_delay * 2 ** max(0, attempt - 1)))
 
     def delay(self, attempt: int, rng: Callable[[], float]) -> float:
-        """Full-jitter backoff after failed attempt ``attempt`` (1-based): uniform in
-        ``[0, ceiling(attempt))``, so callers failing together do not retry together."""
+        """Full jitter: uniform in ``[0, ceiling(attempt))``, so callers failing together
+        do not retry together."""
         return rng() * self.ceiling(attempt)
 
     def may_retry(self, attempt: int, remaining: float, delay: float) -> bool:
-        """Whether attempt ``attempt + 1`` may start after waiting ``delay``, with
-        ``remaining`` seconds of the budget left now."""
         return (attempt < self.max_attempts
                 and remaining >= delay + self.attempt_timeout)
 
@@ -111,11 +101,9 @@ class RetryQuota:
 
     @property
     def available(self) -> int:
-        """Tokens left."""
         return self._available
 
     def can_pay(self, throttled: bool) -> bool:
-        """Whether a retry of that kind could be paid now."""
         return self._available >= _cost(throttled)
 
     def acquire(self, throttled: bool) -> int:
@@ -128,7 +116,6 @@ class RetryQuota:
             return cost
 
     def release(self, amount: int) -> None:
-        """Put ``amount`` back, never over the capacity."""
         with self._lock:
             self._available = min(self.capacity, self._available + amount)
 
@@ -143,12 +130,6 @@ class Retrier:
     Call :meth:`failed` after each failed attempt: it gives the wait before the next one, or
     None to give up (attempts used, the budget cannot hold a backoff and an attempt, or the
     quota cannot pay). Call :meth:`succeeded` after a success, which refunds the quota.
-
-    Args:
-        policy: the retry policy of this kind of call.
-        quota: the quota shared by this process's calls to the same upstream.
-        deadline: when the budget ends, on ``clock`` (by default the policy's budget from now).
-        clock, rng: injectable for tests.
     """
 
     def __init__(self, policy: RetryPolicy, quota: RetryQuota, *, deadline: float | None = None,
@@ -162,12 +143,8 @@ class Retrier:
         self._taken = 0
 
     def failed(self, *, throttled: bool = False, hint: float | None = None) -> float | None:
-        """After attempt :attr:`attempts` failed: seconds to wait before the next, or None.
-
-        Args:
-            throttled: the upstream said it was throttling (the cheaper quota cost).
-            hint: the upstream's own wait (its Retry-After), a floor for the backoff.
-        """
+        """Seconds to wait before the next attempt, or None; ``hint`` (the upstream's own
+        Retry-After) is a floor for the backoff."""
         if self.attempts >= self.policy.max_attempts:
             return None
         delay = self.policy.delay(self.attempts, self._rng)
@@ -188,12 +165,8 @@ class Retrier:
         self.quota.release(self._taken or SUCCESS_REFUND)
 
     def retry_after(self, *, throttled: bool = False, hint: float | None = None) -> int:
-        """The ``Retry-After`` (whole seconds, at least 1) to advise after giving up.
-
-        The largest of what is known: the upstream's own wait (``hint``); the backoff this
-        policy would have waited next; and, when the process's quota cannot pay a retry,
-        the policy's ``quota_wait``. Capped at :data:`MAX_RETRY_AFTER_S`.
-        """
+        """The ``Retry-After`` to advise after giving up: the largest of the upstream's own
+        wait, the next backoff and, when the quota cannot pay, ``quota_wait``."""
         seconds = self.policy.ceiling(self.attempts)
         if hint is not None and math.isfinite(hint):
             seconds = max(seconds, hint)
@@ -204,12 +177,7 @@ class Retrier:
 
 def classify(code: str | None, status: int | None) -> bool | None:
     """Whether an AWS error answer is worth a retry, as botocore's standard mode decides:
-    True when throttled, False when transient, None when not retryable.
-
-    Args:
-        code: the answer's ``Error.Code``.
-        status: its HTTP status.
-    """
+    True when throttled, False when transient, None when not retryable."""
     if code in THROTTLING_CODES or status in THROTTLING_STATUSES:
         return True
     if code in TRANSIENT_CODES or status in TRANSIENT_STATUSES:
