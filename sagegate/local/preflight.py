@@ -30,7 +30,7 @@ from sagegate.local.ports import describe_owner
 from sagegate.local.processes import HOST, api_env
 
 if TYPE_CHECKING:
-    from sagegate.deploy.stages import Stage
+    from sagegate.deploy.stage import Stage
 
 __all__ = ["PORTS", "Plan", "StartError", "check_auth", "check_models", "check_port_free",
            "check_redrive", "check_settings", "local_overrides", "preflight", "read_port",

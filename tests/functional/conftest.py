@@ -18,7 +18,8 @@ from chalice.test import Client
 import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.core.config import Settings
-from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.services import Services
 
 ENDPOINT = "efficientnet-lite0"

@@ -20,7 +20,8 @@ import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.config import Settings
-from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.predictions import load_labels
 from chalicelib.registry.loading import load_registry
 from chalicelib.services import Services

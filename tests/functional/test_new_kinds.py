@@ -17,7 +17,8 @@ from moto import mock_aws
 import app as app_module
 from chalicelib.capture import Capturer
 from chalicelib.core.config import Settings
-from chalicelib.inference.endpoint import EndpointClient, RetryPolicy
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.jobs.records import JobState
 from chalicelib.jobs.store import MemoryJobStore
 from chalicelib.registry import kinds

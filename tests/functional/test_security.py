@@ -33,7 +33,8 @@ from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.access import Access
 from chalicelib.core.errors import ConfigurationError, PreprocessingTimeoutError
 from chalicelib.core.observability import Outcome
-from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient, Invocation
 from scripts.crafted_images import progressive, scan_bomb
 from tests import imagefactory
 from tests.functional.conftest import (

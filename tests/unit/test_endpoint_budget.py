@@ -27,10 +27,11 @@ from chalicelib.core.retries import (
     QUOTA_CAPACITY,
     RETRY_COST,
     THROTTLED_RETRY_COST,
+    RetryPolicy,
     RetryQuota,
 )
 from chalicelib.images import imaging
-from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient, Invocation
 from chalicelib.inference.pipeline import Predictor
 from tests import imagefactory
 

@@ -15,7 +15,8 @@ import pytest
 from botocore.config import Config
 
 from chalicelib.core.errors import EndpointError, EndpointUnavailableError, SagegateError
-from chalicelib.inference.endpoint import EndpointClient, Invocation, RetryPolicy
+from chalicelib.core.retries import RetryPolicy
+from chalicelib.inference.endpoint import EndpointClient, Invocation
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         b"x-Amzn-Invoked-Production-Variant: AllTraffic\r\n")

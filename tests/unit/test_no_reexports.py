@@ -1,9 +1,12 @@
 """No module re-exports another's names (STYLE.md 10): a name is imported from the module that
-defines it. A module's ``__all__`` lists only names the module defines, and the explicit
-re-export idioms (``import x as x``, ``from m import a as a``) appear nowhere."""
+defines it. A module's ``__all__`` lists only names the module defines, the explicit
+re-export idioms (``import x as x``, ``from m import a as a``) appear nowhere, and no module
+(tests included) imports a name from a module of the project that only imported it."""
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +92,56 @@ def test_no_module_re_exports_a_name_it_does_not_define() -> None:
             if found:
                 offenders[module] = found
     assert offenders == {}
+
+
+@functools.cache
+def _bindings(module: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The names a project module defines and those it imports; None: not a module here."""
+    path = ROOT.joinpath(*module.split("."))
+    path = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    return frozenset(_defined(tree)), frozenset(imported)
+
+
+Bindings = Callable[[str], "tuple[frozenset[str], frozenset[str]] | None"]
+
+
+def second_hand_imports(source: str, bindings_of: Bindings = _bindings) -> list[str]:
+    """Each ``from m import a`` of ``source`` where ``m``, a project module, imported ``a``
+    rather than defining it (a submodule ``m.a`` is its own)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                and node.module.split(".")[0] in (*PACKAGES, "tests")):
+            continue
+        bindings = bindings_of(node.module)
+        for alias in node.names:
+            if bindings is not None and alias.name not in bindings[0] \
+                    and alias.name in bindings[1] \
+                    and bindings_of(f"{node.module}.{alias.name}") is None:
+                found.append(f"{alias.name} from {node.module}")
+    return found
+
+
+def test_no_module_imports_a_name_second_hand() -> None:
+    offenders = {}
+    for package in (*PACKAGES, "tests"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found = second_hand_imports(path.read_text(encoding="utf-8"))
+            if found:
+                offenders[str(path.relative_to(ROOT))] = found
+    found = second_hand_imports((ROOT / "app.py").read_text(encoding="utf-8"))
+    if found:
+        offenders["app.py"] = found
+    assert offenders == {}
+
+
+def test_the_guard_sees_a_name_imported_second_hand() -> None:
+    modules = {"chalicelib.a": (frozenset({"Defined"}), frozenset({"Imported", "sub"})),
+               "chalicelib.a.sub": (frozenset(), frozenset())}
+    source = "from chalicelib.a import Defined, Imported, sub\nfrom os import path\n"
+    assert second_hand_imports(source, modules.get) == ["Imported from chalicelib.a"]

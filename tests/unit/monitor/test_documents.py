@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chalicelib.monitor import analysis, documents
-from chalicelib.monitor.documents import DocumentError
+from chalicelib.monitor.json_paths import DocumentError
 
 ROWS = [{"label": str(i % 2), "x": i * 0.5, "n": i, "kind": "ab"[i % 2]} for i in range(200)]
 
