@@ -95,11 +95,6 @@ class Capturer:
         inline); False when ``timeout`` ran out first."""
         return True if self.writer is None else self.writer.flush(timeout)
 
-    @property
-    def wants_original(self) -> bool:
-        """Whether records carry the client's upload (so callers keep it)."""
-        return self.mode != CaptureMode.OFF and self._include_original
-
     def close(self) -> None:
         """Store what the writer holds, then drop the sink's pooled connections (see
         :mod:`chalicelib.core.lifecycle`: before a snapshot, nothing may wait in memory)."""
@@ -134,7 +129,7 @@ class Capturer:
             sent_content_type=sent_type, received=served.received,
             received_content_type=served.received_content_type,
             custom_attributes=custom_attributes,
-            original=served.original if self.wants_original else None,
+            original=served.original if self._include_original else None,
             original_content_type=served.original_content_type, arm=arm, latency_ms=latency_ms,
             shadow=shadow, answered_at=time.time()), deadline - time.monotonic())
 

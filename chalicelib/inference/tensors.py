@@ -51,7 +51,8 @@ def read_tensors(body: bytes, content_type: str | None, signature: Signature
         InvalidJSONError: a JSON body that does not parse.
         UnsupportedMediaTypeError: a content type this reader does not take.
     """
-    kind = bare(content_type)
+    # a request's Call carries its type bare already: only another type is made so
+    kind = content_type if content_type in READABLE_TYPES else bare(content_type)
     if kind in (MediaType.JSON, MediaType.JSONLINES):
         raw = _from_json(load_json(body) if kind == MediaType.JSON else _lines(body), signature)
     elif kind == MediaType.CSV:
