@@ -17,10 +17,8 @@ the writer itself before the response leaves (:meth:`AfterHandlers.handler_ended
 inline capture would store the record; the before-snapshot hook flushes too
 (``Capturer.close``).
 
-Only the standard library is used, and :mod:`chalicelib.core.lifecycle`,
-:mod:`chalicelib.core.environment` and :mod:`chalicelib.core.pending` (standard library only),
-whose SnapStart detection, environment and pending-work count this shares: the extension
-starts before anything else is imported.
+Only the standard library is used, and the core modules that use nothing else (lifecycle,
+environment, pending): the extension starts before anything else is imported.
 """
 from __future__ import annotations
 
@@ -36,15 +34,13 @@ from chalicelib.core.pending import Pending
 
 LOG = logging.getLogger("sagegate.capture")
 
-RUNTIME_API = "AWS_LAMBDA_RUNTIME_API"
-"""The host:port of the runtime API (and the Extensions API), set by Lambda."""
+RUNTIME_API = "AWS_LAMBDA_RUNTIME_API"  # host:port of the runtime and Extensions APIs
 EXTENSION_NAME = "sagegate-capture"
 BASE = "/2020-01-01/extension"
 DEADLINE_MARGIN_SECONDS = 0.5
 """What a flush leaves of the invocation's time (the next call must still be made)."""
 
-Flush = Callable[[float | None], bool]
-"""The capture writer's ``flush(timeout)``."""
+Flush = Callable[[float | None], bool]  # the capture writer's flush(timeout)
 
 
 FINISHED = Pending()
@@ -53,15 +49,7 @@ returns (the middleware counts them; a handler may return first)."""
 
 
 class CaptureExtension:
-    """The internal extension (see the module).
-
-    Args:
-        api: the runtime API's ``host:port``.
-        flush: stores what the capture writer holds, within a timeout.
-        finished: the invocations heard of and the handlers returned (the module's, by
-            default).
-        clock: epoch seconds (the events' deadlines are epoch milliseconds).
-    """
+    """The internal extension (see the module)."""
 
     def __init__(self, api: str, flush: Flush, finished: Pending = FINISHED,
                  clock: Callable[[], float] = time.time) -> None:
@@ -75,11 +63,8 @@ class CaptureExtension:
         self._thread: threading.Thread | None = None
 
     def register(self) -> None:
-        """Register for INVOKE events (during init, before the runtime's first next call).
-
-        Raises:
-            OSError, ValueError: the Extensions API refused or did not answer.
-        """
+        """Register for INVOKE events (during init, before the runtime's first next call);
+        OSError or ValueError when the Extensions API refused or did not answer."""
         status, headers, _ = self._call("POST", f"{BASE}/register",
                                         {"Lambda-Extension-Name": EXTENSION_NAME},
                                         json.dumps({"events": ["INVOKE"]}).encode())
@@ -89,11 +74,9 @@ class CaptureExtension:
         self._id = identifier
 
     def handler_ended(self) -> None:
-        """A handler returned: this invocation's records may be flushed."""
         self._finished.settle()
 
     def start(self) -> None:
-        """Run the extension's loop on a daemon thread."""
         self._thread = threading.Thread(target=self._loop, name="capture-extension",
                                         daemon=True)
         self._thread.start()
@@ -116,8 +99,6 @@ class CaptureExtension:
                             "deadline; they are stored with the next one")
 
     def _left(self, deadline: float | None) -> float | None:
-        """Seconds until the invocation's deadline (epoch seconds) less the margin the next
-        call needs; None without a deadline."""
         if deadline is None:
             return None
         return max(0.0, deadline - self._clock() - DEADLINE_MARGIN_SECONDS)
@@ -146,14 +127,7 @@ class CaptureExtension:
 
 class AfterHandlers:
     """What happens to held capture records as each handler ends (``app.py``'s middleware
-    calls :meth:`handler_ended`).
-
-    Args:
-        flush: the capture writer's flush.
-        extension: the registered extension (None: none runs).
-        on_lambda: whether this is a Lambda environment (where an environment without the
-            extension may freeze with records held, so the handler flushes them itself).
-    """
+    calls :meth:`handler_ended`)."""
 
     def __init__(self, flush: Flush, extension: CaptureExtension | None,
                  on_lambda: bool) -> None:
@@ -162,9 +136,8 @@ class AfterHandlers:
         self._on_lambda = on_lambda
 
     def held_work_waits(self) -> str | None:
-        """Why work held after a response would hold the response itself here (a Lambda
-        environment without the extension: the handler flushes it before returning), or None
-        when it does not."""
+        """Why work held after a response would hold the response itself here (on Lambda
+        without the extension), or None."""
         if self.extension is None and self._on_lambda:
             return ("this Lambda environment runs no after-response extension (SnapStart, or "
                     "its registration failed): a shadow call would delay the caller's answer")
@@ -182,9 +155,8 @@ class AfterHandlers:
 
 
 def start(flush: Flush, environ: dict[str, str] | None = None) -> CaptureExtension | None:
-    """Register and start the extension when this is a Lambda environment with a runtime API
-    and not SnapStart's (see the module); None otherwise, or when registration failed
-    (logged: the middleware then flushes in the handler)."""
+    """Register and start the extension on Lambda, not under SnapStart; None otherwise or
+    when registration failed (logged: the middleware then flushes in the handler)."""
     environ = dict(environment.variables()) if environ is None else environ
     api = environ.get(RUNTIME_API, "")
     if not api or lifecycle.snap_start(environ):

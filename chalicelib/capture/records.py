@@ -37,18 +37,15 @@ INVALID_NAME = "invalid-name"
 # What a record can hold (capture "off" writes none).
 RECORDED_MODES = (CaptureMode.INPUT, CaptureMode.OUTPUT, CaptureMode.BOTH)
 EVENT_VERSION = "0"
+# eventMetadata's keys of sagegate's own. CACHE_HIT_KEY is also chalicelib.monitor.records'
+# (the monitor imports no other room).
 CACHE_HIT_KEY = "sagegateCacheHit"
-ARM_KEY = "sagegateArm"
-"""``eventMetadata``'s experiment arm (or shadow) name."""
-LATENCY_KEY = "sagegateLatencyMs"
-"""``eventMetadata``'s endpoint exchange milliseconds."""
-ERROR_KEY = "sagegateError"
-"""``eventMetadata``'s ``{"Code", "Message"}`` of a failed shadow call."""
+ARM_KEY = "sagegateArm"  # the experiment arm (or shadow)
+LATENCY_KEY = "sagegateLatencyMs"  # the endpoint exchange's
+ERROR_KEY = "sagegateError"  # a failed shadow call's {"Code", "Message"}
 INVOCATION_SOURCE = "invocationSource"
 SHADOW_SOURCE = "ShadowExperiment"
 """SageMaker's own marker of a shadow variant's record (Model Monitor skips them)."""
-"""``eventMetadata`` key set (true) on the record of an answer served from the cache; the same
-name as :data:`chalicelib.monitor.records.CACHE_HIT_KEY` (the monitor imports no other room)."""
 _TEXT_ENCODINGS: dict[str, str] = {MediaType.JSON: "JSON", MediaType.JSONLINES: "JSON",
                                    MediaType.CSV: "CSV"}
 
@@ -68,16 +65,12 @@ class Exchange:
     original: bytes | None = dataclasses.field(default=None, repr=False)
     original_content_type: str | None = None
     cache_hit: bool = False
-    """The answer came from the prediction cache (``received`` is the cached answer)."""
     arm: str | None = None
-    """The experiment arm (or shadow) that served it (``eventMetadata.sagegateArm``)."""
     latency_ms: float | None = None
-    """The endpoint exchange's milliseconds (``eventMetadata.sagegateLatencyMs``)."""
     shadow: bool = False
-    """A shadow's copy (``eventMetadata.invocationSource: ShadowExperiment``, SageMaker's own
-    marker: the monitor's analysis skips it); its ``inference_id`` is the primary's."""
+    """A shadow's copy, marked as SageMaker marks one; its ``inference_id`` is the primary's."""
     error: Mapping[str, str] | None = None
-    """A failed shadow call's ``{"Code", "Message"}`` (the record then has no output)."""
+    """A failed shadow call's (the record then has no output)."""
     answered_at: float | None = None
     """When the inference was answered (epoch seconds, taken on the request's path): the
     record's ``inferenceTime`` and its folder's hour, however long the record waits for a
@@ -92,8 +85,7 @@ class CaptureRecord:
     variant: str
     event_id: str
     time: datetime.datetime
-    line: bytes
-    """The JSON record and its newline."""
+    line: bytes  # the JSON record and its newline
 
     def partition(self) -> str:
         """``{endpoint}/{variant}/yyyy/mm/dd/hh``: Model Monitor's layout.
@@ -129,7 +121,6 @@ def _body(data: bytes, content_type: str, mode: str) -> dict[str, str]:
 
 
 def _sagegate_metadata(exchange: Exchange) -> dict[str, Any]:
-    """What ``eventMetadata`` holds beyond Model Monitor's own ids and time."""
     metadata: dict[str, Any] = {}
     if exchange.custom_attributes:
         metadata["customAttributes"] = [exchange.custom_attributes]
@@ -152,12 +143,9 @@ def build_record(exchange: Exchange, mode: str, include_original: bool = False,
     """The Model Monitor record of one inference.
 
     Args:
-        exchange: what was sent and received.
-        mode: ``input``, ``output`` or ``both`` (SageMaker's CaptureMode Input/Output).
         include_original: add ``originalInput`` with the client's upload.
-        now: the inference time (UTC); when None, the exchange's own
-            (:attr:`Exchange.answered_at`), else the current time.
-        event_id: the record's id; a new uuid4 when None.
+        now: the inference time (UTC); when None, the exchange's ``answered_at``, else the
+            current time.
     """
     if mode not in RECORDED_MODES:
         raise ValueError(f"capture mode must be one of {', '.join(RECORDED_MODES)}, not "

@@ -31,8 +31,7 @@ FIREHOSE_ATTEMPTS = 3
 MIN_SEGMENT_BYTES = 64 * 1024
 CAPTURE_POLICY = RetryPolicy(max_attempts=FIREHOSE_ATTEMPTS, budget_seconds=2.0,
                              base_delay=0.05, max_delay=0.5)
-"""How a capture write is retried: the response waits for it, so briefly (no retry starts
-more than 2 s after the first attempt)."""
+"""Brief: a response may wait for a capture write."""
 _T = TypeVar("_T")
 LOG = logging.getLogger("sagegate.capture")
 
@@ -41,12 +40,11 @@ class CaptureSinkError(Exception):
     """A sink could not store every record it was given.
 
     Args:
-        message: what failed.
-        unstored: the records not stored, when the sink knows them (the others were): a
-            retry writes only these, and only these are counted as dropped. None: unknown,
-            every record given is to be written again.
-        refused: records the sink will never store (see :meth:`Sink.write`), not among
-            ``unstored``: dropped, not tried again.
+        unstored: the records not stored, when the sink knows them: a retry writes only
+            these, and only these are counted as dropped. None: every record is to be
+            written again.
+        refused: records the sink will never store, not among ``unstored``: dropped, not
+            tried again.
     """
 
     def __init__(self, message: str, unstored: Sequence[CaptureRecord] | None = None,
@@ -61,8 +59,7 @@ class Sink(Protocol):
 
     def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord] | None:
         """Store ``records``; raise on any failure. Returns the records it refused for good
-        (none can ever be stored: a record over Firehose's size), which the caller counts as
-        dropped; the rest were stored (None: every record was)."""
+        (a record over Firehose's size), which the caller counts as dropped."""
 
     def close(self) -> None:
         """Drop pooled connections; the sink stays usable (they reopen on the next write)."""
@@ -72,11 +69,7 @@ PRIVATE_FILE, PRIVATE_DIRECTORY = 0o600, 0o700
 
 
 def _private_directories(root: Path, directory: Path) -> None:
-    """Create ``directory`` and its missing parents up from ``root``, each 0700.
-
-    Raises:
-        CaptureSinkError: ``directory`` would not be inside ``root``.
-    """
+    """Create ``directory`` and its missing parents up from ``root``, each 0700."""
     if not directory.resolve().is_relative_to(root.resolve()):
         raise CaptureSinkError("capture path escapes the capture directory")
     missing = []
@@ -93,9 +86,8 @@ class DirectorySink:
     hh/{file}.jsonl``, one file per process and hour, appended to one whole line at a time.
 
     With ``max_bytes``, each endpoint's folder stays under that size: files roll over at an
-    eighth of it, and once an endpoint's total goes over, its least recently written files
-    are deleted until it is back under nine tenths of it (the file being written is kept).
-    One endpoint's traffic never deletes another's records.
+    eighth of it, and once over, its least recently written files are deleted down to nine
+    tenths. One endpoint's traffic never deletes another's records.
     """
 
     def __init__(self, root: str | os.PathLike[str], max_bytes: int = 0) -> None:
@@ -155,8 +147,6 @@ class DirectorySink:
         self._totals[endpoint] = total
 
     def _prune(self, folder: Path, keep: Path) -> int:
-        """Deletes the least recently written files of one endpoint's folder until its total
-        is under 90% of the cap; returns the new total."""
         files = []
         for path in folder.rglob("*.jsonl"):
             with contextlib.suppress(FileNotFoundError):
@@ -197,7 +187,6 @@ class _Retrying:
         return Retrier(self.policy, self.quota, clock=self._clock, rng=self._rng)
 
     def _waited(self, retrier: Retrier, throttled: bool) -> bool:
-        """Waits before the next attempt; False when no retry is to be made."""
         delay = retrier.failed(throttled=throttled)
         if delay is None:
             return False
@@ -216,9 +205,7 @@ class _Retrying:
 
 
 def retry_kind(error: Exception) -> bool | None:
-    """Whether a boto3 failure is retryable as botocore's standard mode decides: True for
-    throttling, False for a transient failure, None for neither
-    (:func:`chalicelib.core.retries.classify`)."""
+    """Whether a boto3 failure is retryable, as :func:`chalicelib.core.retries.classify`."""
     # deferred: botocore loads only when a boto3 sink fails (a directory sink never needs it)
     from botocore.exceptions import ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -241,9 +228,7 @@ def _usage(folder: Path) -> int:
 
 class S3Sink(_Retrying):
     """JSON Lines objects under ``s3://bucket/prefix/{endpoint}/{variant}/yyyy/mm/dd/hh/``,
-    one per write and partition: each record in its own endpoint's, variant's and hour's
-    folder, however mixed the batch. Written with PutObject (retried by
-    :data:`CAPTURE_POLICY`)."""
+    one per write and partition, however mixed the batch."""
 
     def __init__(self, client: Any, bucket: str, prefix: str, *,
                  sleep: Callable[[float], None] = time.sleep,
@@ -255,25 +240,17 @@ class S3Sink(_Retrying):
         self.prefix = prefix.strip("/")
 
     def key(self, record: CaptureRecord) -> str:
-        """The object key of a record."""
         name = f"{record.partition()}/{record.file_stem()}.jsonl"
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def close(self) -> None:
-        """Drop the S3 client's pooled connections."""
         self._client.close()
 
     def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord]:
-        """One object per partition of ``records`` (a batch of the capture writer mixes
-        endpoints, variants and hours), named by its first record: writing the same records
-        again puts the same keys, so a retried batch never stores a record twice.
-
-        The partitions share one retry budget (a write of many partitions waits no longer
-        than one would), and one that keeps failing does not keep the others from being put.
-
-        Raises:
-            CaptureSinkError: some partitions were not stored; it carries their records.
-        """
+        """One object per partition, named by its first record: writing the same records
+        again puts the same keys, so a retried batch never stores a record twice. The
+        partitions share one retry budget, and one that keeps failing does not keep the
+        others from being put (CaptureSinkError then carries its records)."""
         retrier = self._retrier()
         unstored: list[CaptureRecord] = []
         failure: Exception | None = None
@@ -297,20 +274,15 @@ class S3Sink(_Retrying):
 
 
 class FirehoseSink(_Retrying):
-    """``PutRecordBatch`` to a delivery stream, retrying (by :data:`CAPTURE_POLICY`, with
-    ``attempts`` attempts) a failed call and the records Firehose refused.
+    """``PutRecordBatch`` to a delivery stream, retrying a failed call and the records
+    Firehose refused.
 
-    Each record is one JSON line with its endpoint and variant added to its ``eventMetadata``
-    (``sagegateEndpoint``, ``sagegateVariant``: :func:`firehose_line`), the keys the stream's
-    dynamic partitioning reads, with the hour of the record's ``inferenceTime``, for Model
-    Monitor's layout (``<prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``, each record in its
-    own folder, not its arrival hour's; ``sagegate/deploy/capture_template.py``).
-    A call holds at most :data:`FIREHOSE_BATCH` records and :data:`FIREHOSE_CALL_BYTES`; a
-    record over :data:`FIREHOSE_RECORD_BYTES` (Firehose's limit) is not sent but logged and
-    returned as refused, for the capture writer (or the inline capture) to count as dropped
-    (``CaptureDropped``, never also as stored): Firehose would refuse the whole call for it.
-    The records a failed ``write`` did deliver are not sent again when the same records are
-    written again (the capture writer's retry of the batch).
+    Each record's ``eventMetadata`` gains its endpoint and variant (:func:`firehose_line`),
+    the keys the stream's dynamic partitioning reads, with the hour of its ``inferenceTime``,
+    for Model Monitor's layout (each record in its own hour's folder, not its arrival's). A
+    record over :data:`FIREHOSE_RECORD_BYTES` is not sent (Firehose would refuse the whole
+    call for it) but returned as refused, to be counted dropped, never also stored. Records a
+    failed ``write`` did deliver are not sent again when the batch is retried.
     """
 
     def __init__(self, client: Any, stream: str, attempts: int = FIREHOSE_ATTEMPTS, *,
@@ -324,7 +296,6 @@ class FirehoseSink(_Retrying):
         self._delivered: set[str] = set()  # event ids a failed write delivered (or dropped)
 
     def close(self) -> None:
-        """Drop the Firehose client's pooled connections."""
         self._client.close()
 
     def write(self, records: Sequence[CaptureRecord]) -> Sequence[CaptureRecord]:
@@ -364,8 +335,7 @@ class FirehoseSink(_Retrying):
             DeliveryStreamName=self.stream, Records=[{"Data": line} for line in lines])
 
     def _write_batch(self, retrier: Retrier, pending: list[tuple[str, bytes]]) -> None:
-        """One call's records sent until Firehose took them all; on failure ``pending``
-        is left holding those it did not take."""
+        """Send until Firehose took them all; on failure ``pending`` holds those it did not."""
         while True:
             answer = self._attempt(retrier, functools.partial(
                 self._put, [line for _, line in pending]))
@@ -388,15 +358,12 @@ _METADATA = b'"eventMetadata":{'
 
 
 def firehose_line(record: CaptureRecord) -> bytes:
-    """The record's line with ``"sagegateEndpoint":"<endpoint>","sagegateVariant":
-    "<variant>"`` first in its ``eventMetadata`` object: the names of its path
-    (:meth:`CaptureRecord.partition`: SageMaker names, anything else ``invalid-name``; no
-    character of theirs needs escaping in JSON).
+    """The record's line with ``sagegateEndpoint`` and ``sagegateVariant`` first in its
+    ``eventMetadata`` (the names of its path: none needs escaping in JSON).
 
-    The line is :func:`~chalicelib.capture.records.build_record`'s orjson output, whose first
-    ``"eventMetadata":{`` is the key of the object itself: inside a JSON string every quote
-    is escaped, so ``"eventMetadata":{`` cannot occur in a body's data. A line without it is
-    returned as it is (Firehose then delivers it under the stream's error prefix).
+    The first ``"eventMetadata":{`` of the line is the object's own key: inside a JSON string
+    every quote is escaped, so it cannot occur in a body's data. A line without it is returned
+    as it is (Firehose then delivers it under the stream's error prefix).
     """
     line = record.line
     at = line.find(_METADATA)
@@ -410,8 +377,6 @@ def firehose_line(record: CaptureRecord) -> bytes:
 
 
 def _calls(lines: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
-    """``lines`` cut into PutRecordBatch calls: at most :data:`FIREHOSE_BATCH` records and
-    :data:`FIREHOSE_CALL_BYTES` each (every line is at most :data:`FIREHOSE_RECORD_BYTES`)."""
     calls: list[list[tuple[str, bytes]]] = []
     size = 0
     for entry in lines:
@@ -425,7 +390,6 @@ def _calls(lines: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
 
 
 def by_partition(records: Sequence[CaptureRecord]) -> dict[str, list[CaptureRecord]]:
-    """``records`` grouped by :meth:`CaptureRecord.partition`, each group in their order."""
     groups: dict[str, list[CaptureRecord]] = {}
     for record in records:
         groups.setdefault(record.partition(), []).append(record)
@@ -434,12 +398,8 @@ def by_partition(records: Sequence[CaptureRecord]) -> dict[str, list[CaptureReco
 
 def sink_for(destination: str, max_bytes: int = 0) -> Sink:
     """The sink a ``CAPTURE_DESTINATION`` names: a directory, ``s3://`` or ``firehose://``.
-
-    boto3 clients get short timeouts; boto3 honours ``AWS_ENDPOINT_URL_S3`` and
-    ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests point them at a local server).
-    ``max_bytes`` (``CAPTURE_MAX_BYTES``) caps each endpoint's folder of a directory
-    destination; 0 for no cap.
-    """
+    boto3 honours ``AWS_ENDPOINT_URL_S3`` and ``AWS_ENDPOINT_URL_FIREHOSE`` (how the tests
+    point them at a local server)."""
     if destination.startswith(S3_SCHEME):
         uri = S3Uri.parse(destination)
         return S3Sink(_client("s3"), uri.bucket, uri.prefix)

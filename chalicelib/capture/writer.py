@@ -3,15 +3,13 @@ answers; a thread of this process builds the records and stores them in batches.
 
 Nothing is lost silently. The hand-over is bounded (records and bytes waiting): past it an
 inference is refused at once and counted as dropped (a sink that cannot keep up must not grow
-the function's memory). A batch the sink fails to store is tried again with
-:mod:`chalicelib.core.retries`' full-jitter backoff (:data:`RETRY_POLICY`'s attempts in all,
-past the sink's own retries); after the last attempt its records are
-dropped, counted (:attr:`CaptureWriter.dropped`, the ``CaptureDropped`` metric) and logged with
-the error. :meth:`CaptureWriter.flush` waits until everything handed over is stored or dropped:
+the function's memory). A batch the sink fails to store is tried again (:data:`RETRY_POLICY`,
+past the sink's own retries); then its records are dropped, counted (``CaptureDropped``) and
+logged. :meth:`CaptureWriter.flush` waits until everything handed over is stored or dropped:
 on Lambda the internal extension (:mod:`.extension`) calls it after each invocation's response
 and before the environment may freeze; under ``chalice local`` the process calls it as it exits.
-What is still held when the process ends (a sink that does not answer in time) is given up by
-the last exit hook (:func:`_close_at_exit`): dropped, counted and logged with how many.
+What is still held when the process ends is given up by the last exit hook: dropped, counted
+and logged.
 """
 from __future__ import annotations
 
@@ -34,16 +32,12 @@ from chalicelib.core.retries import RetryPolicy
 
 LOG = logging.getLogger("sagegate.capture")
 
-MAX_PENDING_RECORDS = 10_000
-"""Inferences waiting to be stored, at most: past it one is refused (dropped, counted)."""
-MAX_PENDING_BYTES = 64 * 1024 * 1024
-"""Their bodies' bytes, at most (a Lambda function's memory is the bound that matters)."""
-BATCH_RECORDS = 500
-"""Records stored in one call of the sink (Firehose's PutRecordBatch takes 500)."""
+MAX_PENDING_RECORDS = 10_000  # inferences waiting to be stored
+MAX_PENDING_BYTES = 64 * 1024 * 1024  # their bodies (a Lambda function's memory is the bound)
+BATCH_RECORDS = 500  # records per sink call (Firehose's PutRecordBatch takes 500)
 RETRY_POLICY = RetryPolicy(max_attempts=5, budget_seconds=math.inf, base_delay=0.2,
                            max_delay=5.0)
-"""Tries of one batch before its records are dropped, and the backoff between them (no time
-budget: only the writer's own thread waits)."""
+"""No time budget: only the writer's own thread waits."""
 EXIT_SECONDS = 1.0
 """What the process's end still gives held records after the app's own flush at exit (which
 waits for shadow calls and records, ``CLOSE_FLUSH_SECONDS``) ran out: the parent that stops a
@@ -55,16 +49,8 @@ def _size(exchange: Exchange) -> int:
 
 
 class CaptureWriter:
-    """Stores capture records on a thread of its own (see the module).
-
-    Args:
-        sink: where records go.
-        build: makes an inference's record (run on the writer's thread, off the request's).
-        max_pending_records, max_pending_bytes: the hand-over's bounds.
-        batch_records: records per sink call.
-        attempts: tries of a batch before its records are dropped.
-        sleep, rng: the backoff's sleep and its jitter's draw (injectable for tests).
-    """
+    """Stores capture records on a thread of its own; ``build`` makes an inference's record
+    there, off the request's path."""
 
     def __init__(self, sink: Sink, build: Callable[[Exchange], CaptureRecord], *,
                  max_pending_records: int = MAX_PENDING_RECORDS,
@@ -96,7 +82,6 @@ class CaptureWriter:
 
     @property
     def pending(self) -> int:
-        """Inferences handed over and not yet stored or dropped."""
         return self._pending.outstanding
 
     def submit(self, exchange: Exchange) -> bool:
@@ -123,18 +108,13 @@ class CaptureWriter:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every inference handed over so far is stored or dropped; False when
-        ``timeout`` (seconds) ran out first."""
+        ``timeout`` ran out first."""
         return self._pending.wait(timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush, then stop taking inferences (the process is ending).
-
-        What the flush could not store within ``timeout`` is given up: dropped, counted
-        (``CaptureDropped``) and logged with how many, the batch the sink is still busy with
-        included (a process that exits never learns how it ended).
-
-        Returns:
-            False when records were given up.
+        """Flush, then stop taking inferences (the process is ending). What the flush could
+        not store within ``timeout`` is given up (False): dropped, counted and logged, the batch
+        the sink is still busy with included (a process that exits never learns how it ended).
         """
         self.flush(timeout)
         with self._changed:
@@ -200,7 +180,6 @@ class CaptureWriter:
                 self._pending.settle(len(batch))
 
     def _store(self, batch: Sequence[Exchange]) -> int:
-        """Build and store one batch, trying again with backoff; the records stored."""
         records = []
         for exchange in batch:
             try:
@@ -232,14 +211,12 @@ class CaptureWriter:
 
 
 def _unstored(error: Exception, records: list[CaptureRecord]) -> list[CaptureRecord]:
-    """The records a failed write did not store: those its error names, else all."""
     if isinstance(error, CaptureSinkError) and error.unstored is not None:
         return list(error.unstored)
     return records
 
 
-_OPEN: weakref.WeakSet[CaptureWriter] = weakref.WeakSet()
-"""The writers of this process (one per capturer), closed as it exits."""
+_OPEN: weakref.WeakSet[CaptureWriter] = weakref.WeakSet()  # closed as the process exits
 
 
 def _close_at_exit() -> None:
