@@ -15,14 +15,8 @@ from chalicelib.core.aws import ClientPolicy
 
 def build(service: str, policy: ClientPolicy, *, endpoint_url: str | None = None,
           region: str | None = None) -> Any:
-    """A boto3 client of ``service`` that waits and retries as ``policy`` says.
-
-    Args:
-        service: the AWS service's name (``"s3"``, ``"sagemaker-runtime"``...).
-        policy: its timeouts and retries.
-        endpoint_url: a service endpoint of its own (moto's server); None: boto3's lookup.
-        region: the client's region; None: boto3's lookup.
-    """
+    """A boto3 client of ``service`` that waits and retries as ``policy`` says
+    (``endpoint_url`` and ``region`` None: boto3's own lookup)."""
     import boto3  # deferred: boto3 is slow to import, paid on first use, not at cold start
 
     return boto3.client(service, config=config(policy), **_where(endpoint_url, region))
@@ -51,24 +45,14 @@ def config(policy: ClientPolicy) -> Any:
 
 
 def _where(endpoint_url: str | None, region: str | None) -> dict[str, str]:
-    """boto3's keywords for what the caller chose (nothing: boto3's own lookup)."""
     chosen = {"endpoint_url": endpoint_url, "region_name": region}
     return {name: value for name, value in chosen.items() if value is not None}
 
 
 class Clients:
     """Clients of one region (and, given, credentials), each built with one policy: what the
-    deploy commands and the local stack hold (``region_name`` and ``client(service)``, as a
-    boto3 session has).
-
-    Args:
-        policy: every client's timeouts and retries.
-        region: the region; None: boto3's lookup (``AWS_DEFAULT_REGION``, the configuration),
-            which may find none (``region_name`` is then None).
-        credentials: an access key id and secret (the local stack's dummy ones); None:
-            boto3's lookup.
-        endpoint_url: every client's endpoint (moto's server); None: boto3's lookup.
-    """
+    deploy commands and the local stack hold, as a boto3 session would. ``region`` None is
+    boto3's lookup, which may find none (``region_name`` is then None)."""
 
     def __init__(self, policy: ClientPolicy, region: str | None = None,
                  credentials: tuple[str, str] | None = None,
@@ -83,11 +67,9 @@ class Clients:
 
     @property
     def region_name(self) -> str | None:
-        """The region the clients are built in (None: none found)."""
         region: str | None = self._session.region_name
         return region
 
     def client(self, service: str) -> Any:
-        """A client of ``service`` in this region, built with this policy."""
         return self._session.client(service, config=config(self._policy),
                                     **_where(self._endpoint_url, None))

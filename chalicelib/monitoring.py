@@ -10,11 +10,9 @@ preprocessor files), an S3 client, the hour to check and the invocation's remain
   Step Functions run calls (``MONITOR_ENGINE=stepfunctions``;
   :mod:`chalicelib.monitor.fanout`).
 
-``app.py``'s monitor functions call them, importing this module there and only there (which
-to declare, ``MONITOR_ENGINE``, it reads at import with the stage's other event settings,
-:class:`~chalicelib.core.config_deployment.Deployment`): the request path's
-cold start loads none of the monitor, numpy's statistics or datasketches (``bench/imports.py``,
-``tests/unit/test_cold_imports.py``), and each function imports the monitor when it runs.
+``app.py``'s monitor functions import this module there and only there, so the request path's
+cold start loads none of the monitor, numpy's statistics or datasketches
+(``tests/unit/test_cold_imports.py``); each function imports the monitor when it runs.
 """
 from __future__ import annotations
 
@@ -39,15 +37,10 @@ def run_monitor(event: Any, models: Models, schedule_name: str, *,
     retried or late invocation checks the same hour), each registered endpoint.
 
     Args:
-        event: Chalice's scheduled event (its ``time``, and Lambda's ``context``: the time
-            left); a missing or unreadable time checks the hour before now.
+        event: Chalice's scheduled event; a missing or unreadable time checks the hour before
+            now.
         models: the registered models (read once the monitor's own settings are known good).
         schedule_name: the ``MonitoringSchedule`` dimension (the function's own name).
-        s3: an S3 client; built (the monitor's timeouts and retries) when None.
-        env: where the monitor's settings are read (``MONITOR_*``); the process's when None.
-
-    Returns:
-        Each endpoint's outcome and the run's count of violations.
 
     Raises:
         ConfigurationError: ``MONITOR_BASELINE`` is not set.
@@ -72,14 +65,8 @@ def run_monitor(event: Any, models: Models, schedule_name: str, *,
 
 def plan_monitor(event: Mapping[str, Any], models: Models, *, s3: Any = None,
                  env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The fanned-out run's first step: its window and the prefixes to read
-    (:func:`chalicelib.monitor.fanout.plan`), for every registered endpoint.
-
-    Args:
-        event: the state machine's ``{"event", "execution"}``.
-        models: the registered models.
-        s3: an S3 client; built when None.
-        env: where the monitor's settings are read; the process's when None.
+    """The fanned-out run's first step: its window and the prefixes to read, for every
+    registered endpoint (``event``: the state machine's ``{"event", "execution"}``).
 
     Raises:
         ConfigurationError: ``MONITOR_BASELINE`` is not set.
@@ -106,12 +93,8 @@ def map_monitor(event: Mapping[str, Any], models: Models, *, s3: Any = None,
 
 def reduce_monitor(event: Mapping[str, Any], schedule_name: str, *, s3: Any = None,
                    env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """An endpoint's parts merged, checked and written
-    (:func:`chalicelib.monitor.fanout.reduce_endpoint`).
-
-    Args:
-        event: the state machine's ``{"run", "endpoint", "reads"}``.
-        schedule_name: the ``MonitoringSchedule`` dimension (the state machine's name).
+    """An endpoint's parts merged, checked and written (``schedule_name``: the state
+    machine's, the ``MonitoringSchedule`` dimension).
 
     Raises:
         ConfigurationError, MonitorConfigError: as :func:`plan_monitor`; whatever S3 raises.
@@ -131,7 +114,6 @@ def _settings(env: Mapping[str, str] | None) -> MonitorSettings:
 
 
 def _endpoints(models: Models) -> dict[str, list[Path]]:
-    """Each registered endpoint's preprocessor files (read once the settings are good)."""
     from chalicelib.monitor import deployed
 
     return deployed.endpoint_preprocessors((model.endpoint, model.folder)

@@ -10,15 +10,14 @@ comparison, and running it would only feed the backlog). Nothing is kept of a co
 dropped or done, and a thread with nothing to do for :data:`IDLE_SECONDS` ends.
 
 Drops are counted as ``ShadowDropped``: in the request's own metrics when the copy is dropped
-at once (beside ``ShadowQueued``), as a line of its own when a queued copy expires; a warning
-says so at most once a minute, with the count since the last one (a full queue must not add a
-log line to every request). :meth:`Shadows.flush` waits for the calls handed over (on Lambda,
-the capture extension calls it after each response, before the environment may freeze).
+at once, as a line of its own when a queued copy expires; a warning says so at most once a
+minute (a full queue must not add a log line to every request). :meth:`Shadows.flush` waits
+for the calls handed over (on Lambda, the capture extension calls it after each response,
+before the environment may freeze).
 
-Where nothing can run after the response (a Lambda environment without the extension: under
-SnapStart, or when its registration failed), the handler would have to wait for its shadows
-before answering: there the pool is off (``off`` says why, logged once), and each copy is
-skipped (``ShadowSkipped``), never made."""
+Where nothing can run after the response (on Lambda without the extension), the handler would
+have to wait for its shadows before answering: there the pool is off (``off`` says why, logged
+once), and each copy is skipped (``ShadowSkipped``), never made."""
 from __future__ import annotations
 
 import collections
@@ -34,32 +33,23 @@ from chalicelib.core.pending import Pending
 
 LOG = logging.getLogger("sagegate.experiments")
 
+# per target: calls at once, copies waiting, their bytes (a copy as large as a request may be
+# still fits); then every target's waiting bytes
 THREADS = 4
-"""One target's shadow calls at once."""
 MAX_WAITING = 16
-"""One target's copies waiting for a thread, at most."""
 MAX_WAITING_BYTES = 16 * 1024 * 1024
-"""The bytes of one target's waiting copies, at most (a copy as large as a request may be
-still fits)."""
 MAX_ALL_WAITING_BYTES = 64 * 1024 * 1024
-"""The bytes of every target's waiting copies, at most."""
-IDLE_SECONDS = 30.0
-"""How long a target's thread waits for another copy before it ends."""
+IDLE_SECONDS = 30.0  # a target's thread ends after waiting this long for another copy
 DROP_WARNING_SECONDS = 60.0
-"""The shortest time between two warnings of dropped copies."""
-QUEUED, DROPPED, SKIPPED = "queued", "dropped", "skipped"
-"""What :meth:`Shadows.submit` did with a copy."""
+QUEUED, DROPPED, SKIPPED = "queued", "dropped", "skipped"  # what Shadows.submit did
 
 
 class Backlog(NamedTuple):
-    """What the pool holds (:meth:`Shadows.backlog`)."""
+    """What the pool holds: copies waiting for a thread, their bytes, threads alive."""
 
     copies: int
-    """Copies waiting for a thread."""
     bytes: int
-    """Their bytes."""
     threads: int
-    """Threads alive (running a call or waiting for one)."""
 
 
 @dataclasses.dataclass
@@ -118,21 +108,13 @@ class Shadows:
         """Run ``call``, a copy for the shadow ``target``, in the background.
 
         Args:
-            target: the shadow target (its endpoint and routing): copies of one target wait
-                and run apart from another's.
-            call: the shadow call.
-            timeout_seconds: the shadow's timeout: a copy that has not started by then is
-                dropped.
-            size: the bytes the copy holds (its request's body), for the bound on waiting
-                copies.
-            dimensions: the request's metric dimensions (its route, model, arm): a copy that
-                expires is counted (``ShadowDropped``) in the series its request's own
-                drops are.
+            size: the bytes the copy holds (its request's body), for the bound on waiting.
+            dimensions: the request's metric dimensions: a copy that expires is counted in
+                the series its request's own drops are.
 
         Returns:
-            :data:`QUEUED`; :data:`DROPPED` when the target's waiting copies are at their
-            bound; :data:`SKIPPED` when shadows are off here. The caller counts the outcome
-            (in its request's metrics).
+            :data:`QUEUED`, :data:`DROPPED` (at the bound) or :data:`SKIPPED` (off here); the
+            caller counts it in its request's metrics.
         """
         if self.off is not None:
             with self._lock:
@@ -180,7 +162,6 @@ class Shadows:
         return None
 
     def _work(self, queue: _Target) -> None:
-        """A target's thread: its copies, one at a time, until none comes for a while."""
         while True:
             copy = self._next(queue)
             if copy is None:
@@ -192,7 +173,6 @@ class Shadows:
             del copy  # hold nothing of a copy while waiting for the next
 
     def _next(self, queue: _Target) -> _Copy | None:
-        """The target's oldest waiting copy; None (the thread ends) after a wait for one."""
         with self._lock:
             queue.idle += 1
             found = queue.wake.wait_for(lambda: queue.waiting, self._idle_seconds)
@@ -217,7 +197,6 @@ class Shadows:
             self._pending.settle()
 
     def _expire(self, copy: _Copy) -> None:
-        """Drop a copy that waited past its timeout: counted, never run."""
         copy.call = None
         with self._lock:
             self.dropped += 1
@@ -246,7 +225,7 @@ class Shadows:
                     self.expired)
 
     def backlog(self) -> Backlog:
-        """The copies waiting for a thread, their bytes and the threads, over every target."""
+        """The copies waiting, their bytes and the threads, over every target."""
         with self._lock:
             return Backlog(sum(len(queue.waiting) for queue in self._targets.values()),
                            self._all_waiting_bytes,
