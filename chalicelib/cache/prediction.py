@@ -304,6 +304,8 @@ def request_cache_control(headers: Mapping[str, str],
             or None where there are none (``chalice local``).
     """
     lines = _field_lines(headers, multi_value_headers or {})
+    if not lines["cache-control"] and not lines["pragma"]:
+        return NO_DIRECTIVES  # most requests say nothing: nothing to parse
     return CacheControl.from_lines(lines["cache-control"], lines["pragma"])
 
 

@@ -48,8 +48,7 @@ ShadowPipeline = Callable[[ModelSpec, float], ServingPipeline]
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """Where a model's requests go: the model on one endpoint (an experiment arm's, or its
-    own), and that model's pipeline."""
+    """The model on one endpoint (an experiment arm's, or its own) and its pipeline."""
 
     model: ModelSpec
     pipeline: ServingPipeline
@@ -60,18 +59,12 @@ class ModelRoute:
     """One model's serve path, settled when it is first served.
 
     Attributes:
-        model: the model the route names.
-        kind: its pipeline kind (which reads its requests).
         reads: the model its requests are read with (an experiment's, without its routing
             defaults: its options hold only what the client named, each target adds its own).
         target: where its requests go (None: an experiment's, whose arms' targets these are).
-        arms: an experiment's targets, by arm name.
         shadows: an experiment's shadow targets (and what makes two the same model, their
             queue's key), by shadow name.
-        max_body_bytes: the largest request body.
         budget_seconds: the request's time budget (preprocessing, the endpoint, the capture).
-        cache: the prediction cache.
-        capturer: data capture.
         pool: the shadow calls' pool (None: the model has no shadows).
         shadow_pipeline: a shadow target's pipeline, built on the pool's thread.
         sticky_header: the header whose value keeps a caller's arm (lower-cased), if any.
@@ -231,7 +224,7 @@ def cache_use(route: ModelRoute, exchange: Exchange, arm: str | None = None) -> 
 
 
 def note_cache(log: RequestLog, cache: CacheUse, timer: StageTimer) -> None:
-    """The cache's outcome in the log line and, as the ``cache`` stage, Server-Timing."""
+    """The cache's outcome in the log line and Server-Timing."""
     log.cache, log.cache_tier = cache.status, cache.tier
     log.cache_errors = cache.errors or None
     log.cache_skipped_too_large = cache.skipped_too_large or None
