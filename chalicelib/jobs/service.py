@@ -14,9 +14,9 @@ from chalicelib.capture import Capturer
 from chalicelib.core.aws import S3Uri
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import InvalidUploadError
-from chalicelib.inference.coercion import batch_limits
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.serving import ServingPipeline
+from chalicelib.inference.tensors import batch_limits
 from chalicelib.jobs.awsfaults import translated
 from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.lifetime import LAMBDA_RETRY_WAIT_SECONDS, RunnerLifetime

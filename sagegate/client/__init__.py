@@ -51,7 +51,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chalicelib.inference.coercion import MAX_INSTANCES
+from chalicelib.inference.tensors import MAX_INSTANCES
 from sagegate.client.http import ClientError
 from sagegate.client.jobs import (
     JobsClient,

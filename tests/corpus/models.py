@@ -25,7 +25,7 @@ CSV = "text/csv"
 JSONLINES = "application/jsonlines"
 NPY = "application/x-npy"
 ROW = [5.1, 3.5, 1.4, 0.2]
-MAX_INSTANCES = 1024  # chalicelib.inference.coercion.MAX_INSTANCES, the emulator's bound too
+MAX_INSTANCES = 1024  # chalicelib.inference.tensors.MAX_INSTANCES, the emulator's bound too
 MISMATCH = "SignatureMismatch"
 
 

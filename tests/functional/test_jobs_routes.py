@@ -33,8 +33,8 @@ from chalicelib.capture.records import CaptureRecord
 from chalicelib.core.config import Settings
 from chalicelib.core.errors import UploadNotFoundError
 from chalicelib.core.retries import RetryPolicy
-from chalicelib.inference.coercion import MAX_INSTANCES
 from chalicelib.inference.endpoint import EndpointClient
+from chalicelib.inference.tensors import MAX_INSTANCES
 from chalicelib.jobs import runner
 from chalicelib.jobs.backends.base import backend_of
 from chalicelib.jobs.lifetime import RunnerLifetime

@@ -29,9 +29,9 @@ from chalicelib.core.errors import (
     UploadTooLargeError,
     UploadTypeMismatchError,
 )
-from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.endpoint_config import policy_from
+from chalicelib.inference.tensors import MAX_ELEMENTS, MAX_INSTANCES, batch_limits
 from chalicelib.inference.timing import StageTimer
 from chalicelib.jobs.backends.asynchronous import JOB_MAX_ELEMENTS, JOB_MAX_INSTANCES
 from chalicelib.jobs.backends.base import backend_of

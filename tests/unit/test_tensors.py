@@ -17,8 +17,14 @@ from chalicelib.core.errors import (
     SignatureMismatchError,
     UnsupportedMediaTypeError,
 )
-from chalicelib.inference.coercion import MAX_INSTANCES, coerce
-from chalicelib.inference.tensors import read_tensors, tfs_outputs, tfs_request, to_json
+from chalicelib.inference.tensors import (
+    MAX_INSTANCES,
+    coerce,
+    read_tensors,
+    tfs_outputs,
+    tfs_request,
+    to_json,
+)
 from chalicelib.registry.specs import DType, Signature, TensorSpec
 from tests.corpus.models import forged_npy
 

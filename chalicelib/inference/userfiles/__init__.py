@@ -40,6 +40,6 @@ pass through unchanged.
 
 Hostile bodies are bounded before user code runs and after it: a JSON body nesting deeper than
 :data:`MAX_JSON_DEPTH` is refused before a handler sees it, and a request the user's code builds
-for the endpoint may hold at most :data:`~chalicelib.inference.coercion.MAX_INSTANCES`
+for the endpoint may hold at most :data:`~chalicelib.inference.tensors.MAX_INSTANCES`
 instances, as the tensor pipeline's.
 """

@@ -18,7 +18,7 @@ from chalicelib.core.errors import (
     HandlerError,
     SignatureMismatchError,
 )
-from chalicelib.inference import coercion, tensors
+from chalicelib.inference import tensors
 from chalicelib.inference.userfiles.failures import (
     HANDLER_FAILED,
     run_user_code,
@@ -146,7 +146,7 @@ class CortexHandler:
                          " or a list for the single input" if len(inputs) == 1 else "")
             raise HandlerError(HANDLER_FAILED, details={"function": "pre_inference"})
         try:  # coerce refuses more than MAX_INSTANCES rows, as for the tensor pipeline
-            return {spec.name: coercion.coerce(spec, _plain(returned[spec.name]))
+            return {spec.name: tensors.coerce(spec, _plain(returned[spec.name]))
                     for spec in inputs}
         except RecursionError:
             raise SignatureMismatchError("The model's inputs are nested too deeply.") from None

@@ -21,7 +21,7 @@ from chalicelib.core.errors import (
     SignatureMismatchError,
 )
 from chalicelib.core.media import MediaType, bare
-from chalicelib.inference import coercion
+from chalicelib.inference import tensors
 
 logger = logging.getLogger("sagegate.handlers")
 
@@ -139,7 +139,7 @@ _NOT_BRACKET = bytes(code for code in range(256) if code not in b"[]{}")
 
 def check_batch(body: bytes, content_type: str, name: str) -> None:
     """Refuse a TF Serving REST body the user's code built with more than
-    :data:`~chalicelib.inference.coercion.MAX_INSTANCES` instances (the endpoint's own bound).
+    :data:`~chalicelib.inference.tensors.MAX_INSTANCES` instances (the endpoint's own bound).
 
     Raises:
         SignatureMismatchError: it has more.
@@ -151,10 +151,10 @@ def check_batch(body: bytes, content_type: str, name: str) -> None:
     except Exception:  # not JSON (or too deep to read): the endpoint's to refuse
         return
     count = _batch_size(document)
-    if count > coercion.MAX_INSTANCES:
+    if count > tensors.MAX_INSTANCES:
         raise SignatureMismatchError(
             f"The model's {name} made a request of {count} instances; at most "
-            f"{coercion.MAX_INSTANCES} per request: send fewer records.")
+            f"{tensors.MAX_INSTANCES} per request: send fewer records.")
 
 
 def _batch_size(document: Any) -> int:

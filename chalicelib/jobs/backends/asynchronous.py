@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from chalicelib.calls import Answer, Call, InvokeResult, ModelRequest
 from chalicelib.core.errors import InvalidParameterError, SagegateError
-from chalicelib.inference.coercion import batch_limits
 from chalicelib.inference.serving import SplitPipeline
+from chalicelib.inference.tensors import batch_limits
 from chalicelib.inference.timing import StageTimer
 from chalicelib.jobs import asyncinference
 from chalicelib.jobs.backends.base import JobSteps, Run

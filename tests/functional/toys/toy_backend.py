@@ -8,7 +8,7 @@ from typing import Any
 
 from chalicelib.calls import Answer
 from chalicelib.core.errors import SagegateError
-from chalicelib.inference.coercion import MAX_ELEMENTS, MAX_INSTANCES
+from chalicelib.inference.tensors import MAX_ELEMENTS, MAX_INSTANCES
 from chalicelib.inference.timing import StageTimer
 from chalicelib.jobs.backends.base import JobSteps, Run
 from chalicelib.jobs.lifetime import RemainingMillis, RunnerLifetime
