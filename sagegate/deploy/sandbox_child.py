@@ -60,11 +60,13 @@ def _snapshot_and_restore() -> dict:
 
 
 def _built_at_import(app: object) -> bool:
-    """Whether importing ``app`` built the predictor (``app.services``; older zips kept it in
-    ``app._PREDICTOR``), read without building it."""
+    """Whether importing ``app`` built the models' pipelines (``app.services``' built
+    pipelines; older zips kept one predictor, ``services._predictor`` or ``app._PREDICTOR``),
+    read without building them."""
     services = getattr(app, "services", None)
     if services is not None:
-        return getattr(services, "_predictor", None) is not None
+        return bool(getattr(services, "_pipelines", None)) \
+            or getattr(services, "_predictor", None) is not None
     return getattr(app, "_PREDICTOR", None) is not None
 
 
