@@ -29,12 +29,11 @@ class CheckResult:
 
     @property
     def violation_count(self) -> int:
-        """How many violations the window has."""
         return len(self.evaluation.violations["violations"])
 
 
 def dumps(document: Mapping[str, Any]) -> str:
-    """A document as the files hold it (indented JSON; NaN and infinity are not JSON)."""
+    """Indented JSON; NaN and infinity are not JSON."""
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
@@ -49,8 +48,7 @@ def baseline(rows: Iterable[Mapping[str, Any]],
 
 
 def baseline_files(statistics: DatasetStatistics) -> dict[str, str]:
-    """``statistics.json`` and the ``constraints.json`` it suggests, of statistics already
-    gathered (one pass, or parts merged: :mod:`chalicelib.monitor.partial`)."""
+    """As :func:`baseline`, of statistics already gathered (one pass, or parts merged)."""
     document = statistics.to_json()
     return {STATISTICS: dumps(document), CONSTRAINTS: dumps(constraints.suggest(document))}
 
@@ -63,12 +61,8 @@ def check(rows: Iterable[Mapping[str, Any]], baseline_statistics: Mapping[str, A
 
     Args:
         rows: the window's rows (after preprocessing).
-        baseline_statistics: the baseline's ``statistics.json``.
-        baseline_constraints: ``constraints.json``, as the user may have edited it.
+        baseline_constraints: as the user may have edited it.
         title: what the report says was checked.
-        window: the window's bounds, for the report.
-        with_report: render ``report.html`` too.
-        max_features: the most distinct features the window may have.
 
     Raises:
         FeatureLimitError: the window has more than ``max_features`` distinct features.
@@ -83,8 +77,7 @@ def check_statistics(window_statistics: DatasetStatistics,
                      baseline_constraints: Mapping[str, Any], title: str,
                      window: tuple[datetime.datetime, datetime.datetime] | None = None,
                      with_report: bool = True) -> CheckResult:
-    """:func:`check` of a window's statistics already gathered (one pass, or parts merged:
-    :mod:`chalicelib.monitor.partial`)."""
+    """:func:`check` of a window's statistics already gathered (one pass, or parts merged)."""
     statistics = window_statistics.to_json()
     evaluation = checks.evaluate(baseline_statistics, baseline_constraints, statistics)
     files = {STATISTICS: dumps(statistics), VIOLATIONS: dumps(evaluation.violations)}

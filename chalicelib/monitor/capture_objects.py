@@ -1,13 +1,11 @@
 """A window's capture objects in S3: listed by hour folder, then fetched ahead of the check.
 
-The captures of an endpoint are ``<capture prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/``
-``*.jsonl`` (the S3 sink's) or ``*.jsonl.gz`` (a Firehose stream's), or the same without the
-variant level. The window's hour folders and the one on each side are listed, one listing per
-variant and hour (:func:`chalicelib.monitor.capture_format.listing_span`), and the objects the
-window reads kept (:func:`~chalicelib.monitor.capture_format.wanted`); they are then fetched
-:data:`FETCHERS` at a time, with at most :data:`PREFETCH_BYTES` of them (as stored: a GZIP
-object's compressed bytes) held ahead of the check, and handed over in key order, a GZIP
-object decompressed as it is read.
+An endpoint's captures are ``<capture prefix>/<endpoint>/<variant>/yyyy/mm/dd/hh/`` ``*.jsonl``
+(the S3 sink's) or ``*.jsonl.gz`` (Firehose's), or the same without the variant level. The
+window's hour folders and one on each side are listed
+(:func:`chalicelib.monitor.capture_format.listing_span`), the objects the window reads kept, then
+fetched :data:`FETCHERS` at a time, at most :data:`PREFETCH_BYTES` (as stored) held ahead of the
+check, handed over in key order, a GZIP object decompressed as read.
 """
 from __future__ import annotations
 
@@ -24,42 +22,33 @@ from chalicelib.monitor import capture_format, windows
 from chalicelib.monitor.deployed_settings import S3Location
 
 FETCHERS = 10
-"""Capture objects fetched at once (botocore's default connection pool size): each
-``GetObject`` is a round trip of tens of milliseconds, and the S3 sink writes one small
-object per request."""
+"""Objects fetched at once (botocore's default pool size): each ``GetObject`` is a round trip of
+tens of milliseconds, and the S3 sink writes one small object per request."""
 PREFETCH_BYTES = 64 * 1024 * 1024
-"""At most this much of objects fetched ahead of the check; a larger object is streamed."""
 _YEAR = re.compile(r"^\d{4}\Z")
 
 
 @dataclasses.dataclass
 class Reading:
-    """How far :func:`capture_files` got: the files read, and those listed but left unread
-    because ``stop`` said so."""
+    """How far :func:`capture_files` got: the files read, and those left unread because ``stop``
+    said so."""
 
     files_read: int = 0
     files_left: int = 0
 
 
 def never() -> bool:
-    """A ``stop`` that never stops the reading (no time limit)."""
     return False
 
 
 def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.datetime,
                   end: datetime.datetime, stop: Callable[[], bool] = never,
                   reading: Reading | None = None) -> Iterator[tuple[str, Iterable[bytes]]]:
-    """Each capture file of the window's hours, in key order, as (its URI, its lines).
-
-    An object larger than a fetcher's share of :data:`PREFETCH_BYTES` is not held ahead: it
-    is streamed when its turn comes.
+    """Each capture file of the window's hours in key order, as (URI, lines); an object larger
+    than a fetcher's share of :data:`PREFETCH_BYTES` is streamed in its turn.
 
     Args:
-        s3: a boto3 S3 client.
         captures: the capture prefix.
-        endpoint: the endpoint whose folder is read.
-        start: the window's start.
-        end: the window's end (excluded).
         stop: asked before each file; True ends the reading.
         reading: counts the files read and, when ``stop`` ended the reading, those left.
     """
@@ -70,14 +59,8 @@ def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.
 def fetch_objects(s3: Any, captures: S3Location, keys: Sequence[tuple[str, int]],
                   stop: Callable[[], bool] = never,
                   reading: Reading | None = None) -> Iterator[tuple[str, Iterable[bytes]]]:
-    """Each of ``keys`` (key, size) of the capture bucket, in the order given, as (its URI,
-    its lines): fetched :data:`FETCHERS` at a time, at most :data:`PREFETCH_BYTES` ahead (a
-    larger object streamed in its turn), a ``.jsonl.gz`` decompressed as it is read.
-
-    Args:
-        stop: asked before each object; True ends the reading.
-        reading: counts the objects read and, when ``stop`` ended the reading, those left.
-    """
+    """Each of ``keys`` (key, size) in order as (URI, lines), fetched as :func:`capture_files`
+    does; ``stop`` and ``reading`` as there."""
     reading = reading if reading is not None else Reading()
     large = PREFETCH_BYTES // FETCHERS
     pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="capture-fetch")
@@ -123,9 +106,7 @@ def _fetch(s3: Any, bucket: str, key: str) -> bytes:
 
 def _capture_keys(s3: Any, captures: S3Location, endpoint: str, start: datetime.datetime,
                   end: datetime.datetime) -> Iterator[tuple[str, int]]:
-    """(key, size) of each capture object the window reads, variant by variant, hour by
-    hour (the hour before the window's and the one after it too, for a Firehose stream's
-    objects)."""
+    """(key, size) of each capture object the window reads, variant by variant, hour by hour."""
     paginator = s3.get_paginator("list_objects_v2")
     for variant in variant_folders(s3, captures, endpoint):
         for hour in windows.hours(*capture_format.listing_span(start, end)):
@@ -138,8 +119,8 @@ def _capture_keys(s3: Any, captures: S3Location, endpoint: str, start: datetime.
 
 
 def variant_folders(s3: Any, captures: S3Location, endpoint: str) -> list[str]:
-    """The endpoint's variant folders (keys ending in ``/``), or its own folder when it has
-    no variant level (year folders directly under it)."""
+    """The endpoint's variant folders, or its own folder when it has no variant level (year
+    folders directly under it)."""
     root = captures.folder(endpoint)
     variants = _children(s3, captures.bucket, root)
     if any(_YEAR.match(v.rstrip("/").rsplit("/", 1)[-1]) for v in variants):

@@ -1,13 +1,12 @@
 """The record a Model Monitor record preprocessor receives: the analyzer's ``CapturedData``.
 
-Model Monitor's analyzer hands ``preprocess_handler`` a ``CapturedData`` (the class its
-documentation prints in full, "Preprocessing and Postprocessing"): ``event_metadata``
-(``event_id``, ``event_time``, ``custom_attribute``), ``endpoint_input`` / ``endpoint_output``
-/ ``batch_transform_output`` / ``ground_truth`` (``encoding``, ``data``,
-``observedContentType``, ``mode``), ``event_version`` and ``event_dict`` (the raw record); a
-part the record lacks is None. The classes here have exactly those attributes, so a handler
-that runs here runs there; reading one they lack is an :class:`AttributeError` that lists the
-ones they have. How the handler is called is :mod:`chalicelib.monitor.preprocessing`'s.
+The analyzer hands ``preprocess_handler`` a ``CapturedData`` (printed in full in its
+documentation, "Preprocessing and Postprocessing"): ``event_metadata`` (``event_id``,
+``event_time``, ``custom_attribute``), ``endpoint_input`` / ``endpoint_output`` /
+``batch_transform_output`` / ``ground_truth`` (``encoding``, ``data``, ``observedContentType``,
+``mode``), ``event_version`` and ``event_dict``; a part the record lacks is None. The classes
+here have exactly those attributes, so a handler that runs here runs there; reading another is an
+:class:`AttributeError` listing the ones they have.
 """
 from __future__ import annotations
 
@@ -88,7 +87,6 @@ class CapturedData(_Described):
         self.event_version: str | None = event_dict.get("eventVersion")
 
     def as_dict(self) -> dict[str, Any]:
-        """The record, each captured side as :meth:`EventData.as_dict` (as the analyzer's)."""
         document = dict(self.event_dict)
         capture = document.get(_KEY_CAPTURE)
         if isinstance(capture, dict):
@@ -105,7 +103,6 @@ class CapturedData(_Described):
 
 
 def is_cache_hit(event_dict: dict[str, Any]) -> bool:
-    """Whether a record is of an answer sagegate served from its prediction cache."""
     metadata = event_dict.get(_KEY_METADATA)
     return isinstance(metadata, dict) and metadata.get(CACHE_HIT_KEY) is True
 

@@ -2,25 +2,21 @@
 
 ``evaluate(baseline, constraints, window)`` compares a window's statistics with the baseline's
 under ``constraints.json`` and returns the ``constraint_violations.json`` document and, per
-feature, what the report draws. The checks and the wording of their descriptions follow the
-analyzer's:
+feature, what the report draws. The checks and their descriptions' wording follow the analyzer's:
 
-- ``data_type_check``: the fraction of a window's values that have the baseline's type
-  (Integral: integers; Fractional: any number; String: anything) is below
-  ``datatype_check_threshold``.
-- ``completeness_check``: the window's fraction of present values is below the feature's
-  ``completeness``.
+- ``data_type_check``: the fraction of a window's values of the baseline's type (Integral:
+integers; Fractional: any number; String: anything) is below ``datatype_check_threshold``.
+- ``completeness_check``: the fraction of present values is below the feature's ``completeness``.
 - ``baseline_drift_check``: numeric features, the L-infinity distance between the two KLL
-  distributions is above ``comparison_threshold`` ("Simple"); "Robust" flags only when, as
-  well, a two-sample Kolmogorov-Smirnov test on the two sketches' sizes rejects "same
-  distribution" at 5 % (so a small window's sampling noise is not drift). String features: the
-  L-infinity distance of the categorical frequencies against
-  ``categorical_comparison_threshold`` ("LInfinity"), or a chi-squared test whose p-value is
-  below it ("ChiSquared").
-- ``missing_column_check`` / ``extra_column_check``: a baseline feature absent from the
-  window, a window feature absent from the baseline.
-- ``categorical_values_check``: the fraction of a String feature's values inside its
-  ``string_constraints.domains`` is below ``domain_content_threshold``.
+distributions is above ``comparison_threshold`` ("Simple"); "Robust" flags only when a two-sample
+Kolmogorov-Smirnov test on the sketches' sizes also rejects "same distribution" at 5 % (a small
+window's sampling noise is not drift). String features: the L-infinity distance of the
+categorical frequencies against ``categorical_comparison_threshold`` ("LInfinity"), or a
+chi-squared p-value below it ("ChiSquared").
+- ``missing_column_check`` / ``extra_column_check``: a baseline feature absent from the window,
+and the reverse.
+- ``categorical_values_check``: the fraction of a String feature's values inside
+``string_constraints.domains`` is below ``domain_content_threshold``.
 """
 from __future__ import annotations
 
@@ -62,13 +58,7 @@ class Evaluation:
 
 def evaluate(baseline: Mapping[str, Any], constraints: Mapping[str, Any],
              window: Mapping[str, Any]) -> Evaluation:
-    """Evaluate every check.
-
-    Args:
-        baseline: the baseline's ``statistics.json``.
-        constraints: ``constraints.json`` (possibly edited by hand).
-        window: the window's ``statistics.json``.
-    """
+    """Evaluate every check (``constraints`` possibly edited by hand)."""
     base_features = {f["name"]: f for f in baseline.get("features", [])}
     window_features = {f["name"]: f for f in window.get("features", [])}
     items = int(window.get("dataset", {}).get("item_count", 0))
@@ -185,19 +175,15 @@ class Distance:
     """The L-infinity distance between two features' distributions (:func:`distance`)."""
 
     kind: str
-    """``numeric`` (the KLL sketches' cumulative distributions) or ``categorical`` (the
-    categories' frequencies)."""
+    """``numeric`` (the KLL sketches' cumulative distributions) or ``categorical`` (frequencies)."""
     value: float
     sizes: tuple[float, float]
-    """The values each side's distribution stands for (a sketch's ``n``, the buckets'
-    counts): a two-sample test's sizes."""
+    """The values each side's distribution stands for: a two-sample test's sizes."""
 
 
 def distance(first: Mapping[str, Any], second: Mapping[str, Any]) -> Distance | None:
-    """The distance the drift check computes between two ``statistics.json`` features
-    (``baseline_drift_check``'s ``Simple``/``Robust`` and ``LInfinity``): numeric when both
-    have a KLL sketch, categorical when both have categorical buckets; None when neither
-    pair is there (a feature of another type on each side, or no values)."""
+    """The drift check's distance between two ``statistics.json`` features: numeric when both
+    have a KLL sketch, categorical when both have categorical buckets, else None."""
     base, window = _kll(first), _kll(second)
     if base is not None and window is not None:
         return Distance("numeric", sketches.linf_distance(base, window), (base.n, window.n))
@@ -211,7 +197,6 @@ def distance(first: Mapping[str, Any], second: Mapping[str, Any]) -> Distance | 
 
 def categorical_distance(first: list[Mapping[str, Any]],
                          second: list[Mapping[str, Any]]) -> float:
-    """The L-infinity distance between two categorical frequency distributions."""
     p, q = _frequencies(first), _frequencies(second)
     return max((abs(p.get(v, 0.0) - q.get(v, 0.0)) for v in set(p) | set(q)), default=0.0)
 
@@ -219,7 +204,7 @@ def categorical_distance(first: list[Mapping[str, Any]],
 def chi_squared_p_value(baseline: list[Mapping[str, Any]],
                         window: list[Mapping[str, Any]]) -> float:
     """The p-value of a chi-squared goodness-of-fit test of the window's counts against the
-    baseline's frequencies (Wilson-Hilferty's approximation of the chi-squared tail)."""
+    baseline's frequencies (Wilson-Hilferty's approximation of the tail)."""
     expected = _frequencies(baseline)
     observed = {str(b["value"]): float(b["count"]) for b in window}
     total = sum(observed.values())
@@ -239,8 +224,8 @@ def _frequencies(buckets: list[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def common_statistics(feature: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """A ``statistics.json`` feature's ``common`` part (``num_present``, ``num_missing``),
-    from its numerical or string statistics; empty when it has none (or no feature)."""
+    """A feature's ``common`` part (``num_present``, ``num_missing``) from its numerical or
+    string statistics; empty when it has none."""
     for key in ("numerical_statistics", "string_statistics"):
         part = (feature or {}).get(key)
         if isinstance(part, Mapping) and isinstance(part.get("common"), Mapping):
@@ -307,10 +292,9 @@ def _pct(fraction: float) -> str:
 
 
 def java_double(value: float) -> str:
-    """A double as the analyzer prints it (Java's ``Double.toString``): the shortest digits
-    that read back as the same double, which Python's ``repr`` also finds; at least one digit
-    after the point ("100.0"), and ``1.0E-4`` / ``1.2345678E7`` outside [0.001, 10^7).
-    """
+    """A double as Java's ``Double.toString`` prints it: the shortest digits that read back (as
+    Python's ``repr`` finds), at least one digit after the point ("100.0"), and ``1.0E-4`` /
+    ``1.2345678E7`` outside [0.001, 10^7)."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

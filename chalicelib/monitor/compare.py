@@ -1,43 +1,31 @@
 """The verdict between two models' traffic (``sagegate monitor compare``): A, the primary
 (champion), against B, the challenger or the primary's shadow.
 
-Each side's records are read as the check reads them (:class:`RecordReader`: the window, the
-cache hits, a record preprocessor, the same flattened columns), except that B keeps shadow
-records (``invocationSource`` ``ShadowExperiment``, which the analysis skips). Beside its rows,
-each record kept is seen by a :class:`~chalicelib.monitor.compare_sides.Side` (the reader's
-``observe``), which reads the experiment's keys of ``eventMetadata``: ``sagegateArm`` (the arm
-or shadow's name), ``sagegateLatencyMs`` (the endpoint exchange's milliseconds) and
-``sagegateError`` (a failed shadow call's ``{"Code", "Message"}``; such a record has no output,
-and its rows are held back from the distributions). A side given an arm
-(``--arm-a``/``--arm-b``) keeps only that arm's or shadow's records, by ``sagegateArm``:
-experiments sharing an endpoint share its folder.
-Then:
+Each side's records are read as the check reads them (:class:`RecordReader`), except that B keeps
+shadow records (``ShadowExperiment``, which the analysis skips). Each record kept is also seen by
+a :class:`~chalicelib.monitor.compare_sides.Side`, which reads the experiment's ``eventMetadata``
+keys: ``sagegateArm`` (the arm or shadow), ``sagegateLatencyMs`` (the endpoint exchange's
+milliseconds) and ``sagegateError`` (a failed shadow call's ``{"Code", "Message"}``: no output,
+its rows held back from the distributions). A side given an arm (``--arm-a``/``--arm-b``) keeps
+only that arm's records: experiments sharing an endpoint share its folder. Then:
 
-- per column both sides have: the distance between the sides' distributions, the drift
-  check's own (:func:`chalicelib.monitor.checks.distance`: the L-infinity distance of the KLL
-  sketches' cumulative distributions for numbers, of the categories' frequencies for strings),
-  and, for numbers, the two-sample Kolmogorov-Smirnov critical distance the ``Robust`` method
-  also requires. Output columns (those the record's ``endpointOutput`` flattens to) are the
-  ones ``max_distance`` gates; with a preprocessor, whose rows do not say which are outputs,
-  every column is;
+- per column both sides have: the drift check's distance
+(:func:`chalicelib.monitor.checks.distance`) and, for numbers, the two-sample Kolmogorov-Smirnov
+critical distance ``Robust`` also requires. ``max_distance`` gates the output columns (those
+``endpointOutput`` flattens to); with a preprocessor, whose rows do not say which are outputs,
+every column;
 - agreement (:class:`~chalicelib.monitor.compare_sides.Pairing`): B's records paired with A's by
-  ``inferenceId`` (a shadow's record carries its primary's); a pair agrees when the two outputs'
-  top-1 answers are equal (:func:`~chalicelib.monitor.compare_answers.top1`: the argmax of each
-  probability vector of a JSON list or TF Serving ``predictions``, else the first output column,
-  per instance);
-- latency percentiles (p50, p90, p99 of ``sagegateLatencyMs`` of the records with an
-  output) and error rates (error records among the side's records, where the records can say
-  it: a side of shadow records, or one holding error records; a primary's failures are not
-  captured, so its rate is otherwise n/a);
-- the verdict: each threshold given, checked; one a figure cannot be computed for (no pairs,
-  no latency, a rate the records do not give) fails, so a gate never passes on nothing.
+``inferenceId`` (a shadow's record carries its primary's); a pair agrees when the top-1 answers
+are equal (:func:`~chalicelib.monitor.compare_answers.top1`);
+- latency percentiles (p50, p90, p99 of the records with an output) and error rates, where the
+records can say it (a shadow side, or one holding error records; a primary's failures are not
+captured, so its rate is otherwise n/a);
+- the verdict: each threshold given, checked; one a figure cannot be computed for fails, so a
+gate never passes on nothing.
 
-Its parts: :mod:`chalicelib.monitor.compare_answers` (a record's top-1 answer and output
-columns) and :mod:`chalicelib.monitor.compare_sides` (the two capture sets read and paired).
-This module holds the comparison itself: the distances and each side's figures, the
-thresholds, the reasons and the exit status (3 when B is worse, else 0; 4 when no figure at
-all could be computed, as ``check``'s for nothing to check), compare.json (:func:`compare`)
-and the lines printed (:func:`lines`).
+This module holds the comparison itself: the distances and figures, thresholds, reasons and exit
+status (3 when B is worse, else 0; 4 when no figure could be computed, as ``check``'s for nothing
+to check), compare.json (:func:`compare`) and the lines printed (:func:`lines`).
 """
 from __future__ import annotations
 
@@ -52,9 +40,7 @@ from chalicelib.monitor.compare_sides import LATENCY_KEY, PERCENTILES, Pairing, 
 
 METHODS = ("Robust", "Simple")
 EXIT_WORSE = 3
-"""The exit status when B is worse than a threshold given (0 otherwise)."""
 EXIT_NOTHING_COMPARED = 4
-"""The exit status when no figure could be computed (``check``'s for nothing checked)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,17 +48,15 @@ class Thresholds:
     """What the challenger (B) must stay within; None: not checked."""
 
     max_distance: float | None = None
-    """Each gated column's distance at most this (``Robust``: and within the KS test's
-    critical distance, as the drift check's default method)."""
+    """Each gated column's distance at most this (``Robust``: and within the KS critical
+    distance, as the drift check's default method)."""
     min_agreement: float | None = None
     max_error_rate: float | None = None
-    """B's error rate at most this."""
     max_latency_ratio: float | None = None
     """B's p50, p90 and p99 latency each at most this times A's."""
     comparison_method: str = "Robust"
 
     def document(self) -> dict[str, Any]:
-        """The thresholds as compare.json has them."""
         return dataclasses.asdict(self)
 
 
@@ -80,11 +64,9 @@ THRESHOLDS = ("max_distance", "min_agreement", "max_error_rate", "max_latency_ra
 
 
 def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, Any]:
-    """The verdict as compare.json has it: whether B is worse, the exit status, the thresholds
-    checked and failed, and the reasons, from the comparison's figures (``document``);
-    ``column_reasons``: how many of the first reasons are one column's (``--max-distance``:
-    a thousand of them for an image classifier's probabilities, so the printed lines cap
-    them)."""
+    """The verdict as compare.json has it, from the comparison's figures (``document``);
+    ``column_reasons``: how many of the first reasons are one column's (an image classifier's
+    thousand probabilities: the printed lines cap them)."""
     found = _reasons(document, thresholds)
     reasons = [reason for _key, reason in found]
     nothing = nothing_compared(document)
@@ -98,9 +80,8 @@ def verdict(document: Mapping[str, Any], thresholds: Thresholds) -> dict[str, An
 
 
 def nothing_compared(document: Mapping[str, Any]) -> bool:
-    """No figure of the comparison could be computed: no column's distance, no pair's
-    agreement, no latency ratio and no error rate of B (a preprocessor that drops every
-    record, outputs neither side can read, and no experiment metadata)."""
+    """No figure could be computed: no distance, no agreement, no latency ratio, no error rate of
+    B (a preprocessor dropping every record, unreadable outputs, no experiment metadata)."""
     return (all(item["distance"] is None for item in document["columns"])
             and document["agreement"]["agreement"] is None
             and all(value is None for value in document["latency_ratio"].values())
@@ -108,7 +89,6 @@ def nothing_compared(document: Mapping[str, Any]) -> bool:
 
 
 def _reasons(document: Mapping[str, Any], thresholds: Thresholds) -> list[tuple[str, str]]:
-    """The reasons B is worse, one a line, each with the threshold it fails."""
     reasons: list[tuple[str, str]] = []
     if thresholds.max_distance is not None:
         reasons.extend(("max_distance", reason)
@@ -199,7 +179,6 @@ def _ms(value: float | None) -> str:
 
 
 def short(value: float) -> str:
-    """A figure in four significant digits, for the printed lines."""
     return f"{value:.4g}"
 
 
@@ -216,9 +195,8 @@ def ratio(challenger: float | None, champion: float | None) -> float | None:
 
 
 def side_document(read: SideRead, role: str, latency: dict[str, Any]) -> dict[str, Any]:
-    """One side as compare.json has it: its source and role, records and rows, arms, latency
-    (``latency``: :meth:`Side.latency <chalicelib.monitor.compare_sides.Side.latency>`), errors
-    and tally."""
+    """One side as compare.json has it (``latency``: :meth:`Side.latency
+    <chalicelib.monitor.compare_sides.Side.latency>`)."""
     side = read.side
     return {"source": read.source, "role": role, "records": side.records,
             "rows": int(read.statistics.get("dataset", {}).get("item_count", 0)),
@@ -231,9 +209,8 @@ def side_document(read: SideRead, role: str, latency: dict[str, Any]) -> dict[st
 def compared_columns(a: SideRead, b: SideRead, thresholds: Thresholds, preprocessed: bool
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                 list[dict[str, Any]], str]:
-    """The columns both sides have, each compared (:func:`column`; the outputs first), those of
-    A only and of B only, and which are gated: ``output`` (the output's columns are known), or
-    ``all``."""
+    """The columns both sides have, compared (outputs first), those of A only and of B only, and
+    which are gated: ``output`` (the output's columns are known) or ``all``."""
     features_a = {str(f["name"]): f for f in a.statistics.get("features", [])}
     features_b = {str(f["name"]): f for f in b.statistics.get("features", [])}
     outputs = {} if preprocessed else {**a.side.outputs, **b.side.outputs}
@@ -255,9 +232,7 @@ def compared_columns(a: SideRead, b: SideRead, thresholds: Thresholds, preproces
 
 def column(name: str, feature_a: Mapping[str, Any], feature_b: Mapping[str, Any],
            output: bool | None, gated: bool, thresholds: Thresholds) -> dict[str, Any]:
-    """One column's comparison: its counts each side, the distance (the drift check's), the
-    KS critical distance (numbers), and whether it is beyond ``max_distance`` (None when not
-    gated or no threshold is given)."""
+    """One column's comparison; ``beyond`` is None when not gated or no threshold is given."""
     found = checks.distance(feature_a, feature_b)
     method = "LInfinity" if found is not None and found.kind == "categorical" \
         else thresholds.comparison_method
@@ -293,15 +268,13 @@ def _counts(feature: Mapping[str, Any]) -> dict[str, Any]:
 
 KIND, VERSION = "sagegate-monitor-compare", 1
 PRINTED_COLUMNS = 20
-"""Past this many columns (an image classifier's 1000 probabilities), the printed lines and
-the report's charts are of the columns :func:`ranked` first; compare.json has every one."""
+"""Past this many columns (an image classifier's 1000 probabilities), the printed lines and the
+report's charts show the columns :func:`ranked` first; compare.json has every one."""
 Window = tuple[datetime.datetime, datetime.datetime]
 
 
 def compare(a: SideRead, b: SideRead, pairing: Pairing, thresholds: Thresholds,
             window: Window | None, preprocessed: bool = False) -> dict[str, Any]:
-    """The comparison's document (compare.json): each side, the columns' distances, the
-    agreement, the latency ratios, the thresholds and the verdict with its reasons."""
     columns, only_a, only_b, gated = compared_columns(a, b, thresholds, preprocessed)
     latency = {side.side.name: side.side.latency() for side in (a, b)}
     ratios = {f"p{p}": ratio(latency["b"][f"p{p}"], latency["a"][f"p{p}"])
@@ -323,7 +296,6 @@ def _iso(moment: datetime.datetime) -> str:
 
 
 def lines(document: Mapping[str, Any]) -> list[str]:
-    """What the command prints: the figures, then the verdict and each reason, one a line."""
     out = []
     for name in ("a", "b"):
         side = document[name]
@@ -360,8 +332,8 @@ def lines(document: Mapping[str, Any]) -> list[str]:
 
 
 def _capped_reasons(verdict: Mapping[str, Any]) -> list[str]:
-    """The verdict's reasons, those of columns (the first ``column_reasons``) cut to
-    :data:`PRINTED_COLUMNS` and a line counting the rest, as the distances are."""
+    """The verdict's reasons, the columns' cut to :data:`PRINTED_COLUMNS` and a line counting the
+    rest."""
     reasons: list[str] = verdict["reasons"]
     columns = verdict.get("column_reasons", 0)
     if columns <= PRINTED_COLUMNS:
@@ -381,8 +353,6 @@ NOTHING_COMPARED = ("no column's distance, no pair's agreement, no latency ratio
 
 
 def _distance_lines(columns: list[dict[str, Any]]) -> list[str]:
-    """The columns' distances, one a line under a header saying what a distance is; past
-    :data:`PRINTED_COLUMNS`, the ranked first ones and a line counting the rest."""
     if not columns:
         return []
     shown = columns if len(columns) <= PRINTED_COLUMNS else ranked(columns)[:PRINTED_COLUMNS]
@@ -406,9 +376,8 @@ def _distance_lines(columns: list[dict[str, Any]]) -> list[str]:
 
 
 def _remainder(last: float | None, rest: list[dict[str, Any]]) -> str:
-    """The columns not printed, counted against the last one printed (``last``, its
-    distance): as many at its distance, smaller, larger (not gated: ranked after the gated
-    ones) and without a distance."""
+    """The columns not printed, counted against the last printed (``last``): as many at its
+    distance, smaller, larger (not gated: ranked after) and without a distance."""
     distances = [item["distance"] for item in rest]
     counted = [d for d in distances if d is not None]
     parts = []
@@ -426,8 +395,8 @@ def _remainder(last: float | None, rest: list[dict[str, Any]]) -> str:
 
 
 def ranked(columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The columns in the order to show them when there are many: beyond the threshold first,
-    then the gated ones, then by distance, largest first (none last)."""
+    """Beyond the threshold first, then the gated ones, then by distance, largest first (none
+    last)."""
     return sorted(columns, key=lambda c: (not c["beyond"], not c["gated"],
                                           c["distance"] is None, -(c["distance"] or 0.0)))
 

@@ -21,35 +21,31 @@ class Top1:
     """A record's top-1 answer: one label per instance, and how it was read."""
 
     method: str
-    """``argmax`` (of each probability vector) or ``first_column`` (each instance's first
-    output value)."""
+    """``argmax`` (of each probability vector) or ``first_column``."""
     labels: tuple[Any, ...]
 
 
 UNDEFINED = Top1(UNDEFINED_METHOD, ())
-"""The top-1 of an answer holding NaN (a probability vector with a NaN, a NaN first value):
-undefined, so its pair is counted apart (``undefined``), never compared (NaN equals
-nothing, not even itself: every such pair would be a disagreement)."""
+"""The top-1 of an answer holding NaN: its pair is counted apart (``undefined``), never compared
+(NaN equals nothing, so every such pair would disagree)."""
 
 
 def top1(output: Any) -> Top1 | None:
-    """The top-1 answer of a record's ``endpointOutput``, or None (no output, a binary one,
-    or one with no value).
+    """The top-1 answer of a record's ``endpointOutput``, or None (no output, a binary one, no
+    value).
 
-    JSON: a list of numbers is one probability vector, a list of such lists (or a TF Serving
-    ``{"predictions": [...]}`` of them) one per instance: each gives its argmax (the first
-    index of the largest value). Any other JSON gives its first value (in the flattened
-    column order) per instance of ``predictions``, or for the whole document. CSV: each
-    line's first value. Values are compared as the monitor reads them: a number as a number
-    (``1`` equals ``1.0``), anything else as its text.
+    JSON: a list of numbers is one probability vector, a list of such lists (or TF Serving
+    ``predictions`` of them) one per instance: each gives its argmax (the first index of the
+    largest). Other JSON gives its first value in flattened order per instance of
+    ``predictions``, or for the whole document. CSV: each line's first value. A number compares
+    as a number (``1`` equals ``1.0``), anything else as its text.
     """
     return top1_of(parse_output(output))
 
 
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """An ``endpointOutput`` with text data: its encoding, its data and, JSON, the document
-    (``_UNREADABLE`` when it is not JSON)."""
+    """An ``endpointOutput`` with text data (``document`` ``_UNREADABLE`` when not JSON)."""
 
     encoding: str
     data: str
@@ -60,7 +56,7 @@ _UNREADABLE = object()
 
 
 def parse_output(output: Any) -> Output | None:
-    """The output, its JSON read once (for its answer and its columns)."""
+    """The output, its JSON read once for its answer and its columns."""
     if not isinstance(output, dict) or not isinstance(output.get("data"), str):
         return None
     encoding = str(output.get("encoding", "")).upper()
@@ -74,7 +70,6 @@ def parse_output(output: Any) -> Output | None:
 
 
 def top1_of(output: Output | None) -> Top1 | None:
-    """The top-1 answer of an output already read (:func:`parse_output`), as :func:`top1`."""
     if output is None:
         return None
     if output.encoding == "CSV":
@@ -101,21 +96,19 @@ def top1_of(output: Output | None) -> Top1 | None:
 
 
 def _has_nan(item: Any) -> bool:
-    """A list of numbers holding a NaN: a probability vector whose argmax is undefined."""
     return isinstance(item, list) and any(
         type(value) is float and value != value for value in item)
 
 
 def _argmax(vector: list[float]) -> int:
-    """The first index of the largest value (numpy's ``argmax``, without an array)."""
     return max(range(len(vector)), key=vector.__getitem__)
 
 
 def output_names(output: Output) -> tuple[str, ...] | None:
     """The columns :func:`flatten_record` makes of the most common outputs, named without
-    flattening them: one CSV line (``_c0``, ...), a JSON list of scalars or a TF Serving
-    ``{"predictions": [...]}`` alone whose instances are all lists of scalars, or all scalars
-    (``prediction0``, ...); None for any other output (it is flattened)."""
+    flattening: one CSV line (``_c0``, ...), a JSON list of scalars or a TF Serving
+    ``predictions`` alone of all lists of scalars, or all scalars (``prediction0``, ...); None
+    for any other."""
     if output.encoding == "CSV":
         data = output.data.rstrip("\r\n")
         if "\n" in data or '"' in data:
@@ -157,7 +150,6 @@ _NONE = object()
 
 
 def _first_leaf(value: Any) -> Any:
-    """The first scalar of a JSON value in the flattened columns' order (``_NONE``: none)."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -171,8 +163,8 @@ def _first_leaf(value: Any) -> Any:
 
 
 def _value(value: Any) -> Any:
-    """A value as the monitor reads it: a number (from JSON or text) as a float, anything
-    else as its text (``true``, ``null`` as JSON writes them)."""
+    """A number (from JSON or text) as a float, anything else as its text (``true``, ``null`` as
+    JSON writes them)."""
     if type(value) in (int, float):
         return _double(value)
     if isinstance(value, str):
@@ -185,8 +177,8 @@ def _value(value: Any) -> Any:
 
 
 def _double(value: float) -> float:
-    """A JSON number as a double: an integer past the doubles' range (``10**400``) is
-    infinite, as ``1e999`` reads."""
+    """A JSON number as a double: an integer past the doubles' range (``10**400``) is infinite,
+    as ``1e999`` reads."""
     try:
         return float(value)
     except OverflowError:

@@ -1,15 +1,15 @@
 """The comparison's report (compare.html): one self-contained HTML page, as report.html is.
 
-No script, no stylesheet, no font, no ``style`` attribute, nothing fetched: HTML tables and
-inline SVG with presentation attributes, so it opens offline and under a strict
-Content-Security-Policy. A table of contents links every section. The verdict comes first (a
-badge, then each reason), then its evidence: the figure of each threshold that failed (the
-columns beyond ``--max-distance`` charted, the agreement, the latency, the errors), then the
-thresholds against B's figures, one row per column both sides have (A's distribution in grey,
-B's in blue, on one axis: :func:`chalicelib.monitor.report_svg.chart`; the distance as a bar
-against the threshold), and the sections not already shown. Long tables (the columns past the
-charted ones) are folded (``<details>``). Given the model's labels, a class is shown by its
-name beside its index (the disagreements, the output's ``predictionN`` columns).
+No script, stylesheet, font or ``style`` attribute, nothing fetched: tables and inline SVG with
+presentation attributes, so it opens offline and under a strict Content-Security-Policy. A table
+of contents links every section. The verdict comes first (a badge, each reason), then its
+evidence (the figure of each failed threshold), then the thresholds against B's figures, one row
+per column both sides have (A's distribution grey, B's blue, on one axis:
+:func:`chalicelib.monitor.report_svg.chart`; the distance as a bar against the threshold), and
+the other sections. Long tables are folded (``<details>``). Given the model's labels, a class
+shows its name beside its index.
+@@ :(STATISTICS_A, STATISTICS_B)
+DEL
 """
 from __future__ import annotations
 
@@ -35,23 +35,24 @@ STATISTICS_A, STATISTICS_B = "statistics_a.json", "statistics_b.json"
 LABELS = ("A", "B")
 BAR_LEFT, BAR_LENGTH, BAR_WIDTH, BAR_HEIGHT = 12, 220, 260, 64
 CHARTED_COLUMNS = 40
-"""Past this many columns, the ones :func:`chalicelib.monitor.compare.ranked` puts first are
-charted and the others listed in a short table (an image classifier's 1000 probabilities)."""
+"""Past this many columns (an image classifier's 1000 probabilities), those
+:func:`chalicelib.monitor.compare.ranked` puts first are charted, the others listed in a short
+table."""
 NEUTRAL_COLOUR = "#9a9a9a"
 """A column's distance bar when it is not gated (an input column)."""
 EVIDENCE_COLUMNS = 10
-"""Columns beyond --max-distance charted under the verdict, at most (the largest first)."""
+"""Columns beyond --max-distance charted under the verdict, at most."""
 SHOWN_REASONS = 10
-"""Reasons listed under the verdict; the others are folded (a thousand columns beyond the
-threshold would push its evidence pages down)."""
+"""Reasons listed under the verdict; the others are folded (a thousand would push its evidence
+pages down)."""
 Labels = Sequence[str] | None
 """The model's class names, in index order (None: classes shown as indices)."""
 
 
 def render(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
            statistics_b: Mapping[str, Any], labels: Labels = None) -> str:
-    """The page of a comparison's document (:func:`chalicelib.monitor.compare.compare`), the
-    two sides' ``statistics.json`` (the charts) and the model's class names (``labels``)."""
+    """The page of a comparison's document, the two sides' ``statistics.json`` (the charts) and
+    the model's class names."""
     a, b = document["a"], document["b"]
     title = f"{a['source']} (A) vs {b['source']} (B)"
     features = ({str(f["name"]): f for f in statistics_a.get("features", [])},
@@ -75,14 +76,11 @@ def render(document: Mapping[str, Any], statistics_a: Mapping[str, Any],
 
 Features = tuple[Mapping[str, Any], Mapping[str, Any]]
 Section = tuple[str, str, str]
-"""A section of the page: its anchor, its heading (the table of contents') and its HTML."""
 _EVIDENCE = ("max_distance", "min_agreement", "max_latency_ratio", "max_error_rate")
 
 
 def _sections(document: Mapping[str, Any], features: Features, labels: Labels
               ) -> list[Section]:
-    """The page's sections in order: the verdict, the failed thresholds' figures (the
-    evidence), the thresholds, then every other section."""
     named = _Names(labels)
     builders: dict[str, Callable[[], Section]] = {
         "min_agreement": lambda: ("agreement", "Agreement",
@@ -107,13 +105,11 @@ def _sections(document: Mapping[str, Any], features: Features, labels: Labels
 
 
 class _Names:
-    """Classes and output columns shown by the model's class names beside their indices."""
 
     def __init__(self, labels: Labels) -> None:
         self._labels = list(labels) if labels else []
 
     def label(self, value: Any) -> str:
-        """An answer (a class index, or a list of them), each index named."""
         if isinstance(value, list):
             return ", ".join(self.label(item) for item in value)
         if type(value) is int and 0 <= value < len(self._labels):
@@ -121,7 +117,7 @@ class _Names:
         return str(value)
 
     def column(self, name: str) -> str:
-        """A column's name; ``predictionN`` (the output's Nth probability) with class N's."""
+        """A column's name; ``predictionN`` with class N's."""
         index = name.removeprefix("prediction")
         if name.startswith("prediction") and index.isdigit() and int(index) < len(self._labels):
             return f"{name} ({self._labels[int(index)]})"
@@ -280,8 +276,8 @@ def _columns(document: Mapping[str, Any], features: Features, named: _Names) -> 
 
 
 def _beyond(document: Mapping[str, Any], features: Features, named: _Names) -> str:
-    """The evidence of a failed --max-distance: the columns beyond it, charted (the largest
-    first), or why none could be compared."""
+    """The evidence of a failed --max-distance: the columns beyond it charted, or why none could
+    be compared."""
     beyond = [c for c in compare.ranked(document["columns"]) if c["beyond"]]
     shown = beyond[:EVIDENCE_COLUMNS]
     more = f" (the {len(shown)} largest of {len(beyond)})" if len(shown) < len(beyond) else ""
@@ -298,8 +294,8 @@ def _beyond(document: Mapping[str, Any], features: Features, named: _Names) -> s
 
 def _column_table(kind: str, columns: list[dict[str, Any]], document: Mapping[str, Any],
                   features: Features, named: _Names) -> str:
-    """A table of charted columns; its rows' anchors are the column names (prefixed
-    ``beyond-`` in the evidence's table: the same column is in both)."""
+    """A table of charted columns; rows anchored by column name (``beyond-`` in the evidence's
+    table: the same column is in both)."""
     ids = anchors([c["name"] for c in columns])
     prefix = "" if kind == "columns" else f"{kind}-"
     limit = document["thresholds"]["max_distance"]
@@ -312,8 +308,6 @@ def _column_table(kind: str, columns: list[dict[str, Any]], document: Mapping[st
 
 
 def _other_columns(columns: list[dict[str, Any]], named: _Names) -> str:
-    """The columns past the charted ones: one short row each, largest distance first, in a
-    folded table."""
     rows = "\n".join(
         f'<tr><th scope="row" align="left">{_e(named.column(c["name"]))}</th>'
         f'<td>{_KIND[c["output"]]}</td>'
@@ -359,8 +353,8 @@ def _column_row(column: Mapping[str, Any], anchor: str, features: Features,
 
 
 def _bar(column: Mapping[str, Any], limit: float | None) -> str:
-    """The distance as a bar on 0 to 1, --max-distance as a tick (and under Robust the KS
-    critical distance as a dashed one), coloured by the column's result."""
+    """The distance as a bar on 0 to 1, --max-distance as a tick (under Robust the KS critical
+    distance dashed), coloured by the column's result."""
     distance = column["distance"]
     if distance is None:
         return _e(column["note"])

@@ -30,17 +30,13 @@ ARM_KEY, LATENCY_KEY, ERROR_KEY = "sagegateArm", "sagegateLatencyMs", "sagegateE
 PAIR_KEY = "inferenceId"
 PERCENTILES = (50, 90, 99)
 MAX_WAITING = 2_000_000
-"""B's records kept for pairing, at most (each an id, at most :data:`MAX_KEY_CHARS`, and a
-small number: its answer's index among B's distinct answers; about 150 bytes a record, 300 MB
-at the cap). B's records past it are not kept, counted (``beyond_cap_b``): their A partners
-are unpaired."""
+"""B's records kept for pairing, at most (each an id and its answer's index: about 150 bytes, 300
+MB at the cap). Past it B's records are counted (``beyond_cap_b``), their A partners unpaired."""
 MAX_KEY_CHARS = 128
 """An ``inferenceId`` longer than this is kept as its BLAKE2b digest (ids are compared, never
 shown)."""
 TOP_DISAGREEMENTS = 10
-"""The most frequent disagreements (A's answer, B's answer) listed."""
 TOP_CODES = 20
-"""The most frequent error codes listed per side."""
 MIXED = "mixed"
 PRIMARY_ERRORS_NOTE = ("n/a: no failure in its records (a primary arm's failures are not "
                        "captured; a shadow's are)")
@@ -60,24 +56,21 @@ Entry = Top1 | _Failed | None
 
 
 class Pairing:
-    """B's records paired with A's by ``inferenceId``: B is read first (each id's entry kept:
-    about a hundred bytes a record), then each A record takes its partner out."""
+    """B's records paired with A's by ``inferenceId``: B is read first (each id's entry kept),
+    then each A record takes its partner out."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, int] = {}
-        """B's ids, each to its answer's index in :attr:`_entries`."""
         self._answers: dict[Entry, int] = {}
         self._entries: list[Entry] = []
         """B's distinct answers, each kept once (a classifier's: a few)."""
         self.beyond_cap_b = 0
-        """B's records not kept: :data:`MAX_WAITING` were waiting."""
         self.undefined = 0
         """Pairs where either side's top-1 is undefined (a NaN in its answer)."""
         self.pairs = 0
         self.compared = 0
         self.agreed = 0
         self.with_error = 0
-        """Pairs where either side's call failed."""
         self.not_comparable = 0
         """Pairs where either side has no answer to compare (no output, a binary one)."""
         self.unpaired_a = 0
@@ -86,7 +79,6 @@ class Pairing:
         self.disagreements: Counter[tuple[tuple[Any, ...], tuple[Any, ...]]] = Counter()
 
     def add_b(self, key: str | None, entry: Entry) -> None:
-        """A B record (its id, or None without one)."""
         if key is None:
             return
         key = _bounded_key(key)
@@ -103,7 +95,6 @@ class Pairing:
         self._waiting[key] = code
 
     def match_a(self, key: str | None, entry: Entry) -> None:
-        """An A record: paired with B's record of its id, if one is waiting."""
         if key is not None:
             key = _bounded_key(key)
         if key is None or key not in self._waiting:
@@ -127,7 +118,7 @@ class Pairing:
 
     @property
     def unpaired_b(self) -> int:
-        """B's records whose id no A record had (after A is read), and those not kept."""
+        """B's records whose id no A record had, and those not kept."""
         return len(self._waiting) + self.beyond_cap_b
 
     def document(self) -> dict[str, Any]:
@@ -150,7 +141,6 @@ class Pairing:
 
 
 def _bounded_key(key: str) -> str:
-    """An id as pairing keeps it: a long one as its digest."""
     if len(key) <= MAX_KEY_CHARS:
         return key
     import hashlib  # deferred: only a run that meets a long id pays OpenSSL's memory
@@ -167,19 +157,17 @@ def _shown(labels: tuple[Any, ...]) -> Any:
 
 
 class Side:
-    """What one side's records say beyond their rows; called by the reader with each record
-    it keeps (:data:`chalicelib.monitor.records.Observe`).
+    """What one side's records say beyond their rows; the reader calls it with each record it
+    keeps (:data:`chalicelib.monitor.records.Observe`).
 
     Args:
-        name: ``a`` (its records take their partners out of ``pairing``) or ``b`` (they wait
-            in it; read first).
-        pairing: the two sides' pairing.
-        output_columns: find which flattened columns are the output's (not with a
-            preprocessor, whose rows are its own).
-        max_columns: the widest row accepted (an output past it names no columns).
-        arm: keep only the records of this arm or shadow (``sagegateArm``): one experiment's
-            arm where several models' traffic shares an endpoint's folder (None: every
-            record).
+        name: ``a`` (its records take their partners out of ``pairing``) or ``b`` (read first;
+            they wait in it).
+        output_columns: find which flattened columns are the output's (not with a preprocessor,
+            whose rows are its own).
+        max_columns: an output past it names no columns.
+        arm: keep only this arm's or shadow's records (``sagegateArm``): several models' traffic
+            may share an endpoint's folder (None: every record).
     """
 
     def __init__(self, name: str, pairing: Pairing, output_columns: bool = True,
@@ -190,7 +178,7 @@ class Side:
         self._naming_limit = max_columns
         self.arm = arm
         self.other_arms = 0
-        """Records left out by ``arm`` (another arm's, or no arm's)."""
+        """Records left out by ``arm``."""
         self.records = 0
         self.shadow = 0
         self.errors = 0
@@ -198,7 +186,6 @@ class Side:
         self.arms: Counter[str] = Counter()
         self.latencies = array("d")
         self.outputs: dict[str, None] = {}
-        """The output's column names seen, in first-seen order."""
         self._shapes: set[tuple[str, ...]] = set()
 
     def __call__(self, record: dict[str, Any]) -> bool:
@@ -236,8 +223,8 @@ class Side:
 
     @property
     def pairing(self) -> Pairing:
-        """The pairing this side's records go to (a copy of it, when the side was read in
-        a worker process and sent back)."""
+        """The pairing this side's records go to (a copy, when the side was read in a worker
+        process)."""
         return self._pairing
 
     def _pair(self, key: str | None, entry: Entry) -> None:
@@ -247,8 +234,7 @@ class Side:
             self._pairing.match_a(key, entry)
 
     def _output_columns(self, output: Any, parsed: Output) -> None:
-        """Add the names the output flattens to (as :func:`flatten_record` names them: the
-        common shapes named here, exactly as it would, the others flattened)."""
+        """Add the names the output flattens to, exactly as :func:`flatten_record` names them."""
         names = output_names(parsed)
         if names is not None:
             if names not in self._shapes:
@@ -263,7 +249,7 @@ class Side:
             return  # the reader counts or refuses the record itself
 
     def latency(self) -> dict[str, Any]:
-        """``count`` and the percentiles (numpy's linear interpolation) and ``max``, in ms."""
+        """``count``, the percentiles (numpy's linear interpolation) and ``max``, in ms."""
         if not self.latencies:
             return {"count": 0, **{f"p{p}": None for p in PERCENTILES}, "max": None}
         values = np.frombuffer(self.latencies, dtype=np.float64)
@@ -273,8 +259,8 @@ class Side:
                 "max": float(values.max())}
 
     def error_rate(self) -> dict[str, Any]:
-        """The side's errors: their rate where its records can say it (all shadow records,
-        whose failures are captured, or error records among them), else None and why."""
+        """The side's error rate where its records can say it (all shadow records, whose failures
+        are captured, or error records among them), else None and why."""
         known = self.errors > 0 or (self.records > 0 and self.shadow == self.records)
         return {"count": self.errors, "records": self.records,
                 "rate": self.errors / self.records if known and self.records else None,
@@ -285,10 +271,8 @@ class Side:
 
 @dataclasses.dataclass
 class SideRead:
-    """One side as read: its source, what its records said, its statistics and tally."""
 
     source: str
     side: Side
     statistics: dict[str, Any]
-    """Its ``statistics.json`` document."""
     tally: Tally

@@ -1,11 +1,9 @@
 """``constraints.json``: suggested from a baseline's statistics, and read back as edited.
 
-The suggestion is the analyzer's: each feature's ``inferred_type`` and observed
-``completeness``; ``num_constraints.is_non_negative`` when its minimum is not negative;
-``string_constraints.domains`` for a String feature of few distinct values; and a
-``monitoring_config`` with the defaults below. A user may tighten any of it by hand, and give a
-feature ``monitoringConfigOverrides`` (any ``monitoring_config`` key, or one of
-``distribution_constraints``) that replace the global values for that feature alone.
+The suggestion is the analyzer's: each feature's ``inferred_type`` and observed ``completeness``;
+``is_non_negative`` when its minimum is not negative; ``domains`` for a String feature of few
+distinct values; a ``monitoring_config`` with the defaults below. A user may tighten any of it,
+and give a feature ``monitoringConfigOverrides`` that replace the global values for it alone.
 """
 from __future__ import annotations
 
@@ -14,13 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 DATATYPE_CHECK_THRESHOLD = 1.0
-"""The fraction of a window's values that must have the baseline's type. 1.0, as the analyzer's
-own code defaults it and as its descriptions read ("Expected match: 100.0%"): one value of the
-wrong type is a violation. The guide's table prints 0.1, which read as a required fraction would
-let 90 % of the values change type unnoticed."""
+"""The fraction of a window's values that must have the baseline's type: 1.0, as the analyzer's
+code defaults it and its descriptions read ("Expected match: 100.0%"). The guide's table prints
+0.1, which as a required fraction would let 90 % of the values change type unnoticed."""
 DOMAIN_CONTENT_THRESHOLD = 1.0
-"""The fraction of a window's values of a String feature that must be in its baseline domain;
-1.0 for the same reason: one unknown category is a violation."""
+"""The fraction of a String feature's values that must be in its baseline domain; 1.0 for the
+same reason."""
 COMPARISON_THRESHOLD = 0.1
 CATEGORICAL_COMPARISON_THRESHOLD = 0.1
 COMPARISON_METHOD = "Robust"
@@ -68,12 +65,8 @@ def _feature(feature: Mapping[str, Any], items: int) -> dict[str, Any]:
 
 
 class FeatureConfig:
-    """The monitoring settings in force for one feature: global, then its overrides.
-
-    Args:
-        global_config: ``monitoring_config`` (missing keys take the defaults).
-        overrides: the feature's ``monitoringConfigOverrides`` (or None).
-    """
+    """The monitoring settings in force for one feature: ``monitoring_config`` (missing keys take
+    the defaults), then its ``monitoringConfigOverrides``."""
 
     def __init__(self, global_config: Mapping[str, Any] | None,
                  overrides: Mapping[str, Any] | None = None) -> None:
@@ -91,7 +84,6 @@ class FeatureConfig:
 
     @property
     def evaluate(self) -> bool:
-        """Whether constraints are evaluated at all."""
         return _enabled(self.values.get("evaluate_constraints"))
 
     @property
@@ -105,7 +97,6 @@ class FeatureConfig:
         return float(value)
 
     def text(self, key: str) -> str:
-        """A method name (``comparison_method``, ``categorical_drift_method``)."""
         value = self.distribution.get(key)
         if value is None and key == "comparison_method":  # the guide's old spelling
             value = self.distribution.get("comparion_method")

@@ -1,35 +1,30 @@
 """The scheduled monitor: each endpoint's previous hour of captures, checked in S3.
 
-A stage enables it with ``MONITOR_BASELINE=s3://bucket/prefix/`` (its settings:
+A stage enables it with ``MONITOR_BASELINE=s3://bucket/prefix/`` (settings:
 :mod:`chalicelib.monitor.deployed_settings`); ``app.py`` then declares a scheduled Lambda
-function whose handler calls :func:`run`. For every endpoint it is given:
+function whose handler calls :func:`run`. For every endpoint:
 
-* the baseline is ``<MONITOR_BASELINE>/<endpoint>/statistics.json`` and ``constraints.json``
-  (an endpoint without one is skipped, with a log line);
-* a model folder holding ``preprocessor.py`` (``chalicelib/models/<name>/preprocessor.py``)
-  gives its endpoint's record preprocessor, run unchanged as ``sagegate monitor check
-  --preprocess-handler`` runs it (:mod:`chalicelib.monitor.preprocessing`); without one the
-  records are flattened. Two models of one endpoint with different files is that endpoint's
-  error (a window has one preprocessor);
-* the captures are the objects of the window's hour folders under the capture prefix (and
-  a Firehose stream's ``.jsonl.gz`` of the hour on each side:
-  :mod:`chalicelib.monitor.capture_format`), fetched ahead of the check
-  (:mod:`chalicelib.monitor.capture_objects`); a ``.jsonl.gz`` that is not GZIP, damaged or
-  truncated is a bad object, counted in the endpoint's log line;
-* the time: given the invocation's remaining time, each endpoint gets an equal share of what
-  is left (less :data:`RESERVE_SECONDS` for the last check and its writes) among the
-  endpoints left, so one done early passes its time on; an endpoint whose share runs out is
-  checked on the files read so far, and its run is ``partial`` (the log line says how many
-  files were left, the ``partial_window`` metric is 1), rather than the whole invocation
-  timing out with nothing written;
+* the baseline is ``<MONITOR_BASELINE>/<endpoint>/statistics.json`` and ``constraints.json`` (an
+endpoint without one is skipped, with a log line);
+* a model folder's ``preprocessor.py`` is its endpoint's record preprocessor, run as ``sagegate
+monitor check --preprocess-handler`` runs it; without one the records are flattened. Two models
+of one endpoint with different files is that endpoint's error (a window has one preprocessor);
+* the captures are the objects of the window's hour folders (and a Firehose stream's
+``.jsonl.gz`` of the hour on each side: :mod:`chalicelib.monitor.capture_format`), fetched ahead
+of the check; a ``.jsonl.gz`` that is not GZIP, damaged or truncated is a bad object, counted in
+the log line;
+* the time: each endpoint gets an equal share of the invocation's remaining time (less
+:data:`RESERVE_SECONDS`) among the endpoints left, so one done early passes its time on; an
+endpoint whose share runs out is checked on the files read so far and is ``partial``
+(``partial_window`` metric 1), rather than the invocation timing out with nothing written;
 * the outputs go to ``<MONITOR_OUTPUT>/<endpoint>/yyyy/mm/dd/hh/`` (the window's hour):
-  ``statistics.json``, ``constraint_violations.json``, ``report.html`` and the
-  ``constraints.json`` the check used;
-* the metrics are CloudWatch Embedded Metric Format lines printed to the function's log, in
-  Model Monitor's namespace and names (:mod:`chalicelib.monitor.metrics`).
+``statistics.json``, ``constraint_violations.json``, ``report.html`` and the ``constraints.json``
+used;
+* the metrics are CloudWatch EMF lines in the function's log, in Model Monitor's namespace and
+names (:mod:`chalicelib.monitor.metrics`).
 
-Like the rest of this room it imports nothing else of chalicelib's; boto3 (the Lambda
-runtime's) is handed in by the caller or created here on first use.
+Like the rest of this room it imports nothing else of chalicelib's; boto3 is handed in by the
+caller or created here on first use.
 """
 from __future__ import annotations
 
@@ -66,24 +61,21 @@ RESERVE_SECONDS = 60.0
 
 @dataclasses.dataclass
 class EndpointRun:
-    """What one endpoint's check did."""
 
     endpoint: str
     status: str
-    """``checked``, ``partial`` (checked on the files read before its time ran out),
-    ``no-records``, ``no-baseline`` (``error`` says why when S3 denied the read), ``skipped``
-    (no time left) or ``failed``."""
+    """``checked``, ``partial`` (its time ran out), ``no-records``, ``no-baseline`` (``error``
+    says why when S3 denied the read), ``skipped`` (no time left) or ``failed``."""
     records: int = 0
     violations: int = 0
     written: list[str] = dataclasses.field(default_factory=list)
     error: str = ""
     files_read: int = 0
     files_left: int = 0
-    """Capture files listed but not read (``partial``: the time ran out)."""
+    """Capture files listed but not read (``partial``)."""
     bad_lines: int = 0
-    """Capture lines skipped as unreadable (the check goes on without them)."""
     bad_objects: int = 0
-    """Capture objects given up (a ``.jsonl.gz`` that is not GZIP, damaged, truncated)."""
+    """Capture objects given up (a ``.jsonl.gz`` not GZIP, damaged, truncated)."""
     first_bad: str = ""
     """The first bad line's, then the first bad object's ``WHERE: reason``."""
 
@@ -92,15 +84,8 @@ Emit = Callable[[str], None]
 
 
 def endpoint_preprocessors(models: Iterable[tuple[str, Path]]) -> dict[str, list[Path]]:
-    """Each endpoint's preprocessor files.
-
-    Args:
-        models: each model's (endpoint, folder).
-
-    Returns:
-        By endpoint, the ``preprocessor.py`` files of its models' folders (none when no
-        model of it has one).
-    """
+    """By endpoint, the ``preprocessor.py`` files of its models' folders (``models``: (endpoint,
+    folder) pairs)."""
     found: dict[str, list[Path]] = {}
     for endpoint, folder in models:
         files = found.setdefault(endpoint, [])
@@ -117,22 +102,16 @@ def run(endpoints: Mapping[str, Sequence[Path]], settings: MonitorSettings,
         remaining: Callable[[], float] | None = None) -> list[EndpointRun]:
     """Check the last full hour before ``now`` of each endpoint's captures.
 
-    One endpoint's failure (an unreadable baseline, a bad capture line) is logged and the
-    next endpoint is checked; the function never raises for data, so the scheduled invocation
-    is not retried on a window that would fail again.
+    One endpoint's failure is logged and the next is checked; the function never raises for data,
+    so the scheduled invocation is not retried on a window that would fail again.
 
     Args:
-        endpoints: the endpoints to check, each with its preprocessor file (at most one;
-            :func:`endpoint_preprocessors`).
-        settings: where to read and write.
+        endpoints: each with its preprocessor file (at most one; :func:`endpoint_preprocessors`).
         schedule_name: the ``MonitoringSchedule`` dimension (the function's name).
-        now: the time of the run (default: now).
-        s3: a boto3 S3 client (the caller's: this room builds no client).
-        emit: where the EMF lines and the log lines go (stdout: the function's log).
-        remaining: the invocation's remaining time in seconds (Lambda's context; None: no
-            limit): each endpoint reads for an equal share of what is left, less
-            :data:`RESERVE_SECONDS`, among the endpoints left, then is checked on what it
-            read (``partial``).
+        s3: the caller's client (this room builds none).
+        emit: where the EMF and log lines go (stdout: the function's log).
+        remaining: the invocation's remaining seconds (None: no limit), shared as the module
+            docstring says.
     """
     window = windows.window(None, None, now)
     runs = []
@@ -156,9 +135,8 @@ def run(endpoints: Mapping[str, Sequence[Path]], settings: MonitorSettings,
 
 def _share(remaining: Callable[[], float] | None,
            left: int) -> tuple[float, Callable[[], bool]]:
-    """The next endpoint's share of the invocation's time, and the ``stop`` that says when it
-    is spent: what remains, less :data:`RESERVE_SECONDS`, over the ``left`` endpoints still
-    to check (this one included), so the time an endpoint did not use goes to the others."""
+    """The next endpoint's share of the remaining time (less :data:`RESERVE_SECONDS`, over the
+    ``left`` endpoints) and the ``stop`` that says when it is spent."""
     if remaining is None:
         return math.inf, never
     share = (remaining() - RESERVE_SECONDS) / left
@@ -171,7 +149,6 @@ def _share(remaining: Callable[[], float] | None,
 
 
 def log_line(outcome: EndpointRun, start: datetime.datetime) -> str:
-    """The endpoint's one log line (``"message": "monitor"``)."""
     return json.dumps({"message": "monitor", "endpoint": outcome.endpoint,
                        "status": outcome.status, "window_start": f"{start:%Y-%m-%dT%H:%MZ}",
                        "records": outcome.records, "violations": outcome.violations,
@@ -189,8 +166,6 @@ Baseline = tuple[dict[str, Any], dict[str, Any]]
 def _check_endpoint(s3: Any, settings: MonitorSettings, endpoint: str,
                     preprocessors: Sequence[Path], window: Window, schedule_name: str,
                     emit: Emit, stop: Callable[[], bool] = never) -> EndpointRun:
-    """One endpoint's window checked against its baseline, its files written and its
-    metrics emitted."""
     baseline = load_baseline(s3, settings.baseline, endpoint)
     if isinstance(baseline, str):
         return EndpointRun(endpoint, "no-baseline", error=baseline)
@@ -205,8 +180,8 @@ def _check_endpoint(s3: Any, settings: MonitorSettings, endpoint: str,
 
 def endpoint_reader(endpoint: str, preprocessors: Sequence[Path],
                     baseline_statistics: Mapping[str, Any], window: Window) -> RecordReader:
-    """The reader of an endpoint's capture records: its preprocessor (or flattened), the
-    window's records only, a headerless CSV's columns named as the baseline's features.
+    """The reader of an endpoint's capture records: its preprocessor (or flattened), the window's
+    records only, a headerless CSV's columns named as the baseline's features.
 
     Raises:
         MonitorConfigError: the endpoint's models bring two preprocessors.
@@ -217,23 +192,16 @@ def endpoint_reader(endpoint: str, preprocessors: Sequence[Path],
 
 
 def csv_names(baseline_statistics: Mapping[str, Any]) -> list[str]:
-    """The baseline's feature names in order: a headerless CSV capture's columns, by
-    position."""
+    """The baseline's feature names in order: a headerless CSV capture's columns."""
     return [str(feature["name"]) for feature in baseline_statistics["features"]]
 
 
 def check_and_write(s3: Any, settings: MonitorSettings, endpoint: str, window: Window,
                     baseline: Baseline, window_part: PartialAnalysis, schedule_name: str,
                     emit: Emit, *, files_read: int = 0, files_left: int = 0) -> EndpointRun:
-    """The window's statistics (one pass's, or its parts merged in order) checked against the
-    baseline: Model Monitor's files and the report written to the window's hour folder, the
-    metrics emitted. What the single-function run and a distributed run's reduce share.
-
-    Args:
-        files_read: capture objects read.
-        files_left: capture objects listed but not read (the time ran out): the run is
-            ``partial`` (its ``partial_window`` metric is 1).
-    """
+    """The window's statistics checked against the baseline: Model Monitor's files and the report
+    written to the window's hour folder, the metrics emitted. Shared by the single-function run
+    and a distributed run's reduce; ``files_left`` (listed, not read) makes the run ``partial``."""
     statistics, constraints = baseline
     result = analysis.check_statistics(window_part.statistics, statistics, constraints,
                                        title=settings.captures.uri + f"/{endpoint}",
@@ -256,7 +224,6 @@ def check_and_write(s3: Any, settings: MonitorSettings, endpoint: str, window: W
 
 def _write_outputs(s3: Any, output: S3Location, endpoint: str, window: Window,
                    outputs: Mapping[str, str]) -> list[str]:
-    """Write the window's files to its hour's folder; returns their URIs."""
     folder = output.key(endpoint, windows.hour_folder(window[0]))
     written = []
     for name, text in outputs.items():
@@ -285,10 +252,10 @@ def _preprocess(endpoint: str, files: Sequence[Path]) -> Preprocess | None:
 
 
 def load_baseline(s3: Any, location: S3Location, endpoint: str) -> Baseline | str:
-    """The endpoint's baseline documents, or why there are none: S3 answers a missing key
-    with 404 to a role that may list its prefix and with 403 to one that may not (the
-    monitor's policy lists the baseline prefix, but a bucket policy or a narrower role can
-    still deny), so a 403 is reported like a missing baseline, not as the run's failure."""
+    """The endpoint's baseline documents, or why there are none. S3 answers a missing key with
+    404 to a role that may list the prefix and 403 to one that may not (a bucket policy or a
+    narrower role can deny), so a 403 is reported like a missing baseline, not as the run's
+    failure."""
     loaded = []
     for name, load in ((analysis.STATISTICS, documents.load_statistics),
                        (analysis.CONSTRAINTS, documents.load_constraints)):

@@ -1,15 +1,13 @@
 """The scheduled monitor's settings: where it reads baselines and captures and writes its files.
 
-A stage enables the monitor with ``MONITOR_BASELINE=s3://bucket/prefix/``. The captures are
-read from ``MONITOR_CAPTURES`` (an ``s3://`` prefix: where a Firehose stream delivers them,
-say), by default from ``CAPTURE_DESTINATION`` (then ``s3://`` only: a directory or a stream
-cannot be listed by hour). The outputs go to ``MONITOR_OUTPUT``, by default ``monitoring/``
-beside the capture prefix (``s3://b/captures`` -> ``s3://b/monitoring``). ``MONITOR_SCHEDULE``
-is the EventBridge schedule (:data:`DEFAULT_SCHEDULE`). ``MONITOR_ENGINE`` says what runs it:
-``lambda`` (the default), one scheduled function; ``stepfunctions``, a Step Functions state
-machine that fans the window's objects out over a Distributed Map
-(:mod:`chalicelib.monitor.fanout`), whose runs keep their parts and results under
-:attr:`MonitorSettings.runs` (``<MONITOR_OUTPUT>-runs``).
+``MONITOR_BASELINE=s3://bucket/prefix/`` enables it. Captures are read from ``MONITOR_CAPTURES``
+(an ``s3://`` prefix, where a Firehose stream delivers, say), by default ``CAPTURE_DESTINATION``
+(then ``s3://`` only: a directory or a stream cannot be listed by hour). Outputs go to
+``MONITOR_OUTPUT``, by default ``monitoring`` beside the capture prefix. ``MONITOR_SCHEDULE`` is
+the EventBridge schedule. ``MONITOR_ENGINE`` is ``lambda`` (the default, one scheduled function)
+or ``stepfunctions``, a state machine fanning the window's objects out over a Distributed Map
+(:mod:`chalicelib.monitor.fanout`), whose runs keep their work under
+:attr:`MonitorSettings.runs`.
 """
 from __future__ import annotations
 
@@ -24,10 +22,7 @@ MONITOR_BASELINE, MONITOR_OUTPUT, MONITOR_SCHEDULE, MONITOR_CAPTURES = (
 MONITOR_ENGINE = "MONITOR_ENGINE"
 ENGINE_LAMBDA, ENGINE_STEPFUNCTIONS = "lambda", "stepfunctions"
 ENGINES = (ENGINE_LAMBDA, ENGINE_STEPFUNCTIONS)
-"""What runs the scheduled monitor: one scheduled Lambda function (the default), or a Step
-Functions state machine fanning the window out (a Distributed Map)."""
 RUNS_SUFFIX = "-runs"
-"""The distributed run's own prefix is the output's with this suffix (``monitoring-runs``)."""
 CAPTURE_DESTINATION = "CAPTURE_DESTINATION"
 DEFAULT_SCHEDULE = "cron(5 * * * ? *)"
 """Hourly, five minutes past the hour (late capture files of the hour have landed)."""
@@ -47,11 +42,7 @@ class S3Location:
 
     @classmethod
     def parse(cls, uri: str, setting: str) -> S3Location:
-        """``s3://bucket/prefix`` as a location.
-
-        Args:
-            uri: the setting's value.
-            setting: the setting's name, for the error.
+        """``s3://bucket/prefix`` as a location (``setting`` names it in the error).
 
         Raises:
             MonitorConfigError: not an ``s3://`` URI with a bucket.
@@ -69,7 +60,6 @@ class S3Location:
         return S3Uri(self.bucket, self.prefix)
 
     def key(self, *parts: str) -> str:
-        """The key of ``parts`` under the prefix."""
         return self._uri.child(*parts).key
 
     def folder(self, *parts: str) -> str:
@@ -77,12 +67,11 @@ class S3Location:
         return self._uri.folder(*parts)
 
     def object_uri(self, key: str) -> str:
-        """``s3://bucket/key``: the URI of a key of this bucket (a full key, not a part)."""
+        """The URI of a full key of this bucket."""
         return str(self._uri.join(key))
 
     @property
     def uri(self) -> str:
-        """``s3://bucket/prefix``."""
         return self._uri.location
 
 
@@ -98,14 +87,12 @@ class MonitorSettings:
 
     @property
     def fanned_out(self) -> bool:
-        """Whether a Step Functions state machine runs the monitor (``MONITOR_ENGINE``)."""
         return self.engine == ENGINE_STEPFUNCTIONS
 
     @property
     def runs(self) -> S3Location:
-        """Where a distributed run keeps its work (each run under its own folder of
-        ``jobs/``, ``parts/``, ``results/``): the output prefix with :data:`RUNS_SUFFIX`, in
-        the output's bucket (``s3://b/monitoring`` -> ``s3://b/monitoring-runs``)."""
+        """Where a distributed run keeps its work (``jobs/``, ``parts/``, ``results/`` each run):
+        the output prefix with :data:`RUNS_SUFFIX` (``s3://b/monitoring-runs``)."""
         return S3Location(self.output.bucket,
                           f"{self.output.prefix or 'monitor'}{RUNS_SUFFIX}")
 
@@ -113,15 +100,10 @@ class MonitorSettings:
     def from_env(cls, env: Mapping[str, str]) -> MonitorSettings | None:
         """The stage's monitor settings; None when ``MONITOR_BASELINE`` is unset.
 
-        Args:
-            env: the stage's environment variables.
-
         Raises:
-            MonitorConfigError: monitoring is on but neither ``MONITOR_CAPTURES`` nor
-                ``CAPTURE_DESTINATION`` is an ``s3://`` prefix (a directory or Firehose
-                stream cannot be listed by hour), a setting is not an ``s3://`` URI,
-                ``MONITOR_SCHEDULE`` is not a schedule expression, or ``MONITOR_ENGINE`` is
-                not one of :data:`ENGINES`.
+            MonitorConfigError: neither ``MONITOR_CAPTURES`` nor ``CAPTURE_DESTINATION`` is an
+                ``s3://`` prefix, a setting is not an ``s3://`` URI, ``MONITOR_SCHEDULE`` is not
+                a schedule expression, or ``MONITOR_ENGINE`` is not one of :data:`ENGINES`.
         """
         baseline_uri = env.get(MONITOR_BASELINE, "").strip()
         if not baseline_uri:
@@ -158,6 +140,6 @@ def _captures(env: Mapping[str, str]) -> S3Location:
 
 
 def default_output(captures: S3Location) -> S3Location:
-    """``monitoring`` beside the capture prefix (in its parent folder, same bucket)."""
+    """``monitoring`` beside the capture prefix (``s3://b/captures`` -> ``s3://b/monitoring``)."""
     parent = captures.prefix.rpartition("/")[0]
     return S3Location(captures.bucket, f"{parent}/monitoring" if parent else "monitoring")

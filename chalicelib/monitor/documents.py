@@ -1,18 +1,18 @@
 """A baseline's ``statistics.json`` and ``constraints.json``, read back and checked before use.
 
-A baseline is the user's file: made by ``sagegate monitor baseline``, by Model Monitor's own
-analyzer, or edited by hand (``constraints.json`` is meant to be). Every key the checks and
-the report read is checked here first, with the types, enumerations and ranges of Model
-Monitor's schemas ("Schema for Statistics", "Schema for Constraints"), so a bad document is
-one :class:`DocumentError` naming the file and the JSON path of its bad part::
+A baseline is the user's file: made by ``sagegate monitor baseline``, by Model Monitor's
+analyzer, or edited by hand. Every key the checks and the report read is checked here first, with
+the types, enumerations and ranges of Model Monitor's schemas ("Schema for Statistics", "Schema
+for Constraints"), so a bad document is one :class:`DocumentError` naming the file and the JSON
+path of its bad part::
 
     constraints.json: features[3].monitoringConfigOverrides.comparison_threshold: "abc" is
     not a number
 
-rather than a traceback from deep inside a check, or worse a check that silently passes (a
-KLL sketch that is not a list of lists of numbers; ``"evaluate_constraints": false``, which
-is not ``"Disabled"`` and so would read as enabled). Keys sagegate does not read are left
-alone, so Model Monitor's additions to its schemas keep loading.
+rather than a traceback from inside a check, or a check that silently passes (a KLL sketch that
+is not lists of numbers; ``"evaluate_constraints": false``, which is not ``"Disabled"`` and so
+reads as enabled). Keys sagegate does not read are left alone, so Model Monitor's additions to
+its schemas keep loading.
 """
 from __future__ import annotations
 
@@ -46,18 +46,14 @@ SWITCHES = ("Enabled", "Disabled")
 COMPARISON_METHODS = ("Simple", "Robust")
 CATEGORICAL_METHODS = ("LInfinity", "ChiSquared")
 MAX_KLL_LEVELS = 64
-"""A KLL sketch of n values has about log2(n / k) levels: 64 is past any count of values (an
-item of level h weighs 2**h, so a thousand levels would overflow a float)."""
+"""A KLL sketch of n values has about log2(n / k) levels: 64 is past any count (an item of level
+h weighs 2**h, so a thousand levels would overflow a float)."""
 
 
 
 
 def parse(data: str | bytes, name: str) -> Any:
-    """A JSON document.
-
-    Args:
-        data: the file's content.
-        name: how messages name the file.
+    """A JSON document (``name``: the file, for messages).
 
     Raises:
         DocumentError: not UTF-8 JSON, or nested too deep to read.
@@ -73,7 +69,7 @@ def parse(data: str | bytes, name: str) -> Any:
 
 
 def load_statistics(data: str | bytes, name: str) -> dict[str, Any]:
-    """A baseline's ``statistics.json``, parsed and checked (:func:`check_statistics`).
+    """A baseline's ``statistics.json``, parsed and checked.
 
     Raises:
         DocumentError: not JSON, or not a statistics document.
@@ -82,7 +78,7 @@ def load_statistics(data: str | bytes, name: str) -> dict[str, Any]:
 
 
 def load_constraints(data: str | bytes, name: str) -> dict[str, Any]:
-    """A baseline's ``constraints.json``, parsed and checked (:func:`check_constraints`).
+    """A baseline's ``constraints.json``, parsed and checked.
 
     Raises:
         DocumentError: not JSON, or not a constraints document.
@@ -119,7 +115,6 @@ def check_constraints(document: Any, name: str) -> dict[str, Any]:
 # --- the parts -------------------------------------------------------------------------------
 
 def _features(top: dict[str, Any], at: At, check: Check) -> None:
-    """``features``: a list of objects, each with a name of its own."""
     if "features" not in top:
         raise at.error('has no "features" list')
     features = top["features"]

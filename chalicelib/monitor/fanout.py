@@ -3,37 +3,33 @@
 A stage with ``MONITOR_ENGINE=stepfunctions`` runs the hourly check as a state machine
 (``sagegate.deploy.monitor_template`` builds it; docs/MONITOR.md, "Deployed: fanned out"):
 
-1. **plan** (:func:`plan`): the window is the full hour before the scheduled event's time,
-   as the single-function run takes it. For each endpoint given: its baseline is read (an endpoint
-   without one is reported, not read), its *job* written (the baseline's feature names, which
-   a headerless CSV capture's columns take), and the hour prefixes to read are listed: each
-   variant's folder of the window's hour and the ones on each side of it
-   (:func:`chalicelib.monitor.capture_format.listing_span`; an empty prefix is left out).
+1. **plan** (:func:`plan`): the window is the full hour before the scheduled event's time. For
+each endpoint: its baseline is read (an endpoint without one is reported), its *job* written (the
+baseline's feature names, which a headerless CSV capture's columns take), and the hour prefixes
+to read listed: each variant's folder of the window's hour and the ones on each side
+(:func:`chalicelib.monitor.capture_format.listing_span`; an empty prefix left out).
 2. **map**, per prefix a Distributed Map: its ``ItemReader`` lists the prefix
-   (``s3:listObjectsV2``), its ``ItemBatcher`` hands each child a few objects, and each
-   child runs :func:`map_objects` on ``{"BatchInput": {"run": ..., "read": ...}, "Items":
-   [{"Key", "Size", "Etag", "LastModified", ...}, ...]}`` (the items as the ItemReader gives
-   them): the objects the window reads (:func:`~chalicelib.monitor.capture_format.wanted`)
-   are read with the endpoint's reader (its preprocessor, the window by ``inferenceTime``)
-   into a :class:`~chalicelib.monitor.partial.PartialAnalysis`, written to S3 under the
-   run's ``parts/``; the child returns the part's key and a few counts (a child's output
-   must stay small), or the error that stopped the reading (a preprocessor that raised, a
-   row too wide), which is the endpoint's, not the run's. The ``ResultWriter`` writes every
-   child's output under the run's ``results/``.
-3. **reduce** (:func:`reduce_endpoint`), per endpoint: the ResultWriter's manifests of its
-   prefixes are read (``manifest.json``: ``ResultFiles.SUCCEEDED``, each file a JSON array of
-   child executions whose ``Output`` is the child's JSON), the parts loaded in the objects'
-   order (prefix by prefix in the plan's order, then by their first key) and merged
-   (:func:`~chalicelib.monitor.partial.merge_in_order`: one pass's statistics), then checked
-   and written as the single-function run does
-   (:func:`chalicelib.monitor.deployed.check_and_write`): Model Monitor's files, the report,
-   the metrics (EMF lines), the endpoint's log line. A prefix whose Distributed Map failed
-   (a child lost after its retries: the Map tolerates no failure) makes the endpoint
-   ``lost``: nothing is written for it, and the state machine's run fails at its end, so a
-   lost part never passes as a check of part of the window.
+(``s3:listObjectsV2``), its ``ItemBatcher`` hands each child a few objects, and each child runs
+:func:`map_objects`: the objects the window reads
+(:func:`~chalicelib.monitor.capture_format.wanted`) are read with the endpoint's preprocessor
+into a :class:`~chalicelib.monitor.partial.PartialAnalysis` written under the run's ``parts/``;
+the child returns the part's key and a few counts (a child's output must stay small), or the
+error that stopped the reading (a preprocessor that raised, a row too wide), which is the
+endpoint's, not the run's. The ``ResultWriter`` writes every child's output under ``results/``.
+3. **reduce** (:func:`reduce_endpoint`), per endpoint: the ResultWriter's manifests are read, the
+parts loaded in the objects' order (prefix by prefix in the plan's order, then by first key) and
+merged (:func:`~chalicelib.monitor.partial.merge_in_order`: one pass's statistics), then checked
+and written as the single-function run does
+(:func:`chalicelib.monitor.deployed.check_and_write`). A prefix whose Distributed Map failed (a
+child lost after its retries: the Map tolerates no failure) makes the endpoint ``lost``: nothing
+is written for it and the run fails at its end, so a lost part never passes as a check of part of
+the window.
 
 Like the rest of the room it imports nothing else of chalicelib's and builds no client: the
 caller (:mod:`chalicelib.monitoring`) hands in S3 and the endpoints' preprocessors.
+@@ :(JOBS, PARTS, RESULTS)
+A run's folders: the plan writes ``jobs/``, the map ``parts/``, the ResultWriter ``results/``;
+each run under ``<folder>/yyyy/mm/dd/hh/<execution>/``.
 """
 from __future__ import annotations
 
@@ -58,15 +54,12 @@ JOBS, PARTS, RESULTS = "jobs", "parts", "results"
 runs`, one role each: the plan writes ``jobs/``, the map ``parts/``, the ResultWriter
 ``results/``; each run under ``<folder>/yyyy/mm/dd/hh/<execution>/``."""
 PART_BYTES = 256 * 1024 * 1024
-"""The largest part state the reduce reads (a part of 1,000 features' sketches is a few
-megabytes)."""
+"""The largest part state the reduce reads (1,000 features' sketches are a few megabytes)."""
 MANIFEST_BYTES = 64 * 1024 * 1024
-"""The largest manifest or result file the reduce reads."""
 DATA_ERRORS = (ValueError, HandlerFailed)
-"""What a window's data raises (a row too wide, too many features, a preprocessor that
-raised or cannot load, two preprocessors): the endpoint's failure, as in the single-function
-run. Anything else (S3 refused, the network) is the child's failure, retried by the state
-machine, then the Map's."""
+"""What a window's data raises (a row too wide, a preprocessor that raised): the endpoint's
+failure, as in the single-function run. Anything else (S3, the network) is the child's failure,
+retried by the state machine, then the Map's."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,12 +68,9 @@ class Run:
 
     window: tuple[datetime.datetime, datetime.datetime]
     run_id: str
-    """``yyyy/mm/dd/hh/<execution name>``: the window's hour, then the state machine's
-    execution (a run of the same hour again works apart)."""
+    """``yyyy/mm/dd/hh/<execution name>``: a run of the same hour again works apart."""
 
     def to_state(self, settings: MonitorSettings) -> dict[str, Any]:
-        """The run as the state machine carries it (the buckets its ItemReader and
-        ResultWriter name)."""
         return {"start": _iso(self.window[0]), "end": _iso(self.window[1]),
                 "run_id": self.run_id, "captures_bucket": settings.captures.bucket,
                 "runs_bucket": settings.runs.bucket}
@@ -104,21 +94,18 @@ class Run:
 
 def plan(event: Mapping[str, Any], settings: MonitorSettings, endpoints: Iterable[str], *,
          s3: Any, emit: Emit = print) -> dict[str, Any]:
-    """The run's plan: its window, the prefixes each endpoint's Distributed Maps read, and
-    the endpoints to reduce.
+    """The run's plan: its window, the prefixes each endpoint's Distributed Maps read, and the
+    endpoints to reduce.
 
     Args:
-        event: ``{"event": the execution's input (EventBridge's scheduled event, with its
-            ``time``), "execution": the execution's name}``; a missing or unreadable time
-            plans the hour before now (a run started by hand with ``{}``).
-        settings: where to read and write.
-        endpoints: the endpoints to check.
-        s3: a boto3 S3 client.
-        emit: where an endpoint without a baseline, or with an unreadable one, is logged.
+        event: ``{"event": the execution's input (the scheduled event, with its ``time``),
+            "execution": the execution's name}``; a missing or unreadable time plans the hour
+            before now (a run started by hand with ``{}``).
+        emit: where an endpoint without a readable baseline is logged.
 
     Returns:
-        ``{"run": ..., "reads": [{"endpoint", "prefix", "order", "results"}, ...],
-        "endpoints": [{"endpoint"} or {"endpoint", "status", "error"}, ...]}``.
+        ``{"run": ..., "reads": [{"endpoint", "prefix", "order", "results"}, ...], "endpoints":
+            [{"endpoint"} or {"endpoint", "status", "error"}, ...]}``.
     """
     started = event.get("event")
     try:
@@ -151,8 +138,7 @@ def plan(event: Mapping[str, Any], settings: MonitorSettings, endpoints: Iterabl
 
 def _baseline(s3: Any, settings: MonitorSettings,
               endpoint: str) -> deployed.Baseline | EndpointRun:
-    """The endpoint's baseline, or its outcome without one (``no-baseline``, or ``failed``
-    for a baseline that is not one)."""
+    """The endpoint's baseline, or its outcome without one (``no-baseline``, or ``failed``)."""
     try:
         baseline = deployed.load_baseline(s3, settings.baseline, endpoint)
     except DATA_ERRORS as error:
@@ -164,7 +150,6 @@ def _baseline(s3: Any, settings: MonitorSettings,
 
 def _prefixes(s3: Any, settings: MonitorSettings, endpoint: str,
               window: tuple[datetime.datetime, datetime.datetime]) -> Iterator[str]:
-    """The endpoint's hour prefixes that hold an object, variant by variant, hour by hour."""
     for variant in capture_objects.variant_folders(s3, settings.captures, endpoint):
         for hour in windows.hours(*capture_format.listing_span(*window)):
             prefix = f"{variant}{windows.hour_folder(hour)}/"
@@ -174,7 +159,6 @@ def _prefixes(s3: Any, settings: MonitorSettings, endpoint: str,
 
 
 def job_key(settings: MonitorSettings, run: Run, endpoint: str) -> str:
-    """Where the plan leaves an endpoint's job for the map's children."""
     return settings.runs.key(JOBS, run.run_id, f"{endpoint}.json")
 
 
@@ -184,16 +168,13 @@ def map_objects(event: Mapping[str, Any], settings: MonitorSettings,
 
     Args:
         event: ``{"BatchInput": {"run": ..., "read": ...}, "Items": [...]}``, the items as
-            the ItemReader's ``s3:listObjectsV2`` gives them (``Key``, ``Size``, ``Etag``,
-            ``LastModified`` in epoch seconds).
-        settings: where to read and write.
+            ``s3:listObjectsV2`` gives them (``LastModified`` in epoch seconds).
         preprocessors: each endpoint's preprocessor file (at most one).
-        s3: a boto3 S3 client.
 
     Returns:
         Small, as a child's output must be: ``{"endpoint", "order", "first", "objects",
-        "records", "part"}`` (``part``: the state's key, None when no object was the
-        window's), or ``{..., "error"}`` when the window's data stopped the reading.
+            "records", "part"}`` (``part`` None when no object was the window's), or ``{...,
+            "error"}`` when the window's data stopped the reading.
 
     Raises:
         whatever S3 raises (the child fails, the state machine retries it).
@@ -235,8 +216,8 @@ def _wanted(item: Mapping[str, Any], window: tuple[datetime.datetime, datetime.d
 
 
 def _modified(value: Any) -> datetime.datetime | None:
-    """An item's ``LastModified``: epoch seconds as the ItemReader gives it (an ISO time or a
-    datetime accepted too); None when unreadable (the object is read)."""
+    """An item's ``LastModified`` (epoch seconds; an ISO time or a datetime accepted too); None
+    when unreadable (the object is read)."""
     if isinstance(value, datetime.datetime):
         return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -257,21 +238,17 @@ def reduce_endpoint(event: Mapping[str, Any], settings: MonitorSettings,
     """One endpoint's parts merged in order, checked and written.
 
     Args:
-        event: ``{"run": ..., "endpoint": the plan's entry, "reads": every read, each with
-            its ``manifest`` (the ResultWriter's ``{"Bucket", "Key"}``) or ``lost`` (the
-            Distributed Map's error)}``.
-        settings: where to read and write.
+        event: ``{"run": ..., "endpoint": the plan's entry, "reads": each with its ``manifest``
+            (``{"Bucket", "Key"}``) or ``lost`` (the Distributed Map's error)}``.
         schedule_name: the ``MonitoringSchedule`` dimension.
-        s3: a boto3 S3 client.
         emit: where the EMF lines and the log line go.
 
     Returns:
         ``{"endpoint", "status", "records", "violations"}`` (``status`` :data:`LOST` when a
-        prefix's Distributed Map failed: the state machine fails the run at its end).
+            prefix's Map failed: the state machine fails the run at its end).
 
     Raises:
-        whatever S3 raises reading the manifests and parts, or writing the files (the state
-        machine retries the step, then counts the endpoint lost).
+        whatever S3 raises (the state machine retries the step, then counts the endpoint lost).
     """
     run = Run.from_state(event["run"])
     entry = event["endpoint"]
@@ -315,8 +292,8 @@ def _reduce(s3: Any, settings: MonitorSettings, endpoint: str, run: Run,
 
 
 def _children(s3: Any, manifest: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
-    """The outputs of a Map Run's children, from its ResultWriter's manifest, and what
-    failed or did not finish (empty when every child succeeded)."""
+    """The outputs of a Map Run's children from its ResultWriter's manifest, and what failed or
+    did not finish."""
     bucket = str(manifest["Bucket"])
     document = documents.parse(_read(s3, bucket, str(manifest["Key"]), MANIFEST_BYTES),
                                str(manifest["Key"]))
@@ -366,8 +343,8 @@ def _time(text: Any) -> datetime.datetime:
 
 
 def _safe_name(name: str) -> str:
-    """An execution's name as a key's component (Step Functions names are 1 to 80 of
-    letters, digits, ``-`` and ``_``; anything else is replaced)."""
+    """An execution's name as a key's component (Step Functions names are 1 to 80 of letters,
+    digits, ``-`` and ``_``)."""
     cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_"
                       for c in name)[:80]
     return cleaned or "run"

@@ -1,15 +1,13 @@
 """One feature's statistics, accumulated chunk by chunk in bounded memory, and merged.
 
-Values arrive as a chunk's list (strings from CSV, JSON scalars from JSON or a record
-preprocessor). Each value is typed as Deequ (Model Monitor's analyzer) types it: missing
-(None, empty, NaN, and any number no double holds: infinities, ``1e999``, ``10**400``, as
-JSON or as text), Integral (``-12``), Fractional (``3.5``, ``1e-3``) or String (anything
-else, booleans included). This is the one place a value gets its type, for the baseline, the
-check and compare alike. Numbers go to running moments, Deequ's KLL sketch and a distinct
-counter in one bulk update per chunk (in arrival order: Deequ's sketch, like Model Monitor's,
-depends on it); strings (and, once a feature has shown strings, its numbers too) go to a
-frequent-items sketch and a HyperLogLog distinct counter. Every part merges, so an hour is
-the unit and a day is the merge of its hours.
+Each value is typed as Deequ (Model Monitor's analyzer) types it: missing (None, empty, NaN, and
+any number no double holds: infinities, ``1e999``, ``10**400``, as JSON or text), Integral
+(``-12``), Fractional (``3.5``, ``1e-3``) or String (anything else, booleans included). This is
+the one place a value gets its type, for the baseline, the check and compare alike. Numbers go to
+running moments, Deequ's KLL sketch and a distinct counter in one bulk update per chunk (in
+arrival order: Deequ's sketch depends on it); strings (and, once a feature has shown strings, its
+numbers too) go to a frequent-items sketch and a HyperLogLog. Every part merges, so an hour is
+the unit and a day the merge of its hours.
 """
 from __future__ import annotations
 
@@ -34,24 +32,22 @@ FREQUENT_LG_MAP = 10
 HLL_LG_K = 12
 """HyperLogLog with 4096 slots: distinct counts within about 1.6 %."""
 CATEGORICAL_BUCKETS = 100
-"""The most frequent values written as categorical buckets."""
 _NOT_INTEGRAL = frozenset(".eEnNiI")
 _SIGNS = frozenset("+- \t")
 MAX_VALUE_CHARS = 1024
-"""The longest string value the statistics keep as it is: a longer one is kept as its first
-characters and a digest of the whole (:func:`bounded_text`), so a feature's categorical and
-distinct-value state, and its buckets in ``statistics.json``, hold at most this much per
-value, whatever a record or a preprocessor gives."""
+"""The longest string value kept as it is: a longer one is kept as its first characters and a
+digest (:func:`bounded_text`), so a feature's categorical and distinct-value state, and its
+buckets in ``statistics.json``, hold at most this much per value."""
 _DIGEST_BYTES = 8
 _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _JAVA_TRIM = "".join(map(chr, range(0x21)))
 """What Java's ``String.trim`` (and so ``Double.parseDouble``) strips: U+0000 to U+0020 only;
-Python's ``float()`` strips any Unicode blank too (U+00A0, U+2003), which leaves a String."""
+Python's ``float()`` strips Unicode blanks too (U+00A0), which leaves a String."""
 _PLAIN_NUMBER_CHARS = frozenset("0123456789+-.eE" + _JAVA_TRIM + "nNaAiIfFtTyY")
-"""The characters of a chunk whose texts numpy may type at once: ASCII digits, signs, point,
-exponent, blanks and the letters of ``nan``/``inf``/``infinity``. Anything else (``_``,
-which ``float()`` accepts as a digit separator, other scripts' digits, Unicode blanks) sends
-the chunk to :func:`classify`, one value at a time."""
+"""The characters of a chunk numpy may type at once: ASCII digits, signs, point, exponent, blanks
+and the letters of ``nan``/``inf``/``infinity``. Anything else (``_``, which ``float()`` accepts
+as a separator, other scripts' digits, Unicode blanks) sends the chunk to :func:`classify`, a
+value at a time."""
 
 
 class Moments:
@@ -66,7 +62,6 @@ class Moments:
         self.max = -math.inf
 
     def add(self, values: np.ndarray) -> None:
-        """Add a chunk of finite values."""
         if not values.size:
             return
         other = Moments()
@@ -78,7 +73,6 @@ class Moments:
         self.merge(other)
 
     def merge(self, other: Moments) -> None:
-        """Fold another feature's moments into these."""
         if not other.count:
             return
         if not self.count:  # a copy: (mean * n) / n is not always mean again in doubles
@@ -100,11 +94,7 @@ class Moments:
 
 
 class FeatureStats:
-    """The statistics of one feature (column) over the records added so far.
-
-    Args:
-        name: the feature's name.
-    """
+    """The statistics of one feature (column) over the records added so far."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -212,7 +202,6 @@ class FeatureStats:
             distinct.update(text)
 
     def merge(self, other: FeatureStats) -> None:
-        """Fold another window's statistics of the same feature into these."""
         self.present += other.present
         self.integral += other.integral
         self.fractional += other.fractional
@@ -231,7 +220,6 @@ class FeatureStats:
                 for value, estimate, _low, _high in rows[:CATEGORICAL_BUCKETS]]
 
     def distinct_count(self) -> int:
-        """The estimated number of distinct values."""
         return round(float(self.distinct.get_estimate()))
 
     def distinct_number_count(self) -> int:
@@ -253,12 +241,11 @@ def _text(value: Any) -> str:
 def classify(value: Any) -> tuple[str, float, str]:
     """A value's type, its number (0.0 unless numeric) and its text; ``UNKNOWN`` is missing.
 
-    A text is a number when Java's ``Double.parseDouble`` (Deequ's) and Python's ``float()``
-    both read it: trimmed of U+0000 to U+0020 as Java trims, ASCII digits only, no ``_``
-    (``float("1_000")`` is 1000.0, Java refuses it: a String). Java's type suffix (``1.5d``,
-    ``2f``) and hex floats (``0x1p3``) are Strings too: Deequ types a column by its digits,
-    not by Java's literal syntax. ``nan``, ``inf`` and ``infinity`` (any case) stay missing,
-    as every number no double holds is.
+    A text is a number when Java's ``Double.parseDouble`` (Deequ's) and Python's ``float()`` both
+    read it: trimmed as Java trims, ASCII digits only, no ``_`` (``float("1_000")`` is 1000.0,
+    Java refuses it). Java's type suffixes (``1.5d``) and hex floats (``0x1p3``) are Strings:
+    Deequ types a column by its digits, not Java's literal syntax. ``nan``, ``inf`` and
+    ``infinity`` stay missing, as every number no double holds.
     """
     kind = type(value)
     if value is None:
@@ -288,15 +275,11 @@ def classify(value: Any) -> tuple[str, float, str]:
 
 
 def bounded_text(value: str) -> str | None:
-    """A string value longer than :data:`MAX_VALUE_CHARS`, as the statistics keep it.
-
-    Typed first, as :func:`classify` types it, so a long number is still one: a number no
-    double holds is missing (None), another is its number's short text. Any other text is
-    its first characters then ``...`` and a BLAKE2b digest of the whole, :data:`MAX_VALUE_CHARS`
-    in all: values that differ only past their start still count as distinct. Trimmed as
-    :func:`classify` trims a short one (Java's U+0000 to U+0020; a Unicode blank is kept), so
-    a value's type does not depend on its length.
-    """
+    """A string longer than :data:`MAX_VALUE_CHARS`, as the statistics keep it. Typed first as
+    :func:`classify` types it, so a long number is still one (missing if no double holds it, else
+    its number's short text). Other text is its first characters, ``...`` and a BLAKE2b digest of
+    the whole, :data:`MAX_VALUE_CHARS` in all: values differing past their start stay distinct.
+    Trimmed as :func:`classify` trims, so a value's type does not depend on its length."""
     text = value.strip(_JAVA_TRIM)
     if len(text) <= MAX_VALUE_CHARS:
         return text

@@ -1,23 +1,19 @@
 """A capture record's columns, as the analyzer reads a record without a preprocessor.
 
-- CSV sides (``encoding`` ``CSV``): the values of the output, then of the input, by position.
-  Their names are the baseline's features in order when the monitor has a baseline (the
-  analyzer reads headerless CSV with the baseline's schema, so Model Monitor's own names, such
-  as "Churn", "Account Length", key the statistics and metrics), else ``_c0``, ``_c1``, ...
-  (Spark's names for the columns of a CSV without a header). A body of several lines (a batch)
-  is one row per line.
-- JSON sides: a TF Serving batch (``{"instances": [...]}`` in, ``{"predictions": [...]}`` out)
-  is one row per instance, each instance aligned with its prediction, read one instance at a
-  time from a large body (:mod:`chalicelib.monitor.json_scan`), so memory does not grow with
-  the batch. An instance (or prediction) that is a list gives ``feature0``, ``feature1``, ...
-  (``prediction0``, ... on the output side), an object its keys. The document's other keys,
-  nested keys joined with ``.`` and array elements by index (``{"a": {"b": [1, 2]}}`` gives
-  ``a.b.0``, ``a.b.1``), are columns of every row; a top-level array or scalar is
-  ``feature0``, ... (``prediction0``, ...).
+- CSV sides: the output's values, then the input's, by position, named as the baseline's features
+when there is one (the analyzer reads headerless CSV with the baseline's schema, so Model
+Monitor's own names, "Churn", "Account Length", key the statistics and metrics), else ``_c0``,
+``_c1``, ... (Spark's). A batch body is one row per line.
+- JSON sides: a TF Serving batch (``instances`` in, ``predictions`` out) is one row per instance,
+aligned with its prediction, read one instance at a time from a large body
+(:mod:`chalicelib.monitor.json_scan`) so memory does not grow with the batch. A list instance
+gives ``feature0``, ... (``prediction0``, ... on the output side), an object its keys. The
+document's other keys, nested keys joined with ``.`` and array elements by index (``a.b.0``), are
+columns of every row; a top-level array or scalar is ``feature0``, ...
 - Base64 sides (images, binary bodies) give no columns: such endpoints need a preprocessor.
 
-A row may have at most ``max_columns`` columns (:class:`TooWide`, which gives the
-count the record would have made).
+A row may have at most ``max_columns`` columns (:class:`TooWide`, with the count the record would
+have made).
 """
 from __future__ import annotations
 
@@ -41,24 +37,18 @@ class FlattenError(ValueError):
 
 
 class TooWide(Exception):
-    """A record flattens to more columns than the monitor accepts (the message says how
-    many)."""
+    """A record flattens to more columns than the monitor accepts."""
 
 
 class Naming:
-    """How a record's columns are named and how many one row may have.
-
-    Args:
-        csv_names: the baseline's features in order, for positional CSV values.
-        max_columns: the widest row accepted.
-    """
+    """How a record's columns are named (``csv_names``: the baseline's features, for positional
+    CSV values) and how many one row may have."""
 
     def __init__(self, csv_names: Sequence[str] | None = None, max_columns: int = 1000) -> None:
         self._names = [str(name) for name in csv_names or ()]
         self.max_columns = max_columns
 
     def csv(self, values: list[Any]) -> dict[str, Any]:
-        """Positional CSV values named (the baseline's names, then ``_cN``)."""
         names = self._names
         if len(values) > len(names):
             if len(values) > self.max_columns:
@@ -98,11 +88,11 @@ class _Side:
 
 
 def simple_csv_row(record: dict[str, Any], naming: Naming) -> dict[str, Any] | None:
-    """The row of the most common record, one CSV line each way (what most tabular endpoints
-    capture), or None for any other: the fast path of :func:`flatten_record`, same result.
+    """The row of one CSV line each way (what most tabular endpoints capture), else None:
+    :func:`flatten_record`'s fast path, same result.
 
     Raises:
-        TooWide: the row would be wider than ``naming.max_columns``.
+        TooWide: wider than ``naming.max_columns``.
     """
     capture = record.get("captureData")
     if type(capture) is not dict:
@@ -195,8 +185,6 @@ def _rows(sides: list[_Side], naming: Naming) -> Iterator[dict[str, Any]]:
 
 
 def _flatten_part(part: Any, prefix: str, row: dict[str, Any], naming: Naming) -> None:
-    """An instance, a prediction or a whole document into ``row`` (a list's items are
-    ``<prefix>0``, ...; a scalar is ``<prefix>0``)."""
     before = len(row)
     try:
         if isinstance(part, dict):
@@ -268,8 +256,8 @@ def _json_side(document: Any, prefix: str, batch_key: str, naming: Naming) -> _S
 
 
 def _streamed_json_side(data: str, prefix: str, batch_key: str, naming: Naming) -> _Side:
-    """A large body's batch read in place: its members scanned once for the shared columns
-    and the batch's extent and count, then its instances decoded one at a time."""
+    """A large body's batch read in place: its members scanned once for the shared columns and
+    the batch's extent, then its instances decoded one at a time."""
     shared: dict[str, Any] = {}
     batch: tuple[int, int] | None = None
     for key, start, count in members(data):
@@ -284,7 +272,7 @@ def _streamed_json_side(data: str, prefix: str, batch_key: str, naming: Naming) 
 
 
 def flatten_json(document: Any, prefix: str, into: dict[str, Any]) -> dict[str, Any]:
-    """A JSON document's scalars keyed by their path (module docstring); returns ``into``."""
+    """A JSON document's scalars keyed by their path; returns ``into``."""
     _flatten_part(document, prefix, into, Naming(max_columns=1 << 62))
     return into
 

@@ -12,12 +12,10 @@ _SHOWN = 40  # characters of a bad string quoted in a message
 
 
 class DocumentError(ValueError):
-    """A baseline document is not JSON or not of Model Monitor's schema; the message names the
-    file and the JSON path of the bad part."""
+    """A baseline document is not JSON or not of Model Monitor's schema."""
 
 
 class At:
-    """A place in a document (the file's name and a JSON path) that makes the errors."""
 
     def __init__(self, name: str, path: str = "") -> None:
         self.name = name
@@ -42,8 +40,8 @@ Check = Callable[[Any, At], None]
 
 def optional(parent: dict[str, Any], key: str, at: At, check: Check,
               nullable: bool = False) -> None:
-    """Check ``parent[key]`` if it is there (and, if ``nullable``, not null: the checks read
-    those keys as ``value or {}``)."""
+    """Check ``parent[key]`` if present (and, if ``nullable``, not null: the checks read those as
+    ``value or {}``)."""
     if key not in parent or (nullable and parent[key] is None):
         return
     check(parent[key], at.key(key))
@@ -87,8 +85,8 @@ def boolean(value: Any, at: At) -> None:
 
 
 def choice(choices: tuple[str, ...], exact: bool = False) -> Check:
-    """One of ``choices``: as spelled when ``exact`` (the checks look types up as they are),
-    else in any case (they compare switches and methods lower-cased)."""
+    """One of ``choices``: as spelled when ``exact`` (types are looked up as they are), else in
+    any case (switches and methods are compared lower-cased)."""
     allowed = set(choices) if exact else {choice.lower() for choice in choices}
 
     def checked(value: Any, at: At) -> None:
@@ -133,15 +131,15 @@ def fraction(value: Any, at: At) -> None:
 
 
 def threshold(value: Any, at: At) -> None:
-    """A distance's or a p-value's threshold: both are fractions, but a threshold above 1
-    (never exceeded) is a way to quiet one feature, so only a negative one is refused."""
+    """A distance's or p-value's threshold: a fraction, but one above 1 (never exceeded) quiets a
+    feature, so only a negative one is refused."""
     if finite(value, at) < 0:
         raise at.bad(value, "a threshold (0 or more)")
 
 
 def show(value: Any) -> str:
     """A bad value as a message quotes it: scalars as JSON (a long string cut), containers by
-    kind (they may be large, or nested too deep to print)."""
+    kind (they may be large, or too deep to print)."""
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):

@@ -1,10 +1,9 @@
 """A large JSON object read in place: its members and an array's items, one value at a time.
 
-A TF Serving batch body can hold hundreds of thousands of instances; parsing it whole would
-hold them all (and their Python objects) at once. These functions walk the text instead,
-decoding one member's or one item's value at a time with the standard library's decoder, so
-memory does not grow with the batch. Malformed JSON is a :class:`ValueError`, as
-``json.loads`` raises.
+A TF Serving batch can hold hundreds of thousands of instances; parsing it whole would hold them
+all at once. These functions walk the text, decoding one value at a time with the standard
+library's decoder, so memory does not grow with the batch. Malformed JSON is a
+:class:`ValueError`, as ``json.loads`` raises.
 """
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ def value_at(data: str, start: int) -> Any:
 
 
 def members(data: str) -> Iterator[tuple[str, int, int | None]]:
-    """(key, where its value starts, its item count if it is an array) of each member of
-    the JSON object ``data``; arrays are walked item by item, so no large value is held.
+    """(key, where its value starts, its item count if an array) of each member of the object
+    ``data``; arrays are walked item by item, so no large value is held.
 
     Raises:
         ValueError: ``data`` is not a JSON object.
@@ -75,7 +74,6 @@ def _skip(data: str, position: int) -> int:
 
 
 def _array_extent(data: str, start: int) -> tuple[int, int]:
-    """(items, the position after it) of the JSON array at ``start``, walked item by item."""
     count, end = 0, _skip(data, start + 1) + 1  # "[]"
     for count, step in enumerate(_array_positions(data, start), 1):  # noqa: B007
         end = step[1]
@@ -83,8 +81,7 @@ def _array_extent(data: str, start: int) -> tuple[int, int]:
 
 
 def _array_positions(data: str, start: int) -> Iterator[tuple[Any, int]]:
-    """Each item of the JSON array at ``start``, with the position after it (after the
-    closing bracket for the last one)."""
+    """Each item of the array at ``start``, with the position after it."""
     position = _skip(data, start + 1)
     if data[position:position + 1] == "]":
         return

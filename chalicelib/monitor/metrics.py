@@ -1,11 +1,11 @@
 """A checked window's metrics, as CloudWatch Embedded Metric Format lines.
 
-One line per endpoint (more when it has over 100 metrics), printed to the scheduled function's
-log, in Model Monitor's namespace (``aws/sagemaker/Endpoints/data-metrics``) with its
-dimensions (``Endpoint``, ``MonitoringSchedule``) and names: ``feature_baseline_drift_<feature>``
-(the distance) and ``feature_non_null_<feature>`` (completeness); sagegate adds
-``constraint_violations`` (the window's count), ``feature_violations_<feature>`` and
-``partial_window`` (1: the time ran out before every file was read).
+One line per endpoint (more past 100 metrics) in the scheduled function's log, in Model Monitor's
+namespace (``aws/sagemaker/Endpoints/data-metrics``), dimensions (``Endpoint``,
+``MonitoringSchedule``) and names: ``feature_baseline_drift_<feature>`` and
+``feature_non_null_<feature>``; sagegate adds ``constraint_violations``,
+``feature_violations_<feature>`` and ``partial_window`` (1: the time ran out before every file
+was read).
 """
 from __future__ import annotations
 
@@ -24,13 +24,7 @@ _EMF_MAX_METRICS = 100  # CloudWatch's limit per metric directive
 
 
 def metrics(result: analysis.CheckResult, partial: bool = False) -> dict[str, float]:
-    """The window's metrics by name (module docstring).
-
-    Args:
-        result: the window's check.
-        partial: the window was checked on part of its files (the invocation's time ran
-            out): ``partial_window`` is 1.
-    """
+    """The window's metrics by name (``partial``: checked on part of its files)."""
     values: dict[str, float] = {"constraint_violations": float(result.violation_count),
                                 "partial_window": float(partial)}
     for feature in result.evaluation.features:
@@ -48,15 +42,7 @@ def metrics(result: analysis.CheckResult, partial: bool = False) -> dict[str, fl
 
 def emf_lines(result: analysis.CheckResult, endpoint: str, schedule_name: str,
               when: datetime.datetime, partial: bool = False) -> list[str]:
-    """The metrics as CloudWatch Embedded Metric Format lines (at most 100 metrics each).
-
-    Args:
-        result: the window's check.
-        endpoint: the ``Endpoint`` dimension.
-        schedule_name: the ``MonitoringSchedule`` dimension.
-        when: the metrics' time (the window's end).
-        partial: as :func:`metrics`.
-    """
+    """The metrics as EMF lines (at most 100 metrics each), timed at ``when`` (the window's end)."""
     values = metrics(result, partial)
     names: Sequence[str] = list(values)
     lines = []

@@ -1,28 +1,23 @@
 """A window analysed in parts: the state of one part of its capture objects, and the merge.
 
-A window's capture objects (files, S3 objects) can be analysed in contiguous groups, apart
-(``sagegate monitor --workers N``'s processes; the children of a distributed run), each into a
-:class:`PartialAnalysis`: the statistics its rows made (:class:`DatasetStatistics`) and what
-happened to its records (:class:`~chalicelib.monitor.records.Tally`). Merged in the objects'
-order (:func:`merge_in_order`), the parts give one reader's statistics over all of them:
+A window's capture objects can be analysed in contiguous groups, apart (``--workers N``'s
+processes; a distributed run's children), each into a :class:`PartialAnalysis`. Merged in the
+objects' order (:func:`merge_in_order`), the parts give one reader's statistics:
 
-- exactly: the item count, each feature's present and missing counts, its type counts, its
-  minimum and maximum, the categorical counts (while the frequent-items sketch is exact: up to
-  768 distinct values), the tally's counts and its first bad line (the first part's that has
-  one), and the features' first-seen order (a part's new features follow the earlier parts');
-- to the last bits of rounding: sum, mean and standard deviation, merged by Chan et al.'s
-  parallel formulas (one pass merges its chunks by the same formulas, at other boundaries);
+- exactly: the item count, each feature's present, missing and type counts, minimum and maximum,
+the categorical counts (while the frequent-items sketch is exact: up to 768 distinct values), the
+tally (its first bad line the first part's), and the features' first-seen order;
+- to the last bits of rounding: sum, mean and standard deviation, by Chan et al.'s parallel
+formulas (one pass merges its chunks by the same formulas, at other boundaries);
 - within the sketches' error: the KLL sketch (Deequ's merge; its levels differ from one pass's,
-  as a Spark job's partitions make them differ from one partition's), the distinct count
-  (HyperLogLog's union).
+as a Spark job's partitions do) and the distinct count (HyperLogLog's union).
 
-One limit of one pass shifts with the parts: a feature's numbers read before its first string
-are left out of its categorical counts (docs/MONITOR.md, Limits), and a part that has not seen
-that feature's strings yet leaves its own numbers out too.
+One limit of one pass shifts with the parts: a feature's numbers read before its first string are
+left out of its categorical counts (docs/MONITOR.md, Limits), and a part that has not seen its
+strings yet leaves its own numbers out too.
 
-A part's state is JSON (:meth:`PartialAnalysis.to_bytes`): counts, the moments as numbers, the
-sketches as base64 bytes; no pickled object, so a state written by one process (or function)
-is read by any other.
+A part's state is JSON (:meth:`PartialAnalysis.to_bytes`), sketches as base64; no pickled object,
+so any process or function reads another's.
 """
 from __future__ import annotations
 
@@ -45,26 +40,22 @@ Objects = Iterable[tuple[str, Iterable[str | bytes]]]
 
 @dataclasses.dataclass
 class PartialAnalysis:
-    """The statistics of one part of a window's objects and the tally of its records."""
 
     statistics: DatasetStatistics
     tally: Tally = dataclasses.field(default_factory=Tally)
     objects: int = 0
-    """Capture objects (files) read."""
 
     def merge(self, later: PartialAnalysis) -> None:
         """Fold in the part that follows this one in the objects' order.
 
         Raises:
-            FeatureLimitError: together they have more features than the statistics'
-                ``max_features``.
+            FeatureLimitError: together they have more than ``max_features`` features.
         """
         self.statistics.merge(later.statistics)
         self.tally.merge(later.tally)
         self.objects += later.objects
 
     def to_state(self) -> dict[str, Any]:
-        """The part as a JSON document (:meth:`from_state` reads it back)."""
         return {"kind": STATE_KIND, "version": STATE_VERSION, "objects": self.objects,
                 "tally": dataclasses.asdict(self.tally),
                 "statistics": self.statistics.to_state()}
@@ -92,7 +83,7 @@ class PartialAnalysis:
                    int(state["objects"]))
 
     def to_bytes(self) -> bytes:
-        """The state as UTF-8 JSON (no NaN or infinity: strict JSON any reader takes)."""
+        """The state as strict UTF-8 JSON (no NaN or infinity), which any reader takes."""
         return json.dumps(self.to_state(), separators=(",", ":"),
                           allow_nan=False).encode("utf-8")
 
@@ -108,14 +99,13 @@ class PartialAnalysis:
 
 def analyse_objects(reader: RecordReader, objects: Objects,
                     max_features: int = MAX_FEATURES) -> PartialAnalysis:
-    """The part made of ``objects``, read in order by ``reader`` (a reader of its own: its
-    tally is the part's). An object whose lines stop with :class:`CaptureObjectError` (a
-    ``.jsonl.gz`` that is not GZIP, damaged, truncated) is counted as a bad object in the
-    tally, its rows read before the damage kept, and the next object is read.
+    """The part made of ``objects``, read in order by a ``reader`` of its own (its tally is the
+    part's). An object that stops with :class:`CaptureObjectError` is counted a bad object, its
+    rows read before the damage kept, and the next is read.
 
     Raises:
         RecordError: as the reader raises (a row too wide); whatever opening an object raises.
-        FeatureLimitError: the rows have more than ``max_features`` distinct features.
+        FeatureLimitError: more than ``max_features`` distinct features.
     """
     statistics = DatasetStatistics(max_features=max_features)
     add = statistics.add
@@ -137,7 +127,7 @@ def analyse_rows(rows: Iterable[Mapping[str, Any]], tally: Tally | None = None,
     the rows are).
 
     Raises:
-        FeatureLimitError: the rows have more than ``max_features`` distinct features.
+        FeatureLimitError: more than ``max_features`` distinct features.
     """
     statistics = DatasetStatistics(max_features=max_features).add_all(rows)
     return PartialAnalysis(statistics, copy.copy(tally) if tally is not None else Tally())
@@ -145,8 +135,7 @@ def analyse_rows(rows: Iterable[Mapping[str, Any]], tally: Tally | None = None,
 
 def merge_in_order(parts: Iterable[PartialAnalysis],
                    max_features: int = MAX_FEATURES) -> PartialAnalysis:
-    """The parts merged in the given order (the objects' order): the first part is the
-    accumulator, so one part is returned as it is.
+    """The parts merged in the objects' order; one part is returned as it is.
 
     Raises:
         FeatureLimitError: together they have more than ``max_features`` features.

@@ -1,19 +1,17 @@
 """A Model Monitor record preprocessor file, called as the analyzer calls it.
 
 Model Monitor's analyzer imports the user's file and calls its ``preprocess_handler`` with a
-``CapturedData`` (:mod:`chalicelib.monitor.captured_data`) for each record. Its preprocessor
-wrapper passes its logger as a second argument when the handler has a parameter named
-``logger``, and skips records whose ``eventMetadata.invocationSource`` is ``ShadowExperiment``
-before calling the handler (here the record reader skips those,
-:class:`~chalicelib.monitor.records.RecordReader`); a falsy result drops the record.
-:class:`Preprocessor` calls a handler the same way, and keeps the user's code from ending the
-run with a traceback or an exit: whatever the handler raises is one line naming the file and
-the record (:class:`HandlerFailed`), and what it returns is checked to be a row of features
+``CapturedData`` (:mod:`chalicelib.monitor.captured_data`) for each record, passing its logger as
+a second argument when the handler has a parameter named ``logger``, and skipping
+``ShadowExperiment`` records first (here the record reader does); a falsy result drops the
+record. :class:`Preprocessor` calls a handler the same way, and keeps the user's code from ending
+the run with a traceback or an exit: whatever the handler raises is one line naming the file and
+the record (:class:`HandlerFailed`), and what it returns is checked to be a row
 (:func:`checked_row`).
 
-It lives in the monitor room because the scheduled monitor runs a model's
-``preprocessor.py`` in Lambda; ``sagegate capture`` and ``sagegate monitor`` import it from
-here, so the CLI runs a handler exactly as the scheduled function does.
+It lives in the monitor room because the scheduled monitor runs a model's ``preprocessor.py`` in
+Lambda; the CLI imports it from here, so it runs a handler exactly as the scheduled function
+does.
 """
 from __future__ import annotations
 
@@ -52,17 +50,15 @@ _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_SCALARS)
 _KEY_TYPES = frozenset((str, int))
 _FALSY_CHECKED = (list, tuple, str, bytes, int, float, bool, set, frozenset)
-"""Built-in types whose falsy values drop a record: their truth is read without running any of
-the handler's code (an object's own ``__bool__`` might raise, or exit)."""
+"""Built-in types whose falsiness drops a record, read without running the handler's code (an
+object's own ``__bool__`` might raise, or exit)."""
 
 
 def handler_logger(stream: TextIO) -> logging.Logger:
-    """The logger a ``preprocess_handler(inference_record, logger)`` gets on the command line
-    (``sagegate capture`` and ``sagegate monitor``): its lines on ``stream`` as
-    ``preprocess_handler LEVEL: message``, from INFO up (the analyzer sends them to the job's
-    log). Each call replaces the handler an earlier call added (bound to the stream of its
-    time, which a test may have swapped since).
-    """
+    """The logger a ``preprocess_handler(inference_record, logger)`` gets on the command line:
+    ``preprocess_handler LEVEL: message`` on ``stream`` from INFO up (the analyzer sends them to
+    the job's log). Each call replaces the handler an earlier call added (bound to a stream a
+    test may have swapped since)."""
     logger = logging.getLogger(LOGGER_NAME)
     for old in [h for h in logger.handlers if h.get_name() == _LOG_HANDLER]:
         logger.removeHandler(old)
@@ -76,7 +72,6 @@ def handler_logger(stream: TextIO) -> logging.Logger:
 
 
 class _Interrupts:
-    """SIGINTs received while :func:`watching_interrupts` is on."""
 
     received = 0
 
@@ -88,14 +83,11 @@ class _Interrupts:
 
 @contextlib.contextmanager
 def watching_interrupts() -> Iterator[None]:
-    """Count the user's Ctrl-C (SIGINT) before it raises :class:`KeyboardInterrupt`.
-
-    A handler's call then tells the two apart: a KeyboardInterrupt with a SIGINT counted during
-    the call is the user's, and stops the run; one without is the handler's own ``raise``, its
-    failure like any other exception. Without the watch (the scheduled function, or a thread
-    other than the main one, where signals cannot be handled) every KeyboardInterrupt out of a
-    handler is the handler's failure: the run stops either way.
-    """
+    """Count the user's Ctrl-C (SIGINT) before it raises :class:`KeyboardInterrupt`: a
+    KeyboardInterrupt out of a handler with a SIGINT counted during the call is the user's and
+    stops the run; one without is the handler's own ``raise``, a failure like any other. Without
+    the watch (the scheduled function, a thread other than the main one, where signals cannot be
+    handled) every KeyboardInterrupt is the handler's failure: the run stops either way."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -107,8 +99,8 @@ def watching_interrupts() -> Iterator[None]:
 
 
 def _run_user_code(call: Callable[[], Any], failed: Callable[[str], HandlerFailed]) -> Any:
-    """``call()``'s result; whatever it raises (an exit or a KeyboardInterrupt included, but
-    not the user's Ctrl-C) is ``failed(description)``."""
+    """``call()``'s result; whatever it raises (an exit or a KeyboardInterrupt, not the user's
+    Ctrl-C) is ``failed(description)``."""
     before = _Interrupts.received
     try:
         return call()
@@ -121,8 +113,8 @@ def _run_user_code(call: Callable[[], Any], failed: Callable[[str], HandlerFaile
 
 
 def describe(error: BaseException) -> str:
-    """An exception of the user's code as one line: ``Type: message`` (cut to 500
-    characters), or what a ``sys.exit()`` call means here."""
+    """An exception of the user's code as one line, ``Type: message`` (cut to 500 characters), or
+    what a ``sys.exit()`` means here."""
     if isinstance(error, SystemExit):
         return (f"it called sys.exit({_quoted(error.code)}) (a handler returns; only the "
                 f"monitor ends the run)")
@@ -144,12 +136,8 @@ def _quoted(value: Any) -> str:
 
 
 class Preprocessor:
-    """A Model Monitor record preprocessor file, called as the analyzer calls it.
-
-    Args:
-        path: the ``.py`` file defining ``preprocess_handler`` (and maybe
-            ``postprocess_handler``).
-        logger: what a ``logger`` parameter receives.
+    """A Model Monitor record preprocessor file, called as the analyzer calls it (``logger``:
+    what a ``logger`` parameter receives).
 
     Raises:
         HandlerError: the file is missing, fails to import, or has no preprocess_handler.
@@ -167,12 +155,11 @@ class Preprocessor:
             else None
 
     def __call__(self, record: CapturedData, where: str) -> dict[str, Any] | None:
-        """The handler's row for ``record``, or None when it drops it (falsy result).
+        """The handler's row for ``record``, or None when it drops it.
 
         Raises:
             HandlerFailed: the handler raised (or exited), or returned something other than a
-                dict of features (JSON scalars by name); the message names the file and the
-                record.
+                dict of JSON scalars; the message names the file and the record.
         """
         def failed(detail: str) -> HandlerFailed:
             return HandlerFailed(f"{self.path.name}: preprocess_handler failed on {where}: "
@@ -199,17 +186,15 @@ class Preprocessor:
 
 
 BadRow = Callable[[str, str], HandlerFailed]
-"""Makes the error of a bad row: (what was returned, what is wrong with it)."""
 
 
 def checked_row(row: Any, bad: BadRow) -> dict[str, Any] | None:
-    """A handler's result as a row: a plain dict of JSON scalars (a number or a string of a
-    subclass, numpy's included, made the plain type), or None for a falsy result.
+    """A handler's result as a plain dict of JSON scalars (a subclass's number or string, numpy's
+    included, made the plain type), or None for a falsy result.
 
     Raises:
-        HandlerFailed: ``bad(what, detail)``: not a dict, a key that is not a string (or an
-            int), a value that is not a JSON scalar (a nested dict or list is not a feature:
-            the handler flattens it).
+        HandlerFailed: ``bad(what, detail)``: not a dict, a key not a string (or an int), a value
+            not a JSON scalar (a nested value is not a feature: the handler flattens it).
     """
     if row is None or (type(row) in _FALSY_CHECKED and not row):
         return None
@@ -254,8 +239,6 @@ def _feature_value(key: Any, value: Any, bad: BadRow) -> Any:
 
 
 def _plain(value: Any) -> str | int | float | None:
-    """A string or number of another type (a subclass, numpy's scalars) as the plain one;
-    None when it is neither."""
     try:
         if isinstance(value, str):
             return str.__str__(value)
@@ -279,11 +262,11 @@ def _postprocess(handler: Callable[[], Any], path: Path) -> None:
 
 def _import(path: Path, function: str = "preprocess_handler",
             call: str = "preprocess_handler(inference_record)") -> ModuleType:
-    """Import a user's script (a preprocessor or a postprocessor) that must define ``function``.
+    """Import a user's script that must define ``function``.
 
     Raises:
-        HandlerError: the file is missing, fails to import (or exits while it does), or
-            lacks ``function``.
+        HandlerError: the file is missing, fails to import (or exits while it does), or lacks
+            ``function``.
     """
     if not path.is_file():
         raise HandlerError(f"{path}: no such file")
@@ -302,8 +285,8 @@ def _import(path: Path, function: str = "preprocess_handler",
 
 
 def _lookup(module: ModuleType, name: str) -> Any:
-    """``module.name``, or None; a module ``__getattr__`` of the user's that raises (or
-    exits) means it has none."""
+    """``module.name``, or None; a module ``__getattr__`` of the user's that raises (or exits)
+    means it has none."""
     try:
         return _run_user_code(lambda: getattr(module, name, None), HandlerFailed)
     except HandlerFailed:

@@ -1,18 +1,16 @@
 """Capture records (JSON Lines) to rows of features, as the analyzer reads them.
 
-For each line: a line that is not a JSON object (or is nested past what can be read) is
-skipped and counted, never the run's end; records whose ``eventMetadata.inferenceTime`` is
-outside the window (``[start, end)``) are skipped and counted; records of shadow invocations
-(``eventMetadata.invocationSource`` is ``ShadowExperiment``) are skipped (unless the reader
-keeps them: ``sagegate monitor compare`` reads a shadow's own records); cache hits
-(``eventMetadata.sagegateCacheHit`` true) are kept unless excluded; then either the user's
-record preprocessor makes the row (a falsy result such as ``[]`` drops the record), or the
-record is flattened (:mod:`chalicelib.monitor.flattening`): one row per instance of a batch,
-the output's columns first.
+A line that is not a JSON object (or nested past what can be read) is skipped and counted, never
+the run's end; records outside the window (``[start, end)`` of ``inferenceTime``) are skipped and
+counted; shadow records (``ShadowExperiment``) are skipped unless the reader keeps them
+(``sagegate monitor compare``); cache hits (``sagegateCacheHit``) are kept unless excluded; then
+the user's preprocessor makes the row (a falsy result drops the record), or the record is
+flattened (:mod:`chalicelib.monitor.flattening`): one row per instance, the output's columns
+first.
 
 A row wider than ``max_columns`` (1,000 by default) is refused (:class:`ColumnLimitError`):
-per-feature statistics of thousands of columns are not data quality monitoring, and a record
-of a million keys would otherwise cost gigabytes.
+per-feature statistics of thousands of columns are not data quality monitoring, and a record of a
+million keys would otherwise cost gigabytes.
 """
 from __future__ import annotations
 
@@ -34,13 +32,12 @@ SHADOW_SOURCE = "ShadowExperiment"
 CACHE_HIT_KEY = "sagegateCacheHit"
 """``eventMetadata`` key the front end sets (true) on the record of a cached answer."""
 MAX_COLUMNS = 1000
-"""The widest row the monitor accepts (``--max-columns``)."""
 
 Preprocess = Callable[[dict[str, Any], str], "dict[str, Any] | None"]
 """A record preprocessor: (raw record, ``file:line``) -> row, or None to drop the record."""
 Observe = Callable[[dict[str, Any]], bool]
-"""Sees each record a reader keeps (in the window, not skipped) before its rows are made;
-False holds the record's rows back (``sagegate monitor compare``: a failed call's record)."""
+"""Sees each record a reader keeps before its rows are made; False holds its rows back
+(``compare``: a failed call's record)."""
 Window = tuple[datetime.datetime, datetime.datetime]
 
 
@@ -49,52 +46,45 @@ class RecordError(ValueError):
 
 
 class ColumnLimitError(RecordError):
-    """A record makes a row wider than the limit; the message names the file, the line and
-    the count."""
+    """A record makes a row wider than the limit."""
 
 
 @dataclasses.dataclass
 class Tally:
-    """What happened to the records read."""
 
     records: int = 0
     rows: int = 0
     shadow: int = 0
     cache_hits_excluded: int = 0
     dropped: int = 0
-    """Records the preprocessor dropped (returned a falsy value)."""
+    """Records the preprocessor dropped (a falsy result)."""
     empty: int = 0
     """Records without a preprocessor that had nothing to flatten (binary bodies)."""
     outside_window: int = 0
-    """Records whose ``inferenceTime`` is outside the window."""
     untimed: int = 0
     """Records without a readable ``inferenceTime`` while a window was asked for."""
     bad_lines: int = 0
-    """Lines skipped because they are not a readable capture record."""
     first_bad: str = ""
-    """``FILE:LINE: reason`` of the first of them."""
+    """``FILE:LINE: reason`` of the first bad line."""
     bad_objects: int = 0
-    """Capture objects given up part-way or whole: not GZIP, damaged, truncated, over a
-    bound (:class:`~chalicelib.monitor.capture_format.CaptureObjectError`); the records read
-    before the damage are counted as usual."""
+    """Capture objects given up part-way or whole
+    (:class:`~chalicelib.monitor.capture_format.CaptureObjectError`); the records read before the
+    damage count as usual."""
     first_bad_object: str = ""
     """``OBJECT: reason`` of the first of them."""
 
     def bad(self, where: str, reason: str) -> None:
-        """Count a skipped line (the first one is remembered, to be named)."""
         self.bad_lines += 1
         if not self.first_bad:
             self.first_bad = f"{where}: {reason}"
 
     def bad_object(self, message: str) -> None:
-        """Count an object given up (the first one's message is remembered, to be named)."""
         self.bad_objects += 1
         if not self.first_bad_object:
             self.first_bad_object = message
 
     def merge(self, later: Tally) -> None:
-        """Add the tally of the records read after these (its first bad line and object are
-        named only if these had none): one reader's tally over both, in order."""
+        """Add the tally of the records read after these: one reader's tally over both, in order."""
         for field in dataclasses.fields(self):
             if field.name not in _FIRST:
                 setattr(self, field.name, getattr(self, field.name) + getattr(later, field.name))
@@ -103,7 +93,6 @@ class Tally:
 
 
 _FIRST = ("first_bad", "first_bad_object")
-"""The tally's fields that name the first of something, rather than count."""
 
 
 class RecordReader:
@@ -111,15 +100,13 @@ class RecordReader:
 
     Args:
         preprocess: the user's record preprocessor, or None to flatten.
-        include_cache_hits: keep records of answers served from the cache.
-        window: ``(start, end)``: only records whose ``inferenceTime`` is in ``[start, end)``.
-        csv_names: the baseline's feature names in order: a headerless CSV capture's columns
-            take them by position (output first), as the analyzer reads CSV with the
-            baseline's schema; columns past them are ``_cN``.
-        max_columns: the widest row accepted.
-        include_shadow: keep the records of shadow invocations too (a shadow's own records,
-            compared with its primary's); the analysis skips them.
-        observe: called with each record kept, before its rows are made (:data:`Observe`).
+        window: only records whose ``inferenceTime`` is in ``[start, end)``.
+        csv_names: the baseline's feature names: a headerless CSV capture's columns take them by
+            position (output first), as the analyzer reads CSV with the baseline's schema;
+            columns past them are ``_cN``.
+        include_shadow: keep shadow records too (compared with their primary's); the analysis
+            skips them.
+        observe: :data:`Observe`.
     """
 
     def __init__(self, preprocess: Preprocess | None = None,
@@ -139,8 +126,8 @@ class RecordReader:
 
     def rows(self, name: str, lines: Iterable[str | bytes],
              first_line: int = 1) -> Iterator[dict[str, Any]]:
-        """The rows of one file's lines (``name`` is how messages name the file; the first
-        line given is its line ``first_line``: a part of a file is read from its middle).
+        """The rows of one file's lines; the first line given is ``first_line`` (a part of a file
+        starts in its middle).
 
         Raises:
             ColumnLimitError: a record makes a row wider than ``max_columns``.

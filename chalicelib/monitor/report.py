@@ -1,15 +1,13 @@
 """The monitoring report: one self-contained HTML page, charts drawn as inline SVG.
 
-Nothing is fetched and nothing runs: no script, no stylesheet, no font, no ``style``
-attribute, only HTML and SVG presentation attributes, so the page works offline and under a
-Content-Security-Policy of ``default-src 'self'`` (or ``'none'``).
+No script, stylesheet, font or ``style`` attribute, only HTML and SVG presentation attributes, so
+the page works offline and under a Content-Security-Policy of ``default-src 'self'`` (or
+``'none'``).
 
-The page opens on a summary: the violations counted by check type, the violated features
-(each a link to its row) and, compactly, the features without violations. Then one row per
-feature, violations first: its checks, the baseline's and the window's distributions side by
-side (``report_svg.chart``), and the drift distance against its threshold on one scale for
-the whole page (``report_svg.gauge``). Each row's id comes from the feature's name, made safe
-for a URL fragment and unique on the page.
+A summary first (violations by check type, the violated features linked, the others compactly),
+then one row per feature, violations first: its checks, the two distributions side by side
+(``report_svg.chart``), and the drift distance against its threshold on one scale for the page
+(``report_svg.gauge``).
 """
 from __future__ import annotations
 
@@ -44,14 +42,8 @@ CHECKS = {DATA_TYPE: "values of another type than the baseline's",
 def render(evaluation: Evaluation, title: str, window: tuple[datetime.datetime,
                                                                 datetime.datetime] | None,
            item_count: int) -> str:
-    """The report page.
-
-    Args:
-        evaluation: the checks' results.
-        title: what was checked (an endpoint or a capture folder).
-        window: the window's bounds, if it is a time window.
-        item_count: the rows analysed.
-    """
+    """The report page (``title``: an endpoint or a capture folder; ``window`` if it is a time
+    window)."""
     features = evaluation.features
     ids = anchors([f.name for f in features])
     top = report_svg.drift_scale(features)
@@ -81,10 +73,9 @@ every row, {scale}; the black tick is the threshold; the shaded side of the tick
 
 
 def anchors(names: Sequence[str]) -> list[str]:
-    """One id per name, in order: ``feature-`` and the name in letters, digits, ``_`` and
-    ``-`` (accents dropped, anything else a ``-``), numbered when two would be the same. Ids
-    are given in the names' sorted order, so a feature keeps its id from run to run whichever
-    features are violated."""
+    """One id per name: ``feature-`` and the name in letters, digits, ``_`` and ``-`` (accents
+    dropped, anything else ``-``), numbered when two collide. Given in the names' sorted order,
+    so a feature keeps its id from run to run whichever features are violated."""
     ids: list[str] = [""] * len(names)
     taken: set[str] = set()
     for index in sorted(range(len(names)), key=lambda i: (names[i], i)):
@@ -148,7 +139,6 @@ def _counts_table(evaluation: Evaluation) -> str:
 
 
 def _check_types(feature: FeatureResult) -> list[str]:
-    """The feature's violated check types; the drift check with its distance, short."""
     types = dict.fromkeys(v["constraint_check_type"] for v in feature.violations)
     return [_drift_note(feature) if check == DRIFT else check for check in types]
 

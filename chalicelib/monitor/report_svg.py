@@ -1,15 +1,17 @@
 """The report's drawings: inline SVG with presentation attributes only.
 
-No ``style`` attribute, no stylesheet, no font file, no script: colours, sizes and the generic
+No ``style`` attribute, stylesheet, font file or script: colours, sizes and the generic
 ``sans-serif`` family are attributes. Every shown value has a ``<title>`` with its full text.
-Three drawings:
 
-- ``chart``: the baseline's and the window's distributions on the same axis. Numbers: 20 equal
-  bins over both ranges, as vertical bars. Strings: the most frequent values as horizontal
-  bars, each value's label whole (wrapped over lines) beside its two bars and their shares.
-- ``gauge``: the drift distance (or p-value) as a bar against its threshold, on the scale
-  ``drift_scale`` gives, the same for every row of a page, the side that means drift shaded.
+- ``chart``: the baseline's and the window's distributions on one axis. Numbers: 20 equal bins
+over both ranges, vertical bars. Strings: the most frequent values as horizontal bars, each label
+whole (wrapped) beside its two bars and shares.
+- ``gauge``: the drift distance (or p-value) against its threshold on the page's common scale
+(``drift_scale``), the side that means drift shaded.
 - ``legend``: the colours.
+@@ :(LABEL_RIGHT, BAR_LEFT, BAR_LENGTH, LABEL_UNITS)
+Categorical chart: a label line holds about LABEL_UNITS narrow characters (a wide one counts
+two).
 """
 from __future__ import annotations
 
@@ -38,13 +40,11 @@ GAUGE_LEFT, GAUGE_LENGTH, GAUGE_WIDTH, GAUGE_HEIGHT = 22, 200, 250, 80
 
 
 Labels = tuple[str, str]
-"""What the grey and the blue distributions are called in a chart's titles."""
 LABELS: Labels = ("baseline", "window")
 
 
 def chart(feature: FeatureResult, labels: Labels = LABELS) -> str:
-    """The baseline's and the window's distributions of one feature, as one SVG (``labels``:
-    their names in its titles, for another pair of distributions)."""
+    """One feature's two distributions as one SVG (``labels``: their names, for another pair)."""
     base, window = feature.baseline or {}, feature.window or {}
     base_cdf, window_cdf = _cdf(base), _cdf(window)
     if base_cdf is not None or window_cdf is not None:
@@ -60,27 +60,23 @@ def drift_scale(features: Iterable[FeatureResult]) -> float:
 
 
 def number(value: float) -> str:
-    """A distance or threshold in full, as the violations' descriptions print it."""
     return java_double(value)
 
 
 def percent(fraction: float) -> str:
-    """A share in full, as the violations' descriptions print one."""
     return f"{java_double(fraction * 100)}%"
 
 
 def short(value: float) -> str:
-    """A value in four significant digits, for a chart's marks."""
     return f"{value:.4g}"
 
 
 def short_percent(fraction: float) -> str:
-    """A share in tenths of a percent, for a chart's marks."""
     return f"{fraction * 100:.1f}%"
 
 
 def escape(text: Any) -> str:
-    """Text for HTML or SVG: markup escaped, control characters replaced."""
+    """Markup escaped, control characters replaced."""
     return html.escape(re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", "\ufffd", str(text)),
                        quote=True)
 
@@ -187,8 +183,8 @@ def _category_row(value: str, base: float, window: float, top: float, y: float,
 
 
 def wrap(text: str, units: int) -> list[str]:
-    """``text`` in lines of about ``units`` narrow characters (a wide one counts two), broken
-    after a space, ``_``, ``-``, ``/``, ``.`` or ``:`` where it can be, inside a word if not."""
+    """``text`` in lines of about ``units`` narrow characters, broken after a space, ``_``,
+    ``-``, ``/``, ``.`` or ``:`` where it can be, inside a word if not."""
     lines, width = [""], 0
     for chunk in re.findall(r"[^ _\-/.:]*[ _\-/.:]?", text):
         if width + _width(chunk) > units and lines[-1]:
@@ -204,9 +200,9 @@ def wrap(text: str, units: int) -> list[str]:
 
 
 def gauge(feature: FeatureResult, top: float) -> str:
-    """The drift distance (or p-value) as a bar, the threshold as a labelled tick, on the scale
-    0 to ``top`` of every gauge of the page; the side of the threshold that means drift is
-    shaded (above it for a distance, below it for a p-value)."""
+    """The drift distance (or p-value) as a bar, the threshold a labelled tick, on the page's
+    scale 0 to ``top``; the side meaning drift shaded (above for a distance, below for a
+    p-value)."""
     distance, threshold = feature.distance, feature.threshold
     if distance is None or threshold is None or not math.isfinite(distance):
         return "not compared"
@@ -255,7 +251,6 @@ def _gauge_text(x: float, y: int, text: str, kind: str) -> str:
 
 
 def legend() -> str:
-    """The distributions' colours, as a small SVG."""
     return (f'{_svg_open("legend", 200, 16, "legend: grey baseline, blue window")}'
             f'<rect x="0" y="3" width="12" height="10" fill="{BASE_COLOUR}"/>'
             f'<text x="16" y="12" font-size="12" {FONT}>baseline</text>'

@@ -2,13 +2,13 @@
 
 A numeric feature's distribution is the sketch of Deequ, Model Monitor's analyzer: its
 ``QuantileNonSample`` (compactors of decreasing capacity) and ``NonSampleCompactor`` (sort, keep
-every other item, an odd last item stays behind), ported here item for item. Deequ's compactor
-is deterministic (its random offset is commented out), so the same values in the same order give
-the same sketch as a real Model Monitor run, bit for bit. ``statistics.json`` holds it as
-``{"parameters": {"c": 0.64, "k": 2048.0}, "data": [[...], [...], ...]}``: each compactor's
-buffer in buffer order (unsorted), level 0 first; an item of level ``h`` stands for ``2**h``
-values. The distance between two distributions is computed from those levels alone, so a
-baseline written by Model Monitor compares with a window written here.
+every other item, an odd last item stays behind), ported item for item. Deequ's compactor is
+deterministic (its random offset is commented out), so the same values in the same order give the
+same sketch as a real Model Monitor run, bit for bit. ``statistics.json`` holds it as
+``{"parameters": {"c": 0.64, "k": 2048.0}, "data": [[...], ...]}``: each compactor's buffer
+unsorted, level 0 first; an item of level ``h`` stands for ``2**h`` values. Distances are
+computed from those levels alone, so a baseline written by Model Monitor compares with a window
+written here.
 
 Strings keep Apache DataSketches' frequent-items and HyperLogLog sketches; numbers' distinct
 count is a HyperLogLog updated with numpy (:class:`NumberDistinct`).
@@ -43,23 +43,17 @@ _ITEM_DTYPE = np.dtype("<f8")  # Java's double; little-endian in the saved state
 
 def capacity(height: int, sketch_size: int = SKETCH_K,
              shrinking_factor: float = SKETCH_C) -> int:
-    """The capacity of the compactor at ``height`` (Deequ's ``QuantileNonSample.capacity``).
-
-    The operations are Deequ's, in its order. Java's ``Math.pow`` and Python's ``**`` may
-    differ in the last bit, which cannot move the ceiling for k=2048, c=0.64:
-    ``1024 * 0.64**h`` is exactly 1024 at h = 0 and, beyond, at least 0.03 from an integer up
-    to h = 26 and then a small positive number (ceiling 1) many bits above its last.
-    """
+    """The capacity of the compactor at ``height`` (Deequ's ``QuantileNonSample.capacity``), in
+    Deequ's order of operations. Java's ``Math.pow`` and Python's ``**`` may differ in the last
+    bit, which cannot move the ceiling for k=2048, c=0.64: ``1024 * 0.64**h`` is exactly 1024 at
+    h = 0, then at least 0.03 from an integer up to h = 26, then a small positive number (ceiling
+    1) many bits above its last."""
     return 2 * (math.ceil(sketch_size * shrinking_factor ** height / 2) + 1)
 
 
 class DeequKll:
-    """Deequ's ``QuantileNonSample[Double]`` with its ``NonSampleCompactor`` levels.
-
-    Args:
-        sketch_size: Deequ's ``sketchSize`` (``k``).
-        shrinking_factor: Deequ's ``shrinkingFactor`` (``c``).
-    """
+    """Deequ's ``QuantileNonSample[Double]`` with its ``NonSampleCompactor`` levels
+    (``sketch_size`` is ``k``, ``shrinking_factor`` ``c``)."""
 
     def __init__(self, sketch_size: int = SKETCH_K,
                  shrinking_factor: float = SKETCH_C) -> None:
@@ -80,12 +74,12 @@ class DeequKll:
 
     @property
     def compressions(self) -> list[int]:
-        """Each compactor's ``numOfCompress``: how many times it was compacted."""
+        """Each compactor's ``numOfCompress``."""
         return list(self._compressions)
 
     @property
     def offsets(self) -> list[int]:
-        """Each compactor's current ``offset`` (0: the even sorted positions were kept)."""
+        """Each compactor's ``offset`` (0: the even sorted positions were kept)."""
         return list(self._offsets)
 
     @property
@@ -95,16 +89,12 @@ class DeequKll:
 
     @property
     def num_retained(self) -> int:
-        """The number of items the sketch holds."""
         return self._actual
 
     def update(self, values: np.ndarray | Sequence[float]) -> None:
-        """Add values in order: the same sketch as Deequ's ``update`` of each in turn.
-
-        Deequ appends an item, then condenses once if the items outnumber the capacities. So
-        the first ``total - actual`` values are appended as they are, the next one is appended
-        and triggers one condense, and so on: a few ``numpy`` operations per condense.
-        """
+        """Add values in order: the same sketch as Deequ's ``update`` of each in turn. Deequ
+        appends an item, then condenses once if the items outnumber the capacities, so values are
+        appended in runs between condenses: a few ``numpy`` operations per condense."""
         array = np.asarray(values, dtype=np.float64).ravel()
         start = 0
         while start < array.size:
@@ -118,10 +108,8 @@ class DeequKll:
                 self._condense()
 
     def merge(self, other: DeequKll) -> None:
-        """Fold another sketch into this one as Deequ's ``merge`` does (``other`` unchanged).
-
-        This sketch keeps its own compactors' ``numOfCompress`` and offsets, as Deequ does.
-        """
+        """Fold another sketch into this one as Deequ's ``merge`` does: this one keeps its
+        compactors' ``numOfCompress`` and offsets."""
         while len(self._levels) < len(other._levels):
             self._expand()
         for height, items in enumerate(other._levels):
@@ -158,7 +146,7 @@ class DeequKll:
         return False
 
     def _compact(self, height: int) -> np.ndarray:
-        """Deequ's ``NonSampleCompactor.compact``: every other item of the sorted even part."""
+        """Deequ's ``NonSampleCompactor.compact``."""
         buffer = self._levels[height]
         length = buffer.size - buffer.size % 2
         if self._compressions[height] % 2 == 1:
@@ -206,11 +194,9 @@ class DeequKll:
 
 
 def _java_sorted(values: np.ndarray) -> np.ndarray:
-    """``values`` sorted as Java sorts doubles (``Double.compare``): -0.0 before 0.0.
-
-    numpy orders the two zeros as equal, in no given order; which of them lands on a kept
-    position would show in the sketch's data. (NaN, last for both, never reaches a sketch.)
-    """
+    """``values`` sorted as Java's ``Double.compare``: -0.0 before 0.0. numpy orders the two
+    zeros as equal, in no given order, and which lands on a kept position would show in the
+    sketch. (NaN never reaches a sketch.)"""
     ordered = np.sort(values)
     first = int(np.searchsorted(ordered, 0.0, side="left"))
     last = int(np.searchsorted(ordered, 0.0, side="right"))
@@ -222,18 +208,13 @@ def _java_sorted(values: np.ndarray) -> np.ndarray:
 
 
 class NumberDistinct:
-    """A HyperLogLog of doubles (``approximate_num_distinct_values``), updated a chunk at a
-    time with numpy: the numeric path stays vectorised, where DataSketches' HyperLogLog would
-    take the values one Python call each.
+    """A HyperLogLog of doubles (``approximate_num_distinct_values``) updated a chunk at a time
+    with numpy, where DataSketches' would take one Python call a value.
 
-    Each double's bits are hashed (MurmurHash3's 64-bit finalizer; -0.0 counts as 0.0): the
-    first ``lg_k`` bits pick a register, which keeps the longest run of leading zeros of the
-    rest plus one. ``2**lg_k`` registers of a byte; merged by their maximum. The estimate is
-    linear counting while it is small (exact to a few tenths of a percent), the harmonic
-    mean beyond: within about ``1.04 / sqrt(2**lg_k)`` (1.6 % for 12).
-
-    Args:
-        lg_k: the registers' count as a power of two.
+    Each double's bits are hashed (MurmurHash3's 64-bit finalizer; -0.0 counts as 0.0): the first
+    ``lg_k`` bits pick a register, which keeps the longest run of leading zeros of the rest plus
+    one; merged by their maximum. The estimate is linear counting while small (a few tenths of a
+    percent), the harmonic mean beyond: within about ``1.04 / sqrt(2**lg_k)`` (1.6 % for 12).
     """
 
     def __init__(self, lg_k: int = 12) -> None:
@@ -241,7 +222,6 @@ class NumberDistinct:
         self.registers = np.zeros(1 << lg_k, dtype=np.uint8)
 
     def update(self, values: np.ndarray) -> None:
-        """Count a chunk of finite doubles."""
         if not values.size:
             return
         lg_k = np.uint64(self.lg_k)
@@ -257,11 +237,9 @@ class NumberDistinct:
         np.maximum.at(self.registers, index, (66 - self.lg_k - length).astype(np.uint8))
 
     def merge(self, other: NumberDistinct) -> None:
-        """Count the other's values too (same ``lg_k``)."""
         np.maximum(self.registers, other.registers, out=self.registers)
 
     def estimate(self) -> float:
-        """The estimated number of distinct values counted."""
         m = float(self.registers.size)
         zeros = int(np.count_nonzero(self.registers == 0))
         raw = 0.7213 / (1.0 + 1.079 / m) * m * m / float(
@@ -271,7 +249,6 @@ class NumberDistinct:
         return raw
 
     def to_state(self) -> str:
-        """The registers as base64."""
         return base64.b64encode(self.registers.tobytes()).decode("ascii")
 
     @classmethod
@@ -295,7 +272,6 @@ _SHIFT = np.uint64(33)
 
 
 def new_sketch() -> DeequKll:
-    """An empty sketch with Model Monitor's parameters."""
     return DeequKll()
 
 
@@ -305,17 +281,13 @@ def levels(sketch: DeequKll) -> list[list[float]]:
 
 
 def sketch_json(sketch: DeequKll) -> dict[str, Any]:
-    """The ``sketch`` object of ``distribution.kll``."""
     return {"parameters": {"c": sketch.shrinking_factor, "k": float(sketch.sketch_size)},
             "data": levels(sketch)}
 
 
 class WeightedCdf:
-    """The cumulative distribution a sketch's levels describe (each item weighs ``2**level``).
-
-    Args:
-        data: the ``sketch.data`` levels of ``statistics.json``.
-    """
+    """The cumulative distribution of ``statistics.json``'s ``sketch.data`` levels (each item
+    weighs ``2**level``)."""
 
     def __init__(self, data: Sequence[Sequence[float]]) -> None:
         items = [np.asarray(level, dtype=np.float64) for level in data]
@@ -366,12 +338,10 @@ def ks_critical(n: float, m: float, alpha: float = KS_ALPHA) -> float:
 def bucket_bounds(low: float, high: float, count: int = NUM_BUCKETS) -> list[float]:
     """The ``count + 1`` bucket bounds from ``low`` to ``high``, as Deequ computes them.
 
-    ``start + (end - start) * i / count`` in this order: the doubles of Deequ's
-    ``KLLSketch.computeMetricFrom`` to the last bit (``numpy.linspace`` rounds differently:
-    from 1 to 243, its tenth bound is 218.79999999999998, Deequ's is 218.8).
-    A range near the doubles' own (``-1e308`` to ``1e308``), where that formula's
-    ``(end - start) * i`` is infinite, is cut as ``start * (1 - t) + end * t`` instead,
-    whose terms stay finite.
+    ``start + (end - start) * i / count`` in this order: Deequ's ``KLLSketch.computeMetricFrom``
+    to the last bit (``numpy.linspace`` rounds differently: from 1 to 243, its tenth bound is
+    218.79999999999998, Deequ's 218.8). A range near the doubles' own (``-1e308`` to ``1e308``),
+    where ``(end - start) * i`` is infinite, is cut as ``start * (1 - t) + end * t`` instead.
     """
     if not math.isfinite((high - low) * count):
         return [low * (1.0 - i / count) + high * (i / count) for i in range(count + 1)]
@@ -380,12 +350,9 @@ def bucket_bounds(low: float, high: float, count: int = NUM_BUCKETS) -> list[flo
 
 def buckets(cdf: WeightedCdf, low: float, high: float,
             count: int = NUM_BUCKETS) -> list[dict[str, float]]:
-    """``count`` equal-width buckets from ``low`` to ``high`` with the values each holds.
-
-    As Deequ's ``BucketDistribution``: a bucket counts the weight in ``[lower, upper)``, the
-    last one in ``[lower, upper]``, from the sketch's items (``low`` and ``high`` are the
-    feature's exact minimum and maximum).
-    """
+    """``count`` equal-width buckets from the feature's exact ``low`` to ``high`` with the weight
+    each holds, as Deequ's ``BucketDistribution``: ``[lower, upper)``, the last ``[lower,
+    upper]``."""
     if not cdf.n:
         return []
     bounds = np.array(bucket_bounds(low, high, count))

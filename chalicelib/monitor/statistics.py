@@ -1,10 +1,9 @@
 """A dataset's statistics in Model Monitor's ``statistics.json`` schema, built from rows.
 
-Rows (flat dicts of feature name to value) are buffered a chunk at a time, then each feature's
-values go to its :class:`~chalicelib.monitor.features.FeatureStats` in bulk. Memory is the
-chunk plus a few sketches per feature, whatever the number of rows. Two statistics merge
-(:meth:`DatasetStatistics.merge`) and round-trip through :meth:`to_state`/:meth:`from_state`,
-so hours computed apart make a day.
+Rows are buffered a chunk at a time, then each feature's values go to its
+:class:`~chalicelib.monitor.features.FeatureStats` in bulk: memory is the chunk plus a few
+sketches per feature, whatever the number of rows. Statistics merge and round-trip through
+:meth:`~DatasetStatistics.to_state`, so hours computed apart make a day.
 """
 from __future__ import annotations
 
@@ -31,18 +30,15 @@ from chalicelib.monitor.sketches import (
 
 CHUNK_ROWS = 4096
 CHUNK_TEXT_CHARS = 32 * 1024 * 1024
-"""The characters of long strings (past :data:`LONG_TEXT` each) a chunk may buffer: rows of
-long values are added before :data:`CHUNK_ROWS` of them are buffered."""
+"""The characters of long strings (past :data:`LONG_TEXT`) a chunk may buffer before it is added,
+short of :data:`CHUNK_ROWS` rows."""
 LONG_TEXT = 64
-"""A string longer than this counts towards :data:`CHUNK_TEXT_CHARS` (shorter ones are
-bounded by the rows and columns of a chunk)."""
 STATE_VERSION = 3
-"""3: a numeric feature's distinct counter (2: the numeric sketch is Deequ's; version 1 held
-a DataSketches KLL)."""
+"""3: a numeric feature's distinct counter (2: Deequ's numeric sketch; 1: a DataSketches KLL)."""
 
 
 MAX_FEATURES = 1000
-"""The most distinct features a dataset's statistics keep (the monitor's column limit)."""
+"""The most distinct features kept (the monitor's column limit)."""
 
 
 class FeatureLimitError(ValueError):
@@ -53,10 +49,9 @@ class DatasetStatistics:
     """The statistics of every feature seen, in first-seen order.
 
     Args:
-        chunk_rows: rows buffered before the features are updated in bulk.
-        max_features: the most distinct features kept (:class:`FeatureLimitError` past it):
-            each feature holds sketches, so keys that change from row to row (a preprocessor
-            keying rows by an id) would otherwise grow without bound.
+        max_features: past it :class:`FeatureLimitError`: each feature holds sketches, so keys
+            that change from row to row (a preprocessor keying rows by an id) would otherwise
+            grow without bound.
     """
 
     def __init__(self, chunk_rows: int = CHUNK_ROWS,
@@ -70,10 +65,9 @@ class DatasetStatistics:
         self._text_chars = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Add one row (a feature absent from it counts as missing). A string longer than
-        :data:`~chalicelib.monitor.features.MAX_VALUE_CHARS` is kept bounded
-        (:func:`~chalicelib.monitor.features.bounded_text`), so the chunk never holds a
-        record's or a preprocessor's long strings."""
+        """Add one row (an absent feature counts as missing). A string longer than
+        :data:`~chalicelib.monitor.features.MAX_VALUE_CHARS` is bounded first, so the chunk never
+        holds a record's long strings."""
         buffer = self._buffer
         for name, value in row.items():
             values = buffer.get(name)
@@ -95,14 +89,12 @@ class DatasetStatistics:
         return bounded
 
     def add_all(self, rows: Iterable[Mapping[str, Any]]) -> DatasetStatistics:
-        """Add every row, then flush; returns self."""
         for row in rows:
             self.add(row)
         self.flush()
         return self
 
     def _make_room(self) -> None:
-        """Refuse one more feature past :attr:`max_features`."""
         if len(self.features) >= self.max_features:
             raise FeatureLimitError(
                 f"the rows have more than {self.max_features:,} distinct features "
@@ -110,7 +102,6 @@ class DatasetStatistics:
                 f"same features for every record")
 
     def flush(self) -> None:
-        """Update the features with the buffered rows."""
         for name, values in self._buffer.items():
             self.features[name].add(values)
         self.item_count += self._buffered
@@ -119,13 +110,12 @@ class DatasetStatistics:
     def merge(self, other: DatasetStatistics) -> None:
         """Fold another window's statistics into these (both flushed first).
 
-        Merged in the rows' order (these first), the features keep their first-seen order:
-        those of ``other`` that are new here come after these', in ``other``'s order, as one
-        pass over both would have met them. Counts, minimum and maximum are exact; the moments
-        are merged by Chan et al.'s formulas; the sketches by their own merges.
+        Merged in the rows' order, the features keep their first-seen order (``other``'s new ones
+        after these), as one pass over both would have met them. Counts, minimum and maximum are
+        exact; moments merge by Chan et al.'s formulas; sketches by their own merges.
 
         Raises:
-            FeatureLimitError: together they have more than :attr:`max_features` features.
+            FeatureLimitError: together more than :attr:`max_features` features.
         """
         self.flush()
         other.flush()
@@ -138,7 +128,6 @@ class DatasetStatistics:
             mine.merge(feature)
 
     def to_json(self) -> dict[str, Any]:
-        """``statistics.json``."""
         self.flush()
         return {"version": 0, "dataset": {"item_count": self.item_count},
                 "features": [feature_json(f, self.item_count) for f in self.features.values()]}
@@ -152,8 +141,7 @@ class DatasetStatistics:
     @classmethod
     def from_state(cls, state: Mapping[str, Any],
                    max_features: int = MAX_FEATURES) -> DatasetStatistics:
-        """The statistics :meth:`to_state` saved (``max_features``: the limit merges into
-        them keep to)."""
+        """The statistics :meth:`to_state` saved, with the limit merges keep to."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unknown monitor state version {state.get('version')!r}")
         stats = cls(max_features=max_features)
@@ -165,7 +153,6 @@ class DatasetStatistics:
 
 
 def feature_json(feature: FeatureStats, item_count: int) -> dict[str, Any]:
-    """One entry of ``statistics.json``'s ``features``."""
     common = {"num_present": feature.present, "num_missing": item_count - feature.present}
     kind = feature.inferred_type
     entry: dict[str, Any] = {"name": feature.name, "inferred_type": kind}
@@ -203,9 +190,8 @@ def _numerical(feature: FeatureStats, common: dict[str, int],
 
 
 def _finite(value: float) -> float | None:
-    """A moment as ``statistics.json`` holds it: null when it passed the doubles' range (a
-    sum of values near 1.8e308, the squares of values past 1e154), as strict JSON has no
-    infinity; every value is a finite double (:func:`~chalicelib.monitor.features.classify`)."""
+    """A moment as ``statistics.json`` holds it: null past the doubles' range (a sum near
+    1.8e308, squares past 1e154), as strict JSON has no infinity."""
     return value if math.isfinite(value) else None
 
 

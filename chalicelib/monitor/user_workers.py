@@ -1,22 +1,19 @@
 """Worker processes that alone run a user's code on the command line: a record preprocessor
-(``sagegate monitor`` and ``sagegate capture``) and a postprocessing script (``sagegate
-monitor check``), never in the command's own process.
+(``sagegate monitor``, ``sagegate capture``) and a postprocessing script (``sagegate monitor
+check``), never in the command's own process.
 
-Whatever the user's code does, it cannot end the command (``os._exit``), keep it from exiting
-(a thread that is not a daemon: a worker left running after its work is terminated), or speak
-for it: a worker's standard output and error (``print``, the handler's logger, even a C
-library's writes) go to a file, at most :data:`OUTPUT_LIMIT` bytes of them, that the command
-copies to its standard error at the end, each line that is not already the handler logger's
-prefixed ``preprocess_handler output:`` (or ``postprocess_handler output:``); the command's
-standard output stays its own. A worker that ends without an answer (an exit, a signal, out of
-memory) is :class:`WorkerDied`; one that makes no progress for the deadline (a preprocessor:
-no record read; a postprocessor: its one call not returned) is stopped,
-:class:`PreprocessorStuck`. Work goes to the workers in batches (a part of files, a batch of
-records), never a round trip a record.
+Whatever the user's code does, it cannot end the command (``os._exit``), keep it from exiting (a
+thread that is not a daemon: a worker left running after its work is terminated), or speak for it: a
+worker's standard output and error (``print``, the handler's logger, a C library's writes) go to a
+file, at most :data:`OUTPUT_LIMIT` bytes, copied to the command's standard error at the end, each
+line not already the handler logger's prefixed ``preprocess_handler output:`` (or
+``postprocess_handler output:``). A worker that ends without an answer (an exit, a signal, out of
+memory) is :class:`WorkerDied`; one that makes no progress for the deadline (no record read; a
+postprocessor's one call not returned) is stopped, :class:`PreprocessorStuck`. Work goes out in
+batches, never a round trip a record.
 
 The scheduled monitor function (Lambda) calls a handler in its own process on purpose
-(:mod:`chalicelib.monitor.deployed`): a Lambda invocation is already the process a failure
-ends. This module is the command line's.
+(:mod:`chalicelib.monitor.deployed`): a Lambda invocation is already the process a failure ends.
 """
 from __future__ import annotations
 
@@ -46,29 +43,22 @@ from chalicelib.monitor.preprocessing import (
 )
 
 FALLBACK_START = "spawn"
-"""How workers start when this process runs threads besides its main one (a preprocessor
-may start some when imported, another pool's manager is one): a fork copies one thread and
-whatever locks the others held, so a fresh interpreter instead, which imports the monitor
-again (about 0.2 s a worker, all at once). Otherwise they are forked (about 0.01 s)."""
+"""How workers start when this process runs other threads (a preprocessor's, another pool's
+manager): a fork copies one thread and whatever locks the others held, so a fresh interpreter
+instead (about 0.2 s a worker, against 0.01 s forked)."""
 PREPROCESS_DEADLINE = 60.0
-"""Seconds a worker running a user's code may make no progress (``--preprocess-timeout``,
-``--postprocess-timeout``) before it is stopped: one handler call (or its import) that long
-is stuck."""
+"""Seconds a user's code may make no progress before its worker is stopped
+(``--preprocess-timeout``, ``--postprocess-timeout``)."""
 EXIT_WAIT = 1.0
-"""Seconds the workers get to end once their work is done, before they are terminated (a
-thread of the user's that is not a daemon would keep one alive for ever)."""
+"""Seconds the workers get to end once their work is done before they are terminated (a user's
+non-daemon thread would keep one alive for ever)."""
 OUTPUT_LIMIT = 1024 * 1024
-"""The bytes of the workers' own output (a handler's prints and log lines) kept and copied
-to the command's standard error."""
+"""The bytes of the workers' output (a handler's prints and log lines) copied to stderr."""
 OUTPUT_CAP = OUTPUT_LIMIT + 4096
-"""The largest a file a worker writes may grow (the output file, whatever writes to it:
-``os.write``, a C library, a subprocess; a file of the handler's own too): what the command
-copies of the output, at most."""
+"""The largest any file a worker writes may grow (``os.write``, a C library, a subprocess)."""
 OUTPUT_PREFIX = "preprocess_handler output: "
-"""Each line of a preprocessor's workers' output that is not the handler logger's own, on
-stderr (a postprocessor's: :data:`POSTPROCESS`'s prefix)."""
+"""A preprocessor's workers' output lines that are not the handler logger's get this on stderr."""
 _POLL = 0.25
-"""Seconds between looks at running work (the deadline's progress)."""
 
 
 class WorkerDied(Exception):
@@ -84,17 +74,13 @@ class UserCode:
     """What the workers run, as the messages name it."""
 
     function: str
-    """``preprocess_handler`` or ``postprocess_handler``."""
     who: str
     """The code as a dead worker's line blames it."""
     option: str
-    """The command-line option of its deadline."""
     progress: str
-    """What it did not do for the deadline."""
 
     @property
     def prefix(self) -> str:
-        """Each line of its output that is not the handler logger's, on stderr."""
         return f"{self.function} output: "
 
 
@@ -105,16 +91,14 @@ POSTPROCESS = UserCode("postprocess_handler", "the postprocessing script",
 
 _IN_WORKER = False
 _BEAT: Any = None
-"""A worker's count of records read (shared with the command's process: the deadline's
-progress), when a user's code runs."""
+"""A worker's count of records read, shared with the command's process (the deadline's progress)."""
 _PREPROCESSORS: dict[str, Preprocessor] = {}
 _POSTPROCESSORS: dict[str, Callable[[], None]] = {}
-"""A worker's user files, imported once per process (a worker does several batches)."""
+"""A worker's user files, imported once per process."""
 
 
 def preprocessor(path: str) -> Preprocessor:
-    """The record preprocessor of ``path`` (a worker keeps it; its logger prints on stderr,
-    a worker's output file).
+    """The record preprocessor of ``path``; its logger prints to the worker's output file.
 
     Raises:
         HandlerError: the file is missing, unimportable or has no handler.
@@ -127,8 +111,8 @@ def preprocessor(path: str) -> Preprocessor:
 
 
 def load_preprocessor(path: str) -> None:
-    """Import the record preprocessor (in a worker, before any source is listed: its error
-    comes first, as a single pass reported it).
+    """Import the record preprocessor in a worker before any source is listed, so its error comes
+    first.
 
     Raises:
         HandlerError: the file is missing, unimportable or has no handler.
@@ -138,8 +122,7 @@ def load_preprocessor(path: str) -> None:
 
 def preprocess_batch(path: str, batch: Sequence[tuple[str, dict[str, Any]]]
                      ) -> list[dict[str, Any]]:
-    """The preprocessor's rows of a batch of (where, record) (in a worker): a falsy result
-    drops the record.
+    """The preprocessor's rows of a batch of (where, record): a falsy result drops the record.
 
     Raises:
         HandlerFailed: the handler raised, exited or returned something that is not a row.
@@ -154,7 +137,7 @@ def preprocess_batch(path: str, batch: Sequence[tuple[str, dict[str, Any]]]
 
 
 def preprocessor_postprocess(path: str) -> None:
-    """The preprocessor file's own ``postprocess_handler()``, if it has one (in a worker).
+    """The preprocessor file's own ``postprocess_handler()``, if it has one.
 
     Raises:
         HandlerFailed: it raised or exited.
@@ -166,14 +149,14 @@ def load_postprocess(path: str) -> None:
     """Import a postprocessing script (in a worker, before the analysis).
 
     Raises:
-        HandlerError: the file is missing, unimportable or has no postprocess_handler.
+        HandlerError: missing, unimportable or without a postprocess_handler.
     """
     if path not in _POSTPROCESSORS:
         _POSTPROCESSORS[path] = load_postprocessor(path)
 
 
 def postprocess(path: str) -> None:
-    """Run a postprocessing script's ``postprocess_handler()`` (in a worker).
+    """Run a postprocessing script's ``postprocess_handler()`` in a worker.
 
     Raises:
         HandlerError: as :func:`load_postprocess`; HandlerFailed: it raised or exited.
@@ -183,7 +166,6 @@ def postprocess(path: str) -> None:
 
 
 def counted(items: Iterable[Any]) -> Iterator[Any]:
-    """The items, each counted in the worker's progress (when a deadline watches it)."""
     beat = _BEAT
     if beat is None:
         yield from items
@@ -194,9 +176,8 @@ def counted(items: Iterable[Any]) -> Iterator[Any]:
 
 
 def _start_worker(beat: Any = None, output: str | None = None) -> None:
-    """Each worker: SIGINT ignored (the command's process takes the user's Ctrl-C and ends
-    the workers), its user files kept, its progress counted in ``beat``, its standard
-    output and error sent to the file ``output`` (:class:`_Output`)."""
+    """Each worker: SIGINT ignored (the command takes the user's Ctrl-C and ends the workers), its
+    output sent to the file ``output``."""
     global _IN_WORKER, _BEAT
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _IN_WORKER = True
@@ -211,10 +192,9 @@ def _start_worker(beat: Any = None, output: str | None = None) -> None:
 
 
 def _cap_files(limit: int) -> None:
-    """No file this worker (or a subprocess it starts) writes grows past ``limit`` bytes:
-    the output file is shared through descriptors 1 and 2, which ``os.write``, a C library
-    and a subprocess write to past :class:`_Output`'s count. A write past it fails (EFBIG,
-    SIGXFSZ ignored) instead of filling the disk or killing the worker."""
+    """Cap every file this worker or its subprocesses write at ``limit`` bytes: descriptors 1 and 2
+    are written past :class:`_Output`'s count (``os.write``, a C library, a subprocess). A write
+    past it fails (EFBIG, SIGXFSZ ignored) instead of filling the disk or killing the worker."""
     import resource  # deferred: POSIX only, and only a worker needs it
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -225,8 +205,8 @@ def _cap_files(limit: int) -> None:
 
 
 class _Output(io.TextIOBase):
-    """A worker's ``sys.stdout`` and ``sys.stderr``: written through to its descriptor 1 (the
-    output file), up to ``limit`` bytes, then one line saying the rest was left out."""
+    """A worker's ``sys.stdout`` and ``sys.stderr``: up to ``limit`` bytes to descriptor 1, then one
+    line saying the rest was left out."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
@@ -253,14 +233,12 @@ class UserWorkers:
 
     Args:
         count: the processes, at most (started as work needs them).
-        user_file: the user's file the work runs, if any: the deadline applies, the
-            workers' output is copied to stderr.
-        deadline: seconds a worker may make no progress while a user's code runs.
-        code: what the file is (:data:`PREPROCESS`, :data:`POSTPROCESS`), for the messages.
+        user_file: the user's file, if any: the deadline applies and the workers' output is copied
+            to stderr.
+        code: :data:`PREPROCESS` or :data:`POSTPROCESS`, for the messages.
 
-    Used as a context manager: on leaving it, the workers still running are given
-    :data:`EXIT_WAIT` seconds, then terminated (killed if that does not end them), and their
-    output is copied to stderr.
+    On leaving the context, running workers get :data:`EXIT_WAIT` seconds, then are terminated
+    (killed if that does not end them), and their output is copied to stderr.
     """
 
     def __init__(self, count: int, user_file: str | None = None,
@@ -287,16 +265,16 @@ class UserWorkers:
         """Import the user's file in a worker (nothing without one).
 
         Raises:
-            HandlerError: it is missing, unimportable or has no handler; WorkerDied: its
-                import ended the worker; PreprocessorStuck: its import never ends.
+            HandlerError: missing, unimportable or no handler; WorkerDied: its import ended the
+                worker; PreprocessorStuck: its import never ends.
         """
         if self._user_file:
             load = load_preprocessor if self._code is PREPROCESS else load_postprocess
             self.run(load, self._user_file, "while importing it", "importing " + self._code.who)
 
     def run(self, call: Callable[..., Any], *arguments: Any) -> Any:
-        """``call(*arguments)``'s result, called in a worker; the two last arguments are
-        where it stood, for a stuck worker's line and a dead one's.
+        """``call(*arguments)`` in a worker; the two last arguments say where it stood, for a stuck
+        or dead worker's line.
 
         Raises:
             whatever the call raised; WorkerDied; PreprocessorStuck.
@@ -305,7 +283,6 @@ class UserWorkers:
         return self.wait(self.submit(call, *given), stuck, died)
 
     def submit(self, call: Callable[..., Any], *arguments: Any) -> Future[Any]:
-        """Send ``call(*arguments)`` to the workers (the pool started on the first)."""
         if self._pool is None:
             for stream in (sys.stdout, sys.stderr):  # a forked worker would write them too
                 stream.flush()
@@ -317,12 +294,11 @@ class UserWorkers:
         return future
 
     def wait(self, future: Future[Any], stuck: str, died: str) -> Any:
-        """The future's result, the deadline watched while a user's code runs; ``stuck``
-        and ``died`` say where it stood (``on part 2 of 4``, ``part 2 of 4``).
+        """The future's result, the deadline watched while a user's code runs; ``stuck`` and
+        ``died`` say where it stood (``on part 2 of 4``).
 
         Raises:
-            whatever the call raised; WorkerDied: its worker ended without an answer;
-            PreprocessorStuck: no progress for the deadline.
+            whatever the call raised; WorkerDied; PreprocessorStuck.
         """
         beat, since = self._beats(), time.monotonic()
         while True:
@@ -372,7 +348,7 @@ class UserWorkers:
                                              else "")
 
     def close(self, ended: bool = False) -> None:
-        """End the workers (at once when ``ended``: an error or Ctrl-C; else after
+        """End the workers (at once when ``ended`` by an error or Ctrl-C, else after
         :data:`EXIT_WAIT` seconds) and copy their output to stderr."""
         try:
             if self._pool is not None:
@@ -387,8 +363,8 @@ class UserWorkers:
 
 
 def _end(processes: list[Any], wait: float) -> None:
-    """Join the processes within ``wait`` seconds; terminate those still running, then kill
-    those a SIGTERM did not end (a handler of the user's may catch it)."""
+    """Join within ``wait`` seconds, then terminate, then kill (a user's handler may catch SIGTERM).
+    """
     deadline = time.monotonic() + wait
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
@@ -403,13 +379,10 @@ def _end(processes: list[Any], wait: float) -> None:
 
 
 _LOGGED = LOG_FORMAT.split("%", 1)[0]
-"""The handler logger's lines start so (``preprocess_handler LEVEL: ...``): copied as they
-are."""
+"""The handler logger's lines (``preprocess_handler LEVEL: ...``), copied as they are."""
 
 
 def _relay(path: Path, stream: Any, prefix: str) -> None:
-    """The workers' output, each line on ``stream``: the handler logger's as they are, any
-    other prefixed ``prefix`` (never the command's own output)."""
     try:
         with path.open("rb") as file:
             data = file.read(OUTPUT_CAP)
@@ -424,8 +397,8 @@ def _relay(path: Path, stream: Any, prefix: str) -> None:
 
 
 def _context() -> Any:
-    """Fork if this process runs one thread, on Linux (macOS's system libraries do not
-    survive a fork), else :data:`FALLBACK_START`."""
+    """Fork if this process runs one thread, on Linux (macOS's system libraries do not survive a
+    fork), else :data:`FALLBACK_START`."""
     if threading.active_count() == 1 and sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context(FALLBACK_START)

@@ -1,13 +1,11 @@
 """Monitoring windows: which hour folders (``<variant>/yyyy/mm/dd/hh/``) a window reads.
 
 A window is ``[start, end)`` in UTC. Its bounds are ISO 8601 times, ``now``, or ISO 8601
-durations relative to now (``-PT1H``, ``-P1D``, ``-P1DT12H``, ``-PT90M``), the form Model
-Monitor's schedules give their analysis window in (``DataAnalysisStartTime`` and
-``DataAnalysisEndTime``: ``-PT1H`` is an hour before). A capture file belongs to the hour of
-its folder, so the files of a window are those of the hours it covers: found by walking the
-year, month, day and hour folders that exist, each pruned unless it overlaps the window
-(:func:`hour_folders`), so a window of years costs what its folders hold, not one probe per
-hour.
+durations relative to now (``-PT1H``, ``-P1D``, ``-PT90M``), the form Model Monitor's schedules
+give their analysis window in (``DataAnalysisStartTime``). A capture file belongs to its folder's
+hour, so a window's files are those of the hours it covers, found by walking the year, month, day
+and hour folders that exist, each pruned unless it overlaps (:func:`hour_folders`): a window of
+years costs what its folders hold, not a probe per hour.
 """
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ class WindowError(ValueError):
 
 
 def parse_time(text: str, now: datetime.datetime | None = None) -> datetime.datetime:
-    """An ISO 8601 time (one without a zone is UTC), ``now``, or an ISO 8601 duration
-    relative to ``now`` (``-PT1H``: an hour before; default: the current time).
+    """An ISO 8601 time (UTC without a zone), ``now``, or a duration relative to ``now``
+    (default: the current time).
 
     Raises:
         WindowError: none of these.
@@ -59,11 +57,11 @@ def parse_time(text: str, now: datetime.datetime | None = None) -> datetime.date
 
 
 def parse_duration(text: str) -> datetime.timedelta | None:
-    """A signed ISO 8601 duration (``-PT1H``, ``P1DT2H30M``, ``-P2W``), or None when ``text``
-    is not one.
+    """A signed ISO 8601 duration (``-PT1H``, ``P1DT2H30M``, ``-P2W``), or None when ``text`` is
+    not one.
 
     Raises:
-        WindowError: a duration in years or months (no fixed length), or too long.
+        WindowError: in years or months (no fixed length), or too long.
     """
     if re.match(r"^[+-]?P\d+[YM]", text, re.IGNORECASE):
         raise WindowError(f"{text[:64]!r}: years and months have no fixed length; give days "
@@ -82,7 +80,6 @@ def parse_duration(text: str) -> datetime.timedelta | None:
 
 
 def floor_hour(moment: datetime.datetime) -> datetime.datetime:
-    """The start of the hour holding ``moment``."""
     return moment.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
 
 
@@ -107,7 +104,7 @@ def window(start: str | None, end: str | None,
 
 
 def hours(start: datetime.datetime, end: datetime.datetime) -> Iterator[datetime.datetime]:
-    """The hours whose folders hold a window's files (any hour that overlaps it)."""
+    """The hours whose folders hold a window's files."""
     hour = floor_hour(start)
     while hour < end:
         yield hour
@@ -118,16 +115,14 @@ def hours(start: datetime.datetime, end: datetime.datetime) -> Iterator[datetime
 
 
 def hour_folder(hour: datetime.datetime) -> str:
-    """``yyyy/mm/dd/hh``."""
     return f"{hour:%Y/%m/%d/%H}"
 
 
 def folder_span(parts: tuple[int, ...]) -> tuple[datetime.datetime, datetime.datetime]:
-    """The time a folder ``yyyy[/mm[/dd[/hh]]]`` (its numbers) covers, ``[first, last)``.
+    """The time ``[first, last)`` a folder ``yyyy[/mm[/dd[/hh]]]`` (its numbers) covers.
 
     Raises:
-        ValueError: not a date (month 13, February 30, hour 24).
-        OverflowError: past the year 9999.
+        ValueError: not a date (month 13, hour 24). OverflowError: past the year 9999.
     """
     year, month, day, hour = (*parts, *(1, 1, 0)[len(parts) - 1:])  # the folder's first hour
     first = datetime.datetime(year, month, day, hour, tzinfo=datetime.UTC)
@@ -140,10 +135,9 @@ def folder_span(parts: tuple[int, ...]) -> tuple[datetime.datetime, datetime.dat
 
 def hour_folders(children: Callable[[str], Iterable[str]], start: datetime.datetime,
                  end: datetime.datetime) -> Iterator[str]:
-    """The ``yyyy/mm/dd/hh`` folders, in order, that exist under a variant and overlap
-    ``[start, end)``: each level listed with ``children(path)`` (the names of the folders
-    directly under ``path``, ``""`` being the variant's own), and only the folders whose
-    span overlaps the window are opened. Names that are not a date's are ignored."""
+    """The existing ``yyyy/mm/dd/hh`` folders overlapping ``[start, end)``, in order: each level
+    listed with ``children(path)`` (``""``: the variant's own), only overlapping folders opened;
+    names that are not a date's ignored."""
     yield from _walk(children, (), "", start, end)
 
 
