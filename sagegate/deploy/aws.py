@@ -23,8 +23,8 @@ LAYER_DESCRIPTION = "numpy, OpenCV and the other compiled dependencies"
 
 
 def session(region: str | None = None) -> awsclients.Clients:
-    """The deploy's clients (:data:`chalicelib.core.aws.DEPLOY`) in ``region``, else
-    AWS_REGION, else boto3's own lookup (AWS_DEFAULT_REGION, the AWS configuration).
+    """The deploy's clients (:data:`chalicelib.core.aws.DEPLOY`) in ``region``, else AWS_REGION,
+    else boto3's own lookup.
 
     Raises:
         DeployError: (status 2) no region anywhere.
@@ -38,23 +38,19 @@ def session(region: str | None = None) -> awsclients.Clients:
 
 
 def account_of(sts: Any) -> str:
-    """The account the credentials belong to (``GetCallerIdentity``)."""
     return str(sts.get_caller_identity()["Account"])
 
 
 def layer_key(stage: Stage, archive: Path) -> str:
-    """Where the layer zip goes in the bucket: named by its content, so unchanged is reused."""
+    """Named by its content, so an unchanged zip is reused."""
     digest = hashlib.md5(archive.read_bytes(), usedforsecurity=False).hexdigest()[:12]
     return f"sagegate/{stage.name}/layer-{digest}.zip"
 
 
 def publish_layer(stage: Stage, archive: Path, bucket: str, s3: Any, lambda_client: Any,
                   root: Path = ROOT) -> str:
-    """Upload the layer zip, publish it as a layer version, record it as the stage's layer.
-
-    Returns:
-        The new layer version's ARN.
-    """
+    """Upload the layer zip, publish it as a layer version, record it as the stage's layer;
+    return its ARN."""
     key = layer_key(stage, archive)
     with open(archive, "rb") as body:
         s3.put_object(Bucket=bucket, Key=key, Body=body)
@@ -69,13 +65,12 @@ def publish_layer(stage: Stage, archive: Path, bucket: str, s3: Any, lambda_clie
 
 
 def log_group(stage: Stage) -> str:
-    """The log group the function writes to (``/aws/lambda/<function>``)."""
     return f"/aws/lambda/{stage.function_name}"
 
 
 def log_groups(stage: Stage) -> list[str]:
-    """The log groups of the stage's functions: the API's and, on a monitored stage, the
-    scheduled monitor's (``/aws/lambda/<function>-monitor``, where its metrics are printed)."""
+    """The API's log group and, on a monitored stage, the monitor's (where its metrics are
+    printed)."""
     groups = [log_group(stage)]
     if stage.monitor is not None and not stage.monitor.fanned_out:  # (fanned out: Path A)
         groups.append(f"/aws/lambda/{stage.monitor_function_name}")
@@ -83,19 +78,14 @@ def log_groups(stage: Stage) -> list[str]:
 
 
 def ensure_log_groups(logs: Any, stage: Stage) -> list[str]:
-    """:func:`ensure_log_group` for each of :func:`log_groups`: neither function's role may
-    create its own group (no ``logs:CreateLogGroup``), so a group missing here would leave
-    that function's logs, and the monitor's Embedded Metric Format metrics, unwritten."""
+    """:func:`ensure_log_group` for each: no function's role may create its own group, so a
+    missing one would leave its logs, and the monitor's EMF metrics, unwritten."""
     return [ensure_log_group(logs, stage, group) for group in log_groups(stage)]
 
 
 def ensure_log_group(logs: Any, stage: Stage, group: str | None = None) -> str:
-    """Create a log group of the stage (default: the API function's) if missing and give it
-    the stage's retention.
-
-    Chalice 1.34 gives ``log_retention_in_days`` to ``/aws/lambda/<app>-<stage>-api_handler``,
-    not to the function's own group: ``chalice-deploy`` creates that one first.
-    """
+    """Create a log group of the stage (default: the API function's) if missing, with the stage's
+    retention (Chalice 1.34 gives it to ``...-api_handler``'s group, not the function's)."""
     group = group or log_group(stage)
     try:
         logs.create_log_group(logGroupName=group)
@@ -110,9 +100,9 @@ def ensure_log_group(logs: Any, stage: Stage, group: str | None = None) -> str:
 
 
 def disable_monitor_retries(lambda_client: Any, stage: Stage) -> str | None:
-    """No asynchronous retry of the scheduled monitor (``chalice deploy`` cannot set it; the
-    packaged template does): a run that failed or timed out would fail the same way twice
-    more. Returns the function's name, None on a stage without the monitor."""
+    """No asynchronous retry of the scheduled monitor (``chalice deploy`` cannot set it): a
+    failed or timed-out run would fail the same way twice more. The function's name, None without
+    the monitor."""
     if stage.monitor is None or stage.monitor.fanned_out:
         return None
     name = stage.monitor_function_name
@@ -135,7 +125,6 @@ def check_bucket(bucket: str | None, command: str) -> str:
 
 
 def parameter(text: str) -> str:
-    """One ``--param`` value: ``Name=Value`` for ``--parameter-overrides``."""
     import argparse
 
     name, sep, _ = text.partition("=")
@@ -145,7 +134,6 @@ def parameter(text: str) -> str:
 
 
 def add_aws_options(parser: Any, params: bool = True) -> None:
-    """``--region``, ``--account``, ``--aws`` and (for stacks) ``--param``."""
     parser.add_argument("--region", help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION "
                                          "or the AWS configuration)")
     parser.add_argument("--account", help="12-digit account id for the IAM policy (default: "
@@ -160,6 +148,5 @@ def add_aws_options(parser: Any, params: bool = True) -> None:
 
 
 def describe_stack(aws_cli: str, region: str, stack: str) -> list[str]:
-    """The AWS CLI command that prints a stack's outputs as a table."""
     return [aws_cli, "cloudformation", "describe-stacks", "--region", region, "--stack-name",
             stack, "--query", "Stacks[0].Outputs", "--output", "table"]

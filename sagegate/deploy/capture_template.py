@@ -1,42 +1,35 @@
 """The stage's capture stream: a Kinesis Data Firehose delivery stream into the data bucket.
 
-A stage whose ``CAPTURE_DESTINATION`` is ``firehose://<stream>`` and that sets sagegate's
-``"capture_stream": "s3://<bucket>/<prefix>"`` (a key of the stage in ``.chalice/config.json``,
-which Chalice ignores) gets the stream in its stack, delivering to that prefix of an existing
-bucket in Model Monitor's layout, the one the monitor reads (``MONITOR_CAPTURES``, which must
-name the same prefix: :func:`check_capture_stream`). A ``firehose://`` destination without
-``capture_stream`` is a stream made elsewhere: the stack adds nothing, the function's role
-still gets ``firehose:PutRecordBatch`` on it alone.
+A stage with ``CAPTURE_DESTINATION=firehose://<stream>`` and sagegate's ``"capture_stream":
+"s3://<bucket>/<prefix>"`` (a stage key Chalice ignores) gets the stream in its stack, delivering
+to that prefix of an existing bucket in Model Monitor's layout, which ``MONITOR_CAPTURES`` must
+name (:func:`check_capture_stream`). Without ``capture_stream`` the stream is made elsewhere: the
+stack adds nothing, the role still gets ``firehose:PutRecordBatch`` on it alone.
 
-One stream for the whole stage, partitioned by each record's endpoint and variant (dynamic
-partitioning, the keys read with JQ from the ``eventMetadata`` that
-:class:`chalicelib.capture.sinks.FirehoseSink` adds), not one stream per endpoint: a new model
-needs no template change, the variant that answered is only known at run time (weights,
-``TargetVariant``), and one stream has one set of buffers to pay for and watch.
-:func:`capture_resources` adds:
+One stream for the stage, partitioned by each record's endpoint and variant (dynamic
+partitioning, keys read with JQ from the ``eventMetadata``
+:class:`chalicelib.capture.sinks.FirehoseSink` adds), not one per endpoint: a new model needs no
+template change, the variant that answered is only known at run time, and one stream has one set
+of buffers to pay for and watch. :func:`capture_resources` adds:
 
-* ``CaptureStream`` (``AWS::KinesisFirehose::DeliveryStream``, Direct PUT): objects under
-  ``<prefix>/!{partitionKeyFromQuery:endpoint}/!{partitionKeyFromQuery:variant}/
-  !{partitionKeyFromQuery:year}/.../!{partitionKeyFromQuery:hour}/`` (the hour, UTC, of each
-  record's ``inferenceTime``, where the other sinks file it, not of its arrival), what
-  Firehose could not partition or deliver under ``<prefix>-errors/!{firehose:error-output-
-  type}/...`` (beside the captures, so the monitor never lists it); buffers of
-  :data:`BUFFER_MB` MiB or :data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic
-  partitioning's least; 60 s lands an hour's last object minutes before the monitor's run at
-  five past); GZIP objects named ``*.jsonl.gz``; no delimiter added (each record already ends
-  with its newline); the stream encrypted at rest with an AWS owned key (no key to own, no KMS
-  fee), the objects by the bucket's default encryption (SSE-S3 at least: S3 encrypts every new
-  object); delivery errors logged to ``CaptureStreamLogGroup``;
-* ``CaptureStreamRole``: assumed by Firehose for this account only (``sts:ExternalId``), may
-  write, read back and abort multipart uploads under the capture and error prefixes, find and
-  list the bucket, and write its one log stream; nothing else;
-* ``CaptureStreamLogGroup`` / ``CaptureStreamLogStream``: ``/aws/kinesisfirehose/<stream>``,
-  ``DestinationDelivery``, with the stage's log retention.
+* ``CaptureStream`` (Direct PUT): objects under ``<prefix>/<endpoint>/<variant>/yyyy/.../hh/`` by
+each record's ``inferenceTime`` hour (where the other sinks file it, not its arrival); what
+Firehose could not partition or deliver under ``<prefix>-errors/<error type>/...`` (beside the
+captures, so the monitor never lists it); buffers of :data:`BUFFER_MB` MiB or
+:data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic partitioning's least; 60 s lands an
+hour's last object minutes before the monitor's run at five past); GZIP ``*.jsonl.gz``; no
+delimiter added (each record ends with its newline); the stream encrypted with an AWS owned key
+(no key to own, no KMS fee), objects by the bucket's default encryption (SSE-S3 at least);
+delivery errors logged;
+* ``CaptureStreamRole``: assumed by Firehose for this account only (``sts:ExternalId``); may
+write, read back and abort multipart uploads under the capture and error prefixes, find and list
+the bucket, and write its one log stream;
+* ``CaptureStreamLogGroup`` / ``LogStream``: ``/aws/kinesisfirehose/<stream>``,
+``DestinationDelivery``, the stage's retention.
 
 :func:`capture_template` is the same as a stand-alone stack, ``build/capture-<stage>.json``,
-which ``sagegate chalice-deploy`` (Path B) deploys before ``chalice deploy`` and a Terraform
-user can deploy beside the Terraform package (Chalice's Terraform output takes no merge
-template).
+which ``sagegate chalice-deploy`` deploys before ``chalice deploy`` and a Terraform user beside
+the Terraform package (which takes no merge template).
 """
 from __future__ import annotations
 
@@ -63,8 +56,8 @@ PARTITION_QUERY = ("{endpoint: .eventMetadata.sagegateEndpoint, "
                    "month: .eventMetadata.inferenceTime[5:7], "
                    "day: .eventMetadata.inferenceTime[8:10], "
                    "hour: .eventMetadata.inferenceTime[11:13]}")
-"""The partition keys: the record's endpoint and variant, and its inference's hour (UTC) from
-its ``inferenceTime`` (``yyyy-mm-ddThh:mm:ssZ``), not the hour it reached the stream."""
+"""The partition keys: the record's endpoint, variant and inference hour (UTC) from its
+``inferenceTime``, not the hour it reached the stream."""
 DEFAULT_LOG_DAYS = 14
 ERRORS_SUFFIX = "-errors"
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}\Z")
@@ -76,22 +69,21 @@ _LOG_GROUP_SKIPS = [
 
 
 def stream_name(stage: Stage) -> str:
-    """The delivery stream ``CAPTURE_DESTINATION`` names (``firehose://<name>``), or ""."""
+    """The stream ``CAPTURE_DESTINATION`` names (``firehose://<name>``), or ""."""
     destination = stage.env.get("CAPTURE_DESTINATION", "").strip()
     return destination[len(FIREHOSE_SCHEME):] if destination.startswith(FIREHOSE_SCHEME) \
         else ""
 
 
 def enabled(stage: Stage) -> bool:
-    """Whether the stage's stack creates its capture stream (``capture_stream`` is set)."""
     return bool(stage.capture_stream)
 
 
 def delivery(stage: Stage) -> S3Uri:
-    """Where the stream delivers: ``capture_stream``'s bucket and prefix.
+    """``capture_stream``'s bucket and prefix.
 
     Raises:
-        ValueError: ``capture_stream`` is unset or not an ``s3://bucket/prefix`` URI.
+        ValueError: unset or not an ``s3://bucket/prefix`` URI.
     """
     try:
         uri = S3Uri.parse(stage.capture_stream.strip())
@@ -101,30 +93,27 @@ def delivery(stage: Stage) -> S3Uri:
 
 
 def prefix(stage: Stage) -> str:
-    """The captures' S3 prefix (records under ``<prefix>/<endpoint>/<variant>/...``)."""
     return delivery(stage).prefix
 
 
 def error_prefix(stage: Stage) -> str:
-    """The prefix beside the captures where Firehose puts what it could not deliver."""
     return prefix(stage) + ERRORS_SUFFIX
 
 
 def s3_prefix_expression(stage: Stage) -> str:
-    """The stream's S3 ``Prefix``: Model Monitor's layout from the partition keys (the
-    inference's hour, as the other sinks file a record, however late it arrives)."""
+    """The stream's S3 ``Prefix``: Model Monitor's layout by the inference's hour, however late a
+    record arrives."""
     keys = ("endpoint", "variant", "year", "month", "day", "hour")
     return "/".join([prefix(stage), *(f"!{{partitionKeyFromQuery:{key}}}" for key in keys)]) + "/"
 
 
 def error_prefix_expression(stage: Stage) -> str:
-    """The stream's ``ErrorOutputPrefix`` (the error type first: ``processing-failed``,
-    ``partitioning-failed`` ..., then the hour)."""
+    """The stream's ``ErrorOutputPrefix``: the error type first (``processing-failed``, ...),
+    then the hour."""
     return f"{error_prefix(stage)}/!{{firehose:error-output-type}}/!{{timestamp:yyyy/MM/dd/HH}}/"
 
 
 def log_group_name(stage: Stage) -> str:
-    """``/aws/kinesisfirehose/<stream>``: where the stream logs its delivery errors."""
     return f"/aws/kinesisfirehose/{stream_name(stage)}"
 
 
@@ -132,10 +121,9 @@ def check_capture_stream(stage: Stage) -> None:
     """Refuse a capture stream that could not work, or that the monitor would not read.
 
     Raises:
-        ValueError: ``capture_stream`` is set but ``CAPTURE_DESTINATION`` is not
-            ``firehose://`` and a Firehose stream name, ``capture_stream`` is not
-            ``s3://<bucket>/<prefix>`` (a prefix is required: the error prefix sits beside
-            it), or the stage is monitored and ``MONITOR_CAPTURES`` reads elsewhere.
+        ValueError: ``CAPTURE_DESTINATION`` is not ``firehose://`` and a stream name,
+            ``capture_stream`` is not ``s3://<bucket>/<prefix>`` (the error prefix sits beside
+            the prefix), or ``MONITOR_CAPTURES`` reads elsewhere.
     """
     if not enabled(stage):
         return
@@ -159,7 +147,6 @@ def check_capture_stream(stage: Stage) -> None:
 
 
 def capture_resources(stage: Stage) -> dict[str, Any]:
-    """The stream, its role and log group (empty without ``capture_stream``)."""
     if not enabled(stage):
         return {}
     return {
@@ -185,7 +172,6 @@ def capture_resources(stage: Stage) -> dict[str, Any]:
 
 
 def capture_outputs(stage: Stage) -> dict[str, Any]:
-    """The stream and where its captures land (the monitor's ``MONITOR_CAPTURES``)."""
     if not enabled(stage):
         return {}
     uri = delivery(stage)
@@ -199,8 +185,8 @@ def capture_outputs(stage: Stage) -> dict[str, Any]:
 
 
 def capture_template(stage: Stage) -> dict[str, Any]:
-    """A stand-alone stack, ``sagegate-<stage>-capture``: the capture stream for a stage
-    deployed without the SAM stack (``chalice deploy``, Terraform).
+    """A stand-alone stack, ``sagegate-<stage>-capture``, for a stage deployed without the SAM
+    stack.
 
     Raises:
         ValueError: the stage sets no ``capture_stream``.
@@ -254,8 +240,6 @@ def _stream(stage: Stage) -> dict[str, Any]:
 
 
 def role_statements(stage: Stage) -> list[dict[str, Any]]:
-    """What Firehose may do as the stream's role: S3 on the capture and error prefixes (and
-    the bucket's location and listings), and its one log stream."""
     uri = delivery(stage)
     bucket = f"arn:${{AWS::Partition}}:s3:::{uri.bucket}"
     objects = [{"Fn::Sub": f"{bucket}/{prefix(stage)}/*"},

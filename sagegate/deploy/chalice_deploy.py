@@ -1,31 +1,22 @@
 """``sagegate chalice-deploy``: Path B, ``chalice deploy`` with the published layer (needs AWS).
 
-1. refuses a stage without a layer ARN (publish it first: ``sagegate layer --bucket``);
+1. refuses a stage without a layer ARN (``sagegate layer --bucket`` first);
 2. renders the stage's IAM policy for the account and region;
-3. with ``CACHE_TABLE``: the cache table as a small stack, ``sagegate-<stage>-cache``
-   (``build/cache-<stage>.json``, :func:`~sagegate.deploy.templates.cache_template`), since
-   Chalice creates no DynamoDB table and the function should not find it missing;
-   with ``capture_stream``: the capture stream, its role and log group as a small stack,
-   ``sagegate-<stage>-capture`` (``build/capture-<stage>.json``,
-   :func:`~sagegate.deploy.capture_template.capture_template`), so the first capture finds it;
-4. creates the function's log group ``/aws/lambda/sagegate-<stage>`` with the stage's
-   retention: Chalice 1.34 gives ``log_retention_in_days`` to a group named after
-   ``...-api_handler``, which nothing writes to, and without its own group the function would
-   need ``logs:CreateLogGroup`` and keep its logs forever; on a monitored stage
-   (``MONITOR_BASELINE``) the monitor function's ``/aws/lambda/sagegate-<stage>-monitor``
-   too, where its metrics (Embedded Metric Format lines) are written;
-5. ``chalice deploy --stage S`` (``.chalice/deployments`` is removed if it fails); on a
-   monitored stage, the monitor's asynchronous retries set to 0 (Chalice cannot set them;
-   a failed or timed-out hour would otherwise run twice more);
-6. with ``"snapstart": true``: a version behind the ``live`` alias, the API pointed at it
-   (:mod:`sagegate.deploy.snapstart`), since ``chalice deploy`` wires the API to ``$LATEST``;
-7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack,
-   ``sagegate-<stage>-usage-plan``, for the API id Chalice recorded.
+3. deploys small stacks Chalice cannot make, so the function never finds them missing: the cache
+table (``CACHE_TABLE``) and the capture stream (``capture_stream``);
+4. creates ``/aws/lambda/sagegate-<stage>`` with the stage's retention: Chalice 1.34 gives
+``log_retention_in_days`` to a ``...-api_handler`` group nothing writes to, and without its own
+group the function would need ``logs:CreateLogGroup`` and keep its logs forever; the monitor
+function's too, where its EMF metrics go;
+5. ``chalice deploy --stage S`` (``.chalice/deployments`` removed if it fails); the monitor's
+asynchronous retries set to 0 (Chalice cannot: a failed hour would run twice more);
+6. with ``"snapstart": true``: a version behind ``live``, the API pointed at it, since ``chalice
+deploy`` wires the API to ``$LATEST``;
+7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack, for the API id
+Chalice recorded.
 
-A stage that serves jobs (``JOBS_BUCKET``) is refused before anything runs: its bucket,
-table, topics and dead-letter queue are made by the SAM stack (Path A), not by Chalice; so is
-a stage whose monitor is a Step Functions state machine (``MONITOR_ENGINE=stepfunctions``:
-:mod:`sagegate.deploy.monitor_template`).
+A stage with ``JOBS_BUCKET`` or ``MONITOR_ENGINE=stepfunctions`` is refused before anything runs:
+only the SAM stack (Path A) makes their resources.
 """
 from __future__ import annotations
 
@@ -63,7 +54,6 @@ from sagegate.deploy.stages import ROOT, rest_api_id
 
 def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence[str] = (),
                         aws_cli: str = "aws", root: Path = ROOT) -> list[list[str]]:
-    """Deploy the usage-plan stack for a chalice-deployed API, then print its outputs."""
     stack = f"{stage.function_name}-usage-plan"
     return [
         [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
@@ -76,7 +66,6 @@ def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence
 
 def cache_commands(stage: Stage, region: str, aws_cli: str = "aws",
                    root: Path = ROOT) -> list[list[str]]:
-    """Deploy the cache-table stack (before ``chalice deploy``), then print its outputs."""
     stack = f"{stage.function_name}-cache"
     return [
         [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
@@ -87,14 +76,13 @@ def cache_commands(stage: Stage, region: str, aws_cli: str = "aws",
 
 
 def capture_stack_path(stage: str, root: Path = ROOT) -> Path:
-    """``build/capture-<stage>.json``: the capture stream's stand-alone stack."""
     return build_dir(root) / f"capture-{stage}.json"
 
 
 def capture_commands(stage: Stage, region: str, aws_cli: str = "aws",
                      root: Path = ROOT) -> list[list[str]]:
-    """Deploy the capture-stream stack (before ``chalice deploy``: the first capture finds
-    its stream), then print its outputs. The stack holds an IAM role: ``CAPABILITY_IAM``."""
+    """Deploy the capture-stream stack before ``chalice deploy`` (the first capture finds its
+    stream). It holds an IAM role: ``CAPABILITY_IAM``."""
     stack = f"{stage.function_name}-capture"
     return [
         [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
@@ -106,8 +94,6 @@ def capture_commands(stage: Stage, region: str, aws_cli: str = "aws",
 
 def stack_commands(stage: Stage, region: str, aws_cli: str = "aws",
                    root: Path = ROOT) -> list[list[str]]:
-    """The stand-alone stacks deployed before ``chalice deploy``: the cache table's and the
-    capture stream's, for a stage that has them (the capture stack's file is written here)."""
     commands = cache_commands(stage, region, aws_cli, root) if stage.cache_table else []
     if capture_template.enabled(stage):
         path = capture_stack_path(stage.name, root)
@@ -161,7 +147,6 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate chalice-deploy``: ``chalice deploy`` of one stage and what it leaves out."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage with chalice deploy (Path B, needs AWS): the "
         "layer is the ARN sagegate layer recorded; renders the IAM policy, deploys the cache "

@@ -1,19 +1,14 @@
 """``chalice package`` (SAM) that can package app.py's ``@app.on_s3_event`` function.
 
-Chalice 1.34 refuses to write an S3 event into a SAM template ("CloudFormation does not
-support modifying the event notifications of existing buckets"): its ``on_s3_event`` takes
-the name of a bucket that exists outside the stack. sagegate's jobs bucket is made by the
-stack itself (:mod:`sagegate.deploy.jobs_template`), so this runs the real ``chalice`` command
-line with that one step replaced: the function gets SAM's own ``S3`` event on the stack's
-bucket (``Bucket: {"Ref": "JobsBucket"}``, the event types and the key filter as declared),
-from which SAM writes the bucket's notification and S3's permission to invoke the function.
+Chalice 1.34 refuses to write an S3 event into a SAM template ("CloudFormation does not support
+modifying the event notifications of existing buckets"). sagegate's jobs bucket is made by the
+stack itself, so this runs the real ``chalice`` command line with that one step replaced: SAM's
+own ``S3`` event on ``{"Ref": "JobsBucket"}`` (event types and key filter as declared), from
+which SAM writes the notification and S3's permission to invoke.
 
-Only the stage's ``JOBS_BUCKET`` can be packaged this way (Chalice loads app.py with the
-stage's variables, so they are in the environment here): any other bucket still fails, with
-a message that says why. Terraform output (``--pkg-format terraform``) is Chalice's own, which
-supports S3 events on an existing bucket.
-
-By hand, from the project's directory (the arguments are ``chalice``'s)::
+Only the stage's ``JOBS_BUCKET`` can be packaged so (Chalice loads app.py with the stage's
+variables): any other bucket still fails, saying why. Terraform output is Chalice's own, which
+supports S3 events on an existing bucket::
 
     python -m sagegate.deploy.chalice_sam package --stage dev build/package-dev
 """
@@ -62,7 +57,6 @@ def _generate_s3bucketnotification(self: SAMTemplateGenerator,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the chalice CLI with SAM's S3 event step replaced."""
     SAMTemplateGenerator._generate_s3bucketnotification = (  # type: ignore[method-assign]
         _generate_s3bucketnotification)
     sys.argv = ["chalice", *(sys.argv[1:] if argv is None else argv)]

@@ -1,27 +1,23 @@
 """The offline deploy checks ``make test`` runs: package every deploy stage, lint, scan.
 
-For each of :data:`~sagegate.deploy.stages.DEPLOY_STAGES`: the SAM package
-(:mod:`sagegate.deploy.package`), the stand-alone usage-plan stack
-(``build/usage-plan-<stage>.json``) and, for a stage with ``CACHE_TABLE``, the stand-alone
-cache-table stack (``build/cache-<stage>.json``) that ``sagegate chalice-deploy`` deploys;
-then, with the tools of the IaC virtualenv
-(``.venv/iac``, ``make iac-tools``; its own because checkov pins an older boto3):
+For each deploy stage: the SAM package, the stand-alone usage-plan stack and, with
+``CACHE_TABLE``, the cache-table stack ``sagegate chalice-deploy`` deploys; then, with the IaC
+virtualenv's tools (``.venv/iac``, ``make iac-tools``; its own because checkov pins an older
+boto3):
 
 * AWS's SAM translator expands each ``sam.json`` into plain CloudFormation
-  (``transformed.json``, :mod:`sagegate.deploy.sam_translate`, run by file path under the IaC
-  Python so that it imports nothing from the project);
+(:mod:`sagegate.deploy.sam_translate`, run by file path under the IaC Python so it imports
+nothing of the project);
 * cfn-lint on every SAM template, expansion and stand-alone stack;
-* checkov (``--skip-download``: offline, no Prisma Cloud severities, so every finding counts)
-  on the SAM templates and stand-alone stacks.
+* checkov (``--skip-download``: offline, no Prisma Cloud severities, so every finding counts) on
+the SAM templates and stand-alone stacks.
 
-Accepted findings are not skipped here but in the templates, on the resource they concern
-(``Metadata.checkov.skip``, each with its reason: :mod:`sagegate.deploy.templates`): the
-function's CKV_AWS_116/117/173, the API's CKV_AWS_120/76 (and CKV_AWS_73 while X-Ray is off),
-the log group's CKV_AWS_158, and the cache table's CKV_AWS_28 (no point-in-time recovery for
-a cache of answers the endpoint gives again) and CKV_AWS_119 (the AWS managed key, not a
-customer managed one, for those answers); on a jobs stage, those of
-:mod:`sagegate.deploy.jobs_template` (the bucket's access logs and versioning, the table's
-and the dead-letter queue's keys, the job functions' VPC and variables).
+Accepted findings are skipped in the templates, on the resource they concern
+(``Metadata.checkov.skip``, each with its reason): the function's CKV_AWS_116/117/173, the API's
+CKV_AWS_120/76 (and CKV_AWS_73 while X-Ray is off), the log group's CKV_AWS_158, the cache
+table's CKV_AWS_28 (no point-in-time recovery for answers the endpoint gives again) and
+CKV_AWS_119 (the AWS managed key for those answers); on a jobs stage,
+:mod:`sagegate.deploy.jobs_template`'s.
 """
 from __future__ import annotations
 
@@ -59,17 +55,14 @@ def iac_tool(name: str, root: Path = ROOT) -> Path:
 
 
 def usage_plan_path(stage: str, root: Path = ROOT) -> Path:
-    """``build/usage-plan-<stage>.json``."""
     return build_dir(root) / f"usage-plan-{stage}.json"
 
 
 def cache_stack_path(stage: str, root: Path = ROOT) -> Path:
-    """``build/cache-<stage>.json``."""
     return build_dir(root) / f"cache-{stage}.json"
 
 
 def write_stacks(stage: Stage, root: Path = ROOT) -> list[Path]:
-    """Write the stage's stand-alone stacks (usage plan; cache table if the stage has one)."""
     build_dir(root).mkdir(parents=True, exist_ok=True)
     written = {usage_plan_path(stage.name, root): templates.usage_plan_template(stage)}
     if stage.cache_table:
@@ -115,7 +108,6 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate check``: the deploy checks of ``make test`` (was ``make deploy-check``)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Offline deploy checks (make deploy-check, part of make "
         f"test): package every deploy stage ({', '.join(DEPLOY_STAGES)}) as SAM, write the "

@@ -1,12 +1,10 @@
 """API Gateway's own error answers, in sagegate's error shape and with advice that helps.
 
-Some requests never reach the function: API Gateway refuses a body over its 10 MB limit,
-throttles, enforces quotas and checks API keys itself. By default it answers those with
-``{"message": "..."}``; these gateway responses answer ``{"Code", "Message", "request_id"}``
-like sagegate does, and the 413 says how to send a smaller image.
-
-They are merged into the API's OpenAPI definition (``x-amazon-apigateway-gateway-responses``)
-rather than added as separate resources, so they are part of every deployment of the stage.
+API Gateway refuses a body over 10 MB, throttles, enforces quotas and checks API keys itself,
+answering ``{"message": "..."}``; these responses answer ``{"Code", "Message", "request_id"}``
+like sagegate, and the 413 says how to send a smaller image. They are merged into the OpenAPI
+definition (``x-amazon-apigateway-gateway-responses``), not separate resources, so every
+deployment of the stage has them.
 """
 from __future__ import annotations
 
@@ -39,12 +37,8 @@ _RESPONSES: dict[str, tuple[int | None, str, str]] = {
 
 
 def gateway_responses(cors_origin: str = "") -> dict[str, Any]:
-    """The ``x-amazon-apigateway-gateway-responses`` extension.
-
-    Args:
-        cors_origin: the stage's ``CORS_ALLOW_ORIGIN``; when set, browsers from that origin may
-            read these errors too.
-    """
+    """The ``x-amazon-apigateway-gateway-responses`` extension; with ``cors_origin`` browsers
+    from there may read these errors too."""
     headers = {"gatewayresponse.header.Access-Control-Allow-Origin": f"'{cors_origin}'"}
     extension: dict[str, Any] = {}
     for kind, (status, code, message) in _RESPONSES.items():

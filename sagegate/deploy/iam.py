@@ -30,7 +30,6 @@ def check_account_and_region(account: str, region: str) -> None:
 
 
 def partition_of(region: str) -> str:
-    """The ARN partition of a region (``aws``, ``aws-cn``, ``aws-us-gov``)."""
     if region.startswith("cn-"):
         return "aws-cn"
     if region.startswith("us-gov-"):
@@ -39,7 +38,7 @@ def partition_of(region: str) -> str:
 
 
 def models(stage: Stage) -> list[ModelSpec]:
-    """The stage's registered models (``chalicelib/models/``, read with the stage's settings).
+    """The stage's registered models, read with the stage's settings.
 
     Raises:
         ValueError: the stage's settings or a model.json are invalid for it.
@@ -53,7 +52,6 @@ def models(stage: Stage) -> list[ModelSpec]:
 
 
 def allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:
-    """One Allow statement."""
     return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
 
 
@@ -65,8 +63,8 @@ def log_statement(arn: str, account: str, region: str, function_name: str) -> di
 
 def capture_statement(env: dict[str, str], arn: str, account: str,
                       region: str) -> dict[str, Any] | None:
-    """Data capture's write (``CAPTURE_MODE`` on): S3 objects under ``CAPTURE_DESTINATION``,
-    or its Firehose delivery stream; None when capture is off or goes to a directory."""
+    """Data capture's write: S3 under ``CAPTURE_DESTINATION`` or its Firehose stream; None when
+    off or to a directory."""
     if env.get("CAPTURE_MODE", "off") in ("", "off"):
         return None
     destination = env.get("CAPTURE_DESTINATION", "")

@@ -1,28 +1,24 @@
 """What a deployed stage's jobs are made of: app.py's event functions and where they work.
 
-A stage with ``JOBS_BUCKET`` serves uploads and jobs (issue 21). Importing app.py with that
-setting declares its event functions, so ``chalice package`` and ``chalice deploy`` see:
+With ``JOBS_BUCKET``, importing app.py declares its event functions, so ``chalice package`` and
+``chalice deploy`` see:
 
-* ``job_runner``: ``@app.on_s3_event`` on the stage's ticket prefix
-  (``<JOBS_PREFIX>tickets/``): runs a queued job (realtime backend) or hands it to an
-  asynchronous endpoint;
-* ``job_results`` (with ``JOBS_SUCCESS_TOPIC``) and ``job_failures`` (with a different
-  ``JOBS_ERROR_TOPIC``): ``@app.on_sns_message``, finish a job from SageMaker's
-  notification; when both settings name one topic, ``job_results`` alone takes both.
-* ``job_redrive``: ``@app.schedule`` every ``JOB_REDRIVE_PERIOD_SECONDS`` (5 minutes): hands
-  ``job_runner`` again the tickets of jobs still queued ``JOB_REDRIVE_AFTER_SECONDS`` after
-  they were made (their S3 event was lost; :mod:`chalicelib.jobs.redrive`).
+* ``job_runner``: ``@app.on_s3_event`` on ``<JOBS_PREFIX>tickets/``: runs a queued job (realtime)
+or hands it to an asynchronous endpoint;
+* ``job_results`` (``JOBS_SUCCESS_TOPIC``) and ``job_failures`` (a different
+``JOBS_ERROR_TOPIC``): ``@app.on_sns_message``, finish a job from SageMaker's notification; one
+topic for both: ``job_results`` alone.
+* ``job_redrive``: ``@app.schedule`` every ``JOB_REDRIVE_PERIOD_SECONDS``: hands ``job_runner``
+again the tickets of jobs still queued ``JOB_REDRIVE_AFTER_SECONDS`` after they were made (their
+S3 event was lost).
 
-Under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``: ``uploads/`` (presigned POSTs, the server's own
-inline uploads), ``tickets/`` (one per job: the S3 event that starts ``job_runner``),
-``inputs/`` (an asynchronous endpoint's input when preprocessing changed it), ``results/``
-(answers too large for the job record) and :data:`ASYNC_OUTPUTS` (where the stage's
-asynchronous endpoints are configured to write: ``S3OutputPath`` ``.../async/output``,
-``S3FailurePath`` ``.../async/failure``; docs/DEPLOY.md).
+Under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``: ``uploads/``, ``tickets/`` (one per job: the event
+that starts ``job_runner``), ``inputs/`` (an asynchronous endpoint's preprocessed input),
+``results/`` (answers too large for the job record) and :data:`ASYNC_OUTPUTS` (the asynchronous
+endpoints' ``S3OutputPath`` and ``S3FailurePath``; docs/DEPLOY.md).
 
-This module names those parts for the templates (:mod:`sagegate.deploy.jobs_template`) and the
-IAM policies (:mod:`sagegate.deploy.jobs_policy`), and refuses a deployed jobs stage that
-could not work (:func:`check_jobs`).
+This module names those parts for the templates and the IAM policies, and refuses a deployed jobs
+stage that could not work (:func:`check_jobs`).
 """
 from __future__ import annotations
 
@@ -40,21 +36,14 @@ JOB_REDRIVE = "job_redrive"  # app.py's scheduled re-drive (not an event functio
 DEFAULT_PREFIX = "jobs/"  # JOBS_PREFIX's default (chalicelib.core.config)
 UPLOADS, TICKETS, INPUTS, RESULTS = "uploads/", "tickets/", "inputs/", "results/"
 ASYNC_OUTPUTS = "async/"
-"""Under the stage's prefix: the asynchronous endpoints' ``S3OutputPath`` and
-``S3FailurePath`` (``async/output``, ``async/failure``), the only objects ``job_results``
-reads besides its own."""
+"""The only objects ``job_results`` reads besides its own."""
 _ARN_RE = re.compile(r"^arn:aws[a-z-]*:sns:")
 
 
 @dataclasses.dataclass(frozen=True)
 class Topic:
-    """One SNS topic an event function is subscribed to.
-
-    Attributes:
-        setting: the value of ``JOBS_SUCCESS_TOPIC`` or ``JOBS_ERROR_TOPIC``.
-        function: the function subscribed (:data:`JOB_RESULTS` or :data:`JOB_FAILURES`).
-        logical_id: the template's id for the topic the stack creates.
-    """
+    """One SNS topic an event function is subscribed to (``setting``: ``JOBS_SUCCESS_TOPIC``'s or
+    ``JOBS_ERROR_TOPIC``'s value)."""
 
     setting: str
     function: str
@@ -62,45 +51,40 @@ class Topic:
 
     @property
     def created(self) -> bool:
-        """Whether the stack creates the topic: a name is this stack's topic; an ARN names
-        one that exists elsewhere (another stack, another account's endpoint)."""
+        """Whether the stack creates the topic: a name is this stack's; an ARN one that exists
+        elsewhere (another stack, another account's endpoint)."""
         return not _ARN_RE.match(self.setting)
 
     @property
     def name(self) -> str:
-        """The topic's name (the last part of an ARN)."""
         return self.setting.rsplit(":", 1)[-1]
 
 
 def enabled(stage: Stage) -> bool:
-    """Whether the stage serves jobs (``JOBS_BUCKET`` set)."""
     return bool(bucket(stage))
 
 
 def bucket(stage: Stage) -> str:
-    """The stage's jobs bucket (``JOBS_BUCKET``; empty: jobs off)."""
     return stage.env.get("JOBS_BUCKET", "").strip()
 
 
 def prefix(stage: Stage) -> str:
-    """The stage's key prefix in the bucket (``JOBS_PREFIX``, default ``jobs/``)."""
+    """``JOBS_PREFIX``, default ``jobs/``."""
     return stage.env.get("JOBS_PREFIX", "").strip() or DEFAULT_PREFIX
 
 
 def table(stage: Stage) -> str:
-    """The job records' DynamoDB table (``JOBS_TABLE``)."""
     return stage.env.get("JOBS_TABLE", "").strip()
 
 
 def ttl_days(stage: Stage) -> int:
     """``JOBS_TTL_SECONDS`` in whole days, rounded up, plus one: how long the bucket keeps a
-    job's objects (its record may be read until its TTL; a result URL must still work)."""
+    job's objects (a result URL must work while its record can be read)."""
     seconds = int(stage.env.get("JOBS_TTL_SECONDS", "").strip() or 7 * 86_400)
     return -(-seconds // 86_400) + 1
 
 
 def topics(stage: Stage) -> list[Topic]:
-    """The SNS topics of the stage's event functions (none without jobs)."""
     if not enabled(stage):
         return []
     success = stage.env.get("JOBS_SUCCESS_TOPIC", "").strip()
@@ -121,22 +105,19 @@ def functions(stage: Stage) -> list[str]:
 
 
 def roles(stage: Stage) -> list[str]:
-    """Every jobs function with a role of its own: the event functions, then the re-drive."""
     return [*functions(stage), JOB_REDRIVE] if enabled(stage) else []
 
 
 def function_name(stage: Stage, function: str) -> str:
-    """An event function's Lambda name, as Chalice names it (``<app>-<stage>-<function>``)."""
     return f"{stage.function_name}-{function}"
 
 
 def dead_letter_queue(stage: Stage) -> str:
-    """The SQS queue that keeps the events the job functions failed on after Lambda's retries."""
+    """The SQS queue keeping the events the job functions failed on after Lambda's retries."""
     return f"{stage.function_name}-jobs-dead-letter"
 
 
 def policy_file(stage: Stage, function: str) -> str:
-    """The file name of an event function's own IAM policy in ``.chalice``."""
     return f"policy-{stage.name}-{function}.json"
 
 
@@ -144,10 +125,10 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
     """Refuse a deployed jobs stage that could not work, or would run with the API's role.
 
     Raises:
-        ValueError: ``JOBS_BUCKET`` is set without ``JOBS_TABLE`` (the in-memory store lives
-            in one process: the event functions would never find the API's jobs), a jobs
-            function has no policy file of its own, or a re-drive setting is wrong (its
-            period must be whole minutes: EventBridge's rate).
+        ValueError: ``JOBS_BUCKET`` without ``JOBS_TABLE`` (the in-memory store lives in one
+            process: the event functions would never find the API's jobs), a jobs function
+            without its own policy file, or a wrong re-drive setting (its period whole minutes:
+            EventBridge's rate).
     """
     if not enabled(stage):
         return
@@ -169,10 +150,9 @@ def check_jobs(stage: Stage, on_disk: dict[str, Any]) -> None:
 
 
 def _check_runner_timeout(stage: Stage, configured: dict[str, Any], where: str) -> None:
-    """The runner's timeout the API and the other functions assume (``JOB_RUNNER_TIMEOUT_
-    SECONDS``, by default Lambda's longest) must be the one the runner is given: shorter, a
-    job would be declared lost while its runner still works; longer, a dead runner's job
-    would wait longer than it must."""
+    """The runner's timeout the others assume (``JOB_RUNNER_TIMEOUT_SECONDS``, default Lambda's
+    longest) must be the runner's own: shorter, a job would be declared lost while its runner
+    works; longer, a dead runner's job waits longer than it must."""
     from chalicelib.core.config_names import JOB_RUNNER_TIMEOUT_SECONDS
     from chalicelib.core.errors import ConfigurationError
     from chalicelib.jobs.lifetime import RunnerLifetime

@@ -1,33 +1,28 @@
 """The jobs' least-privilege IAM: what the API function gains, and each event function's role.
 
-Every object statement names one prefix under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``
-(:mod:`sagegate.deploy.jobs`); every table statement the jobs table; no ``DeleteItem``,
-``DeleteObject`` or ``Scan`` anywhere (DynamoDB's TTL and the bucket's lifecycle rule delete).
+Every object statement names one prefix under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``; every table
+statement the jobs table; no ``DeleteItem``, ``DeleteObject`` or ``Scan`` anywhere (DynamoDB's
+TTL and the lifecycle rule delete). ``s3:ListBucket`` comes with each read that must see a
+missing object as S3's 404, not a 403.
 
-* The API function: ``s3:PutObject`` on ``uploads/*`` (a presigned POST is signed with its
-  role, and an inline body is uploaded by the function itself) and ``tickets/*``;
-  ``s3:GetObject`` on ``uploads/*`` (the HEAD check: HeadObject is authorized by GetObject) and
-  ``results/*`` (the presigned GET of a large answer); ``s3:ListBucket`` on the bucket, so that a
-  missing upload is S3's 404, not a 403; and
-  ``dynamodb:PutItem`` / ``GetItem`` / ``UpdateItem`` on the table (the last to fail a lost
-  job, ``JobLost``). No ``InvokeEndpointAsync``.
-* ``job_runner``: reads ``uploads/*`` (with the same listing, for 404s), writes ``inputs/*``
-  (an asynchronous endpoint's preprocessed input) and ``results/*``; ``GetItem`` /
-  ``UpdateItem``; ``sagemaker:InvokeEndpoint`` on the endpoints a realtime job calls (and
-  their inference components), ``sagemaker:InvokeEndpointAsync`` on the asynchronous ones
-  only; capture's write; its logs; the dead-letter queue.
-* ``job_results``: reads :data:`~sagegate.deploy.jobs.ASYNC_OUTPUTS` (SageMaker's output
-  objects: a forged notification can make it read nothing else), writes ``results/*``;
-  ``GetItem`` / ``UpdateItem``; with capture on, capture's write and a read of what the
-  endpoint was sent (``inputs/*``, else ``uploads/*``, with the bucket's listing for
-  the HEAD that tells which); its logs; the dead-letter queue.
-* ``job_failures``: ``GetItem`` / ``UpdateItem`` only (the failure's reason is in the
-  notification; a failure reads no object and captures nothing); its logs; the dead-letter
-  queue.
-* ``job_redrive`` (:func:`render_redrive`): ``dynamodb:Query`` on the table's queued index
-  only, ``GetItem`` on the table (reads, never writes: the runner claims), ``s3:GetObject``
-  on ``tickets/*`` (the HEAD that the ticket exists) with the bucket's listing (a missing one
-  is a 404), ``lambda:InvokeFunction`` on the stage's ``job_runner`` only; its logs.
+* The API function: ``s3:PutObject`` on ``uploads/*`` (a presigned POST is signed with its role;
+inline bodies it uploads itself) and ``tickets/*``; ``s3:GetObject`` on ``uploads/*`` (HeadObject
+is authorized by GetObject) and ``results/*`` (a large answer's presigned GET);
+``dynamodb:PutItem`` / ``GetItem`` / ``UpdateItem`` (the last to fail a lost job). No
+``InvokeEndpointAsync``.
+* ``job_runner``: reads ``uploads/*``, writes ``inputs/*`` and ``results/*``; ``GetItem`` /
+``UpdateItem``; ``sagemaker:InvokeEndpoint`` on the endpoints (and components) realtime jobs
+call, ``InvokeEndpointAsync`` on the asynchronous ones only; capture's write; its logs; the
+dead-letter queue.
+* ``job_results``: reads :data:`~sagegate.deploy.jobs.ASYNC_OUTPUTS` only (a forged notification
+can make it read nothing else), writes ``results/*``; ``GetItem`` / ``UpdateItem``; with capture
+on, capture's write and a read of what the endpoint was sent (``inputs/*``, else ``uploads/*``);
+its logs; the dead-letter queue.
+* ``job_failures``: ``GetItem`` / ``UpdateItem`` only (the reason is in the notification; it
+reads and captures nothing); its logs; the dead-letter queue.
+* ``job_redrive``: ``dynamodb:Query`` on the queued index only, ``GetItem`` (reads, never writes:
+the runner claims), ``s3:GetObject`` on ``tickets/*`` (the HEAD that a ticket exists),
+``lambda:InvokeFunction`` on the stage's ``job_runner`` only; its logs.
 """
 from __future__ import annotations
 
@@ -49,7 +44,6 @@ from sagegate.deploy.stage import Stage
 
 
 class _Arns:
-    """The ARNs of one stage's jobs in one account and region."""
 
     def __init__(self, stage: Stage, account: str, region: str) -> None:
         self.stage, self.account, self.region = stage, account, region
@@ -75,7 +69,6 @@ class _Arns:
 
 
 def api_statements(stage: Stage, account: str, region: str) -> list[dict[str, Any]]:
-    """What the API function's role gains on a jobs stage (none without ``JOBS_BUCKET``)."""
     if not jobs.enabled(stage):
         return []
     arns = _Arns(stage, account, region)
@@ -120,8 +113,6 @@ def render_function(stage: Stage, function: str, account: str,
 
 
 def render_redrive(stage: Stage, account: str, region: str) -> dict[str, Any]:
-    """The scheduled re-drive's IAM policy: what it reads (the queued index, a job, a
-    ticket's HEAD) and the one function it invokes; nothing it could write or delete."""
     arns = _Arns(stage, account, region)
     table = f"{arns.arn}:dynamodb:{region}:{account}:table/{jobs.table(stage)}"
     runner = f"{arns.arn}:lambda:{region}:{account}:function:" \

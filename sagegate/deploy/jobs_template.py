@@ -1,32 +1,27 @@
 """The jobs' CloudFormation, merged into Chalice's SAM template for a stage with ``JOBS_BUCKET``.
 
-Chalice's SAM output cannot hold ``@app.on_s3_event`` (it refuses: CloudFormation cannot
-change the notifications of a bucket it did not create), so the stack creates the stage's
-jobs bucket and :mod:`sagegate.deploy.chalice_sam` writes the function's event as SAM's
-``S3`` event on it (``Bucket: {"Ref": "JobsBucket"}``), from which SAM makes the bucket's
-notification (``s3:ObjectCreated:*`` under ``<JOBS_PREFIX>tickets/``) and S3's permission to
-invoke ``job_runner``. :func:`jobs_resources` adds:
+Chalice's SAM output refuses ``@app.on_s3_event`` (CloudFormation cannot change the notifications
+of a bucket it did not create), so the stack creates the jobs bucket and
+:mod:`sagegate.deploy.chalice_sam` writes the function's event as SAM's ``S3`` event on it, from
+which SAM makes the notification (``s3:ObjectCreated:*`` under ``<JOBS_PREFIX>tickets/``) and
+S3's permission to invoke ``job_runner``. :func:`jobs_resources` adds:
 
-* ``JobsBucket``: the bucket (kept when the stack is deleted: it holds users' inputs and
-  results), with S3-managed encryption, public access blocked, objects owned by the bucket
-  owner, one lifecycle rule expiring everything under the stage's prefix a day after the
-  jobs' TTL (and unfinished multipart uploads after a day), and CORS for the browser's
-  presigned POST from the API's own page (and ``CORS_ALLOW_ORIGIN``'s origin);
-  ``JobsBucketPolicy`` refuses requests without TLS;
-* ``JobsTable``: the job records (key ``job_id``, TTL on ``expires_at``, on demand,
-  point-in-time recovery, encrypted), which the API function waits for;
-* ``JobsSuccessTopic`` / ``JobsErrorTopic`` for a topic setting that is a name (an ARN names a
-  topic that exists elsewhere): encrypted with the AWS managed SNS key, with
-  ``JobsTopicPolicy`` letting this account's principals publish (SageMaker publishes as the
-  endpoint's execution role) and refusing publishes without TLS; the functions subscribed
-  wait for them;
-* ``JobsDeadLetterQueue``: the events a job function still failed on after Lambda's two
-  retries (a job left ``queued`` can be run again from there), kept 14 days;
-* for each event function: the fixes the monitor gets too (its Chalice name, the layer, its
-  log group named in advance and waited for) and the dead-letter queue;
-* for the scheduled re-drive (``job_redrive``, whose EventBridge rule Chalice writes): the same
-  fixes, and no asynchronous retry of a failed run (the next run, a period later, does the
-  same work).
+* ``JobsBucket``: kept when the stack is deleted (it holds users' inputs and results); S3-managed
+encryption, public access blocked, bucket-owner objects, one lifecycle rule expiring the stage's
+prefix a day after the jobs' TTL (unfinished multipart uploads after a day), CORS for the
+browser's presigned POST from the API's page (and ``CORS_ALLOW_ORIGIN``); ``JobsBucketPolicy``
+refuses requests without TLS;
+* ``JobsTable``: key ``job_id``, TTL on ``expires_at``, on demand, point-in-time recovery,
+encrypted; the API function waits for it;
+* ``JobsSuccessTopic`` / ``JobsErrorTopic`` for a topic setting that is a name: the AWS managed
+SNS key; ``JobsTopicPolicy`` lets this account's principals publish (SageMaker publishes as the
+endpoint's execution role) and refuses publishes without TLS;
+* ``JobsDeadLetterQueue``: events a job function still failed on after Lambda's two retries (a
+``queued`` job can be run again from there), kept 14 days;
+* each event function's fixes (Chalice name, layer, log group named in advance and waited for)
+and the dead-letter queue;
+* for ``job_redrive`` (whose rule Chalice writes): the same fixes, no asynchronous retry (the
+next run, a period later, does the same work).
 """
 from __future__ import annotations
 
@@ -92,7 +87,6 @@ _TABLE_SKIPS = [
 
 
 def jobs_resources(stage: Stage) -> dict[str, Any]:
-    """The stage's jobs resources and function fixes (empty without ``JOBS_BUCKET``)."""
     if not jobs.enabled(stage):
         return {}
     resources: dict[str, Any] = {
@@ -134,12 +128,10 @@ def jobs_outputs(stage: Stage) -> dict[str, Any]:
 
 
 def logical_id(function: str) -> str:
-    """Chalice's logical id for a function of app.py (``job_runner`` -> ``JobRunner``)."""
     return "".join(part.capitalize() for part in function.split("_"))
 
 
 def jobs_bucket(stage: Stage) -> dict[str, Any]:
-    """The stage's jobs bucket (``JOBS_BUCKET``)."""
     origins: list[Any] = [{"Fn::Sub": "https://${RestAPI}.execute-api.${AWS::Region}."
                                       "${AWS::URLSuffix}"}]
     configured = stage.env.get("CORS_ALLOW_ORIGIN", "").strip()
@@ -172,11 +164,9 @@ def jobs_bucket(stage: Stage) -> dict[str, Any]:
 
 
 def jobs_table_schema() -> dict[str, Any]:
-    """The job table's keys, index and TTL: what every copy of it needs (the stack's, and the
-    local stack's on moto's server). The index lists queued jobs by age for the re-drive
-    (:meth:`chalicelib.jobs.table.TableJobStore.queued_between`): ``state`` and
-    ``created_at`` are attributes every record has, so no write changes for it; keys only,
-    so it stores a few dozen bytes a job."""
+    """The job table's keys, index and TTL, for every copy (the stack's, moto's). The index lists
+    queued jobs by age for the re-drive: ``state`` and ``created_at`` are on every record, so no
+    write changes; keys only, a few dozen bytes a job."""
     return {
         "AttributeDefinitions": [{"AttributeName": JOB_KEY, "AttributeType": "S"},
                                  {"AttributeName": JOB_STATE, "AttributeType": "S"},
@@ -192,7 +182,6 @@ def jobs_table_schema() -> dict[str, Any]:
 
 
 def jobs_table(stage: Stage) -> dict[str, Any]:
-    """The job records' table (``JOBS_TABLE``)."""
     return {
         "Type": "AWS::DynamoDB::Table",
         "DeletionPolicy": "Delete",
@@ -273,9 +262,8 @@ def _function(stage: Stage, function: str, topic: str | None) -> dict[str, Any]:
 
 
 def _redrive(stage: Stage) -> dict[str, Any]:
-    """The scheduled re-drive's fixes: its Chalice name (its role's log and the runner's ARN
-    are known in advance), the layer (app.py imports numpy and OpenCV), its log group, no
-    asynchronous retry; it waits for the table and the runner it reads and invokes."""
+    """The re-drive's fixes: its Chalice name, the layer (app.py imports numpy and OpenCV), its
+    log group, no asynchronous retry; it waits for the table and the runner it reads and invokes."""
     name = jobs.function_name(stage, jobs.JOB_REDRIVE)
     function_id = logical_id(jobs.JOB_REDRIVE)
     log_group = f"{function_id}LogGroup"

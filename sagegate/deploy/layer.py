@@ -2,22 +2,20 @@
 
 :func:`build` writes ``build/layer/layer.zip``:
 
-1. ``pip install --require-hashes --only-binary=:all: --implementation cp --python-version
-   3.13 --platform ... --target build/layer/python -r requirements-layer.txt``; the
-   ``--platform`` list comes from the runtime's glibc (:mod:`sagegate.deploy.runtime`);
-2. test suites, console scripts (``bin``) and ``RECORD`` files go: never used at run time,
-   and ``RECORD`` hashes the scripts' interpreter path, which would make the zip differ from
-   checkout to checkout;
-3. every module is compiled with ``--invalidation-mode unchecked-hash``: ``/opt`` is read-only
-   on Lambda, and without ``.pyc`` files every cold start compiles numpy again;
+1. ``pip install --require-hashes --only-binary=:all:`` for Lambda's Python and platforms (from
+the runtime's glibc: :mod:`sagegate.deploy.runtime`);
+2. test suites, ``bin`` and ``RECORD`` files go: never used at run time, and ``RECORD`` hashes
+the interpreter path, which would make the zip differ between checkouts;
+3. every module compiled with ``--invalidation-mode unchecked-hash``: ``/opt`` is read-only on
+Lambda, and without ``.pyc`` every cold start compiles numpy again;
 4. a reproducible zip (:mod:`sagegate.deploy.zipdir`).
 
-The build is skipped when the fingerprint of its inputs (``requirements-layer.txt``,
-``.python-version`` and this builder's own source) is the one the last build recorded.
+Skipped when the fingerprint of its inputs (``requirements-layer.txt``, ``.python-version``, this
+source) is the last build's.
 
-``sagegate layer --stage prod --bucket B`` then publishes it (needs AWS): the zip goes to
-``s3://B/sagegate/prod/layer-<md5>.zip``, ``PublishLayerVersion`` makes it a layer version,
-and its ARN becomes the stage's only entry in ``layers`` (what ``chalice deploy`` uses).
+``sagegate layer --stage prod --bucket B`` publishes it:
+``s3://B/sagegate/prod/layer-<md5>.zip``, ``PublishLayerVersion``, and its ARN becomes the
+stage's only ``layers`` entry (what ``chalice deploy`` uses).
 """
 from __future__ import annotations
 
@@ -54,7 +52,6 @@ def layer_dir(root: Path = ROOT) -> Path:
 
 
 def layer_zip(root: Path = ROOT) -> Path:
-    """``build/layer/layer.zip``."""
     return layer_dir(root) / "layer.zip"
 
 
@@ -64,7 +61,6 @@ def python_version(root: Path = ROOT) -> str:
 
 
 def fingerprint(root: Path = ROOT) -> str:
-    """The sha256 of everything the layer is built from."""
     digest = hashlib.sha256()
     for path in (root / REQUIREMENTS, root / PYTHON_VERSION_FILE, *BUILDER):
         data = path.read_bytes()
@@ -74,10 +70,8 @@ def fingerprint(root: Path = ROOT) -> str:
 
 
 def pip_command(python: str, version: str, target: Path, requirements: Path) -> list[str]:
-    """``pip install`` of the locked layer requirements, wheels for Lambda's platform only.
-
-    ``--no-deps``: the lock is the whole layer, packages it leaves out on purpose included
-    (``requirements-layer.exclude``)."""
+    """Wheels for Lambda's platform only; ``--no-deps``: the lock is the whole layer, packages it
+    leaves out on purpose included (``requirements-layer.exclude``)."""
     platforms = runtime.runtime_for(version).manylinux_platforms()
     return [python, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
             "--no-deps",
@@ -87,7 +81,6 @@ def pip_command(python: str, version: str, target: Path, requirements: Path) -> 
 
 
 def prune(tree: Path) -> None:
-    """Remove what never runs on Lambda: ``tests`` directories, ``bin``, ``RECORD`` files."""
     for directory in sorted(tree.rglob("tests"), key=lambda p: len(p.parts), reverse=True):
         if directory.is_dir():
             shutil.rmtree(directory)
@@ -108,7 +101,6 @@ def compile_tree(tree: Path) -> None:
 
 
 def up_to_date(root: Path = ROOT) -> bool:
-    """Whether ``layer.zip`` exists and was built from the inputs there are now."""
     stamp = layer_dir(root) / FINGERPRINT
     return (layer_zip(root).is_file() and stamp.is_file()
             and stamp.read_text(encoding="utf-8").strip() == fingerprint(root))
@@ -118,8 +110,8 @@ def build(root: Path = ROOT, runner: Runner = run, force: bool = False) -> Path:
     """Build ``build/layer/layer.zip`` unless it is up to date; return its path.
 
     Raises:
-        DeployError: this interpreter is not the project's Python (the .pyc files would not
-            load), or a step failed.
+        DeployError: this interpreter is not the project's Python (the .pyc would not load), or a
+            step failed.
     """
     archive = layer_zip(root)
     if not force and up_to_date(root):
@@ -145,7 +137,6 @@ def build(root: Path = ROOT, runner: Runner = run, force: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate layer``: build the layer zip; with ``--bucket``, publish it (needs AWS)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Build the Lambda layer zip (numpy, OpenCV, ...) for Lambda's "
         "platform, offline, skipped when its inputs are unchanged. With --stage and --bucket, "

@@ -1,19 +1,17 @@
 """``sagegate lock``: recompile every ``requirements*.txt`` lock, with hashes, from its input.
 
-Each ``requirements*.in`` (what a person edits) compiles to the ``requirements*.txt`` beside
-it, every transitive package pinned with ``--hash`` lines. uv rather than pip-tools: it
-resolves for a named platform and Python (``--python-platform``, ``--python-version``), so the
-function and the layer are locked for Lambda from any machine. ``--no-config``: no uv.toml or
-environment-specific settings, so it resolves from the default registry by name and the locks
-carry no index URLs or paths.
+Each ``requirements*.in`` compiles to the ``.txt`` beside it, every transitive package pinned
+with ``--hash``. uv rather than pip-tools: it resolves for a named platform and Python, so the
+function and layer are locked for Lambda from any machine. ``--no-config``: no uv.toml or
+environment settings, so the locks carry no index URLs or paths.
 
-* ``requirements.txt`` (the function) and ``requirements-layer.txt`` (wheels only) for the
-  Lambda runtime: x86_64 manylinux up to the runtime's glibc (:mod:`sagegate.deploy.runtime`);
-* ``requirements-dev.txt`` and ``requirements-iac.txt`` for Linux x86_64, the dev lock
-  constrained by the function and layer locks so shared packages get the versions Lambda gets.
+* ``requirements.txt`` and ``requirements-layer.txt`` (wheels only) for the Lambda runtime:
+x86_64 manylinux up to its glibc;
+* ``requirements-dev.txt`` and ``requirements-iac.txt`` for Linux x86_64, dev constrained by the
+function and layer locks so shared packages get Lambda's versions.
 
-uv keeps a lock's pins unless its input asks otherwise: ``--upgrade`` moves everything to the
-newest allowed versions, ``--upgrade-package numpy`` one package.
+Pins are kept unless asked: ``--upgrade`` moves everything, ``--upgrade-package numpy`` one
+package.
 """
 from __future__ import annotations
 
@@ -38,8 +36,8 @@ def lambda_platform(version: str) -> str:
 
 
 def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[list[str]]:
-    """The four ``uv pip compile`` commands, function and layer first (dev is constrained
-    by them)."""
+    """The four ``uv pip compile`` commands, function and layer first (dev is constrained by
+    them)."""
     base = [uv, "pip", "compile", "--quiet", "--no-config", "--generate-hashes",
             "--python-version", version, "--custom-compile-command", COMPILE_COMMAND, *extra]
     lam = lambda_platform(version)
@@ -56,13 +54,11 @@ def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[li
 
 
 def lock(extra: Sequence[str] = (), root: Path = ROOT, runner: Runner = run) -> None:
-    """Recompile every lock of the project at ``root``."""
     for command in commands(python_version(root), extra, tool("uv")):
         runner(command, cwd=root)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate lock``: recompile the locks (was the Makefile's ``lock`` recipe)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Recompile every requirements*.txt lock (pins and hashes) from "
         "its requirements*.in with uv: the function and layer for Lambda's platform, dev and "

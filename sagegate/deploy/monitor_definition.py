@@ -1,27 +1,20 @@
 """The fanned-out monitor's state machine definition (Amazon States Language, JSONPath):
-:func:`definition`, the Step Functions states that check each hour's captures, with their
-limits and retries; :mod:`sagegate.deploy.monitor_template` puts it in the template, with its
-roles. The states:
+:func:`definition`, with its limits and retries; :mod:`sagegate.deploy.monitor_template` puts it
+in the template. The states:
 
-1. ``Plan``: ``monitor_plan`` with the execution's input (EventBridge's scheduled event:
-   its ``time``) and name: the window, and the hour prefixes to read (each variant's hour
-   and the one on each side);
-2. ``ReadPrefixes``: a Distributed Map over those prefixes (STANDARD children, a few at
-   once), each child running ``ReadPrefix``, a Distributed Map whose ``ItemReader`` lists
-   the prefix (``s3:listObjectsV2``), whose ``ItemBatcher`` hands each EXPRESS child
-   :data:`MAX_ITEMS_PER_BATCH` objects with the run and the prefix as ``BatchInput``, each
-   child invoking ``monitor_map``, and whose ``ResultWriter`` writes the children's
-   outputs under the run's ``results/``; it tolerates no failed child
-   (``ToleratedFailurePercentage`` 0): a prefix whose Map fails is caught and marked
-   ``lost``. (The prefixes' Map is itself a Distributed Map because the nesting
-   LocalStack's tests, recorded against AWS, show is a Distributed Map in a STANDARD child
-   of another; an Inline Map holding one is not shown anywhere found.)
-3. ``Reduce``: an Inline Map over the endpoints, ``monitor_reduce`` for each
-   (:data:`REDUCE_CONCURRENCY` at once): its parts merged in order, checked, the files and
-   metrics written;
-4. ``Verdict``: once every endpoint is reduced, an Inline Map over their outcomes fails the
-   run (``MonitorPartsLost``) when one was lost, so the execution's failure is what an
-   alarm on ``ExecutionsFailed`` sees; otherwise it succeeds with each endpoint's outcome.
+1. ``Plan``: ``monitor_plan`` with the execution's input (the scheduled event's ``time``) and
+name: the window and the hour prefixes to read;
+2. ``ReadPrefixes``: a Distributed Map over those prefixes (STANDARD children, a few at once),
+each running ``ReadPrefix``, a Distributed Map whose ``ItemReader`` lists the prefix, whose
+``ItemBatcher`` hands each EXPRESS child :data:`MAX_ITEMS_PER_BATCH` objects for ``monitor_map``,
+and whose ``ResultWriter`` writes the children's outputs under ``results/``; it tolerates no
+failed child: a prefix whose Map fails is caught and marked ``lost``. (The outer Map is
+Distributed because the nesting LocalStack's tests, recorded against AWS, show is a Distributed
+Map in a STANDARD child of another; an Inline Map holding one is shown nowhere found.)
+3. ``Reduce``: an Inline Map running ``monitor_reduce`` per endpoint (:data:`REDUCE_CONCURRENCY`
+at once);
+4. ``Verdict``: once every endpoint is reduced, fails the run (``MonitorPartsLost``) when one was
+lost, so an alarm on ``ExecutionsFailed`` sees it; else succeeds with each outcome.
 
 :func:`check_monitor_fanout` refuses a stage whose ``monitor_map`` could not run as an EXPRESS
 child.
@@ -33,18 +26,15 @@ from typing import Any
 from sagegate.deploy.stage import MONITOR_MAP, MONITOR_PLAN, MONITOR_REDUCE, Stage
 
 PREFIX_CONCURRENCY = 4
-"""Prefixes whose Distributed Maps run at once (each variant's three hours of each
-endpoint)."""
+"""Prefixes whose Distributed Maps run at once (each variant's three hours of each endpoint)."""
 REDUCE_CONCURRENCY = 2
-"""Endpoints reduced at once."""
 DEFAULT_MAP_CONCURRENCY = 10
-"""Children of one prefix's Distributed Map at once, unless ``monitor_map`` has a reserved
-concurrency (then that: more would be throttled, and retried)."""
+"""Children of one prefix's Map at once, unless ``monitor_map`` has a reserved concurrency (then
+that: more would be throttled, and retried)."""
 MAX_ITEMS_PER_BATCH = 16
-"""Capture objects per child. A Firehose object holds one buffer (64 MiB of records here):
-16 of them are about 1 GiB of records, some 2.5 million records of 400 bytes, which one
-child reads in about 40 s at the 70,000 records/s measured here, far inside an EXPRESS
-child's 5 minutes."""
+"""Capture objects per child. A Firehose object holds one 64 MiB buffer: 16 are about 1 GiB, some
+2.5 million records of 400 bytes, read in about 40 s at the 70,000 records/s measured here, far
+inside an EXPRESS child's 5 minutes."""
 MAX_INPUT_BYTES_PER_BATCH = 128 * 1024
 """A batch's input at most (Step Functions' limit is 256 KiB): 16 items are about 4 KB."""
 MAX_MAP_SECONDS = 280
@@ -56,16 +46,12 @@ TASK_RETRY = [{
 """Lambda's own failures and throttles: retried (the guide's advice for Lambda tasks)."""
 WORK_RETRY = {"ErrorEquals": ["States.TaskFailed"], "IntervalSeconds": 5, "MaxAttempts": 2,
               "BackoffRate": 2}
-"""A function that raised (S3 refused, a timeout): tried twice more before the part is
-lost."""
+"""A function that raised (S3 refused, a timeout): tried twice more before the part is lost."""
 PLACEHOLDERS = {MONITOR_PLAN: "MonitorPlanArn", MONITOR_MAP: "MonitorMapArn",
                 MONITOR_REDUCE: "MonitorReduceArn"}
-"""``DefinitionSubstitutions`` of the three functions' ARNs."""
 
 
 def map_concurrency(stage: Stage) -> int:
-    """Children of a prefix's Distributed Map at once: ``monitor_map``'s reserved
-    concurrency, else :data:`DEFAULT_MAP_CONCURRENCY`."""
     reserved = stage.lambda_functions.get(MONITOR_MAP, {}).get("reserved_concurrency")
     return int(reserved) if reserved else DEFAULT_MAP_CONCURRENCY
 
@@ -79,9 +65,8 @@ def check_monitor_fanout(stage: Stage) -> None:
     """Refuse a fanned-out monitor that could not run.
 
     Raises:
-        ValueError: ``monitor_map``'s timeout is longer than an EXPRESS child may run
-            (:data:`MAX_MAP_SECONDS`), or its reserved concurrency is not a whole number of
-            at least 1.
+        ValueError: ``monitor_map``'s timeout is over :data:`MAX_MAP_SECONDS`, or its reserved
+            concurrency is not a whole number of at least 1.
     """
     where = f"stages.{stage.name}.lambda_functions.{MONITOR_MAP}"
     if map_timeout(stage) > MAX_MAP_SECONDS:
@@ -97,8 +82,6 @@ def check_monitor_fanout(stage: Stage) -> None:
 
 def _lambda_task(function: str, payload: dict[str, Any] | str, *, work_retry: bool,
                  timeout: int | None = None) -> dict[str, Any]:
-    """A Task invoking one of the functions (its ``Payload`` the JSON the function gets),
-    output the function's answer."""
     parameters: dict[str, Any] = {"FunctionName": f"${{{PLACEHOLDERS[function]}}}"}
     if isinstance(payload, str):
         parameters["Payload.$"] = payload
@@ -114,9 +97,8 @@ def _lambda_task(function: str, payload: dict[str, Any] | str, *, work_retry: bo
 
 
 def definition(stage: Stage) -> dict[str, Any]:
-    """The state machine's definition (Amazon States Language, JSONPath), the functions'
-    ARNs as ``${MonitorPlanArn}``, ``${MonitorMapArn}``, ``${MonitorReduceArn}``
-    (``DefinitionSubstitutions``)."""
+    """The definition, the functions' ARNs as ``${MonitorPlanArn}``, ``${MonitorMapArn}``,
+    ``${MonitorReduceArn}`` (``DefinitionSubstitutions``)."""
     read_objects = _lambda_task(MONITOR_MAP, "$", work_retry=True,
                                 timeout=map_timeout(stage) + 15)
     read_prefix = {

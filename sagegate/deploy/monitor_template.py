@@ -1,35 +1,25 @@
 """The fanned-out monitor: a Step Functions state machine that checks each hour's captures.
 
-A monitored stage (``MONITOR_BASELINE``) with ``MONITOR_ENGINE=stepfunctions`` in its
-environment runs the hourly check as a state machine instead of one scheduled function
-(docs/MONITOR.md, "Deployed: fanned out"). ``app.py`` then declares three plain functions,
-``monitor_plan``, ``monitor_map`` and ``monitor_reduce`` (their work:
-:mod:`chalicelib.monitor.fanout`), and no ``monitor`` schedule; :func:`monitor_resources` adds:
+A monitored stage with ``MONITOR_ENGINE=stepfunctions`` runs the hourly check as a state machine
+instead of one scheduled function (docs/MONITOR.md, "Deployed: fanned out"). ``app.py`` then
+declares ``monitor_plan``, ``monitor_map`` and ``monitor_reduce``
+(:mod:`chalicelib.monitor.fanout`) and no ``monitor`` schedule; :func:`monitor_resources` adds:
 
-* ``MonitorStateMachine`` (``AWS::StepFunctions::StateMachine``, STANDARD: a Distributed
-  Map's parent must be), named ``<app>-<stage>-monitor`` as the single function was (the
-  metrics' ``MonitoringSchedule``), whose definition is
-  :func:`sagegate.deploy.monitor_definition.definition`'s: ``Plan`` (the window and the hour
-  prefixes), ``ReadPrefixes`` (a Distributed Map per prefix, ``monitor_map`` a batch of
-  objects in each EXPRESS child), ``Reduce`` (``monitor_reduce`` per endpoint) and
-  ``Verdict`` (the run fails when an endpoint's part was lost).
+* ``MonitorStateMachine`` (STANDARD: a Distributed Map's parent must be), named
+``<app>-<stage>-monitor`` as the single function was (the metrics' ``MonitoringSchedule``), its
+definition :func:`sagegate.deploy.monitor_definition.definition`'s;
+* ``MonitorStateMachineRole``: may invoke the three functions; start, describe and stop its own
+executions (the Map's children); list the capture prefix only (the ItemReader); write, read back
+and abort uploads of ``results/`` only (the ResultWriter). No CloudWatch Logs (that needs
+``logs:*Delivery*`` on ``*``): the execution history keeps each state's input and output 90 days,
+and each function logs its outcome.
+* ``MonitorSchedule``: the EventBridge rule (``MONITOR_SCHEDULE``) starting it, with
+``MonitorScheduleRole`` (this account only; may start this state machine only);
+* the three functions' fixes, as the jobs' get them: Chalice names (their roles' log ARNs known),
+the layer, log groups named in advance and waited for, accepted findings.
 
-* ``MonitorStateMachineRole``: may invoke the three functions only; start its own executions
-  (the Map's children) and describe or stop them; list the capture bucket under the capture
-  prefix only (the ItemReader); write, read back and abort uploads of the run's
-  ``results/`` only (the ResultWriter). No logging to CloudWatch Logs (that needs
-  ``logs:*Delivery*`` on ``*``): the execution history keeps each state's input and output
-  for 90 days, and each function logs its own outcome.
-* ``MonitorSchedule``: the EventBridge rule (``MONITOR_SCHEDULE``) starting the state machine,
-  with ``MonitorScheduleRole`` (assumed by EventBridge for this account only; may start this
-  state machine only).
-* the three functions' fixes, as the jobs' get them (:mod:`sagegate.deploy.jobs_template`):
-  their Chalice names (so their roles' log ARNs are known), the layer, their log groups named
-  in advance and waited for, their accepted findings.
-
-The functions' own roles are ``.chalice/policy-<stage>-monitor_<step>.json``
-(:func:`sagegate.deploy.policy.render_monitor_functions`). Only the SAM stack (Path A) can
-deploy this; ``sagegate chalice-deploy`` refuses such a stage.
+The functions' own roles are ``.chalice/policy-<stage>-monitor_<step>.json``. Only the SAM stack
+(Path A) can deploy this; ``sagegate chalice-deploy`` refuses such a stage.
 """
 from __future__ import annotations
 
@@ -68,7 +58,6 @@ _LOG_GROUP_SKIPS = [
 
 
 def enabled(stage: Stage) -> bool:
-    """Whether the stage's monitor is the state machine (``MONITOR_ENGINE=stepfunctions``)."""
     settings = stage.monitor
     return settings is not None and settings.fanned_out
 
@@ -80,7 +69,6 @@ def state_machine_name(stage: Stage) -> str:
 
 
 def function_name(stage: Stage, function: str) -> str:
-    """Chalice's name of one of app.py's functions (``sagegate-dev-monitor_plan``)."""
     return f"{stage.function_name}-{function}"
 
 
@@ -90,8 +78,6 @@ def logical_id(function: str) -> str:
 
 
 def monitor_resources(stage: Stage) -> dict[str, Any]:
-    """The state machine, its schedule, their roles, and the functions' fixes (empty unless
-    the stage's monitor is fanned out)."""
     if not enabled(stage):
         return {}
     resources: dict[str, Any] = {
@@ -113,7 +99,6 @@ def monitor_resources(stage: Stage) -> dict[str, Any]:
 
 
 def monitor_outputs(stage: Stage) -> dict[str, Any]:
-    """The state machine (its executions are the hourly runs)."""
     if not enabled(stage):
         return {}
     return {"MonitorStateMachineArn": {"Description": "The monitor's hourly runs",
@@ -153,9 +138,6 @@ def _schedule(stage: Stage) -> dict[str, Any]:
 
 
 def state_machine_statements(stage: Stage) -> list[dict[str, Any]]:
-    """What the state machine may do: invoke the three functions; start, describe and stop
-    its own executions (a Distributed Map's children); list the capture prefix (the
-    ItemReader); write and read back its results (the ResultWriter)."""
     settings = stage.monitor
     assert settings is not None
     name = state_machine_name(stage)
@@ -205,8 +187,6 @@ def _role(stage: Stage, service: str, description: str, policy: str,
 
 
 def _function(stage: Stage, function: str) -> dict[str, Any]:
-    """One of the three functions' fixes: its Chalice name, the layer (numpy, datasketches),
-    its log group named in advance and waited for, its accepted findings."""
     function_id = logical_id(function)
     log_group = f"{function_id}LogGroup"
     name = function_name(stage, function)

@@ -1,23 +1,22 @@
 """``chalice package`` for a deploy stage, offline: SAM (default) or Terraform.
 
-SAM / CloudFormation (:func:`package_sam`), into ``build/package-<stage>``:
+SAM (:func:`package_sam`), into ``build/package-<stage>``:
 
-1. the layer zip is built unless up to date (:mod:`sagegate.deploy.layer`);
+1. the layer zip is built unless up to date;
 2. ``chalicelib``'s ``__pycache__`` directories are removed (never packaged);
 3. ``build/merge-<stage>.json`` gets the merge template (:mod:`sagegate.deploy.templates`);
-4. ``chalice package --stage S --merge-template build/merge-S.json build/package-S`` runs
-   (through :mod:`sagegate.deploy.chalice_sam`, which can package the jobs' S3 event) with
-   ``PYTHONDONTWRITEBYTECODE=1`` and ``AWS_DEFAULT_REGION=us-east-1`` (Chalice insists on a
-   region; the template uses ``${AWS::Region}``). If it fails, ``.chalice/deployments`` is
-   deleted: Chalice caches the function zip there by the hash of ``requirements.txt``, and a
-   failed run can leave a zip without its dependencies that the next run would reuse;
+4. ``chalice package --merge-template`` runs (through :mod:`sagegate.deploy.chalice_sam`, which
+can package the jobs' S3 event) with ``PYTHONDONTWRITEBYTECODE=1`` and
+``AWS_DEFAULT_REGION=us-east-1`` (Chalice insists on a region; the template uses
+``${AWS::Region}``). If it fails, ``.chalice/deployments`` is deleted: Chalice caches the
+function zip there by the hash of ``requirements.txt``, and a failed run can leave a zip without
+its dependencies that the next would reuse;
 5. with ``"snapstart": true``, the packaged ``sam.json`` is edited for SnapStart;
-6. the layer zip is copied beside it, and the sizes are printed and checked
-   (:mod:`sagegate.deploy.sizes`).
+6. the layer zip is copied beside it, and the sizes printed and checked.
 
-Terraform (:func:`package_terraform`): Chalice's Terraform output cannot take a merge
-template, so the layer is the ARN in the stage's ``layers`` (``sagegate layer``), and Chalice
-1.34 cannot write ``log_retention_in_days`` as Terraform: it packages a copy of the project,
+Terraform (:func:`package_terraform`): Chalice's Terraform output takes no merge template, so the
+layer is the ARN in the stage's ``layers``, and Chalice 1.34 cannot write
+``log_retention_in_days`` as Terraform: it packages a copy of the project,
 ``build/terraform-src``, whose config leaves that out.
 """
 from __future__ import annotations
@@ -53,12 +52,11 @@ CHALICE_SAM = (sys.executable, "-m", "sagegate.deploy.chalice_sam")
 
 
 def package_dir(stage: Stage, root: Path = ROOT) -> Path:
-    """``build/package-<stage>``."""
     return build_dir(root) / f"package-{stage.name}"
 
 
 def chalice_env(region: str = PACKAGE_REGION) -> dict[str, str]:
-    """What Chalice runs with: no .pyc files in the zip, a region name."""
+    """No .pyc files in the zip, a region name."""
     return {"PYTHONDONTWRITEBYTECODE": "1", "AWS_DEFAULT_REGION": region}
 
 
@@ -79,7 +77,7 @@ def run_chalice(command: list[str], project: Path, runner: Runner, cwd: Path,
 
 
 def check_sizes(function_zip: Path, layer_zips: list[Path], root: Path = ROOT) -> None:
-    """Print the artifacts' sizes (paths relative to the project).
+    """Print the artifacts' sizes.
 
     Raises:
         DeployError: a size limit is broken.
@@ -97,7 +95,6 @@ def check_sizes(function_zip: Path, layer_zips: list[Path], root: Path = ROOT) -
 
 def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
                 layer_zip: Path | None = None) -> Path:
-    """Package ``stage`` as a SAM template with its layer; return the package directory."""
     archive = layer_zip or layer.build(root, runner)
     directory = package_dir(stage, root)
     shutil.rmtree(directory, ignore_errors=True)
@@ -125,7 +122,6 @@ def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
 
 def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
                       layer_zip: Path | None = None) -> Path:
-    """Package ``stage`` as Terraform (``chalice.tf.json``); return the package directory."""
     archive = layer_zip or layer.build(root, runner)
     if not stage.layers:
         print(f"warning: stages.{stage.name}.layers is empty: run sagegate layer --stage "
@@ -154,14 +150,12 @@ def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
 
 def package(stage: Stage, pkg_format: str = "cloudformation", root: Path = ROOT,
             runner: Runner = run, layer_zip: Path | None = None) -> Path:
-    """Package ``stage`` in ``pkg_format`` (one of :data:`FORMATS`)."""
     if pkg_format == "terraform":
         return package_terraform(stage, root, runner, layer_zip)
     return package_sam(stage, root, runner, layer_zip)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate package``: the deployment artifacts of one stage, offline."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Package a deploy stage offline into build/package-<stage>: "
         "the layer zip (built if its inputs changed), chalice package with the merge template "

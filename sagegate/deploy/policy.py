@@ -3,34 +3,31 @@
 Chalice's ``autogen_policy`` is off: it would grant ``sagemaker:InvokeEndpoint`` on ``*``.
 Instead the role gets exactly what the function does, each action on its own resource:
 
-* ``sagemaker:InvokeEndpoint`` on the stage's endpoints (``ENDPOINT_NAME``, each model's)
-  only, and on the inference components its models name (``model.json``'s
-  ``inference_component``): a call that names a component is authorized against the
-  component's ARN (``inference-component/<name>``) as well as the endpoint's, so a component
-  a request names that no ``model.json`` does is refused by IAM;
-* ``logs:CreateLogStream`` / ``logs:PutLogEvents`` in the function's own log group only
-  (the group itself is created by the deployment, with its retention, not by the function);
-* with a shared prediction cache (``CACHE_TABLE``): ``dynamodb:GetItem`` and
-  ``dynamodb:PutItem`` on that table only (no index, no other action: the function reads
-  one item by its key and writes one, and DynamoDB's TTL deletes the expired ones);
-* with data capture on (``CAPTURE_MODE`` not ``off``): ``s3:PutObject`` under the
-  ``CAPTURE_DESTINATION`` bucket/prefix, or ``firehose:PutRecordBatch`` on its delivery stream;
-* with jobs (``JOBS_BUCKET``): the uploads, tickets and job records the routes write and
-  read (:func:`sagegate.deploy.jobs_policy.api_statements`);
-* with X-Ray on (the stage's ``xray``): ``xray:PutTraceSegments`` and
-  ``xray:PutTelemetryRecords``, which AWS only grants on ``"*"`` (X-Ray has no resource-level
-  permissions), so X-Ray is opt-in and the prod test refuses it until someone decides to.
+* ``sagemaker:InvokeEndpoint`` on the stage's endpoints only, and on the inference components its
+models name: a call naming a component is authorized against the component's ARN as well as the
+endpoint's, so a component no ``model.json`` names is refused by IAM;
+* ``logs:CreateLogStream`` / ``logs:PutLogEvents`` in the function's own log group (the
+deployment creates the group, with its retention);
+* with ``CACHE_TABLE``: ``dynamodb:GetItem`` and ``PutItem`` on that table only (one item read
+and written by key; DynamoDB's TTL deletes the expired);
+* with data capture on: ``s3:PutObject`` under ``CAPTURE_DESTINATION``, or
+``firehose:PutRecordBatch`` on its stream;
+* with ``JOBS_BUCKET``: what the job routes write and read
+(:func:`sagegate.deploy.jobs_policy.api_statements`);
+* with X-Ray on: ``xray:PutTraceSegments`` and ``PutTelemetryRecords``, which AWS only grants on
+``"*"`` (no resource-level permissions), so X-Ray is opt-in and the prod test refuses it until
+someone decides to.
 
-The scheduled monitor (:func:`render_monitor`), or the three functions of a fanned-out one
-(:func:`render_monitor_functions`), and each job function
-(:func:`sagegate.deploy.jobs_policy.render_function`) get roles of their own, written beside
-it as ``policy-<stage>-<function>.json``.
+The scheduled monitor (or a fanned-out one's three functions) and each job function get roles of
+their own, written beside it as ``policy-<stage>-<function>.json``.
 
 ARNs hold the account and region, so the committed files are rendered for the documentation
-account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy commands)
-render them for the real account::
+account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy commands) render
+them for the real account::
 
     sagegate policy --stage prod --account 111122223333 --region eu-west-1
+@@ :(JOBS, PARTS, RESULTS)
+A fanned-out run's folders (:mod:`chalicelib.monitor.fanout`'s, which a test holds equal).
 """
 from __future__ import annotations
 
@@ -109,13 +106,12 @@ def monitor_policy_path(stage: str, root: Path = ROOT) -> Path:
 
 
 def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | None:
-    """The scheduled monitor's IAM policy; None for a stage without ``MONITOR_BASELINE``, or
-    whose monitor is fanned out (:func:`render_monitor_functions`).
+    """The scheduled monitor's IAM policy; None without ``MONITOR_BASELINE`` or when fanned out.
 
-    Its own role, apart from the API function's: read the capture prefix, read the baseline
-    prefix, write the monitoring prefix, list those two read prefixes only (so a missing
-    baseline is a 404 it can report, not a 403), and write its own log group (its metrics are
-    EMF lines in that log: no ``cloudwatch:PutMetricData``). No ``sagemaker:InvokeEndpoint``.
+    Its own role: read the capture and baseline prefixes, list those two only (so a missing
+    baseline is a 404 it can report, not a 403), write the monitoring prefix and its own log
+    group (metrics are EMF lines: no ``cloudwatch:PutMetricData``). No
+    ``sagemaker:InvokeEndpoint``.
 
     Raises:
         ValueError: a malformed account id or region, or bad monitor settings.
@@ -138,21 +134,17 @@ def render_monitor(stage: Stage, account: str, region: str) -> dict[str, Any] | 
 
 def render_monitor_functions(stage: Stage, account: str,
                              region: str) -> dict[str, dict[str, Any]]:
-    """The IAM policies of a fanned-out monitor's functions (``MONITOR_ENGINE=
-    stepfunctions``), by function; empty for any other stage. Each may do its own step only,
-    every object statement on one prefix, under the run prefix ``<MONITOR_OUTPUT>-runs`` one
-    folder each (``jobs/``, ``parts/``, ``results/``):
+    """A fanned-out monitor's functions' IAM policies, by function; empty for any other stage.
+    Each may do its own step only, every object statement on one prefix, under the run prefix
+    ``<MONITOR_OUTPUT>-runs``:
 
-    * ``monitor_plan``: list the capture and baseline prefixes (the variants and the hour
-      prefixes that hold objects; a missing baseline is a 404), read the baselines, write
-      the run's ``jobs/``;
-    * ``monitor_map``: read the captures and the run's ``jobs/``, write its ``parts/``;
-    * ``monitor_reduce``: list the baseline prefix, read the baselines, the run's ``parts/``
-      and ``results/`` (the ResultWriter's manifests and files), write the monitoring
-      prefix (Model Monitor's files and the report).
+    * ``monitor_plan``: list the capture and baseline prefixes (a missing baseline is a 404),
+    read the baselines, write ``jobs/``;
+    * ``monitor_map``: read the captures and ``jobs/``, write ``parts/``;
+    * ``monitor_reduce``: list the baseline prefix, read the baselines, ``parts/`` and
+    ``results/``, write the monitoring prefix.
 
-    Each writes its own log group (the reduce's metrics are EMF lines there). None may invoke
-    an endpoint, nor delete anything.
+    Each writes its own log group. None may invoke an endpoint or delete anything.
 
     Raises:
         ValueError: a malformed account id or region, or bad monitor settings.
@@ -198,7 +190,6 @@ def monitor_function_policy_path(stage: str, function: str, root: Path = ROOT) -
 
 
 def _listings(arn: str, sid: str, reads: Sequence[S3Location]) -> list[dict[str, Any]]:
-    """``s3:ListBucket`` on each bucket of ``reads``, for their prefixes only."""
     listed: dict[str, list[str]] = {}
     for location in reads:
         listed.setdefault(location.bucket, []).append(
@@ -214,9 +205,9 @@ def _objects(arn: str, location: S3Location) -> str:
 
 
 def endpoints(stage: Stage) -> list[str]:
-    """Every endpoint the stage's function calls: each registered model's (``chalicelib/
-    models/``, ``$VARIABLE`` endpoints read from the stage), the flat ``ENDPOINT_NAME``'s.
-    SageMaker lower-cases resource names in its ARNs; IAM compares ARNs case-sensitively.
+    """Every endpoint the stage's function calls (each model's, ``$VARIABLE`` ones read from the
+    stage; the flat ``ENDPOINT_NAME``), lower-cased: SageMaker lower-cases names in its ARNs and
+    IAM compares ARNs case-sensitively.
 
     Raises:
         ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
@@ -227,7 +218,6 @@ def endpoints(stage: Stage) -> list[str]:
 
 
 def _experiment_endpoints(model: Any) -> list[str]:
-    """The endpoints a model's experiment calls: its arms' and its shadows'."""
     experiment = model.experiment
     if experiment is None:
         return []
@@ -235,9 +225,7 @@ def _experiment_endpoints(model: Any) -> list[str]:
 
 
 def inference_components(stage: Stage) -> list[str]:
-    """Every inference component the stage's models name (``model.json``'s
-    ``inference_component``, ``$VARIABLE`` ones read from the stage), lower-cased as the
-    endpoints are.
+    """Every inference component the stage's models name, lower-cased as the endpoints are.
 
     Raises:
         ValueError: a model.json is invalid for this stage.
@@ -299,7 +287,6 @@ def render_for_session(stage: Stage, session: Any, account: str | None = None,
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate policy``: render a stage's policy file for an account and region."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Render .chalice/policy-<stage>.json, the function's "
         "least-privilege IAM policy, for an account and region. Without --account it asks "

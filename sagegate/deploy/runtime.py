@@ -1,11 +1,9 @@
 """The Lambda runtime sagegate deploys to, and the wheels that can load on it.
 
-Chalice names the runtime after the interpreter that runs it (``python3.13`` under Python
-3.13), and the project's interpreter is the one ``.python-version`` selects. Each Lambda Python
-runtime runs on one Amazon Linux release, whose glibc decides which manylinux wheels load
-there: a wheel tagged ``manylinux_2_X`` needs glibc 2.X or newer. The pip ``--platform`` list
-for the layer (:mod:`sagegate.deploy.layer`) and the locks (:mod:`sagegate.deploy.lock`) is
-computed from that glibc version instead of being written out by hand.
+Chalice names the runtime after its interpreter (``python3.13``), the one ``.python-version``
+selects. Each Lambda Python runtime runs on one Amazon Linux release, whose glibc decides which
+wheels load: ``manylinux_2_X`` needs glibc 2.X or newer. The layer's and the locks' pip
+``--platform`` list is computed from that glibc instead of written by hand.
 """
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ OLDEST_GLIBC_MINOR = 17
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-    """One Lambda Python runtime: its identifier, operating system and glibc."""
 
     name: str
     python: str
@@ -28,7 +25,6 @@ class Runtime:
     snapstart: bool
 
     def manylinux_platforms(self, architecture: str = ARCHITECTURE) -> list[str]:
-        """Every pip ``--platform`` whose wheels load on this runtime's glibc."""
         major, newest_minor = self.glibc
         if major != 2 or newest_minor < OLDEST_GLIBC_MINOR:
             raise ValueError(f"{self.name}: unsupported glibc {major}.{newest_minor}")
@@ -63,6 +59,5 @@ def runtime_for(python_version: str) -> Runtime:
 
 
 def current() -> Runtime:
-    """The runtime of the interpreter running this code (Chalice's choice)."""
     return runtime_for(f"{sys.version_info.major}.{sys.version_info.minor}")
 

@@ -22,14 +22,12 @@ from sagegate.deploy.stages import ROOT
 
 
 def stack_name(stage: Stage) -> str:
-    """The stack of a stage: ``sagegate-<stage>``, the function's own name."""
     return stage.function_name
 
 
 def cloudformation_commands(stage: Stage, directory: Path, bucket: str, region: str,
                             params: Sequence[str] = (), aws_cli: str = "aws",
                             root: Path = ROOT) -> list[list[str]]:
-    """``aws cloudformation package``, ``deploy`` and ``describe-stacks`` for a package."""
     folder = directory.relative_to(root)
     overrides = ["--parameter-overrides", *params] if params else []
     return [
@@ -47,7 +45,6 @@ def cloudformation_commands(stage: Stage, directory: Path, bucket: str, region: 
 def deploy(stage: Stage, bucket: str, session: Any, account: str | None = None,
            params: Sequence[str] = (), aws_cli: str = "aws", root: Path = ROOT,
            runner: Runner = run) -> None:
-    """Render the policy, package, upload and deploy the stage's stack."""
     policy.render_for_session(stage, session, account, root)
     directory = package.package_sam(stage, root, runner)
     for command in cloudformation_commands(stage, directory, bucket, session.region_name,
@@ -56,7 +53,6 @@ def deploy(stage: Stage, bucket: str, session: Any, account: str | None = None,
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate deploy``: SAM/CloudFormation deploy of one stage."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage as one CloudFormation stack, sagegate-<stage> "
         "(Path A, needs AWS): render the IAM policy, package (SAM), aws cloudformation "

@@ -1,11 +1,9 @@
 """A Lambda-like tree from the packaged zips, and a bare interpreter to run the handler in it.
 
-Used by the deploy tests (``tests/deploy/test_artifact.py``) and the cold-start benchmark
-(``bench/coldstart.py``): the function zip and the layer zip that a deploy uploads are
-extracted into ``var/task`` and ``opt/python``; ``var/runtime`` gets what Lambda's Python
-runtime provides (boto3 and what it needs, and ``snapshot_restore_py``), linked from this
-environment. :func:`invoke` runs ``sandbox_child.py`` there, by its file path, in a bare
-interpreter that cannot import this package.
+For the deploy tests and ``bench/coldstart.py``: the function and layer zips a deploy uploads are
+extracted into ``var/task`` and ``opt/python``; ``var/runtime`` gets what Lambda's Python runtime
+provides (boto3, ``snapshot_restore_py``), linked from this environment. :func:`invoke` runs
+``sandbox_child.py`` by its path in a bare interpreter that cannot import this package.
 """
 from __future__ import annotations
 
@@ -39,7 +37,6 @@ class LambdaTree:
 
     @classmethod
     def build(cls, root: Path, function_zip: Path, layer_zip: Path) -> LambdaTree:
-        """Extract both zips under ``root`` and link the runtime's packages."""
         tree = cls(root / "var" / "task", root / "opt", root / "var" / "runtime")
         for archive, target in ((function_zip, tree.task), (layer_zip, tree.layer)):
             with zipfile.ZipFile(archive) as zipped:
@@ -62,7 +59,6 @@ def _expose_runtime_packages(target: Path) -> None:
 
 def lambda_env(variables: Mapping[str, str], function_name: str, runtime: str,
                endpoint_url: str, snapstart: bool = False) -> dict[str, str]:
-    """The environment Lambda gives the function: the template's variables, the runtime's."""
     return {**variables, **DUMMY_CREDENTIALS,
             "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
             "AWS_LAMBDA_FUNCTION_NAME": function_name,
@@ -87,9 +83,8 @@ def invoke(tree: LambdaTree, env: Mapping[str, str], events: Sequence[Mapping[st
            handler: str = "app", function_timeout: float = 28.0) -> Run:
     """Replay ``events`` through the packaged handler in a fresh ``python -I -S -B``.
 
-    ``handler`` is the name in app.py that Lambda calls: ``app`` for the REST API, an event
-    function's name (``job_runner``, ``monitor``) for its events. ``function_timeout`` is the
-    function's configured timeout: each invocation's context counts down from it, as Lambda's.
+    ``handler`` is the name in app.py Lambda calls (``app``, ``job_runner``, ``monitor``); each
+    invocation's context counts down from ``function_timeout``, as Lambda's.
 
     Raises:
         RuntimeError: the child failed (its output is in the message).

@@ -1,22 +1,18 @@
 """Run the packaged handler the way a Lambda Python runtime does, in a bare interpreter.
 
-Started by :mod:`sagegate.deploy.sandbox` as
-``python -I -S -B sandbox_child.py TASK LAYER RUNTIME IN OUT [HANDLER]``: no site-packages,
-no PYTHON* variables, no user site, no .pyc writes. ``sys.path`` becomes what Lambda gives a
-function: the function code (``/var/task``), the layer (``/opt/python``), then the runtime's own
-packages (``/var/runtime``: boto3, snapshot_restore_py), then the standard library. Nothing
-from the development virtualenv is importable, so a dependency missing from the zips fails
-here as it would on Lambda.
+Started by :mod:`sagegate.deploy.sandbox` as ``python -I -S -B sandbox_child.py TASK LAYER
+RUNTIME IN OUT [HANDLER]``. ``sys.path`` becomes what Lambda gives a function: the code
+(``/var/task``), the layer (``/opt/python``), the runtime's packages (``/var/runtime``: boto3,
+snapshot_restore_py), the standard library. Nothing of the development virtualenv is importable,
+so a dependency missing from the zips fails here as on Lambda.
 
-With ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` the child does what SnapStart does between
-init and the first invocation: it runs the registered before-snapshot hooks (in reverse order
-of registration), then the after-restore hooks (in order), and times the latter.
+With ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` it does what SnapStart does between init and
+the first invocation: the before-snapshot hooks (reverse order), then the after-restore hooks (in
+order, timed).
 
-IN is a JSON list of events for HANDLER (``app``, the REST API's, by default; or an event
-function's, such as ``job_runner``: Lambda's handler ``app.<name>``); OUT receives the
-handler's answers, the time each
-phase took, and where each key module was imported from. Only the standard library is used
-before the path is set.
+IN is a JSON list of events for HANDLER (``app`` by default, or an event function such as
+``job_runner``); OUT receives the answers, each phase's time, and where each key module was
+imported from. Only the standard library is used before the path is set.
 """
 import json
 import os
@@ -27,7 +23,6 @@ STARTED = time.perf_counter()
 
 
 class LambdaContext:
-    """The attributes Lambda's context object has that code commonly reads."""
 
     def __init__(self, request_id: str, timeout_seconds: float = 28.0) -> None:
         name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "sagegate")
@@ -45,7 +40,6 @@ class LambdaContext:
 
 
 def _snapshot_and_restore() -> dict:
-    """Run the runtime hooks as SnapStart would; returns counts and the restore's time."""
     import snapshot_restore_py as hooks
 
     before = list(hooks.get_before_snapshot())
@@ -60,9 +54,8 @@ def _snapshot_and_restore() -> dict:
 
 
 def _built_at_import(app: object) -> bool:
-    """Whether importing ``app`` built the models' pipelines (``app.services``' built
-    pipelines; older zips kept one predictor, ``services._predictor`` or ``app._PREDICTOR``),
-    read without building them."""
+    """Whether importing ``app`` built the models' pipelines (older zips kept one predictor,
+    ``services._predictor`` or ``app._PREDICTOR``), read without building them."""
     services = getattr(app, "services", None)
     if services is not None:
         return bool(getattr(services, "_pipelines", None)) \

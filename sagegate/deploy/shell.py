@@ -1,9 +1,8 @@
 """What the deploy commands share: running external tools, errors, paths, options.
 
-Where re-implementing a tool is unreasonable (pip, ``chalice package`` / ``deploy``, the AWS
-CLI's ``cloudformation package`` / ``deploy``, cfn-lint, checkov, uv) the commands build its
-command line and hand it to a :class:`Runner`; :func:`run` is the real one, the tests pass a
-recorder and check the exact commands.
+Where re-implementing a tool is unreasonable (pip, chalice, the AWS CLI's ``cloudformation``,
+cfn-lint, checkov, uv) the commands build its command line and hand it to a :class:`Runner`;
+:func:`run` is the real one, the tests pass a recorder and check the exact commands.
 """
 from __future__ import annotations
 
@@ -26,12 +25,8 @@ PACKAGE_REGION = "us-east-1"
 
 
 class DeployError(Exception):
-    """A deploy command cannot go on; the message says why, and what to do about it.
-
-    Attributes:
-        status: the exit status (2: called wrongly or for a stage that may not deploy;
-            1: a step failed).
-    """
+    """A deploy command cannot go on; the message says why, and what to do about it. ``status``:
+    2, called wrongly or for a stage that may not deploy; 1, a step failed."""
 
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
@@ -43,14 +38,8 @@ class Runner(Protocol):
 
     def __call__(self, command: Sequence[str], *, env: Mapping[str, str] | None = None,
                  cwd: Path | None = None, capture: bool = False) -> str:
-        """Run ``command``.
-
-        Args:
-            command: the program and its arguments.
-            env: variables to set over the current environment.
-            cwd: the directory to run in.
-            capture: return the command's standard output instead of letting it through.
-        """
+        """Run ``command`` (``env`` over the current environment; ``capture``: return its
+        standard output)."""
         ...
 
 
@@ -67,24 +56,20 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 
 def display(command: Sequence[str]) -> str:
-    """``command`` as a shell line, with paths inside the project shown relative to it."""
     prefix = f"{ROOT}{os.sep}"
     return shlex.join(part[len(prefix):] if part.startswith(prefix) else part
                       for part in command)
 
 
 def tool(name: str) -> str:
-    """A program installed beside this interpreter (``.venv/bin/chalice``, ``uv``)."""
     return str(Path(sys.executable).parent / name)
 
 
 def build_dir(root: Path) -> Path:
-    """``build/`` of the project at ``root``."""
     return root / BUILD
 
 
 def config_path(root: Path) -> Path:
-    """The Chalice config of the project at ``root``."""
     return CONFIG_PATH if root == ROOT else root / ".chalice" / "config.json"
 
 
@@ -92,8 +77,7 @@ def stage_for(name: str, root: Path = ROOT) -> Stage:
     """A deploy stage, resolved and checked.
 
     Raises:
-        DeployError: (status 2) not one of :data:`DEPLOY_STAGES`, or a stage that may not
-            deploy as configured (an implicitly open API, a bad ``snapstart``).
+        DeployError: (status 2) not a deploy stage, or one that may not deploy as configured.
     """
     if name not in DEPLOY_STAGES:
         raise DeployError(f"{name!r} is not a deploy stage: use one of "
@@ -105,13 +89,11 @@ def stage_for(name: str, root: Path = ROOT) -> Stage:
 
 
 def remove_bytecode(root: Path) -> None:
-    """Delete ``chalicelib``'s ``__pycache__`` directories: they must not be packaged."""
     for cache in sorted((root / "chalicelib").rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def add_stage_option(parser: argparse.ArgumentParser, default: str | None = None) -> None:
-    """``--stage``, one of :data:`DEPLOY_STAGES` (argparse refuses any other)."""
     parser.add_argument("--stage", choices=DEPLOY_STAGES, default=default,
                         required=default is None,
                         help=f"the stage to deploy ({', '.join(DEPLOY_STAGES)})"

@@ -1,11 +1,8 @@
-"""Print the sizes of the deployment artifacts and check them against Lambda's limits.
+"""Print the deployment artifacts' sizes and check them against Lambda's limits (exit status 1
+when one is broken):
 
-``sagegate package`` prints them after each package (:func:`report`).
-
-Limits checked (exit status 1 when one is broken):
-
-* the function zip is at most 5 MB, sagegate's own target, so that ``chalice deploy``
-  uploads it directly (Lambda's direct-upload limit is 50 MB);
+* the function zip at most 5 MB, sagegate's own target, so ``chalice deploy`` uploads it directly
+(Lambda's direct-upload limit is 50 MB);
 * function and layers together unzip to at most 250 MB, Lambda's hard limit.
 """
 from __future__ import annotations
@@ -31,7 +28,6 @@ class ZipSize:
 
     @classmethod
     def of(cls, path: Path) -> ZipSize:
-        """Measure ``path``."""
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
         return cls(path, path.stat().st_size, sum(info.file_size for info in infos), len(infos))

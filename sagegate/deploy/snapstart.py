@@ -1,19 +1,15 @@
 """SnapStart for a stage deployed with ``chalice deploy``, which knows no versions or aliases.
 
-SnapStart only serves published versions, never ``$LATEST``, and Chalice 1.34 wires API
-Gateway to the unqualified function. After ``chalice deploy``, :func:`enable`:
-
-1. turns SnapStart on for published versions (``UpdateFunctionConfiguration``),
-2. publishes a version of the code just deployed and waits until its snapshot is ready,
-3. points the ``live`` alias at it (created on the first run),
-4. lets API Gateway invoke the alias (``AddPermission`` with the alias as qualifier),
-5. points every Lambda proxy integration of the REST API at the alias, and redeploys the
-   API stage.
+SnapStart only serves published versions, never ``$LATEST``, and Chalice 1.34 wires API Gateway
+to the unqualified function. After ``chalice deploy``, :func:`enable` turns SnapStart on for
+published versions, publishes a version and waits for its snapshot, points the ``live`` alias at
+it, lets API Gateway invoke the alias, points every proxy integration at it and redeploys the API
+stage.
 
 Each ``chalice deploy`` resets the integrations to ``$LATEST`` (it re-imports the Swagger
 document), so ``sagegate chalice-deploy`` runs this after every deploy. :func:`disable` undoes
-it: SnapStart off, integrations back on the unqualified function. The SAM path does the same
-in the template (:func:`sagegate.deploy.templates.apply_snapstart`)::
+it. The SAM path does the same in the template
+(:func:`sagegate.deploy.templates.apply_snapstart`)::
 
     sagegate snapstart enable --stage prod --region eu-west-1
     sagegate snapstart disable --stage prod --region eu-west-1
@@ -56,7 +52,6 @@ class Target:
         return f"{self.function_arn}:{ALIAS}"
 
     def integration_uri(self, arn: str) -> str:
-        """The URI an AWS_PROXY integration uses to invoke ``arn``."""
         return _INTEGRATION_URI.format(partition=self.partition, region=self.region, arn=arn)
 
 
@@ -106,7 +101,6 @@ def _allow_api_gateway(lambda_client: Any, target: Target) -> None:
 
 
 def _point_integrations(apigateway: Any, target: Target, old_arn: str, new_arn: str) -> int:
-    """Re-point every proxy integration invoking ``old_arn``; redeploy if any changed."""
     old_uri, new_uri = target.integration_uri(old_arn), target.integration_uri(new_arn)
     changed = 0
     pages = apigateway.get_paginator("get_resources").paginate(
@@ -127,7 +121,7 @@ def _point_integrations(apigateway: Any, target: Target, old_arn: str, new_arn: 
 
 
 def target_for(stage: Stage, session: Any) -> Target:
-    """The function and API ``chalice deploy`` created for ``stage``, in the session's account.
+    """The function and API ``chalice deploy`` created for ``stage``.
 
     Raises:
         ValueError: the stage has not been deployed with ``chalice deploy``.
@@ -139,7 +133,6 @@ def target_for(stage: Stage, session: Any) -> Target:
 
 
 def switch(action: str, stage: Stage, session: Any) -> str:
-    """``enable`` or ``disable`` SnapStart for a chalice-deployed stage; returns what changed."""
     target = target_for(stage, session)
     lambda_client, apigateway = session.client("lambda"), session.client("apigateway")
     if action == "enable":
@@ -151,7 +144,6 @@ def switch(action: str, stage: Stage, session: Any) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate snapstart``: ``enable`` or ``disable`` on a chalice-deployed stage."""
     parser = argparse.ArgumentParser(
         prog=prog, description="SnapStart for a stage deployed with chalice deploy (Path B): "
         "enable publishes a version behind the 'live' alias and points the API at it "

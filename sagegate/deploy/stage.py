@@ -1,10 +1,9 @@
 """One stage's settings as the deploy helpers read them: the :class:`Stage` value.
 
-Every deploy module reads a stage through this value, and only :mod:`sagegate.deploy.stages`
-makes one (:func:`~sagegate.deploy.stages.load_stage`: the stage resolved from
-``.chalice/config.json`` as Chalice resolves it, then checked). It sits below both that module
-and what its checks call (:func:`sagegate.deploy.jobs.check_jobs`), so neither imports the
-other's importer: this module imports no other module of :mod:`sagegate.deploy`.
+Only :func:`sagegate.deploy.stages.load_stage` makes one (resolved as Chalice resolves it, then
+checked). It sits below that module and what its checks call
+(:func:`sagegate.deploy.jobs.check_jobs`), so it imports no other module of
+:mod:`sagegate.deploy`.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ if TYPE_CHECKING:
 MONITOR_FUNCTION = "monitor"  # app.py's scheduled monitor, by its name in lambda_functions
 MONITOR_PLAN, MONITOR_MAP, MONITOR_REDUCE = "monitor_plan", "monitor_map", "monitor_reduce"
 MONITOR_FANOUT_FUNCTIONS = (MONITOR_PLAN, MONITOR_MAP, MONITOR_REDUCE)
-"""app.py's functions of a fanned-out monitor (``MONITOR_ENGINE=stepfunctions``), called by
-the stage's state machine (:mod:`sagegate.deploy.monitor_template`)."""
+"""app.py's functions of a fanned-out monitor, called by the stage's state machine."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,29 +24,19 @@ class Stage:
     """What the deploy helpers need to know about one stage.
 
     Attributes:
-        name: the Chalice stage.
-        app_name: the Chalice app name.
-        function_name: the REST API handler's Lambda function name (``<app>-<stage>``).
         env: the function's environment variables (global merged with the stage's).
-        xray: whether X-Ray tracing is on.
-        layers: layer version ARNs from the config.
         python_version: the Lambda runtime (``python3.11``), as Chalice picks it.
-        api_gateway_stage: the API Gateway stage name.
-        log_retention_in_days: how long the function's logs are kept (None: forever).
-        snapstart: publish versions with SnapStart behind the ``live`` alias that API Gateway
-            invokes (``"snapstart"`` in the stage, sagegate's own key; Chalice ignores it).
-        open_api: the stage deploys without authentication on purpose
-            (``SAGEGATE_OPEN_API=true`` beside ``SAGEGATE_AUTH=none``, which the function
-            itself checks again on Lambda).
-        tags: the function's tags as Chalice resolves them (the stage's ``tags`` and
-            Chalice's own ``aws-chalice``), given to the resources sagegate adds beside it.
-        capture_stream: the ``s3://bucket/prefix`` the stage's own capture stream delivers
-            to (``"capture_stream"`` in the stage, sagegate's own key; Chalice ignores it):
-            set, the stack creates the Firehose stream ``CAPTURE_DESTINATION`` names
-            (:mod:`sagegate.deploy.capture_template`); empty, it creates none.
-        lambda_functions: the stage's ``lambda_functions`` settings as written (by
-            function name: ``lambda_timeout``, ``reserved_concurrency``, ...), which the
-            templates size what calls those functions by.
+        log_retention_in_days: None: forever.
+        snapstart: publish versions with SnapStart behind the ``live`` alias API Gateway invokes
+            (sagegate's own stage key; Chalice ignores it).
+        open_api: no authentication on purpose (``SAGEGATE_OPEN_API=true`` beside
+            ``SAGEGATE_AUTH=none``, which the function checks again on Lambda).
+        tags: as Chalice resolves them (the stage's and ``aws-chalice``), given to the resources
+            sagegate adds.
+        capture_stream: where the stage's own capture stream delivers (sagegate's own key): set,
+            the stack creates the Firehose stream ``CAPTURE_DESTINATION`` names; empty, none.
+        lambda_functions: the stage's per-function settings as written, which the templates size
+            what calls those functions by.
     """
 
     name: str
@@ -68,17 +56,16 @@ class Stage:
 
     @property
     def cache_table(self) -> str:
-        """The DynamoDB table of the shared prediction cache (``CACHE_TABLE``; empty: the
-        function keeps its in-process cache only, and no table is deployed or granted)."""
+        """``CACHE_TABLE``; empty: the in-process cache only, no table deployed or granted."""
         return self.env.get("CACHE_TABLE", "").strip()
 
     @property
     def monitor(self) -> MonitorSettings | None:
-        """The scheduled monitor's settings (``MONITOR_BASELINE``; None: not monitored).
+        """The scheduled monitor's settings (None: not monitored).
 
         Raises:
-            ValueError: monitoring is on without an ``s3://`` ``CAPTURE_DESTINATION``, or a
-                monitor setting is not an ``s3://`` URI.
+            ValueError: monitoring on without an ``s3://`` ``CAPTURE_DESTINATION``, or a monitor
+                setting not an ``s3://`` URI.
         """
         # deferred: the monitor's analysis modules cost more to import than this whole
         # module; only a command that reads a stage's monitor settings pays for them
@@ -88,16 +75,14 @@ class Stage:
 
     @property
     def monitor_function_name(self) -> str:
-        """The scheduled monitor's Lambda function (``<app>-<stage>-monitor``, Chalice's
-        name for app.py's ``@app.schedule(..., name="monitor")``)."""
+        """Chalice's name for app.py's ``@app.schedule(..., name="monitor")``."""
         return f"{self.function_name}-{MONITOR_FUNCTION}"
 
     @property
     def endpoint_name(self) -> str:
-        """The SageMaker endpoint the function calls."""
         return self.env["ENDPOINT_NAME"]
 
     @property
     def auth(self) -> str:
-        """The authentication mode (``SAGEGATE_AUTH``; checked present by :func:`load_stage`)."""
+        """``SAGEGATE_AUTH`` (checked present by :func:`load_stage`)."""
         return self.env.get("SAGEGATE_AUTH", "").strip().lower()

@@ -1,13 +1,10 @@
 """A deployed stage's settings, resolved from ``.chalice/config.json`` the way Chalice does.
 
-The deploy helpers (IAM policy, SAM merge template, layer ARN) read the stage through
-Chalice's own :class:`chalice.config.Config`, so a value set globally, per stage or per
-function resolves here exactly as it does in ``chalice deploy`` and ``chalice package``.
-:func:`load_stage` makes the :class:`~sagegate.deploy.stage.Stage` they read, and checks a
-deploy stage (its authentication, its monitor, its capture stream:
-:func:`sagegate.deploy.capture_template.check_capture_stream`, its jobs:
-:func:`sagegate.deploy.jobs.check_jobs`, its experiments' shadows: :func:`check_shadows`).
-The stages sagegate deploys are :data:`DEPLOY_STAGES`, listed here and nowhere else::
+The deploy helpers read the stage through Chalice's own :class:`chalice.config.Config`, so a
+value set globally, per stage or per function resolves as in ``chalice deploy`` and ``chalice
+package``. :func:`load_stage` makes the :class:`~sagegate.deploy.stage.Stage` and checks a deploy
+stage (authentication, monitor, capture stream, jobs, shadows). The stages sagegate deploys are
+:data:`DEPLOY_STAGES`, listed here and nowhere else::
 
     sagegate stage prod                  # every resolved setting of the stage
     sagegate stage prod --key auth       # one of them: api-key
@@ -41,7 +38,6 @@ _LAYER_ARN_RE = re.compile(
 
 
 def load_config(path: Path = CONFIG_PATH) -> dict[str, Any]:
-    """The parsed ``.chalice/config.json``."""
     with open(path, encoding="utf-8") as handle:
         config: dict[str, Any] = json.load(handle)
     return config
@@ -51,10 +47,10 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
     """Resolve one stage of the config with Chalice's own lookup rules.
 
     Raises:
-        KeyError: the config has no such stage.
+        KeyError: no such stage.
         ValueError: the stage would deploy an API nobody chose to leave open, has a bad
-            ``snapstart`` switch, a ``CACHE_TABLE`` DynamoDB would refuse, or jobs that
-            could not work (:func:`sagegate.deploy.jobs.check_jobs`).
+            ``snapstart`` switch, a ``CACHE_TABLE`` DynamoDB would refuse, or jobs that could not
+            work.
     """
     from chalice.config import Config
 
@@ -88,11 +84,7 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
 
 
 def _capture_stream(on_disk: dict[str, Any], stage: str) -> str:
-    """The stage's ``capture_stream`` (stage value only: a stream is one stage's).
-
-    Raises:
-        ValueError: not a string.
-    """
+    """The stage's ``capture_stream`` (stage value only: a stream is one stage's)."""
     value = on_disk["stages"][stage].get("capture_stream", "")
     if not isinstance(value, str):
         raise ValueError(f"stages.{stage}.capture_stream must be an s3://bucket/prefix "
@@ -104,12 +96,10 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
     """Refuse a monitored stage that cannot work or would run with the API's role.
 
     Raises:
-        ValueError: ``MONITOR_BASELINE`` is set but the captures are not in S3, or the stage
-            gives the monitor function no policy file of its own
-            (``lambda_functions.monitor.iam_policy_file``: without it, Chalice would run it
-            with the API function's role, which cannot read the captures or the baseline);
-            with ``MONITOR_ENGINE=stepfunctions``, the same for each of its three functions,
-            and :func:`sagegate.deploy.monitor_template.check_monitor_fanout`.
+        ValueError: the captures are not in S3, or the monitor function (each of the three,
+            fanned out) has no ``iam_policy_file`` of its own (Chalice would run it with the
+            API's role, which cannot read the captures or the baseline), or
+            :func:`sagegate.deploy.monitor_template.check_monitor_fanout` refuses.
     """
     from chalicelib.monitor.deployed_settings import MonitorConfigError
 
@@ -132,10 +122,10 @@ def check_monitor(stage: Stage, on_disk: dict[str, Any]) -> None:
 
 
 def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
-    """:func:`load_stage` for a stage that goes to AWS (one of :data:`DEPLOY_STAGES`).
+    """:func:`load_stage` for one of :data:`DEPLOY_STAGES`.
 
     Raises:
-        ValueError: ``name`` is not a deploy stage, or :func:`check_access` refuses it.
+        ValueError: not a deploy stage, or :func:`check_access` refuses it.
     """
     if name not in DEPLOY_STAGES:
         raise ValueError(f"{name!r} is not a deploy stage: use one of {', '.join(DEPLOY_STAGES)}")
@@ -144,11 +134,8 @@ def deploy_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
 
 def check_shadows(stage: Stage, lambda_timeout: int,
                   registered: Sequence[ModelSpec] | None = None) -> None:
-    """Refuse a deployed stage with a shadow that could never finish: the API function's
-    invocation, which waits for its shadows after the response, ends at ``lambda_timeout``.
-
-    Args:
-        registered: the stage's models (None: read them, :func:`sagegate.deploy.iam.models`).
+    """Refuse a shadow that could never finish: the API function's invocation, which waits for
+    its shadows after the response, ends at ``lambda_timeout``.
 
     Raises:
         ValueError: a shadow's ``timeout_seconds`` is not below the function's timeout.
@@ -168,8 +155,8 @@ def check_access(stage: Stage) -> None:
     """Refuse a deployed stage whose authentication is implicit, or open without saying so.
 
     Raises:
-        ValueError: ``SAGEGATE_AUTH`` is missing or blank, or is ``none`` while the stage has
-            no ``SAGEGATE_OPEN_API=true``.
+        ValueError: ``SAGEGATE_AUTH`` missing or blank, or ``none`` without
+            ``SAGEGATE_OPEN_API=true``.
     """
     where = f".chalice/config.json stages.{stage.name}"
     if not stage.auth:
@@ -187,7 +174,7 @@ def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:
     """The stage's ``snapstart`` switch (stage value, else top-level, else off).
 
     Raises:
-        ValueError: not a boolean, or on for a runtime that SnapStart does not support.
+        ValueError: not a boolean, or on for a runtime SnapStart does not support.
     """
     from sagegate.deploy.runtime import RUNTIMES
 
@@ -201,11 +188,10 @@ def _snapstart(on_disk: dict[str, Any], stage: str, runtime: str) -> bool:
 
 
 def record_layer(stage: str, arn: str, path: Path = CONFIG_PATH) -> None:
-    """Make ``arn`` the stage's only layer (``stages.<stage>.layers``) in the config file.
+    """Make ``arn`` the stage's only layer in the config file.
 
     Raises:
-        ValueError: ``arn`` is not a Lambda layer version ARN.
-        KeyError: the config has no such stage.
+        ValueError: not a Lambda layer version ARN. KeyError: no such stage.
     """
     if not _LAYER_ARN_RE.match(arn):
         raise ValueError(f"not a Lambda layer version ARN: {arn!r}")
@@ -215,7 +201,7 @@ def record_layer(stage: str, arn: str, path: Path = CONFIG_PATH) -> None:
 
 
 def rest_api_id(stage: str, root: Path = ROOT) -> str:
-    """The id of the REST API that ``chalice deploy`` created for ``stage`` in ``root``.
+    """The REST API that ``chalice deploy`` created for ``stage``.
 
     Raises:
         ValueError: the stage has not been deployed with ``chalice deploy``.
@@ -233,8 +219,8 @@ def rest_api_id(stage: str, root: Path = ROOT) -> str:
 
 
 def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
-    """The config without ``log_retention_in_days``, which Chalice 1.34 cannot write as
-    Terraform (``UnsupportedFeatureError: LogGroup``): Terraform users manage the group."""
+    """The config without ``log_retention_in_days``, which Chalice 1.34 cannot write as Terraform
+    (``UnsupportedFeatureError: LogGroup``): Terraform users manage the group."""
     config = load_config(path)
     config.pop("log_retention_in_days", None)
     config["stages"][stage].pop("log_retention_in_days", None)
@@ -262,7 +248,6 @@ def describe(stage: Stage) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``sagegate stage``: print a stage's settings as Chalice resolves them."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Show a stage's settings from .chalice/config.json, resolved "
         "as Chalice resolves them (global, then stage); deploy stages are also checked for "

@@ -1,54 +1,44 @@
 """CloudFormation that Chalice does not generate: the layer, usage plan, cache table, fixes.
 
-``chalice package --merge-template`` deep-merges a template into the SAM template it writes.
-:func:`merge_template` builds that template for one stage:
+``chalice package --merge-template`` deep-merges a template into its SAM template;
+:func:`merge_template` builds it for one stage:
 
-* ``DependenciesLayer``: the layer (numpy, OpenCV, ...) as an ``AWS::Serverless::LayerVersion``
-  whose content is the layer zip beside the template (``aws cloudformation package`` uploads
-  it to S3), set as the function's only layer. It replaces any ARN in the stage's ``layers``,
-  which is what the ``chalice deploy`` path uses instead.
-* The function gets its Chalice name (``sagegate-<stage>``), so its log group and the IAM
-  policy's log ARN are known in advance; ``ApiHandlerLogGroup`` gets that name too (Chalice
-  1.34 writes ``${ApiHandler}`` there, a resource that does not exist: the REST handler's
-  logical id is ``APIHandler``), and the function waits for its log group.
+* ``DependenciesLayer``: the layer zip beside the template as the function's only layer (``aws
+cloudformation package`` uploads it), replacing any ARN in the stage's ``layers`` (the ``chalice
+deploy`` path's).
+* The function gets its Chalice name (``sagegate-<stage>``), so its log group and the policy's
+log ARN are known in advance; ``ApiHandlerLogGroup`` gets it too (Chalice 1.34 writes
+``${ApiHandler}``, a resource that does not exist: the handler is ``APIHandler``), and the
+function waits for its log group.
 * A stage-wide throttle on every method, whatever the authentication mode.
-* API Gateway's own errors (413 over 10 MB, throttling, quota, bad key) in sagegate's error
-  shape (:mod:`sagegate.deploy.gateway_responses`).
-* With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota; template
-  parameters), one API key and the key's membership in the plan. Chalice marks the routes
-  ``api_key_required`` but creates none of these, and without them every request is refused.
-* With ``CACHE_TABLE`` in the stage's environment: ``PredictionCache``, the shared tier of
-  the prediction cache (:func:`cache_table`): an on-demand DynamoDB table of that name, keyed
-  by ``key``, whose items expire through the TTL attribute ``expires_at``, encrypted at rest,
-  deleted with the stack (it only holds answers the endpoint can give again). The function
-  waits for it, so no request finds the table missing.
-* With ``MONITOR_BASELINE`` (app.py's scheduled ``monitor``): the same fixes for that
-  function (its Chalice name ``sagegate-<stage>-monitor``, the layer, its log group named in
-  advance), no retry of a failed scheduled invocation (``EventInvokeConfig``
-  ``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would otherwise run a timed
-  out hour twice more), and its accepted findings. With ``MONITOR_ENGINE=stepfunctions``
-  instead: the state machine that runs the monitor, its schedule, their roles and its three
-  functions' fixes (:mod:`sagegate.deploy.monitor_template`).
-* With ``capture_stream`` (``CAPTURE_DESTINATION=firehose://...``): the capture stream into
-  the data bucket, its role and log group (:mod:`sagegate.deploy.capture_template`); the
-  function waits for it.
-* With ``JOBS_BUCKET`` (app.py's event functions ``job_runner``, ``job_results``,
-  ``job_failures``): the jobs bucket, table, topics, dead-letter queue and the functions'
-  fixes (:mod:`sagegate.deploy.jobs_template`).
-* ``Metadata.checkov.skip``: the scanner findings that are accepted, each with its reason.
+* API Gateway's own errors (413 over 10 MB, throttling, quota, bad key) in sagegate's error shape
+(:mod:`sagegate.deploy.gateway_responses`).
+* With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota), one API key and its
+membership. Chalice marks the routes ``api_key_required`` but creates none of these, and without
+them every request is refused.
+* With ``CACHE_TABLE``: ``PredictionCache`` (:func:`cache_table`); the function waits for it, so
+no request finds the table missing.
+* With ``MONITOR_BASELINE``: the same fixes for the ``monitor`` function
+(``sagegate-<stage>-monitor``), no retry of a failed scheduled invocation
+(``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would run a timed-out hour twice
+more), its accepted findings. With ``MONITOR_ENGINE=stepfunctions`` instead: the state machine,
+its schedule, roles and functions (:mod:`sagegate.deploy.monitor_template`).
+* With ``capture_stream``: the Firehose capture stream (:mod:`sagegate.deploy.capture_template`);
+the function waits for it.
+* With ``JOBS_BUCKET``: the jobs bucket, table, topics, dead-letter queue and functions' fixes
+(:mod:`sagegate.deploy.jobs_template`).
+* ``Metadata.checkov.skip``: the accepted scanner findings, each with its reason.
 
-:func:`apply_snapstart` then edits the packaged template of a stage with ``"snapstart": true``
-(Chalice cannot express it): SAM publishes a version on every change
-(``AutoPublishAlias: live``, ``AutoPublishAliasAllProperties``) with
-``SnapStart: {ApplyOn: PublishedVersions}``, and every API Gateway integration and the invoke
-permission point at the ``live`` alias instead of ``$LATEST``, which SnapStart never serves.
+:func:`apply_snapstart` edits the packaged template of a ``"snapstart": true`` stage (Chalice
+cannot express it): SAM publishes a version on every change (``AutoPublishAlias: live``,
+``AutoPublishAliasAllProperties``) with ``SnapStart: {ApplyOn: PublishedVersions}``, and every
+integration and the invoke permission point at ``live`` instead of ``$LATEST``, which SnapStart
+never serves.
 
-:func:`usage_plan_template` is the same usage plan as a stand-alone stack for an API that
-``chalice deploy`` created (its id comes from ``.chalice/deployed/<stage>.json``), and
-:func:`cache_template` the same cache table as a stand-alone stack, deployed before
-``chalice deploy``. ``sagegate package`` and ``sagegate check`` write these to
-``build/merge-<stage>.json``, ``build/usage-plan-<stage>.json`` and
-``build/cache-<stage>.json`` (:mod:`sagegate.deploy.package`, :mod:`sagegate.deploy.check`).
+:func:`usage_plan_template` and :func:`cache_template` are the same usage plan and table as
+stand-alone stacks for a ``chalice deploy`` stage (the API id from
+``.chalice/deployed/<stage>.json``), written by ``sagegate package`` and ``sagegate check`` to
+``build/usage-plan-<stage>.json`` and ``build/cache-<stage>.json``.
 """
 from __future__ import annotations
 
@@ -190,10 +180,9 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
 
 
 def _monitor(stage: Stage) -> dict[str, Any]:
-    """The scheduled monitor's fixes: its Chalice name (so its role's log ARN is known), the
-    layer (numpy, datasketches), its log group named in advance and waited for, and no
-    asynchronous retries (EventBridge invokes it asynchronously; a run that failed or timed
-    out would fail the same way again, and the next hour's run is due anyway)."""
+    """The scheduled monitor's fixes: its Chalice name, the layer, its log group named in advance
+    and waited for, and no asynchronous retries (a run that failed or timed out would fail again,
+    and the next hour's is due anyway)."""
     return {
         MONITOR: {
             "DependsOn": [MONITOR_LOG_GROUP],
@@ -257,13 +246,12 @@ def usage_plan_template(stage: Stage) -> dict[str, Any]:
 
 
 def cache_table(stage: Stage) -> dict[str, Any]:
-    """The shared prediction cache: the DynamoDB table named by the stage's ``CACHE_TABLE``.
+    """The shared prediction cache: the DynamoDB table the stage's ``CACHE_TABLE`` names.
 
-    On demand (``PAY_PER_REQUEST``): the function only does ``GetItem`` and ``PutItem``, as
-    bursty as its traffic, and an idle cache costs its storage alone. Items expire through
-    DynamoDB's TTL on ``expires_at`` (the function also ignores an expired item it reads, as
-    TTL deletion lags). Deleted with its stack: it holds nothing the endpoint cannot answer
-    again.
+    On demand: the function only does ``GetItem`` and ``PutItem``, as bursty as its traffic, and
+    an idle cache costs its storage alone. Items expire through TTL on ``expires_at`` (the
+    function ignores an expired item too, as deletion lags). Encrypted at rest; deleted with its
+    stack: it holds nothing the endpoint cannot answer again.
 
     Raises:
         ValueError: the stage sets no ``CACHE_TABLE``.
@@ -286,16 +274,16 @@ def cache_table(stage: Stage) -> dict[str, Any]:
 
 
 def cache_table_schema() -> dict[str, Any]:
-    """The cache table's key and TTL: what every copy of it needs (the stack's, and the local
-    stack's on moto's server)."""
+    """The cache table's key and TTL: what every copy needs (the stack's, the local stack's on
+    moto)."""
     return {"AttributeDefinitions": [{"AttributeName": CACHE_KEY, "AttributeType": "S"}],
             "KeySchema": [{"AttributeName": CACHE_KEY, "KeyType": "HASH"}],
             "TimeToLiveSpecification": {"AttributeName": CACHE_TTL_ATTRIBUTE, "Enabled": True}}
 
 
 def cache_template(stage: Stage) -> dict[str, Any]:
-    """A stand-alone stack, ``sagegate-<stage>-cache``: the cache table for ``chalice deploy``,
-    which creates no table itself."""
+    """A stand-alone stack, ``sagegate-<stage>-cache``, for ``chalice deploy``, which creates no
+    table."""
     return {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": f"sagegate {stage.name}: the shared prediction cache (DynamoDB)",
