@@ -1,15 +1,16 @@
-"""A stage's authentication under ``chalice local``, as far as this machine can honestly check it.
+"""A stage's authentication under ``chalice local``, as far as this machine can honestly check
+it.
 
-``chalice local`` does not check API keys: a route with ``api_key_required`` answers anyone.
-:mod:`sagegate.local.chalice_local` checks them as API Gateway does (403 ``{"message":"Forbidden"}``
-unless ``x-api-key`` is the key), against one local key: ``SAGEGATE_LOCAL_API_KEY`` when set,
-else a fresh random one per run, which ``sagegate run`` prints in its ready lines.
+``chalice local`` does not check API keys. :mod:`sagegate.local.chalice_local` checks them as API
+Gateway does (403 ``{"message":"Forbidden"}`` unless ``x-api-key`` is the key) against one local
+key: ``SAGEGATE_LOCAL_API_KEY``, else a fresh random one per run, printed in ``sagegate run``'s
+ready lines.
 
-IAM (SigV4) and Cognito stages cannot be checked here: a signature is checked against the
-caller's real credentials and a Cognito token against its user pool's keys, both in AWS, and
-``chalice local`` lets such requests in unchecked. ``sagegate run`` refuses them with one line
-rather than serve a protected stage open. Besides the standard library it imports only
-:mod:`chalicelib.core.access` (and its config and errors modules), none of which costs.
+IAM (SigV4) and Cognito cannot be checked here: a signature is checked against the caller's real
+credentials and a token against its user pool's keys, both in AWS, and ``chalice local`` lets
+such requests in unchecked. ``sagegate run`` refuses them with one line rather than serve a
+protected stage open. Besides the standard library it imports only :mod:`chalicelib.core.access`
+(and its config and errors), none of which costs.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from collections.abc import Mapping
 from chalicelib.core.access import Access, AuthMode
 
 API_KEY_ENV = "SAGEGATE_LOCAL_API_KEY"
-"""The local key (``x-api-key``) for a stage with API-key authentication; random when unset."""
 API_KEY_HEADER = "x-api-key"
 FORBIDDEN_BODY = b'{"message":"Forbidden"}'
 """API Gateway's answer (403) to a missing or wrong API key."""
@@ -41,16 +41,12 @@ def new_api_key() -> str:
 
 
 def configured_key(environ: Mapping[str, str]) -> str:
-    """The key ``SAGEGATE_LOCAL_API_KEY`` sets ("" when unset or blank)."""
     return environ.get(API_KEY_ENV, "").strip()
 
 
 def local_api_key(stage: str, env: Mapping[str, str]) -> str | None:
-    """The key ``chalice local`` will require for ``stage`` (None: the stage is open).
-
-    Args:
-        stage: the stage's name, for the message.
-        env: the environment sagegate will see under that stage.
+    """The key ``chalice local`` will require (None: the stage is open); ``env`` is what sagegate
+    will see under the stage.
 
     Raises:
         UncheckableAuth: the stage uses IAM or Cognito, which cannot be checked locally.

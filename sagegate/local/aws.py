@@ -1,23 +1,20 @@
 """The local stack's AWS side: moto's server (S3, SNS, SQS, DynamoDB) and what sagegate's jobs
 and the stage's tables need in it.
 
-:func:`start_moto` starts :mod:`sagegate.local.moto_server` as a child (as the emulator and
-``chalice local`` are started: ready once this child itself answers, stopped by its PID), its
-gate closed: it answers 503 to everyone but this process until :func:`provision` has created
-the jobs bucket, the asynchronous endpoints' buckets and topics, the event plumbing the local
-event pump reads (:mod:`sagegate.local.events`: the bucket's notification of new tickets to one
-SQS queue, both SNS topics subscribed to another, raw delivery off, so the SNS envelope
-arrives, as Lambda's SNS records carry it), the stage's DynamoDB tables (the jobs' and the
-prediction cache's, with the keys, index and TTL the templates declare) and the bucket of an
-``s3://`` capture destination, and then opens it. So no ticket can be written before the
-bucket notifies its event (after a restart too, while ``chalice local`` keeps serving).
-:class:`LocalJobs` then gives ``chalice local`` and the emulator the variables and options that
-point them there. :class:`MotoStack` is ``sagegate run``'s moto; :func:`jobs_stack` the whole
-stack with jobs on, for the integration tests and the benchmark.
+:func:`start_moto` starts :mod:`sagegate.local.moto_server` as a child (ready once this child
+itself answers, stopped by its PID), its gate closed: it answers 503 to all but this process
+until :func:`provision` has created the jobs bucket, the asynchronous endpoints' buckets and
+topics, the event plumbing the pump reads (:mod:`sagegate.local.events`: the ticket notification
+to one SQS queue, both topics subscribed to another with raw delivery off, so the SNS envelope
+arrives as Lambda's records carry it), the stage's tables (keys, index and TTL as the templates
+declare) and an ``s3://`` capture bucket. So no ticket can be written before the bucket notifies
+its event (after a restart too, while ``chalice local`` keeps serving). :class:`LocalJobs` gives
+``chalice local`` and the emulator the variables that point them there; :class:`MotoStack` is
+``sagegate run``'s moto; :func:`jobs_stack` the whole stack with jobs on, for tests and the
+benchmark.
 
-moto keeps everything in memory: when its server dies, the uploads, results and queued events
-are gone; ``sagegate run`` restarts it (:class:`sagegate.local.supervision.Supervisor`) and
-provisions it again, and says so.
+moto keeps everything in memory: when its server dies the uploads, results and queued events are
+gone; ``sagegate run`` restarts and provisions it again, and says so.
 """
 from __future__ import annotations
 
@@ -66,7 +63,6 @@ MOTO_READY_PATH = "/moto-api/"
 
 
 def topic_arn(name: str) -> str:
-    """The ARN moto gives a topic created here."""
     return f"arn:aws:sns:{REGION}:{ACCOUNT}:{name}"
 
 
@@ -83,8 +79,7 @@ class MotoProcess(ApiProcess):
 
 def start_moto(port: int, *, host: str = HOST, log: IO[bytes] | None = None,
                timeout: float = 60.0) -> MotoProcess:
-    """Start moto's server on ``host:port`` and wait until this child itself answers (503,
-    its gate closed until :func:`provision` opens it).
+    """Start moto's server and wait until this child itself answers (503: its gate is closed).
 
     Raises:
         MotoStartError: the child exited or never answered (it is then stopped).
@@ -113,7 +108,6 @@ def start_moto(port: int, *, host: str = HOST, log: IO[bytes] | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class LocalJobs:
-    """Where the local jobs flow lives in moto, and how the other processes find it."""
 
     endpoint_url: str
     bucket: str = JOBS_BUCKET
@@ -121,19 +115,16 @@ class LocalJobs:
     success_topic: str = topic_arn(SUCCESS_TOPIC)
     error_topic: str = topic_arn(ERROR_TOPIC)
     tickets_queue: str = ""
-    """The SQS queue URL of the bucket's ticket notifications (set by :func:`provision`)."""
+    """Set by :func:`provision`."""
     notifications_queue: str = ""
-    """The SQS queue URL both topics deliver to (set by :func:`provision`)."""
+    """The queue both topics deliver to (set by :func:`provision`)."""
     table: str = ""
-    """The jobs' DynamoDB table (``JOBS_TABLE``; empty: records in chalice local's memory)."""
+    """``JOBS_TABLE``; empty: records in chalice local's memory."""
     cache_table: str = ""
-    """The prediction cache's DynamoDB table (``CACHE_TABLE``; empty: none)."""
     capture_bucket: str = ""
-    """The bucket of an ``s3://`` capture destination (empty: captures go elsewhere)."""
 
     def settings_env(self) -> dict[str, str]:
-        """The variables sagegate reads: the bucket, the topics, the tables, and boto3's
-        endpoints (:func:`local_aws_env`); no jobs variable when jobs are off (no bucket)."""
+        """The variables sagegate reads and boto3's endpoints; no jobs variable with jobs off."""
         tables = {name: value for name, value in (("JOBS_TABLE", self.table),
                                                   ("CACHE_TABLE", self.cache_table)) if value}
         jobs = {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
@@ -141,50 +132,42 @@ class LocalJobs:
         return {**jobs, **tables, **local_aws_env(self.endpoint_url)}
 
     def api_env(self) -> dict[str, str]:
-        """Everything ``chalice local`` needs: :meth:`settings_env` and the pump's queues
-        (none with jobs off)."""
         queues = {name: value for name, value in ((TICKETS_QUEUE_ENV, self.tickets_queue),
                                                   (NOTIFICATIONS_QUEUE_ENV,
                                                    self.notifications_queue)) if value}
         return {**self.settings_env(), **queues}
 
     def emulator_args(self) -> list[str]:
-        """The emulator's options for its asynchronous endpoints' S3 and SNS."""
         return ["--s3-endpoint-url", self.endpoint_url,
                 "--sns-endpoint-url", self.endpoint_url]
 
     @property
     def tickets_prefix(self) -> str:
-        """The keys whose creation starts a job (the job runner's S3 event)."""
         return f"{self.prefix}tickets/"
 
 
 MOTO_SERVICES = ("S3", "SNS", "SQS", "DYNAMODB", "FIREHOSE")
-"""The services a local run uses on moto's server, each named by its own endpoint variable."""
 
 
 def local_aws_env(moto_url: str) -> dict[str, str]:
-    """The variables that point every boto3 client of a local run's process at moto's server:
-    each service's own endpoint variable, and ``AWS_ENDPOINT_URL`` for any other service (a
-    client nobody expected fails on 127.0.0.1 instead of reaching AWS); dummy credentials, so
-    no profile or instance metadata service is looked up. The SageMaker runtime's own variable
-    (the emulator) beats ``AWS_ENDPOINT_URL``."""
+    """The variables that point every boto3 client of a local run at moto's server: each
+    service's endpoint variable, and ``AWS_ENDPOINT_URL`` for any other (an unexpected client
+    fails on 127.0.0.1 instead of reaching AWS); dummy credentials, so no profile or instance
+    metadata is looked up. The SageMaker runtime's own variable (the emulator) beats
+    ``AWS_ENDPOINT_URL``."""
     return {**DUMMY_AWS_ENV, "AWS_ENDPOINT_URL": moto_url,
             "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "false",
             **{f"AWS_ENDPOINT_URL_{service}": moto_url for service in MOTO_SERVICES}}
 
 
 def emulator_env(moto_url: str) -> dict[str, str]:
-    """The emulator's environment in a local run: this process's, its boto3 clients (the
-    asynchronous endpoints' S3 and SNS) pointed at moto's server (:func:`local_aws_env`)."""
     env = {**os.environ, **local_aws_env(moto_url)}
     env.pop("AWS_PROFILE", None)
     return env
 
 
 def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
-    """boto3's S3, SNS, SQS and DynamoDB clients for moto's server, each request carrying
-    the gate's key (the only requests it lets through before it opens)."""
+    """boto3 clients for moto's server, each request carrying the gate's key."""
     session = awsclients.Clients(aws.CLI, region=REGION, endpoint_url=endpoint_url,
                                  credentials=(DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
                                               DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"]))
@@ -200,14 +183,10 @@ def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
 
 def provision(jobs: LocalJobs, buckets: Iterable[str] = (), topics: Iterable[str] = (), *,
               key: str = "") -> LocalJobs:
-    """Create the jobs bucket, the other ``buckets`` and ``topics`` (ARNs) the emulator's
-    asynchronous endpoints use, the two event queues, the bucket's ticket notification, the
-    topics' subscriptions, the stage's tables and capture bucket; then open moto's gate with
-    ``key`` (:attr:`MotoProcess.provision_key`), never before. Idempotent (moto answers the
-    same for an existing resource).
-
-    Returns:
-        ``jobs`` with its queue URLs.
+    """Create the jobs bucket, the emulator's ``buckets`` and ``topics``, the event queues,
+    notification and subscriptions, the stage's tables and capture bucket; then open the gate
+    with ``key``, never before. Idempotent (moto answers the same for an existing resource).
+    Returns ``jobs`` with its queue URLs.
 
     Raises:
         MotoStartError: moto refused or could not be reached (the message says which step).
@@ -239,15 +218,13 @@ def provision(jobs: LocalJobs, buckets: Iterable[str] = (), topics: Iterable[str
 
 
 def ticket_notification(jobs: LocalJobs, queue_arn: str) -> dict[str, Any]:
-    """The bucket's notification of new tickets to the tickets queue."""
     return {"QueueConfigurations": [{
         "Id": "job-tickets", "QueueArn": queue_arn, "Events": ["s3:ObjectCreated:*"],
         "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": jobs.tickets_prefix}]}}}]}
 
 
 def table_schemas(jobs: LocalJobs) -> dict[str, dict[str, Any]]:
-    """The tables to create, by name, each with the keys, indexes and TTL its template
-    declares (:mod:`sagegate.deploy.jobs_template`, :mod:`sagegate.deploy.templates`)."""
+    """The tables to create, by name, with the keys, indexes and TTL their templates declare."""
     from sagegate.deploy.jobs_template import jobs_table_schema
     from sagegate.deploy.templates import cache_table_schema
 
@@ -317,11 +294,11 @@ def emulator_resources(config_path: Path) -> tuple[list[str], list[str]]:
 
 
 def emulator_topics(config_path: Path) -> set[tuple[str, str]]:
-    """The (success, error) topic ARNs each asynchronous endpoint of the emulator notifies
-    ("" for none), once each.
+    """The (success, error) topic ARNs each asynchronous endpoint notifies ("" for none), once
+    each.
 
     Raises:
-        MotoStartError: the configuration cannot be read (the emulator would refuse it too).
+        MotoStartError: the configuration cannot be read.
     """
     from emulator.config import ConfigError, load_config
 
@@ -338,19 +315,15 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
                logs: Path | None = None, env: Mapping[str, str] | None = None,
                project_dir: Path = ROOT, local: LocalJobs | None = None,
                ) -> Iterator[tuple[ApiProcess, LocalJobs]]:
-    """``make run``'s stack with jobs on, on free ports, started with its own helpers: moto's
-    server (provisioned as ``sagegate run`` does), the emulator writing to it, ``chalice local``
-    for ``stage`` with its event pump (and ``env``); each stopped by its PID on the way out.
+    """``make run``'s stack with jobs on, on free ports: moto's server (provisioned as ``sagegate
+    run`` does), the emulator writing to it, ``chalice local`` for ``stage`` with its event pump;
+    each stopped by its PID on the way out.
 
     Args:
-        emulator_config: the emulator's configuration.
-        stage: the Chalice stage.
-        logs: a directory for ``moto.log``, ``emulator.log`` and ``api.log`` (None: the
-            output is discarded).
+        logs: a directory for ``moto.log``, ``emulator.log`` and ``api.log`` (None: discarded).
         env: more variables for ``chalice local``.
-        project_dir: the Chalice project (default: sagegate's; a copy of it, say).
-        local: what to provision (its URL is replaced by moto's; default: the local stage's
-            bucket and topics, records in chalice local's memory).
+        local: what to provision (its URL replaced by moto's; default: the local stage's bucket
+            and topics, records in memory).
     """
     buckets, topics = emulator_resources(emulator_config)
     with contextlib.ExitStack() as stack:
@@ -380,7 +353,7 @@ MOTO_MEANWHILE = ("uploads and jobs fail meanwhile, and what it held (uploads, r
 
 class MotoStack:
     """moto's server for ``sagegate run``: started, provisioned, and provisioned again by its
-    supervisor after a restart (the queue URLs stay the same: same port, same names)."""
+    supervisor after a restart (same port, same names: the queue URLs stay)."""
 
     def __init__(self, port: int, jobs: LocalJobs, emulator_config: Path,
                  say: Callable[[str], None]) -> None:
@@ -394,9 +367,8 @@ class MotoStack:
     @classmethod
     def for_plan(cls, port: int, settings: Settings, emulator_config: Path,
                  say: Callable[[str], None]) -> MotoStack | None:
-        """The stack for a stage's settings (its jobs' bucket and topics when jobs are on,
-        its tables, its capture bucket); None when the run uses no AWS service
-        (:func:`moto_needed`) or has no moto port (0)."""
+        """The stack for a stage's settings; None when the run uses no AWS service or has no moto
+        port."""
         if not port or not moto_needed(settings):
             return None
         on = settings.jobs_enabled
@@ -409,7 +381,7 @@ class MotoStack:
         return cls(port, jobs, emulator_config, say)
 
     def start(self) -> MotoProcess:
-        """Start moto's server and provision it (its gate opens once all is there).
+        """Start moto's server and provision it.
 
         Raises:
             MotoStartError: it did not start, or refused a resource (it is then stopped).
@@ -424,8 +396,7 @@ class MotoStack:
         return moto
 
     def describe(self, redrive_period: int) -> str:
-        """The banner's line on the jobs flow: where uploads, records and the stage's tables
-        are, and how events arrive."""
+        """The banner's line on the jobs flow."""
         moto = self.supervisor.current
         where = f" (pid {moto.pid})" if moto is not None else ""
         jobs = self.jobs
@@ -444,15 +415,13 @@ class MotoStack:
 
 
 def moto_needed(settings: Settings) -> bool:
-    """Whether a local run of ``settings`` uses an AWS service, all on moto's server: jobs
-    (S3, SNS, SQS, a table), the prediction cache's table, or captures to an S3 bucket (a
-    ``firehose://`` destination included: the run captures to S3)."""
+    """Whether a local run uses an AWS service, all on moto: jobs, the cache's table, or captures
+    to S3 (a ``firehose://`` destination included: a local run captures to S3)."""
     return settings.jobs_enabled or bool(settings.cache_table) \
         or bool(capture_bucket(settings.capture_destination))
 
 
 def capture_bucket(destination: str) -> str:
-    """The bucket of an ``s3://bucket/prefix`` capture destination ("" for any other)."""
     try:
         return aws.S3Uri.parse(destination).bucket
     except ValueError:

@@ -1,17 +1,14 @@
 """The Chromium the web page's tests drive: found on this machine, or installed the way it can.
 
-``make test`` (and ``make integration``) run ``sagegate browser`` before pytest, and
+``make test`` and ``make integration`` run ``sagegate browser`` before pytest, and
 ``tests/integration/test_web.py`` asks :func:`find_chromium` for the same executable, so the
-tests never depend on a step only CI takes. The search, first found wins:
+tests never depend on a step only CI takes. First found wins: ``SAGEGATE_CHROMIUM`` (an error if
+not an executable); Playwright's own Chromium; ``chromium``, ``chromium-browser`` or
+``google-chrome`` on ``PATH``.
 
-1. ``SAGEGATE_CHROMIUM``: an executable named explicitly (an error if it is not one);
-2. Playwright's own Chromium, when ``playwright install chromium`` has put it in place;
-3. ``chromium``, ``chromium-browser`` or ``google-chrome`` on ``PATH``.
-
-With none found, it installs one: on Debian as root, Debian's package (``apt-get update``,
-then ``apt-get install -y chromium``, non-interactive); anywhere else Playwright's build
-(``python -m playwright install chromium``, into Playwright's cache in the user's home).
-``--no-install`` (or an install that fails) stops instead, with one line saying how.
+With none, it installs one: on Debian as root, Debian's package (``apt-get install -y chromium``,
+non-interactive); elsewhere Playwright's build (into its cache in the user's home).
+``--no-install`` (or a failed install) stops instead, with one line saying how.
 """
 from __future__ import annotations
 
@@ -25,9 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 CHROMIUM_ENV = "SAGEGATE_CHROMIUM"
-"""Names the browser executable explicitly (beats every other place)."""
 SYSTEM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-"""The commands a system's Chromium or Chrome is installed as."""
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 APT_STEPS = (("apt-get", "update"), ("apt-get", "install", "-y", "chromium"))
 PLAYWRIGHT_STEP = (sys.executable, "-m", "playwright", "install", "chromium")
@@ -42,13 +37,9 @@ class Host:
     """What the search and the choice of installer depend on (injected by the tests).
 
     Attributes:
-        environ: the environment (``SAGEGATE_CHROMIUM``).
-        which: finds a command on ``PATH`` (:func:`shutil.which`).
-        is_executable: whether a path is an executable file.
         playwright_path: where Playwright's own Chromium is (or would be); None without
             Playwright.
-        debian: the system is Debian or derived from it (``/etc/debian_version``).
-        root: this process runs as root.
+        debian: ``/etc/debian_version`` exists.
     """
 
     environ: Mapping[str, str]
@@ -60,7 +51,6 @@ class Host:
 
     @classmethod
     def this_machine(cls) -> Host:
-        """The host this process runs on."""
         return cls(environ=os.environ, which=shutil.which, is_executable=_is_executable,
                    playwright_path=playwright_chromium, debian=Path("/etc/debian_version").exists(),
                    root=hasattr(os, "geteuid") and os.geteuid() == 0)
@@ -68,7 +58,6 @@ class Host:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One install command and the variables it runs with."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -82,11 +71,8 @@ def _is_executable(path: str) -> bool:
 
 
 def playwright_chromium() -> str | None:
-    """The path of Playwright's own Chromium build (present or not); None without Playwright.
-
-    Starts Playwright's driver for the answer, so it is not called while a sync Playwright
-    session is open in this thread.
-    """
+    """The path of Playwright's own Chromium (present or not); None without Playwright. It starts
+    Playwright's driver, so not while a sync Playwright session is open in this thread."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:
@@ -122,14 +108,12 @@ def find_chromium(host: Host | None = None) -> str | None:
 
 
 def install_steps(host: Host) -> tuple[Step, ...]:
-    """How this machine gets a Chromium: Debian's package as root, else Playwright's build."""
     if host.debian and host.root and host.which("apt-get"):
         return tuple(Step(argv, APT_ENV) for argv in APT_STEPS)
     return (Step(PLAYWRIGHT_STEP),)
 
 
 def how_to_get_one(host: Host) -> str:
-    """The way out, for the one line that stops ``make test``."""
     if host.debian and not host.root:
         way = "sudo apt-get install chromium (or: .venv/bin/playwright install chromium)"
     elif host.debian:
@@ -140,7 +124,6 @@ def how_to_get_one(host: Host) -> str:
 
 
 def run_step(step: Step) -> int:
-    """Runs one install command with the console as its output; its exit code."""
     try:
         return subprocess.run(step.argv, env={**os.environ, **step.env},
                               stdin=subprocess.DEVNULL, check=False).returncode
@@ -173,11 +156,8 @@ def ensure_chromium(host: Host, install: bool = True,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``sagegate browser``: print the Chromium the tests use, installing one if needed.
-
-    Returns:
-        0 with the path printed; 1 when there is none, with one line on stderr saying how.
-    """
+    """``sagegate browser``: 0 with the path printed; 1 when there is none, with one line on
+    stderr saying how."""
     parser = argparse.ArgumentParser(
         prog="sagegate browser",
         description="Find the Chromium the web page's tests drive (make test runs this): "

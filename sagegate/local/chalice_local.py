@@ -1,36 +1,28 @@
-"""``chalice local`` with TCP_NODELAY on every accepted connection.
+"""``chalice local`` with TCP_NODELAY on every accepted connection, and the fixes a local run
+needs.
 
-Chalice's local server writes the headers and the body of a response in separate ``send``
-calls. With Nagle's algorithm on, the second small write waits for the client's delayed ACK,
-so a keep-alive client (boto3, browsers) waits about 40 ms per request. This runs the real
-``chalice`` command line, with its local server built from a handler that disables Nagle.
+Chalice's local server writes a response's headers and body in separate ``send`` calls; with
+Nagle's algorithm on, the second small write waits for the client's delayed ACK, so a keep-alive
+client (boto3, browsers) waits about 40 ms per request. This runs the real ``chalice`` command
+line with a handler that disables Nagle, and:
 
-Two more fixes to the server: a listen backlog of 128 instead of socketserver's 5 (bursts of
-new connections were reset), and one log line instead of a traceback when a client goes away
-before its answer is written. With ``SAGEGATE_INSTANCE`` set, every answer carries it in
-``X-Sagegate-Instance``, so :mod:`sagegate.local.processes` knows it is talking to its own child.
+* a listen backlog of 128 instead of socketserver's 5 (bursts of new connections were reset), and
+one log line instead of a traceback when a client goes away early;
+* with ``SAGEGATE_INSTANCE``, every answer carries it in ``X-Sagegate-Instance``, so
+:mod:`sagegate.local.processes` knows it talks to its own child;
+* the job functions' S3 and SNS events, which ``chalice local`` does not deliver, pumped in this
+process (:mod:`sagegate.local.events`, sharing the in-memory job store);
+* the run's own variables set after the stage's
+(:data:`~sagegate.local.processes.OVERRIDES_ENV`): chalice local applies the stage's over the
+process's environment, so a stage's AWS settings would win over moto and the emulator;
+* SIGTERM stops it as Ctrl-C does, through the interpreter's exit, so the capture writer's last
+records are stored (``atexit``);
+* API keys, which ``chalice local`` does not check: a route with ``api_key_required`` answers 403
+``{"message":"Forbidden"}`` unless ``x-api-key`` is ``SAGEGATE_LOCAL_API_KEY`` (random, printed,
+when unset), checked where API Gateway does: after the route matched and CORS preflights were
+answered (:mod:`sagegate.local.auth`).
 
-And the job functions' S3 and SNS events, which ``chalice local`` does not deliver: with the
-queues ``sagegate run`` names, :mod:`sagegate.local.events` pumps them to ``app.job_runner``,
-``app.job_results`` and ``app.job_failures`` in this process (so the API and the functions share
-the in-memory job store).
-
-And the local run's own variables: ``chalice local`` applies the stage's variables over the
-process's environment, so a stage's AWS settings (a ``firehose://`` capture destination, its
-topics) would win over what ``sagegate run`` points at moto's server and the emulator; the
-variables :data:`~sagegate.local.processes.OVERRIDES_ENV` names are set after the stage's.
-
-SIGTERM stops it as Ctrl-C does, through the interpreter's exit, so the capture records the
-app's writer still holds are stored first (``atexit``).
-
-And API keys, which ``chalice local`` does not check: a route with ``api_key_required``
-answers 403 ``{"message":"Forbidden"}`` (API Gateway's answer) unless ``x-api-key`` is the
-local key, ``SAGEGATE_LOCAL_API_KEY`` (a random one, printed, when unset). The check runs where
-API Gateway makes it: after the route matched and CORS preflights were answered, before the
-function (see :mod:`sagegate.local.auth`).
-
-:func:`sagegate.local.processes.start_chalice_local` starts it; by hand (same arguments as
-``chalice``, from the Chalice project's directory)::
+By hand (``chalice``'s arguments, from the project's directory)::
 
     python -m sagegate.local.chalice_local local --stage local --port 8000 --no-autoreload
 """
@@ -79,7 +71,6 @@ class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
 
     def authorize(self, raw_path: str, lambda_event: Any,
                   lambda_context: local.LambdaContext) -> local.LocalAuthPair:
-        """Refuses a route that requires a key unless ``x-api-key`` is the key (403)."""
         route = self._route_for_event(lambda_event)
         if route is not None and route.api_key_required:
             given = str((lambda_event.get("headers") or {}).get(API_KEY_HEADER, "")).encode()
@@ -92,7 +83,6 @@ class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
 
 
 class ApiKeyGateway(local.LocalGateway):
-    """Chalice's local API Gateway with the API key check in its authorizer step."""
 
     def __init__(self, app_object: Chalice, config: Config, api_key: str) -> None:
         super().__init__(app_object, config)
@@ -100,8 +90,7 @@ class ApiKeyGateway(local.LocalGateway):
 
 
 class NoDelayRequestHandler(local.ChaliceRequestHandler):
-    """Chalice's request handler with Nagle's algorithm off for its connection, and the API
-    key check in its gateway."""
+    """Chalice's request handler with Nagle's algorithm off and the API key check in its gateway."""
 
     instance = os.environ.get(INSTANCE_ENV, "")
 
@@ -116,7 +105,6 @@ class NoDelayRequestHandler(local.ChaliceRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def end_headers(self) -> None:
-        """Adds the instance marker (when set) to every answer."""
         if self.instance:
             self.send_header(INSTANCE_HEADER, self.instance)
         super().end_headers()
@@ -138,13 +126,12 @@ class BackloggedServer(local.ThreadedHTTPServer):
 
 
 def requires_api_key(app_obj: Chalice) -> bool:
-    """Whether any route of the app requires an API key."""
     return any(entry.api_key_required for methods in app_obj.routes.values()
                for entry in methods.values())
 
 
 def local_key(app_obj: Chalice, environ: Any = os.environ) -> str:
-    """The key the routes require: the configured one, else a new one (said on stderr)."""
+    """The configured key, else a new one (said on stderr)."""
     if not requires_api_key(app_obj):
         return ""
     key = configured_key(environ)
@@ -156,11 +143,10 @@ def local_key(app_obj: Chalice, environ: Any = os.environ) -> str:
 
 
 class PumpedDevServer(local.LocalDevServer):
-    """Chalice's local server, with the job functions' event pump running while it serves
-    (:mod:`sagegate.local.events`: only when ``sagegate run`` named the queues)."""
+    """Chalice's local server with the event pump running while it serves (when ``sagegate run``
+    named the queues)."""
 
     def serve_forever(self) -> None:
-        """Serves; the pump starts first and is stopped on the way out."""
         pump = start_pump(sys.modules.get("app"), os.environ)
         try:
             super().serve_forever()
@@ -171,36 +157,30 @@ class PumpedDevServer(local.LocalDevServer):
 
 def create_local_server(app_obj: Chalice, config: Config, host: str,
                         port: int) -> local.LocalDevServer:
-    """Drop-in for :func:`chalice.local.create_local_server` using the no-delay handler."""
     handler = functools.partial(NoDelayRequestHandler, api_key=local_key(app_obj))
     return PumpedDevServer(app_obj, config, host, port,
                            handler_cls=cast(Any, handler), server_cls=BackloggedServer)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM ends the server as Ctrl-C does, through the interpreter's exit: what the app
-    registered to run then (the capture writer's last records, stored) runs."""
     raise SystemExit(0)
 
 
 class LocalCLIFactory(CLIFactory):
-    """Chalice's CLI factory, loading the app with the stage's variables and then the local
-    run's overrides (:data:`OVERRIDES_ENV`): chalice local applies a stage's variables over the
-    process's own, so without this a stage's ``firehose://`` capture destination or its AWS
-    endpoints would win over what ``sagegate run`` points at moto's server."""
+    """Chalice's CLI factory, loading the app with the stage's variables, then the run's
+    overrides (:data:`OVERRIDES_ENV`)."""
 
     def load_chalice_app(self, environment_variables: MutableMapping[str, str] | None = None,
                          validate_feature_flags: bool | None = True) -> Chalice:
-        """Loads the app with ``environment_variables``, then the overrides, set."""
         merged = {**(environment_variables or {}), **local_overrides(os.environ)}
         return super().load_chalice_app(merged, validate_feature_flags)
 
 
 def local_overrides(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables :data:`OVERRIDES_ENV` gives, as a JSON object of strings (none unset).
+    """The variables :data:`OVERRIDES_ENV` gives.
 
     Raises:
-        SystemExit: the variable is not such an object (the parent is not sagegate's).
+        SystemExit: not a JSON object of strings (the parent is not sagegate's).
     """
     raw = environ.get(OVERRIDES_ENV, "")
     if not raw:
@@ -216,7 +196,6 @@ def local_overrides(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the chalice CLI with the patched local server factory and CLI factory."""
     # chalice.cli's factory looks this function up on the module at call time.
     local.create_local_server = create_local_server
     chalice_cli.CLIFactory = LocalCLIFactory  # type: ignore[misc]  # the group builds it

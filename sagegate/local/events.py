@@ -1,25 +1,20 @@
 """The local event pump: S3 and SNS events to the job functions, inside ``chalice local``.
 
-On AWS, S3 invokes the job runner's Lambda for each new ticket object, and SNS invokes the
-results and failures Lambdas for each SageMaker notification. ``chalice local`` serves routes
-only, so ``sagegate run`` has moto deliver those events to two SQS queues (the bucket's
-notification of its tickets prefix, and both topics subscribed with the SNS envelope), and this
-pump, a few threads inside the ``chalice local`` process (so the in-memory job store is the
-API's), long-polls them and calls the same functions Lambda would: ``app.job_runner``,
-``app.job_results`` and ``app.job_failures`` of the imported app module, each with a
-Lambda-shaped event and a Lambda context.
+On AWS, S3 invokes the job runner for each new ticket, and SNS the results and failures functions
+for each SageMaker notification. ``chalice local`` serves routes only, so ``sagegate run`` has
+moto deliver those events to two SQS queues, and this pump, a few threads inside the ``chalice
+local`` process (so the in-memory job store is the API's), long-polls them and calls the same
+functions Lambda would, each with a Lambda-shaped event and context.
 
 As Lambda's asynchronous invocation does, a message is deleted once its function returned and
-left for redelivery when it raised, at most :data:`MAX_ATTEMPTS` times in all (the first try and
-Lambda's 2 retries); then one log line says it was dropped. S3's ``s3:TestEvent`` (sent when the
-notification is configured) never reaches a function, as on AWS.
+left for redelivery when it raised, at most :data:`MAX_ATTEMPTS` times (the first try and
+Lambda's 2 retries); then one log line says it was dropped. S3's ``s3:TestEvent`` never reaches a
+function, as on AWS.
 
-The jobs' scheduled re-drive (``app.job_redrive``, which EventBridge runs on AWS) runs here on
-its own period (``JOB_REDRIVE_PERIOD_SECONDS``): the pump runs its work
-(:func:`chalicelib.jobs.functions.redrive_jobs`, on the app's jobs) with a delivery of its own,
-each ticket event a message on the tickets queue, so a re-driven job reaches ``job_runner`` as
-its S3 event would have. Only the standard library is imported here
-at module level; boto3 and chalice come with :func:`start_pump`.
+The scheduled re-drive (EventBridge's on AWS) runs here every ``JOB_REDRIVE_PERIOD_SECONDS``,
+each ticket event it hands out a message on the tickets queue, so a re-driven job reaches
+``job_runner`` as its S3 event would have. Only the standard library is imported at module level;
+boto3 and chalice come with :func:`start_pump`.
 """
 from __future__ import annotations
 
@@ -36,27 +31,20 @@ from chalicelib import awsclients
 from chalicelib.core.aws import EVENTS_SQS
 
 TICKETS_QUEUE_ENV = "SAGEGATE_LOCAL_TICKETS_QUEUE"
-"""The SQS queue URL of the jobs bucket's ticket notifications (set by ``sagegate run``)."""
 NOTIFICATIONS_QUEUE_ENV = "SAGEGATE_LOCAL_NOTIFICATIONS_QUEUE"
-"""The SQS queue URL the jobs' SNS topics deliver to (set by ``sagegate run``)."""
 JOB_RUNNER = "job_runner"
 JOB_RESULTS = "job_results"
 JOB_FAILURES = "job_failures"
 JOB_REDRIVE = "job_redrive"
-"""The scheduled re-drive app.py declares with the job functions (its work the pump runs with
-its own delivery)."""
 MAX_ATTEMPTS = 3
 """Calls per event at most: Lambda's asynchronous invocation tries twice more after a failure."""
 RETRY_DELAY_S = 1
-"""How long a failed event stays hidden before its next attempt."""
 WAIT_SECONDS = 2
 """The long poll: also the longest a stop waits for an idle receiver."""
 WORKERS = 4
-"""Receivers per queue: the events of one queue handled at once."""
 LAMBDA_TIMEOUT_MS = 900_000
 LOG = logging.getLogger("sagegate.local_events")
 _REQUEST_IDS = uuid.UUID("6f1d3c52-5a8e-4f0b-9d7e-2b7a1c0e4a11")
-"""The namespace the pump's request ids are made in (from each SQS message's id)."""
 
 Handler = Callable[[dict[str, Any], Any], Any]
 Event = tuple[str, dict[str, Any]]
@@ -64,8 +52,8 @@ Event = tuple[str, dict[str, Any]]
 
 
 def s3_events(body: str) -> list[Event]:
-    """The job runner's event for an S3 notification delivered to SQS: the notification
-    itself, as is (Lambda gets the same document); none for ``s3:TestEvent``.
+    """The job runner's event for an S3 notification delivered to SQS: the notification as is
+    (Lambda gets the same document); none for ``s3:TestEvent``.
 
     Raises:
         ValueError: the body is not an S3 notification.
@@ -95,14 +83,12 @@ def sns_record(envelope: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def topic_name(topic: str) -> str:
-    """A topic's name, from its ARN or its name."""
     return topic.rsplit(":", 1)[-1]
 
 
 def sns_router(success_topic: str, error_topic: str) -> Callable[[str], list[Event]]:
-    """The SNS queue's router: a notification of the success topic goes to ``job_results``,
-    of the error topic to ``job_failures`` (both to ``job_results`` when they are one topic,
-    which then declares one function); of another topic, to none."""
+    """The success topic's notifications go to ``job_results``, the error topic's to
+    ``job_failures`` (both to ``job_results`` when one topic); another topic's to none."""
     names = {topic_name(t): JOB_FAILURES for t in (error_topic,) if t}
     names.update({topic_name(t): JOB_RESULTS for t in (success_topic,) if t})
 
@@ -120,7 +106,6 @@ def sns_router(success_topic: str, error_topic: str) -> Callable[[str], list[Eve
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """One queue and how its messages become function calls."""
 
     queue_url: str
     events: Callable[[str], list[Event]]
@@ -128,8 +113,8 @@ class Route:
 
 @dataclasses.dataclass(frozen=True)
 class Scheduled:
-    """A scheduled function: its work, run every ``period`` seconds (the first run one
-    period after the start, as EventBridge's rate starts)."""
+    """A scheduled function, run every ``period`` seconds (the first one period after the start,
+    as EventBridge's rate starts)."""
 
     name: str
     run: Callable[[], Any]
@@ -146,17 +131,13 @@ class EventPump:
         """Prepares the pump; :meth:`start` runs it.
 
         Args:
-            sqs: a boto3 SQS client (moto's server).
-            routes: the queues.
-            handlers: the functions by name (``job_runner`` ...); an event for a missing one
-                is dropped with a log line.
-            context: makes the Lambda context for a function name and a request id (the
-                same for every attempt at one event, as Lambda's retries keep theirs).
-            max_attempts: calls per event at most.
+            handlers: the functions by name; an event for a missing one is dropped with a log
+                line.
+            context: makes the Lambda context for a function name and request id (the same for
+                every attempt at one event, as Lambda's retries keep theirs).
             retry_delay: seconds a failed event stays hidden.
-            wait_seconds: the long poll.
             workers: receiver threads per queue.
-            scheduled: the scheduled functions, each run on its own thread.
+            scheduled: each run on its own thread.
         """
         self.sqs = sqs
         self.routes = tuple(routes)
@@ -172,12 +153,11 @@ class EventPump:
 
     @property
     def threads(self) -> tuple[threading.Thread, ...]:
-        """The threads :meth:`start` started (receivers, then scheduled functions)."""
         return tuple(self._threads)
 
     def start(self) -> None:
-        """Starts the receivers and the scheduled functions (daemon threads: they never hold
-        the process up)."""
+        """Starts the receivers and scheduled functions (daemon threads: they never hold the
+        process up)."""
         for route in self.routes:
             for index in range(self.workers):
                 self._spawn(self._receive, route, name=f"event-pump-{index}")
@@ -190,8 +170,8 @@ class EventPump:
         self._threads.append(thread)
 
     def stop(self, timeout: float = WAIT_SECONDS + 1.0) -> None:
-        """Asks the receivers to stop and waits for them, ``timeout`` seconds at most (a
-        function still running is left to finish or to die with the process)."""
+        """Asks the receivers to stop and waits ``timeout`` seconds at most (a function still
+        running is left to finish or die with the process)."""
         self._stopping.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -214,11 +194,7 @@ class EventPump:
                 self._stopping.wait(self.wait_seconds)
 
     def poll(self, route: Route, max_messages: int = 10) -> int:
-        """Receives once from a route's queue (a long poll) and handles what came.
-
-        Returns:
-            The number of messages received.
-        """
+        """Receives once (a long poll) and handles what came; returns the count received."""
         answer = self.sqs.receive_message(
             QueueUrl=route.queue_url, MaxNumberOfMessages=max_messages,
             WaitTimeSeconds=self.wait_seconds, AttributeNames=["ApproximateReceiveCount"])
@@ -228,12 +204,9 @@ class EventPump:
         return len(messages)
 
     def handle(self, route: Route, message: Mapping[str, Any]) -> bool:
-        """Calls the functions of one message; deletes it when they returned, else leaves it
-        for a later attempt (or drops it, with one log line, after the last).
-
-        Returns:
-            True when every call returned.
-        """
+        """Calls the functions of one message; deletes it when they returned, else leaves it for
+        a later attempt (or drops it, with a log line, after the last). True when every call
+        returned."""
         try:
             events = route.events(str(message.get("Body", "")))
         except (ValueError, TypeError) as error:  # JSONDecodeError is a ValueError
@@ -281,20 +254,18 @@ class EventPump:
 
 def request_id(message: Mapping[str, Any], index: int) -> str:
     """The ``aws_request_id`` of one event of a message: the same on every attempt (Lambda's
-    retries of an event keep its request id, and the job runner tells a retry from a duplicate
-    delivery by it), another for every other event."""
+    retries keep it, and the job runner tells a retry from a duplicate delivery by it), another
+    for every other event."""
     return str(uuid.uuid5(_REQUEST_IDS, f"{message.get('MessageId', '')}/{index}"))
 
 
 def handlers_of(app_module: Any) -> dict[str, Handler]:
-    """The job functions the app module declares (none when jobs are off)."""
     names = (JOB_RUNNER, JOB_RESULTS, JOB_FAILURES)
     return {name: getattr(app_module, name) for name in names
             if callable(getattr(app_module, name, None))}
 
 
 def routes_from(environ: Mapping[str, str]) -> list[Route]:
-    """The queues ``sagegate run`` named in the environment, with their routers."""
     routes = []
     if environ.get(TICKETS_QUEUE_ENV):
         routes.append(Route(environ[TICKETS_QUEUE_ENV], s3_events))
@@ -307,9 +278,8 @@ def routes_from(environ: Mapping[str, str]) -> list[Route]:
 
 def redrive_schedule(app_module: Any, environ: Mapping[str, str],
                      send: Callable[[str, str], Any]) -> list[Scheduled]:
-    """The jobs' re-drive on its period (``JOB_REDRIVE_PERIOD_SECONDS``), when the app
-    declares it and ``sagegate run`` named the tickets queue; each ticket event it hands the
-    runner is sent there (``send(queue_url, body)``), as S3 would have sent it.
+    """The jobs' re-drive on its period, when the app declares it and ``sagegate run`` named the
+    tickets queue; each ticket event it hands the runner is sent there, as S3 would have.
 
     Raises:
         ConfigurationError: a re-drive setting is wrong (``sagegate run`` checks them first).
@@ -333,9 +303,8 @@ def redrive_schedule(app_module: Any, environ: Mapping[str, str],
 
 
 def start_pump(app_module: Any, environ: MutableMapping[str, str]) -> EventPump | None:
-    """Starts the pump for the app module's job functions (and its re-drive), when
-    ``sagegate run`` named its queues and the app declares functions; None otherwise (plain
-    ``chalice local``, jobs off)."""
+    """The pump for the app's job functions and re-drive, when ``sagegate run`` named its queues
+    and the app declares functions; None otherwise (plain ``chalice local``, jobs off)."""
     routes = routes_from(environ)
     handlers = handlers_of(app_module)
     if not routes or not handlers:

@@ -1,36 +1,29 @@
 """moto's server for the local stack, behind a front that answers as S3 where moto would not.
 
-``python -m sagegate.local.moto_server --host 127.0.0.1 --port 8070`` serves moto's WSGI application
-(S3, SNS, SQS, DynamoDB and the rest of moto's services, as ``moto_server`` does) on
-werkzeug's threaded server, prints one line once it listens and stops on SIGTERM or SIGINT.
-:func:`sagegate.local.aws.start_moto` starts it as ``make run``'s child.
+``python -m sagegate.local.moto_server --host 127.0.0.1 --port 8070`` serves moto's WSGI
+application (every service, as ``moto_server`` does) on werkzeug's threaded server, prints one
+line once it listens and stops on SIGTERM or SIGINT.
 
-:class:`PostPolicyCheck`, in front of moto's S3 (the application moto's own dispatcher picks
-for a request, whatever its headers say: so every request moto's S3 gets passes the check first),
-takes the POSTs moto gets wrong:
+:class:`PostPolicyCheck` sits in front of moto's S3 (where moto's dispatcher sends a request,
+whatever its headers say, so every request moto's S3 gets passes it) and takes the POSTs moto
+gets wrong:
 
-* a bucket's form upload (path-style ``POST /<bucket>``, or virtual-hosted ``POST /`` to
-  ``<bucket>.localhost``, the URL read as moto reads it): moto stores it without reading its
-  policy, and reads its fields its own way. The front reads the form as S3 does and checks
-  its policy (:mod:`sagegate.local.s3_forms`), then hands moto exactly the fields and the file it
-  checked. A bucket POST that is not ``multipart/form-data`` is 412 ``PreconditionFailed``;
-* a bucket's ``POST ?delete`` (DeleteObjects) must carry its XML document: anything else is
-  400 ``MalformedXML``, not moto's 500;
-* ``POST`` on an object without a subresource S3 takes there (``uploads``, ``uploadId``,
-  ``restore``, ``select``) is 405 ``MethodNotAllowed`` (as a virtual-hosted ``Host`` makes a
-  path-style URL's bucket a key).
+* a bucket's form upload (path-style ``POST /<bucket>`` or virtual-hosted ``POST /``): moto
+stores it without reading its policy, and reads its fields its own way. The front reads the form
+as S3 does, checks its policy (:mod:`sagegate.local.s3_forms`) and hands moto exactly what it
+checked. A bucket POST not ``multipart/form-data`` is 412 ``PreconditionFailed``;
+* ``POST ?delete`` must carry its XML document: else 400 ``MalformedXML``, not moto's 500;
+* ``POST`` on an object without a subresource S3 takes there is 405 ``MethodNotAllowed``.
 
-The front does not read the ``Authorization`` header to decide: moto's dispatcher reads it its
-own way (the first word after the algorithm, any case, a scope it cannot split sent to S3), and
-a front that read it otherwise let a form through to S3 unchecked. The signature is not
-checked (moto takes any key).
+The front does not decide by the ``Authorization`` header: moto's dispatcher reads it its own way
+(any case, a scope it cannot split sent to S3), and a front that read it otherwise let a form
+through unchecked. Signatures are not checked (moto takes any key).
 
-:class:`ProvisionGate`: with ``SAGEGATE_PROVISION_KEY`` set, every request answers 503
-``ServiceUnavailable`` until the parent, sending the key in ``X-Sagegate-Provision``, has
-provisioned the jobs' resources and opened the gate (``POST /_sagegate/open``): nothing can
-write to the bucket before its notification is configured (a ticket written in between would
-start no job). With ``SAGEGATE_INSTANCE`` set, every answer carries it in
-``X-Sagegate-Instance``, so the parent knows it is talking to its own child.
+:class:`ProvisionGate`: with ``SAGEGATE_PROVISION_KEY``, every request answers 503 until the
+parent, sending the key in ``X-Sagegate-Provision``, has provisioned the jobs' resources and
+opened the gate: nothing can write to the bucket before its notification is configured (a ticket
+written in between would start no job). With ``SAGEGATE_INSTANCE``, every answer carries it in
+``X-Sagegate-Instance``, so the parent knows it talks to its own child.
 """
 from __future__ import annotations
 
@@ -53,18 +46,15 @@ READY_PREFIX = "moto: serving on "
 INSTANCE_ENV = "SAGEGATE_INSTANCE"
 INSTANCE_HEADER = "X-Sagegate-Instance"
 PROVISION_KEY_ENV = "SAGEGATE_PROVISION_KEY"
-"""The key that lets requests through the gate before it opens (set by the parent)."""
 PROVISION_HEADER = "X-Sagegate-Provision"
 OPEN_PATH = "/_sagegate/open"
-"""``POST`` here, with the key, opens the gate."""
 MAX_FORM_BYTES = 1024 ** 3 + 1024 * 1024
-"""The largest POST upload read (S3's form uploads go up to 5 GB; sagegate's caps to 1 GiB)."""
+"""The largest POST upload read (S3's form uploads go to 5 GB; sagegate's caps at 1 GiB)."""
 MAX_DELETE_BYTES = 2 * 1024 * 1024
 """The largest DeleteObjects document read (1,000 keys of 1,024 bytes, and their markup)."""
 S3_BACKEND = "s3"
-"""The name moto's dispatcher gives its S3 application."""
 OBJECT_POSTS = frozenset({"uploads", "uploadid", "restore", "select"})
-"""The subresources S3 takes a POST on an object for (multipart uploads, restore, select)."""
+"""The subresources S3 takes a POST on an object for."""
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -93,8 +83,8 @@ def _with_instance(start_response: StartResponse, instance: str) -> StartRespons
 
 
 class PostPolicyCheck:
-    """WSGI middleware in front of moto's S3 application: every POST it gets that S3 answers
-    otherwise than moto (see the module) is checked before moto sees it."""
+    """WSGI middleware in front of moto's S3: every POST S3 answers otherwise than moto is
+    checked first."""
 
     def __init__(self, app: WsgiApp) -> None:
         self.app = app
@@ -144,7 +134,7 @@ def _body(environ: Environ, limit: int) -> bytes:
 
 def _check_delete(environ: Environ) -> None:
     """DeleteObjects: its body must be S3's ``Delete`` document, whatever type the request
-    declares (S3 reads it as XML; moto reads a body declared as a form as one, and fails).
+    declares (moto reads a body declared as a form as one, and fails).
 
     Raises:
         S3Error: 400 ``MalformedXML`` (or the body's length errors).
@@ -163,13 +153,12 @@ def _check_delete(environ: Environ) -> None:
 
 
 def _local(tag: str) -> str:
-    """An XML tag without its namespace."""
     return tag.rsplit("}", 1)[-1]
 
 
 def _check_form(environ: Environ, bucket: str) -> None:
-    """A bucket's form upload: read as S3 reads it, checked against its policy, and handed on
-    as exactly the fields and the file that were checked.
+    """A bucket's form upload: read as S3 reads it, checked against its policy, handed on as
+    exactly the fields and file checked.
 
     Raises:
         S3Error: S3's refusal.
@@ -186,10 +175,9 @@ def _check_form(environ: Environ, bucket: str) -> None:
 
 
 def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The bucket and key an S3 request is for, its URL read as moto reads it: the Host's
-    first label for a virtual-hosted URL (``<bucket>.localhost:<port>``,
-    ``<bucket>.s3.amazonaws.com``) and the path as the key, else the path's first segment and
-    the rest (``/<bucket>/<key>``). None for a request that names no bucket (``POST /``)."""
+    """The bucket and key of an S3 request, its URL read as moto reads it: the Host's first label
+    for a virtual-hosted URL and the path as key, else the path's first segment and the rest.
+    None when no bucket is named."""
     from moto.s3.responses import S3Response
 
     host = str(environ.get("HTTP_HOST") or environ.get("SERVER_NAME") or "")
@@ -202,8 +190,8 @@ def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def checking_s3(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], WsgiApp]:
-    """moto's backend factory, with moto's S3 application behind :class:`PostPolicyCheck`:
-    the check is where moto's dispatcher sends a request, not where its headers point."""
+    """moto's backend factory with its S3 behind :class:`PostPolicyCheck`: the check is where the
+    dispatcher sends a request, not where its headers point."""
 
     def create(service: str) -> WsgiApp:
         app = create_backend(service)
@@ -214,8 +202,8 @@ def checking_s3(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], Wsg
 
 class ProvisionGate:
     """WSGI middleware: with a key, every request but the key's answers 503 until the key's
-    ``POST`` to :data:`OPEN_PATH` opens the gate (see the module); without one, open. Every
-    answer, open or not, carries the instance header (when there is an instance)."""
+    ``POST`` to :data:`OPEN_PATH` opens the gate; every answer carries the instance header, if
+    any."""
 
     def __init__(self, app: WsgiApp, key: str = "", instance: str = "") -> None:
         self.app = app
@@ -227,7 +215,6 @@ class ProvisionGate:
 
     @property
     def open(self) -> bool:
-        """Whether every request goes through."""
         return self._open.is_set()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -247,15 +234,8 @@ class ProvisionGate:
 
 def build_app(instance: str = "", provision_key: str = "",
               create_backend: Callable[[str], WsgiApp] | None = None) -> WsgiApp:
-    """moto's server application (every service, dispatched by moto), its S3 behind
-    :class:`PostPolicyCheck`; behind :class:`ProvisionGate` (open without a key), which adds
-    the instance header to every answer.
-
-    Args:
-        instance: the marker every answer carries in ``X-Sagegate-Instance`` (empty: none).
-        provision_key: the gate's key (empty: open).
-        create_backend: moto's factory of one service's application (default: moto's own).
-    """
+    """moto's server application, its S3 behind :class:`PostPolicyCheck`, behind
+    :class:`ProvisionGate` (open without ``provision_key``)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     factory = checking_s3(create_backend or cast(Callable[[str], WsgiApp], create_backend_app))

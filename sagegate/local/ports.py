@@ -1,10 +1,9 @@
 """Who listens on a TCP port: the program ``sagegate run`` names when its port is taken.
 
-On Linux the kernel lists every TCP socket in ``/proc/net/tcp`` and ``/proc/net/tcp6`` with
-its state and inode; the process owning a socket has a descriptor linking to
-``socket:[<inode>]`` under ``/proc/<pid>/fd``. Another user's descriptors cannot be read
-without privileges, and other systems have no ``/proc``: then the owner is unknown (None) and
-the caller says so instead of naming one.
+Linux lists every TCP socket in ``/proc/net/tcp`` and ``tcp6`` with its state and inode; its
+owner has a descriptor linking to ``socket:[<inode>]`` under ``/proc/<pid>/fd``. Another user's
+descriptors cannot be read without privileges, and other systems have no ``/proc``: then the
+owner is unknown (None) and the caller says so.
 """
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ _LISTEN = "0A"  # the kernel's TCP_LISTEN state, as /proc/net/tcp writes it
 
 @dataclasses.dataclass(frozen=True)
 class Owner:
-    """A process holding a listening socket."""
 
     pid: int
     command: str
@@ -28,7 +26,6 @@ class Owner:
 
 
 def listening_inodes(port: int, proc: Path = PROC) -> set[int]:
-    """The inodes of the sockets listening on ``port`` (any address, IPv4 or IPv6)."""
     inodes: set[int] = set()
     for table in ("tcp", "tcp6"):
         try:

@@ -39,8 +39,8 @@ __all__ = ["PORTS", "Plan", "StartError", "check_auth", "check_models", "check_p
 PORTS = {"API_PORT": 8000, "EMULATOR_PORT": 8080, "MOTO_PORT": 8070}
 """The port variables ``sagegate run`` reads, with their defaults."""
 LOCAL_CAPTURE_BUCKET = "sagegate-local-captures"
-"""Where a local run captures a ``firehose://`` destination whose stream the stage does not
-declare (``capture_stream``), on moto's server."""
+"""Where a local run captures a ``firehose://`` destination the stage declares no
+``capture_stream`` for, on moto's server."""
 
 
 class StartError(Exception):
@@ -60,14 +60,12 @@ def read_port(environ: Mapping[str, str], name: str) -> int:
 
 
 def check_port_free(port: int, name: str, host: str = HOST) -> None:
-    """Fails early, and clearly, when something already listens on ``host:port``.
-
-    Binds as the servers do (SO_REUSEADDR, so connections lingering in TIME_WAIT are no
-    obstacle) and lets go at once.
+    """Fail early and clearly when something listens on ``host:port``: bind as the servers do
+    (SO_REUSEADDR, so TIME_WAIT connections are no obstacle) and let go.
 
     Raises:
-        StartError: naming the port, its variable, the program listening on it (command and
-            pid, when this user may see it) and how to pick another.
+        StartError: naming the port, its variable, the program listening (command and pid, when
+            visible) and how to pick another.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -88,13 +86,12 @@ def check_port_free(port: int, name: str, host: str = HOST) -> None:
 
 def stage_env(stage: str, base: Mapping[str, str],
               emulator_config: Path | None = None) -> dict[str, str]:
-    """The environment sagegate sees under ``sagegate run --stage <stage>``: ``base``,
-    overlaid with the stage's variables from ``.chalice/config.json`` (chalice local's order),
-    then with :func:`local_overrides` (which ``chalice local`` applies after the stage's).
+    """The environment under ``sagegate run --stage``: ``base``, overlaid with the stage's
+    variables (chalice local's order), then :func:`local_overrides` (applied after the stage's).
 
     Raises:
-        StartError: the config has no such stage or cannot be read, or the emulator's
-            asynchronous endpoints notify topics no one stage can subscribe.
+        StartError: no such stage or unreadable config, or the emulator's asynchronous endpoints
+            notify topics no one stage can subscribe.
     """
     env = {**base, **_load_stage(stage).env}
     return {**env, **local_overrides(stage, env, emulator_config)}
@@ -112,20 +109,18 @@ def _load_stage(stage: str) -> Stage:
 
 def local_overrides(stage: str, env: Mapping[str, str],
                     emulator_config: Path | None = None) -> dict[str, str]:
-    """What a local run sets over the stage's own variables, so that nothing in it addresses
-    AWS and its data is filed where the stage's contract says, on moto's server:
+    """What a local run sets over the stage's variables, so nothing addresses AWS and data is
+    filed where the stage's contract says, on moto:
 
     * a ``firehose://`` capture destination captures through the S3 sink to where the stream
-      delivers (the stage's ``capture_stream``; else ``s3://sagegate-local-captures/<stream>``):
-      moto's Firehose writes one object per call under its prefix taken literally (no
-      ``!{...}`` expressions), so the monitor's layout would not be there;
-    * the jobs' topics become the ones the emulator's asynchronous endpoints notify (on AWS,
-      the endpoint is configured with the stage's topics; here the emulator's configuration
-      names them), so the notifications reach the job functions.
+    delivers (``capture_stream``, else ``s3://sagegate-local-captures/<stream>``): moto's
+    Firehose writes one object per call under its prefix taken literally (no ``!{...}``), so the
+    monitor's layout would not be there;
+    * the jobs' topics become the ones the emulator's asynchronous endpoints notify (on AWS the
+    endpoint is configured with the stage's), so notifications reach the job functions.
 
     Raises:
-        StartError: the emulator's asynchronous endpoints notify more than one pair of topics
-            and none is the stage's.
+        StartError: the endpoints notify more than one pair of topics and none is the stage's.
     """
     overrides: dict[str, str] = {}
     destination = env.get("CAPTURE_DESTINATION", "").strip()
@@ -157,7 +152,7 @@ def _topics(stage: str, env: Mapping[str, str], emulator_config: Path) -> dict[s
 
 
 def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
-    """Validates the settings exactly as sagegate will read them.
+    """Validate the settings exactly as sagegate will read them.
 
     Raises:
         StartError: a variable has a bad value; the message names it.
@@ -172,8 +167,8 @@ def check_settings(stage: str, env: Mapping[str, str]) -> Settings:
 
 def check_models(settings: Settings, env: Mapping[str, str],
                  root: Path | None = None) -> list[str]:
-    """Load every registered model as the function will at start-up: each model.json, and
-    each handler file its pipeline runs. Returns the model names.
+    """Load every registered model as the function will at start-up (each model.json and handler
+    file); returns the names.
 
     Raises:
         StartError: a model.json key or a handler file is wrong; the message names the file.
@@ -202,26 +197,24 @@ class Plan(NamedTuple):
     emulator_port: int
     settings: Settings
     api_key: str | None
-    """The key ``x-api-key`` must carry (a stage with API-key authentication), else None."""
+    """The key ``x-api-key`` must carry, else None."""
     moto_port: int = 0
-    """moto's server's port; 0 when the run uses no AWS service (then no moto:
-    :func:`~sagegate.local.aws.moto_needed`; its port is checked free all the same, every
-    AWS client pointing there)."""
+    """0 when the run uses no AWS service (no moto; the port is still checked free, every AWS
+    client pointing there)."""
     jobs_env: Mapping[str, str] = {}
-    """The jobs variables ``chalice local`` gets (bucket, topics, boto3's endpoints)."""
     redrive_period: int = 0
-    """How often the event pump re-drives queued jobs (seconds; 0 with jobs off)."""
+    """Seconds; 0 with jobs off."""
     local_env: Mapping[str, str] = {}
-    """The variables ``chalice local`` sets over the stage's own (:func:`local_overrides`,
-    and every AWS endpoint: moto's server or the emulator)."""
+    """What ``chalice local`` sets over the stage's own (:func:`local_overrides`, every AWS
+    endpoint)."""
 
 
 def check_auth(stage: str, env: Mapping[str, str]) -> str | None:
     """The stage's local API key (None: open), see :mod:`sagegate.local.auth`.
 
     Raises:
-        StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or
-            its settings are wrong.
+        StartError: the stage's authentication cannot be checked locally (IAM, Cognito) or its
+            settings are wrong.
     """
     try:
         return local_api_key(stage, env)
@@ -264,8 +257,7 @@ def preflight(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
 
 
 def check_redrive(stage: str, env: Mapping[str, str]) -> int:
-    """The re-drive's period (the event pump runs it), its settings checked as the scheduled
-    function reads them.
+    """The re-drive's period, its settings checked as the scheduled function reads them.
 
     Raises:
         StartError: a ``JOB_REDRIVE_*`` variable has a bad value; the message names it.

@@ -1,16 +1,13 @@
 """The local stack's child processes: how each is started, known to answer, and stopped.
 
-``sagegate run`` (:mod:`sagegate.local.stack`), the moto side (:mod:`sagegate.local.aws`), the
-integration tests and the benchmarks start the same processes with the same helpers, from this
-module: :func:`start_emulator` (the emulator's own launcher, from :mod:`emulator.process`),
-:func:`start_api` / :func:`start_chalice_local` (``chalice local`` through
-:mod:`sagegate.local.chalice_local`, ready once its own child answers: the instance marker
-:data:`INSTANCE_ENV` / :data:`INSTANCE_HEADER`), :func:`wait_until_serving`,
-:func:`free_port`, :func:`terminate` (by PID), :func:`quiet_stack` (``make run``'s stack for
-the benchmarks), and the memory readers :func:`rss_mb` / :func:`peak_rss_mb`.
+``sagegate run``, the moto side, the integration tests and the benchmarks start the same
+processes with these helpers: the emulator (its own launcher), ``chalice local`` through
+:mod:`sagegate.local.chalice_local` (ready once its own child answers: the instance marker
+:data:`INSTANCE_HEADER`), readiness, free ports, termination by PID, ``make run``'s stack for the
+benchmarks, and memory readers.
 
-Only the standard library (and the emulator's process helper, which is standard library only)
-is imported here: the ``chalice local`` child imports this module for its marker.
+Only the standard library (and the emulator's process helper, likewise) is imported here: the
+``chalice local`` child imports this module for its marker.
 """
 from __future__ import annotations
 
@@ -37,15 +34,13 @@ from emulator.process import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-"""The repository: sagegate's Chalice project (``app.py``, ``.chalice/``)."""
 PROJECT_FILES = ("app.py", "chalicelib", ".chalice")
-"""What ``chalice local`` serves: the app, its package and its configuration."""
 
 
 def copy_project(root: Path, names: tuple[str, ...] = PROJECT_FILES) -> None:
-    """Copy sagegate's Chalice project (and any other top-level ``names``) into ``root``, for
-    a ``chalice local`` whose relative paths (``captures/``, ``samples/``) or registry are a
-    run's own (``start_chalice_local(project_dir=root)``); caches and deployments left out."""
+    """Copy sagegate's Chalice project (and other top-level ``names``) into ``root``, for a
+    ``chalice local`` whose relative paths (``captures/``, ``samples/``) or registry are a run's
+    own; caches and deployments left out."""
     import shutil
 
     for name in names:
@@ -63,13 +58,11 @@ DUMMY_AWS_ENV = {
 }
 HOST = "127.0.0.1"
 INSTANCE_ENV = "SAGEGATE_INSTANCE"
-"""The variable giving a ``chalice local`` child the marker it puts in its answers."""
 INSTANCE_HEADER = "X-Sagegate-Instance"
 """The header carrying that marker (see :mod:`sagegate.local.chalice_local`)."""
 OVERRIDES_ENV = "SAGEGATE_LOCAL_ENV"
-"""The variable giving a ``chalice local`` child, as a JSON object, the variables it sets over
-the stage's own (chalice local applies the stage's last; see
-:mod:`sagegate.local.chalice_local`)."""
+"""A JSON object of the variables a ``chalice local`` child sets over the stage's own (chalice
+local applies the stage's last)."""
 _POLL_SECONDS = 0.1
 
 
@@ -78,8 +71,7 @@ class ApiStartError(RuntimeError):
 
 
 class ApiProcess:
-    """A running ``chalice local`` (with TCP_NODELAY) child process; a context manager that
-    stops it on exit."""
+    """A running ``chalice local`` child; a context manager that stops it on exit."""
 
     def __init__(self, process: subprocess.Popen[bytes], host: str, port: int,
                  instance: str = "") -> None:
@@ -87,16 +79,13 @@ class ApiProcess:
         self.host = host
         self.port = port
         self.instance = instance
-        """The marker this child puts in ``X-Sagegate-Instance``."""
 
     @property
     def url(self) -> str:
-        """Base URL of the API."""
         return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
-        """The child's process id."""
         return self.process.pid
 
     def stop(self, timeout: float = 10.0) -> int:
@@ -112,7 +101,6 @@ class ApiProcess:
 
 
 def api_env(endpoint_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment ``chalice local`` needs to reach the emulator with boto3."""
     env = {**os.environ, **DUMMY_AWS_ENV, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint_url}
     env.pop("AWS_PROFILE", None)
     env.update(extra or {})
@@ -125,22 +113,15 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
                         timeout: float = 60.0, ready_path: str = "/health",
                         ready_status: int | None = 200,
                         overrides: Mapping[str, str] | None = None) -> ApiProcess:
-    """Start ``chalice local`` (TCP_NODELAY, backlog 128, instance marker) for the Chalice app
-    in ``project_dir`` and wait until this child itself answers ``ready_path``.
+    """Start ``chalice local`` (TCP_NODELAY, backlog 128, instance marker) for the app in
+    ``project_dir`` and wait until this child itself answers ``ready_path``.
 
     Args:
-        port: the port to listen on.
         endpoint_url: the SageMaker runtime URL (the emulator's).
-        project_dir: the Chalice project (default: sagegate's).
-        stage: the Chalice stage (None: chalice's default).
-        host: the address to bind.
-        env: extra environment variables for the process (the stage's own still win: chalice
-            local applies them over the process environment).
-        log: where the child's output goes (default: this process's stdout/stderr).
-        timeout: seconds to wait for the answer.
-        ready_path: the path to GET until it answers.
+        env: extra variables (the stage's own still win: chalice local applies them over the
+            process environment).
         ready_status: the status that means ready (None: any answer from this child).
-        overrides: variables that win over the stage's own (``env``'s do not).
+        overrides: variables that win over the stage's own.
 
     Raises:
         ApiStartError: the child exited or never answered (it is then stopped).
@@ -170,8 +151,8 @@ def start_chalice_local(port: int, endpoint_url: str, *, project_dir: Path = ROO
 def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "local",
               env: Mapping[str, str] | None = None, log: IO[bytes] | None = None,
               timeout: float = 60.0, overrides: Mapping[str, str] | None = None) -> ApiProcess:
-    """Start sagegate under ``chalice local`` for ``stage`` and wait until it answers
-    ``/health`` (200) itself. Arguments as :func:`start_chalice_local`.
+    """Start sagegate under ``chalice local`` and wait until it answers ``/health`` (200) itself;
+    arguments as :func:`start_chalice_local`.
 
     Raises:
         ApiStartError: the child exited or never answered (it is then stopped).
@@ -182,9 +163,8 @@ def start_api(port: int, endpoint_url: str, *, host: str = HOST, stage: str = "l
 
 @contextlib.contextmanager
 def quiet_stack(stage: str = "local") -> Iterator[tuple[ApiProcess, EmulatorProcess]]:
-    """``make run``'s stack (the default emulator, chalice local for ``stage``) on free ports,
-    its output discarded, both stopped by their PIDs on the way out: what the benchmarks run
-    against."""
+    """``make run``'s stack on free ports, output discarded, both stopped by their PIDs on the
+    way out: what the benchmarks run against."""
     with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
         api = start_api(free_port(HOST), emulator.url, host=HOST, stage=stage, log=log)
         try:
@@ -194,8 +174,8 @@ def quiet_stack(stage: str = "local") -> Iterator[tuple[ApiProcess, EmulatorProc
 
 
 def own_answer(api: ApiProcess, path: str = "/health") -> int | None:
-    """The status of this child's answer to ``GET path``; None when nothing answered or
-    another server did (its answer lacks the child's marker)."""
+    """The status of this child's answer to ``GET path``; None when nothing or another server
+    answered (no marker)."""
     headers: Message
     try:
         with urllib.request.urlopen(api.url + path, timeout=2) as response:
@@ -213,8 +193,7 @@ def wait_until_serving(api: ApiProcess, timeout: float, path: str = "/health",
     """Wait until ``api``'s own child answers ``GET path`` (with ``status``, None: any).
 
     Raises:
-        ApiStartError: the child (``what``, for the message) exited first, or did not answer
-            within ``timeout`` seconds.
+        ApiStartError: the child exited first, or did not answer within ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -229,12 +208,10 @@ def wait_until_serving(api: ApiProcess, timeout: float, path: str = "/health",
 
 
 def rss_mb(pid: int) -> float:
-    """A process's resident memory now (VmRSS), in MB."""
     return _status_kb(pid, "VmRSS") / 1024
 
 
 def peak_rss_mb(pid: int) -> float:
-    """A process's peak resident memory so far (VmHWM), in MB."""
     return _status_kb(pid, "VmHWM") / 1024
 
 

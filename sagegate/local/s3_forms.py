@@ -1,16 +1,15 @@
 """S3's browser-form POST uploads, read and checked as S3 does, for the local S3 front.
 
-:func:`read_form` reads a ``multipart/form-data`` body part by part, in order: each part before
-the file is a field (names compared without case, so ``key`` and ``KEY`` are one field, and a
-field given twice is refused rather than one of its values silently winning); the first part
-named ``file`` is the content; nothing after it is read as a field (S3 ignores the fields that
-follow the file), and a second ``file`` part is refused (S3: one file per request).
-:func:`check_policy` checks the fields against the POST policy as S3 does (not the signature).
-:meth:`Form.forwarded` is the body moto then stores: those fields, then that file, nothing
-else, so moto can store only what was checked.
+:func:`read_form` reads a ``multipart/form-data`` body part by part: each part before the file is
+a field (names compared without case; a field given twice is refused rather than one value
+silently winning); the first part named ``file`` is the content; fields after it are ignored (as
+S3 does), and a second ``file`` is refused (one file per request). :func:`check_policy` checks
+the fields against the POST policy as S3 does (not the signature). :meth:`Form.forwarded` is the
+body moto then stores: those fields and that file, nothing else, so moto can store only what was
+checked.
 
-Every refusal is an :class:`S3Error` with S3's own status, code and message, rendered as S3's
-XML error document.
+Every refusal is an :class:`S3Error` with S3's own status, code and message, as S3's XML error
+document.
 """
 from __future__ import annotations
 
@@ -23,11 +22,11 @@ from datetime import UTC, datetime
 from xml.sax.saxutils import escape
 
 EXEMPT_FIELDS = frozenset({"policy", "x-amz-signature", "signature", "awsaccesskeyid", "file"})
-"""The form fields S3 needs no policy condition for (SigV4's and SigV2's), besides those whose
-names start with :data:`IGNORED_PREFIX`."""
+"""The fields S3 needs no policy condition for (SigV4's and SigV2's), besides
+:data:`IGNORED_PREFIX`'s."""
 IGNORED_PREFIX = "x-ignore-"
 MAX_PRE_DATA_BYTES = 20_480
-"""How many bytes of a form may precede the file (S3's ``MaxPostPreDataLengthBytes``)."""
+"""S3's ``MaxPostPreDataLengthBytes``: the bytes of a form before the file."""
 FILE_FIELD = "file"
 _CRLF = b"\r\n"
 
@@ -44,7 +43,6 @@ class S3Error(Exception):
         self.extra = dict(extra or {})
 
     def xml(self) -> bytes:
-        """S3's error document."""
         members = "".join(f"<{name}>{escape(str(value))}</{name}>"
                           for name, value in self.extra.items())
         return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{self.code}</Code>'
@@ -52,13 +50,12 @@ class S3Error(Exception):
 
 
 def malformed() -> S3Error:
-    """S3's answer to a body that is not multipart/form-data it can read."""
     return S3Error(400, "MalformedPOSTRequest",
                    "The body of your POST request is not well-formed multipart/form-data.")
 
 
 def invalid_argument(message: str, name: str, value: object = None) -> S3Error:
-    """S3's ``InvalidArgument`` naming the argument (here, the form field) at fault."""
+    """S3's ``InvalidArgument`` naming the form field at fault."""
     extra: dict[str, object] = {"ArgumentName": name}
     if value is not None:
         extra["ArgumentValue"] = value
@@ -67,8 +64,7 @@ def invalid_argument(message: str, name: str, value: object = None) -> S3Error:
 
 @dataclasses.dataclass(frozen=True)
 class Part:
-    """One part of a multipart body: its name, filename, content type and where its data is
-    (a slice of the body, never copied)."""
+    """One part of a multipart body; its data is a slice of the body, never copied."""
 
     name: str
     filename: str | None
@@ -88,7 +84,6 @@ class Form:
 
     @property
     def size(self) -> int:
-        """The file's size in bytes."""
         return self.file.end - self.file.start
 
     def field(self, name: str) -> str | None:
@@ -97,8 +92,8 @@ class Form:
                     None)
 
     def forwarded(self) -> tuple[io.BufferedReader, int]:
-        """The body to hand on (a reader and its length): the fields, names lower-cased
-        (moto reads ``key`` by its exact name), then the file, then the closing delimiter."""
+        """The body to hand on (a reader and its length): the fields, names lower-cased (moto
+        reads ``key`` by its exact name), the file, the closing delimiter."""
         delimiter = b"--" + self.boundary
         head = io.BytesIO()
         for name, value in self.fields:
@@ -146,9 +141,9 @@ def read_form(body: bytes, content_type: str) -> Form:
     """Read a form upload as S3 does (see the module).
 
     Raises:
-        S3Error: ``MalformedPOSTRequest`` (not multipart/form-data that can be read),
-            ``InvalidArgument`` (a field given twice, no file or a second one, no ``key``),
-            ``MaxPostPreDataLengthExceeded`` (more than 20 KB before the file).
+        S3Error: ``MalformedPOSTRequest``, ``InvalidArgument`` (a field given twice, no file or a
+            second one, no ``key``), ``MaxPostPreDataLengthExceeded`` (over 20 KB before the
+            file).
     """
     from werkzeug.http import parse_options_header
 
@@ -185,7 +180,6 @@ def _add_field(fields: list[tuple[str, str]], part: Part, body: bytes) -> None:
 
 
 def _after_file(body: bytes, boundary: bytes, end: int) -> None:
-    """After the file: other fields are ignored, a second file is refused."""
     files = 1
     try:
         for part in _parts(body, boundary, end):
@@ -198,7 +192,7 @@ def _after_file(body: bytes, boundary: bytes, end: int) -> None:
 
 
 def _parts(body: bytes, boundary: bytes, start: int = 0) -> Iterable[Part]:
-    """The parts of a multipart body from ``start`` (the first delimiter at or after it).
+    """The parts of a multipart body from the first delimiter at or after ``start``.
 
     Raises:
         S3Error: ``MalformedPOSTRequest``.
@@ -250,18 +244,15 @@ def _denied(what: str) -> S3Error:
 
 def check_policy(fields: Mapping[str, str], bucket: str, size: int,
                  now: datetime | None = None) -> None:
-    """Checks a POST upload against its policy as S3 does (not the signature).
+    """Check a POST upload against its policy as S3 does (not the signature).
 
     Args:
-        fields: the form's fields (names compared case-insensitively; no two the same),
-            ``policy`` among them.
-        bucket: the bucket posted to.
-        size: the file's size in bytes.
+        fields: names compared case-insensitively, ``policy`` among them.
         now: the time to check the expiration against (default: now).
 
     Raises:
-        S3Error: S3's refusal (a form without a policy is anonymous: S3 takes it only into
-            a public bucket, and the local stack's buckets are private).
+        S3Error: S3's refusal (a form without a policy is anonymous: S3 takes it only into a
+            public bucket, and the local stack's are private).
     """
     lowered = {name.lower(): value for name, value in fields.items()}
     raw = lowered.get("policy")
@@ -288,7 +279,6 @@ def check_policy(fields: Mapping[str, str], bucket: str, size: int,
 
 
 def _fields_of(condition: object) -> set[str]:
-    """The fields a condition (one already checked) names, lower-cased."""
     if isinstance(condition, dict):
         return {str(name).lower() for name in condition}
     if isinstance(condition, list) and condition[0] != "content-length-range":

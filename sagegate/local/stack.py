@@ -1,12 +1,10 @@
-"""``sagegate run``: the local stack, the SageMaker runtime emulator plus ``chalice local``,
-no AWS account.
+"""``sagegate run``: the local stack, the SageMaker runtime emulator plus ``chalice local``, no
+AWS account.
 
-Before starting anything, ``sagegate run`` (``make run``) checks the settings the stage gives
-sagegate and that its ports are free (:mod:`sagegate.local.preflight`); then it starts the
-stack's processes with the helpers the tests and the benchmarks use too
-(:mod:`sagegate.local.processes`); while it runs, it restarts the emulator if it dies (the API
-answers 503 meanwhile), and moto's server, the local S3, SNS and SQS of the jobs flow
-(:mod:`sagegate.local.aws`), with :mod:`sagegate.local.supervision`.
+It checks the stage's settings and ports first (:mod:`sagegate.local.preflight`), starts the
+processes with the helpers the tests and benchmarks use (:mod:`sagegate.local.processes`), and
+while it runs restarts the emulator (the API answers 503 meanwhile) and moto's server if they die
+(:mod:`sagegate.local.supervision`).
 """
 from __future__ import annotations
 
@@ -40,8 +38,8 @@ SAMPLES = ROOT / "samples"
 
 
 def write_samples() -> dict[str, Path]:
-    """Write sample photos (from scikit-image's public-domain data) and an iris row for
-    the README's examples."""
+    """Sample photos (scikit-image's public-domain data) and an iris row for the README's
+    examples."""
     import cv2
     from skimage import data
 
@@ -63,8 +61,8 @@ def write_samples() -> dict[str, Path]:
 
 
 def describe_capture(settings: Settings, local_s3: bool = False) -> str:
-    """One line on what data capture does, for the ready banner (``local_s3``: an ``s3://``
-    destination is moto's server's bucket)."""
+    """The ready banner's line on data capture (``local_s3``: an ``s3://`` destination is moto's
+    bucket)."""
     if settings.capture_mode == "off":
         return "data capture off"
     where = settings.capture_destination
@@ -130,9 +128,8 @@ def _say(line: str) -> None:
 
 
 def serve(api: ApiProcess, *supervisors: Supervisor[Any]) -> int:
-    """Block until Ctrl-C/SIGTERM (0), chalice local exits, or a supervised child (the
-    emulator, moto's server) cannot be kept running (1). A dead child is restarted meanwhile
-    (by its supervisor); the API stays up."""
+    """Block until Ctrl-C/SIGTERM (0), chalice local exits, or a supervised child cannot be kept
+    running (1). A dead child is restarted meanwhile; the API stays up."""
     with _stop_on_signals() as received:
         while not received:
             if api.process.poll() is not None:
@@ -151,7 +148,6 @@ def _port(text: str) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
     parser = argparse.ArgumentParser(
         prog="sagegate run",
         description="Serve sagegate on this machine, no AWS account: the SageMaker runtime "
@@ -184,9 +180,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _steps(plan: Plan, stage: str) -> Iterator[None]:
-    """One line per start-up step, each saying what it starts and how long it takes (a
-    first run's steps are the slow ones: the emulator loads its models, chalice local
-    imports the app); the generator says the next one each time it is advanced."""
+    """One line per start-up step, saying what it starts and how long it takes (a first run's are
+    slow: the emulator loads its models, chalice local imports the app)."""
     lines = [f"moto's server (S3, SNS, SQS, DynamoDB, Firehose) on port {plan.moto_port}: "
              "a second or two"] if plan.moto_port else []
     lines += [f"the SageMaker emulator on port {plan.emulator_port}: loads its models, a few "
@@ -246,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``sagegate run``: the emulator and the API in the foreground until Ctrl-C.
 
     Returns:
-        0 after Ctrl-C/SIGTERM; 1 when a child could not be kept running; 2 when the stack
-        cannot start (bad setting, port in use ...), with one line saying why.
+        0 after Ctrl-C/SIGTERM; 1 when a child could not be kept running; 2 when the stack cannot
+            start, with one line saying why.
     """
     args = parse_args(argv)
     # Until the stack serves, SIGTERM stops it as Ctrl-C does: children stopped, no traceback.

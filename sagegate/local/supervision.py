@@ -23,31 +23,27 @@ STABLE_AFTER_S = 30.0
 
 RESTART_POLICY = RetryPolicy(max_attempts=MAX_RESTARTS + 1, budget_seconds=math.inf,
                              base_delay=FIRST_DELAY_S, max_delay=MAX_DELAY_S)
-"""sagegate's one retry policy, for restarts; its ceiling is waited, without jitter: one
+"""sagegate's one retry policy, for restarts; its ceiling is waited without jitter: one
 supervisor restarts one child, there is no crowd to spread, and the console says when."""
 
 
 def backoff(failures: int) -> float:
-    """Seconds to wait before restart number ``failures`` (1, 2, ...): 0.5, 1, 2, 4, 8, 8 ..."""
+    """Seconds before restart number ``failures`` (1, 2, ...): 0.5, 1, 2, 4, 8, 8 ..."""
     return RESTART_POLICY.ceiling(failures)
 
 
 class Child(Protocol):
-    """A child process the supervisor keeps running (the emulator, moto's server)."""
 
     @property
     def process(self) -> subprocess.Popen[Any]:
-        """The child."""
         ...
 
     @property
     def pid(self) -> int:
-        """Its process id."""
         ...
 
     @property
     def url(self) -> str:
-        """Where it serves."""
         ...
 
     def stop(self, timeout: float = ...) -> int:
@@ -76,14 +72,11 @@ class Supervisor(Generic[ChildT]):
         """Prepares the supervisor; :meth:`start` starts the first child.
 
         Args:
-            start: starts one child and waits until it serves (raises one of
-                ``start_errors`` when it cannot).
-            say: prints one console line.
+            start: starts one child and waits until it serves (raises one of ``start_errors``
+                when it cannot).
             clock: monotonic seconds (injected for tests).
-            max_restarts: consecutive failures tolerated.
             name: the child, in the console lines ("the emulator").
             meanwhile: what a user sees until it is back, in the console lines.
-            start_errors: what ``start`` raises when the child cannot start.
         """
         self._start = start
         self._say = say
@@ -106,11 +99,8 @@ class Supervisor(Generic[ChildT]):
         return self.current
 
     def check(self) -> bool:
-        """Notices a dead child and restarts it when its backoff has passed.
-
-        Returns:
-            False once the child has failed ``max_restarts`` times in a row (given up).
-        """
+        """Notices a dead child and restarts it when its backoff has passed; False once it has
+        failed ``max_restarts`` times in a row (given up)."""
         if self.gave_up:
             return False
         now = self._clock()
@@ -153,7 +143,6 @@ class Supervisor(Generic[ChildT]):
         return True
 
     def stop(self) -> None:
-        """Stops the current child, if any (by its PID)."""
         if self.current is not None:
             self.current.stop()
             self.current = None
