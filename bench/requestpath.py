@@ -4,7 +4,8 @@ shadow) through the real app, traced with :func:`sys.setprofile` on the caller's
 
 Counted: the calls into sagegate's own code (``app.py`` and ``chalicelib/``), the distinct
 functions and modules they enter, and the switches of module (two calls in a row into different
-modules). The shadow's call runs on its pool's thread after the answer, so it is not on the
+modules); and the same at the scale of rooms (a package of chalicelib, such as ``http`` or
+``cache``; a top-level module is its own room). The shadow's call runs on its pool's thread after the answer, so it is not on the
 caller's path and not counted. It is a measure of the structure, not of time: the same request
 gives the same counts on every run.
 
@@ -157,8 +158,12 @@ switches = sum(1 for a, b in zip(modules, modules[1:]) if a != b)
 per_module = {}
 for name in modules:
     per_module[name] = per_module.get(name, 0) + 1
+rooms = [name.split(".")[1] if name.startswith("chalicelib.") and name.count(".") > 1
+         else name for name in modules]
+room_switches = sum(1 for a, b in zip(rooms, rooms[1:]) if a != b)
 counts = {"calls": len(calls), "functions": len(set(calls)), "modules": len(per_module),
-          "switches": switches, "per_module": per_module}
+          "switches": switches, "per_module": per_module, "rooms": len(set(rooms)),
+          "room_switches": room_switches}
 Path(sys.argv[3]).write_text(json.dumps(counts))
 '''
 
@@ -169,7 +174,8 @@ def lines(label: str, counts: dict[str, object], top: int = 12) -> list[str]:
     assert isinstance(per_module, dict)
     ranked = collections.Counter(per_module).most_common(top)
     return [f"  {label}: {counts['calls']} calls into {counts['functions']} functions across "
-            f"{counts['modules']} modules, {counts['switches']} switches of module",
+            f"{counts['modules']} modules, {counts['switches']} switches of module; "
+            f"{counts['rooms']} rooms, {counts['room_switches']} switches of room",
             *(f"    {calls:4d}  {name}" for name, calls in ranked)]
 
 
