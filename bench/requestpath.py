@@ -5,9 +5,9 @@ shadow) through the real app, traced with :func:`sys.setprofile` on the caller's
 Counted: the calls into sagegate's own code (``app.py`` and ``chalicelib/``), the distinct
 functions and modules they enter, and the switches of module (two calls in a row into different
 modules); and the same at the scale of rooms (a package of chalicelib, such as ``http`` or
-``cache``; a top-level module is its own room). The shadow's call runs on its pool's thread after the answer, so it is not on the
-caller's path and not counted. It is a measure of the structure, not of time: the same request
-gives the same counts on every run.
+``cache``; a top-level module is its own room). The shadow's call runs on its pool's thread
+after the answer, so it is not on the caller's path and not counted. It is a measure of the
+structure, not of time: the same request gives the same counts on every run.
 
 The project is copied with one model added (nothing is written into the tree it reads), and the
 app is imported in a child process, so a tree before a change can be measured beside the tree
