@@ -1,10 +1,9 @@
 """Which class names each endpoint's capture records are read with.
 
-A capture folder holds several endpoints' records (``{endpoint}/{variant}/yyyy/mm/dd/hh/``):
-each is read with the labels of the registered models that call that endpoint, the
-registry read with a stage's variables as ``chalice local --stage`` reads them. An endpoint no
-model calls, or whose models disagree, gets class indices and one ``note:`` line naming it
-and the way out (``--labels``); nothing stops part-way.
+A capture folder holds several endpoints' records: each is read with the labels of the registered
+models calling that endpoint, the registry read with a stage's variables as ``chalice local
+--stage`` reads them. An endpoint no model calls, or whose models disagree, gets class indices
+and one ``note:`` line naming it and the way out (``--labels``).
 """
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ LAYOUT_DEPTH = 7  # endpoint, variant, yyyy, mm, dd, hh, file
 
 
 def endpoint_of(parts: Sequence[str]) -> str | None:
-    """The endpoint of a capture file from its path's parts, or None off Model Monitor's
-    ``{endpoint}/{variant}/yyyy/mm/dd/hh/{file}`` layout."""
+    """The endpoint of a capture file from its path, or None off
+    ``{endpoint}/{variant}/yyyy/mm/dd/hh/{file}``."""
     if len(parts) < LAYOUT_DEPTH:
         return None
     tail = parts[-LAYOUT_DEPTH:]
@@ -36,11 +35,11 @@ def endpoint_of(parts: Sequence[str]) -> str | None:
 
 def registry_labels(stage: str, environ: Mapping[str, str] | None = None
                     ) -> dict[str, list[tuple[str, Labels]]]:
-    """``endpoint -> [(model, labels), ...]`` from the model registry, read with ``stage``'s
-    variables over ``environ``.
+    """``endpoint -> [(model, labels), ...]`` from the registry, read with ``stage``'s variables
+    over ``environ``.
 
     Raises:
-        ValueError: the stage or the registry cannot be read (the message says why).
+        ValueError: the stage or the registry cannot be read.
     """
     # Deferred: the label reader comes with numpy, which the other sagegate commands skip.
     from chalicelib.inference.predictions import load_labels
@@ -63,12 +62,7 @@ def registry_labels(stage: str, environ: Mapping[str, str] | None = None
 
 
 class EndpointLabels:
-    """The labels of each endpoint from the registry, decided once per endpoint.
-
-    Args:
-        load: reads the registry (:func:`registry_labels` for a stage); called at most once.
-        notes: where the one-line notes go.
-    """
+    """The labels of each endpoint, decided once per endpoint (``load`` called at most once)."""
 
     def __init__(self, load: Callable[[], dict[str, list[tuple[str, Labels]]]],
                  notes: IO[str] | None = None) -> None:
@@ -79,8 +73,8 @@ class EndpointLabels:
         self._unreadable = False
 
     def __call__(self, endpoint: str | None) -> Labels:
-        """The labels for ``endpoint`` (None: not in the layout); notes the first time an
-        endpoint has to be read with class indices."""
+        """The labels for ``endpoint`` (None: not in the layout); notes the first time one is
+        read with class indices."""
         if endpoint not in self._decided:
             self._decided[endpoint] = self._decide(endpoint)
         return self._decided[endpoint]
@@ -119,6 +113,5 @@ class EndpointLabels:
         return self._registry.get(endpoint, [])
 
     def _note(self, text: str) -> Labels:
-        """Say ``text`` on one line; the labels such an endpoint gets: class indices."""
         print(f"note: {text}", file=self._notes or sys.stderr)
         return None

@@ -1,22 +1,17 @@
-"""``sagegate capture``: read capture records back and flatten them, as a Model Monitor
-record preprocessor does.
+"""``sagegate capture``: read capture records back and flatten them, as a Model Monitor record
+preprocessor does.
 
-``sagegate capture SOURCE`` reads every ``.jsonl`` under a directory or an
-``s3://bucket/prefix`` and writes one flat row per record (JSON Lines or CSV): the event
-metadata, the endpoint, the top-k and the probabilities as ``prediction0..N``, each endpoint's
-records named with its own model's labels (:mod:`sagegate.captures.labels`).
-``--preprocess-handler file.py`` runs a Model Monitor record preprocessor from that file,
-unchanged and called as the analyzer calls it (:mod:`chalicelib.monitor.preprocessing`),
-instead, then its ``postprocess_handler()`` if it has one, both in a worker process, never in
-the command's: the rows go to it in batches, and its prints and log lines to stderr
-(:mod:`chalicelib.monitor.user_workers`); a handler that exits is one line, exit status 1, one
-that reads no record for ``--preprocess-timeout`` seconds is stopped, exit status 1. Records
-of answers served from sagegate's cache (``eventMetadata.sagegateCacheHit``) are read too,
-their default rows say ``cacheHit``; ``--exclude-cache-hits`` leaves them out (as
-``sagegate monitor`` does).
+``sagegate capture SOURCE`` reads every ``.jsonl`` under a directory or ``s3://bucket/prefix``
+and writes one flat row per record (JSON Lines or CSV): event metadata, endpoint, top-k and
+``prediction0..N``, each endpoint's records named with its model's labels. ``--preprocess-handler
+file.py`` runs a Model Monitor record preprocessor instead, unchanged and called as the analyzer
+calls it, then its ``postprocess_handler()``, both in a worker process, never the command's:
+records go to it in batches, its prints and logs to stderr
+(:mod:`chalicelib.monitor.user_workers`); a handler that exits, or reads no record for
+``--preprocess-timeout`` seconds, is one line, exit status 1. Cache hits are read too (their rows
+say ``cacheHit``); ``--exclude-cache-hits`` leaves them out, as ``sagegate monitor`` does.
 
-A developer tool, not part of the Lambda package: the function only writes captures
-(:mod:`chalicelib.capture`).
+A developer tool, not part of the Lambda package: the function only writes captures.
 """
 from __future__ import annotations
 
@@ -75,7 +70,6 @@ def _s3_files(source: str) -> Iterator[tuple[str, tuple[str, ...], Iterable[byte
 
 
 def read_entries(source: str) -> Iterator[Entry]:
-    """Every capture record under a directory, a ``.jsonl`` file or an S3 prefix."""
     files = _s3_files(source) if source.startswith(S3_SCHEME) else _local_files(Path(source))
     for name, parts, lines in files:
         endpoint = endpoint_of(parts)
@@ -106,14 +100,13 @@ def parse_record(line: str | bytes, where: str) -> CapturedData:
 
 
 def read_records(source: str) -> Iterator[CapturedData]:
-    """Every capture record under ``source``, parsed and checked."""
     return (entry.record for entry in read_entries(source))
 
 
 def handler_rows(entries: Iterable[Entry], handler: Preprocessor,
                  skipped: list[int]) -> Iterator[dict[str, Any]]:
-    """The handler's rows, called as the analyzer calls it: shadow records skipped first,
-    a falsy result (``[]``) dropping the record. ``skipped[0]`` counts the shadow records."""
+    """The handler's rows, called as the analyzer calls it: shadow records skipped first (counted
+    in ``skipped[0]``), a falsy result dropping the record."""
     for entry in entries:
         if is_shadow(entry.record.event_dict):
             skipped[0] += 1
@@ -131,12 +124,11 @@ IN_FLIGHT = 2
 
 def isolated_rows(pool: UserWorkers, path: str, entries: Iterable[Entry],
                   skipped: list[int]) -> Iterator[dict[str, Any]]:
-    """The rows of ``path``'s handler, called in ``pool``'s worker as :func:`handler_rows`
-    calls it here, in batches of :data:`BATCH` records.
+    """The rows of ``path``'s handler, called in ``pool``'s worker as :func:`handler_rows` calls
+    it, in batches of :data:`BATCH`.
 
     Raises:
-        HandlerFailed: the handler raised or returned a bad row; WorkerDied: the worker
-            ended without an answer; PreprocessorStuck: it read no record for the deadline.
+        HandlerFailed: it raised or returned a bad row; WorkerDied; PreprocessorStuck.
     """
     pending: collections.deque[tuple[int, Future[Any]]] = collections.deque()
     for number, batch in enumerate(_batches(entries, skipped), 1):
@@ -154,8 +146,6 @@ def _answer(pool: UserWorkers, number: int, future: Future[Any]) -> list[dict[st
 
 def _batches(entries: Iterable[Entry], skipped: list[int]
              ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """The records to preprocess, as (where, record) batches; shadow records skipped first
-    (counted in ``skipped[0]``), as the analyzer skips them."""
     batch: list[tuple[str, dict[str, Any]]] = []
     for entry in entries:
         if is_shadow(entry.record.event_dict):
@@ -188,8 +178,8 @@ def write_rows(out: IO[str], items: Iterable[dict[str, Any]], fmt: str) -> int:
 
 
 def _json_line(row: dict[str, Any]) -> str:
-    """A row as strict JSON: NaN and the infinities (which JSON has no number for, and the
-    monitor reads as missing) are null."""
+    """A row as strict JSON: NaN and the infinities (no JSON number; the monitor reads them as
+    missing) are null."""
     try:
         return json.dumps(row, allow_nan=False)
     except ValueError:  # rare: the row is copied only then
@@ -202,12 +192,11 @@ class SourceError(Exception):
 
 
 def check_source(source: str) -> None:
-    """Refuses a local source that does not exist, or an S3 URI without a bucket (S3 itself is
+    """Refuse a local source that does not exist, or an S3 URI without a bucket (S3 itself is
     checked when read).
 
     Raises:
-        SourceError: naming the path.
-        ValueError: ``s3://`` names no bucket.
+        SourceError: naming the path. ValueError: ``s3://`` names no bucket.
     """
     if source.startswith(S3_SCHEME):
         S3Uri.parse(source)
@@ -237,7 +226,6 @@ def _seconds(text: str) -> float:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Read the command line (argparse exits 2 with a usage message on bad arguments)."""
     parser = argparse.ArgumentParser(
         prog="sagegate capture",
         description="Flatten sagegate / SageMaker Model Monitor capture records.")
@@ -276,7 +264,6 @@ def _labels(args: argparse.Namespace) -> Callable[[str | None], Sequence[str] | 
 
 
 class _Counted:
-    """The entries of a source, counted as they are read."""
 
     def __init__(self, source: str, exclude_cache_hits: bool = False) -> None:
         self.source = source
@@ -302,7 +289,6 @@ class _Counted:
 
 
 def _convert(args: argparse.Namespace) -> str:
-    """Reads, flattens and writes; returns the summary line."""
     check_source(args.source)
     entries, skipped = _Counted(args.source, args.exclude_cache_hits), [0]
     if args.preprocess_handler:
@@ -317,8 +303,6 @@ def _convert(args: argparse.Namespace) -> str:
 
 def _preprocessed(args: argparse.Namespace, entries: Iterable[Entry],
                   skipped: list[int]) -> int:
-    """The preprocessor's rows written, its file imported and called, then its
-    ``postprocess_handler()``, in a worker process (never this one)."""
     path = args.preprocess_handler
     with UserWorkers(1, path, args.preprocess_timeout) as pool:
         pool.check_import()
@@ -341,11 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``sagegate capture SOURCE [--format csv|jsonl] [--output FILE] ...``.
 
     Returns:
-        0 on success (``N row(s) from M record(s) of SOURCE`` on stderr); 2 when the
-        arguments, the source, the labels, the handler file or a record is unusable; 1 when
-        the source cannot be read, the handler raises, or its worker process ends without an
-        answer or is stopped at ``--preprocess-timeout``. Every failure is one ``error: ...``
-        line on stderr.
+        0 on success (a summary line on stderr); 2 when the arguments, source, labels, handler
+            file or a record is unusable; 1 when the source cannot be read, the handler raises,
+            or its worker dies or is stopped at ``--preprocess-timeout``. Every failure is one
+            ``error: ...`` line on stderr.
     """
     args = parse_args(argv)
     try:

@@ -1,11 +1,9 @@
-"""The default rows ``sagegate capture`` makes of capture records: metadata, endpoint, whether
-the cache served it (``cacheHit``), top-k and ``prediction0..N``, each endpoint's records named
-with its labels.
+"""The default rows ``sagegate capture`` makes of capture records: metadata, endpoint,
+``cacheHit``, top-k and ``prediction0..N``, each endpoint's named with its labels.
 
-Nothing stops part-way over a folder of several endpoints: an endpoint whose answers do not fit
-its labels is read with class indices, a record whose answer is not class probabilities gets
-a row without them; either is said once per endpoint, in one ``note:`` line naming the
-endpoint and the way out.
+Nothing stops part-way over several endpoints: an endpoint whose answers do not fit its labels is
+read with class indices, a record whose answer is not class probabilities gets a row without
+them; either is said once per endpoint in one ``note:`` line naming it and the way out.
 """
 from __future__ import annotations
 
@@ -39,13 +37,12 @@ class Entry:
 
 
 def inference_id(record: CapturedData) -> str:
-    """``eventMetadata.inferenceId`` (the request id), or ``""`` (the analyzer's record has
-    no attribute for it: handlers read it from ``event_dict``)."""
+    """``eventMetadata.inferenceId``, or ``""`` (the analyzer's record has no attribute for it:
+    handlers read it from ``event_dict``)."""
     return str(record.event_dict["eventMetadata"].get("inferenceId") or "")
 
 
 def decoded(side: EventData) -> bytes:
-    """A captured body as bytes (base64 undone)."""
     data = side.data or ""
     return base64.b64decode(data) if side.encoding == "BASE64" else data.encode("utf-8")
 
@@ -68,9 +65,8 @@ def output_rows(body: bytes) -> list[np.ndarray]:
 
 def flatten(entry: Entry, k: int, labels: Sequence[str] | None,
             with_output: bool = True) -> list[dict[str, Any]]:
-    """The default rows of a record: metadata, top-k and ``prediction0..N``; one per row the
-    endpoint answered (with ``row`` when it answered several). ``with_output=False``: the
-    metadata only.
+    """The default rows of a record, one per row the endpoint answered (with ``row`` when
+    several); ``with_output=False``: the metadata only.
 
     Raises:
         LabelCountError: not as many probabilities as ``labels``.
@@ -116,10 +112,7 @@ def _prediction_columns(probabilities: np.ndarray, k: int,
 
 
 class DefaultRows:
-    """The default rows of every record, each endpoint's read with its labels.
-
-    See the module's docstring for what happens to what does not fit.
-    """
+    """The default rows of every record, each endpoint's read with its labels (module docstring)."""
 
     def __init__(self, k: int, labels: Callable[[str | None], Sequence[str] | None],
                  notes: IO[str] | None = None) -> None:

@@ -46,7 +46,6 @@ def preprocess_handler(inference_record):
 
 
 def write_window(root: Path, records: int, per_file: int = 500) -> None:
-    """``records`` capture records of one hour under ``root/AllTraffic/yyyy/mm/dd/hh``."""
     rng = random.Random(7)
     folder = root / "AllTraffic" / f"{HOUR:%Y/%m/%d/%H}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -72,9 +71,7 @@ def write_window(root: Path, records: int, per_file: int = 500) -> None:
 
 
 def write_batch(root: Path, instances: int) -> None:
-    """One capture record of a TF Serving batch of ``instances`` rows of seven features
-    (``{"instances": [[...], ...]}`` in, ``{"predictions": [[p], ...]}`` out), as a job's
-    record is, under ``root/AllTraffic/yyyy/mm/dd/hh``."""
+    """One capture record of a TF Serving batch of ``instances`` rows, as a job's record is."""
     rng = random.Random(11)
     folder = root / "AllTraffic" / f"{HOUR:%Y/%m/%d/%H}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -94,16 +91,14 @@ def write_batch(root: Path, instances: int) -> None:
 
 
 BATCH_SIZES = (20_000, 200_000)
-"""Instances in the one record of each batch case."""
 MODES = ("floor", "flattened", "preprocessor", "deployed")
 DEPLOYED_SHARE = 5
-"""The deployed mode reads a fifth of the window's records, one record an object."""
 
 
 class LocalS3:
-    """Just enough of a boto3 S3 client for the deployed monitor (listings, GetObject,
-    PutObject) over a local folder, ``<root>/<key>`` whatever the bucket: the deployed path's
-    own cost per object (listing, fetch threads, the check), without the network's."""
+    """Just enough of a boto3 S3 client for the deployed monitor over a local folder
+    (``<root>/<key>`` whatever the bucket): the deployed path's own cost per object, without the
+    network's."""
 
     class exceptions:
         NoSuchKey = FileNotFoundError
@@ -149,8 +144,6 @@ class LocalS3:
 
 
 def deployed(folder: Path) -> dict[str, float]:
-    """The scheduled monitor's path (:func:`chalicelib.monitor.deployed.run`) over the
-    objects the S3 sink writes, one record each, in this process."""
     from chalicelib.monitor import deployed as monitor  # deferred: as the check's, above
     from chalicelib.monitor import deployed_settings
 
@@ -168,9 +161,8 @@ def deployed(folder: Path) -> dict[str, float]:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory, MB: Linux's ``VmHWM`` (its own address space's,
-    from exec on), else ``ru_maxrss``, which Linux carries across exec, so that a child of a
-    big parent would report the parent's size."""
+    """This process's peak resident memory, MB: Linux's ``VmHWM``, else ``ru_maxrss``, which
+    Linux carries across exec (a child of a big parent would report the parent's size)."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
@@ -182,7 +174,6 @@ def peak_rss_mb() -> float:
 
 
 def floor(folder: Path) -> dict[str, float]:
-    """Read the window's files and ``json.loads`` each line, nothing else, in this process."""
     started = time.perf_counter()
     count = 0
     for path in sorted((folder / "iris").rglob("*.jsonl")):
@@ -198,8 +189,8 @@ def floor(folder: Path) -> dict[str, float]:
 
 
 def one(folder: Path, mode: str) -> dict[str, float]:
-    """Time one check (or, ``floor``, the reading alone) in this process: records per second
-    and peak memory (MB; a ``workers-N`` mode's is this process's, not its workers')."""
+    """Time one check (or ``floor``, the reading alone) in this process: records per second and
+    peak memory (a ``workers-N`` mode's is this process's, not its workers')."""
     if mode == "floor":
         return floor(folder)
     if mode == "deployed":
@@ -225,7 +216,6 @@ def one(folder: Path, mode: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark (or, with ``--one MODE DIR``, one measurement of it)."""
     parser = argparse.ArgumentParser(prog="python -m sagegate.monitor.bench",
                                      description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)
@@ -264,18 +254,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 WORKERS_RECORDS = 300_000
-"""The window ``--workers`` is measured on."""
 WORKER_COUNTS = (1, 2)
 WORKERS_ROUNDS = 3
-"""Each worker count is run this many times, alternated (1, 2, 1, 2, ...): another program on
-the machine slows the runs of its moment, not one count's; each count's fastest is kept."""
+"""Each worker count is run this many times, alternated: another program slows the runs of its
+moment, not one count's; each count's fastest is kept."""
 
 
 def measure_workers(records: int, rounds: int = WORKERS_ROUNDS,
                     counts: tuple[int, ...] = WORKER_COUNTS) -> list[dict[str, float]]:
-    """Write a window of ``records`` records (as :func:`write_window`) and check it with each
-    ``--workers`` count, each in a fresh process, ``rounds`` times alternated; returns every
-    run's figures (``workers`` says which count)."""
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="monitor-bench-workers-") as temp:
         folder = Path(temp)
@@ -294,12 +280,10 @@ def measure_workers(records: int, rounds: int = WORKERS_ROUNDS,
 
 
 def rates(runs: list[dict[str, float]], count: int) -> list[float]:
-    """The records per second of each run with ``count`` workers, in the order run."""
     return [run["records_per_second"] for run in runs if run["workers"] == count]
 
 
 def best_runs(runs: list[dict[str, float]]) -> dict[int, dict[str, float]]:
-    """Each worker count's fastest run."""
     best: dict[int, dict[str, float]] = {}
     for run in runs:
         count = int(run["workers"])
@@ -309,14 +293,13 @@ def best_runs(runs: list[dict[str, float]]) -> dict[int, dict[str, float]]:
 
 
 def speedup(runs: list[dict[str, float]]) -> float:
-    """The most workers' fastest rate over the fewest's."""
     best = best_runs(runs)
     return best[max(best)]["records_per_second"] / best[min(best)]["records_per_second"]
 
 
 def measure_batches(sizes: list[int]) -> dict[int, dict[str, float]]:
-    """Check one record of each batch size in a fresh process: its rows a second and its
-    peak memory (which must not grow with the batch beyond the record's own bytes)."""
+    """One record of each batch size, each in a fresh process: rows a second and peak memory
+    (which must not grow with the batch beyond the record's own bytes)."""
     results: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="monitor-bench-batch-") as temp:
         folder = Path(temp)
@@ -335,8 +318,6 @@ def measure_batches(sizes: list[int]) -> dict[int, dict[str, float]]:
 
 
 def measure(records: int) -> dict[str, dict[str, float]]:
-    """Write a window of ``records`` records and measure each of :data:`MODES` in a fresh
-    process; returns each mode's figures."""
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="monitor-bench-") as temp:
         folder = Path(temp)

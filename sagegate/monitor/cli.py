@@ -69,7 +69,6 @@ HELP = "Model Monitor's data quality baseline and checks, on captures here or in
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Declare ``monitor`` and its ``baseline``/``check`` commands on a subparsers object."""
     monitor: argparse.ArgumentParser = subparsers.add_parser(
         "monitor", help=HELP, description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +77,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def configure(monitor: argparse.ArgumentParser) -> None:
-    """Add the ``baseline`` and ``check`` subcommands to a parser."""
     commands = monitor.add_subparsers(dest="monitor_command", metavar="<command>",
                                       required=True)
     baseline = commands.add_parser("baseline", help="statistics.json and constraints.json "
@@ -110,12 +108,9 @@ def configure(monitor: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the parsed ``monitor`` command; returns its exit status (module docstring).
-
-    The user's Ctrl-C is watched for while it runs, so a KeyboardInterrupt a record
-    preprocessor raises itself is that handler's failure (exit 2, one line), and the user's
-    own Ctrl-C stops the run (exit 130, one line), whenever it comes.
-    """
+    """Run the parsed ``monitor`` command; returns its exit status (module docstring). The user's
+    Ctrl-C is watched for, so a KeyboardInterrupt a preprocessor raises itself is its failure
+    (exit 2), and the user's own stops the run (exit 130), whenever it comes."""
     try:
         with watching_interrupts():
             if args.monitor_command == "baseline":
@@ -137,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "sagegate monitor") -> int:
-    """``sagegate monitor ...`` as its own program (``python -m sagegate.monitor``)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)
@@ -145,8 +139,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "sagegate monitor") -> i
 
 
 def _attach_bounds(argv: Sequence[str]) -> list[str]:
-    """``--start -PT1H`` as ``--start=-PT1H``: argparse reads a value that starts with ``-``
-    as an option, and Model Monitor's relative bounds all do."""
+    """``--start -PT1H`` as ``--start=-PT1H``: argparse reads a value starting with ``-`` as an
+    option, and Model Monitor's relative bounds all do."""
     joined: list[str] = []
     for item in argv:
         if joined and joined[-1] in _BOUNDS and item[:1] == "-" and item[1:2].upper() == "P":
@@ -186,8 +180,8 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """The check, the postprocessing script imported first and run last in a worker process
-    of its own (the user's code never runs in the command's)."""
+    """The check, the postprocessing script imported first and run last in a worker process of
+    its own."""
     with UserWorkers(1, args.postprocess_handler, args.postprocess_timeout,
                      POSTPROCESS) as post:
         post.check_import()  # before the analysis: a broken script costs no run
@@ -223,8 +217,8 @@ def _checked(args: argparse.Namespace, post: UserWorkers) -> int:
 
 @dataclasses.dataclass
 class _Read:
-    """The source's statistics and tally, how many parts the workers read and how many
-    workers read them (0: one pass here)."""
+    """The source's statistics and tally, the parts and the workers that read them (0: one pass
+    here)."""
 
     analysis: PartialAnalysis
     parts: int = 0
@@ -234,8 +228,8 @@ class _Read:
 def _captures(args: argparse.Namespace, source: str, start: datetime.datetime | None,
               end: datetime.datetime | None, options: workers.ReaderOptions,
               command: str) -> _Read:
-    """A capture source's window, read here or, with ``--workers`` N or a record
-    preprocessor (the user's code runs in worker processes only), by worker processes."""
+    """A capture source's window, read here or by worker processes (with ``--workers`` N or a
+    preprocessor: the user's code runs in workers only)."""
     preprocessor = options.preprocess_handler
     if args.workers <= 1 and not preprocessor:
         return _Read(partial.analyse_objects(
@@ -257,8 +251,6 @@ def _captures(args: argparse.Namespace, source: str, start: datetime.datetime | 
 
 
 def _dataset(args: argparse.Namespace, options: workers.ReaderOptions) -> _Read:
-    """A dataset file, read here or, ``--workers`` N, by N processes (cut into parts at
-    lines' starts)."""
     reader = workers.reader(options)
     parts = datasets.dataset_parts(args.dataset, args.header,
                                    workers.part_count(_size(args.dataset), args.workers),
@@ -278,7 +270,6 @@ def _size(path: str) -> int:
 
 
 def _load_baseline(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The baseline's two documents, read (regular files only) and checked."""
     try:
         statistics = files.read_regular(folder / analysis.STATISTICS)
         constraints = files.read_regular(folder / analysis.CONSTRAINTS)

@@ -15,8 +15,7 @@ from sagegate.monitor import files, workers
 
 EXIT_OK, EXIT_USAGE, EXIT_VIOLATIONS, EXIT_EMPTY, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 EXIT_FAILED = 1
-"""A worker process died (an exit, a signal, out of memory) or a record preprocessor was
-stopped at its deadline: as a crash of the command itself would."""
+"""A worker died or a preprocessor was stopped at its deadline: as a crash of the command itself."""
 Window = tuple[datetime.datetime, datetime.datetime]
 _DEADLINE = PREPROCESS_DEADLINE
 
@@ -27,8 +26,6 @@ class UsageError(Exception):
 
 def add_output_arguments(parser: argparse.ArgumentParser, window_default: str,
                          workers: bool = True) -> None:
-    """Add the options every command takes: the output folder, the window, the record
-    preprocessor, cache hits, the widest row, and (``workers``) the worker processes."""
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="folder for the output files (created)")
     parser.add_argument("--start", metavar="WHEN", help=f"window start: an ISO 8601 time "
@@ -87,14 +84,12 @@ def _workers(text: str) -> int:
 
 
 def _cpus() -> int:
-    """The CPUs this process may run on."""
     count = getattr(os, "process_cpu_count", os.cpu_count)()  # process_cpu_count: 3.13
     return max(1, count or 1)
 
 
 def refuse_all_bad(source: str, tally: Tally) -> None:
-    """No row, and lines or objects were skipped as unreadable: the source is broken, not
-    empty."""
+    """No row, and lines or objects were skipped as unreadable: the source is broken, not empty."""
     if tally.rows or not (tally.bad_lines or tally.bad_objects):
         return
     skipped = []
@@ -108,7 +103,6 @@ def refuse_all_bad(source: str, tally: Tally) -> None:
 
 def reader_options(args: argparse.Namespace, window: Window | None,
                    csv_names: list[str] | None = None) -> workers.ReaderOptions:
-    """How the command's records are read: its options, the window, a CSV's column names."""
     return workers.ReaderOptions(args.preprocess_handler, not args.exclude_cache_hits, window,
                                  tuple(csv_names) if csv_names is not None else None,
                                  args.max_columns)

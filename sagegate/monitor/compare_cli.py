@@ -33,7 +33,6 @@ from sagegate.monitor.cli_shared import (
 
 
 def configure(commands: Any) -> None:
-    """Add the ``compare`` subcommand to the ``monitor`` command's subparsers."""
     parser = commands.add_parser(
         "compare", help="the verdict between two models' captures: distances, agreement, "
         "latency, errors (exit 3: B worse than a threshold)")
@@ -94,8 +93,8 @@ def _number(text: str) -> float:
 
 def _side(pool: workers.Workers | None, source: str, names: list[str],
           options: workers.ReaderOptions, side: compare_sides.Side) -> compare_sides.SideRead:
-    """One side read, B keeping shadow records, ``side`` seeing each record kept: here, or
-    with a record preprocessor in the pool's worker (the side comes back from it)."""
+    """One side read, B keeping shadow records, ``side`` seeing each record kept: here, or in the
+    pool's worker with a preprocessor (the side comes back from it)."""
     include_shadow = side.name == "b"
     if pool is None:
         reader = workers.reader(options, include_shadow=include_shadow, observe=side)
@@ -109,9 +108,8 @@ def _side(pool: workers.Workers | None, source: str, names: list[str],
 
 
 def _labels(name: str | None, stage: str, sources_ab: tuple[str, str]) -> compare_report.Labels:
-    """The class names the report shows: ``--labels``' file, or those of the registered
-    models calling A's endpoint (its folder's or prefix's last name), else B's; None (class
-    indices) when neither is known.
+    """The class names the report shows: ``--labels``' file, or those of the registered models
+    calling A's endpoint (its folder's last name), else B's; None when neither is known.
 
     Raises:
         UsageError: ``--labels`` names no label file.
@@ -131,9 +129,8 @@ def _labels(name: str | None, stage: str, sources_ab: tuple[str, str]) -> compar
 
 
 def _registry_labels(stage: str) -> dict[str, set[tuple[str, ...]]]:
-    """``endpoint -> {labels}`` of the registered models, the registry read with ``stage``'s
-    variables as ``chalice local --stage`` reads it; empty when it cannot be read (the report
-    then shows class indices)."""
+    """``endpoint -> {labels}`` of the registered models, read with ``stage``'s variables; empty
+    when unreadable (class indices shown)."""
     from sagegate.deploy.stages import load_stage  # deferred: only a report with labels
 
     try:
@@ -152,8 +149,8 @@ def _registry_labels(stage: str) -> dict[str, set[tuple[str, ...]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read B (every record, its ids kept), then A (pairing its records with B's), compare,
-    write compare.json (and compare.html), print the figures and the verdict."""
+    """Read B (every record, its ids kept), then A (pairing with B's), compare, write
+    compare.json and compare.html, print the figures and verdict."""
     start, end = windows.window(args.start, args.end)
     thresholds = compare.Thresholds(args.max_distance, args.min_agreement,
                                     args.max_error_rate, args.max_latency_ratio,

@@ -1,12 +1,11 @@
-"""Training datasets for ``sagegate monitor baseline``: CSV (a header detected or named) and
-JSON Lines (objects, or capture records), read line by line, each line checked: UTF-8, a
-bounded length, a bounded CSV field, at most ``max_columns`` columns.
+"""Training datasets for ``sagegate monitor baseline``: CSV (a header detected or named) and JSON
+Lines (objects, or capture records), read line by line, each checked: UTF-8, a bounded length, a
+bounded CSV field, at most ``max_columns`` columns.
 
-A file can also be cut into parts (:func:`dataset_parts`) that other processes read
-(:func:`part_rows`, ``--workers``): cut at lines' starts (a CSV with quotes, where a field may
-hold a line break, at records' ends, found by reading it), each part knowing the columns and
-the line numbers the whole file's reading gives it, so its rows and its messages are the ones
-the single pass makes.
+A file can be cut into parts (:func:`dataset_parts`) other processes read (``--workers``): at
+lines' starts (a CSV with quotes, where a field may hold a line break, at records' ends, found by
+reading it), each part knowing the columns and line numbers the whole file's reading gives it, so
+its rows and messages are the single pass's.
 """
 from __future__ import annotations
 
@@ -26,26 +25,19 @@ from sagegate.monitor.files import SourceError, open_regular
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 _SNIFF_BYTES = 64 * 1024
 MAX_LINE_BYTES = 16 * 1024 * 1024
-"""The longest line of a dataset file: a training row is kilobytes; a longer "line" is a
-binary file or a file that is not one row a line, and reading it whole would cost its size."""
+"""The longest line of a dataset file: a training row is kilobytes; a longer "line" is a binary
+file or not one row a line, and reading it whole would cost its size."""
 
 
 def dataset_rows(path: str, header: bool | None, reader: RecordReader | None = None,
                  max_columns: int = MAX_COLUMNS) -> Iterator[dict[str, Any]]:
-    """The rows of a CSV (header detected when ``header`` is None) or JSON Lines file: one
-    object a line, or capture records (a file whose first record is one is read by
-    ``reader``, as capture files are).
-
-    Args:
-        path: the file.
-        header: whether a CSV's first line is a header (None: detected).
-        reader: reads a file of capture records (its tally counts them; default: one of
-            its own).
-        max_columns: the widest row accepted.
+    """The rows of a CSV (header detected when ``header`` is None) or JSON Lines file: one object
+    a line, or capture records (read by ``reader`` as capture files are, when the first record is
+    one).
 
     Raises:
-        SourceError: the file is not a regular file, not UTF-8 text, or not of its format;
-            one line naming the file and line (raised as the rows are read).
+        SourceError: not a regular file, not UTF-8, or not of its format; one line naming the
+            file and line (raised as the rows are read).
         ColumnLimitError: a row is wider than ``max_columns``.
     """
     handle = open_regular(path)  # now: a FIFO or a missing file is refused before any row
@@ -57,9 +49,9 @@ def dataset_rows(path: str, header: bool | None, reader: RecordReader | None = N
 
 def _text_lines(handle: IO[bytes], name: str, first_line: int = 1,
                 size: int | None = None) -> Iterator[str]:
-    """The file's lines as text, each checked: UTF-8 (a byte-order mark on the first line
-    dropped), at most :data:`MAX_LINE_BYTES`; from where ``handle`` is (its line
-    ``first_line``), up to ``size`` bytes (a part ends at a line's start)."""
+    """The file's lines as text, each checked (UTF-8, a first line's BOM dropped, at most
+    :data:`MAX_LINE_BYTES`), from ``handle``'s position (line ``first_line``), up to ``size``
+    bytes."""
     number = first_line - 1
     left = -1 if size is None else size
     while left:
@@ -83,8 +75,8 @@ def _text_lines(handle: IO[bytes], name: str, first_line: int = 1,
 
 def _json_lines(handle: IO[bytes], name: str, reader: RecordReader,
                 max_columns: int) -> Iterator[dict[str, Any]]:
-    """The file's first object decides: capture records (read as capture files are: a bad
-    line is skipped and counted) or rows (a bad line is the file's error)."""
+    """The first object decides: capture records (a bad line skipped and counted) or rows (a bad
+    line is the file's error)."""
     with handle:
         lines = _text_lines(handle, name)
         for number, line in enumerate(lines, 1):
@@ -135,8 +127,8 @@ def _check_width(count: int, where: str, max_columns: int) -> None:
 def _csv_rows(handle: IO[bytes], name: str, header: bool | None, max_columns: int,
               lines: Iterator[str] | None = None, names: Sequence[str] | None = None,
               first_line: int = 1) -> Iterator[dict[str, Any]]:
-    """The rows of a CSV file (or of ``lines``, a part of it from its line ``first_line``;
-    a part after the first has the first record's ``names``)."""
+    """The rows of a CSV file or of a part from line ``first_line`` (after the first part, with
+    the first record's ``names``)."""
     with handle:
         lines = _text_lines(handle, name) if lines is None else lines
         sample = _sample(lines) if names is None else []
@@ -157,7 +149,6 @@ def _csv_rows(handle: IO[bytes], name: str, header: bool | None, max_columns: in
 
 
 def _sample(lines: Iterator[str]) -> list[str]:
-    """The first lines, up to :data:`_SNIFF_BYTES` of them, for the header's detection."""
     sample: list[str] = []
     size = 0
     for line in lines:
@@ -170,7 +161,6 @@ def _sample(lines: Iterator[str]) -> list[str]:
 
 def _csv_records(reader: Iterator[list[str]], where: Callable[[], str], header: bool,
                  max_columns: int) -> Iterator[dict[str, Any]]:
-    """The CSV's rows (``where()`` names the line the reader is at)."""
     first = next(reader, None)
     if first is None:
         return
@@ -181,14 +171,13 @@ def _csv_records(reader: Iterator[list[str]], where: Callable[[], str], header: 
 
 
 def _first_names(first: list[str], header: bool) -> list[str]:
-    """The columns the first record gives: its values if a header, else ``_c0``, ``_c1``..."""
     return first if header else [f"_c{i}" for i in range(len(first))]
 
 
 def _named_rows(rows: Iterator[list[str]], names: list[str], where: Callable[[], str],
                 max_columns: int) -> Iterator[dict[str, Any]]:
-    """Records as rows by column name; a wider record adds ``_cN`` columns (by position: the
-    same names whichever records came before)."""
+    """Records as rows by column name; a wider record adds ``_cN`` columns (by position: the same
+    names whichever records came before)."""
     for values in rows:
         if values:
             if len(values) > len(names):
@@ -198,10 +187,9 @@ def _named_rows(rows: Iterator[list[str]], names: list[str], where: Callable[[],
 
 
 def _csv_problem(error: csv.Error) -> str:
-    """A CSV reader's error as the user can act on it. A field past the reader's limit
-    (131,072 characters) is a mistake in a training dataset (a binary file, or a quote left
-    open, which runs the field on to the end of the file): refused, not read with a larger
-    limit."""
+    """A CSV reader's error as the user can act on it. A field past the reader's limit (131,072
+    characters) is a mistake in a training dataset (a binary file, or a quote left open that runs
+    to the end): refused, not read with a larger limit."""
     if "field limit" in str(error):
         return (f"a field longer than {csv.field_size_limit():,} characters: not a training "
                 f"dataset's value (a quote left open, or not a CSV file?)")
@@ -222,18 +210,16 @@ _SCAN_BYTES = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class DatasetPart:
-    """A part of a dataset file: its lines from byte ``start`` (a line's start, the file's
-    line ``first_line``) to byte ``end``, read by :func:`part_rows`."""
+    """A part of a dataset file from byte ``start`` (a line's start, line ``first_line``) to
+    ``end``, read by :func:`part_rows`."""
 
     path: str
     start: int
     end: int
     first_line: int
     format: str
-    """:data:`CSV`, :data:`JSON_ROWS` or :data:`CAPTURES` (the whole file's, decided by its
-    first lines)."""
+    """The whole file's, decided by its first lines."""
     header: bool = False
-    """A CSV's first line is a header (read by the first part)."""
     names: tuple[str, ...] | None = None
     """A CSV part after the first: the columns the first record gives."""
     max_columns: int = MAX_COLUMNS
@@ -241,11 +227,9 @@ class DatasetPart:
 
 def dataset_parts(path: str, header: bool | None, parts: int,
                   max_columns: int = MAX_COLUMNS) -> list[DatasetPart]:
-    """The file cut into at most ``parts`` parts of about equal bytes, each at least a line:
-    at lines' starts (a CSV holding a quote, whose field may hold a line break, at records'
-    ends, found by reading the file through once). Empty (read the file in one pass, which
-    reports why) when the first lines cannot be read (not UTF-8, not JSON, not CSV) or the
-    file is not worth cutting (one line, or ``parts`` below 2).
+    """The file cut into at most ``parts`` parts of about equal bytes at lines' starts (a CSV
+    holding a quote at records' ends, found by reading it once). Empty (one pass, which reports
+    why) when the first lines cannot be read or the file is not worth cutting.
 
     Raises:
         SourceError: the file is not a regular file.
@@ -279,12 +263,11 @@ def dataset_parts(path: str, header: bool | None, parts: int,
 
 
 def part_rows(part: DatasetPart, reader: RecordReader | None = None) -> Iterator[dict[str, Any]]:
-    """The rows of a part: those :func:`dataset_rows` gives for its lines, named and
-    numbered as the whole file's reading names and numbers them (``reader`` reads capture
-    records; its tally counts them).
+    """The rows :func:`dataset_rows` gives for a part's lines, named and numbered as the whole
+    file's reading does.
 
     Raises:
-        SourceError, ColumnLimitError: as :func:`dataset_rows`, for the part's lines.
+        SourceError, ColumnLimitError: as :func:`dataset_rows`.
     """
     handle = open_regular(part.path)
     try:
@@ -311,8 +294,7 @@ def _json_part(handle: IO[bytes], part: DatasetPart, lines: Iterator[str],
 
 def _probe(handle: IO[bytes], name: str,
            header: bool | None) -> tuple[str, bool, list[str], int] | None:
-    """The file's format, whether a CSV has a header, the columns its first record gives
-    and where that record ends (the parts after the first start past it); None for a file
+    """The file's format, a CSV's header, the first record's columns and where it ends; None
     without a record."""
     lines = _text_lines(handle, name)
     if Path(name).suffix.lower() in JSON_SUFFIXES:
@@ -341,8 +323,6 @@ def _holds(handle: IO[bytes], byte: bytes) -> bool:
 
 
 def _line_start(handle: IO[bytes], offset: int) -> int:
-    """The start of the first line that starts at or after ``offset`` (the file's size if
-    none does)."""
     if offset <= 0:
         return 0
     handle.seek(offset - 1)
@@ -356,8 +336,8 @@ def _line_start(handle: IO[bytes], offset: int) -> int:
 
 
 def _record_ends(handle: IO[bytes], name: str, targets: list[int]) -> list[int] | None:
-    """For each target, the end of the first CSV record that ends at or after it: the file
-    read as the single pass reads it (None if it cannot be: the single pass reports why)."""
+    """For each target, the end of the first CSV record ending at or after it, read as the single
+    pass reads (None if it cannot be: the single pass reports why)."""
     handle.seek(0)
     cuts: list[int] = []
     pending = iter(targets)
@@ -376,7 +356,6 @@ def _record_ends(handle: IO[bytes], name: str, targets: list[int]) -> list[int] 
 
 
 def _line_numbers(handle: IO[bytes], offsets: list[int]) -> list[int]:
-    """The line number of each offset (a line's start), ascending offsets."""
     numbers: list[int] = []
     handle.seek(0)
     position, count = 0, 1

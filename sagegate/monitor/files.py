@@ -1,9 +1,6 @@
-"""Files ``sagegate monitor`` reads and writes, regular files only.
-
-A FIFO, a device, a socket or a directory named like a dataset, a capture file or an output
-file is refused with one line naming it: checked before it is opened, and opened so that one
-swapped in since cannot block (a FIFO would wait for a writer, or a reader, for ever).
-"""
+"""Files ``sagegate monitor`` reads and writes, regular files only: a FIFO, device, socket or
+directory is refused with one line naming it, checked before it is opened, and opened so that one
+swapped in since cannot block (a FIFO would wait for ever)."""
 from __future__ import annotations
 
 import os
@@ -24,12 +21,10 @@ class MissingFile(SourceError):
 
 
 def open_regular(path: str | Path) -> IO[bytes]:
-    """``path`` opened for reading in binary, if it is a regular file (a symbolic link to one
-    is one).
+    """``path`` opened for reading in binary, if it is a regular file (or a link to one).
 
     Raises:
-        SourceError: it does not exist, cannot be opened, or is a FIFO, a device, a socket or a
-            directory (one line naming it).
+        SourceError: missing, unopenable, or not a regular file (one line naming it).
     """
     try:
         kind = _file_kind(os.stat(path).st_mode)
@@ -54,7 +49,6 @@ def open_regular(path: str | Path) -> IO[bytes]:
 
 
 def _file_kind(mode: int) -> str:
-    """What a file that is not a regular file is ("" for a regular file)."""
     if stat.S_ISREG(mode):
         return ""
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -66,11 +60,11 @@ def _file_kind(mode: int) -> str:
 
 
 def create_regular(path: str | Path) -> IO[bytes]:
-    """``path`` created, or truncated if it is a regular file, for writing in binary.
+    """``path`` created, or truncated if a regular file, for writing in binary.
 
     Raises:
-        SourceError: it is a FIFO, a device, a socket or a directory: writing to a FIFO
-            would wait for a reader for ever (opened without blocking, it is refused at once).
+        SourceError: a FIFO, device, socket or directory (a FIFO is opened without blocking and
+            refused at once).
     """
     try:
         kind = _file_kind(os.stat(path).st_mode)

@@ -1,13 +1,9 @@
-"""Where ``sagegate monitor`` reads captures: the capture files of a window from a local
-folder or an ``s3://`` prefix (streamed, one file at a time; regular files only, see
-:mod:`sagegate.monitor.files`): ``*.jsonl`` (sagegate's directory and S3 sinks) and
-``*.jsonl.gz`` (a Firehose stream's, decompressed as they are read), chosen for a window as
-:mod:`chalicelib.monitor.capture_format` says (a Firehose object's folder is the arrival hour
-of its oldest record, so the hour folders on each side of the window are listed too). A folder
-or prefix above the endpoints' folders is refused: it would mix every endpoint's captures, or
-find none of a window's hour folders and report an empty window. Training datasets are read
-by :mod:`sagegate.monitor.datasets`.
-"""
+"""Where ``sagegate monitor`` reads captures: a window's capture files from a local folder or an
+``s3://`` prefix, streamed one file at a time (regular files only): ``*.jsonl`` and Firehose's
+``*.jsonl.gz`` (decompressed as read), chosen for a window as
+:mod:`chalicelib.monitor.capture_format` says. A folder or prefix above the endpoints' is
+refused: it would mix every endpoint's captures, or find none of a window's hour folders and
+report an empty window."""
 from __future__ import annotations
 
 import datetime
@@ -24,16 +20,14 @@ from sagegate.monitor.files import SourceError, open_regular
 
 _YEAR = re.compile(r"^\d{4}\Z")
 _PROBE = 50
-"""At most this many folders are listed at each level to tell an endpoint's folder from the
-folder above the endpoints (S3 lists cost a call each)."""
+"""Folders listed at most at each level to tell an endpoint's folder from the one above (each S3
+list costs a call)."""
 Files = Iterator[tuple[str, Iterable[str | bytes]]]
 """(name for messages, the file's lines) for each capture file, in order."""
 Children = Callable[[str], list[str]]
-"""The names of the folders directly under a path relative to the source ("" is its own)."""
 
 
 def is_capture_source(source: str) -> bool:
-    """Whether a dataset argument is a capture folder or prefix (not a dataset file)."""
     return source.startswith(S3_SCHEME) or Path(source).is_dir()
 
 
@@ -44,16 +38,14 @@ PROBE_HOURS = 24
 
 def capture_files(source: str, start: datetime.datetime | None = None,
                   end: datetime.datetime | None = None, command: str = "check") -> Files:
-    """The capture files under an endpoint's folder or prefix (``<variant>/yyyy/mm/dd/hh``),
-    only those of the hours of ``[start, end)`` when a window is given: the hour folders are
-    found by walking those that exist (:func:`chalicelib.monitor.windows.hour_folders`), so a
-    window of years costs what its folders hold. Listed when the first is asked for
-    (:func:`capture_objects`), then opened one at a time (:func:`open_captures`).
+    """The capture files under an endpoint's folder or prefix, only those of ``[start, end)``'s
+    hours when a window is given (walked as they exist:
+    :func:`chalicelib.monitor.windows.hour_folders`). Listed when the first is asked for, then
+    opened one at a time.
 
     Raises:
-        SourceError: the source does not exist, is above the endpoints' folders
-            (:func:`variant_folders`; ``command`` is the one its message suggests), or holds
-            a ``*.jsonl`` that is not a regular file (raised as the files are read).
+        SourceError: the source does not exist, is above the endpoints' folders (``command`` is
+            the one its message suggests), or holds a ``*.jsonl`` that is not a regular file.
     """
     yield from open_captures(source, [name for name, _size in
                                       capture_objects(source, start, end, command)])
@@ -62,13 +54,11 @@ def capture_files(source: str, start: datetime.datetime | None = None,
 def capture_objects(source: str, start: datetime.datetime | None = None,
                     end: datetime.datetime | None = None,
                     command: str = "check") -> list[tuple[str, int]]:
-    """The capture files :func:`capture_files` reads, listed but not opened: (name, size in
-    bytes), in order; a name is a local path or an ``s3://`` URI, as :func:`open_captures`
-    takes it (so a part of them can be read by another process).
+    """The files :func:`capture_files` reads, listed not opened: (name, size), a name a path or
+    an ``s3://`` URI as :func:`open_captures` takes it (so another process can read a part).
 
     Raises:
-        SourceError: as :func:`capture_files` (but a ``*.jsonl`` that is not a regular file
-            only when it is opened).
+        SourceError: as :func:`capture_files` (a non-regular ``*.jsonl`` only when opened).
     """
     if source.startswith(S3_SCHEME):
         return _s3_listed(source, start, end, command)
@@ -77,12 +67,10 @@ def capture_objects(source: str, start: datetime.datetime | None = None,
 
 
 def open_captures(source: str, names: Iterable[str]) -> Files:
-    """Each capture file named (a path, or an ``s3://`` URI under ``source``), opened in its
-    turn, with its lines.
+    """Each capture file named, opened in its turn, with its lines.
 
     Raises:
-        SourceError: a file is not a regular file or cannot be read; S3 refused (the message
-            names ``source``).
+        SourceError: not a regular file or unreadable; S3 refused (the message names ``source``).
     """
     clients: list[Any] = []  # one S3 client, made for the first S3 object
     for name in names:
@@ -104,14 +92,13 @@ def _size(path: Path) -> int:
 
 
 def variant_folders(children: Children, source: str, command: str = "check") -> list[str]:
-    """A capture source's variant folders, relative to it (``[""]`` when it is a variant's own
-    folder): a variant's folder holds year folders (``yyyy``), an endpoint's its variants'.
+    """A capture source's variant folders (``[""]`` for a variant's own): a variant's folder
+    holds year folders, an endpoint's its variants'.
 
     Raises:
-        SourceError: ``source`` is the folder above the endpoints' (year folders three levels
-            down: ``<endpoint>/<variant>/yyyy``): its window would mix every endpoint's
-            captures, or, read as one endpoint, find none of them (an empty window, not a
-            check). The message names a few of the endpoints and the command to run instead.
+        SourceError: ``source`` is above the endpoints' (year folders three levels down): its
+            window would mix every endpoint's captures, or find none. The message names a few
+            endpoints and the command to run instead.
     """
     top = sorted(children(""))
     if _has_year(top):
@@ -168,7 +155,6 @@ def _local_paths(root: Path, start: datetime.datetime | None,
 
 
 _GLOB = "*.jsonl*"
-"""Both kinds of capture file (``.jsonl``, ``.jsonl.gz``) in one listing of a folder."""
 
 
 def _modified(path: Path) -> datetime.datetime | None:
@@ -204,8 +190,6 @@ def _s3_listed(source: str, start: datetime.datetime | None,
 
 
 def _s3_lines(s3: Any, source: str, name: str) -> Iterator[bytes]:
-    """An S3 capture object's lines, fetched when the first is asked for (a ``.jsonl.gz``
-    decompressed as it is read)."""
     from botocore.exceptions import BotoCoreError, ClientError  # deferred: s3:// sources only
 
     uri = S3Uri.parse(name)
@@ -244,8 +228,6 @@ def _s3_objects(source: str, uri: S3Uri, start: datetime.datetime | None,
 
 def _chosen(item: dict[str, Any], start: datetime.datetime | None,
             end: datetime.datetime | None) -> bool:
-    """Whether a listed object is read: any capture object without a window; with one, as
-    :func:`chalicelib.monitor.capture_format.wanted` says."""
     key = str(item["Key"])
     if start is None or end is None:
         return capture_format.is_capture(key)
@@ -259,8 +241,8 @@ def _join(*parts: str) -> str:
 
 
 def _s3_folders(s3: Any, bucket: str, folder: str) -> Children:
-    """The folders under ``folder`` by relative path, each listed once (the layout's check and
-    the window's walk ask for the same ones)."""
+    """The folders under ``folder``, each listed once (the layout's check and the window's walk
+    ask for the same ones)."""
     listed: dict[str, list[str]] = {}
 
     def children(path: str) -> list[str]:

@@ -1,26 +1,21 @@
-"""``sagegate monitor --workers N``: a window's capture files, or a dataset file's lines, read
-by N processes, their statistics merged in order.
+"""``sagegate monitor --workers N``: a window's capture files, or a dataset file's lines, read by
+N processes, their statistics merged in order.
 
-The capture files are cut into contiguous parts of about equal bytes (:func:`split`), a few
-per worker (:data:`PARTS_PER_WORKER`: a worker that starts late, or shares its core with
-another program, takes fewer of them, so the last to finish is not the one that started
-last); a dataset file into byte ranges (:func:`sagegate.monitor.datasets.dataset_parts`).
-Each part is read in a worker process into a
-:class:`~chalicelib.monitor.partial.PartialAnalysis`, sent back as its JSON bytes (the form a
-distributed run keeps), and the parts are merged in the files' order, so the statistics are
-one reader's (:mod:`chalicelib.monitor.partial` says how exactly).
+The capture files are cut into contiguous parts of about equal bytes, a few per worker
+(:data:`PARTS_PER_WORKER`: a worker that starts late, or shares its core, takes fewer, so the
+last to finish is not the one that started last); a dataset file into byte ranges
+(:func:`sagegate.monitor.datasets.dataset_parts`). Each part is read in a worker into a
+:class:`~chalicelib.monitor.partial.PartialAnalysis`, sent back as JSON bytes (a distributed
+run's form), and merged in the files' order, so the statistics are one reader's.
 
 A record preprocessor is the user's code: it runs in worker processes only, never in the
-command's (:class:`Workers`: with one worker when ``--workers`` is 1, the whole window one
-part, so the statistics are the single pass's), each worker importing it once, whatever its
-parts; :mod:`chalicelib.monitor.user_workers` says what that keeps from the command (an exit,
-a thread left running, its prints) and how a dead worker (:class:`WorkerDied`, exit status 1)
-or one that reads no record for the deadline (``--preprocess-timeout``,
-:class:`PreprocessorStuck`, exit status 1) is one line.
+command's (one worker when ``--workers`` is 1, the whole window one part), each worker importing
+it once; :mod:`chalicelib.monitor.user_workers` says what that keeps from the command and how a
+dead or stuck worker is one line (exit status 1).
 
-An error is the first part's, in the files' order, that failed: the error the single pass
-would have stopped on, raised here as it raised it (the command prints one line). The
-workers ignore SIGINT: the user's Ctrl-C interrupts this process, which ends them.
+An error is the first failed part's in the files' order: the error the single pass would have
+stopped on, raised as it raised it. The workers ignore SIGINT: the user's Ctrl-C interrupts this
+process, which ends them.
 """
 from __future__ import annotations
 
@@ -41,7 +36,6 @@ from sagegate.monitor import datasets, sources
 PARTS_PER_WORKER = 4
 """Parts per worker, at most (each at least :data:`MIN_PART_BYTES`, beyond one a worker)."""
 MIN_PART_BYTES = 4 * 1024 * 1024
-"""The smallest part worth a merge of its own, beyond one part per worker."""
 Window = tuple[datetime.datetime, datetime.datetime]
 PartRead = tuple[bytes, Any]
 """A part's :class:`PartialAnalysis` as JSON bytes, and its observer after the reading."""
@@ -60,9 +54,8 @@ class ReaderOptions:
 
 @dataclasses.dataclass(frozen=True)
 class CapturePart:
-    """Capture files (paths or ``s3://`` URIs under ``source``) read by one worker;
-    ``include_shadow`` and ``observe`` are the reader's (``sagegate monitor compare``: the
-    observer, a :class:`~chalicelib.monitor.compare_sides.Side`, comes back with the part)."""
+    """Capture files (paths or ``s3://`` URIs under ``source``) read by one worker; ``observe``
+    (``compare``'s :class:`~chalicelib.monitor.compare_sides.Side`) comes back with the part."""
 
     source: str
     names: tuple[str, ...]
@@ -74,10 +67,8 @@ class CapturePart:
 def reader(options: ReaderOptions, include_shadow: bool = False,
            observe: Observe | None = None,
            preprocess: Preprocess | None = None) -> RecordReader:
-    """A record reader; a preprocessor's logger prints on stderr, as ``sagegate capture``
-    prints it. ``include_shadow`` and ``observe`` are the reader's (``sagegate monitor
-    compare``); ``preprocess``: the options' preprocessor already loaded
-    (:func:`record_preprocessor`), for two readers of one run.
+    """A record reader; a preprocessor's logger prints on stderr. ``preprocess``: the
+    preprocessor already loaded, for two readers of one run.
 
     Raises:
         HandlerError: the preprocessor file is missing, unimportable or has no handler.
@@ -92,7 +83,7 @@ def reader(options: ReaderOptions, include_shadow: bool = False,
 
 
 def record_preprocessor(options: ReaderOptions) -> Preprocess | None:
-    """The options' record preprocessor, imported, as a reader calls it (None: none given).
+    """The options' record preprocessor, imported (None: none given).
 
     Raises:
         HandlerError: the preprocessor file is missing, unimportable or has no handler.
@@ -128,15 +119,15 @@ def split(sizes: Sequence[int], parts: int) -> list[range]:
 
 
 def part_count(total_bytes: int, workers: int) -> int:
-    """How many parts ``workers`` processes read: one each, and up to
-    :data:`PARTS_PER_WORKER` each when the bytes make parts of :data:`MIN_PART_BYTES`."""
+    """One part a worker, up to :data:`PARTS_PER_WORKER` each when the bytes make parts of
+    :data:`MIN_PART_BYTES`."""
     return max(workers, min(workers * PARTS_PER_WORKER, total_bytes // MIN_PART_BYTES))
 
 
 def capture_parts(source: str, objects: Sequence[tuple[str, int]], workers: int,
                   options: ReaderOptions) -> list[CapturePart]:
-    """The listed capture files (name, size) cut into parts for ``workers`` processes (one
-    worker: one part, the single pass's statistics)."""
+    """The listed capture files cut into parts for ``workers`` processes (one worker: one part,
+    the single pass's statistics)."""
     sizes = [size for _name, size in objects]
     groups = split(sizes, part_count(sum(sizes), workers)) if workers > 1 \
         else [range(len(objects))] if objects else []
@@ -145,12 +136,10 @@ def capture_parts(source: str, objects: Sequence[tuple[str, int]], workers: int,
 
 
 def analyse_part(part: CapturePart | datasets.DatasetPart) -> PartRead:
-    """Read one part (in a worker): its :class:`PartialAnalysis` as JSON bytes, and its
-    observer as the reading left it.
+    """Read one part in a worker: its state as JSON bytes, and its observer.
 
     Raises:
-        whatever the single pass raises for these files (a bad file, a preprocessor's
-        failure, a row too wide, too many features).
+        whatever the single pass raises for these files.
     """
     if isinstance(part, CapturePart):
         opened = sources.open_captures(part.source, part.names)
@@ -168,15 +157,13 @@ def analyse_part(part: CapturePart | datasets.DatasetPart) -> PartRead:
 
 def _beating(opened: Iterable[tuple[str, Iterable[str | bytes]]]
              ) -> Iterator[tuple[str, Iterable[str | bytes]]]:
-    """The files, each line read counted as the worker's progress (the deadline's)."""
     for name, lines in opened:
         yield name, user_workers.counted(lines)
 
 
 def analyse(parts: Sequence[CapturePart | datasets.DatasetPart], workers: int,
             max_features: int) -> PartialAnalysis:
-    """The parts read by up to ``workers`` processes, merged in order (:meth:`Workers.analyse`
-    in a pool of its own).
+    """The parts read by up to ``workers`` processes in a pool of its own, merged in order.
 
     Raises:
         as :meth:`Workers.analyse`.
@@ -186,16 +173,9 @@ def analyse(parts: Sequence[CapturePart | datasets.DatasetPart], workers: int,
 
 
 class Workers(UserWorkers):
-    """Worker processes that read parts, and that alone run a record preprocessor.
-
-    Args:
-        count: the processes, at most (started as parts need them).
-        preprocessor: the record preprocessor's file the parts run, if any: the deadline
-            applies, the workers' output is copied to stderr.
-        deadline: seconds a worker may read no record while a preprocessor runs.
-
-    Used as a context manager (:class:`~chalicelib.monitor.user_workers.UserWorkers`).
-    """
+    """Worker processes that read parts, and alone run a record preprocessor (with one, the
+    deadline applies and the workers' output is copied to stderr). A context manager
+    (:class:`~chalicelib.monitor.user_workers.UserWorkers`)."""
 
     def __init__(self, count: int, preprocessor: str | None = None,
                  deadline: float = user_workers.PREPROCESS_DEADLINE) -> None:
@@ -206,13 +186,12 @@ class Workers(UserWorkers):
 
     def analyse(self, parts: Sequence[CapturePart | datasets.DatasetPart],
                 max_features: int) -> tuple[PartialAnalysis, list[Any]]:
-        """The parts read by the workers, merged in order, and each part's observer after it.
+        """The parts read by the workers, merged in order, and each part's observer.
 
         Raises:
-            the first failed part's error, in the parts' order (its type and message as the
-            single pass raises them); WorkerDied: a worker ended without an answer;
-            PreprocessorStuck: one read no record for the deadline; KeyboardInterrupt: the
-            user's Ctrl-C (the workers are ended first).
+            the first failed part's error, as the single pass raises it; WorkerDied;
+                PreprocessorStuck; KeyboardInterrupt: the user's Ctrl-C (the workers are ended
+                first).
         """
         futures = [self.submit(analyse_part, part) for part in parts]
         merged: PartialAnalysis | None = None
