@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """A subcommand: the module whose ``main`` runs it, and its one-line help."""
 
     module: str
     help: str
@@ -77,7 +76,6 @@ def _epilog() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The top-level parser: a command name, then that command's own arguments."""
     top = argparse.ArgumentParser(
         prog="sagegate", description="sagegate's developer and user tools: the local stack, "
         "the capture reader, benchmarks, packaging and deployment.", epilog=_epilog(),
@@ -91,7 +89,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def load(name: str) -> Callable[..., int]:
-    """The ``main`` of a command's module, imported now."""
     main: Callable[..., int] = importlib.import_module(COMMANDS[name].module).main
     return main
 

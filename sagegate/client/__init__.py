@@ -1,5 +1,5 @@
-"""A small Python client for sagegate: it shrinks images before it uploads them, and sends
-what is too large for the synchronous route through an upload and a job.
+"""A small Python client for sagegate: it shrinks images before it uploads them, and sends what
+is too large for the synchronous route through an upload and a job.
 
 Shrinking (:mod:`sagegate.client.shrinking`): a photo is brought here to the model's own input
 size, by the server's own code and losslessly, so a 12 MP photo goes up as about a hundred
@@ -10,36 +10,25 @@ kilobytes and the model is given the same tensor.
     >>> client.predict("samples/cat.jpg", k=3)["predictions"][0]["label"]
     'tiger cat'
 
-Large inputs (:mod:`sagegate.client.transfer`): a body over :data:`SYNC_LIMIT_BYTES` (Lambda's
-6 MB request, with the body base64-encoded in it) cannot reach the synchronous route. With
-``mode="auto"`` (the default) :meth:`Client.predict` sends such a body, after the shrink,
-through ``POST /uploads`` (a presigned S3 POST, the file streamed straight to S3),
-``POST /models/{name}/jobs`` and ``GET /jobs/{id}`` until the job ends; the answer is the one
-the synchronous route gives. Where the model runs jobs (``GET /models/{name}`` says so), auto
-mode also sends a job what the synchronous route cannot take: a batch of more rows than one
-request carries (on an asynchronous backend, which takes whole batches), and, once, after the
-synchronous route answered 504 ``EndpointTimeout`` or a 413 that names the job route; it says so
-through ``note`` (the command line prints it on stderr). ``mode="async"`` always takes a job,
-``mode="sync"`` never.
+Large inputs (:mod:`sagegate.client.transfer`): a body over :data:`SYNC_LIMIT_BYTES` (Lambda's 6
+MB request, the body base64-encoded in it) cannot reach the synchronous route. With
+``mode="auto"`` (the default) :meth:`Client.predict` sends it, after the shrink, through ``POST
+/uploads`` (a presigned S3 POST, streamed), ``POST /models/{name}/jobs`` and ``GET /jobs/{id}``
+until the job ends; the answer is the synchronous route's. Where the model runs jobs, auto mode
+also sends a job what the synchronous route cannot take: a batch of more rows than one request
+carries (on an asynchronous backend), and, once, after a 504 ``EndpointTimeout`` or a 413 naming
+the job route; it says so through ``note``. ``mode="async"`` always takes a job, ``mode="sync"``
+never.
 
 Defaults, one set for the library and ``sagegate predict``: an explicit argument, else the
-environment (the variables :mod:`~sagegate.client.settings` names: ``SAGEGATE_URL``,
-``SAGEGATE_API_KEY``, ``SAGEGATE_TIMEOUT``, ``SAGEGATE_WAIT_TIMEOUT``), else the default
-(:class:`~sagegate.client.settings.ClientSettings`).
+environment (:mod:`~sagegate.client.settings`), else the default.
 
-The steps of a job are :class:`~sagegate.client.jobs.JobsClient`'s (``upload``,
-``submit_job``, ``job``, ``wait``, ``result``); the HTTP, its retries and its errors
-(:class:`~sagegate.client.http.ClientError`) are :mod:`sagegate.client.http`'s.
-
-This package is the client's room, and this module its library (``from sagegate.client
-import Client``; each other name is imported from the module that defines it). Its parts
-import downwards only:
-:mod:`~sagegate.client.cli` (``sagegate predict`` and ``sagegate resize``, with
-:mod:`~sagegate.client.progress`'s bars) over this library, over
-:mod:`~sagegate.client.settings`, :mod:`~sagegate.client.jobs`, :mod:`~sagegate.client.http`,
-:mod:`~sagegate.client.transfer` and :mod:`~sagegate.client.shrinking`;
-:mod:`~sagegate.client.fidelity` measures the shrink's promise (the tests, the bench). It
-imports nothing of the local stack or of deployment (the contracts in ``pyproject.toml``).
+This package is the client's room, and this module its library (``from sagegate.client import
+Client``). Its parts import downwards only: :mod:`~sagegate.client.cli` (``sagegate predict``,
+``sagegate resize``, :mod:`~sagegate.client.progress`'s bars) over this library, over settings,
+jobs, http, transfer and shrinking; :mod:`~sagegate.client.fidelity` measures the shrink's
+promise. It imports nothing of the local stack or of deployment (the contracts in
+``pyproject.toml``).
 """
 from __future__ import annotations
 
@@ -87,7 +76,6 @@ Note = Callable[[str], None]
 
 @dataclasses.dataclass(frozen=True)
 class _Delivery:
-    """One file's way to its answer: what :meth:`Client.deliver` was given."""
 
     upload: Upload
     k: int
@@ -106,26 +94,22 @@ class Mode(enum.StrEnum):
     SYNC = "sync"
     """Synchronously, always (the server refuses what is too large)."""
     ASYNC = "async"
-    """Through an upload and a job, always."""
 
 
 class Client(JobsClient):
-    """sagegate over HTTP: predictions (with client-side shrinking, and through jobs for what
-    is too large), resizes, the models.
+    """sagegate over HTTP: predictions (shrunk here, and through jobs for what is too large),
+    resizes, the models.
 
     Args:
         url: the API's base URL (None: :data:`URL_ENV`, else ``make run``'s).
-        api_key: sent as ``x-api-key`` (deployed stages with API-key authentication; None:
-            :data:`API_KEY_ENV`, else none).
-        retries: how many times a request is retried after a 503 or a failed connection.
-        timeout: seconds to connect, and to wait for each answer (None: :data:`TIMEOUT_ENV`,
-            else 30).
-        wait_timeout: seconds to wait for a job to end (None: :data:`WAIT_TIMEOUT_ENV`, else
-            3600).
-        pool: keep-alive connections kept for the host (at least the threads sharing the
-            client, to keep every one of them).
-        encoding: how shrunk images are encoded (:class:`Encoding`).
-        environ: the environment the defaults are read from (None: this process's).
+        api_key: sent as ``x-api-key`` (None: :data:`API_KEY_ENV`, else none).
+        retries: retries after a 503 or a failed connection.
+        timeout: seconds to connect, and to wait for each answer (None: :data:`TIMEOUT_ENV`, else
+            30).
+        wait_timeout: seconds to wait for a job (None: :data:`WAIT_TIMEOUT_ENV`, else 3600).
+        pool: keep-alive connections for the host (at least the threads sharing the client, to
+            keep every one).
+        environ: where the defaults are read (None: this process's).
 
     Raises:
         ValueError: a timeout that is not a positive number of seconds.
@@ -166,14 +150,14 @@ class Client(JobsClient):
             return self._default
 
     def rule(self, model: str | None = None) -> ShrinkRule | None:
-        """The shrink rule of ``model`` (None: the default model), asked once per client;
-        None when the model takes no images or the server does not describe its models."""
+        """The shrink rule of ``model`` (None: the default), asked once per client; None when it
+        takes no images or the server describes none."""
         description = self.description(model)
         return None if description is None else ShrinkRule.from_model(description)
 
     def description(self, model: str | None = None) -> dict[str, Any] | None:
-        """``GET /models/{name}`` of ``model`` (None: the default model), asked once per
-        client; None when there is no such model or the server describes none."""
+        """``GET /models/{name}`` (None: the default model), asked once per client; None when
+        there is no such model or the server describes none."""
         try:
             name = model if model is not None else self.default_model()
             with self._lock:
@@ -186,8 +170,7 @@ class Client(JobsClient):
             raise
 
     def jobs_backend(self, model: str | None = None) -> str | None:
-        """How the model runs jobs (``realtime`` or ``async``, as ``GET /models/{name}``
-        says); None when it says none."""
+        """``realtime`` or ``async``, as ``GET /models/{name}`` says; None when it says none."""
         try:
             jobs = (self.description(model) or {}).get("jobs")
         except ClientError:
@@ -199,8 +182,8 @@ class Client(JobsClient):
 
     def prepare(self, path_or_bytes: Source, model: str | None = None, shrink: bool = True,
                 content_type: str | None = None) -> Upload:
-        """The upload for a file: an image shrunk by the model's rule, or the file itself
-        (of ``content_type``, else the type its first bytes or its extension show).
+        """The upload for a file: an image shrunk by the model's rule, or the file itself (of
+        ``content_type``, else the type its first bytes or extension show).
 
         Raises:
             ClientError: the model's description could not be read.
@@ -215,8 +198,7 @@ class Client(JobsClient):
 
     def send(self, upload: Upload, k: int = 5, model: str | None = None,
              headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """Post a prepared upload to the synchronous route of the model (None:
-        ``/predict``); its answer (see :func:`~sagegate.client.jobs.answer_of`)."""
+        """Post a prepared upload to the model's synchronous route (None: ``/predict``)."""
         path = "/predict" if model is None else \
             f"/models/{urllib.parse.quote(model, '')}/predict"
         # a handler model may answer CSV, text or bytes: read by its Content-Type
@@ -230,17 +212,12 @@ class Client(JobsClient):
                 upload_progress: UploadProgress | None = None,
                 wait_progress: WaitProgress | None = None,
                 note: Note | None = None) -> dict[str, Any]:
-        """Run a model on a file: an image shrunk here by the model's rule (unless
-        ``shrink`` is False), then sent as ``mode`` says (:class:`Mode`); the answer's JSON
-        (``predictions``, ``endpoint``, ``variant`` ...), the same either way.
+        """Run a model on a file: an image shrunk here by the model's rule (unless ``shrink`` is
+        False), then sent as ``mode`` says; the answer's JSON, the same either way.
 
         Args:
-            path_or_bytes: the file, or its bytes.
-            k: top-k.
             model: a model of ``GET /models`` (None: the default model, ``/predict``).
-            shrink: whether an image is shrunk by the model's rule first.
-            mode: :class:`Mode`.
-            content_type: the file's type (default: by its first bytes, else its name).
+            content_type: default: by its first bytes, else its name.
             timeout: seconds to wait for a job (None: the client's ``wait_timeout``).
             upload_progress, wait_progress: told how an upload and a job go.
             note: told when auto mode takes a job the size rule did not ask for (None: the
@@ -248,7 +225,7 @@ class Client(JobsClient):
 
         Raises:
             ClientError: an error answer, no connection, a job that failed
-                (:class:`JobFailedError`) or did not end within ``timeout`` seconds.
+                (:class:`JobFailedError`) or did not end within ``timeout``.
             OSError: the file cannot be read.
         """
         upload = self.prepare(path_or_bytes, model, shrink, content_type)
@@ -258,7 +235,6 @@ class Client(JobsClient):
 
     @staticmethod
     def needs_job(upload: Upload, mode: Mode | str = Mode.AUTO) -> bool:
-        """Whether :meth:`deliver` sends ``upload`` through a job."""
         mode = Mode(mode)
         return mode is Mode.ASYNC or (mode is Mode.AUTO and upload.size > SYNC_LIMIT_BYTES)
 
@@ -267,8 +243,8 @@ class Client(JobsClient):
                 upload_progress: UploadProgress | None = None,
                 wait_progress: WaitProgress | None = None,
                 note: Note | None = None) -> dict[str, Any]:
-        """Send a prepared upload synchronously or through a job, as ``mode`` says; the
-        answer (see :meth:`predict`, whose arguments these are)."""
+        """Send a prepared upload synchronously or through a job, as ``mode`` says (arguments as
+        :meth:`predict`)."""
         mode = Mode(mode)
         delivery = _Delivery(upload, k, model, timeout, upload_progress, wait_progress,
                              note or LOG.info)
@@ -286,9 +262,9 @@ class Client(JobsClient):
                                      delivery.wait_progress))
 
     def _auto(self, delivery: _Delivery) -> dict[str, Any]:
-        """A file that fits a request: synchronously, unless the model's jobs take what the
-        synchronous route would refuse (too many rows), or it refused the file for a reason
-        a job does not have (the endpoint's time, the body's size): then once as a job."""
+        """A file that fits: synchronously, unless the model's jobs take what the synchronous
+        route would refuse (too many rows), or it refused the file for a reason a job does not
+        have (the endpoint's time, the body's size): then once as a job."""
         reason = self._rows_reason(delivery)
         if reason is not None:
             return self._instead(delivery, reason, None)
@@ -318,8 +294,8 @@ class Client(JobsClient):
 
     def _instead(self, delivery: _Delivery, reason: str,
                  refusal: ClientError | None) -> dict[str, Any]:
-        """Once as a job; where the stage runs none (501 ``JobsDisabled``: the model's
-        description cannot say so), the synchronous route's refusal, or its answer."""
+        """Once as a job; where the stage runs none (501 ``JobsDisabled``: the description cannot
+        say so), the synchronous route's refusal or answer."""
         delivery.note(f"{reason}: sending it as a job")
         try:
             return self._through_job(delivery)
@@ -336,8 +312,8 @@ class Client(JobsClient):
 
     def resize(self, path_or_bytes: Source, width: int, height: int, mode: str = "stretch",
                format: str = "jpeg", quality: int | None = None) -> bytes:
-        """``POST /resize``: the image at exactly ``width`` x ``height``, encoded as
-        ``format``; the image's bytes.
+        """``POST /resize``: the image's bytes at exactly ``width`` x ``height``, encoded as
+        ``format``.
 
         Raises:
             ClientError: an error answer, or no connection.

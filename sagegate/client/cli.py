@@ -1,20 +1,16 @@
 """``sagegate predict`` and ``sagegate resize``: the HTTP client (:mod:`sagegate.client`) from
 the command line.
 
-``sagegate predict PATH...`` classifies image files and directories (searched recursively),
-shrinking each photo on this machine by the model's own rule before it is uploaded, several at
-a time over one client's keep-alive connections; a file that fails gets a row with its error
-code and the batch goes on. A file still too large for the synchronous route after the shrink
-(or any file, with ``--async``) goes through an upload and a job, with a progress bar for the
-upload and the wait on stderr when it is a terminal. Other models' files (``--model iris
-batch.json``) are sent as they are, typed by their extension or ``--content-type``; auto mode
-sends a job what the model's jobs take and its synchronous route does not (a note on stderr
-says so), and files of a directory that are not images are named on stderr as skipped. The
-URL, the key and the timeouts are read as the library reads them
-(:class:`sagegate.client.settings.ClientSettings`).
+``sagegate predict PATH...`` classifies image files and directories (recursively), each photo
+shrunk here by the model's rule before upload, several at a time over one client's keep-alive
+connections; a file that fails gets a row with its error code and the batch goes on. A file still
+too large after the shrink (or any, with ``--async``) goes through an upload and a job, with
+progress bars on stderr when it is a terminal. Other models' files (``--model iris batch.json``)
+are sent as they are, typed by extension or ``--content-type``; a directory's files that are not
+images are named on stderr as skipped. Settings are read as the library reads them.
+
 ``sagegate resize PATH --width W --height H`` asks ``POST /resize`` for one image at an exact
-size. One module serves both commands: ``main`` reads which from
-``prog`` (``sagegate predict`` or ``sagegate resize``).
+size. ``main`` reads which command from ``prog``.
 """
 from __future__ import annotations
 
@@ -50,7 +46,6 @@ MAX_K = 1_000_000
 
 @dataclasses.dataclass
 class Outcome:
-    """One file's result."""
 
     path: str
     ok: bool
@@ -61,7 +56,6 @@ class Outcome:
     error: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The file's entry in ``--format json``."""
         entry: dict[str, Any] = {"path": self.path, "ok": self.ok,
                                  "bytes_original": self.bytes_original,
                                  "bytes_sent": self.bytes_sent}
@@ -79,9 +73,8 @@ def say(line: str) -> None:
 
 
 def classify(client: Client, path: Path, args: argparse.Namespace, bars: Bars) -> Outcome:
-    """Shrink (unless ``--no-shrink``) and classify one file, synchronously or through a job
-    (``--async``, a file too large, or one the model's jobs take and its synchronous route
-    does not: a note on stderr says so); errors become the outcome."""
+    """Shrink (unless ``--no-shrink``) and classify one file, synchronously or through a job;
+    errors become the outcome."""
     outcome = Outcome(str(path), False)
     try:
         upload = client.prepare(path, args.model, shrink=not args.no_shrink,
@@ -106,7 +99,6 @@ def classify(client: Client, path: Path, args: argparse.Namespace, bars: Bars) -
 
 def run_all(client: Client, files: Sequence[Path], args: argparse.Namespace,
             bars: Bars) -> list[Outcome]:
-    """Classify every file with ``args.concurrency`` threads; outcomes in the files' order."""
     def one(path: Path) -> Outcome:
         try:
             return classify(client, path, args, bars)
@@ -124,8 +116,8 @@ def _top(prediction: dict[str, Any]) -> str:
 
 
 def summary(predictions: Any, limit: int = 300) -> str:
-    """A file's predictions in one cell: the top-k of an image, the first row's of a batch
-    (with the number of rows), or a handler's answer as JSON (cut at ``limit``)."""
+    """A file's predictions in one cell: an image's top-k, a batch's first row's (with the row
+    count), or a handler's answer as JSON (cut at ``limit``)."""
     if isinstance(predictions, list) and all(isinstance(p, dict) for p in predictions):
         return "; ".join(_top(p) for p in predictions)
     if isinstance(predictions, list) and predictions and \
@@ -137,8 +129,8 @@ def summary(predictions: Any, limit: int = 300) -> str:
 
 
 def _rows(outcome: Outcome) -> list[tuple[str, list[Any]]]:
-    """A file's predictions as (path, top-k) rows: one for an image, one per row of a batch
-    (``batch.json[3]``), none for a handler's own answer."""
+    """A file's (path, top-k) rows: one for an image, one per row of a batch (``batch.json[3]``),
+    none for a handler's own answer."""
     predictions = outcome.predictions
     if not isinstance(predictions, list):
         return []
@@ -148,7 +140,6 @@ def _rows(outcome: Outcome) -> list[tuple[str, list[Any]]]:
 
 
 def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
-    """A rich table: one row per file, its predictions or its error."""
     from rich.console import Console
     from rich.table import Table
 
@@ -168,8 +159,8 @@ def render_table(outcomes: Sequence[Outcome], out: Any) -> None:
 
 
 def render_csv(outcomes: Sequence[Outcome], out: Any) -> None:
-    """One row per prediction (rank 1..k; a batch's rows as ``path[row]``), one per failed
-    file; a handler's own answer as JSON in ``label``."""
+    """One row per prediction (rank 1..k; a batch's rows as ``path[row]``), one per failed file;
+    a handler's own answer as JSON in ``label``."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["path", "ok", "bytes_original", "bytes_sent", "rank", "index", "label",
                      "probability", "error_code", "error_message"])
@@ -219,8 +210,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def client_of(parser: argparse.ArgumentParser, args: argparse.Namespace,
               **options: Any) -> Client:
-    """The client the options ask for (the environment's and the defaults for the others);
-    a bad variable is a usage error (exit code 2)."""
+    """The client the options ask for; a bad variable is a usage error (exit code 2)."""
     try:
         return Client(args.url, args.api_key, timeout=args.timeout,
                       wait_timeout=getattr(args, "wait_timeout", None), **options)
@@ -229,7 +219,6 @@ def client_of(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 def predict_parser(prog: str) -> argparse.ArgumentParser:
-    """``sagegate predict``'s command line."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Classify image files (directories are searched recursively "
         "for JPEG, PNG and WebP files). Each photo is shrunk here by the model's own rule "
@@ -270,7 +259,6 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def predict(argv: Sequence[str], prog: str) -> int:
-    """``sagegate predict``."""
     parser = predict_parser(prog)
     args = parser.parse_args(argv)
     try:
@@ -295,7 +283,6 @@ def predict(argv: Sequence[str], prog: str) -> int:
 
 
 def resize_parser(prog: str) -> argparse.ArgumentParser:
-    """``sagegate resize``'s command line."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Resize one image to exactly WIDTH x HEIGHT with POST /resize.",
         epilog="Exit codes: 0 written, 1 the server refused (its error code on stderr), 2 a "
@@ -321,7 +308,6 @@ def default_output(path: Path, width: int, height: int, fmt: str) -> Path:
 
 
 def resize(argv: Sequence[str], prog: str) -> int:
-    """``sagegate resize``."""
     parser = resize_parser(prog)
     args = parser.parse_args(argv)
     source = Path(args.path)
@@ -350,7 +336,6 @@ COMMANDS: dict[str, Callable[[Sequence[str], str], int]] = {"predict": predict,
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "sagegate predict") -> int:
-    """Run ``sagegate predict`` or ``sagegate resize``, whichever ``prog`` names."""
     command = COMMANDS.get(prog.rsplit(" ", 1)[-1], predict)
     return command(list(sys.argv[1:] if argv is None else argv), prog)
 

@@ -22,6 +22,5 @@ def probability_vector(answer: Mapping[str, Any], classes: int = 1000) -> np.nda
 
 
 def top5_deviation(reference: np.ndarray, other: np.ndarray) -> float:
-    """The worst absolute difference over the reference's top 5 classes."""
     top5 = np.argsort(-reference, kind="stable")[:5]
     return float(np.abs(other[top5] - reference[top5]).max())

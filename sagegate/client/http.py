@@ -1,11 +1,9 @@
 """sagegate's HTTP, for :mod:`sagegate.client`: one ``urllib3.PoolManager`` per client
-(keep-alive connections, safe to share between threads), ``x-api-key`` when a key is given (to
-sagegate only, never to S3), at most ``retries`` retries of a 503 or of a connection that
-failed, by sagegate's one retry policy (:mod:`chalicelib.core.retries`: full jitter, never
-sooner than the 503's ``Retry-After``, at most :data:`MAX_RETRY_AFTER_S` seconds, and within the
-client's retry quota, so a failing server is not sent every request ``retries + 1`` times).
-Error answers raise :class:`ClientError`.
-"""
+(keep-alive, safe to share between threads), ``x-api-key`` to sagegate only, never to S3, and at
+most ``retries`` retries of a 503 or a failed connection by sagegate's one retry policy
+(:mod:`chalicelib.core.retries`: full jitter, never sooner than the 503's ``Retry-After``, at
+most :data:`MAX_RETRY_AFTER_S`, within the client's retry quota, so a failing server is not sent
+every request ``retries + 1`` times)."""
 from __future__ import annotations
 
 import json
@@ -47,7 +45,7 @@ class ClientError(Exception):
 
 
 def retry_after_seconds(value: str | None) -> float | None:
-    """A 503's ``Retry-After`` (seconds or an HTTP date) in seconds, never over
+    """A 503's ``Retry-After`` (seconds or an HTTP date) in seconds, at most
     :data:`MAX_RETRY_AFTER_S`; None when absent or unreadable."""
     seconds = parse_retry_after(value)
     if seconds is None or not math.isfinite(seconds):
@@ -56,8 +54,8 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 def retry_policy(retries: int) -> RetryPolicy:
-    """The client's retry policy: ``retries`` retries, 0.25 s doubling to
-    :data:`MAX_RETRY_AFTER_S`, no time budget of its own (the server has one)."""
+    """``retries`` retries, 0.25 s doubling to :data:`MAX_RETRY_AFTER_S`, no time budget of its
+    own (the server has one)."""
     return RetryPolicy(max_attempts=retries + 1, budget_seconds=math.inf, base_delay=0.25,
                        max_delay=MAX_RETRY_AFTER_S)
 
@@ -66,7 +64,7 @@ def json_object(response: urllib3.BaseHTTPResponse, what: str) -> dict[str, Any]
     """A JSON object answer.
 
     Raises:
-        ClientError: the answer is not one (``InvalidAnswer``).
+        ClientError: not one (``InvalidAnswer``).
     """
     try:
         answer = json.loads(response.data)
@@ -82,7 +80,7 @@ def check_s3(response: urllib3.BaseHTTPResponse) -> urllib3.BaseHTTPResponse:
     """An S3 answer if it is a success.
 
     Raises:
-        ClientError: S3's refusal, with its ``Code`` and ``Message`` from its XML error
+        ClientError: S3's refusal, with ``Code`` and ``Message`` from its XML error
             (``EntityTooLarge``, ``AccessDenied`` for an expired policy ...).
     """
     if response.status < 300:
@@ -94,16 +92,8 @@ def check_s3(response: urllib3.BaseHTTPResponse) -> urllib3.BaseHTTPResponse:
 
 
 class HttpClient:
-    """Requests to sagegate (and to S3's presigned URLs) with the client's retries.
-
-    Args:
-        url: the API's base URL.
-        api_key: sent as ``x-api-key`` (deployed stages with API-key authentication).
-        retries: how many times a request is retried after a 503 or a failed connection.
-        timeout: seconds to connect, and to wait for each answer.
-        pool: keep-alive connections kept for the host (at least the threads sharing the
-            client, to keep every one of them).
-    """
+    """Requests to sagegate (and to S3's presigned URLs) with the client's retries; arguments as
+    :class:`sagegate.client.Client`'s."""
 
     def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, retries: int = 3,
                  timeout: float = 30, pool: int = 8) -> None:
@@ -117,8 +107,8 @@ class HttpClient:
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None) -> urllib3.BaseHTTPResponse:
-        """One request to the API with the client's retries; any answer but a 503 retried
-        out is given back as it is (the caller reads errors with :meth:`check`).
+        """One request to the API with the client's retries; any answer but a 503 retried out is
+        given back as it is (errors read with :meth:`check`).
 
         Raises:
             ClientError: no connection could be made (status 0, ``ConnectionError``).
@@ -127,7 +117,6 @@ class HttpClient:
 
     def _send(self, method: str, url: str, body: Body,
               headers: Mapping[str, str]) -> urllib3.BaseHTTPResponse:
-        """One request to any URL (the API's, or S3's without the API key), with retries."""
         retrier = Retrier(retry_policy(self.retries), self.quota, rng=_random)
         while True:
             try:
@@ -155,8 +144,8 @@ class HttpClient:
         """The response if it is a success.
 
         Raises:
-            ClientError: an error answer, with sagegate's ``Code`` and ``Message`` (for other
-                servers' answers: ``HTTP<status>`` and what they said).
+            ClientError: sagegate's ``Code`` and ``Message`` (other servers': ``HTTP<status>``
+                and what they said).
         """
         if response.status < 400:
             return response
@@ -177,7 +166,6 @@ class HttpClient:
     # ------------------------------------------------------------------ models
 
     def close(self) -> None:
-        """Close the keep-alive connections."""
         self._http.clear()
 
     def __enter__(self) -> Self:

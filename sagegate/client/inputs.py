@@ -18,8 +18,8 @@ class UsageError(Exception):
 
 
 def looks_like_image(path: Path) -> bool:
-    """Whether a file found in a directory is taken: an image's extension, or an image's
-    first bytes (JPEG, PNG, WebP)."""
+    """Whether a file found in a directory is taken: an image's extension or first bytes (JPEG,
+    PNG, WebP)."""
     if path.suffix.lower() in IMAGE_EXTENSIONS:
         return True
     try:
@@ -32,16 +32,14 @@ def looks_like_image(path: Path) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """What the paths named hold: the files to send, and a directory's files left out."""
 
     files: list[Path]
     skipped: list[Path]
 
 
 def find(paths: Iterable[str]) -> Found:
-    """The files to classify: each file named, and the image files under each directory
-    named (recursively, sorted); a directory's other files are skipped. A file named on the
-    command line is always taken.
+    """The files to classify: each file named (always taken), and the image files under each
+    directory named (recursively, sorted).
 
     Raises:
         UsageError: a path does not exist, or nothing is left to classify.
@@ -67,13 +65,12 @@ def find(paths: Iterable[str]) -> Found:
 
 
 def collect(paths: Iterable[str]) -> list[Path]:
-    """The files to classify (:func:`find`'s, without the skipped ones)."""
     return find(paths).files
 
 
 def skipped_lines(skipped: Sequence[Path]) -> list[str]:
-    """What stderr says of a directory's files that are not sent: each by name (up to
-    :data:`SKIPPED_NAMED`), then a count of the rest, and how to send one."""
+    """What stderr says of a directory's files not sent: each by name (up to
+    :data:`SKIPPED_NAMED`), a count of the rest, and how to send one."""
     lines = [f"skipped {path}: not an image" for path in skipped[:SKIPPED_NAMED]]
     rest = len(skipped) - SKIPPED_NAMED
     if rest > 0:

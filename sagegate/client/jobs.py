@@ -1,9 +1,7 @@
-"""Uploads and jobs, for :mod:`sagegate.client`: ``POST /uploads`` and the presigned S3
-POST (the file streamed, :mod:`sagegate.client.transfer`), ``POST /models/{name}/jobs``, and
-``GET /jobs/{id}`` until the job ends, then its answer (kept in the job, or downloaded from S3);
-and what tells that a file is for a job rather than the synchronous route (its rows, a refusal
-that names the job route).
-"""
+"""Uploads and jobs, for :mod:`sagegate.client`: ``POST /uploads`` and the presigned S3 POST,
+``POST /models/{name}/jobs``, ``GET /jobs/{id}`` until the job ends, then its answer (kept in the
+job, or downloaded from S3); and what tells that a file is for a job (its rows, a refusal naming
+the job route)."""
 from __future__ import annotations
 
 import base64
@@ -24,13 +22,10 @@ from sagegate.client.http import ClientError, HttpClient, check_s3, json_object
 from sagegate.client.transfer import Source, Upload, UploadProgress, WaitProgress, as_is
 
 DEFAULT_WAIT_S = 3600.0
-"""How long :meth:`JobsClient.wait` waits for a job by default: SageMaker Asynchronous
-Inference's longest invocation."""
+"""SageMaker Asynchronous Inference's longest invocation."""
 _clock = time.monotonic  # the tests replace it
 _JOB_ROUTE = re.compile(r"POST /models/\S+/jobs")
-"""How sagegate's refusals name the job route (``POST /models/{name}/jobs``)."""
 _ROW_LIMIT = re.compile(r"at most [0-9,]+ a request")
-"""How sagegate refuses a batch of more rows than one request carries."""
 _BLANK = re.compile(rb"\s*")
 
 
@@ -40,14 +35,12 @@ def names_job_route(message: str) -> bool:
 
 
 def over_row_limit(message: str) -> bool:
-    """Whether a refusal's message is of a batch over one request's rows."""
     return _ROW_LIMIT.search(message) is not None
 
 
 def rows_of(upload: Upload) -> int | None:
     """The rows of a batch file in memory, counted as sagegate reads them (CSV records, JSON
-    lines, a JSON document's ``instances`` or its bare list of rows); None for anything
-    else (an image, ``.npy``, a file left on disk, a body that does not parse)."""
+    lines, ``instances`` or a bare list of rows); None for anything else."""
     if upload.path is not None:
         return None
     kind = bare(upload.content_type)
@@ -73,11 +66,9 @@ def _json_rows(document: Any) -> int | None:
 
 
 def answer_of(response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
-    """An answer (the synchronous route's, or a job's download), read by its
-    ``Content-Type``: a JSON object as it is; any other (a handler model's JSON list, CSV, text
-    or bytes) as ``{"content_type": TYPE, "body": VALUE_OR_TEXT}``, or ``{"content_type":
-    TYPE, "body_base64": B64}`` for bytes that are not text, so it prints and dumps as JSON
-    like every other answer.
+    """An answer read by its ``Content-Type``: a JSON object as it is; any other (a JSON list,
+    CSV, text, bytes) as ``{"content_type", "body"}``, or ``{"content_type", "body_base64"}`` for
+    bytes that are not text, so it prints and dumps as JSON like every other answer.
 
     Raises:
         ClientError: a JSON answer that does not parse (``InvalidAnswer``).
@@ -118,18 +109,16 @@ class JobsClient(HttpClient):
     """The job steps one by one (:class:`sagegate.client.Client` puts them together)."""
 
     wait_timeout: float = DEFAULT_WAIT_S
-    """How long :meth:`wait` waits by default (:class:`sagegate.client.Client` sets it)."""
 
     def upload(self, path_or_bytes: Source | Upload, model: str,
                content_type: str | None = None,
                progress: UploadProgress | None = None) -> str:
-        """Upload a file for a job of ``model``: ``POST /uploads``, then the file straight
-        to S3 by the presigned POST (streamed: a file on disk is read as it is sent);
-        answers the upload id.
+        """Upload a file for a job of ``model``: ``POST /uploads``, then the file streamed
+        straight to S3 by the presigned POST; answers the upload id.
 
         Raises:
-            ClientError: sagegate's refusal (a type the model does not take: 415), S3's (its
-                code and message: ``EntityTooLarge`` over the model's cap), or no connection.
+            ClientError: sagegate's refusal (415 for a type the model does not take), S3's
+                (``EntityTooLarge`` over the model's cap), or no connection.
             OSError: the file cannot be read.
         """
         upload = path_or_bytes if isinstance(path_or_bytes, Upload) \
@@ -146,7 +135,6 @@ class JobsClient(HttpClient):
 
     def _post_form(self, url: str, fields: Mapping[str, str], upload: Upload,
                    progress: UploadProgress | None) -> None:
-        """The presigned POST: the fields, then the file, streamed; S3's refusal raised."""
         cap = transfer.policy_max_bytes(fields)
         if cap is not None and upload.size > cap:  # S3 would read it all to refuse it
             raise ClientError(400, "EntityTooLarge", f"The file is {upload.size:,} bytes; "
@@ -165,8 +153,8 @@ class JobsClient(HttpClient):
         """``POST /models/{model}/jobs`` for an upload; the job (``job_id``, ``state``).
 
         Raises:
-            ClientError: the upload is missing (``UploadNotFound``), too large, of the wrong
-                type, an option is refused, or no connection.
+            ClientError: the upload is missing, too large or of the wrong type, an option is
+                refused, or no connection.
         """
         path = f"/models/{urllib.parse.quote(model, '')}/jobs"
         if k is not None:
@@ -179,7 +167,7 @@ class JobsClient(HttpClient):
         return job
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """``GET /jobs/{job_id}``: the job's state, and its result or error once it ends.
+        """``GET /jobs/{job_id}``.
 
         Raises:
             ClientError: ``JobNotFound`` (404), or no connection.
@@ -193,14 +181,14 @@ class JobsClient(HttpClient):
 
     def wait(self, job_id: str, timeout: float | None = None,
              progress: WaitProgress | None = None) -> dict[str, Any]:
-        """Read a job until it ends, waiting 0.25 s, then twice as long each time up to 5 s
-        (longer when the server's ``Retry-After`` says so), at most ``timeout`` seconds (None:
-        :attr:`wait_timeout`); the succeeded job.
+        """Read a job until it ends, waiting 0.25 s, then twice as long up to 5 s (longer when
+        ``Retry-After`` says so), at most ``timeout`` seconds (None: :attr:`wait_timeout`); the
+        succeeded job.
 
         Raises:
-            JobFailedError: the job failed (its error's code and message).
-            ClientError: it did not end within ``timeout`` seconds (``WaitTimeout``), it is
-                not found, or no connection.
+            JobFailedError: the job failed.
+            ClientError: it did not end in time (``WaitTimeout``), it is not found, or no
+                connection.
         """
         timeout = self.wait_timeout if timeout is None else timeout
         started, delay = _clock(), transfer.POLL_FIRST_S
@@ -221,14 +209,13 @@ class JobsClient(HttpClient):
             delay = transfer.backoff(delay)
 
     def result(self, job: Mapping[str, Any]) -> dict[str, Any]:
-        """A succeeded job's answer: the synchronous route's, kept in the job or, when it
-        was too large for that or not JSON, downloaded from its ``result_url`` (read by
-        :func:`answer_of`).
+        """A succeeded job's answer: kept in the job or, when too large for that or not JSON,
+        downloaded from its ``result_url``.
 
         Raises:
             JobFailedError: the job failed.
-            ClientError: no answer (not finished), S3 refused the download, or a JSON
-                answer that does not parse.
+            ClientError: not finished, S3 refused the download, or a JSON answer that does not
+                parse.
         """
         if job.get("state") == "failed":
             raise JobFailedError(job)

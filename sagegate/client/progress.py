@@ -1,9 +1,6 @@
-"""``sagegate predict``'s progress on stderr: the files done, and for each file that goes
-through a job, its upload (bytes) and then its wait (the job's state, the time waited).
-
-Drawn with rich, which the command already uses for its table (one library for both); nothing
-is drawn where nothing is asked for (a run of few files, stderr not a terminal).
-"""
+"""``sagegate predict``'s progress on stderr: the files done, and for a file going through a job,
+its upload (bytes) then its wait (state, time waited). Drawn with rich, as the command's table
+is; nothing is drawn where not asked for (few files, stderr not a terminal)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,17 +15,12 @@ from sagegate.client.transfer import UploadProgress, WaitProgress
 
 
 def megabytes(size: int) -> str:
-    """A byte count as the bars write it."""
     return f"{size / 1e6:.1f} MB"
 
 
 class Bars:
-    """The bars of one run (a context manager: drawn while it lasts, gone after).
-
-    Args:
-        files: the number of files, for a bar of files done; 0 for none.
-        jobs: whether files that go through a job get their own line.
-    """
+    """The bars of one run, drawn while the context lasts (``files``: 0 for no files bar;
+    ``jobs``: a line per file going through a job)."""
 
     def __init__(self, files: int, jobs: bool) -> None:
         self._jobs = jobs
@@ -59,14 +51,13 @@ class Bars:
                 for task in self._progress.tasks]
 
     def advance(self) -> None:
-        """One more file done."""
         if self._progress is not None and self._files is not None:
             self._progress.advance(self._files)
 
     @contextlib.contextmanager
     def job(self, name: str) -> Iterator[tuple[UploadProgress | None, WaitProgress | None]]:
-        """The two callbacks of one file's job (None, None when jobs are not shown); its
-        line appears at the first call and goes when the file is done."""
+        """The two callbacks of one file's job (None, None when jobs are not shown); its line
+        appears at the first call and goes when the file is done."""
         progress = self._progress
         if progress is None or not self._jobs:
             yield None, None

@@ -12,13 +12,9 @@ from sagegate.client.http import DEFAULT_URL
 from sagegate.client.jobs import DEFAULT_WAIT_S
 
 URL_ENV = "SAGEGATE_URL"
-"""The API's base URL, when no ``url`` is given."""
 API_KEY_ENV = "SAGEGATE_API_KEY"
-"""Sent as ``x-api-key``, when no ``api_key`` is given."""
 TIMEOUT_ENV = "SAGEGATE_TIMEOUT"
-"""Seconds to connect and to wait for each answer, when no ``timeout`` is given."""
 WAIT_TIMEOUT_ENV = "SAGEGATE_WAIT_TIMEOUT"
-"""Seconds to wait for a job to end, when no ``wait_timeout`` is given."""
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -47,12 +43,11 @@ def _seconds(value: float | None, environ: Mapping[str, str], name: str,
 
 @dataclasses.dataclass(frozen=True)
 class ClientSettings:
-    """Where and how a client talks to sagegate, each read the same way by the library and
-    ``sagegate predict``: an explicit argument, else the environment, else the default.
+    """Where and how a client talks to sagegate (module docstring).
 
     Attributes:
         url: :data:`URL_ENV`, else ``http://127.0.0.1:8000`` (``make run``).
-        api_key: :data:`API_KEY_ENV`, else none.
+        api_key: :data:`API_KEY_ENV` (sent as ``x-api-key``), else none.
         timeout: :data:`TIMEOUT_ENV`, else 30 s: to connect, and for each answer.
         wait_timeout: :data:`WAIT_TIMEOUT_ENV`, else 3600 s: for a job to end.
     """
@@ -66,8 +61,8 @@ class ClientSettings:
     def resolve(cls, url: str | None = None, api_key: str | None = None,
                 timeout: float | None = None, wait_timeout: float | None = None,
                 environ: Mapping[str, str] | None = None) -> ClientSettings:
-        """The settings from the arguments given (None: not given) and ``environ``
-        (default: this process's environment).
+        """The settings from the arguments given (None: not given) and ``environ`` (default: this
+        process's).
 
         Raises:
             ValueError: a timeout (argument or variable) that is not a positive number.

@@ -1,29 +1,24 @@
 """Shrinking on the client: the image sagegate's server would make of an upload, made here.
 
 A phone photo travels as about 2.8 MB only for the server to shrink it to 341x256. The client
-does the shrinking instead, by the model's own rule (``GET /models/{name}``'s ``image``
-block), with the server's own code: the image decoded as the server decodes it (a large JPEG
-at the reduced scale :func:`chalicelib.images.imaging.reduction_for` allows, EXIF orientation
-applied, so what is sent is upright), then :func:`chalicelib.images.imaging.resize` with its
-:class:`~chalicelib.images.sizing.ResizePlan`: for ``shorter-side`` S, area averaging
-(``cv2.INTER_AREA``) until the shorter side is exactly S, never enlarging; for
-``fill``/``fit``/``stretch``, the model's input box. Encoded losslessly, that is exactly the
+shrinks it instead, by the model's own rule (``GET /models/{name}``'s ``image`` block), with the
+server's own code: decoded as the server decodes it (a large JPEG at the reduced scale
+:func:`chalicelib.images.imaging.reduction_for` allows, EXIF orientation applied), then
+:func:`chalicelib.images.imaging.resize` with its :class:`~chalicelib.images.sizing.ResizePlan`
+(``shorter-side`` S: area averaging until the shorter side is exactly S, never enlarging;
+``fill``/``fit``/``stretch``: the model's input box). Encoded losslessly, that is exactly the
 image the server would have made of the original, so the model is given the same tensor.
 
-The original is sent unchanged when the server would itself forward it untouched (a complete
-upright JPEG too small for a reduced-scale decode,
-:func:`chalicelib.images.imaging.can_pass_through`),
-when the client cannot read it (the server then answers with its own error code), when the
-server would enlarge it, and when shrinking would not make it smaller.
+The original is sent unchanged when the server would forward it untouched
+(:func:`chalicelib.images.imaging.can_pass_through`), when the client cannot read it (the server
+then answers with its own error code), when the server would enlarge it, and when shrinking would
+not make it smaller.
 
-The encoding of the shrunk image is chosen by measurement (``.venv/bin/python -m bench --part
-clients``; its table and method are in ``bench/README.md``): the default,
-:data:`DEFAULT_ENCODING`, is lossless WebP, the smallest upload that keeps the server's promise
-(same top-1, top-5 within 0.03 of sending the original; measured, exactly the same). JPEG is
-not faithful even at quality 95 without chroma subsampling
-(``cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444``). PNG is larger but costs less CPU: on a fast uplink
-it is the quicker of the two end to end (``Client(encoding="png")``,
-``sagegate predict --encoding png``).
+The encoding was chosen by measurement (``python -m bench --part clients``; ``bench/README.md``):
+:data:`DEFAULT_ENCODING` is lossless WebP, the smallest upload that keeps the server's promise
+(same top-1, top-5 within 0.03; measured, exactly the same). JPEG is not faithful even at quality
+95 without chroma subsampling. PNG is larger but costs less CPU: on a fast uplink it is the
+quicker end to end (``Client(encoding="png")``, ``sagegate predict --encoding png``).
 """
 from __future__ import annotations
 
@@ -48,14 +43,12 @@ OCTET_STREAM = "application/octet-stream"
 
 
 class Encoding(enum.StrEnum):
-    """How a shrunk image is encoded."""
 
     PNG = "png"
     """Lossless PNG, zlib level 9 with libpng's row filters."""
     WEBP = "webp"
-    """Lossless WebP."""
     JPEG = "jpeg"
-    """JPEG at quality 95 without chroma subsampling (4:4:4): not faithful (see above)."""
+    """JPEG at quality 95 with 4:4:4 chroma: not faithful (see above)."""
 
 
 DEFAULT_ENCODING = Encoding.WEBP
@@ -69,7 +62,6 @@ class ShrinkRule:
     """What an image model's server does to an upload, as ``GET /models/{name}`` says it.
 
     Attributes:
-        plan: the server's resize (with its own ``upscale``).
         passthrough: whether the server forwards small upright JPEGs untouched.
         max_pixels: the largest image the server decodes.
     """
@@ -80,8 +72,8 @@ class ShrinkRule:
 
     @classmethod
     def from_model(cls, document: Mapping[str, Any]) -> ShrinkRule | None:
-        """The rule from a model's description, or from its ``image`` block; None for a model
-        that does not take images."""
+        """The rule from a model's description or its ``image`` block; None for a model that
+        takes no images."""
         image = document.get("image", document)
         if not isinstance(image, Mapping) or "resize" not in image:
             return None
@@ -94,7 +86,6 @@ class ShrinkRule:
 
 
 def content_type_of(data: bytes) -> str:
-    """The media type an upload's first bytes show (``application/octet-stream`` if none)."""
     if data[:3] == JPEG_SOI:
         return str(MediaType.JPEG)
     if data[:8] == PNG_SIGNATURE:
@@ -105,7 +96,6 @@ def content_type_of(data: bytes) -> str:
 
 
 def encode(image: np.ndarray, encoding: Encoding) -> tuple[bytes, str]:
-    """Encode a BGR image for the upload; returns the bytes and their media type."""
     if encoding == Encoding.PNG:
         params = [cv2.IMWRITE_PNG_COMPRESSION, 9]
     elif encoding == Encoding.WEBP:
@@ -129,7 +119,6 @@ def _enlarges(plan: sizing.ResizePlan, width: int, height: int) -> bool:
 
 
 def _sends_original(data: bytes, info: ImageInfo, rule: ShrinkRule) -> bool:
-    """Whether the original is what to send, before any pixel is decoded."""
     plan = rule.plan
     if info.pixels > rule.max_pixels:
         return True  # the server's 413 says it best
@@ -142,9 +131,8 @@ def _sends_original(data: bytes, info: ImageInfo, rule: ShrinkRule) -> bool:
 
 
 def _decoded(data: bytes, info: ImageInfo, plan: sizing.ResizePlan) -> np.ndarray | None:
-    """The image decoded as the server decodes it (EXIF orientation applied; a large JPEG at
-    the reduced scale :func:`chalicelib.images.imaging.reduction_for` allows), or None for a
-    file the server must judge: a truncated or corrupt JPEG, or one OpenCV cannot decode."""
+    """The image decoded as the server decodes it, or None for a file the server must judge (a
+    truncated or corrupt JPEG, or one OpenCV cannot decode)."""
     reduction = imaging.reduction_for(info, plan.scaled_size(info.width, info.height))
     try:
         if info.format == ImageFormat.JPEG:
@@ -159,16 +147,9 @@ def _decoded(data: bytes, info: ImageInfo, plan: sizing.ResizePlan) -> np.ndarra
 
 def shrink(data: bytes, rule: ShrinkRule | Mapping[str, Any],
            encoding: Encoding | str = DEFAULT_ENCODING) -> tuple[bytes, str]:
-    """The bytes to upload for ``data`` under a model's ``rule``, and their media type.
-
-    Args:
-        data: the image file.
-        rule: a :class:`ShrinkRule`, or the model's description (or its ``image`` block).
-        encoding: how a shrunk image is encoded (:class:`Encoding`).
-
-    Returns:
-        The shrunk image, or the original unchanged (see the module's docstring for when).
-    """
+    """The bytes to upload for ``data`` under a model's ``rule`` (a :class:`ShrinkRule`, or the
+    model's description), and their media type: the shrunk image, or the original unchanged (the
+    module docstring says when)."""
     if not isinstance(rule, ShrinkRule):
         parsed = ShrinkRule.from_model(rule)
         if parsed is None:

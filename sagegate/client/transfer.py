@@ -1,10 +1,10 @@
 """The wire of large inputs, for :mod:`sagegate.client`: what fits the synchronous route, the
 presigned S3 POST's form streamed from disk, S3's error documents, and how a job is polled.
 
-An upload is sent as S3's POST Object takes it: ``multipart/form-data`` with the policy's
-fields first and the file last (S3 ignores any field after the file), with a Content-Length
-(S3 refuses a chunked POST), the file read in chunks as it goes, never whole, so a 1 GB file
-costs the client a chunk of memory, not a gigabyte.
+An upload is sent as S3's POST Object takes it: ``multipart/form-data``, the policy's fields
+first and the file last (S3 ignores fields after the file), with a Content-Length (S3 refuses a
+chunked POST), the file read in chunks as it goes, so a 1 GB file costs a chunk of memory, not a
+gigabyte.
 """
 from __future__ import annotations
 
@@ -27,18 +27,15 @@ LAMBDA_REQUEST_BYTES = 6 * 1024 * 1024
 EVENT_HEADROOM_BYTES = 16 * 1024
 """What the event holds besides the body (headers, request context), kept free."""
 SYNC_LIMIT_BYTES = (LAMBDA_REQUEST_BYTES - EVENT_HEADROOM_BYTES) * 3 // 4
-"""The largest body the client sends to the synchronous route (4,706,304 bytes): the client
-sends bytes raw, and API Gateway base64-encodes a binary body into Lambda's event, which
-grows it by a third. Anything larger goes through an upload and a job (``mode="auto"``)."""
+"""The largest body sent to the synchronous route (4,706,304 bytes): the client sends bytes raw,
+and API Gateway base64-encodes a binary body into Lambda's event, a third larger. Anything larger
+goes through an upload and a job."""
 CHUNK_BYTES = 1024 * 1024
-"""How much of a file is read, and handed to the socket, at a time."""
 MAX_ERROR_BYTES = 64 * 1024
-"""The most of an S3 error document that is read."""
 HEAD_BYTES = 64
-"""How much of a file is read to tell what it is."""
 
 POLL_FIRST_S = 0.25
-"""The first wait between two reads of a job; each next one is twice as long ..."""
+"""The first wait between two reads of a job; each next one twice as long ..."""
 POLL_MAX_S = 5.0
 """... up to this, unless the server's ``Retry-After`` asks for longer."""
 
@@ -56,19 +53,17 @@ WaitProgress = Callable[[Mapping[str, Any], float], None]
 
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview
-"""A file: its path, or its bytes."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Upload:
-    """What is sent for a file: the body and where it came from.
+    """What is sent for a file.
 
     Attributes:
         data: the request body (empty when ``path`` is set).
-        content_type: its media type.
         original_bytes: the size of the file itself.
-        path: the file, not read, when the body is the whole file on disk: one too large
-            for the synchronous route, streamed to S3 as it is read.
+        path: the file, not read, when the body is the whole file on disk: one too large for the
+            synchronous route, streamed to S3 as it is read.
     """
 
     data: bytes
@@ -78,12 +73,10 @@ class Upload:
 
     @property
     def size(self) -> int:
-        """The body's size in bytes."""
         return self.original_bytes if self.path is not None else len(self.data)
 
     @property
     def shrunk(self) -> bool:
-        """Whether the body is a shrunk image rather than the file."""
         return self.path is None and len(self.data) != self.original_bytes
 
     def body(self) -> bytes:
@@ -91,20 +84,18 @@ class Upload:
         return self.path.read_bytes() if self.path is not None else self.data
 
     def source(self) -> bytes | Path:
-        """The body for :func:`file_chunks`: the bytes, or the file on disk."""
         return self.path if self.path is not None else self.data
 
 
 def read_input(path_or_bytes: Source) -> bytes:
-    """The bytes of a file, or the bytes given."""
     if isinstance(path_or_bytes, bytes | bytearray | memoryview):
         return bytes(path_or_bytes)
     return Path(path_or_bytes).read_bytes()
 
 
 def media_type_of(head: bytes, name: str | None = None) -> str:
-    """What a file is by its first bytes (an image's signature), else by its extension or
-    its first bytes as data (:func:`data_type_of`), else ``application/octet-stream``."""
+    """What a file is by its first bytes (an image's signature), else by its extension or its
+    data (:func:`data_type_of`), else ``application/octet-stream``."""
     kind = content_type_of(head)
     if kind != OCTET_STREAM:
         return kind
@@ -112,8 +103,8 @@ def media_type_of(head: bytes, name: str | None = None) -> str:
 
 
 def as_is(path_or_bytes: Source, content_type: str | None = None) -> Upload:
-    """The upload of a file as it is. A file on disk larger than the synchronous route
-    takes is not read: it is streamed when it is sent.
+    """The upload of a file as it is; a file on disk larger than the synchronous route takes is
+    streamed when sent, not read.
 
     Raises:
         OSError: the file cannot be read.
@@ -133,8 +124,8 @@ def as_is(path_or_bytes: Source, content_type: str | None = None) -> Upload:
 
 
 def data_type_of(head: bytes, name: str | None = None) -> str | None:
-    """The media type of a data file by its extension, else by its first bytes (an ``.npy``
-    array, or JSON: a document starting with ``{`` or ``[``); None when neither tells."""
+    """A data file's media type by its extension, else by its first bytes (``.npy``, or JSON
+    starting with ``{`` or ``[``); None when neither tells."""
     if name:
         by_name = DATA_TYPES.get(Path(name).suffix.lower())
         if by_name:
@@ -148,8 +139,8 @@ def data_type_of(head: bytes, name: str | None = None) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Form:
-    """A presigned POST's multipart body around a file: ``head`` (the fields, then the
-    file part's headers), the file, ``tail``."""
+    """A presigned POST's multipart body around a file: ``head`` (the fields, the file part's
+    headers), the file, ``tail``."""
 
     head: bytes
     tail: bytes
@@ -157,17 +148,14 @@ class Form:
 
     @property
     def content_type(self) -> str:
-        """The request's Content-Type."""
         return f"multipart/form-data; boundary={self.boundary}"
 
     def length(self, file_bytes: int) -> int:
-        """The request's Content-Length for a file of ``file_bytes``."""
         return len(self.head) + file_bytes + len(self.tail)
 
 
 def form(fields: Mapping[str, str], content_type: str, boundary: str | None = None) -> Form:
-    """The multipart form of a presigned POST: every field, then the file (named ``file``,
-    as S3 requires, and last).
+    """Every field, then the file (named ``file``, as S3 requires, and last).
 
     Raises:
         ValueError: a field name or value S3 would not have made (quotes, line breaks).
@@ -185,8 +173,8 @@ def form(fields: Mapping[str, str], content_type: str, boundary: str | None = No
 
 
 def file_chunks(source: bytes | Path) -> Iterator[bytes]:
-    """A file's bytes in chunks of :data:`CHUNK_BYTES`: of bytes held in memory (one chunk
-    copied at a time), or read from a file on disk as they are sent."""
+    """A file's bytes in :data:`CHUNK_BYTES` chunks: from memory one chunk copied at a time, or
+    read from disk as sent."""
     if isinstance(source, Path):
         with open(source, "rb") as file:
             while chunk := file.read(CHUNK_BYTES):
@@ -198,7 +186,6 @@ def file_chunks(source: bytes | Path) -> Iterator[bytes]:
 
 
 def size_of(source: bytes | Path) -> int:
-    """A file's size in bytes."""
     return os.stat(source).st_size if isinstance(source, Path) else len(source)
 
 
@@ -207,7 +194,7 @@ def streamed(form: Form, chunks: Iterable[bytes], file_bytes: int,
     """The request body, piece by piece, telling ``progress`` the file's bytes sent.
 
     Raises:
-        OSError: the file changed size while it was read (the Content-Length would lie).
+        OSError: the file changed size while read (the Content-Length would lie).
     """
     sent = 0
     if progress:
@@ -226,8 +213,8 @@ def streamed(form: Form, chunks: Iterable[bytes], file_bytes: int,
 
 
 def policy_max_bytes(fields: Mapping[str, str]) -> int | None:
-    """The largest file a presigned POST's policy takes (its ``content-length-range``), or
-    None when the policy does not say (or cannot be read: S3 then judges)."""
+    """The largest file a presigned POST's policy takes (its ``content-length-range``), or None
+    when it does not say or cannot be read (S3 then judges)."""
     try:
         policy = json.loads(base64.b64decode(fields.get("policy", ""), validate=True))
         conditions = policy["conditions"]
@@ -241,9 +228,9 @@ def policy_max_bytes(fields: Mapping[str, str]) -> int | None:
 
 
 def s3_error(body: bytes) -> tuple[str, str] | None:
-    """S3's ``<Error><Code>..</Code><Message>..</Message></Error>`` as (code, message),
-    with the limit it names for ``EntityTooLarge`` / ``EntityTooSmall``; None for anything
-    else (a document with a DOCTYPE is not parsed at all: S3 sends none)."""
+    """S3's ``<Error>`` document as (code, message), with the limit it names for
+    ``EntityTooLarge`` / ``EntityTooSmall``; None for anything else (a document with a DOCTYPE is
+    not parsed: S3 sends none)."""
     text = body[:MAX_ERROR_BYTES]
     if b"<!DOCTYPE" in text.upper() or b"<!ENTITY" in text.upper():
         return None
@@ -263,12 +250,11 @@ def s3_error(body: bytes) -> tuple[str, str] | None:
 
 
 def next_poll(delay: float, retry_after: float | None, remaining: float) -> float:
-    """How long to wait before reading a job again: ``delay`` (the backoff), or longer when
-    the server's ``Retry-After`` says so, never past the time left."""
+    """How long before reading a job again: ``delay``, or longer when the server's
+    ``Retry-After`` says so, never past the time left."""
     wait = max(delay, retry_after or 0.0)
     return max(0.0, min(wait, remaining))
 
 
 def backoff(delay: float) -> float:
-    """The next wait between reads of a job: doubled, at most :data:`POLL_MAX_S`."""
     return min(delay * 2, POLL_MAX_S)
