@@ -4,13 +4,13 @@
 Two kinds sit in ``<endpoint>/<variant>/yyyy/mm/dd/hh/``:
 
 * ``*.jsonl`` (sagegate's directory and S3 sinks, Model Monitor's data capture): the folder's
-hour is each record's ``inferenceTime`` hour, so a window reads its own hours' folders only;
+  hour is each record's ``inferenceTime`` hour, so a window reads its own hours' folders only;
 * ``*.jsonl.gz``, delivered by Kinesis Data Firehose, many records an object. The ``dev`` stage's
-stream files by ``inferenceTime`` too (dynamic partitioning), but a user's stream named by
-``MONITOR_CAPTURES`` may file by ``!{timestamp:...}``, the *arrival* hour of the object's oldest
-record (as older deliveries did): then a record of the window can sit in the hour before (an
-object still filling when the window began) or after (a record that reached the stream after the
-window's end). The names cannot tell the layouts apart, so the monitor reads both.
+  stream files by ``inferenceTime`` too (dynamic partitioning), but a user's stream named by
+  ``MONITOR_CAPTURES`` may file by ``!{timestamp:...}``, the *arrival* hour of the object's
+  oldest record (as older deliveries did): then a record of the window can sit in the hour before
+  (an object still filling when the window began) or after (a record that reached the stream
+  after the window's end). The names cannot tell the layouts apart, so the monitor reads both.
 
 So a listing spans the window's hours and one more on each side (:func:`listing_span`), and
 :func:`wanted` keeps the ``.jsonl`` objects of the window's own hours and the ``.jsonl.gz`` of

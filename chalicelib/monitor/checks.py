@@ -5,18 +5,18 @@ under ``constraints.json`` and returns the ``constraint_violations.json`` docume
 feature, what the report draws. The checks and their descriptions' wording follow the analyzer's:
 
 - ``data_type_check``: the fraction of a window's values of the baseline's type (Integral:
-integers; Fractional: any number; String: anything) is below ``datatype_check_threshold``.
+  integers; Fractional: any number; String: anything) is below ``datatype_check_threshold``.
 - ``completeness_check``: the fraction of present values is below the feature's ``completeness``.
 - ``baseline_drift_check``: numeric features, the L-infinity distance between the two KLL
-distributions is above ``comparison_threshold`` ("Simple"); "Robust" flags only when a two-sample
-Kolmogorov-Smirnov test on the sketches' sizes also rejects "same distribution" at 5 % (a small
-window's sampling noise is not drift). String features: the L-infinity distance of the
-categorical frequencies against ``categorical_comparison_threshold`` ("LInfinity"), or a
-chi-squared p-value below it ("ChiSquared").
+  distributions is above ``comparison_threshold`` ("Simple"); "Robust" flags only when a
+  two-sample Kolmogorov-Smirnov test on the sketches' sizes also rejects "same distribution"
+  at 5 % (a small window's sampling noise is not drift). String features: the L-infinity distance of
+  the categorical frequencies against ``categorical_comparison_threshold`` ("LInfinity"), or a
+  chi-squared p-value below it ("ChiSquared").
 - ``missing_column_check`` / ``extra_column_check``: a baseline feature absent from the window,
-and the reverse.
+  and the reverse.
 - ``categorical_values_check``: the fraction of a String feature's values inside
-``string_constraints.domains`` is below ``domain_content_threshold``.
+  ``string_constraints.domains`` is below ``domain_content_threshold``.
 """
 from __future__ import annotations
 

@@ -10,18 +10,18 @@ its rows held back from the distributions). A side given an arm (``--arm-a``/``-
 only that arm's records: experiments sharing an endpoint share its folder. Then:
 
 - per column both sides have: the drift check's distance
-(:func:`chalicelib.monitor.checks.distance`) and, for numbers, the two-sample Kolmogorov-Smirnov
-critical distance ``Robust`` also requires. ``max_distance`` gates the output columns (those
-``endpointOutput`` flattens to); with a preprocessor, whose rows do not say which are outputs,
-every column;
+  (:func:`chalicelib.monitor.checks.distance`) and, for numbers, the two-sample
+  Kolmogorov-Smirnov critical distance ``Robust`` also requires. ``max_distance`` gates the
+  output columns (those ``endpointOutput`` flattens to); with a preprocessor, whose rows do not
+  say which are outputs, every column;
 - agreement (:class:`~chalicelib.monitor.compare_sides.Pairing`): B's records paired with A's by
-``inferenceId`` (a shadow's record carries its primary's); a pair agrees when the top-1 answers
-are equal (:func:`~chalicelib.monitor.compare_answers.top1`);
+  ``inferenceId`` (a shadow's record carries its primary's); a pair agrees when the top-1 answers
+  are equal (:func:`~chalicelib.monitor.compare_answers.top1`);
 - latency percentiles (p50, p90, p99 of the records with an output) and error rates, where the
-records can say it (a shadow side, or one holding error records; a primary's failures are not
-captured, so its rate is otherwise n/a);
+  records can say it (a shadow side, or one holding error records; a primary's failures are not
+  captured, so its rate is otherwise n/a);
 - the verdict: each threshold given, checked; one a figure cannot be computed for fails, so a
-gate never passes on nothing.
+  gate never passes on nothing.
 
 This module holds the comparison itself: the distances and figures, thresholds, reasons and exit
 status (3 when B is worse, else 0; 4 when no figure could be computed, as ``check``'s for nothing

@@ -8,8 +8,6 @@ per column both sides have (A's distribution grey, B's blue, on one axis:
 :func:`chalicelib.monitor.report_svg.chart`; the distance as a bar against the threshold), and
 the other sections. Long tables are folded (``<details>``). Given the model's labels, a class
 shows its name beside its index.
-@@ :(STATISTICS_A, STATISTICS_B)
-DEL
 """
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ from chalicelib.monitor.report_svg import escape as _e
 
 JSON, HTML = "compare.json", "compare.html"
 STATISTICS_A, STATISTICS_B = "statistics_a.json", "statistics_b.json"
-"""Each side's statistics.json (Model Monitor's schema), the distances' inputs."""
 LABELS = ("A", "B")
 BAR_LEFT, BAR_LENGTH, BAR_WIDTH, BAR_HEIGHT = 12, 220, 260, 64
 CHARTED_COLUMNS = 40

@@ -5,23 +5,23 @@ A stage enables it with ``MONITOR_BASELINE=s3://bucket/prefix/`` (settings:
 function whose handler calls :func:`run`. For every endpoint:
 
 * the baseline is ``<MONITOR_BASELINE>/<endpoint>/statistics.json`` and ``constraints.json`` (an
-endpoint without one is skipped, with a log line);
+  endpoint without one is skipped, with a log line);
 * a model folder's ``preprocessor.py`` is its endpoint's record preprocessor, run as ``sagegate
-monitor check --preprocess-handler`` runs it; without one the records are flattened. Two models
-of one endpoint with different files is that endpoint's error (a window has one preprocessor);
+  monitor check --preprocess-handler`` runs it; without one the records are flattened. Two models
+  of one endpoint with different files is that endpoint's error (a window has one preprocessor);
 * the captures are the objects of the window's hour folders (and a Firehose stream's
-``.jsonl.gz`` of the hour on each side: :mod:`chalicelib.monitor.capture_format`), fetched ahead
-of the check; a ``.jsonl.gz`` that is not GZIP, damaged or truncated is a bad object, counted in
-the log line;
+  ``.jsonl.gz`` of the hour on each side: :mod:`chalicelib.monitor.capture_format`), fetched
+  ahead of the check; a ``.jsonl.gz`` that is not GZIP, damaged or truncated is a bad object,
+  counted in the log line;
 * the time: each endpoint gets an equal share of the invocation's remaining time (less
-:data:`RESERVE_SECONDS`) among the endpoints left, so one done early passes its time on; an
-endpoint whose share runs out is checked on the files read so far and is ``partial``
-(``partial_window`` metric 1), rather than the invocation timing out with nothing written;
+  :data:`RESERVE_SECONDS`) among the endpoints left, so one done early passes its time on; an
+  endpoint whose share runs out is checked on the files read so far and is ``partial``
+  (``partial_window`` metric 1), rather than the invocation timing out with nothing written;
 * the outputs go to ``<MONITOR_OUTPUT>/<endpoint>/yyyy/mm/dd/hh/`` (the window's hour):
-``statistics.json``, ``constraint_violations.json``, ``report.html`` and the ``constraints.json``
-used;
+  ``statistics.json``, ``constraint_violations.json``, ``report.html`` and the
+  ``constraints.json`` used;
 * the metrics are CloudWatch EMF lines in the function's log, in Model Monitor's namespace and
-names (:mod:`chalicelib.monitor.metrics`).
+  names (:mod:`chalicelib.monitor.metrics`).
 
 Like the rest of this room it imports nothing else of chalicelib's; boto3 is handed in by the
 caller or created here on first use.

@@ -4,32 +4,30 @@ A stage with ``MONITOR_ENGINE=stepfunctions`` runs the hourly check as a state m
 (``sagegate.deploy.monitor_template`` builds it; docs/MONITOR.md, "Deployed: fanned out"):
 
 1. **plan** (:func:`plan`): the window is the full hour before the scheduled event's time. For
-each endpoint: its baseline is read (an endpoint without one is reported), its *job* written (the
-baseline's feature names, which a headerless CSV capture's columns take), and the hour prefixes
-to read listed: each variant's folder of the window's hour and the ones on each side
-(:func:`chalicelib.monitor.capture_format.listing_span`; an empty prefix left out).
+   each endpoint: its baseline is read (an endpoint without one is reported), its *job* written
+   (the baseline's feature names, which a headerless CSV capture's columns take), and the hour
+   prefixes to read listed: each variant's folder of the window's hour and the ones on each side
+   (:func:`chalicelib.monitor.capture_format.listing_span`; an empty prefix left out).
 2. **map**, per prefix a Distributed Map: its ``ItemReader`` lists the prefix
-(``s3:listObjectsV2``), its ``ItemBatcher`` hands each child a few objects, and each child runs
-:func:`map_objects`: the objects the window reads
-(:func:`~chalicelib.monitor.capture_format.wanted`) are read with the endpoint's preprocessor
-into a :class:`~chalicelib.monitor.partial.PartialAnalysis` written under the run's ``parts/``;
-the child returns the part's key and a few counts (a child's output must stay small), or the
-error that stopped the reading (a preprocessor that raised, a row too wide), which is the
-endpoint's, not the run's. The ``ResultWriter`` writes every child's output under ``results/``.
+   (``s3:listObjectsV2``), its ``ItemBatcher`` hands each child a few objects, and each child
+   runs :func:`map_objects`: the objects the window reads
+   (:func:`~chalicelib.monitor.capture_format.wanted`) are read with the endpoint's preprocessor
+   into a :class:`~chalicelib.monitor.partial.PartialAnalysis` written under the run's
+   ``parts/``; the child returns the part's key and a few counts (a child's output must stay
+   small), or the error that stopped the reading (a preprocessor that raised, a row too wide),
+   which is the endpoint's, not the run's. The ``ResultWriter`` writes every child's output under
+   ``results/``.
 3. **reduce** (:func:`reduce_endpoint`), per endpoint: the ResultWriter's manifests are read, the
-parts loaded in the objects' order (prefix by prefix in the plan's order, then by first key) and
-merged (:func:`~chalicelib.monitor.partial.merge_in_order`: one pass's statistics), then checked
-and written as the single-function run does
-(:func:`chalicelib.monitor.deployed.check_and_write`). A prefix whose Distributed Map failed (a
-child lost after its retries: the Map tolerates no failure) makes the endpoint ``lost``: nothing
-is written for it and the run fails at its end, so a lost part never passes as a check of part of
-the window.
+   parts loaded in the objects' order (prefix by prefix in the plan's order, then by first key)
+   and merged (:func:`~chalicelib.monitor.partial.merge_in_order`: one pass's statistics), then
+   checked and written as the single-function run does
+   (:func:`chalicelib.monitor.deployed.check_and_write`). A prefix whose Distributed Map failed
+   (a child lost after its retries: the Map tolerates no failure) makes the endpoint ``lost``:
+   nothing is written for it and the run fails at its end, so a lost part never passes as a check
+   of part of the window.
 
 Like the rest of the room it imports nothing else of chalicelib's and builds no client: the
 caller (:mod:`chalicelib.monitoring`) hands in S3 and the endpoints' preprocessors.
-@@ :(JOBS, PARTS, RESULTS)
-A run's folders: the plan writes ``jobs/``, the map ``parts/``, the ResultWriter ``results/``;
-each run under ``<folder>/yyyy/mm/dd/hh/<execution>/``.
 """
 from __future__ import annotations
 
@@ -50,9 +48,8 @@ from chalicelib.monitor.preprocessing import HandlerFailed
 LOST = "lost"
 """An endpoint whose window could not be read whole: a prefix's Distributed Map failed."""
 JOBS, PARTS, RESULTS = "jobs", "parts", "results"
-"""The folders of a run under :attr:`~chalicelib.monitor.deployed_settings.MonitorSettings.
-runs`, one role each: the plan writes ``jobs/``, the map ``parts/``, the ResultWriter
-``results/``; each run under ``<folder>/yyyy/mm/dd/hh/<execution>/``."""
+"""A run's folders: the plan writes ``jobs/``, the map ``parts/``, the ResultWriter ``results/``;
+each run under ``<folder>/yyyy/mm/dd/hh/<execution>/``."""
 PART_BYTES = 256 * 1024 * 1024
 """The largest part state the reduce reads (1,000 features' sketches are a few megabytes)."""
 MANIFEST_BYTES = 64 * 1024 * 1024

@@ -1,15 +1,15 @@
 """A capture record's columns, as the analyzer reads a record without a preprocessor.
 
 - CSV sides: the output's values, then the input's, by position, named as the baseline's features
-when there is one (the analyzer reads headerless CSV with the baseline's schema, so Model
-Monitor's own names, "Churn", "Account Length", key the statistics and metrics), else ``_c0``,
-``_c1``, ... (Spark's). A batch body is one row per line.
+  when there is one (the analyzer reads headerless CSV with the baseline's schema, so Model
+  Monitor's own names, "Churn", "Account Length", key the statistics and metrics), else ``_c0``,
+  ``_c1``, ... (Spark's). A batch body is one row per line.
 - JSON sides: a TF Serving batch (``instances`` in, ``predictions`` out) is one row per instance,
-aligned with its prediction, read one instance at a time from a large body
-(:mod:`chalicelib.monitor.json_scan`) so memory does not grow with the batch. A list instance
-gives ``feature0``, ... (``prediction0``, ... on the output side), an object its keys. The
-document's other keys, nested keys joined with ``.`` and array elements by index (``a.b.0``), are
-columns of every row; a top-level array or scalar is ``feature0``, ...
+  aligned with its prediction, read one instance at a time from a large body
+  (:mod:`chalicelib.monitor.json_scan`) so memory does not grow with the batch. A list instance
+  gives ``feature0``, ... (``prediction0``, ... on the output side), an object its keys. The
+  document's other keys, nested keys joined with ``.`` and array elements by index (``a.b.0``),
+  are columns of every row; a top-level array or scalar is ``feature0``, ...
 - Base64 sides (images, binary bodies) give no columns: such endpoints need a preprocessor.
 
 A row may have at most ``max_columns`` columns (:class:`TooWide`, with the count the record would

@@ -5,12 +5,12 @@ processes; a distributed run's children), each into a :class:`PartialAnalysis`. 
 objects' order (:func:`merge_in_order`), the parts give one reader's statistics:
 
 - exactly: the item count, each feature's present, missing and type counts, minimum and maximum,
-the categorical counts (while the frequent-items sketch is exact: up to 768 distinct values), the
-tally (its first bad line the first part's), and the features' first-seen order;
+  the categorical counts (while the frequent-items sketch is exact: up to 768 distinct values),
+  the tally (its first bad line the first part's), and the features' first-seen order;
 - to the last bits of rounding: sum, mean and standard deviation, by Chan et al.'s parallel
-formulas (one pass merges its chunks by the same formulas, at other boundaries);
+  formulas (one pass merges its chunks by the same formulas, at other boundaries);
 - within the sketches' error: the KLL sketch (Deequ's merge; its levels differ from one pass's,
-as a Spark job's partitions do) and the distinct count (HyperLogLog's union).
+  as a Spark job's partitions do) and the distinct count (HyperLogLog's union).
 
 One limit of one pass shifts with the parts: a feature's numbers read before its first string are
 left out of its categorical counts (docs/MONITOR.md, Limits), and a part that has not seen its

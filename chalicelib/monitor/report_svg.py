@@ -4,14 +4,11 @@ No ``style`` attribute, stylesheet, font file or script: colours, sizes and the 
 ``sans-serif`` family are attributes. Every shown value has a ``<title>`` with its full text.
 
 - ``chart``: the baseline's and the window's distributions on one axis. Numbers: 20 equal bins
-over both ranges, vertical bars. Strings: the most frequent values as horizontal bars, each label
-whole (wrapped) beside its two bars and shares.
+  over both ranges, vertical bars. Strings: the most frequent values as horizontal bars, each
+  label whole (wrapped) beside its two bars and shares.
 - ``gauge``: the drift distance (or p-value) against its threshold on the page's common scale
-(``drift_scale``), the side that means drift shaded.
+  (``drift_scale``), the side that means drift shaded.
 - ``legend``: the colours.
-@@ :(LABEL_RIGHT, BAR_LEFT, BAR_LENGTH, LABEL_UNITS)
-Categorical chart: a label line holds about LABEL_UNITS narrow characters (a wide one counts
-two).
 """
 from __future__ import annotations
 
@@ -32,8 +29,8 @@ BASE_COLOUR, WINDOW_COLOUR, ALERT_COLOUR, OK_COLOUR = "#7a7a7a", "#1f5fbf", "#b3
 DRIFT_ZONE_COLOUR, TRACK_COLOUR, TEXT_COLOUR = "#f3cfcb", "#e6e6e6", "#222"
 FONT = 'font-family="sans-serif" fill="#222"'
 LABEL_RIGHT, BAR_LEFT, BAR_LENGTH, LABEL_UNITS = 150, 156, 150, 22
-"""Categorical chart: labels end at LABEL_RIGHT, bars start at BAR_LEFT; a label line holds
-about LABEL_UNITS narrow characters (a wide one counts two)."""
+"""Categorical chart: a label line holds about LABEL_UNITS narrow characters (a wide one counts
+two)."""
 HIDDEN_LISTED = 40
 """A categorical chart's tooltip lists this many of the values it does not draw."""
 GAUGE_LEFT, GAUGE_LENGTH, GAUGE_WIDTH, GAUGE_HEIGHT = 22, 200, 250, 80

@@ -13,19 +13,19 @@ template change, the variant that answered is only known at run time, and one st
 of buffers to pay for and watch. :func:`capture_resources` adds:
 
 * ``CaptureStream`` (Direct PUT): objects under ``<prefix>/<endpoint>/<variant>/yyyy/.../hh/`` by
-each record's ``inferenceTime`` hour (where the other sinks file it, not its arrival); what
-Firehose could not partition or deliver under ``<prefix>-errors/<error type>/...`` (beside the
-captures, so the monitor never lists it); buffers of :data:`BUFFER_MB` MiB or
-:data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic partitioning's least; 60 s lands an
-hour's last object minutes before the monitor's run at five past); GZIP ``*.jsonl.gz``; no
-delimiter added (each record ends with its newline); the stream encrypted with an AWS owned key
-(no key to own, no KMS fee), objects by the bucket's default encryption (SSE-S3 at least);
-delivery errors logged;
+  each record's ``inferenceTime`` hour (where the other sinks file it, not its arrival); what
+  Firehose could not partition or deliver under ``<prefix>-errors/<error type>/...`` (beside the
+  captures, so the monitor never lists it); buffers of :data:`BUFFER_MB` MiB or
+  :data:`BUFFER_SECONDS` s per partition (64 MiB is dynamic partitioning's least; 60 s lands an
+  hour's last object minutes before the monitor's run at five past); GZIP ``*.jsonl.gz``; no
+  delimiter added (each record ends with its newline); the stream encrypted with an AWS owned key
+  (no key to own, no KMS fee), objects by the bucket's default encryption (SSE-S3 at least);
+  delivery errors logged;
 * ``CaptureStreamRole``: assumed by Firehose for this account only (``sts:ExternalId``); may
-write, read back and abort multipart uploads under the capture and error prefixes, find and list
-the bucket, and write its one log stream;
+  write, read back and abort multipart uploads under the capture and error prefixes, find and
+  list the bucket, and write its one log stream;
 * ``CaptureStreamLogGroup`` / ``LogStream``: ``/aws/kinesisfirehose/<stream>``,
-``DestinationDelivery``, the stage's retention.
+  ``DestinationDelivery``, the stage's retention.
 
 :func:`capture_template` is the same as a stand-alone stack, ``build/capture-<stage>.json``,
 which ``sagegate chalice-deploy`` deploys before ``chalice deploy`` and a Terraform user beside

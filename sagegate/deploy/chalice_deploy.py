@@ -3,17 +3,17 @@
 1. refuses a stage without a layer ARN (``sagegate layer --bucket`` first);
 2. renders the stage's IAM policy for the account and region;
 3. deploys small stacks Chalice cannot make, so the function never finds them missing: the cache
-table (``CACHE_TABLE``) and the capture stream (``capture_stream``);
+   table (``CACHE_TABLE``) and the capture stream (``capture_stream``);
 4. creates ``/aws/lambda/sagegate-<stage>`` with the stage's retention: Chalice 1.34 gives
-``log_retention_in_days`` to a ``...-api_handler`` group nothing writes to, and without its own
-group the function would need ``logs:CreateLogGroup`` and keep its logs forever; the monitor
-function's too, where its EMF metrics go;
+   ``log_retention_in_days`` to a ``...-api_handler`` group nothing writes to, and without its
+   own group the function would need ``logs:CreateLogGroup`` and keep its logs forever; the
+   monitor function's too, where its EMF metrics go;
 5. ``chalice deploy --stage S`` (``.chalice/deployments`` removed if it fails); the monitor's
-asynchronous retries set to 0 (Chalice cannot: a failed hour would run twice more);
+   asynchronous retries set to 0 (Chalice cannot: a failed hour would run twice more);
 6. with ``"snapstart": true``: a version behind ``live``, the API pointed at it, since ``chalice
-deploy`` wires the API to ``$LATEST``;
+   deploy`` wires the API to ``$LATEST``;
 7. with ``SAGEGATE_AUTH=api-key``: the usage plan and key as a small stack, for the API id
-Chalice recorded.
+   Chalice recorded.
 
 A stage with ``JOBS_BUCKET`` or ``MONITOR_ENGINE=stepfunctions`` is refused before anything runs:
 only the SAM stack (Path A) makes their resources.

@@ -6,11 +6,11 @@ virtualenv's tools (``.venv/iac``, ``make iac-tools``; its own because checkov p
 boto3):
 
 * AWS's SAM translator expands each ``sam.json`` into plain CloudFormation
-(:mod:`sagegate.deploy.sam_translate`, run by file path under the IaC Python so it imports
-nothing of the project);
+  (:mod:`sagegate.deploy.sam_translate`, run by file path under the IaC Python so it imports
+  nothing of the project);
 * cfn-lint on every SAM template, expansion and stand-alone stack;
 * checkov (``--skip-download``: offline, no Prisma Cloud severities, so every finding counts) on
-the SAM templates and stand-alone stacks.
+  the SAM templates and stand-alone stacks.
 
 Accepted findings are skipped in the templates, on the resource they concern
 (``Metadata.checkov.skip``, each with its reason): the function's CKV_AWS_116/117/173, the API's

@@ -4,13 +4,13 @@ With ``JOBS_BUCKET``, importing app.py declares its event functions, so ``chalic
 ``chalice deploy`` see:
 
 * ``job_runner``: ``@app.on_s3_event`` on ``<JOBS_PREFIX>tickets/``: runs a queued job (realtime)
-or hands it to an asynchronous endpoint;
+  or hands it to an asynchronous endpoint;
 * ``job_results`` (``JOBS_SUCCESS_TOPIC``) and ``job_failures`` (a different
-``JOBS_ERROR_TOPIC``): ``@app.on_sns_message``, finish a job from SageMaker's notification; one
-topic for both: ``job_results`` alone.
+  ``JOBS_ERROR_TOPIC``): ``@app.on_sns_message``, finish a job from SageMaker's notification; one
+  topic for both: ``job_results`` alone.
 * ``job_redrive``: ``@app.schedule`` every ``JOB_REDRIVE_PERIOD_SECONDS``: hands ``job_runner``
-again the tickets of jobs still queued ``JOB_REDRIVE_AFTER_SECONDS`` after they were made (their
-S3 event was lost).
+  again the tickets of jobs still queued ``JOB_REDRIVE_AFTER_SECONDS`` after they were made
+  (their S3 event was lost).
 
 Under ``s3://<JOBS_BUCKET>/<JOBS_PREFIX>``: ``uploads/``, ``tickets/`` (one per job: the event
 that starts ``job_runner``), ``inputs/`` (an asynchronous endpoint's preprocessed input),

@@ -6,23 +6,23 @@ TTL and the lifecycle rule delete). ``s3:ListBucket`` comes with each read that 
 missing object as S3's 404, not a 403.
 
 * The API function: ``s3:PutObject`` on ``uploads/*`` (a presigned POST is signed with its role;
-inline bodies it uploads itself) and ``tickets/*``; ``s3:GetObject`` on ``uploads/*`` (HeadObject
-is authorized by GetObject) and ``results/*`` (a large answer's presigned GET);
-``dynamodb:PutItem`` / ``GetItem`` / ``UpdateItem`` (the last to fail a lost job). No
-``InvokeEndpointAsync``.
+  inline bodies it uploads itself) and ``tickets/*``; ``s3:GetObject`` on ``uploads/*``
+  (HeadObject is authorized by GetObject) and ``results/*`` (a large answer's presigned GET);
+  ``dynamodb:PutItem`` / ``GetItem`` / ``UpdateItem`` (the last to fail a lost job). No
+  ``InvokeEndpointAsync``.
 * ``job_runner``: reads ``uploads/*``, writes ``inputs/*`` and ``results/*``; ``GetItem`` /
-``UpdateItem``; ``sagemaker:InvokeEndpoint`` on the endpoints (and components) realtime jobs
-call, ``InvokeEndpointAsync`` on the asynchronous ones only; capture's write; its logs; the
-dead-letter queue.
+  ``UpdateItem``; ``sagemaker:InvokeEndpoint`` on the endpoints (and components) realtime jobs
+  call, ``InvokeEndpointAsync`` on the asynchronous ones only; capture's write; its logs; the
+  dead-letter queue.
 * ``job_results``: reads :data:`~sagegate.deploy.jobs.ASYNC_OUTPUTS` only (a forged notification
-can make it read nothing else), writes ``results/*``; ``GetItem`` / ``UpdateItem``; with capture
-on, capture's write and a read of what the endpoint was sent (``inputs/*``, else ``uploads/*``);
-its logs; the dead-letter queue.
+  can make it read nothing else), writes ``results/*``; ``GetItem`` / ``UpdateItem``; with
+  capture on, capture's write and a read of what the endpoint was sent (``inputs/*``, else
+  ``uploads/*``); its logs; the dead-letter queue.
 * ``job_failures``: ``GetItem`` / ``UpdateItem`` only (the reason is in the notification; it
-reads and captures nothing); its logs; the dead-letter queue.
+  reads and captures nothing); its logs; the dead-letter queue.
 * ``job_redrive``: ``dynamodb:Query`` on the queued index only, ``GetItem`` (reads, never writes:
-the runner claims), ``s3:GetObject`` on ``tickets/*`` (the HEAD that a ticket exists),
-``lambda:InvokeFunction`` on the stage's ``job_runner`` only; its logs.
+  the runner claims), ``s3:GetObject`` on ``tickets/*`` (the HEAD that a ticket exists),
+  ``lambda:InvokeFunction`` on the stage's ``job_runner`` only; its logs.
 """
 from __future__ import annotations
 

@@ -7,21 +7,21 @@ which SAM makes the notification (``s3:ObjectCreated:*`` under ``<JOBS_PREFIX>ti
 S3's permission to invoke ``job_runner``. :func:`jobs_resources` adds:
 
 * ``JobsBucket``: kept when the stack is deleted (it holds users' inputs and results); S3-managed
-encryption, public access blocked, bucket-owner objects, one lifecycle rule expiring the stage's
-prefix a day after the jobs' TTL (unfinished multipart uploads after a day), CORS for the
-browser's presigned POST from the API's page (and ``CORS_ALLOW_ORIGIN``); ``JobsBucketPolicy``
-refuses requests without TLS;
+  encryption, public access blocked, bucket-owner objects, one lifecycle rule expiring the
+  stage's prefix a day after the jobs' TTL (unfinished multipart uploads after a day), CORS for
+  the browser's presigned POST from the API's page (and ``CORS_ALLOW_ORIGIN``);
+  ``JobsBucketPolicy`` refuses requests without TLS;
 * ``JobsTable``: key ``job_id``, TTL on ``expires_at``, on demand, point-in-time recovery,
-encrypted; the API function waits for it;
+  encrypted; the API function waits for it;
 * ``JobsSuccessTopic`` / ``JobsErrorTopic`` for a topic setting that is a name: the AWS managed
-SNS key; ``JobsTopicPolicy`` lets this account's principals publish (SageMaker publishes as the
-endpoint's execution role) and refuses publishes without TLS;
+  SNS key; ``JobsTopicPolicy`` lets this account's principals publish (SageMaker publishes as the
+  endpoint's execution role) and refuses publishes without TLS;
 * ``JobsDeadLetterQueue``: events a job function still failed on after Lambda's two retries (a
-``queued`` job can be run again from there), kept 14 days;
+  ``queued`` job can be run again from there), kept 14 days;
 * each event function's fixes (Chalice name, layer, log group named in advance and waited for)
-and the dead-letter queue;
+  and the dead-letter queue;
 * for ``job_redrive`` (whose rule Chalice writes): the same fixes, no asynchronous retry (the
-next run, a period later, does the same work).
+  next run, a period later, does the same work).
 """
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 :func:`build` writes ``build/layer/layer.zip``:
 
 1. ``pip install --require-hashes --only-binary=:all:`` for Lambda's Python and platforms (from
-the runtime's glibc: :mod:`sagegate.deploy.runtime`);
+   the runtime's glibc: :mod:`sagegate.deploy.runtime`);
 2. test suites, ``bin`` and ``RECORD`` files go: never used at run time, and ``RECORD`` hashes
-the interpreter path, which would make the zip differ between checkouts;
+   the interpreter path, which would make the zip differ between checkouts;
 3. every module compiled with ``--invalidation-mode unchecked-hash``: ``/opt`` is read-only on
-Lambda, and without ``.pyc`` every cold start compiles numpy again;
+   Lambda, and without ``.pyc`` every cold start compiles numpy again;
 4. a reproducible zip (:mod:`sagegate.deploy.zipdir`).
 
 Skipped when the fingerprint of its inputs (``requirements-layer.txt``, ``.python-version``, this

@@ -6,9 +6,9 @@ function and layer are locked for Lambda from any machine. ``--no-config``: no u
 environment settings, so the locks carry no index URLs or paths.
 
 * ``requirements.txt`` and ``requirements-layer.txt`` (wheels only) for the Lambda runtime:
-x86_64 manylinux up to its glibc;
+  x86_64 manylinux up to its glibc;
 * ``requirements-dev.txt`` and ``requirements-iac.txt`` for Linux x86_64, dev constrained by the
-function and layer locks so shared packages get Lambda's versions.
+  function and layer locks so shared packages get Lambda's versions.
 
 Pins are kept unless asked: ``--upgrade`` moves everything, ``--upgrade-package numpy`` one
 package.

@@ -3,18 +3,19 @@
 in the template. The states:
 
 1. ``Plan``: ``monitor_plan`` with the execution's input (the scheduled event's ``time``) and
-name: the window and the hour prefixes to read;
+   name: the window and the hour prefixes to read;
 2. ``ReadPrefixes``: a Distributed Map over those prefixes (STANDARD children, a few at once),
-each running ``ReadPrefix``, a Distributed Map whose ``ItemReader`` lists the prefix, whose
-``ItemBatcher`` hands each EXPRESS child :data:`MAX_ITEMS_PER_BATCH` objects for ``monitor_map``,
-and whose ``ResultWriter`` writes the children's outputs under ``results/``; it tolerates no
-failed child: a prefix whose Map fails is caught and marked ``lost``. (The outer Map is
-Distributed because the nesting LocalStack's tests, recorded against AWS, show is a Distributed
-Map in a STANDARD child of another; an Inline Map holding one is shown nowhere found.)
+   each running ``ReadPrefix``, a Distributed Map whose ``ItemReader`` lists the prefix, whose
+   ``ItemBatcher`` hands each EXPRESS child :data:`MAX_ITEMS_PER_BATCH` objects for
+   ``monitor_map``, and whose ``ResultWriter`` writes the children's outputs under ``results/``;
+   it tolerates no failed child: a prefix whose Map fails is caught and marked ``lost``. (The
+   outer Map is Distributed because the nesting LocalStack's tests, recorded against AWS, show is
+   a Distributed Map in a STANDARD child of another; an Inline Map holding one is shown nowhere
+   found.)
 3. ``Reduce``: an Inline Map running ``monitor_reduce`` per endpoint (:data:`REDUCE_CONCURRENCY`
-at once);
+   at once);
 4. ``Verdict``: once every endpoint is reduced, fails the run (``MonitorPartsLost``) when one was
-lost, so an alarm on ``ExecutionsFailed`` sees it; else succeeds with each outcome.
+   lost, so an alarm on ``ExecutionsFailed`` sees it; else succeeds with each outcome.
 
 :func:`check_monitor_fanout` refuses a stage whose ``monitor_map`` could not run as an EXPRESS
 child.

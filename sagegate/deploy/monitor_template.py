@@ -6,17 +6,17 @@ declares ``monitor_plan``, ``monitor_map`` and ``monitor_reduce``
 (:mod:`chalicelib.monitor.fanout`) and no ``monitor`` schedule; :func:`monitor_resources` adds:
 
 * ``MonitorStateMachine`` (STANDARD: a Distributed Map's parent must be), named
-``<app>-<stage>-monitor`` as the single function was (the metrics' ``MonitoringSchedule``), its
-definition :func:`sagegate.deploy.monitor_definition.definition`'s;
+  ``<app>-<stage>-monitor`` as the single function was (the metrics' ``MonitoringSchedule``), its
+  definition :func:`sagegate.deploy.monitor_definition.definition`'s;
 * ``MonitorStateMachineRole``: may invoke the three functions; start, describe and stop its own
-executions (the Map's children); list the capture prefix only (the ItemReader); write, read back
-and abort uploads of ``results/`` only (the ResultWriter). No CloudWatch Logs (that needs
-``logs:*Delivery*`` on ``*``): the execution history keeps each state's input and output 90 days,
-and each function logs its outcome.
+  executions (the Map's children); list the capture prefix only (the ItemReader); write, read
+  back and abort uploads of ``results/`` only (the ResultWriter). No CloudWatch Logs (that needs
+  ``logs:*Delivery*`` on ``*``): the execution history keeps each state's input and output 90
+  days, and each function logs its outcome.
 * ``MonitorSchedule``: the EventBridge rule (``MONITOR_SCHEDULE``) starting it, with
-``MonitorScheduleRole`` (this account only; may start this state machine only);
+  ``MonitorScheduleRole`` (this account only; may start this state machine only);
 * the three functions' fixes, as the jobs' get them: Chalice names (their roles' log ARNs known),
-the layer, log groups named in advance and waited for, accepted findings.
+  the layer, log groups named in advance and waited for, accepted findings.
 
 The functions' own roles are ``.chalice/policy-<stage>-monitor_<step>.json``. Only the SAM stack
 (Path A) can deploy this; ``sagegate chalice-deploy`` refuses such a stage.

@@ -6,11 +6,11 @@ SAM (:func:`package_sam`), into ``build/package-<stage>``:
 2. ``chalicelib``'s ``__pycache__`` directories are removed (never packaged);
 3. ``build/merge-<stage>.json`` gets the merge template (:mod:`sagegate.deploy.templates`);
 4. ``chalice package --merge-template`` runs (through :mod:`sagegate.deploy.chalice_sam`, which
-can package the jobs' S3 event) with ``PYTHONDONTWRITEBYTECODE=1`` and
-``AWS_DEFAULT_REGION=us-east-1`` (Chalice insists on a region; the template uses
-``${AWS::Region}``). If it fails, ``.chalice/deployments`` is deleted: Chalice caches the
-function zip there by the hash of ``requirements.txt``, and a failed run can leave a zip without
-its dependencies that the next would reuse;
+   can package the jobs' S3 event) with ``PYTHONDONTWRITEBYTECODE=1`` and
+   ``AWS_DEFAULT_REGION=us-east-1`` (Chalice insists on a region; the template uses
+   ``${AWS::Region}``). If it fails, ``.chalice/deployments`` is deleted: Chalice caches the
+   function zip there by the hash of ``requirements.txt``, and a failed run can leave a zip
+   without its dependencies that the next would reuse;
 5. with ``"snapstart": true``, the packaged ``sam.json`` is edited for SnapStart;
 6. the layer zip is copied beside it, and the sizes printed and checked.
 

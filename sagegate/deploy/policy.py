@@ -4,19 +4,19 @@ Chalice's ``autogen_policy`` is off: it would grant ``sagemaker:InvokeEndpoint``
 Instead the role gets exactly what the function does, each action on its own resource:
 
 * ``sagemaker:InvokeEndpoint`` on the stage's endpoints only, and on the inference components its
-models name: a call naming a component is authorized against the component's ARN as well as the
-endpoint's, so a component no ``model.json`` names is refused by IAM;
+  models name: a call naming a component is authorized against the component's ARN as well as the
+  endpoint's, so a component no ``model.json`` names is refused by IAM;
 * ``logs:CreateLogStream`` / ``logs:PutLogEvents`` in the function's own log group (the
-deployment creates the group, with its retention);
+  deployment creates the group, with its retention);
 * with ``CACHE_TABLE``: ``dynamodb:GetItem`` and ``PutItem`` on that table only (one item read
-and written by key; DynamoDB's TTL deletes the expired);
+  and written by key; DynamoDB's TTL deletes the expired);
 * with data capture on: ``s3:PutObject`` under ``CAPTURE_DESTINATION``, or
-``firehose:PutRecordBatch`` on its stream;
+  ``firehose:PutRecordBatch`` on its stream;
 * with ``JOBS_BUCKET``: what the job routes write and read
-(:func:`sagegate.deploy.jobs_policy.api_statements`);
+  (:func:`sagegate.deploy.jobs_policy.api_statements`);
 * with X-Ray on: ``xray:PutTraceSegments`` and ``PutTelemetryRecords``, which AWS only grants on
-``"*"`` (no resource-level permissions), so X-Ray is opt-in and the prod test refuses it until
-someone decides to.
+  ``"*"`` (no resource-level permissions), so X-Ray is opt-in and the prod test refuses it until
+  someone decides to.
 
 The scheduled monitor (or a fanned-out one's three functions) and each job function get roles of
 their own, written beside it as ``policy-<stage>-<function>.json``.
@@ -26,8 +26,6 @@ account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy co
 them for the real account::
 
     sagegate policy --stage prod --account 111122223333 --region eu-west-1
-@@ :(JOBS, PARTS, RESULTS)
-A fanned-out run's folders (:mod:`chalicelib.monitor.fanout`'s, which a test holds equal).
 """
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ if TYPE_CHECKING:
     from chalicelib.monitor.deployed_settings import S3Location
 
 JOBS, PARTS, RESULTS = "jobs", "parts", "results"
-"""A fanned-out run's folders under its run prefix (:mod:`chalicelib.monitor.fanout`'s, which
-a test holds equal)."""
+"""A fanned-out run's folders (:mod:`chalicelib.monitor.fanout`'s, which a test holds equal)."""
 EXAMPLE_ACCOUNT = "123456789012"
 EXAMPLE_REGION = "us-east-1"
 
@@ -139,10 +136,10 @@ def render_monitor_functions(stage: Stage, account: str,
     ``<MONITOR_OUTPUT>-runs``:
 
     * ``monitor_plan``: list the capture and baseline prefixes (a missing baseline is a 404),
-    read the baselines, write ``jobs/``;
+      read the baselines, write ``jobs/``;
     * ``monitor_map``: read the captures and ``jobs/``, write ``parts/``;
     * ``monitor_reduce``: list the baseline prefix, read the baselines, ``parts/`` and
-    ``results/``, write the monitoring prefix.
+      ``results/``, write the monitoring prefix.
 
     Each writes its own log group. None may invoke an endpoint or delete anything.
 

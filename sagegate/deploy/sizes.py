@@ -2,7 +2,7 @@
 when one is broken):
 
 * the function zip at most 5 MB, sagegate's own target, so ``chalice deploy`` uploads it directly
-(Lambda's direct-upload limit is 50 MB);
+  (Lambda's direct-upload limit is 50 MB);
 * function and layers together unzip to at most 250 MB, Lambda's hard limit.
 """
 from __future__ import annotations

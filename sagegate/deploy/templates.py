@@ -4,29 +4,29 @@
 :func:`merge_template` builds it for one stage:
 
 * ``DependenciesLayer``: the layer zip beside the template as the function's only layer (``aws
-cloudformation package`` uploads it), replacing any ARN in the stage's ``layers`` (the ``chalice
-deploy`` path's).
+  cloudformation package`` uploads it), replacing any ARN in the stage's ``layers`` (the
+  ``chalice deploy`` path's).
 * The function gets its Chalice name (``sagegate-<stage>``), so its log group and the policy's
-log ARN are known in advance; ``ApiHandlerLogGroup`` gets it too (Chalice 1.34 writes
-``${ApiHandler}``, a resource that does not exist: the handler is ``APIHandler``), and the
-function waits for its log group.
+  log ARN are known in advance; ``ApiHandlerLogGroup`` gets it too (Chalice 1.34 writes
+  ``${ApiHandler}``, a resource that does not exist: the handler is ``APIHandler``), and the
+  function waits for its log group.
 * A stage-wide throttle on every method, whatever the authentication mode.
 * API Gateway's own errors (413 over 10 MB, throttling, quota, bad key) in sagegate's error shape
-(:mod:`sagegate.deploy.gateway_responses`).
+  (:mod:`sagegate.deploy.gateway_responses`).
 * With ``SAGEGATE_AUTH=api-key``: a usage plan (rate, burst, monthly quota), one API key and its
-membership. Chalice marks the routes ``api_key_required`` but creates none of these, and without
-them every request is refused.
+  membership. Chalice marks the routes ``api_key_required`` but creates none of these, and
+  without them every request is refused.
 * With ``CACHE_TABLE``: ``PredictionCache`` (:func:`cache_table`); the function waits for it, so
-no request finds the table missing.
+  no request finds the table missing.
 * With ``MONITOR_BASELINE``: the same fixes for the ``monitor`` function
-(``sagegate-<stage>-monitor``), no retry of a failed scheduled invocation
-(``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would run a timed-out hour twice
-more), its accepted findings. With ``MONITOR_ENGINE=stepfunctions`` instead: the state machine,
-its schedule, roles and functions (:mod:`sagegate.deploy.monitor_template`).
+  (``sagegate-<stage>-monitor``), no retry of a failed scheduled invocation
+  (``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would run a timed-out hour twice
+  more), its accepted findings. With ``MONITOR_ENGINE=stepfunctions`` instead: the state machine,
+  its schedule, roles and functions (:mod:`sagegate.deploy.monitor_template`).
 * With ``capture_stream``: the Firehose capture stream (:mod:`sagegate.deploy.capture_template`);
-the function waits for it.
+  the function waits for it.
 * With ``JOBS_BUCKET``: the jobs bucket, table, topics, dead-letter queue and functions' fixes
-(:mod:`sagegate.deploy.jobs_template`).
+  (:mod:`sagegate.deploy.jobs_template`).
 * ``Metadata.checkov.skip``: the accepted scanner findings, each with its reason.
 
 :func:`apply_snapstart` edits the packaged template of a ``"snapstart": true`` stage (Chalice

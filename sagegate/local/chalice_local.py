@@ -7,20 +7,20 @@ client (boto3, browsers) waits about 40 ms per request. This runs the real ``cha
 line with a handler that disables Nagle, and:
 
 * a listen backlog of 128 instead of socketserver's 5 (bursts of new connections were reset), and
-one log line instead of a traceback when a client goes away early;
+  one log line instead of a traceback when a client goes away early;
 * with ``SAGEGATE_INSTANCE``, every answer carries it in ``X-Sagegate-Instance``, so
-:mod:`sagegate.local.processes` knows it talks to its own child;
+  :mod:`sagegate.local.processes` knows it talks to its own child;
 * the job functions' S3 and SNS events, which ``chalice local`` does not deliver, pumped in this
-process (:mod:`sagegate.local.events`, sharing the in-memory job store);
+  process (:mod:`sagegate.local.events`, sharing the in-memory job store);
 * the run's own variables set after the stage's
-(:data:`~sagegate.local.processes.OVERRIDES_ENV`): chalice local applies the stage's over the
-process's environment, so a stage's AWS settings would win over moto and the emulator;
+  (:data:`~sagegate.local.processes.OVERRIDES_ENV`): chalice local applies the stage's over the
+  process's environment, so a stage's AWS settings would win over moto and the emulator;
 * SIGTERM stops it as Ctrl-C does, through the interpreter's exit, so the capture writer's last
-records are stored (``atexit``);
+  records are stored (``atexit``);
 * API keys, which ``chalice local`` does not check: a route with ``api_key_required`` answers 403
-``{"message":"Forbidden"}`` unless ``x-api-key`` is ``SAGEGATE_LOCAL_API_KEY`` (random, printed,
-when unset), checked where API Gateway does: after the route matched and CORS preflights were
-answered (:mod:`sagegate.local.auth`).
+  ``{"message":"Forbidden"}`` unless ``x-api-key`` is ``SAGEGATE_LOCAL_API_KEY`` (random,
+  printed, when unset), checked where API Gateway does: after the route matched and CORS
+  preflights were answered (:mod:`sagegate.local.auth`).
 
 By hand (``chalice``'s arguments, from the project's directory)::
 

@@ -9,9 +9,9 @@ whatever its headers say, so every request moto's S3 gets passes it) and takes t
 gets wrong:
 
 * a bucket's form upload (path-style ``POST /<bucket>`` or virtual-hosted ``POST /``): moto
-stores it without reading its policy, and reads its fields its own way. The front reads the form
-as S3 does, checks its policy (:mod:`sagegate.local.s3_forms`) and hands moto exactly what it
-checked. A bucket POST not ``multipart/form-data`` is 412 ``PreconditionFailed``;
+  stores it without reading its policy, and reads its fields its own way. The front reads the
+  form as S3 does, checks its policy (:mod:`sagegate.local.s3_forms`) and hands moto exactly what
+  it checked. A bucket POST not ``multipart/form-data`` is 412 ``PreconditionFailed``;
 * ``POST ?delete`` must carry its XML document: else 400 ``MalformedXML``, not moto's 500;
 * ``POST`` on an object without a subresource S3 takes there is 405 ``MethodNotAllowed``.
 

@@ -113,11 +113,11 @@ def local_overrides(stage: str, env: Mapping[str, str],
     filed where the stage's contract says, on moto:
 
     * a ``firehose://`` capture destination captures through the S3 sink to where the stream
-    delivers (``capture_stream``, else ``s3://sagegate-local-captures/<stream>``): moto's
-    Firehose writes one object per call under its prefix taken literally (no ``!{...}``), so the
-    monitor's layout would not be there;
+      delivers (``capture_stream``, else ``s3://sagegate-local-captures/<stream>``): moto's
+      Firehose writes one object per call under its prefix taken literally (no ``!{...}``), so
+      the monitor's layout would not be there;
     * the jobs' topics become the ones the emulator's asynchronous endpoints notify (on AWS the
-    endpoint is configured with the stage's), so notifications reach the job functions.
+      endpoint is configured with the stage's), so notifications reach the job functions.
 
     Raises:
         StartError: the endpoints notify more than one pair of topics and none is the stage's.
