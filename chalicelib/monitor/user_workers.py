@@ -1,19 +1,18 @@
 """Worker processes that alone run a user's code on the command line: a record preprocessor
-(``sagegate monitor``, ``sagegate capture``) and a postprocessing script (``sagegate monitor
-check``), never in the command's own process.
+(``sagegate monitor``, ``sagegate capture``) or a postprocessing script, never in the command's
+own process.
 
 Whatever the user's code does, it cannot end the command (``os._exit``), keep it from exiting (a
-thread that is not a daemon: a worker left running after its work is terminated), or speak for it: a
-worker's standard output and error (``print``, the handler's logger, a C library's writes) go to a
-file, at most :data:`OUTPUT_LIMIT` bytes, copied to the command's standard error at the end, each
-line not already the handler logger's prefixed ``preprocess_handler output:`` (or
-``postprocess_handler output:``). A worker that ends without an answer (an exit, a signal, out of
-memory) is :class:`WorkerDied`; one that makes no progress for the deadline (no record read; a
-postprocessor's one call not returned) is stopped, :class:`PreprocessorStuck`. Work goes out in
-batches, never a round trip a record.
+non-daemon thread: the worker is terminated), or speak for it: a worker's stdout and stderr
+(prints, the handler's logger, a C library's writes) go to a file, at most :data:`OUTPUT_LIMIT`
+bytes, copied to the command's stderr at the end, each line not the handler logger's prefixed
+``preprocess_handler output:`` (or ``postprocess_handler output:``). A worker that ends without
+an answer (exit, signal, out of memory) is :class:`WorkerDied`; one making no progress for the
+deadline is stopped, :class:`PreprocessorStuck`. Work goes out in batches, never a round trip a
+record.
 
-The scheduled monitor function (Lambda) calls a handler in its own process on purpose
-(:mod:`chalicelib.monitor.deployed`): a Lambda invocation is already the process a failure ends.
+The scheduled monitor (Lambda) calls a handler in its own process on purpose
+(:mod:`chalicelib.monitor.deployed`): an invocation is already the process a failure ends.
 """
 from __future__ import annotations
 
@@ -229,17 +228,10 @@ class _Output(io.TextIOBase):
 
 
 class UserWorkers:
-    """Worker processes that alone run a user's code.
-
-    Args:
-        count: the processes, at most (started as work needs them).
-        user_file: the user's file, if any: the deadline applies and the workers' output is copied
-            to stderr.
-        code: :data:`PREPROCESS` or :data:`POSTPROCESS`, for the messages.
-
+    """Worker processes that alone run a user's code (``user_file``: with one, the deadline
+    applies and the output is copied to stderr; ``count``: at most, started as work needs them).
     On leaving the context, running workers get :data:`EXIT_WAIT` seconds, then are terminated
-    (killed if that does not end them), and their output is copied to stderr.
-    """
+    (killed if that fails), and their output is copied to stderr."""
 
     def __init__(self, count: int, user_file: str | None = None,
                  deadline: float = PREPROCESS_DEADLINE, code: UserCode = PREPROCESS) -> None:
@@ -363,8 +355,7 @@ class UserWorkers:
 
 
 def _end(processes: list[Any], wait: float) -> None:
-    """Join within ``wait`` seconds, then terminate, then kill (a user's handler may catch SIGTERM).
-    """
+    """Join within ``wait`` s, then terminate, then kill (a user's handler may catch SIGTERM)."""
     deadline = time.monotonic() + wait
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))

@@ -11,23 +11,17 @@ kilobytes and the model is given the same tensor.
     'tiger cat'
 
 Large inputs (:mod:`sagegate.client.transfer`): a body over :data:`SYNC_LIMIT_BYTES` (Lambda's 6
-MB request, the body base64-encoded in it) cannot reach the synchronous route. With
-``mode="auto"`` (the default) :meth:`Client.predict` sends it, after the shrink, through ``POST
-/uploads`` (a presigned S3 POST, streamed), ``POST /models/{name}/jobs`` and ``GET /jobs/{id}``
-until the job ends; the answer is the synchronous route's. Where the model runs jobs, auto mode
-also sends a job what the synchronous route cannot take: a batch of more rows than one request
-carries (on an asynchronous backend), and, once, after a 504 ``EndpointTimeout`` or a 413 naming
-the job route; it says so through ``note``. ``mode="async"`` always takes a job, ``mode="sync"``
-never.
+MB request, base64 inside) cannot reach the synchronous route. With ``mode="auto"`` (the default)
+:meth:`Client.predict` sends it, shrunk, through an upload (a presigned S3 POST, streamed) and a
+job, polled until it ends; the answer is the synchronous route's. Where the model runs jobs, auto
+mode also sends a job a batch of more rows than one request carries (asynchronous backend), and,
+once, what the synchronous route refused with a 504 ``EndpointTimeout`` or a 413 naming the job
+route; it says so through ``note``. ``mode="async"`` always takes a job, ``mode="sync"`` never.
+Defaults: an explicit argument, else the environment (:mod:`~sagegate.client.settings`), else the
+default.
 
-Defaults, one set for the library and ``sagegate predict``: an explicit argument, else the
-environment (:mod:`~sagegate.client.settings`), else the default.
-
-This package is the client's room, and this module its library (``from sagegate.client import
-Client``). Its parts import downwards only: :mod:`~sagegate.client.cli` (``sagegate predict``,
-``sagegate resize``, :mod:`~sagegate.client.progress`'s bars) over this library, over settings,
-jobs, http, transfer and shrinking; :mod:`~sagegate.client.fidelity` measures the shrink's
-promise. It imports nothing of the local stack or of deployment (the contracts in
+Its parts import downwards only: :mod:`~sagegate.client.cli` over this library, over settings,
+jobs, http, transfer and shrinking; nothing of the local stack or deployment (the contracts in
 ``pyproject.toml``).
 """
 from __future__ import annotations
@@ -101,15 +95,12 @@ class Client(JobsClient):
     resizes, the models.
 
     Args:
-        url: the API's base URL (None: :data:`URL_ENV`, else ``make run``'s).
-        api_key: sent as ``x-api-key`` (None: :data:`API_KEY_ENV`, else none).
+        url, api_key, timeout, wait_timeout: None reads
+            :class:`~sagegate.client.settings.ClientSettings` (the environment, else ``make
+            run``'s URL, no key, 30 s, 3600 s).
         retries: retries after a 503 or a failed connection.
-        timeout: seconds to connect, and to wait for each answer (None: :data:`TIMEOUT_ENV`, else
-            30).
-        wait_timeout: seconds to wait for a job (None: :data:`WAIT_TIMEOUT_ENV`, else 3600).
         pool: keep-alive connections for the host (at least the threads sharing the client, to
             keep every one).
-        environ: where the defaults are read (None: this process's).
 
     Raises:
         ValueError: a timeout that is not a positive number of seconds.

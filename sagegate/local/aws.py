@@ -1,17 +1,13 @@
 """The local stack's AWS side: moto's server (S3, SNS, SQS, DynamoDB) and what sagegate's jobs
 and the stage's tables need in it.
 
-:func:`start_moto` starts :mod:`sagegate.local.moto_server` as a child (ready once this child
-itself answers, stopped by its PID), its gate closed: it answers 503 to all but this process
-until :func:`provision` has created the jobs bucket, the asynchronous endpoints' buckets and
-topics, the event plumbing the pump reads (:mod:`sagegate.local.events`: the ticket notification
-to one SQS queue, both topics subscribed to another with raw delivery off, so the SNS envelope
-arrives as Lambda's records carry it), the stage's tables (keys, index and TTL as the templates
-declare) and an ``s3://`` capture bucket. So no ticket can be written before the bucket notifies
-its event (after a restart too, while ``chalice local`` keeps serving). :class:`LocalJobs` gives
-``chalice local`` and the emulator the variables that point them there; :class:`MotoStack` is
-``sagegate run``'s moto; :func:`jobs_stack` the whole stack with jobs on, for tests and the
-benchmark.
+:func:`start_moto` starts :mod:`sagegate.local.moto_server` as a child, its gate closed: it
+answers 503 to all but this process until :func:`provision` has created the jobs bucket, the
+emulator's buckets and topics, the event plumbing the pump reads (tickets notified to one SQS
+queue, both topics subscribed to another with raw delivery off, so the SNS envelope arrives as
+Lambda's records carry it), the stage's tables and capture bucket. So no ticket can be written
+before the bucket notifies its event (after a restart too). :class:`MotoStack` is ``sagegate
+run``'s moto; :func:`jobs_stack` the whole stack with jobs on, for tests and the benchmark.
 
 moto keeps everything in memory: when its server dies the uploads, results and queued events are
 gone; ``sagegate run`` restarts and provisions it again, and says so.
@@ -183,9 +179,8 @@ def _clients(endpoint_url: str, key: str) -> tuple[Any, Any, Any, Any]:
 
 def provision(jobs: LocalJobs, buckets: Iterable[str] = (), topics: Iterable[str] = (), *,
               key: str = "") -> LocalJobs:
-    """Create the jobs bucket, the emulator's ``buckets`` and ``topics``, the event queues,
-    notification and subscriptions, the stage's tables and capture bucket; then open the gate
-    with ``key``, never before. Idempotent (moto answers the same for an existing resource).
+    """Create the jobs bucket, the emulator's ``buckets`` and ``topics``, the event plumbing, the
+    stage's tables and capture bucket; then open the gate with ``key``, never before. Idempotent.
     Returns ``jobs`` with its queue URLs.
 
     Raises:
