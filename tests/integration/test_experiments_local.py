@@ -59,9 +59,13 @@ class Local:
                                  body=image, headers={"Content-Type": "image/jpeg", **headers})
 
     def records(self, endpoint: str) -> list[dict[str, Any]]:
-        """Every capture record under one endpoint's folder."""
-        return [json.loads(line) for path in sorted((self.captures / endpoint).rglob("*.jsonl"))
-                for line in path.read_text(encoding="utf-8").splitlines() if line]
+        """Every capture record under one endpoint's folder, as far as its lines are whole
+        (the writer may be appending one while the test polls)."""
+        records: list[dict[str, Any]] = []
+        for path in sorted((self.captures / endpoint).rglob("*.jsonl")):
+            whole, _, _ = path.read_text(encoding="utf-8").rpartition("\n")
+            records.extend(json.loads(line) for line in whole.split("\n") if line)
+        return records
 
 
 @pytest.fixture(scope="module")
