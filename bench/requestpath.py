@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench.report import Report
+from sagegate.local.processes import copy_project
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "iris-experiment"
@@ -85,13 +86,7 @@ def _endpoint() -> Iterator[str]:
 
 def _project_copy(project: Path, into: Path) -> Path:
     """``project``'s app, chalicelib and Chalice config in ``into``, with the traced model."""
-    for name in ("app.py", "chalicelib", ".chalice"):
-        source = project / name
-        if source.is_dir():
-            shutil.copytree(source, into / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "deployments"))
-        else:
-            shutil.copy2(source, into / name)
+    copy_project(into, project=project)
     iris = json.loads((project / "chalicelib" / "models" / "iris" / "model.json").read_text())
     iris.pop("jobs", None)
     iris.update(endpoint="iris-a", experiment=EXPERIMENT)

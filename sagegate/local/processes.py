@@ -37,14 +37,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT_FILES = ("app.py", "chalicelib", ".chalice")
 
 
-def copy_project(root: Path, names: tuple[str, ...] = PROJECT_FILES) -> None:
+def copy_project(root: Path, names: tuple[str, ...] = PROJECT_FILES,
+                 project: Path = ROOT) -> None:
     """Copy sagegate's Chalice project (and other top-level ``names``) into ``root``, for a
     ``chalice local`` whose relative paths (``captures/``, ``samples/``) or registry are a run's
-    own; caches and deployments left out."""
+    own; caches and deployments left out. ``project``: another checkout's (a tree before a
+    change, measured beside this one)."""
     import shutil
 
     for name in names:
-        source = ROOT / name
+        source = project / name
         if source.is_dir():
             shutil.copytree(source, root / name,
                             ignore=shutil.ignore_patterns("__pycache__", "deployments"))
