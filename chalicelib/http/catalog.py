@@ -52,8 +52,7 @@ def describe(model: ModelSpec, example: bool = False, jobs: bool = True) -> dict
 
 
 def example_body(model: ModelSpec) -> Any:
-    """A request body for the model (JSON), or None when the model.json gives none and its
-    kind can make none."""
+    """A JSON request body for the model, or None when neither model.json nor its kind has one."""
     if model.example is not None:
         return model.example
     return kind_of(model).example(model)

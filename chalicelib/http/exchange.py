@@ -73,13 +73,8 @@ _NO_HEADERS: Mapping[str, str | list[str]] = MappingProxyType({})
 
 
 class HttpAnswer(NamedTuple):
-    """An answer as a route gives it; ``app.py`` renders it as Chalice's ``Response``.
-
-    Attributes:
-        body: a JSON document (dict or list), text, or bytes.
-        headers: the answer's own headers (the middleware adds the request's ids).
-        status_code: the HTTP status.
-    """
+    """An answer as a route gives it (``body``: a JSON document, text or bytes; the middleware
+    adds the request's ids to ``headers``); ``app.py`` renders it as Chalice's ``Response``."""
 
     body: Any
     headers: Mapping[str, str | list[str]] = _NO_HEADERS
@@ -138,8 +133,7 @@ class Exchange:
         """The request as :mod:`chalicelib.reading` reads it (its size noted in the log).
 
         Raises:
-            InvalidParameterError: a query parameter given more than once
-                (:func:`single_query`).
+            InvalidParameterError: a query parameter given more than once.
         """
         request = self.request
         raw = request.raw_body or b""
@@ -149,18 +143,13 @@ class Exchange:
                            headers=request.headers, query=single_query(request))
 
     def caller(self) -> str | None:
-        """The caller's identity, when auth identifies callers (a job is readable by its
-        own)."""
+        """The caller's identity, when auth identifies callers (a job is readable by its own)."""
         return _caller(self.request)
 
 
 class Exchanges:
-    """Each thread's request and its log line, pinned while the thread serves it.
-
-    Args:
-        fallback: the request when none is pinned (Chalice's own ``app.current_request``: a
-            view called outside the middleware, as a test may).
-    """
+    """Each thread's request and its log line, pinned while the thread serves it; ``fallback``
+    gives the request when none is pinned (a view called outside the middleware, as a test may)."""
 
     def __init__(self, fallback: Callable[[], ServedRequest | None]) -> None:
         self._fallback = fallback
@@ -181,7 +170,7 @@ class Exchanges:
             self._local.request = self._local.exchange = None
 
     def current(self) -> Exchange:
-        """The request this thread is serving, its log line and its id."""
+        """The thread's :class:`Exchange`."""
         exchange: Exchange | None = getattr(self._local, "exchange", None)
         assert exchange is not None, "only called while serving a request"
         return exchange
@@ -193,7 +182,7 @@ class Exchanges:
         return request
 
     def log(self) -> RequestLog:
-        """The log line of the request this thread is serving."""
+        """The thread's request's log line."""
         return self.current().log
 
     def request_id(self) -> str:
@@ -217,8 +206,7 @@ def _caller(request: ServedRequest) -> str | None:
 
 
 def single_query(request: ServedRequest) -> Mapping[str, str]:
-    """The query string's parameters, each given once: the one place a route's parameters
-    are read.
+    """The query string's parameters, each given once: the one place a route's parameters are read.
 
     API Gateway (and ``chalice local``) hands over every value of a repeated parameter
     (``multiValueQueryStringParameters``); Chalice's ``query_params`` answers the last, so
@@ -243,14 +231,8 @@ def single_query(request: ServedRequest) -> Mapping[str, str]:
 
 
 def answered(response: Answered, log: RequestLog, started: float) -> None:
-    """Tag an answer, Chalice's own errors too, with the request's ids (an error's JSON body
-    with its request id too) and write the request's log line and metrics.
-
-    Args:
-        response: the answer, tagged in place.
-        log: the request's log line.
-        started: when the request was taken (``time.perf_counter()``).
-    """
+    """Tag an answer in place, Chalice's own errors too, with the request's ids (an error's JSON
+    body too) and write the request's log line and metrics; ``started`` is ``perf_counter()``'s."""
     response.headers["X-Request-Id"] = log.request_id
     if log.correlation_id:
         response.headers["X-Correlation-Id"] = log.correlation_id

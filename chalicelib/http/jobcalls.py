@@ -38,8 +38,7 @@ def create_job(jobs: JobsService, model: ModelSpec, exchange: Exchange, *,
     202 with the job's id and its ``Location``.
 
     Raises:
-        SagegateError: (a 4xx subclass) the request, the upload or the input is not
-            acceptable.
+        SagegateError: (a 4xx subclass) the request, the upload or the input is not acceptable.
     """
     http = exchange.http_request()
     exchange.log.model = model.name

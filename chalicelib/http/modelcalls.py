@@ -40,7 +40,6 @@ CACHE_HEADER = "X-Cache"
 ARM_HEADER = "X-Sagegate-Arm"
 """The experiment arm that served the request (an ``experiment`` model's answers)."""
 MODEL_EXPOSE_HEADERS = (*EXPOSE_HEADERS, VARIANT_HEADER, CACHE_HEADER, ARM_HEADER)
-"""The answer headers a browser's script may read across origins (where CORS is on)."""
 
 ShadowPipeline = Callable[[ModelSpec, float], ServingPipeline]
 """A shadow target's pipeline, whose endpoint client reads for at most the shadow's timeout."""
@@ -61,12 +60,10 @@ class ModelRoute:
     Attributes:
         reads: the model its requests are read with (an experiment's, without its routing
             defaults: its options hold only what the client named, each target adds its own).
-        target: where its requests go (None: an experiment's, whose arms' targets these are).
-        shadows: an experiment's shadow targets (and what makes two the same model, their
-            queue's key), by shadow name.
-        budget_seconds: the request's time budget (preprocessing, the endpoint, the capture).
-        pool: the shadow calls' pool (None: the model has no shadows).
-        shadow_pipeline: a shadow target's pipeline, built on the pool's thread.
+        target: None for an experiment, whose arms' targets are ``arms``.
+        shadows: by shadow name, the target and its queue's key (what makes two the same model).
+        budget_seconds: covers preprocessing, the endpoint and the capture.
+        pool: None when the model has no shadows.
         sticky_header: the header whose value keeps a caller's arm (lower-cased), if any.
     """
 
@@ -86,8 +83,7 @@ class ModelRoute:
 
 
 def serve(route: ModelRoute, exchanges: Exchanges) -> HttpAnswer:
-    """Serve the thread's request to ``route``'s model: its answer, with Server-Timing, the
-    cache's outcome and the variant that answered.
+    """Serve the thread's request to ``route``'s model.
 
     Raises:
         SagegateError: the request is refused, or the endpoint failed (a timeout names the
@@ -159,17 +155,17 @@ def _served(target: Target, request: ModelRequest, request_id: str, timer: Stage
 
 
 def exchange_ms(timer: StageTimer) -> float | None:
-    """The endpoint exchange's milliseconds (the image pipeline's ``endpoint`` stage; the
-    others' ``model`` stage, their work around the call included)."""
+    """The endpoint exchange's ms: the image pipeline's ``endpoint`` stage; the others' ``model``
+    stage (their work around the call included)."""
     durations = timer.durations
     return durations.get("endpoint", durations.get("model"))
 
 
 def shadow_copies(route: ModelRoute, shadows: tuple[Shadow, ...], request: ModelRequest,
                   request_id: str, log: RequestLog) -> dict[str, int] | None:
-    """Hand each sampled shadow its copy of the request, run after the answer; how many
-    copies were queued, dropped (their target's queue full) or skipped (shadows off
-    here). A copy that expires is counted with the request's metric dimensions."""
+    """Hand each sampled shadow its copy, run after the answer; how many were queued, dropped
+    (their queue full) or skipped (shadows off here). An expired copy is counted with the
+    request's metric dimensions."""
     assert route.pool is not None  # a model with shadows has their pool
     dimensions = {name: value for name, value in
                   (("route", log.route), ("model", log.model), ("arm", log.arm)) if value}
@@ -212,9 +208,8 @@ def run_shadow(pipeline: ServingPipeline, capturer: Capturer, target: ModelSpec,
 
 
 def cache_use(route: ModelRoute, exchange: Exchange, arm: str | None = None) -> CacheUse:
-    """This request's use of the prediction cache: the client's ``Cache-Control`` and
-    ``Pragma``, every line of them (:class:`chalicelib.cache.prediction.CacheControl`), unless
-    the model is never cached; an experiment's arms never share an entry."""
+    """The client's ``Cache-Control`` and ``Pragma``, every line of them, unless the model is
+    never cached; an experiment's arms never share an entry."""
     request = exchange.request
     control = request_cache_control(
         request.headers, request.to_original_event().get("multiValueHeaders"))
@@ -234,8 +229,7 @@ def note_cache(log: RequestLog, cache: CacheUse, timer: StageTimer) -> None:
 
 def model_answer(served: Served, timer: StageTimer, cache: CacheUse,
                  arm: str | None = None) -> HttpAnswer:
-    """The client's answer: the model's, with the request's stages as Server-Timing (and the
-    experiment arm that served it)."""
+    """The model's answer, with the request's stages as Server-Timing."""
     headers: dict[str, str | list[str]] = {"Server-Timing": timer.server_timing(),
                                            CACHE_HEADER: cache.status}
     if arm is not None:

@@ -3,9 +3,8 @@
 
 When jobs are on, the page posts uploads to the jobs bucket and reads results from it, so its
 Content-Security-Policy also names that bucket's S3 endpoint
-(:func:`~chalicelib.http.static.upload_origins`): the one boto3 presigns for, which boto3 reads
-from the AWS SDK's own variables (``AWS_ENDPOINT_URL_S3``, ``AWS_REGION`` ...) when it presigns,
-and so are they read here, when a page is served.
+(:func:`~chalicelib.http.static.upload_origins`): boto3 reads the SDK's variables
+(``AWS_ENDPOINT_URL_S3``, ``AWS_REGION`` ...) when it presigns, so they are read here per page.
 """
 from __future__ import annotations
 
@@ -31,11 +30,7 @@ def web_page(path: str, jobs_bucket: JobsBucket,
 
 def web_asset(name: str, jobs_bucket: JobsBucket,
               environ: Mapping[str, str] | None = None) -> HttpAnswer:
-    """One of the page's files (its script, style sheet and icons).
-
-    Raises:
-        NotFoundError: no such file.
-    """
+    """One of the page's files (its script, style sheet and icons); ``NotFoundError`` if none."""
     return _file_answer(*static.web_file(name), jobs_bucket, environ)
 
 

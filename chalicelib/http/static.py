@@ -44,11 +44,10 @@ _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}\Z")
 
 
 def upload_origins(bucket: str, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Where the page's uploads go and its job results come from (its CSP's connect-src), as
-    boto3 names them in presigned URLs: the S3 endpoint it is given
-    (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``: moto's server locally), else the bucket's
-    global and regional virtual-hosted URLs (``AWS_REGION``). None when jobs are off
-    (``bucket`` empty) or an endpoint is not a plain origin (never a wildcard)."""
+    """The CSP connect-src for uploads and job results, as boto3 presigns them: the S3 endpoint
+    given (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``: moto's server locally), else the
+    bucket's global and regional virtual-hosted URLs (``AWS_REGION``). None when jobs are off
+    or an endpoint is not a plain origin (never a wildcard)."""
     if not bucket:
         return ()
     endpoint = (environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or "")
@@ -76,11 +75,7 @@ def security_headers(connect: tuple[str, ...] = ()) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=32)
 def web_file(name: str) -> tuple[str, str]:
-    """A file of the web page: its text and content type.
-
-    Raises:
-        NotFoundError: no such file (or a name that is not one).
-    """
+    """A file of the web page and its content type; ``NotFoundError`` if no such file."""
     suffix = Path(name).suffix
     path = WEB_DIR / name
     if not _NAME.match(name) or suffix not in CONTENT_TYPES or not path.is_file():

@@ -14,13 +14,7 @@ _SHAPE = 'Send {"model": NAME, "content_type": TYPE}.'
 
 
 class UploadRequest(NamedTuple):
-    """An upload asked for.
-
-    Attributes:
-        model: the model the upload is for, as sent.
-        content_type: the upload's type, as sent (checked against the model's by the jobs
-            service, which says what it must be).
-    """
+    """An upload asked for, both fields as sent (the jobs service checks them)."""
 
     model: str
     content_type: object
@@ -31,8 +25,7 @@ def read_upload_request(body: bytes) -> UploadRequest:
 
     Raises:
         InvalidJSONError: the body is not JSON.
-        InvalidUploadError: it is not an object of exactly ``model`` (text) and
-            ``content_type``.
+        InvalidUploadError: it is not an object of exactly ``model`` (text) and ``content_type``.
     """
     asked = load_json(body)
     if not isinstance(asked, dict) or set(asked) != {"model", "content_type"} \
