@@ -1,6 +1,5 @@
-"""The prediction cache (see the package): its two tiers (an in-process LRU bounded in bytes,
-a DynamoDB table every container shares), what a request's ``Cache-Control`` lets it do, the
-key of an answer, single flight, the re-check, and one request's use of it."""
+"""The prediction cache's tiers, key, ``Cache-Control`` reading and single flight (see the
+package)."""
 from __future__ import annotations
 
 import dataclasses
@@ -71,7 +70,7 @@ class MemoryTier:
         return len(self._entries)
 
     def keys(self) -> list[str]:
-        """The keys, least recently used first."""
+        """Least recently used first."""
         with self._lock:
             return list(self._entries)
 
@@ -107,8 +106,7 @@ class MemoryTier:
 
 
 def encode_item(key: str, result: InvokeResult, expires_at: float) -> dict[str, Any] | None:
-    """The DynamoDB item of an answer (body zlib-compressed), or None when it is over
-    DynamoDB's 400 KB item limit."""
+    """The DynamoDB item of an answer (body zlib-compressed); None when over the item limit."""
     item: dict[str, Any] = {
         "key": {"S": key}, "answer": {"B": zlib.compress(result.body, 6)},
         "content_type": {"S": result.content_type}, "variant": {"S": result.variant or ""},
@@ -162,12 +160,9 @@ def decode_item(item: Mapping[str, Any], key: str, now: float) -> tuple[InvokeRe
 
 class TableTier(DynamoTable):
     """The shared tier: one DynamoDB table (``CACHE_TABLE``), key ``key`` (S), TTL attribute
-    ``expires_at``. Reads are eventually consistent GetItems; a write is one PutItem.
-
-    Args:
-        table: the table's name.
-        client: a boto3 DynamoDB client; built on first use when None (short timeouts, one
-            attempt; boto3 honours ``AWS_ENDPOINT_URL_DYNAMODB``).
+    ``expires_at``. Reads are eventually consistent GetItems; a write is one PutItem. A None
+    ``client`` is built on first use (short timeouts, one attempt; boto3 honours
+    ``AWS_ENDPOINT_URL_DYNAMODB``).
     """
 
     def __init__(self, table: str, client: Any = None,
@@ -175,22 +170,15 @@ class TableTier(DynamoTable):
         super().__init__(table, _client, client, clock)
 
     def get(self, key: str) -> tuple[InvokeResult, float] | None:
-        """The answer under ``key`` and its expiry, or None (absent or expired).
-
-        Raises:
-            CorruptItemError, botocore's errors.
-        """
+        """The answer under ``key`` and its expiry, or None (absent or expired); raises
+        CorruptItemError and botocore's errors."""
         answer = self.client.get_item(TableName=self.table, Key={"key": {"S": key}},
                                       ConsistentRead=False)
         item = answer.get("Item")
         return None if item is None else decode_item(item, key, self._clock())
 
     def put(self, key: str, result: InvokeResult, expires_at: float) -> bool:
-        """Store an answer; False (nothing sent) when it is over the item limit.
-
-        Raises:
-            botocore's errors.
-        """
+        """Store an answer; False (nothing sent) when over the item limit; raises botocore's."""
         item = encode_item(key, result, expires_at)
         if item is None:
             return False
@@ -295,13 +283,9 @@ def _max_age(values: list[str] | None) -> int | None:
 def request_cache_control(headers: Mapping[str, str],
                           multi_value_headers: Mapping[str, Sequence[str]] | None = None
                           ) -> CacheControl:
-    """A request's :class:`CacheControl`, from every line of its headers.
-
-    Args:
-        headers: the request's headers, case-insensitive (API Gateway keeps only the last
-            line of a repeated header here).
-        multi_value_headers: API Gateway's ``multiValueHeaders`` (every line, names as sent),
-            or None where there are none (``chalice local``).
+    """A request's :class:`CacheControl`, from every line of its headers: API Gateway keeps
+    only the last line of a repeated header in ``headers``, every line (names as sent) in
+    ``multi_value_headers`` (None under ``chalice local``).
     """
     lines = _field_lines(headers, multi_value_headers or {})
     if not lines["cache-control"] and not lines["pragma"]:
@@ -338,12 +322,10 @@ class _Flight:
 
 
 class PredictionCache:
-    """Both tiers, the TTL and the single flight; requests use it through :meth:`request`.
+    """Both tiers (each may be None), the TTL and the single flight; requests use it through
+    :meth:`request`.
 
     Args:
-        memory: the in-process tier, or None.
-        table: the DynamoDB tier, or None.
-        ttl_seconds: how long an answer is served.
         flight_wait: the longest a request waits for a concurrent call of the same key.
         reserve: the budget a request keeps to call the endpoint itself after waiting (an
             endpoint attempt's connect and read timeouts).
@@ -486,17 +468,14 @@ class CacheUse:
 
     cache: PredictionCache | None
     control: CacheControl = BYPASSED
-    scope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """Key fields of every lookup this request makes (the model's name)."""
+    scope: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # in every lookup's key
     status: str = BYPASS
     """``hit`` (every lookup hit), ``miss`` (one did not) or ``bypass``."""
     tier: str | None = None
-    """Where the hit came from: ``memory``, ``dynamodb`` or ``in-flight``."""
     lookup_ms: float = 0.0
     errors: int = 0
     skipped_too_large: int = 0
-    write_skipped: bool = False
-    """The table write was left out: too little of the request's budget was left."""
+    write_skipped: bool = False  # too little of the request's budget was left for the table
     _lookups: int = dataclasses.field(default=0, repr=False)
 
     @property
