@@ -143,15 +143,9 @@ class _Failure:
 
 
 class EndpointClient:
-    """Calls a SageMaker runtime client and translates its failures.
-
-    Args:
-        client: a boto3 ``sagemaker-runtime`` client (real, stubbed or pointed at the emulator),
-            created with botocore's retries off.
-        policy: the retry policy.
-        quota: the retry quota (by default the client's own: a process has one client, so
-            every request of the process shares it).
-        sleep, clock, rng: injectable for tests.
+    """Calls a SageMaker runtime client (created with botocore's retries off) and translates
+    its failures. The default ``quota`` is the client's own: a process has one client, so every
+    request of the process shares it; ``sleep``, ``clock`` and ``rng`` are for tests.
     """
 
     def __init__(
@@ -171,7 +165,7 @@ class EndpointClient:
 
     @property
     def client(self) -> SageMakerRuntimeClient:
-        """The boto3 client (a job's ``InvokeEndpointAsync`` goes through it too)."""
+        """A job's ``InvokeEndpointAsync`` goes through it too."""
         return self._client
 
     def close(self) -> None:
@@ -207,9 +201,6 @@ class EndpointClient:
         before it (preprocessing) had until :meth:`RetryPolicy.preprocessing_deadline`, and
         when it finished by then the first attempt always gets its whole time.
 
-        Returns:
-            The endpoint's body, content type, invoked variant and custom attributes.
-
         Raises:
             EndpointError: (or a subclass) anything the endpoint did not answer 2xx to.
             PreprocessingTimeoutError: the budget ran out before a first attempt could start.
@@ -241,8 +232,7 @@ class EndpointClient:
 
     def _retrying(self, invocation: Invocation, send: Callable[[int], T],
                   deadline: float | None, *, idempotent: bool = True) -> T:
-        """``send(attempt)`` retried by the policy (see :meth:`invoke`); its failures
-        classified and translated by :meth:`_attempt`."""
+        """``send(attempt)`` retried by the policy (see :meth:`invoke`)."""
         if deadline is None:
             deadline = self._clock() + self._policy.budget_seconds
         self.check_time_left(deadline)
@@ -347,11 +337,8 @@ def _given_up(failure: _Failure, retrier: Retrier) -> SagegateError:
 
 
 def _checked_variant(name: str | None) -> str | None:
-    """The variant the endpoint says it used, if it is a SageMaker variant name.
-
-    It goes into capture paths, logs and the answer: anything else (``../x``, a newline) is
-    dropped and logged, never used.
-    """
+    """The variant the endpoint says it used, if it is a SageMaker variant name: it goes into
+    capture paths, logs and the answer, so anything else (``../x``, a newline) is dropped."""
     if name is None or SAGEMAKER_NAME.fullmatch(name):
         return name
     logger.warning("the endpoint named an invalid production variant; ignored")

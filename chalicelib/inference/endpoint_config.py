@@ -40,11 +40,8 @@ LOCAL_POOL_CONNECTIONS = 100
 
 
 def pool_size(settings: Settings, *, on_lambda: bool | None = None) -> int:
-    """How many connections botocore keeps: as many as the server runs concurrent requests.
-
-    ``ENDPOINT_MAX_CONNECTIONS`` when set; otherwise 1 on Lambda, which hands a container one
-    request at a time, and :data:`LOCAL_POOL_CONNECTIONS` under a threaded server.
-    """
+    """How many connections botocore keeps: ``ENDPOINT_MAX_CONNECTIONS``, else 1 on Lambda
+    (one request a container at a time), else :data:`LOCAL_POOL_CONNECTIONS` (threaded)."""
     if settings.endpoint_max_connections:
         return settings.endpoint_max_connections
     if on_lambda is None:

@@ -48,7 +48,7 @@ class PredictResult:
     image_out: tuple[int, int] | None
     """The size sent to the endpoint (None: answered from the cache)."""
     sent: bytes = dataclasses.field(repr=False)
-    """The body sent to the endpoint (the resized, re-encoded image)."""
+    """The resized, re-encoded image."""
     sent_content_type: str
     received: bytes = dataclasses.field(repr=False)
     """The endpoint's body, as it came."""
@@ -61,7 +61,7 @@ class PredictResult:
 
     @property
     def bytes_sent(self) -> int:
-        """The size of the body sent to the endpoint."""
+        """The size of :attr:`sent`."""
         return len(self.sent)
 
     def to_dict(self, request_id: str) -> dict[str, Any]:
@@ -140,13 +140,7 @@ def _encoding(settings: Settings) -> sizing.Encoding:
 
 
 class Predictor:
-    """Runs one prediction end to end.
-
-    Args:
-        settings: validated settings.
-        endpoint: the endpoint client.
-        labels: class names in index order, or None to report indices.
-    """
+    """Runs one prediction end to end (``labels`` None: report indices)."""
 
     def __init__(self, settings: Settings, endpoint: EndpointClient,
                  labels: Sequence[str] | None) -> None:
@@ -163,7 +157,7 @@ class Predictor:
 
     @property
     def endpoint(self) -> EndpointClient:
-        """The endpoint client this pipeline calls."""
+        """This pipeline's endpoint client."""
         return self._endpoint
 
     @property
@@ -177,11 +171,7 @@ class Predictor:
 
     def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
               deadline: float | None = None, cache: CacheUse | None = None) -> Served:
-        """Serve one request (the upload is ``request.call.body``): see :meth:`predict`.
-
-        Raises:
-            SagegateError: (a subclass) bad image, endpoint failure or bad endpoint output.
-        """
+        """Serve one request (the upload is ``request.call.body``): see :meth:`predict`."""
         result = self.predict(request.call.body, request.options, request_id, timer,
                               deadline, cache=cache)
         return result.served(request_id, request.call.body)

@@ -22,13 +22,8 @@ LABELS_DIR = Path(__file__).resolve().parent.parent / "labels"
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
-    """One class of the top-k.
-
-    Attributes:
-        index: 0-based class index (position in the label file).
-        label: class name, or the index as a string when no label file is configured.
-        probability: the endpoint's probability for the class.
-    """
+    """One class of the top-k: ``index`` is its position in the label file (0-based), ``label``
+    its name, or the index as text when no label file is configured."""
 
     index: int
     label: str
@@ -44,13 +39,7 @@ def parse_probabilities(body: bytes, expected: int | None = None) -> np.ndarray:
 
     Accepted shapes: a JSON array ``[p0, p1, ...]`` (SageMaker built-in), ``{"prediction":
     [...]}`` (``application/jsonlines``) and ``{"predictions": [[...]]}`` (TF Serving).
-
-    Args:
-        body: the endpoint's response body.
-        expected: the number of classes the label file has, if any.
-
-    Returns:
-        The probabilities.
+    ``expected`` is the label file's class count, if any.
 
     Raises:
         InvalidEndpointResponseError: not one of those shapes, non-finite values, or a class
@@ -90,10 +79,7 @@ def _unwrap(document: Any) -> Any:
 
 
 def top_k(probabilities: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest values, descending, ties broken by the lower index.
-
-    Uses a partial selection (O(n)) and sorts only the candidates.
-    """
+    """Indices of the ``k`` largest values, descending, ties broken by the lower index."""
     n = probabilities.size
     if k >= n:
         return np.argsort(-probabilities, kind="stable")
@@ -121,14 +107,8 @@ def labelled_top_k(probabilities: np.ndarray, k: int,
 
 
 def load_labels(name: str) -> tuple[str, ...] | None:
-    """Load a label file shipped in ``chalicelib/labels`` (one class name a line), with the
-    registry's reader (:func:`~chalicelib.registry.labels.read_labels`: each file read once).
-
-    Args:
-        name: file name with or without ``.txt``; empty means "no labels".
-
-    Returns:
-        The class names in index order, or None for no labels.
+    """The class names of a label file shipped in ``chalicelib/labels`` (one a line; each file
+    read once), in index order; ``name`` may omit ``.txt``, and empty means None (no labels).
 
     Raises:
         ConfigurationError: the file does not exist, cannot be read or is empty.

@@ -24,11 +24,7 @@ from chalicelib.registry.specs import ModelSpec
 
 class ServingPipeline(Protocol):
     """What every pipeline is to the route: one request in, one answer out, as KServe's
-    ``Model`` or the SageMaker inference toolkit's transformer (input -> predict -> output).
-
-    The image pipeline (:class:`~chalicelib.inference.pipeline.Predictor`) and the others
-    (:class:`HandledModel`) implement it.
-    """
+    ``Model`` or the SageMaker inference toolkit's transformer (input -> predict -> output)."""
 
     def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
               deadline: float | None = None, cache: CacheUse | None = None) -> Served:
@@ -92,8 +88,8 @@ class ModelServer:
         (``Served.invoked`` stays False when nothing reached the endpoint).
 
         Raises:
-            SagegateError: (a subclass) the request does not fit the model, the handler
-                refused it or failed, or the endpoint did.
+            SagegateError: (a subclass) the request does not fit the model, the handler refused
+                it or failed, or the endpoint did.
         """
         served = Served(Answer(b"", ""), model.endpoint)
 
@@ -126,13 +122,8 @@ class ModelServer:
 
 @dataclasses.dataclass(frozen=True)
 class HandledModel:
-    """One model served by :class:`ModelServer` as a :class:`ServingPipeline`.
-
-    Attributes:
-        server: the runner its pipeline shares with the others (handler files, endpoint).
-        model: the model.
-        run: its kind's work on one request.
-    """
+    """One model served by :class:`ModelServer` (shared with the others: handler files,
+    endpoint) as a :class:`ServingPipeline`."""
 
     server: ModelServer
     model: ModelSpec
@@ -140,11 +131,8 @@ class HandledModel:
 
     def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
               deadline: float | None = None, cache: CacheUse | None = None) -> Served:
-        """Serve one request through the model's pipeline, timed as the ``model`` stage.
-
-        Raises:
-            SagegateError: (a subclass) see :meth:`ModelServer.serve`.
-        """
+        """Serve one request through the model's pipeline, timed as the ``model`` stage (raises
+        as :meth:`ModelServer.serve`)."""
         start = timer.clock()
         try:
             return self.server.serve(self.model, self.run, request.call, request.options,

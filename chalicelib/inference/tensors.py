@@ -274,10 +274,9 @@ def coerce(spec: TensorSpec, value: Any) -> np.ndarray:
     hold for all of them.
 
     Raises:
-        SignatureMismatchError: "input 'features': expected float32 of shape (-1, 4), got a
-            list of 3 numbers"; more than :data:`MAX_INSTANCES` rows; a value that is not a
-            finite number, not whole for an integer input, or beyond the dtype's range; an
-            array of a dtype kind that is not numbers.
+        SignatureMismatchError: a shape that does not fit; more than :data:`MAX_INSTANCES`
+            rows; a value that is not a finite number, not whole for an integer input, or
+            beyond the dtype's range; an array of a dtype kind that is not numbers.
     """
     def mismatch(got: str) -> SignatureMismatchError:
         return SignatureMismatchError(
@@ -517,9 +516,8 @@ def tfs_request(arrays: Mapping[str, np.ndarray], signature: Signature) -> bytes
 
 def tfs_outputs(body: bytes, signature: Signature) -> list[np.ndarray]:
     """An endpoint's TF Serving answer as one array per output, in the signature's order,
-    each with the batch axis (what onnxruntime's ``session.run()`` returns).
-
-    A model declaring no outputs gives one array, the predictions as they came.
+    each with the batch axis (as onnxruntime's ``session.run()``); a model declaring no outputs
+    gives one array, the predictions as they came.
 
     Raises:
         InvalidEndpointResponseError: not TF Serving's answer, or not the declared outputs.

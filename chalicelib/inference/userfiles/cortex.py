@@ -52,15 +52,10 @@ class InputSignature:
 
 @dataclasses.dataclass(frozen=True)
 class CortexHandler:
-    """A model's ``handler.py``, loaded (pipeline ``cortex``).
-
-    Attributes:
-        where: ``models/<name>/handler.py``.
-        pre_inference, post_inference: the functions (None when the file lacks one).
-        pre_arguments, post_arguments: how many arguments each takes: 3 (Cortex v0.10 to
-            v0.11: ``(value, signature, metadata)``) or 2 (v0.6 to v0.9: ``(value,
-            metadata)``, ``metadata`` then the signature).
-    """
+    """A model's ``handler.py``, loaded (pipeline ``cortex``); a function the file lacks is
+    None. ``pre_arguments``/``post_arguments`` is 3 (Cortex v0.10 to v0.11: ``(value,
+    signature, metadata)``) or 2 (v0.6 to v0.9: ``(value, metadata)``, ``metadata`` then the
+    signature)."""
 
     where: str
     pre_inference: Callable[..., Any] | None

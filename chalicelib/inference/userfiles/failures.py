@@ -51,12 +51,8 @@ def request_scope(request_id: str) -> Iterator[None]:
 
 def run_user_code(where: str, name: str, function: Callable[..., Any], *args: Any,
                   refusal: Callable[[], bool] = lambda: False, expose: bool = False) -> Any:
-    """``function(*args)``, its failures translated (see the module docstring).
-
-    Args:
-        refusal: whether an error raised now is the client's (the input side).
-        expose: whether a HandlerError shows the exception's type and message.
-    """
+    """``function(*args)``, its failures translated (see the package docstring); ``refusal``:
+    an error raised now is the client's (the input side)."""
     try:
         return function(*args)
     except SagegateError:
@@ -138,12 +134,8 @@ _NOT_BRACKET = bytes(code for code in range(256) if code not in b"[]{}")
 
 
 def check_batch(body: bytes, content_type: str, name: str) -> None:
-    """Refuse a TF Serving REST body the user's code built with more than
-    :data:`~chalicelib.inference.tensors.MAX_INSTANCES` instances (the endpoint's own bound).
-
-    Raises:
-        SignatureMismatchError: it has more.
-    """
+    """Refuse (``SignatureMismatchError``) a TF Serving REST body the user's code built with more
+    than :data:`~chalicelib.inference.tensors.MAX_INSTANCES` instances (the endpoint's bound)."""
     if bare(content_type) != MediaType.JSON or body.lstrip()[:1] != b"{":
         return
     try:

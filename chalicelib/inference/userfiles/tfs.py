@@ -127,13 +127,8 @@ def _answer(value: Any, where: str, name: str) -> Answer:
 
 @dataclasses.dataclass(frozen=True)
 class TfsHandler:
-    """A model's ``inference.py``, loaded (pipeline ``sagemaker-tfs``).
-
-    Attributes:
-        where: ``models/<name>/inference.py``.
-        handler: ``handler(data, context)``, or None when the file uses the pair.
-        input_handler, output_handler: the pair (None when ``handler`` is defined).
-    """
+    """A model's ``inference.py``, loaded (pipeline ``sagemaker-tfs``): ``handler``, or the
+    pair when it is None."""
 
     where: str
     handler: Callable[..., Any] | None
