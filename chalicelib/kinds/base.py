@@ -18,13 +18,8 @@ from chalicelib.registry.specs import ModelSpec
 
 @dataclasses.dataclass(frozen=True)
 class Parts:
-    """What a kind builds a pipeline from.
-
-    Attributes:
-        endpoint: the endpoint client (the synchronous route's, or the jobs').
-        server: the runner the non-image pipelines share (handler files, endpoint calls).
-        max_image_pixels: a job's cap on an image's pixels (None: the model's own).
-    """
+    """What a kind builds a pipeline from: the synchronous route's endpoint client or the
+    jobs', and a job's cap on an image's pixels (None: the model's own)."""
 
     endpoint: EndpointClient
     server: ModelServer

@@ -33,11 +33,8 @@ def run_handler(model: ModelSpec, request_id: str, handle: Callable[[], Answer])
 
 
 class HandlerKind(BodyKind):
-    """A kind that runs the model folder's handler file around the endpoint call.
-
-    Attributes:
-        load_file: loads and checks the file (its contract's class ``load``).
-    """
+    """A kind that runs the model folder's handler file (loaded by its contract's class
+    ``load``) around the endpoint call."""
 
     load_file: Callable[[ModelSpec], Any]
 

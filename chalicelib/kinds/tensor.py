@@ -73,21 +73,14 @@ class TensorModel(HandledModel):
 
     def preprocess(self, request: ModelRequest, timer: StageTimer,
                    deadline: float | None = None) -> Call:
-        """What the endpoint would be sent.
-
-        Raises:
-            SagegateError: (a 4xx subclass) the body does not fit the model's signature.
-        """
+        """What the endpoint would be sent (see :func:`tensor_input`)."""
         with timer.stage("preprocess"):
             return Call(tensor_input(self.model, request.call), MediaType.JSON, MediaType.JSON)
 
     def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
                     sent: bytes = b"") -> Served:
-        """The answer :meth:`serve` gives for the endpoint's ``result``.
-
-        Raises:
-            InvalidEndpointResponseError: the body is not the outputs the signature declares.
-        """
+        """The answer :meth:`serve` gives for the endpoint's ``result`` (see
+        :func:`tensor_answer`)."""
         served = Served(Answer(b"", ""), self.model.endpoint)
         served.record(sent, MediaType.JSON, result)
         served.answer = tensor_answer(self.model, result.body, request.options, result.variant,

@@ -53,13 +53,8 @@ class Source(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Upload:
-    """A request body read: the uploaded bytes and the options that came with them.
-
-    Attributes:
-        data: the uploaded bytes (decoded from base64 when sent as JSON).
-        fields: the other JSON fields, or the query parameters, unvalidated.
-        source: where ``fields`` came from.
-    """
+    """A request body read: the uploaded bytes (decoded from base64 when sent as JSON) and the
+    other JSON fields, or the query parameters, unvalidated."""
 
     data: bytes
     fields: Mapping[str, Any]
@@ -83,16 +78,8 @@ def read_upload(
     """Split a request body into the uploaded bytes and the options sent with them.
 
     Args:
-        body: the raw HTTP body.
-        content_type: the request's Content-Type header.
-        query: the query-string parameters (a raw body's options; a JSON body's are joined with
-            them by :func:`chalicelib.reading.options.read_options`).
-        max_body_bytes: largest body accepted.
         field: the JSON field holding the base64 upload.
         legacy_field: the 2018 clients' name for it (one or the other, not both).
-
-    Returns:
-        The uploaded bytes and the options.
 
     Raises:
         PayloadTooLargeError: the body is over ``max_body_bytes``.
@@ -141,14 +128,8 @@ def _read_json(body: bytes, field: str, legacy_field: str, *, assumed: bool) -> 
 
 
 def decode_base64(text: str, field: str = "image") -> bytes:
-    """Decode standard or URL-safe base64, tolerating whitespace and a data-URL prefix.
-
-    Args:
-        text: the encoded image, optionally ``data:<mime>;base64,<payload>``.
-        field: the field it came in, for the messages.
-
-    Returns:
-        The decoded bytes (never empty).
+    """Decode standard or URL-safe base64, tolerating whitespace and a data-URL prefix
+    (``data:<mime>;base64,<payload>``); never empty.
 
     Raises:
         InvalidBase64Error: anything that is not base64 in either alphabet.

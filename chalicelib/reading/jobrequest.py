@@ -13,14 +13,9 @@ from chalicelib.reading.options import HttpRequest, read_model_options
 
 @dataclasses.dataclass(frozen=True)
 class JobRequest:
-    """A ``POST /models/{name}/jobs`` request, read.
-
-    Attributes:
-        inline: the body is the job's input itself (not ``{"upload_id": ...}``).
-        upload_id: the upload to run on, as sent (checked by the jobs service); None inline.
-        options: the query options, validated as the model route validates them: read here,
-            once, and kept with the job as they are.
-    """
+    """A ``POST /models/{name}/jobs`` request, read: ``inline`` when the body is the job's input
+    itself, else ``upload_id`` as sent (the jobs service checks it); ``options`` are kept with
+    the job as read here."""
 
     inline: bool
     upload_id: object

@@ -18,14 +18,7 @@ _MAX_RANGES = 64  # more is not a browser's header; the rest is ignored
 
 @dataclasses.dataclass(frozen=True)
 class MediaRange:
-    """One element of an Accept header.
-
-    Attributes:
-        type: the top-level type, or ``*``.
-        subtype: the subtype, or ``*``.
-        q: its weight, 0 to 1.
-        order: its position in the header (earlier wins a tie).
-    """
+    """One element of an Accept header (``order``: its position, earlier wins a tie)."""
 
     type: str
     subtype: str
@@ -74,10 +67,8 @@ def _media_range(element: str, order: int) -> MediaRange | None:
 
 
 def quality(media_type: str, ranges: Sequence[MediaRange]) -> tuple[float, int, int]:
-    """How acceptable ``media_type`` is: (q, specificity, -order) of its most specific range.
-
-    q is 0 when no range matches.
-    """
+    """How acceptable ``media_type`` is: (q, specificity, -order) of its most specific range
+    (q 0 when none matches)."""
     best: tuple[float, int, int] = (0.0, -1, 0)
     best_specificity = -1
     for media_range in ranges:
@@ -90,11 +81,8 @@ def quality(media_type: str, ranges: Sequence[MediaRange]) -> tuple[float, int, 
 
 def choose(offers: Sequence[str], ranges: Sequence[MediaRange]) -> str | None:
     """The offer the client prefers: highest q, then the more specific range, then the range
-    listed first, then the earlier offer. None if every offer has q=0.
-
-    Args:
-        offers: media types the server can send, in its own order of preference.
-        ranges: the parsed Accept header.
+    listed first, then the earlier offer (``offers`` in the server's order of preference).
+    None if every offer has q=0.
     """
     scored = [(quality(offer, ranges), -index, offer) for index, offer in enumerate(offers)]
     acceptable = [entry for entry in scored if entry[0][0] > 0]

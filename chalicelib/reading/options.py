@@ -69,14 +69,7 @@ MAX_INFERENCE_COMPONENT = 63  # SageMaker's limit for InferenceComponentName
 
 @dataclasses.dataclass(frozen=True)
 class HttpRequest:
-    """The parts of an HTTP request a reader looks at.
-
-    Attributes:
-        body: the raw body.
-        content_type: the Content-Type header (None when absent).
-        headers: the headers, names lower-cased.
-        query: the query-string parameters.
-    """
+    """The parts of an HTTP request a reader looks at (``headers``' names lower-cased)."""
 
     body: bytes
     content_type: str | None = None
@@ -125,11 +118,8 @@ def read_predict(request: HttpRequest, *, max_body_bytes: int, default_k: int,
 
 def read_options(upload: Upload, query: Mapping[str, str],
                  kinds: Mapping[str, Kind]) -> dict[str, Any]:
-    """A request's options, one rule for every body shape.
-
-    A raw upload's options are its query parameters. A JSON body's are its fields and the
-    query parameters together: both are checked against ``kinds``, and an option given in
-    both is refused, naming both, rather than one of them silently winning.
+    """A request's options, one rule for every body shape (see the module docstring): both
+    sources are checked against ``kinds``.
 
     Raises:
         InvalidParameterError: an unknown field or query parameter, a value of the wrong
@@ -194,8 +184,7 @@ def parse_target_model(value: Any) -> str | None:
 
 
 def parse_inference_component(value: Any) -> str | None:
-    """Validate SageMaker InferenceComponentName (the component of an endpoint to run), or
-    None."""
+    """Validate SageMaker InferenceComponentName, or None."""
     if value is None or value == "":
         return None
     if not isinstance(value, str) or len(value) > MAX_INFERENCE_COMPONENT \

@@ -57,14 +57,8 @@ def _required_side(fields: Mapping[str, Any], name: str) -> int:
 
 
 def negotiate_image(fmt: str | None, accept: str | None) -> tuple[ImageFormat, bool]:
-    """Choose an image answer's format and whether to send it binary (RFC 9110 negotiation).
-
-    Args:
-        fmt: the format the client named, if any.
-        accept: the request's Accept header.
-
-    Returns:
-        The format, and True to answer the image itself, False to answer JSON with base64.
+    """Choose an image answer's format and whether to send it binary (RFC 9110 negotiation):
+    True to answer the image itself, False JSON with base64.
 
     Raises:
         InvalidParameterError: an unknown format.
