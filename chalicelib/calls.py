@@ -24,14 +24,8 @@ class InvokeResult:
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """One request to a model, as its pipeline sees it.
-
-    Attributes:
-        body: the raw request body.
-        content_type: its bare media type (``application/json`` when the client sent none).
-        accept: the client's Accept header, if any.
-        custom_attributes: SageMaker CustomAttributes passed along (header or option).
-    """
+    """One request to a model, as its pipeline sees it (``content_type`` the bare media type,
+    ``application/json`` when the client sent none)."""
 
     body: bytes
     content_type: str
@@ -60,18 +54,10 @@ class Answer:
 
 @dataclasses.dataclass(frozen=True)
 class CallOptions:
-    """A model request's options, whatever its pipeline, as
-    :mod:`chalicelib.reading` validated them (the JSON fields, the query
-    string, then the headers).
-
-    Attributes:
-        k: how many classes to answer (None: the model's default).
-        variant: the production variant to invoke (``TargetVariant``; None: the model's).
-        custom_attributes: SageMaker ``CustomAttributes`` passed to the endpoint, or None.
-        target_model: SageMaker ``TargetModel`` (a multi-model endpoint's model; None: the
-            model's).
-        inference_component: SageMaker ``InferenceComponentName`` (the component of an
-            endpoint that hosts several; None: the model's).
+    """A model request's options, whatever its pipeline, as :mod:`chalicelib.reading`
+    validated them (the JSON fields, the query string, then the headers). None is the model's
+    own: its default ``k``, its ``TargetVariant``, ``TargetModel`` (a multi-model endpoint's
+    model) and ``InferenceComponentName`` (of an endpoint that hosts several).
     """
 
     k: int | None = None
@@ -116,13 +102,8 @@ class CallOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ModelRequest:
-    """One model request, read once: what its pipeline is given, and the options.
-
-    Attributes:
-        call: the model's input: for an image model the upload's bytes (decoded from base64
-            when sent as JSON), for the others the request body as it came.
-        options: the validated options.
-    """
+    """One model request, read once: its ``call`` (an image model's upload bytes, decoded from
+    base64 when sent as JSON; the others' body as it came), and the validated options."""
 
     call: Call
     options: CallOptions
@@ -133,10 +114,6 @@ class Served:
     """A pipeline's answer and the endpoint exchange behind it (for logs and data capture).
 
     Attributes:
-        answer: the HTTP answer's body and media type.
-        endpoint: the endpoint called.
-        variant: the production variant that answered.
-        attempts: endpoint attempts made.
         sent, sent_content_type: the last body sent to the endpoint.
         received, received_content_type: the endpoint's last answer, as it came.
         custom_attributes: the endpoint's CustomAttributes answer, passed back to the client.

@@ -53,24 +53,17 @@ class Services:
     """Settings, registry, endpoint client, pipelines, capturer and prediction cache: each
     built on first use, once, then kept.
 
+    Every part given as None is built from the settings as the real one is (the settings
+    from the environment, the registry from ``chalicelib/models/``, the job store in memory or
+    the ``JOBS_TABLE`` table, the job endpoint client with the job's timeouts and budget).
+
     Args:
-        settings: the settings; read from the environment on first use when None.
-        capturer: a ready capturer; built from the settings when None.
-        endpoint: a ready endpoint client (every model's); built from the settings when None.
-        registry: a ready model registry; read from ``chalicelib/models/`` when None.
-        cache: a ready prediction cache; built from the settings (``CACHE_*``) when None.
         read_settings: how settings are read when not given (``Settings.from_env`` of the
             process's environment, :mod:`chalicelib.core.environment`).
         env: the environment model.json's ``$VARIABLE`` endpoints are read from.
-        job_store: a ready job store; in memory, or the ``JOBS_TABLE`` table, when None.
-        s3: a ready S3 client (jobs' uploads, tickets and results); boto3's when None.
-        job_endpoint: a ready endpoint client for jobs (a real-time job's ``InvokeEndpoint``
-            and an asynchronous one's ``InvokeEndpointAsync``, retried by one rule); built
-            with the job's timeouts and budget when None.
         kinds: the pipeline kinds models may name (:data:`chalicelib.registry.kinds.KINDS`
             when None; a deployment's own kind is its rules added to them).
-        job_backends: the job backends models may name (likewise,
-            :data:`chalicelib.registry.kinds.BACKENDS`).
+        job_backends: likewise, :data:`chalicelib.registry.kinds.BACKENDS`.
     """
 
     def __init__(self, settings: Settings | None = None, *,
@@ -113,7 +106,7 @@ class Services:
 
     @property
     def endpoint(self) -> EndpointClient:
-        """The boto3 client every model's endpoint is called through."""
+        """Every model's endpoint is called through it."""
         with self._lock:
             if self._endpoint is None:
                 self._endpoint = build_endpoint(self.settings)
@@ -223,7 +216,7 @@ class Services:
 
     @property
     def server(self) -> ModelServer:
-        """The runner of the tensor, sagemaker-tfs and cortex pipelines."""
+        """The runner of the non-image pipelines."""
         with self._lock:
             if self._server is None:
                 self._server = ModelServer(self.endpoint)
@@ -256,10 +249,7 @@ class Services:
         """A handler returned (``app.py``'s middleware, for every event): the capture records
         it handed over are stored after its response (on Lambda, by the internal extension
         before the environment may freeze; without one, now, within the invocation's
-        remaining time; elsewhere by the writer's thread).
-
-        Args:
-            context: Lambda's context (its remaining time), or None.
+        remaining time, read from Lambda's ``context``; elsewhere by the writer's thread).
         """
         after = self._after_handlers
         if after is None:
@@ -355,11 +345,8 @@ class Services:
 
     @property
     def jobs_context(self) -> JobsContext:
-        """What the jobs service and its runner work with.
-
-        Raises:
-            JobsDisabledError: ``JOBS_BUCKET`` is not set.
-        """
+        """What the jobs service and its runner work with; ``JobsDisabledError`` without
+        ``JOBS_BUCKET``."""
         # Deferred on purpose: only the job routes and the job functions load the jobs room.
         from chalicelib.jobs.lifetime import RunnerLifetime
         from chalicelib.jobs.service import JobsContext

@@ -40,11 +40,8 @@ class Capturer:
 
     Args:
         mode: ``off``, ``input``, ``output`` or ``both``.
-        sink: where records go (unused when off).
         sampling_percentage: 0..100, the share of inferences captured.
         include_original: add the client's upload to each record.
-        rng: ``random.random``-like, for sampling (injectable for tests).
-        cache_hits: capture answers served from the prediction cache too (marked).
         writer: store records after the response through this writer (its sink is
             ``sink``'s); None: before it, inline.
     """
@@ -114,9 +111,6 @@ class Capturer:
         marked as a hit, with the cached answer as the output. Its input is the body the
         pipeline made for the endpoint, or, when it made none (an image hit decodes nothing),
         the client's upload: the bytes the cache key is made of.
-
-        Returns:
-            An :class:`Outcome` value.
         """
         if served.cached and not self._cache_hits:
             return Outcome.OFF
@@ -145,15 +139,8 @@ class Capturer:
             error=error, answered_at=time.time()), None)
 
     def capture(self, exchange: Exchange, timeout: float | None = None) -> str:
-        """Write the record of one inference; never raises.
-
-        Args:
-            exchange: the inference.
-            timeout: seconds the request can still wait (None: as long as the sink takes).
-
-        Returns:
-            An :class:`Outcome` value.
-        """
+        """Write the record of one inference; never raises. ``timeout``: seconds the request can
+        still wait (None: as long as the sink takes)."""
         if self.mode == CaptureMode.OFF or self._sink is None:
             return Outcome.OFF
         if self._share < 1.0 and self._rng() >= self._share:

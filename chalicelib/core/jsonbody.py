@@ -18,10 +18,9 @@ def _parse_json_int(text: str) -> float:
 
 
 def load_json(body: bytes, *, assumed: bool = False) -> Any:
-    """Parse a JSON body. Every way the parser can fail is the client's ``InvalidJSON``.
+    """Parse a JSON body (UTF-8, -16 or -32, as JSON allows).
 
     Args:
-        body: the raw body (UTF-8, -16 or -32, as JSON allows).
         assumed: no Content-Type was sent and JSON was assumed (the message says so).
 
     Raises:

@@ -72,10 +72,8 @@ def is_binary(content_type: str) -> bool:
 
 
 def bare(content_type: str | None, default: str = MediaType.JSON) -> str:
-    """The bare, lower-cased media type of a Content-Type header (``default`` if absent).
-
-    Parameters are dropped, and known misspellings (``image/jpg``) come back as the type meant.
-    """
+    """The bare, lower-cased media type of a Content-Type header (``default`` if absent); known
+    misspellings (``image/jpg``) come back as the type meant."""
     if not content_type:
         return default
     kind = content_type.split(";", 1)[0].strip().lower()

@@ -87,11 +87,10 @@ class RequestLog:
     correlation_id: str | None = None
     """The client's own id (``X-Correlation-Id`` / ``X-Request-Id``), when it sent one."""
     model: str | None = None
-    """The registered model the request ran (model routes and /predict)."""
+    """The registered model served (model routes and /predict)."""
     arm: str | None = None
     """The experiment arm that served it (an ``experiment`` model; its metrics' ``arm``)."""
     job_id: str | None = None
-    """The job the request created or read (the job routes)."""
     body_bytes: int = 0
     status: int = 0
     error_code: str | None = None
@@ -106,7 +105,6 @@ class RequestLog:
     cache: str | None = None
     """The prediction cache: ``hit``, ``miss`` or ``bypass`` (model routes and /predict)."""
     cache_tier: str | None = None
-    """Where a hit came from: ``memory``, ``dynamodb`` or ``in-flight``."""
     cache_errors: int | None = None
     """Failures of the cache's table tier (each one fell through to the endpoint)."""
     cache_skipped_too_large: int | None = None
