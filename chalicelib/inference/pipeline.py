@@ -51,7 +51,6 @@ class PredictResult:
     """The resized, re-encoded image."""
     sent_content_type: str
     received: bytes = dataclasses.field(repr=False)
-    """The endpoint's body, as it came."""
     received_content_type: str
     attempts: int = 1
     passthrough: bool = False
