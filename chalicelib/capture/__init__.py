@@ -103,9 +103,8 @@ class Capturer:
     def capture_served(self, served: Served, inference_id: str, custom_attributes: str | None,
                        deadline: float, *, arm: str | None = None,
                        latency_ms: float | None = None, shadow: bool = False) -> str:
-        """Capture one served prediction (what was sent to the endpoint and what it answered)
-        within what is left of the request's budget; the client's original goes along only
-        when originals are asked for.
+        """Capture one served prediction within what is left of the request's budget; the
+        client's original goes along only when originals are asked for.
 
         An answer from the prediction cache is captured too (unless ``cache_hits`` is off),
         marked as a hit, with the cached answer as the output. Its input is the body the

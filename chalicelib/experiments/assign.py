@@ -28,8 +28,7 @@ def unit_hash(*parts: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Routing:
-    """One request's routing, decided once: the arm that serves it and the shadows that get a
-    copy of it."""
+    """One request's routing, decided once: its arm and the shadows that get a copy."""
 
     arm: Arm
     shadows: tuple[Shadow, ...]

@@ -107,12 +107,9 @@ CheckName = Callable[[str, Any], str | None]  # check(key, value) of a SageMaker
 def read_experiment(value: Any, fail: Fail, resolve_endpoint: ResolveEndpoint,
                     check_name: CheckName, check_component: CheckName,
                     model: str) -> Experiment | None:
-    """The model's experiment from its ``experiment`` value (None when the key is absent).
-
-    Raises:
-        ConfigurationError: (made by ``fail``) also for a name given twice or a shadow that
-            is one of the arms.
-    """
+    """The model's experiment from its ``experiment`` value (None when the key is absent); a
+    ``ConfigurationError`` (made by ``fail``) also for a name given twice or a shadow that is
+    one of the arms."""
     if value is None:
         return None
     if not isinstance(value, dict):
