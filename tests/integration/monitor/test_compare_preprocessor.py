@@ -6,17 +6,16 @@ PASS")``, an endless loop, in the handler and as the file is imported. And a pre
 drops every record no longer passes ``--max-distance``."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from chalicelib.monitor import user_workers
 from sagegate.monitor import cli, cli_shared
+from tests.integration.monitor.test_user_code_workers import _ended
 from tests.unit.monitor import experimentgen
 from tests.unit.monitor.experimentgen import WINDOW
 
@@ -93,19 +92,7 @@ def test_a_thread_the_preprocessor_leaves_running_does_not_keep_the_command(
     assert done.returncode == cli_shared.EXIT_OK, done.stderr  # the one column x, within 0.5
     assert done.stdout.splitlines()[-1].startswith("verdict: B is within every threshold")
     (pid,) = (int(p.name) for p in pids.iterdir())
-    assert pid != os.getpid()
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)  # the worker was ended, its thread with it
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in status
+    _ended(pid)
 
 
 @pytest.mark.parametrize("where", ["handler", "import"])
