@@ -252,7 +252,7 @@ class Services:
         remaining time, read from Lambda's ``context``; elsewhere by the writer's thread).
         """
         after = self._after_handlers
-        if after is None:
+        if after is None or not after.acts:
             return
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         after.handler_ended(remaining() / 1000.0 if callable(remaining) else None)

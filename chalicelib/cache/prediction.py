@@ -287,25 +287,17 @@ def request_cache_control(headers: Mapping[str, str],
     only the last line of a repeated header in ``headers``, every line (names as sent) in
     ``multi_value_headers`` (None under ``chalice local``).
     """
-    lines = _field_lines(headers, multi_value_headers or {})
-    if not lines["cache-control"] and not lines["pragma"]:
-        return NO_DIRECTIVES  # most requests say nothing: nothing to parse
-    return CacheControl.from_lines(lines["cache-control"], lines["pragma"])
-
-
-def _field_lines(headers: Mapping[str, str], multi_value_headers: Mapping[str, Sequence[str]]
-                 ) -> dict[str, list[str]]:
-    """Every line of ``Cache-Control`` and of ``Pragma``: the multi-value ones, else the
-    single header's."""
     lines: dict[str, list[str]] = {"cache-control": [], "pragma": []}
-    for key, values in multi_value_headers.items():
+    for key, values in (multi_value_headers or {}).items():  # every line: the multi-value ones,
         if key.lower() in lines:
             lines[key.lower()].extend(values or ())
-    for name, found in lines.items():
+    for name, found in lines.items():  # else the single header's
         single = headers.get(name)
         if not found and single is not None:
             found.append(single)
-    return lines
+    if not lines["cache-control"] and not lines["pragma"]:
+        return NO_DIRECTIVES  # most requests say nothing: nothing to parse
+    return CacheControl.from_lines(lines["cache-control"], lines["pragma"])
 
 
 BYPASSED = CacheControl(read=False, write=False)
@@ -361,8 +353,9 @@ class PredictionCache:
         """One request's use of the cache (``enabled=False``: a model whose answers must be
         fresh, a bypass); ``scope`` goes into every key it makes (the model's name)."""
         on = enabled and (self.memory is not None or self.table is not None)  # (self.enabled)
-        return CacheUse(self, control if on else BYPASSED,
-                        scope=dict(scope or {}))
+        control = control if on else BYPASSED
+        return CacheUse(self, control, scope=dict(scope or {}),
+                        active=control.read or control.write)
 
     def close(self) -> None:
         """Drop the table client's pooled connections."""
@@ -391,7 +384,8 @@ class PredictionCache:
         if self.memory is None:
             return None
         entry = self.memory.get(key)
-        if entry is None or not self._acceptable(entry[1], use):
+        # an entry expiring at entry[1] was stored a TTL before it
+        if entry is None or not use.control.accepts(self._clock() - (entry[1] - self.ttl_seconds)):
             return None
         use.tier = MEMORY
         return entry[0]
@@ -404,16 +398,12 @@ class PredictionCache:
         except Exception as error:  # a cache failure never fails the request
             use.failed("read", error)
             return None
-        if entry is None or not self._acceptable(entry[1], use):
+        if entry is None or not use.control.accepts(self._clock() - (entry[1] - self.ttl_seconds)):
             return None
         if self.memory is not None:
             self.memory.put(key, entry[0], entry[1])
         use.tier = TABLE
         return entry[0]
-
-    def _acceptable(self, expires_at: float, use: CacheUse) -> bool:
-        """Whether the request accepts an answer expiring then (stored a TTL before it)."""
-        return use.control.accepts(self._clock() - (expires_at - self.ttl_seconds))
 
     def join(self, key: str) -> tuple[_Flight, bool]:
         """The flight of ``key`` and whether this request leads it (makes the call)."""
@@ -476,12 +466,9 @@ class CacheUse:
     errors: int = 0
     skipped_too_large: int = 0
     write_skipped: bool = False  # too little of the request's budget was left for the table
+    active: bool = False
+    """Whether this request reads or writes the cache at all."""
     _lookups: int = dataclasses.field(default=0, repr=False)
-
-    @property
-    def active(self) -> bool:
-        """Whether this request reads or writes the cache at all."""
-        return self.cache is not None and (self.control.read or self.control.write)
 
     def failed(self, operation: str, error: Exception) -> None:
         """Log and count a failure of the table tier (its code or type, never its message)."""

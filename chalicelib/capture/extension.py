@@ -134,6 +134,9 @@ class AfterHandlers:
         self._flush = flush
         self.extension = extension
         self._on_lambda = on_lambda
+        self.acts = extension is not None or on_lambda
+        """Whether a handler's end does anything here (off Lambda the writer's thread and the
+        process's exit store the records)."""
 
     def held_work_waits(self) -> str | None:
         """Why work held after a response would hold the response itself here (on Lambda

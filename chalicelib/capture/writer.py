@@ -98,7 +98,10 @@ class CaptureWriter:
                 self._bytes += size
                 self._pending.hand()
                 refused = False
-                self._start()
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="capture-writer",
+                                                    daemon=True)
+                    self._thread.start()
                 self._changed.notify_all()
         if refused:
             LOG.warning("data capture dropped 1 record: %d are waiting for the sink",
@@ -132,12 +135,6 @@ class CaptureWriter:
                         "them in time", lost)
             emit_count("CaptureDropped", lost)
         return not lost
-
-    def _start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="capture-writer",
-                                            daemon=True)
-            self._thread.start()
 
     def _take(self) -> tuple[list[Exchange], int] | None:
         """The next batch, and how many times the writer had given up when it was taken."""

@@ -21,11 +21,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from chalicelib.core import environment
-from chalicelib.core.config_names import (
-    POWERTOOLS_METRICS_NAMESPACE,
-    POWERTOOLS_SERVICE_NAME,
-    SERVICE,
-)
+from chalicelib.core.config_names import POWERTOOLS_SERVICE_NAME, SERVICE
 
 STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "endpoint": "EndpointLatency", "postprocess": "PostprocessLatency",
@@ -71,10 +67,13 @@ logger = Logger(service=environment.variables().get(POWERTOOLS_SERVICE_NAME) or 
 
 
 def _metrics() -> EphemeralMetrics:
-    """A new metric set, named as the environment says now (not as it said at import)."""
-    variables = environment.variables()
-    return EphemeralMetrics(namespace=variables.get(POWERTOOLS_METRICS_NAMESPACE) or SERVICE,
-                            service=variables.get(POWERTOOLS_SERVICE_NAME) or SERVICE)
+    """A new metric set, named as the environment says now (not as it said at import):
+    Powertools reads its own ``POWERTOOLS_METRICS_NAMESPACE`` and ``POWERTOOLS_SERVICE_NAME``
+    as each set is made, as boto3 reads its own variables; "sagegate" when they are unset."""
+    metrics = EphemeralMetrics()
+    metrics.namespace = metrics.namespace or SERVICE
+    metrics.service = metrics.service or SERVICE
+    return metrics
 
 
 @dataclasses.dataclass
@@ -112,13 +111,6 @@ class RequestLog:
     stages_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     total_ms: float = 0.0
 
-    def fields(self) -> dict[str, Any]:
-        """The log line's keys (empty ones left out)."""
-        values = dataclasses.asdict(self)
-        values["stages_ms"] = {name: round(ms, 2) for name, ms in self.stages_ms.items()}
-        values["total_ms"] = round(self.total_ms, 2)
-        return {key: value for key, value in values.items() if value not in (None, {}, "")}
-
     def finish(self, status: int, body: Any, elapsed_ms: float) -> None:
         """Close the line with the answer (an error's ``Code``, from a JSON error body) and
         write it, with its metrics."""
@@ -126,8 +118,12 @@ class RequestLog:
         if status >= 400 and isinstance(body, dict):
             self.error_code = str(body.get("Code", "")) or None
         self.total_ms = elapsed_ms
+        values = dataclasses.asdict(self)
+        values["stages_ms"] = {name: round(ms, 2) for name, ms in self.stages_ms.items()}
+        values["total_ms"] = round(elapsed_ms, 2)
         write = logger.error if self.status >= 500 else logger.info
-        write("request", extra=self.fields())
+        write("request", extra={key: value for key, value in values.items()
+                                if value not in (None, {}, "")})  # (empty keys left out)
         try:
             self._flush_metrics()
         except Exception as error:  # metrics must never fail a request
@@ -136,10 +132,9 @@ class RequestLog:
     def _flush_metrics(self) -> None:
         metrics = _metrics()
         metrics.add_dimension(name="route", value=self.route)
-        if self.model:
-            metrics.add_dimension(name="model", value=self.model)
-        if self.arm:
-            metrics.add_dimension(name="arm", value=self.arm)
+        for name, value in (("model", self.model), ("arm", self.arm)):
+            if value:
+                metrics.add_dimension(name=name, value=value)
         metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=self.total_ms)
         for stage, ms in self.stages_ms.items():
@@ -150,13 +145,16 @@ class RequestLog:
         if self.image_out and "bytes" in self.image_out:
             metrics.add_metric(name="BytesToEndpoint", unit=MetricUnit.Bytes,
                                value=self.image_out["bytes"])
-        if self.capture in _CAPTURE_METRICS:
-            metrics.add_metric(name=_CAPTURE_METRICS[self.capture], unit=MetricUnit.Count,
-                               value=1)
-        for outcome, count in (self.shadows or {}).items():
-            metrics.add_metric(name=f"Shadow{outcome.capitalize()}", unit=MetricUnit.Count,
-                               value=count)
-        self._cache_metrics(metrics)
+        counts: dict[str | None, int | None] = {
+            _CAPTURE_METRICS.get(self.capture or ""): 1,
+            **{f"Shadow{outcome.capitalize()}": count
+               for outcome, count in (self.shadows or {}).items()},
+            CACHE_METRICS.get(self.cache or ""): 1,
+            "CacheErrors": self.cache_errors,
+            "CacheSkippedTooLarge": self.cache_skipped_too_large}
+        for metric, count in counts.items():  # (None: no metric for that outcome)
+            if metric and count:
+                metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
         _publish(metrics)
         if self.error_code:
             errors = _metrics()
@@ -166,16 +164,6 @@ class RequestLog:
                 errors.add_dimension(name="arm", value=self.arm)
             errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
             _publish(errors)
-
-    def _cache_metrics(self, metrics: EphemeralMetrics) -> None:
-        if self.cache in CACHE_METRICS:
-            metrics.add_metric(name=CACHE_METRICS[self.cache], unit=MetricUnit.Count, value=1)
-        if self.cache_errors:
-            metrics.add_metric(name="CacheErrors", unit=MetricUnit.Count,
-                               value=self.cache_errors)
-        if self.cache_skipped_too_large:
-            metrics.add_metric(name="CacheSkippedTooLarge", unit=MetricUnit.Count,
-                               value=self.cache_skipped_too_large)
 
 
 _CAPTURE_METRICS: dict[str, str] = {Outcome.WRITTEN: "CaptureRecords",

@@ -124,7 +124,9 @@ class Shadows:
             queue = self._targets.get(target)
             if queue is None:
                 queue = self._targets[target] = _Target(threading.Condition(self._lock))
-            queued = self._has_room(queue, size)
+            queued = len(queue.waiting) < self._max_waiting \
+                and queue.waiting_bytes + size <= self._max_waiting_bytes \
+                and self._all_waiting_bytes + size <= self._max_all_waiting_bytes
             if queued:
                 thread = self._queue(queue, _Copy(call, size, self._clock() + timeout_seconds,
                                                   dict(dimensions or {})))
@@ -140,11 +142,6 @@ class Shadows:
         if warn:
             self._warn(warn)
         return DROPPED
-
-    def _has_room(self, queue: _Target, size: int) -> bool:
-        return len(queue.waiting) < self._max_waiting \
-            and queue.waiting_bytes + size <= self._max_waiting_bytes \
-            and self._all_waiting_bytes + size <= self._max_all_waiting_bytes
 
     def _queue(self, queue: _Target, copy: _Copy) -> threading.Thread | None:
         """Under the lock: ``copy`` waits for one of its target's threads; the new thread

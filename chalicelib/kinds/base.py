@@ -12,7 +12,7 @@ from chalicelib.core.media import bare
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.inference.serving import ModelServer, ServingPipeline, SplitPipeline
 from chalicelib.inference.timing import StageTimer
-from chalicelib.reading.options import HttpRequest, read_model_options
+from chalicelib.reading.options import HttpRequest, read_model_request
 from chalicelib.registry.specs import ModelSpec
 
 
@@ -93,13 +93,9 @@ class PipelineKind(Protocol):
 
 class BodyKind:
     """A kind whose request body is the model's own: its options come from the query string
-    and headers (:func:`~chalicelib.reading.options.read_model_options`)."""
+    and headers (:func:`~chalicelib.reading.options.read_model_request`)."""
 
-    def read(self, request: HttpRequest, model: ModelSpec, *,
-             max_body_bytes: int) -> ModelRequest:
-        asked = read_model_options(request, max_body_bytes=max_body_bytes)
-        return ModelRequest(Call(request.body, bare(request.content_type),
-                                 request.headers.get("accept"), asked.custom_attributes), asked)
+    read = staticmethod(read_model_request)
 
     def read_job(self, body: bytes, content_type: str, options: CallOptions,
                  model: ModelSpec, *, max_body_bytes: int) -> ModelRequest:

@@ -26,12 +26,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chalicelib.calls import CallOptions
+from chalicelib.calls import Call, CallOptions, ModelRequest
 from chalicelib.core.config_names import SAGEMAKER_NAME
 from chalicelib.core.errors import (
     InvalidParameterError,
     PayloadTooLargeError,
 )
+from chalicelib.core.media import bare
 from chalicelib.reading.bodies import Source, Upload, echo, read_upload
 from chalicelib.registry.loading import INFERENCE_COMPONENT
 from chalicelib.registry.specs import ModelSpec
@@ -156,6 +157,15 @@ def read_model_options(request: HttpRequest, *, max_body_bytes: int) -> CallOpti
     # only what was given is parsed (each parser reads None as None), in this order
     return CallOptions(**{name: parse(fields[name]) for name, parse in _MODEL_PARSERS.items()
                           if name in fields})
+
+
+def read_model_request(request: HttpRequest, model: ModelSpec, *,
+                       max_body_bytes: int) -> ModelRequest:
+    """A model route's request whose body is the model's own (every kind's but the image
+    classifier's): its options (:func:`read_model_options`) and its body as sent."""
+    asked = read_model_options(request, max_body_bytes=max_body_bytes)
+    return ModelRequest(Call(request.body, bare(request.content_type),
+                             request.headers.get("accept"), asked.custom_attributes), asked)
 
 
 def _parse_k(value: Any) -> int:
