@@ -99,13 +99,6 @@ def label_predictions(probabilities: np.ndarray, indices: np.ndarray,
     ]
 
 
-def labelled_top_k(probabilities: np.ndarray, k: int,
-                   labels: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The top-k classes of one row as clients receive them (:meth:`Prediction.to_dict`)."""
-    return [{"index": i, "label": labels[i] if labels is not None else str(i),
-             "probability": float(probabilities[i])} for i in top_k(probabilities, k).tolist()]
-
-
 def load_labels(name: str) -> tuple[str, ...] | None:
     """The class names of a label file shipped in ``chalicelib/labels`` (one a line; each file
     read once), in index order; ``name`` may omit ``.txt``, and empty means None (no labels).

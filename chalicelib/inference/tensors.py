@@ -96,9 +96,10 @@ def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
     if not isinstance(instances, list) or not instances:
         raise SignatureMismatchError(
             f'"instances" must be a non-empty list of rows, not {describe_value(instances)}.')
-    if len(signature.inputs) == 1 and not all([isinstance(row, dict) for row in instances]):
+    objects = all([isinstance(row, dict) for row in instances])
+    if len(signature.inputs) == 1 and not objects:
         return {signature.inputs[0].name: instances}
-    if not all([isinstance(row, dict) for row in instances]):
+    if not objects:
         names = ", ".join(repr(spec.name) for spec in signature.inputs)
         raise SignatureMismatchError(
             f"This model has {len(signature.inputs)} inputs ({names}): each instance must be "
@@ -333,7 +334,11 @@ def _as_array(value: Any, spec: TensorSpec, mismatch: Any) -> np.ndarray:
 
 
 def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> np.ndarray:
-    array = _numeric_source(array, spec, mismatch)
+    if array.dtype.kind == "U":  # strings read value by value, as JSON's are
+        array = array.astype(object)
+    elif array.dtype != object and array.dtype.kind not in _ARRAY_KINDS.get(spec.dtype, "iuf"):
+        raise mismatch(f"an array of {str(array.dtype)[:SHOWN]}: "
+                       f"{'true/false' if array.dtype.kind == 'b' else 'not numbers'}")
     flat = array.reshape(-1)
     if array.dtype == object and spec.dtype not in _INTEGER \
             and {type(item) for item in flat} == {float}:
@@ -345,15 +350,16 @@ def _numbers(array: np.ndarray, spec: TensorSpec, value: Any, mismatch: Any) -> 
             raise mismatch(f"{describe_value(value)} holding {bad.shown}, which is not a "
                            "number") from None
     numbers = np.array([_float(item) for item in flat], dtype=np.float64) \
-        if flat.dtype == object else flat.astype(np.float64)
+        if flat.dtype == object else flat.astype(np.float64, copy=False)
     if not np.all(np.isfinite(numbers)):
         raise mismatch(f"{_shown(numbers[~np.isfinite(numbers)][0])}, which is not a finite "
                        "number")
-    fraction = numbers != np.round(numbers)
-    if (spec.dtype in _INTEGER or spec.dtype == DType.BOOL) and np.any(fraction):
-        raise mismatch(f"{_shown(numbers[fraction][0])}, a number that is not whole")
-    if spec.dtype in _INTEGER and flat.dtype.kind in "iuO":
-        return _integers(flat, spec, mismatch).reshape(array.shape)
+    if spec.dtype in _INTEGER or spec.dtype == DType.BOOL:
+        fraction = numbers != np.round(numbers)
+        if np.any(fraction):
+            raise mismatch(f"{_shown(numbers[fraction][0])}, a number that is not whole")
+        if spec.dtype in _INTEGER and flat.dtype.kind in "iuO":
+            return _integers(flat, spec, mismatch).reshape(array.shape)
     return _cast(numbers, spec, mismatch).reshape(array.shape)
 
 
@@ -382,17 +388,6 @@ def _cast(numbers: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
                   f" ({np.iinfo(target).min} to {np.iinfo(target).max})")
         raise mismatch(f"{_shown(numbers[changed][0])}, outside {spec.dtype}'s range{limits}")
     return cast
-
-
-def _numeric_source(array: np.ndarray, spec: TensorSpec, mismatch: Any) -> np.ndarray:
-    """An array (an .npy body, a handler's return) whose dtype kind can feed the input: strings
-    and objects as objects (read value by value, as JSON is)."""
-    if array.dtype.kind in "OU":
-        return array.astype(object)
-    if array.dtype.kind not in _ARRAY_KINDS.get(spec.dtype, "iuf"):
-        raise mismatch(f"an array of {str(array.dtype)[:SHOWN]}: "
-                       f"{'true/false' if array.dtype.kind == 'b' else 'not numbers'}")
-    return array
 
 
 class _NotANumber(ValueError):
@@ -489,27 +484,24 @@ def _describe_list(value: list[Any]) -> str:
 # back per output.
 
 
-def _json_values(array: np.ndarray) -> Any:
-    """An array as JSON values; float32 and float16 as their shortest decimal (5.1, not
-    5.099999904632568: the same number once the server reads it back as float32)."""
-    if array.dtype in (np.float32, np.float16):
-        return array.astype(str).astype(np.float64).tolist()
-    return array.tolist()
-
-
 def tfs_request(arrays: Mapping[str, np.ndarray], signature: Signature) -> bytes:
     """TF Serving's row-format predict body for ``arrays`` (one per declared input)."""
-    if len(signature.inputs) == 1:
-        instances: list[Any] = _json_values(arrays[signature.inputs[0].name])
-    else:
+    if len(signature.inputs) != 1:
         batch = {len(array) for array in arrays.values()}
         if len(batch) != 1:
             raise SignatureMismatchError(
                 "The inputs have different batch sizes: "
                 + ", ".join(f"{name} {len(array)}" for name, array in arrays.items()))
-        columns = {spec.name: _json_values(arrays[spec.name]) for spec in signature.inputs}
-        instances = [{name: column[index] for name, column in columns.items()}
-                     for index in range(batch.pop())]
+    columns: dict[str, Any] = {}
+    for spec in signature.inputs:
+        array = arrays[spec.name]
+        if array.dtype in (np.float32, np.float16):
+            # the shortest decimal (5.1, not 5.099999904632568): the same number once the
+            # server reads it back as float32
+            array = array.astype(str).astype(np.float64)
+        columns[spec.name] = array.tolist()
+    instances = columns[signature.inputs[0].name] if len(signature.inputs) == 1 else [
+        dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
     return json.dumps({"signature_name": "serving_default", "instances": instances},
                       separators=(",", ":")).encode()
 

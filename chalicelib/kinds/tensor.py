@@ -20,50 +20,48 @@ from chalicelib.registry.specs import DType, ModelSpec, TensorSpec
 ACCEPTED = tuple(str(kind) for kind in tensors.READABLE_TYPES)
 
 
+def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
+        request_id: str) -> Answer:
+    """One request: its rows read against the signature, sent as TF Serving's body, the
+    outputs answered."""
+    arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
+    result = invoke(tensors.tfs_request(arrays, model.signature), MediaType.JSON, MediaType.JSON)
+    return tensor_answer(model, result, options, request_id)
+
+
 def tensor_input(model: ModelSpec, call: Call) -> bytes:
-    """The tensor pipeline before the endpoint call: TF Serving's REST body for the request.
+    """What :func:`run` sends, for the pipeline's first half alone.
 
     Raises:
         SagegateError: (a 4xx subclass) the body does not fit the model's signature.
     """
-    arrays = tensors.read_tensors(call.body, call.content_type, model.signature)
-    return tensors.tfs_request(arrays, model.signature)
+    return tensors.tfs_request(tensors.read_tensors(call.body, call.content_type,
+                                                    model.signature), model.signature)
 
 
-def tensor_answer(model: ModelSpec, body: bytes, options: CallOptions, variant: str | None,
+def tensor_answer(model: ModelSpec, result: InvokeResult, options: CallOptions,
                   request_id: str) -> Answer:
-    """The tensor pipeline after the endpoint call: the route's answer to TF Serving's body.
+    """The route's answer to TF Serving's: each output by name and, when the first is one
+    score per label, its top-k labelled classes per row.
 
     Raises:
         InvalidEndpointResponseError: the body is not the outputs the signature declares.
     """
-    outputs = tensors.tfs_outputs(body, model.signature)
+    outputs = tensors.tfs_outputs(result.body, model.signature)
     names = [spec.name for spec in model.signature.outputs] or ["predictions"]
     document: dict[str, Any] = {
         "model": model.name,
         "outputs": {name: tensors.to_json(array) for name, array in zip(names, outputs,
                                                                         strict=False)}}
-    labelled = _labelled(outputs[0], model.labels, options.k or model.default_k)
-    if labelled is not None:
-        document["predictions"] = labelled
-    document.update(endpoint=model.endpoint, variant=variant, request_id=request_id)
+    scores, labels = outputs[0], model.labels
+    if labels is not None and scores.ndim == 2 and scores.shape[1] == len(labels) \
+            and scores.dtype.kind in "fiu":
+        k = options.k or model.default_k
+        document["predictions"] = [
+            [{"index": i, "label": labels[i], "probability": float(row[i])}
+             for i in predictions.top_k(row, k).tolist()] for row in scores.astype(np.float64)]
+    document.update(endpoint=model.endpoint, variant=result.variant, request_id=request_id)
     return Answer.json(document)
-
-
-def _labelled(scores: np.ndarray, labels: tuple[str, ...] | None,
-              k: int) -> list[list[dict[str, Any]]] | None:
-    """Per row, the top-k labelled classes, when the first output is one score per label."""
-    if labels is None or scores.ndim != 2 or scores.shape[1] != len(labels) \
-            or scores.dtype.kind not in "fiu":
-        return None
-    return [predictions.labelled_top_k(row, k, labels) for row in scores.astype(np.float64)]
-
-
-def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
-        request_id: str) -> Answer:
-    """One request: its tensors sent, the endpoint's outputs answered."""
-    result = invoke(tensor_input(model, call), MediaType.JSON, MediaType.JSON)
-    return tensor_answer(model, result.body, options, result.variant, request_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,18 +71,16 @@ class TensorModel(HandledModel):
 
     def preprocess(self, request: ModelRequest, timer: StageTimer,
                    deadline: float | None = None) -> Call:
-        """What the endpoint would be sent (see :func:`tensor_input`)."""
+        """What the endpoint would be sent."""
         with timer.stage("preprocess"):
             return Call(tensor_input(self.model, request.call), MediaType.JSON, MediaType.JSON)
 
     def postprocess(self, request: ModelRequest, result: InvokeResult, request_id: str,
                     sent: bytes = b"") -> Served:
-        """The answer :meth:`serve` gives for the endpoint's ``result`` (see
-        :func:`tensor_answer`)."""
+        """The answer :meth:`serve` gives for the endpoint's ``result``."""
         served = Served(Answer(b"", ""), self.model.endpoint)
         served.record(sent, MediaType.JSON, result)
-        served.answer = tensor_answer(self.model, result.body, request.options, result.variant,
-                                      request_id)
+        served.answer = tensor_answer(self.model, result, request.options, request_id)
         served.invoked = True
         served.original, served.original_content_type = request.call.body, \
             request.call.content_type
