@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from chalicelib.core.aws import S3Uri
 from chalicelib.monitor import capture_format, windows
-from chalicelib.monitor.deployed_settings import S3Location
 
 FETCHERS = 10
 """Objects fetched at once (botocore's default pool size): each ``GetObject`` is a round trip of
@@ -41,7 +41,7 @@ def never() -> bool:
     return False
 
 
-def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.datetime,
+def capture_files(s3: Any, captures: S3Uri, endpoint: str, start: datetime.datetime,
                   end: datetime.datetime, stop: Callable[[], bool] = never,
                   reading: Reading | None = None) -> Iterator[tuple[str, Iterable[bytes]]]:
     """Each capture file of the window's hours in key order, as (URI, lines); an object larger
@@ -56,7 +56,7 @@ def capture_files(s3: Any, captures: S3Location, endpoint: str, start: datetime.
                                                                 end)), stop, reading)
 
 
-def fetch_objects(s3: Any, captures: S3Location, keys: Sequence[tuple[str, int]],
+def fetch_objects(s3: Any, captures: S3Uri, keys: Sequence[tuple[str, int]],
                   stop: Callable[[], bool] = never,
                   reading: Reading | None = None) -> Iterator[tuple[str, Iterable[bytes]]]:
     """Each of ``keys`` (key, size) in order as (URI, lines), fetched as :func:`capture_files`
@@ -85,16 +85,16 @@ def fetch_objects(s3: Any, captures: S3Location, keys: Sequence[tuple[str, int]]
             lines: Iterable[bytes]
             if future is None:
                 body = s3.get_object(Bucket=captures.bucket, Key=key)["Body"]
-                lines = capture_format.gzip_lines(body, captures.object_uri(key)) \
+                lines = capture_format.gzip_lines(body, str(captures.join(key))) \
                     if capture_format.is_gzip(key) \
-                    else capture_format.plain_lines(body, captures.object_uri(key))
+                    else capture_format.plain_lines(body, str(captures.join(key)))
             else:
                 data = future.result()
-                lines = capture_format.gzip_lines(io.BytesIO(data), captures.object_uri(key)) \
+                lines = capture_format.gzip_lines(io.BytesIO(data), str(captures.join(key))) \
                     if capture_format.is_gzip(key) else data.splitlines()
                 ahead -= size
             reading.files_read += 1
-            yield captures.object_uri(key), lines
+            yield str(captures.join(key)), lines
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -104,7 +104,7 @@ def _fetch(s3: Any, bucket: str, key: str) -> bytes:
     return data
 
 
-def _capture_keys(s3: Any, captures: S3Location, endpoint: str, start: datetime.datetime,
+def _capture_keys(s3: Any, captures: S3Uri, endpoint: str, start: datetime.datetime,
                   end: datetime.datetime) -> Iterator[tuple[str, int]]:
     """(key, size) of each capture object the window reads, variant by variant, hour by hour."""
     paginator = s3.get_paginator("list_objects_v2")
@@ -118,7 +118,7 @@ def _capture_keys(s3: Any, captures: S3Location, endpoint: str, start: datetime.
                         yield item["Key"], int(item.get("Size", 0))
 
 
-def variant_folders(s3: Any, captures: S3Location, endpoint: str) -> list[str]:
+def variant_folders(s3: Any, captures: S3Uri, endpoint: str) -> list[str]:
     """The endpoint's variant folders, or its own folder when it has no variant level (year
     folders directly under it)."""
     root = captures.folder(endpoint)

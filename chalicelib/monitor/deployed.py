@@ -37,13 +37,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from chalicelib.core.aws import S3Uri
 from chalicelib.monitor import analysis, documents, partial, windows
 from chalicelib.monitor.capture_objects import Reading, capture_files, never
 from chalicelib.monitor.captured_data import CapturedData
 from chalicelib.monitor.deployed_settings import (
     MonitorConfigError,
     MonitorSettings,
-    S3Location,
 )
 from chalicelib.monitor.metrics import emf_lines
 from chalicelib.monitor.partial import PartialAnalysis
@@ -204,7 +204,7 @@ def check_and_write(s3: Any, settings: MonitorSettings, endpoint: str, window: W
     and a distributed run's reduce; ``files_left`` (listed, not read) makes the run ``partial``."""
     statistics, constraints = baseline
     result = analysis.check_statistics(window_part.statistics, statistics, constraints,
-                                       title=settings.captures.uri + f"/{endpoint}",
+                                       title=settings.captures.location + f"/{endpoint}",
                                        window=window)
     cut_short = files_left > 0
     status = "partial" if cut_short else "checked"
@@ -222,9 +222,9 @@ def check_and_write(s3: Any, settings: MonitorSettings, endpoint: str, window: W
     return dataclasses.replace(done, violations=result.violation_count, written=written)
 
 
-def _write_outputs(s3: Any, output: S3Location, endpoint: str, window: Window,
+def _write_outputs(s3: Any, output: S3Uri, endpoint: str, window: Window,
                    outputs: Mapping[str, str]) -> list[str]:
-    folder = output.key(endpoint, windows.hour_folder(window[0]))
+    folder = output.child(endpoint, windows.hour_folder(window[0])).key
     written = []
     for name, text in outputs.items():
         key = f"{folder}/{name}"
@@ -232,7 +232,7 @@ def _write_outputs(s3: Any, output: S3Location, endpoint: str, window: Window,
             else "application/json"
         s3.put_object(Bucket=output.bucket, Key=key, Body=text.encode("utf-8"),
                       ContentType=content_type)
-        written.append(output.object_uri(key))
+        written.append(str(output.join(key)))
     return written
 
 
@@ -251,7 +251,7 @@ def _preprocess(endpoint: str, files: Sequence[Path]) -> Preprocess | None:
     return preprocess
 
 
-def load_baseline(s3: Any, location: S3Location, endpoint: str) -> Baseline | str:
+def load_baseline(s3: Any, location: S3Uri, endpoint: str) -> Baseline | str:
     """The endpoint's baseline documents, or why there are none. S3 answers a missing key with
     404 to a role that may list the prefix and 403 to one that may not (a bucket policy or a
     narrower role can deny), so a 403 is reported like a missing baseline, not as the run's
@@ -259,9 +259,9 @@ def load_baseline(s3: Any, location: S3Location, endpoint: str) -> Baseline | st
     loaded = []
     for name, load in ((analysis.STATISTICS, documents.load_statistics),
                        (analysis.CONSTRAINTS, documents.load_constraints)):
-        uri = f"{location.uri}/{endpoint}/{name}"
+        uri = f"{location.location}/{endpoint}/{name}"
         try:
-            body = s3.get_object(Bucket=location.bucket, Key=location.key(endpoint, name))
+            body = s3.get_object(Bucket=location.bucket, Key=location.child(endpoint, name).key)
         except s3.exceptions.NoSuchKey:
             return ""
         except s3.exceptions.ClientError as error:

@@ -34,54 +34,12 @@ class MonitorConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class S3Location:
-    """A bucket and a key prefix (no slash at either end; may be empty)."""
-
-    bucket: str
-    prefix: str
-
-    @classmethod
-    def parse(cls, uri: str, setting: str) -> S3Location:
-        """``s3://bucket/prefix`` as a location (``setting`` names it in the error).
-
-        Raises:
-            MonitorConfigError: not an ``s3://`` URI with a bucket.
-        """
-        text = uri.strip()
-        try:
-            parsed = S3Uri.parse(text)
-        except ValueError:
-            raise MonitorConfigError(f"{setting} must be an s3://bucket/prefix URI, "
-                                     f"not {text[:80]!r}") from None
-        return cls(parsed.bucket, parsed.prefix)
-
-    @property
-    def _uri(self) -> S3Uri:
-        return S3Uri(self.bucket, self.prefix)
-
-    def key(self, *parts: str) -> str:
-        return self._uri.child(*parts).key
-
-    def folder(self, *parts: str) -> str:
-        """:meth:`key` with a trailing slash (a listing prefix); empty at the bucket's root."""
-        return self._uri.folder(*parts)
-
-    def object_uri(self, key: str) -> str:
-        """The URI of a full key of this bucket."""
-        return str(self._uri.join(key))
-
-    @property
-    def uri(self) -> str:
-        return self._uri.location
-
-
-@dataclasses.dataclass(frozen=True)
 class MonitorSettings:
     """Where the scheduled monitor reads and writes."""
 
-    baseline: S3Location
-    captures: S3Location
-    output: S3Location
+    baseline: S3Uri
+    captures: S3Uri
+    output: S3Uri
     schedule: str = DEFAULT_SCHEDULE
     engine: str = ENGINE_LAMBDA
 
@@ -90,10 +48,10 @@ class MonitorSettings:
         return self.engine == ENGINE_STEPFUNCTIONS
 
     @property
-    def runs(self) -> S3Location:
+    def runs(self) -> S3Uri:
         """Where a distributed run keeps its work (``jobs/``, ``parts/``, ``results/`` each run):
         the output prefix with :data:`RUNS_SUFFIX` (``s3://b/monitoring-runs``)."""
-        return S3Location(self.output.bucket,
+        return S3Uri(self.output.bucket,
                           f"{self.output.prefix or 'monitor'}{RUNS_SUFFIX}")
 
     @classmethod
@@ -110,7 +68,7 @@ class MonitorSettings:
             return None
         captures = _captures(env)
         output_uri = env.get(MONITOR_OUTPUT, "").strip()
-        output = S3Location.parse(output_uri, MONITOR_OUTPUT) if output_uri \
+        output = location(output_uri, MONITOR_OUTPUT) if output_uri \
             else default_output(captures)
         schedule = env.get(MONITOR_SCHEDULE, "").strip() or DEFAULT_SCHEDULE
         if not _SCHEDULE.match(schedule):
@@ -121,25 +79,41 @@ class MonitorSettings:
         if engine not in ENGINES:
             raise MonitorConfigError(f"{MONITOR_ENGINE} must be one of {', '.join(ENGINES)}, "
                                      f"not {engine[:40]!r}")
-        return cls(baseline=S3Location.parse(baseline_uri, MONITOR_BASELINE),
+        return cls(baseline=location(baseline_uri, MONITOR_BASELINE),
                    captures=captures, output=output, schedule=schedule, engine=engine)
 
 
-def _captures(env: Mapping[str, str]) -> S3Location:
+def _captures(env: Mapping[str, str]) -> S3Uri:
     """``MONITOR_CAPTURES``, else ``CAPTURE_DESTINATION`` when it is an ``s3://`` prefix."""
     read_from = env.get(MONITOR_CAPTURES, "").strip()
     if read_from:
-        return S3Location.parse(read_from, MONITOR_CAPTURES)
+        return location(read_from, MONITOR_CAPTURES)
     destination = env.get(CAPTURE_DESTINATION, "").strip()
     if not destination.startswith(S3_SCHEME):
         raise MonitorConfigError(
             f"{MONITOR_BASELINE} is set, so {CAPTURE_DESTINATION} must be the s3:// "
             f"prefix the captures are written to, not {destination[:80]!r} (or set "
             f"{MONITOR_CAPTURES} to the s3:// prefix they are delivered to)")
-    return S3Location.parse(destination, CAPTURE_DESTINATION)
+    return location(destination, CAPTURE_DESTINATION)
 
 
-def default_output(captures: S3Location) -> S3Location:
+def location(uri: str, setting: str) -> S3Uri:
+    """``s3://bucket/prefix`` as a bucket and a prefix without slashes at either end
+    (``setting`` names it in the error).
+
+    Raises:
+        MonitorConfigError: not an ``s3://`` URI with a bucket.
+    """
+    text = uri.strip()
+    try:
+        parsed = S3Uri.parse(text)
+    except ValueError:
+        raise MonitorConfigError(f"{setting} must be an s3://bucket/prefix URI, "
+                                 f"not {text[:80]!r}") from None
+    return S3Uri(parsed.bucket, parsed.prefix)
+
+
+def default_output(captures: S3Uri) -> S3Uri:
     """``monitoring`` beside the capture prefix (``s3://b/captures`` -> ``s3://b/monitoring``)."""
     parent = captures.prefix.rpartition("/")[0]
-    return S3Location(captures.bucket, f"{parent}/monitoring" if parent else "monitoring")
+    return S3Uri(captures.bucket, f"{parent}/monitoring" if parent else "monitoring")

@@ -156,7 +156,7 @@ def _prefixes(s3: Any, settings: MonitorSettings, endpoint: str,
 
 
 def job_key(settings: MonitorSettings, run: Run, endpoint: str) -> str:
-    return settings.runs.key(JOBS, run.run_id, f"{endpoint}.json")
+    return settings.runs.child(JOBS, run.run_id, f"{endpoint}.json").key
 
 
 def map_objects(event: Mapping[str, Any], settings: MonitorSettings,
@@ -198,8 +198,8 @@ def map_objects(event: Mapping[str, Any], settings: MonitorSettings,
             s3, settings.captures, keys))
     except DATA_ERRORS as error:
         return {**answer, "error": _one_line(error)}
-    key = settings.runs.key(PARTS, run.run_id, endpoint, str(order),
-                            f"{hashlib.sha256(first.encode()).hexdigest()[:32]}.json")
+    key = settings.runs.child(PARTS, run.run_id, endpoint, str(order),
+                              f"{hashlib.sha256(first.encode()).hexdigest()[:32]}.json").key
     s3.put_object(Bucket=settings.runs.bucket, Key=key, Body=part.to_bytes(),
                   ContentType="application/json")
     return {**answer, "objects": part.objects, "records": part.tally.records, "part": key}

@@ -143,7 +143,7 @@ def check_capture_stream(stage: Stage) -> None:
             (uri.bucket, uri.prefix):
         raise ValueError(f"{where}: the capture stream delivers to {S3_SCHEME}{uri.bucket}/"
                          f"{uri.prefix}, where the monitor must read: set MONITOR_CAPTURES "
-                         f"to it, not {monitor.captures.uri!r}")
+                         f"to it, not {monitor.captures.location!r}")
 
 
 def capture_resources(stage: Stage) -> dict[str, Any]:

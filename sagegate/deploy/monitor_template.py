@@ -162,7 +162,7 @@ def state_machine_statements(stage: Stage) -> list[dict[str, Any]]:
          "Action": ["s3:PutObject", "s3:GetObject", "s3:ListMultipartUploadParts",
                     "s3:AbortMultipartUpload"],
          "Resource": {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{runs.bucket}/"
-                                 f"{runs.key('results')}/*"}},
+                                 f"{runs.child('results').key}/*"}},
     ]
 
 

@@ -55,7 +55,7 @@ from sagegate.deploy.stage import (
 from sagegate.deploy.stages import ROOT
 
 if TYPE_CHECKING:
-    from chalicelib.monitor.deployed_settings import S3Location
+    from chalicelib.core.aws import S3Uri
 
 JOBS, PARTS, RESULTS = "jobs", "parts", "results"
 """A fanned-out run's folders (:mod:`chalicelib.monitor.fanout`'s, which a test holds equal)."""
@@ -154,7 +154,7 @@ def render_monitor_functions(stage: Stage, account: str,
     runs = settings.runs
 
     def run_folder(folder: str) -> str:
-        return f"{arn}:s3:::{runs.bucket}/{runs.key(folder)}/*"
+        return f"{arn}:s3:::{runs.bucket}/{runs.child(folder).key}/*"
 
     def logs(function: str) -> dict[str, Any]:
         return log_statement(arn, account, region, f"{stage.function_name}-{function}")
@@ -186,7 +186,7 @@ def monitor_function_policy_path(stage: str, function: str, root: Path = ROOT) -
     return root / ".chalice" / f"policy-{stage}-{function}.json"
 
 
-def _listings(arn: str, sid: str, reads: Sequence[S3Location]) -> list[dict[str, Any]]:
+def _listings(arn: str, sid: str, reads: Sequence[S3Uri]) -> list[dict[str, Any]]:
     listed: dict[str, list[str]] = {}
     for location in reads:
         listed.setdefault(location.bucket, []).append(
@@ -196,7 +196,7 @@ def _listings(arn: str, sid: str, reads: Sequence[S3Location]) -> list[dict[str,
             for bucket, prefixes in listed.items()]
 
 
-def _objects(arn: str, location: S3Location) -> str:
+def _objects(arn: str, location: S3Uri) -> str:
     return f"{arn}:s3:::{location.bucket}/{location.prefix}/*" if location.prefix \
         else f"{arn}:s3:::{location.bucket}/*"
 

@@ -14,11 +14,11 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from chalicelib.core.aws import S3Uri
 from chalicelib.monitor import analysis, capture_objects, deployed, deployed_settings, metrics
 from chalicelib.monitor.deployed_settings import (
     MonitorConfigError,
     MonitorSettings,
-    S3Location,
     default_output,
 )
 from chalicelib.monitor.records import RecordReader
@@ -31,13 +31,14 @@ def test_settings_from_the_stages_environment() -> None:
     settings = MonitorSettings.from_env({
         "MONITOR_BASELINE": "s3://b/baselines/", "CAPTURE_DESTINATION": "s3://b/team/captures"})
     assert settings is not None
-    assert settings.baseline == S3Location("b", "baselines")
-    assert settings.captures == S3Location("b", "team/captures")
-    assert settings.output == S3Location("b", "team/monitoring")  # beside captures
+    assert settings.baseline == S3Uri("b", "baselines")
+    assert settings.captures == S3Uri("b", "team/captures")
+    assert settings.output == S3Uri("b", "team/monitoring")  # beside captures
     assert settings.schedule == "cron(5 * * * ? *)"
-    assert settings.output.key("iris", "2026/11/25/09") == "team/monitoring/iris/2026/11/25/09"
-    assert default_output(S3Location("c", "")) == S3Location("c", "monitoring")
-    assert default_output(S3Location("c", "captures")).folder("iris") == "monitoring/iris/"
+    assert settings.output.child("iris", "2026/11/25/09").key \
+        == "team/monitoring/iris/2026/11/25/09"
+    assert default_output(S3Uri("c", "")) == S3Uri("c", "monitoring")
+    assert default_output(S3Uri("c", "captures")).folder("iris") == "monitoring/iris/"
 
 
 def test_monitoring_is_off_without_a_baseline_and_refused_without_s3_captures() -> None:
@@ -232,7 +233,7 @@ def test_capture_files_fetches_ahead_in_key_order_and_stops_when_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objects = _one_record_per_object(tmp_path, 200)
     s3 = FakeS3(objects)
-    location = S3Location("b", "c")
+    location = S3Uri("b", "c")
     start, end = capturegen.HOUR, capturegen.HOUR + datetime.timedelta(hours=1)
     names = [name for name, _ in capture_objects.capture_files(s3, location, "iris", start, end)]
     assert names == [f"s3://b/{key}" for key in sorted(objects)]
@@ -299,8 +300,8 @@ def test_the_monitor_reads_monitor_captures_when_the_captures_go_elsewhere() -> 
         "MONITOR_BASELINE": "s3://b/base", "CAPTURE_DESTINATION": "firehose://captures",
         "MONITOR_CAPTURES": "s3://delivered/firehose/"})
     assert settings is not None
-    assert settings.captures == S3Location("delivered", "firehose")
-    assert settings.output == S3Location("delivered", "monitoring")
+    assert settings.captures == S3Uri("delivered", "firehose")
+    assert settings.output == S3Uri("delivered", "monitoring")
     with pytest.raises(MonitorConfigError, match="MONITOR_CAPTURES"):
         MonitorSettings.from_env({"MONITOR_BASELINE": "s3://b/base",
                                   "CAPTURE_DESTINATION": "firehose://captures"})
