@@ -71,7 +71,6 @@ def _lines(body: bytes) -> Any:
 
 
 def _from_json(document: Any, signature: Signature) -> dict[str, Any]:
-    names = [spec.name for spec in signature.inputs]
     if isinstance(document, list):  # a bare list: the single input's value (rows)
         return {_only_input(signature, "a bare list").name: document}
     if not isinstance(document, dict):
@@ -86,7 +85,7 @@ def _from_json(document: Any, signature: Signature) -> dict[str, Any]:
         if "instances" in document:
             return _rows(document["instances"], signature)
         return _columns(document["inputs"], signature)
-    return _named(document, names, "field")
+    return _named(document, [spec.name for spec in signature.inputs], "field")
 
 
 def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
@@ -105,8 +104,9 @@ def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
             f"This model has {len(signature.inputs)} inputs ({names}): each instance must be "
             "an object keyed by input name.")
     columns: dict[str, list[Any]] = {}
+    names = [spec.name for spec in signature.inputs]
     for index, row in enumerate(instances):
-        named = _named(row, [spec.name for spec in signature.inputs], f"instance {index}'s key")
+        named = _named(row, names, f"instance {index}'s key")
         for name, value in named.items():
             columns.setdefault(name, []).append(value)
     return columns
