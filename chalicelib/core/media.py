@@ -67,7 +67,7 @@ JPEG_EOI = b"\xff\xd9"
 
 def is_binary(content_type: str) -> bool:
     """Whether an answer of this type is bytes to the API (not text): images and octets."""
-    kind = bare(content_type, "")
+    kind = content_type.split(";", 1)[0].strip().lower()  # (bare: its aliases are images)
     return kind.startswith("image/") or kind in (MediaType.OCTET_STREAM, "application/x-npy")
 
 
