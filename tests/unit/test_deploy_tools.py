@@ -484,6 +484,8 @@ def test_lock_compiles_function_and_layer_for_lambda_dev_and_iac_for_linux() -> 
          "requirements-layer.txt", "requirements-dev.in", "-o", "requirements-dev.txt"],
         [*base, "--python-platform", "x86_64-unknown-linux-gnu", "requirements-iac.in", "-o",
          "requirements-iac.txt"],
+        [*base, "--python-platform", "x86_64-unknown-linux-gnu", "--no-deps",
+         "requirements-models.in", "-o", "requirements-models.txt"],
     ]
 
 

@@ -24,6 +24,7 @@ LOCKS = {
     "requirements-layer.in": "requirements-layer.txt",
     "requirements-dev.in": "requirements-dev.txt",
     "requirements-iac.in": "requirements-iac.txt",
+    "requirements-models.in": "requirements-models.txt",
 }
 # What Lambda gets: the development lock must pin these packages at the same versions.
 SHIPPED = ("requirements.txt", "requirements-layer.txt")

