@@ -104,9 +104,9 @@ def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
             f"This model has {len(signature.inputs)} inputs ({names}): each instance must be "
             "an object keyed by input name.")
     columns: dict[str, list[Any]] = {}
-    names = [spec.name for spec in signature.inputs]
+    inputs = [spec.name for spec in signature.inputs]
     for index, row in enumerate(instances):
-        named = _named(row, names, f"instance {index}'s key")
+        named = _named(row, inputs, f"instance {index}'s key")
         for name, value in named.items():
             columns.setdefault(name, []).append(value)
     return columns
