@@ -47,6 +47,7 @@ class Tokenizer:
     """Encodes text to token ids and back."""
 
     def __init__(self, vocabulary: Vocabulary) -> None:
+        self.vocabulary = vocabulary
         self._tokens = vocabulary.tokens
         self._ids = {token: i for i, token in enumerate(vocabulary.tokens)}
         self._ranks = {tuple(merge.split(" ", 1)): rank
@@ -60,7 +61,8 @@ class Tokenizer:
                                        if char not in self._ids)
         """Bytes the vocabulary has no token for, dropped when encoding as HF's tokenizer and
         llama.cpp drop them: SmolLM2's lacks six ASCII controls (0x04, 0x06, 0x13, 0x14,
-        0x16, 0x1d) and bytes that never occur in UTF-8 (0xc0, 0xc1, 0xf5-0xff)."""
+        0x16, 0x1d), the lead bytes of planes 4 to 11 (0xf1, 0xf2: no character is
+        assigned there) and bytes that never occur in UTF-8 (0xc0, 0xc1, 0xf5-0xff)."""
         if len(self.missing_bytes) > 32:
             raise ModelFileError(f"the vocabulary lacks {len(self.missing_bytes)} of the 256 "
                                  "byte tokens: not a byte-level BPE vocabulary")

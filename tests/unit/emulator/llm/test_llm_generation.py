@@ -1,0 +1,130 @@
+"""Generation: the real answer at temperature 0, streamed pieces, seeded sampling, stop strings,
+the length bound, and a consumer that stops or cancels stopping the model."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from emulator.llm.engine import Engine
+from emulator.llm.generation import CANCELLED, LENGTH, STOP, _StopFilter
+from emulator.llm.sampling import Sampler, Sampling
+from emulator.llm.transformer import KVCache
+
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+PARIS = "The capital of France is Paris."
+
+
+@pytest.fixture
+def forward_calls(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many tokens each forward pass of the model ran, in order."""
+    calls: list[int] = []
+    real = engine.transformer.forward
+
+    def counted(tokens: np.ndarray, cache: KVCache, all_logits: bool = False) -> np.ndarray:
+        calls.append(len(tokens))
+        return real(tokens, cache, all_logits)
+
+    monkeypatch.setattr(engine.transformer, "forward", counted)
+    yield calls
+
+
+def test_greedy_answers_paris_and_the_pieces_make_the_text(engine: Engine,
+                                                          forward_calls: list[int]) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=16))
+    pieces = list(generation)
+    assert generation.text == "".join(p.text for p in pieces) == PARIS
+    assert generation.finish_reason == STOP
+    assert pieces[-1].token_id == engine.tokenizer.eos_id and pieces[-1].special
+    assert [p.token_id for p in pieces] == generation.token_ids
+    assert all(p.logprob <= 0 for p in pieces)
+    # the prompt in one pass, then one token a step; none after the end token
+    assert forward_calls == [generation.prompt_tokens] + [1] * (len(pieces) - 1)
+
+
+def test_a_stop_string_ends_the_answer_before_it(engine: Engine) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=16, stop=("of Fr", "xyz")))
+    pieces = list(generation)
+    assert generation.text == "The capital " and generation.finish_reason == STOP
+    assert "".join(p.text for p in pieces) == "The capital "
+
+
+def test_max_new_tokens_bounds_the_answer(engine: Engine) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=3))
+    assert generation.read() == "The capital of"
+    assert len(generation.token_ids) == 3 and generation.finish_reason == LENGTH
+
+
+def test_seeded_sampling_repeats_and_another_seed_differs(engine: Engine) -> None:
+    prompt = engine.chat_prompt([{"role": "user", "content": "Tell me a story."}])
+
+    def sample(seed: int) -> list[int]:
+        generation = engine.generate(
+            prompt, Sampling(max_new_tokens=6, temperature=1.2, top_p=0.95, seed=seed))
+        generation.read()
+        return generation.token_ids
+
+    first = sample(7)
+    assert sample(7) == first
+    assert any(sample(seed) != first for seed in (8, 9, 10))
+
+
+def test_a_consumer_that_stops_iterating_stops_the_model(engine: Engine,
+                                                         forward_calls: list[int]) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=50))
+    next(generation)
+    next(generation)
+    generation.close()
+    assert generation.finish_reason == CANCELLED
+    assert list(generation) == []
+    assert len(forward_calls) == 2
+
+
+def test_cancel_from_another_thread_stops_before_the_next_step(
+        engine: Engine, forward_calls: list[int]) -> None:
+    cancel = threading.Event()
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=50), cancel=cancel)
+    next(generation)
+    thread = threading.Thread(target=cancel.set)
+    thread.start()
+    thread.join()
+    assert list(generation) == [] and generation.finish_reason == CANCELLED
+    assert len(forward_calls) == 1
+
+
+def test_nothing_runs_before_the_first_piece_is_asked_for(engine: Engine,
+                                                         forward_calls: list[int]) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=5))
+    generation.close()
+    assert forward_calls == [] and generation.finish_reason == CANCELLED
+
+
+@given(text=st.text("ab\n", max_size=30), cuts=st.lists(st.integers(0, 30), max_size=8),
+       stops=st.lists(st.text("ab\n", min_size=1, max_size=4), min_size=1, max_size=3))
+def test_stop_filter_gives_the_text_up_to_the_first_stop_however_it_is_cut(
+        text: str, cuts: list[int], stops: list[str]) -> None:
+    bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
+    chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    stop_filter = _StopFilter(stops)
+    out = "".join(stop_filter.add(chunk) for chunk in chunks)
+    if not stop_filter.stopped:
+        out += stop_filter.release()
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    assert out == (text[:min(found)] if found else text)
+    assert stop_filter.stopped == bool(found)
+
+
+def test_sampler_greedy_and_a_narrow_nucleus_take_the_most_likely_token() -> None:
+    logits = np.log(np.array([0.1, 0.6, 0.3], dtype=np.float32))
+    token, logprob = Sampler(Sampling(temperature=0)).choose(logits)
+    assert token == 1 and logprob == pytest.approx(np.log(0.6), abs=1e-5)
+    narrow = Sampler(Sampling(temperature=1.0, top_p=0.5, seed=1))
+    assert {narrow.choose(logits)[0] for _ in range(50)} == {1}
+    wide = Sampler(Sampling(temperature=1.0, top_p=1.0, seed=1))
+    assert {wide.choose(logits)[0] for _ in range(200)} == {0, 1, 2}
