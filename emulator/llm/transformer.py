@@ -80,12 +80,14 @@ class Transformer:
 
     def _norm(self, x: np.ndarray) -> np.ndarray:
         """RMSNorm without its weight (folded into the next matrix)."""
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self._eps)
+        return x / np.sqrt((x * x).sum(axis=-1, keepdims=True) / x.shape[-1] + self._eps)
 
     def _block(self, x: np.ndarray, block: Block, cache: KVCache, index: int,
                mask: np.ndarray | None) -> np.ndarray:
         x = x + self._attention(self._norm(x), block, cache, index, mask)
-        gate, up = np.split(self._norm(x) @ block.gate_up, 2, axis=-1)
+        gate_up = self._norm(x) @ block.gate_up
+        half = gate_up.shape[-1] // 2
+        gate, up = gate_up[..., :half], gate_up[..., half:]
         # SwiGLU: silu(gate) * up, silu(g) = g * sigmoid(g)
         return x + ((gate / (1 + np.exp(-gate))) * up) @ block.down
 
@@ -119,7 +121,8 @@ class Transformer:
 
 def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """RoPE on (tokens, heads, size) whose pairs are the two halves (``weights.py``)."""
-    first, second = np.split(x, 2, axis=-1)
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
     return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
