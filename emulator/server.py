@@ -1,7 +1,10 @@
 """HTTP front of the emulator: SageMaker runtime routes and the container contract.
 
 ``POST /endpoints/{EndpointName}/invocations``  InvokeEndpoint (rest-json, SigV4 not checked)
+``POST /endpoints/{EndpointName}/invocations-response-stream``  InvokeEndpointWithResponse-
+                                               Stream (chunked, AWS event stream framing)
 ``POST /endpoints/{EndpointName}/async-invocations``  InvokeEndpointAsync (202, queued)
+``GET /emulator/generations``                  the language models' generation counts
 ``POST /invocations``                          the default endpoint's container, raw answers
 ``GET /ping``                                  container health check
 """
@@ -17,21 +20,23 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import cast
 from urllib.parse import unquote, urlsplit
 
-from emulator import errors, faults
+from emulator import errors, eventstream, faults
 from emulator.asyncinvoke import AsyncInference, AsyncRequest
 from emulator.container import ContainerReply
-from emulator.runtime import InvokeRequest, Runtime
+from emulator.runtime import InvokeRequest, Runtime, StreamResult
 
 LOG = logging.getLogger("emulator")
 ENDPOINT_PATH = re.compile(r"/endpoints/([^/]+)/invocations")
 ASYNC_PATH = re.compile(r"/endpoints/([^/]+)/async-invocations")
+STREAM_PATH = re.compile(r"/endpoints/([^/]+)/invocations-response-stream")
+EVENT_STREAM = "application/vnd.amazon.eventstream"
 DRAIN_LIMIT = 64 * 1024 * 1024
 """Oversized bodies up to this are read and dropped so the client sees the 400, not a reset."""
 CHUNK = 256 * 1024
@@ -53,6 +58,8 @@ class Answer:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    stream: StreamResult | None = None
+    """Set for a response stream: its events are sent as they are made, chunked."""
 
 
 class InFlight:
@@ -262,6 +269,7 @@ class Handler(BaseHTTPRequestHandler):
         routes: dict[tuple[str, str], Callable[[bytes, int], Answer]] = {
             ("GET", "/ping"): self._ping,
             ("POST", "/invocations"): self._container,
+            ("GET", "/emulator/generations"): self._generations,
         }
         route = routes.get((self.command, path))
         if route is not None:
@@ -269,6 +277,10 @@ class Handler(BaseHTTPRequestHandler):
         match = ENDPOINT_PATH.fullmatch(path)
         if match is not None and self.command == "POST":
             return lambda body, length: self._invoke(unquote(match.group(1)), body, length)
+        streamed = STREAM_PATH.fullmatch(path)
+        if streamed is not None and self.command == "POST":
+            return lambda body, length: self._invoke_stream(unquote(streamed.group(1)), body,
+                                                            length)  # fmt: skip
         queued = ASYNC_PATH.fullmatch(path)
         if queued is not None and self.command == "POST":
             return lambda body, length: self._invoke_async(unquote(queued.group(1)), body, length)
@@ -276,6 +288,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _ping(self, body: bytes, length: int) -> Answer:
         return Answer(200, b"", {"Content-Type": "text/plain"})
+
+    def _generations(self, body: bytes, length: int) -> Answer:
+        document = json.dumps(self.emulator.runtime.generations()).encode()
+        return Answer(200, document, {"Content-Type": "application/json"})
 
     def _unknown(self, body: bytes, length: int) -> Answer:
         message = f"No operation for {self.command} {urlsplit(self.path).path}"
@@ -310,6 +326,28 @@ class Handler(BaseHTTPRequestHandler):
         answer.headers["x-Amzn-Invoked-Production-Variant"] = result.variant
         answer.note = f"variant={result.variant}"
         return answer
+
+    def _invoke_stream(self, endpoint: str, body: bytes, length: int) -> Answer:
+        headers = self.headers
+        request = InvokeRequest(
+            endpoint_name=endpoint,
+            body=body,
+            body_length=length,
+            content_type=headers.get("Content-Type"),
+            accept=headers.get("X-Amzn-SageMaker-Accept"),
+            custom_attributes=headers.get("X-Amzn-SageMaker-Custom-Attributes"),
+            target_variant=headers.get("X-Amzn-SageMaker-Target-Variant"),
+            inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
+            inference_component=headers.get("X-Amzn-SageMaker-Inference-Component"),
+        )
+        result = self.emulator.runtime.invoke_stream(request)
+        answer_headers = {"Content-Type": EVENT_STREAM,
+                          "X-Amzn-SageMaker-Content-Type": result.content_type,
+                          "x-Amzn-Invoked-Production-Variant": result.variant}  # fmt: skip
+        if result.custom_attributes is not None:
+            answer_headers["X-Amzn-SageMaker-Custom-Attributes"] = result.custom_attributes
+        return Answer(200, b"", answer_headers, note=f"variant={result.variant} stream",
+                      stream=result)  # fmt: skip
 
     def _invoke_async(self, endpoint: str, body: bytes, length: int) -> Answer:
         headers = self.headers
@@ -399,6 +437,9 @@ class Handler(BaseHTTPRequestHandler):
             raise UnreadableBody("invalid chunked framing") from error
 
     def _send(self, answer: Answer, request_id: str) -> None:
+        if answer.stream is not None:
+            self._send_stream(answer, answer.stream, request_id)
+            return
         self.send_response(answer.status)
         headers = {**answer.headers, "x-amzn-RequestId": request_id}
         headers["Content-Length"] = str(len(answer.body))
@@ -408,3 +449,34 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(answer.body)
+
+    def _send_stream(self, answer: Answer, stream: StreamResult, request_id: str) -> None:
+        """Sends each event as one HTTP chunk as soon as it is made. A caller that goes away
+        ends it at the next write (the container's answer is closed: the model stops); a
+        failure once the 200 is sent can only be an event: InternalStreamFailure."""
+        try:
+            self.send_response(200)
+            headers = {**answer.headers, "x-amzn-RequestId": request_id,
+                       "Transfer-Encoding": "chunked"}  # fmt: skip
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            events = 0
+            for event in self._events(stream, request_id):
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(event), event))
+                events += 1
+            self.wfile.write(b"0\r\n\r\n")
+            answer.note += f" events={events}"
+        finally:
+            stream.close()
+
+    def _events(self, stream: StreamResult, request_id: str) -> Iterator[bytes]:
+        try:
+            yield from stream.events
+        except CLIENT_GONE:
+            raise
+        except Exception:  # the 200 is sent: the caller learns it from an exception event
+            LOG.exception("request %s failed while streaming", request_id)
+            yield eventstream.exception_event(
+                eventstream.INTERNAL_STREAM_FAILURE,
+                {"Message": "The stream processing failed; try your request again."})

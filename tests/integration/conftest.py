@@ -136,7 +136,8 @@ def jobs_emulator_config(directory: Path) -> Path:
     InvokeEndpoint limit scaled down (see :data:`SLOW_DELAY_S`)."""
     raw = json.loads(DEFAULT_EMULATOR_CONFIG.read_text())
     for spec in raw["models"].values():
-        spec["path"] = str(DEFAULT_EMULATOR_CONFIG.parent / spec["path"])
+        if "path" in spec:  # a language model without one uses the wheel's file
+            spec["path"] = str(DEFAULT_EMULATOR_CONFIG.parent / spec["path"])
     raw["models"]["slow"]["delay_seconds"] = SLOW_DELAY_S
     raw["invocation_timeout_seconds"] = INVOKE_TIMEOUT_S
     path = directory / "emulator-jobs.json"

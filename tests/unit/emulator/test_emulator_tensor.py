@@ -708,7 +708,8 @@ def test_config_defaults_to_the_image_classifier(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("model", "named"),
     [
-        ({"kind": "tabular"}, "models.iris.kind: must be one of ['image-classifier', 'tensor']"),
+        ({"kind": "tabular"},
+         "models.iris.kind: must be one of ['image-classifier', 'tensor', 'llm']"),
         ({"kind": 3}, "models.iris.kind: must be a non-empty string"),
         ({"crop": 224}, "models.iris.crop: unknown key"),
         ({"max_instances": 0}, "models.iris.max_instances: must be an integer >= 1"),
