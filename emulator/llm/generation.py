@@ -93,7 +93,7 @@ class Generation(Iterator[Piece]):
         if self._cancel.is_set():
             self.finish_reason = CANCELLED
             return
-        logits = self._transformer.forward(prompt, cache)
+        logits = self._transformer.prefill(prompt, cache)
         while True:
             token, logprob = sampler.choose(logits)
             self.token_ids.append(token)

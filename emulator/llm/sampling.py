@@ -26,7 +26,8 @@ class Sampling:
         temperature: 0 is greedy (the most likely token, always the same answer).
         top_p: sample from the smallest set of tokens holding this much probability.
         seed: the same seed, prompt and parameters give the same tokens; None, a fresh one.
-        stop: generation ends before the first of these strings; it is not returned.
+        stop: generation ends before the first of these strings; it is not returned (a list
+            is taken, and kept as a tuple).
     """
 
     max_new_tokens: int = 256
@@ -36,6 +37,8 @@ class Sampling:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop, list):  # as JSON gives it
+            object.__setattr__(self, "stop", tuple(self.stop))
         _check_int("max_new_tokens", self.max_new_tokens, 1, None)
         _check_number("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
         _check_number("top_p", self.top_p, 0.0, 1.0)

@@ -13,6 +13,10 @@ import numpy as np
 
 from emulator.llm.weights import Block, Weights
 
+PREFILL_CHUNK = 256
+"""Prompt tokens per pass: a pass's attention scores are (heads, tokens, positions) float32,
+so a 4,096-token prompt in one pass would hold 600 MB of them; in chunks of 256, 38 MB."""
+
 
 class KVCache:
     """The keys and values of one sequence, for every block, allocated once.
@@ -51,6 +55,13 @@ class Transformer:
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.weights, min(capacity, self.context_length))
+
+    def prefill(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        """Runs a prompt in passes of ``PREFILL_CHUNK`` tokens; the last position's logits."""
+        chunks = [tokens[i:i + PREFILL_CHUNK] for i in range(0, len(tokens), PREFILL_CHUNK)]
+        for chunk in chunks[:-1]:
+            self.forward(chunk, cache)
+        return self.forward(chunks[-1], cache)
 
     def forward(self, tokens: np.ndarray, cache: KVCache, all_logits: bool = False
                 ) -> np.ndarray:

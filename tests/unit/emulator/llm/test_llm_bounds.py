@@ -69,3 +69,7 @@ def test_the_context_is_never_more_than_the_models(engine: Engine) -> None:
     large = Engine(engine.transformer, engine.tokenizer, engine.template,
                    Limits(context_length=100_000))
     assert large.context_length == engine.transformer.context_length == 8192
+
+
+def test_stop_strings_may_come_as_a_list() -> None:
+    assert Sampling(stop=["a", "b"]).stop == ("a", "b")  # type: ignore[arg-type]

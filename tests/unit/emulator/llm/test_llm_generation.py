@@ -128,3 +128,19 @@ def test_sampler_greedy_and_a_narrow_nucleus_take_the_most_likely_token() -> Non
     assert {narrow.choose(logits)[0] for _ in range(50)} == {1}
     wide = Sampler(Sampling(temperature=1.0, top_p=1.0, seed=1))
     assert {wide.choose(logits)[0] for _ in range(200)} == {0, 1, 2}
+
+
+def test_generations_in_parallel_threads_answer_as_one_alone(engine: Engine) -> None:
+    questions = [FRANCE, [{"role": "user", "content": "What is 2 plus 2?"}]]
+    alone = [engine.chat(q, Sampling(max_new_tokens=6)).read() for q in questions]
+    together: dict[int, str] = {}
+
+    def answer(index: int) -> None:
+        together[index] = engine.chat(questions[index], Sampling(max_new_tokens=6)).read()
+
+    threads = [threading.Thread(target=answer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [together[0], together[1]] == alone

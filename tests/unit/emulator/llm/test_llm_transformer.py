@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from emulator.llm import transformer
 from emulator.llm.engine import Engine
 from emulator.llm.weights import rope_halves_order
 
@@ -71,3 +72,13 @@ def test_rope_in_halves_on_reordered_dims_scores_as_interleaved_pairs() -> None:
         interleaved = _interleaved(q, qpos, 1e5) @ _interleaved(k, kpos, 1e5)
         halves = _halves(q[order], qpos, 1e5) @ _halves(k[order], kpos, 1e5)
         assert halves == pytest.approx(interleaved, rel=1e-9)
+
+
+def test_a_prompt_prefilled_in_chunks_equals_one_pass(engine: Engine, tokens: np.ndarray,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    model = engine.transformer
+    whole = model.forward(tokens, model.new_cache(len(tokens)))
+    monkeypatch.setattr(transformer, "PREFILL_CHUNK", 7)
+    cache = model.new_cache(len(tokens))
+    np.testing.assert_allclose(model.prefill(tokens, cache), whole, rtol=0, atol=2e-3)
+    assert cache.length == len(tokens)
