@@ -1,10 +1,6 @@
-"""sagegate: the routes and the event functions, each a few lines calling chalicelib.
-
-Each route hands its request to a room of :mod:`chalicelib.http` and renders the answer; each
-event function hands its event to the room that does the work, imported there so that the
-request path's cold start loads neither jobs nor the monitor. Which event functions a stage
-declares is read once, at import (:class:`~chalicelib.core.config_deployment.Deployment`).
-"""
+"""sagegate: the routes and the event functions, each handing its request or event to a room
+of chalicelib (jobs and the monitor imported in theirs, off the request path's cold start);
+which event functions a stage declares is read once, at import (``Deployment``)."""
 from __future__ import annotations
 
 import functools
@@ -81,9 +77,8 @@ def _response(answer: HttpAnswer) -> Response:
 
 
 def renders_errors(view: Callable[..., Response]) -> Callable[..., Response]:
-    """Turn sagegate's errors raised by a view into their HTTP answers: per view, as Chalice
-    answers a view's exception (a 500) before any middleware, and adds CORS headers only to
-    what the view returns."""
+    """A view's sagegate errors as their answers: per view, as Chalice answers a view's
+    exception (a 500) before any middleware, and adds CORS headers only to what it returns."""
     @functools.wraps(view)
     def wrapper(**params: str) -> Response:  # (a route's path parameters, by name)
         try:
@@ -110,8 +105,7 @@ def route(path: str, method: str = "GET", *, open_route: bool = False,
 
 @app.middleware("http")
 def correlate(event: Any, get_response: Callable[[Any], Response]) -> Response:
-    """Pin the thread's request; tag every answer, Chalice's own errors too, with its id;
-    write the request's log line and metrics."""
+    """Pin the thread's request; tag every answer with its id; write its log line, metrics."""
     started = time.perf_counter()
     with exchanges.serving(event) as log:
         response = get_response(event)
@@ -157,6 +151,17 @@ def predict_model(name: str) -> Response:
     return _response(modelcalls.serve(services.route(name), exchanges))
 
 
+# --- OpenAI's API for the llm models: OpenAI's error shape; a stream answered whole here ------
+
+@route("/v1/chat/completions", "POST", any_content_type=True)
+@route("/v1/completions", "POST", any_content_type=True)
+@route("/v1/models")
+def openai_api() -> Response:
+    """OpenAI's chat and text completions and model list, for the llm models (docs/LLM.md)."""
+    from chalicelib.http import completions  # deferred, as the page's: not every route's
+    return _response(completions.serve(lambda: services.llm, exchanges))
+
+
 # --- jobs: uploads through S3, jobs on a real-time or an asynchronous endpoint -------------
 
 @route("/uploads", "POST", any_content_type=True)
@@ -188,8 +193,6 @@ def resize() -> Response:
     return _response(resizing.resize_answer(exchanges.current(), services.settings))
 
 
-# The page's routes import chalicelib.http.pages on first use: cold starts load none of it.
-
 def _jobs_bucket() -> str:
     """The stage's jobs bucket, which the page's CSP names (raises when misconfigured)."""
     return services.settings.jobs_bucket
@@ -219,8 +222,7 @@ def openapi_description() -> Response:
 
 @route("/health", open_route=True)  # open: no auth
 def health() -> Response:
-    """Cheap liveness, no call to the endpoint. Open to anyone, so where the API has
-    authentication it says ``status`` only: the rest is behind auth at ``/health/details``."""
+    """Cheap liveness; open, so behind auth it says ``status`` only (``/health/details``)."""
     if _ACCESS.protected:
         _ = services.settings  # a misconfigured function is not healthy
         return Response(body={"status": "ok"})
@@ -235,8 +237,8 @@ def health_details() -> Response:
 
 # --- event functions: each declared only for a stage that has it (DEPLOYMENT) --------------
 
-# The data-quality monitor (docs/MONITOR.md, "Deployed"): one scheduled function; or, with
-# MONITOR_ENGINE=stepfunctions, the three a Step Functions run calls (its stage's template).
+# The data-quality monitor (docs/MONITOR.md, "Deployed"): one scheduled function, or the three
+# a Step Functions run calls (MONITOR_ENGINE=stepfunctions).
 MONITOR_FUNCTION = "monitor"  # its name in .chalice/config.json's lambda_functions
 MONITOR_PLAN_FUNCTION = "monitor_plan"  # the fanned-out run's: its window and prefixes
 MONITOR_MAP_FUNCTION = "monitor_map"  # a Distributed Map child: objects read into a part
@@ -259,8 +261,7 @@ if DEPLOYMENT.monitored:
 
         @app.lambda_function(name=MONITOR_REDUCE_FUNCTION)
         def monitor_reduce(event: dict[str, Any], context: Any) -> dict[str, Any]:
-            """An endpoint's parts merged, checked, written; its metrics' schedule named as
-            the single function's (sagegate-<stage>-monitor)."""
+            """An endpoint's parts merged, checked, written (metrics named as the single's)."""
             from chalicelib import monitoring
             name = DEPLOYMENT.function_named(app.app_name, MONITOR_REDUCE_FUNCTION)
             return monitoring.reduce_monitor(event, name.removesuffix(
@@ -276,8 +277,7 @@ if DEPLOYMENT.monitored:
                 DEPLOYMENT.function_named(app.app_name, MONITOR_FUNCTION))
 
 
-# The job functions (docs/DEPLOY.md): their work is chalicelib.jobs.functions', imported in
-# each: the request path's cold start loads no jobs.
+# The job functions (docs/DEPLOY.md): chalicelib.jobs.functions', imported in each.
 JOB_REDRIVE_FUNCTION = "job_redrive"  # runs again the queued jobs whose S3 event was lost
 JOB_RUNNER_FUNCTION = "job_runner"  # runs a job when its ticket is written
 JOB_RESULTS_FUNCTION = "job_results"  # finishes asynchronous jobs (the success topic)

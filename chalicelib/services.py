@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from chalicelib.jobs.execution import JobsExecution
     from chalicelib.jobs.service import JobsContext, JobsService
     from chalicelib.jobs.store import JobStore
+    from chalicelib.llm.completions import LlmService
 
 
 class Services:
@@ -95,6 +96,7 @@ class Services:
         self._job_pipelines: dict[str, ServingPipeline] = {}
         self._jobs_context: JobsContext | None = None
         self._after_handlers: AfterHandlers | None = None
+        self._llm: tuple[int, LlmService] | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
@@ -124,6 +126,21 @@ class Services:
                 self._registry = load_registry(settings, env, labels=load_labels(settings.labels),
                                                known=self.known)
             return self._registry
+
+    @property
+    def llm(self) -> LlmService:
+        """OpenAI's routes' work, for the registry's llm models (built again for another
+        registry, as a test may give)."""
+        from chalicelib.llm.completions import LlmService  # deferred: OpenAI's routes only
+
+        registry = self.registry
+        held = self._llm
+        if held is None or held[0] != id(registry):
+            with self._lock:
+                held = (id(registry), LlmService(registry.models, self.endpoint,
+                                                 self.settings.request_budget_seconds))
+                self._llm = held
+        return held[1]
 
     def route(self, name: str | None = None) -> ModelRoute:
         """How the model called ``name`` (the default when None) is served

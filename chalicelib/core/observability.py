@@ -108,6 +108,14 @@ class RequestLog:
     """Failures of the cache's table tier (each one fell through to the endpoint)."""
     cache_skipped_too_large: int | None = None
     """Answers not stored in the table: over DynamoDB's 400 KB item limit."""
+    prompt_tokens: int | None = None
+    """A language model's (the OpenAI routes): its usage, and where each count came from."""
+    completion_tokens: int | None = None
+    usage_source: dict[str, str] | None = None
+    finish_reason: str | None = None
+    streamed: bool | None = None
+    time_to_first_token_ms: float | None = None
+    tokens_per_second: float | None = None
     stages_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     total_ms: float = 0.0
 
@@ -116,7 +124,7 @@ class RequestLog:
         write it, with its metrics."""
         self.status = status
         if status >= 400 and isinstance(body, dict):
-            self.error_code = str(body.get("Code", "")) or None
+            self.error_code = str(body.get("Code", "")) or self.error_code
         self.total_ms = elapsed_ms
         values = dataclasses.asdict(self)
         values["stages_ms"] = {name: round(ms, 2) for name, ms in self.stages_ms.items()}
@@ -141,10 +149,15 @@ class RequestLog:
             if stage in STAGE_METRICS:
                 metrics.add_metric(name=STAGE_METRICS[stage], unit=MetricUnit.Milliseconds,
                                    value=ms)
-        metrics.add_metric(name="BytesIn", unit=MetricUnit.Bytes, value=self.body_bytes)
-        if self.image_out and "bytes" in self.image_out:
-            metrics.add_metric(name="BytesToEndpoint", unit=MetricUnit.Bytes,
-                               value=self.image_out["bytes"])
+        for metric_name, unit, amount in (  # (None: not this request's)
+                ("BytesIn", MetricUnit.Bytes, self.body_bytes),
+                ("BytesToEndpoint", MetricUnit.Bytes, (self.image_out or {}).get("bytes")),
+                ("PromptTokens", MetricUnit.Count, self.prompt_tokens),
+                ("CompletionTokens", MetricUnit.Count, self.completion_tokens),
+                ("TimeToFirstToken", MetricUnit.Milliseconds, self.time_to_first_token_ms),
+                ("TokensPerSecond", MetricUnit.CountPerSecond, self.tokens_per_second)):
+            if amount is not None:
+                metrics.add_metric(name=metric_name, unit=unit, value=amount)
         counts: dict[str | None, int | None] = {
             _CAPTURE_METRICS.get(self.capture or ""): 1,
             **{f"Shadow{outcome.capitalize()}": count
@@ -157,13 +170,16 @@ class RequestLog:
                 metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
         _publish(metrics)
         if self.error_code:
-            errors = _metrics()
-            errors.add_dimension(name="route", value=self.route)
-            errors.add_dimension(name="code", value=self.error_code)
-            if self.arm:
-                errors.add_dimension(name="arm", value=self.arm)
-            errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
-            _publish(errors)
+            self._flush_error(self.error_code)
+
+    def _flush_error(self, code: str) -> None:
+        errors = _metrics()
+        errors.add_dimension(name="route", value=self.route)
+        errors.add_dimension(name="code", value=code)
+        if self.arm:
+            errors.add_dimension(name="arm", value=self.arm)
+        errors.add_metric(name="Errors", unit=MetricUnit.Count, value=1)
+        _publish(errors)
 
 
 _CAPTURE_METRICS: dict[str, str] = {Outcome.WRITTEN: "CaptureRecords",

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import (
@@ -28,6 +28,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
     ResponseStreamingError,
 )
+from urllib3.exceptions import HTTPError as ConnectionFailure
+from urllib3.exceptions import ReadTimeoutError as StreamReadTimeout
 
 from chalicelib.calls import InvokeResult
 from chalicelib.core.aws import error_code
@@ -287,6 +289,41 @@ class EndpointClient:
             raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
                                 details={"endpoint_error": type(error).__name__}) from None
 
+    def invoke_stream(self, invocation: Invocation,
+                      deadline: float | None = None) -> EndpointStream:
+        """``InvokeEndpointWithResponseStream``, retried by the rules of :meth:`invoke` until
+        its first event has arrived, never after (a part the caller may have read would be
+        sent twice).
+
+        Raises:
+            EndpointError: (or a subclass) the stream could not be opened, or its first event
+                was an error.
+            PreprocessingTimeoutError: the budget ran out before a first attempt could start.
+        """
+        return self._retrying(invocation, lambda attempt: self._open(invocation, attempt),
+                              deadline)
+
+    def _open(self, invocation: Invocation, attempt: int) -> EndpointStream:
+        """One stream opened and its first event read (a failure there is the attempt's)."""
+        kwargs = invocation.to_kwargs()
+        kwargs.pop("TargetModel", None)  # no multi-model endpoint streams (the API has none)
+        response = self._client.invoke_endpoint_with_response_stream(**kwargs)
+        body = response["Body"]
+        events = iter(body)
+        try:
+            first = next(events, None)
+        except ClientError as error:  # an error event first: the container refused, no retry
+            _close(body)
+            raise stream_error(error) from None
+        except BaseException:
+            _close(body)
+            raise
+        return EndpointStream(
+            content_type=response.get("ContentType", ""),
+            variant=_checked_variant(response.get("InvokedProductionVariant")),
+            custom_attributes=response.get("CustomAttributes"), attempts=attempt,
+            body=body, events=events, first=first)
+
     def _answer(self, invocation: Invocation, attempt: int) -> InvokeResult:
         """One ``InvokeEndpoint``, its body read (a failure while reading is the attempt's)."""
         response = self._client.invoke_endpoint(**invocation.to_kwargs())
@@ -298,6 +335,68 @@ class EndpointClient:
             custom_attributes=response.get("CustomAttributes"),
             attempts=attempt,
         )
+
+
+@dataclasses.dataclass
+class EndpointStream:
+    """An endpoint's answer as it streams: :meth:`parts` yields each ``PayloadPart``'s bytes
+    as it arrives; :meth:`close` closes the connection (a caller that went away)."""
+
+    content_type: str
+    variant: str | None
+    custom_attributes: str | None
+    attempts: int
+    body: Any = dataclasses.field(repr=False)
+    events: Iterator[Any] = dataclasses.field(repr=False)
+    first: Any = dataclasses.field(repr=False)
+
+    def parts(self) -> Iterator[bytes]:
+        """The payload's parts, in order.
+
+        Raises:
+            ModelError: the container's stream failed (``ModelStreamError``).
+            EndpointError: (or a subclass) the stream broke off or timed out.
+        """
+        event, self.first = self.first, None
+        try:
+            while event is not None:
+                payload = event.get("PayloadPart") if isinstance(event, dict) else None
+                if payload is not None:
+                    yield bytes(payload.get("Bytes") or b"")
+                event = next(self.events, None)
+        except ClientError as error:  # botocore's EventStreamError: an error event
+            raise stream_error(error) from None
+        except (ReadTimeoutError, StreamReadTimeout):
+            raise EndpointTimeoutError("The endpoint stopped sending its answer in time.") \
+                from None
+        except (BotoCoreError, ConnectionFailure, OSError) as error:
+            # the connection broke (botocore reads the event stream from urllib3 directly)
+            logger.warning("endpoint stream broke: %s", type(error).__name__)
+            raise EndpointError("The endpoint's stream broke off.",
+                                details={"endpoint_error": type(error).__name__}) from None
+
+    def close(self) -> None:
+        """Close the stream's connection (its remaining parts are never read)."""
+        _close(self.body)
+
+
+def _close(body: Any) -> None:
+    close = getattr(body, "close", None)
+    if callable(close):
+        close()
+
+
+def stream_error(error: ClientError) -> SagegateError:
+    """An error event of a stream (``ModelStreamError``, ``InternalStreamFailure``) as
+    sagegate's error."""
+    code = error_code(error) or "Unknown"
+    message = str(error.response.get("Error", {}).get("Message", ""))[:_MAX_ECHOED_MESSAGE]
+    logger.warning("endpoint stream error %s: %s", code, message)
+    if code == "ModelStreamError":
+        return ModelError("The model's stream failed (ModelStreamError).",
+                          details={"original_message": message})
+    return EndpointError(f"The endpoint's stream failed ({code}).",
+                         details={"endpoint_error": code})
 
 
 def _retry_kind(error: ClientError) -> bool | None:

@@ -34,6 +34,7 @@ class Pipeline(enum.StrEnum):
     TENSOR = "tensor"
     SAGEMAKER_TFS = "sagemaker-tfs"
     CORTEX = "cortex"
+    LLM = "llm"
 
 
 class JobsBackend(enum.StrEnum):
@@ -55,6 +56,8 @@ class KindRules:
         content_type: the one type it sends the endpoint (None: model.json's, JSON by default).
         splits: its pre- and postprocessing run apart from the endpoint call (an
             asynchronous endpoint's jobs need it; a handler that runs around the call cannot).
+        llm: a language model: model.json's ``llm`` block names its container's schema,
+            limits and defaults (:mod:`.llmblock`), and OpenAI's routes serve it.
     """
 
     name: str
@@ -64,6 +67,7 @@ class KindRules:
     signature_required: bool = False
     content_type: str | None = None
     splits: bool = False
+    llm: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +92,7 @@ KINDS: tuple[KindRules, ...] = (
               content_type=MediaType.JSON, splits=True),
     KindRules(Pipeline.SAGEMAKER_TFS, "chalicelib.kinds.tfs", handler_file="inference.py"),
     KindRules(Pipeline.CORTEX, "chalicelib.kinds.cortex", handler_file="handler.py"),
+    KindRules(Pipeline.LLM, "chalicelib.kinds.llm", content_type=MediaType.JSON, llm=True),
 )
 
 BACKENDS: tuple[BackendRules, ...] = (

@@ -7,7 +7,7 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
 
     {"endpoint": "iris",                 # or "$IRIS_ENDPOINT": read from the stage's environment
      "pipeline": "tensor",               # a registered kind: image-classification | tensor |
-                                         # sagemaker-tfs | cortex (registry.kinds.KINDS)
+                                         # sagemaker-tfs | cortex | llm (registry.kinds.KINDS)
      "content_type": "application/json", # sent to the endpoint
      "accept": "application/json",
      "signature": {"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 4]}],
@@ -20,7 +20,8 @@ SageMaker TF Serving container's handler contract), ``handler.py`` (Cortex's) an
      "expose_handler_errors": false,      # true: a handler's exception type and message in 500s
      "image": {"resize_mode": "fill", "input_width": 299, ...},  # image-classification only
      "description": "...", "example": {...},   # shown by GET /models/{name}
-     "jobs": {"backend": "async", "endpoint": "iris-async"}}  # see registry.jobsblock
+     "jobs": {"backend": "async", "endpoint": "iris-async"},  # see registry.jobsblock
+     "llm": {"schema": "lmi-chat", ...}}  # the llm pipeline only: see registry.llmblock
 
 Every file is validated when the registry is built: an unknown or badly typed key, a missing
 variable, a handler file the pipeline needs and lacks stop start-up with a
@@ -45,6 +46,7 @@ from chalicelib.registry.experiments import read_experiment
 from chalicelib.registry.jobsblock import read_jobs
 from chalicelib.registry.kinds import BackendRules, KindRules
 from chalicelib.registry.labels import read_labels
+from chalicelib.registry.llmblock import read_llm
 from chalicelib.registry.signatures import read_signature
 from chalicelib.registry.specs import ModelSpec
 
@@ -174,7 +176,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _KEYS = {"endpoint", "pipeline", "content_type", "accept", "signature", "target_model",
          "inference_component",
          "variant", "metadata", "default_k", "image", "description", "example", "cache",
-         "expose_handler_errors", "jobs", "experiment"}
+         "expose_handler_errors", "jobs", "experiment", "llm"}
 
 
 class _ModelReader:
@@ -221,7 +223,8 @@ class _ModelReader:
                            self._endpoint_value),
             experiment=read_experiment(self.doc.get("experiment"), self.fail,
                                        self._endpoint_value, self._name_value,
-                                       self._component_value, self.folder.name))
+                                       self._component_value, self.folder.name),
+            llm=read_llm(self.doc.get("llm"), kind, self.known.kinds, self.fail))
         if kind.content_type is not None and model.content_type != kind.content_type:
             raise self.fail("content_type", f"must be {kind.content_type} for the {kind.name} "
                             "pipeline (it sends that type)")

@@ -90,6 +90,39 @@ class JobsSpec:
     invocation_timeout_seconds: int = DEFAULT_INVOCATION_TIMEOUT_SECONDS
 
 
+class LlmSchema(enum.StrEnum):
+    """What a language model's container speaks (model.json's ``llm.schema``)."""
+
+    LMI = "lmi"
+    """LMI's (DJL) text generation: ``{"inputs", "parameters"}`` -> ``{"generated_text",
+    "details"}``; streams jsonlines of ``{"token": ...}``."""
+    LMI_CHAT = "lmi-chat"
+    """LMI with a chat template: chat requests as ``{"messages", ...}`` (its chat completions
+    schema), text completions as :attr:`LMI`'s."""
+    TGI = "tgi"
+    """Hugging Face TGI: :attr:`LMI`'s generate schema; streams ``data:`` lines."""
+    OPENAI = "openai"
+    """The container speaks OpenAI's API itself: bodies passed through."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmSpec:
+    """A language model's container schema, limits and defaults (model.json's ``llm``).
+
+    Attributes:
+        max_prompt_bytes: the largest prompt (the messages' text, UTF-8) a request may send.
+        max_tokens_ceiling: the largest ``max_tokens`` a request may ask.
+        max_tokens: what a request that names none gets.
+        temperature: likewise (0: greedy).
+    """
+
+    schema: LlmSchema
+    max_prompt_bytes: int = 32_768
+    max_tokens_ceiling: int = 2048
+    max_tokens: int = 256
+    temperature: float = 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One registered model, validated (model.json's keys; see :mod:`.loading`).
@@ -125,6 +158,8 @@ class ModelSpec:
     alone has them)."""
     jobs: JobsSpec = dataclasses.field(default_factory=JobsSpec)
     experiment: Experiment | None = None
+    llm: LlmSpec | None = None
+    """A language model's (the ``llm`` kind's) container schema, limits and defaults."""
     kind: KindRules = None  # type: ignore[assignment]  # (a built-in's, by pipeline, when None)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,132 @@
+"""OpenAI's routes (``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET
+/v1/models``): the request handed to :mod:`chalicelib.llm`, every failure answered in OpenAI's
+error shape (never sagegate's ``{"Code", "Message"}`` here), and a stream delivered two ways.
+
+Chalice cannot stream: under it (Lambda, ``chalice local``) a ``stream: true`` request is
+answered whole, the same ``text/event-stream`` body of ``data:`` lines, once the model has
+finished (:func:`complete`). A server that can stream calls :func:`serve_streaming` with the
+request and writes each chunk as it is made, with the same services and the same log line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from chalicelib.core.errors import SagegateError
+from chalicelib.core.observability import RequestLog
+from chalicelib.http.exchange import Exchange, Exchanges, HttpAnswer, ServedRequest
+from chalicelib.llm.completions import EventStream, LlmService
+from chalicelib.llm.errors import OpenAIError, from_sagegate
+from chalicelib.llm.requests import Operation
+
+OPERATIONS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.TEXT}
+JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+SSE_HEADERS: Mapping[str, str] = {"Content-Type": "text/event-stream; charset=utf-8",
+                                  "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+Llm = Callable[[], LlmService]
+"""The service, built on first use (a misconfiguration raises there, answered as OpenAI's)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenAIAnswer:
+    """An OpenAI route's answer: a whole body, or a stream's events as they are made."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes | EventStream
+
+
+def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
+    """The answer to the exchange's completion request (its route says which kind)."""
+    log = exchange.log
+    try:
+        service = llm()
+        request = service.read(exchange.http_request().body, OPERATIONS[log.route])
+        log.model = request.model.name
+        if request.stream:
+            return OpenAIAnswer(200, SSE_HEADERS,
+                                service.stream(request, exchange.request_id, log))
+        document = service.complete(request, exchange.request_id, log)
+        return OpenAIAnswer(200, JSON_HEADERS, _json(document))
+    except OpenAIError as error:
+        return _error(error, log)
+    except SagegateError as error:
+        return _error(from_sagegate(error), log)
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _error(error: OpenAIError, log: RequestLog) -> OpenAIAnswer:
+    log.error_code = error.code or error.kind
+    return OpenAIAnswer(error.status, {**JSON_HEADERS, **error.headers}, _json(error.document()))
+
+
+def serve(llm: Llm, exchanges: Exchanges) -> HttpAnswer:
+    """The thread's request of an OpenAI route, answered whole (a stream's events buffered)."""
+    exchange = exchanges.current()
+    if exchange.log.route not in OPERATIONS:
+        return list_models(llm)
+    found = answer(llm, exchange)
+    body = found.body if isinstance(found.body, bytes) else b"".join(found.body)
+    return HttpAnswer(body.decode("utf-8"), found.headers, found.status)
+
+
+def list_models(llm: Llm) -> HttpAnswer:
+    """``GET /v1/models``."""
+    try:
+        return HttpAnswer(_json(llm().list_models()).decode(), JSON_HEADERS)
+    except SagegateError as error:
+        failure = from_sagegate(error)
+        return HttpAnswer(_json(failure.document()).decode(),
+                          {**JSON_HEADERS, **failure.headers}, failure.status)
+
+
+def serve_streaming(llm: Llm, exchanges: Exchanges,
+                    request: ServedRequest) -> tuple[int, dict[str, str], LoggedBody]:
+    """For a server that streams: ``request`` (a completion route's, its API key already
+    checked) answered as its status, headers and body, whose events come as the model makes
+    them. The request's log line is written when the body ends or is closed (close it when
+    the client goes away: the container's stream is closed with it)."""
+    started = time.perf_counter()
+    with exchanges.serving(request) as log:
+        found = answer(llm, exchanges.current())
+    headers = {**found.headers, "X-Request-Id": log.request_id}
+    if log.correlation_id:
+        headers["X-Correlation-Id"] = log.correlation_id
+    return found.status, headers, LoggedBody(found, log, started)
+
+
+class LoggedBody:
+    """An answer's body, event by event, whose end (or close) writes the request's log line."""
+
+    def __init__(self, found: OpenAIAnswer, log: RequestLog, started: float) -> None:
+        self._found, self._log, self._started = found, log, started
+        self._events: Iterator[bytes] = iter([found.body]) if isinstance(found.body, bytes) \
+            else iter(found.body)
+        self._ended = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._events)
+        except StopIteration:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End the body: the container's stream closed, the log line written (once)."""
+        if self._ended:
+            return
+        self._ended = True
+        if isinstance(self._found.body, EventStream):
+            self._found.body.close()
+        self._log.finish(self._found.status, None,
+                         (time.perf_counter() - self._started) * 1000.0)

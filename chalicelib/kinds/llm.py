@@ -1,0 +1,59 @@
+"""The ``llm`` kind: a language model's container. Its model route passes the container's own
+body through, both ways, as the body kinds do (``POST /models/{name}/predict`` with LMI's
+``{"inputs", "parameters"}``, say); OpenAI's routes (:mod:`chalicelib.llm`) are its other door,
+and model.json's ``llm`` block (:mod:`chalicelib.registry.llmblock`) says what its container
+speaks."""
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib.calls import Answer, Call, CallOptions, Invoke
+from chalicelib.core.media import MediaType
+from chalicelib.inference.serving import HandledModel
+from chalicelib.kinds.base import BodyKind, Parts
+from chalicelib.registry.specs import LlmSchema, ModelSpec
+
+ACCEPTED = (str(MediaType.JSON),)
+OPENAI_PATHS = {LlmSchema.LMI: ("/v1/completions",), LlmSchema.TGI: ("/v1/completions",)}
+"""The OpenAI routes a schema serves (every other: chat and text completions)."""
+_BOTH = ("/v1/chat/completions", "/v1/completions")
+_EXAMPLES: dict[LlmSchema, Any] = {
+    LlmSchema.LMI: {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 16}},
+    LlmSchema.TGI: {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 16}},
+    LlmSchema.LMI_CHAT: {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
+    LlmSchema.OPENAI: {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
+}
+
+
+def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
+        request_id: str) -> Answer:
+    """The container's body sent as it came; its answer returned as it came."""
+    result = invoke(call.body, MediaType.JSON, model.accept)
+    return Answer(result.body, result.content_type or MediaType.JSON)
+
+
+class LlmKind(BodyKind):
+    """See the module."""
+
+    def accepts(self, model: ModelSpec) -> tuple[str, ...]:
+        return ACCEPTED
+
+    def pipeline(self, model: ModelSpec, parts: Parts) -> HandledModel:
+        return HandledModel(parts.server, model, run)
+
+    def example(self, model: ModelSpec) -> Any:
+        assert model.llm is not None  # the registry reads an llm model's block
+        return _EXAMPLES[model.llm.schema]
+
+    def describe(self, model: ModelSpec) -> dict[str, Any]:
+        spec = model.llm
+        assert spec is not None
+        return {"llm": {"schema": str(spec.schema),
+                        "limits": {"max_prompt_bytes": spec.max_prompt_bytes,
+                                   "max_tokens": spec.max_tokens_ceiling},
+                        "defaults": {"max_tokens": spec.max_tokens,
+                                     "temperature": spec.temperature},
+                        "openai_paths": list(OPENAI_PATHS.get(spec.schema, _BOTH))}}
+
+
+KIND = LlmKind()
