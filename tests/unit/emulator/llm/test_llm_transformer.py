@@ -82,3 +82,21 @@ def test_a_prompt_prefilled_in_chunks_equals_one_pass(engine: Engine, tokens: np
     cache = model.new_cache(len(tokens))
     np.testing.assert_allclose(model.prefill(tokens, cache), whole, rtol=0, atol=2e-3)
     assert cache.length == len(tokens)
+
+
+EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+          "It is named after the engineer Gustave Eiffel, whose company designed and built the "
+          "tower from 1887 to 1889. Locally nicknamed La dame de fer, it was constructed as the "
+          "centrepiece of the 1889 World's Fair, and to crown the centennial anniversary of the "
+          "French Revolution.")
+
+
+def test_the_model_predicts_natural_text_well(engine: Engine) -> None:
+    """Mean negative log-likelihood per token of a Wikipedia paragraph: 2.15 with this forward
+    pass; 3.97 with RoPE applied to the file's Q/K order as halves (the wrong pairing)."""
+    ids = np.array(engine.tokenizer.encode(EIFFEL))
+    model = engine.transformer
+    logits = model.forward(ids, model.new_cache(len(ids)), all_logits=True)[:-1]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logprobs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    assert -logprobs[np.arange(len(ids) - 1), ids[1:]].mean() < 2.5
