@@ -303,7 +303,11 @@ def _include_usage(document: Mapping[str, Any], stream: bool) -> bool:
     if unknown:
         raise invalid(f"Unrecognized stream option: {unknown[0][:64]}",
                       f"stream_options.{unknown[0][:64]}", "unknown_parameter")
-    return _flag(options, "include_usage")
+    include = options.get("include_usage")
+    if include is not None and not isinstance(include, bool):
+        raise invalid("Invalid type for 'stream_options.include_usage': expected a boolean.",
+                      "stream_options.include_usage", TYPE)
+    return bool(include)
 
 
 def _messages(document: Mapping[str, Any]) -> tuple[Message, ...]:
