@@ -45,7 +45,8 @@ def test_the_catalog_lists_every_model_and_describes_one(harness: Harness) -> No
     assert pipelines == {"efficientnet-lite0": "image-classification", "iris": "tensor",
                          "iris-cortex": "cortex", "sentiment": "sagemaker-tfs",
                          "slow": "tensor", "efficientnet-lite0-ab": "image-classification",
-                         "efficientnet-lite0-shadow": "image-classification"}
+                         "efficientnet-lite0-shadow": "image-classification",
+                         "smollm2": "llm"}
     assert listed["default"] == "efficientnet-lite0"
     # this stage serves no jobs (no JOBS_BUCKET): the catalog offers none (test_jobs_routes
     # reads a jobs stage's entries)
