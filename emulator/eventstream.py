@@ -31,6 +31,8 @@ TIME_EXCEEDED = "ModelInvocationTimeExceeded"
 
 def _header(name: str, value: str) -> bytes:
     raw_name, raw_value = name.encode(), value.encode()
+    if len(raw_name) > 255 or len(raw_value) > 65535:
+        raise ValueError(f"event stream header {name[:40]!r} too long")
     return (bytes([len(raw_name)]) + raw_name + bytes([STRING])
             + struct.pack(">H", len(raw_value)) + raw_value)  # fmt: skip
 
@@ -43,7 +45,7 @@ def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
         payload: the message's bytes.
 
     Raises:
-        ValueError: the headers or the payload are over what a reader accepts.
+        ValueError: a header, the headers or the payload are over what a reader accepts.
     """
     encoded = b"".join(_header(name, value) for name, value in headers.items())
     if len(encoded) > MAX_HEADERS_BYTES or len(payload) > MAX_PAYLOAD_BYTES:

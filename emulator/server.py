@@ -454,18 +454,21 @@ class Handler(BaseHTTPRequestHandler):
         """Sends each event as one HTTP chunk as soon as it is made. A caller that goes away
         ends it at the next write (the container's answer is closed: the model stops); a
         failure once the 200 is sent can only be an event: InternalStreamFailure."""
+        chunked = self.request_version != "HTTP/1.0"  # else the body ends with the connection
         try:
             self.send_response(200)
-            headers = {**answer.headers, "x-amzn-RequestId": request_id,
-                       "Transfer-Encoding": "chunked"}  # fmt: skip
+            headers = {**answer.headers, "x-amzn-RequestId": request_id}
+            headers.update({"Transfer-Encoding": "chunked"} if chunked else {"Connection": "close"})
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
             events = 0
             for event in self._events(stream, request_id):
-                self.wfile.write(b"%X\r\n%s\r\n" % (len(event), event))
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(event), event) if chunked else event)
                 events += 1
-            self.wfile.write(b"0\r\n\r\n")
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = self.close_connection or not chunked
             answer.note += f" events={events}"
         finally:
             stream.close()
