@@ -219,22 +219,31 @@ def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmReque
                         "parameters.return_full_text"))  # fmt: skip
 
 
+def _given(document: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """A field's value, ``default`` when it is absent or null (OpenAI's clients send nulls
+    for fields they leave unset)."""
+    value = document.get(key)
+    return default if value is None else value
+
+
 def _chat_refusals(document: Mapping[str, object]) -> None:
-    named = sorted(CHAT_UNSUPPORTED & set(document))
+    named = sorted(key for key in CHAT_UNSUPPORTED & set(document) if document[key] is not None)
     if named:
         raise Refused(f"{named[0]} is not supported by this container")
-    _unknown(document, CHAT_KEYS, "")
-    n = document.get("n", 1)
+    _unknown(document, CHAT_KEYS | CHAT_UNSUPPORTED, "")
+    n = _given(document, "n", 1)
     if n != 1:
         raise Refused(f"n must be 1 (this container makes one choice), got {json.dumps(n)}")
-    if document.get("logprobs") not in (None, False):
+    if _given(document, "logprobs", False) is not False:
         raise Refused("logprobs is not supported by this container")
-    if "max_tokens" in document and "max_completion_tokens" in document:
+    if _given(document, "max_tokens") is not None and \
+            _given(document, "max_completion_tokens") is not None:
         raise Refused("give max_tokens or max_completion_tokens, not both")
 
 
 def parse_chat(document: dict[str, Any], default_max_new_tokens: int) -> LlmRequest:
-    """Reads LMI's chat completions body (OpenAI's fields; ``temperature`` 1 by default).
+    """Reads LMI's chat completions body (OpenAI's fields; ``temperature`` 1 by default; a
+    null is an absent field).
 
     Raises:
         Refused: an unknown, unsupported or ill-typed field.
@@ -244,21 +253,21 @@ def parse_chat(document: dict[str, Any], default_max_new_tokens: int) -> LlmRequ
     messages = document.get("messages")
     if not isinstance(messages, list):
         raise Refused("messages must be a list of {role, content} objects")
-    options = _object(document.get("stream_options") or {}, "stream_options")
+    options = _object(_given(document, "stream_options", {}), "stream_options")
     _unknown(options, frozenset({"include_usage"}), "stream_options.")
     model = document.get("model")
     if model is not None and not isinstance(model, str):
         raise Refused("model must be a string")
-    limit = document.get("max_completion_tokens", document.get("max_tokens"))
+    limit = _given(document, "max_completion_tokens", _given(document, "max_tokens"))
     sampling = Sampling(
         max_new_tokens=default_max_new_tokens if limit is None else limit,
-        temperature=document.get("temperature", 1.0), top_p=document.get("top_p", 1.0),
+        temperature=_given(document, "temperature", 1.0), top_p=_given(document, "top_p", 1.0),
         seed=document.get("seed"), stop=_stops(document.get("stop"), "stop"))
     stream = document.get("stream")
     return LlmRequest(
         sampling, messages=messages, model=model,
         stream=None if stream is None else _flag(stream, "stream"),
-        include_usage=_flag(options.get("include_usage", False),
+        include_usage=_flag(_given(options, "include_usage", False),
                             "stream_options.include_usage"))  # fmt: skip
 
 

@@ -190,3 +190,15 @@ def test_closing_a_stream_stops_its_generation(engine: Engine) -> None:
     assert opened.generation.finish_reason == "cancelled"
     assert model.generations() == {"started": 1, "active": 0, "completed": 0, "cancelled": 1,
                                    "tokens": 2}
+
+
+def test_chat_nulls_are_absent_fields() -> None:
+    document = {"messages": [{"role": "user", "content": "Hi"}], "temperature": None,
+                "top_p": None, "max_tokens": None, "n": None, "stop": None, "tools": None,
+                "stream": None, "stream_options": None, "logprobs": None}
+
+    request = parse_request(body(document), "application/json", None, 16)
+
+    assert (request.sampling.temperature, request.sampling.top_p) == (1.0, 1.0)
+    assert (request.sampling.max_new_tokens, request.stream, request.include_usage) == (
+        16, None, False)
