@@ -313,9 +313,9 @@ def _lmi_token(piece: Piece) -> dict[str, Any]:
     return token
 
 
-class Answer:
-    """Turns a generation's pieces into the container's bytes: one line per piece when
-    streamed, else one document at the end."""
+class OutputFormatter:
+    """Turns a generation's pieces into the container's bytes, as LMI's output formatters
+    do: one line per piece when streamed, else one document at the end."""
 
     def __init__(self, request: LlmRequest, generation: Generation, end_ids: frozenset[int],
                  model: str, streamed: bool) -> None:
@@ -333,7 +333,7 @@ class Answer:
                 self.tokens.append(_lmi_token(piece))
             return b""
         if self.request.chat:
-            return _line(self._chunk({"content": piece.text}, piece, last))
+            return _line(self._chunk({"content": piece.text}, last))
         line: dict[str, Any] = {"token": _lmi_token(piece)}
         if last:
             line["generated_text"] = self._text()
@@ -381,7 +381,7 @@ class Answer:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.model}  # fmt: skip
 
-    def _chunk(self, delta: dict[str, Any], piece: Piece, last: bool) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, Any], last: bool) -> dict[str, Any]:
         if len(self.generation.token_ids) == 1:
             delta = {"role": "assistant", **delta}
         choice = {"index": 0, "delta": delta, "logprobs": None,
@@ -414,7 +414,7 @@ class TokenStream:
     place among the concurrent generations and counts it.
     """
 
-    def __init__(self, generation: Generation, answer: Answer, release: Callable[[], None],
+    def __init__(self, generation: Generation, answer: OutputFormatter, release: Callable[[], None],
                  counters: Counters) -> None:
         self.generation, self.answer = generation, answer
         self.content_type = answer.content_type
@@ -535,7 +535,7 @@ class LanguageContainer:
             self._slots.release()
             raise
         streamed = streamed_by_default if request.stream is None else request.stream
-        answer = Answer(request, generation, engine.end_ids, self.name, streamed)
+        answer = OutputFormatter(request, generation, engine.end_ids, self.name, streamed)
         return TokenStream(generation, answer, self._slots.release, self.counters)
 
     def _loaded(self) -> Engine:
