@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-from emulator.llm.engine import Engine
+from emulator.llm.engine import BACKENDS, ONNXRUNTIME, Engine
 from emulator.llm.generation import Generation
 from emulator.llm.sampling import Sampling
 
@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stop", action="append", default=[], help="a stop string (repeat)")
     parser.add_argument("--runs", type=int, default=1,
                         help="generate this many times; the figures are the medians")
+    parser.add_argument("--backend", choices=BACKENDS, default=ONNXRUNTIME,
+                        help="how one-token steps run (default: %(default)s)")
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="numpy's BLAS threads (default: the engine's, 1)")
     return parser
@@ -59,8 +61,8 @@ def _timed(generation: Generation, echo: bool) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     began = time.perf_counter()
-    engine = (Engine.load() if args.blas_threads is None
-              else Engine.load(blas_threads=args.blas_threads))
+    engine = (Engine.load(backend=args.backend) if args.blas_threads is None
+              else Engine.load(backend=args.backend, blas_threads=args.blas_threads))
     loaded = time.perf_counter() - began
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))

@@ -73,3 +73,8 @@ def test_the_context_is_never_more_than_the_models(engine: Engine) -> None:
 
 def test_stop_strings_may_come_as_a_list() -> None:
     assert Sampling(stop=["a", "b"]).stop == ("a", "b")  # type: ignore[arg-type]
+
+
+def test_an_unknown_backend_is_refused_before_anything_loads() -> None:
+    with pytest.raises(ValueError, match="backend 'torch': one of onnxruntime, numpy"):
+        Engine.load(backend="torch")

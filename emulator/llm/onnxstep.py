@@ -1,0 +1,214 @@
+"""The decoder step as one ONNX graph for onnxruntime, its matrices in 4 or 8 bits.
+
+A decoding step reads every weight once, so its speed is the weights' size: float32 in numpy
+is ~540 MB a token. onnxruntime's ``MatMulNBits`` (com.microsoft) multiplies by weights kept
+in 4 or 8 bits per value (blocks of 32 with a float32 scale each), with int8 activations
+(``accuracy_level`` 4, the fast kernels on x86). The graph is one whole step: 30 blocks and
+the output projection, the KV cache passed in whole and the new position's keys and values
+handed back, one ``run`` a token. The prompt's batched passes stay numpy's (float32).
+
+The weights are quantized again from their float32 form (symmetric per block, no zero point):
+GGUF's Q4_1 keeps a float minimum per block, which ``MatMulNBits`` takes only as float zero
+points, on a path 30 times slower. The model's answers move accordingly (README: figures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from emulator.llm.transformer import KVCache, Transformer
+from emulator.llm.weights import Block, Weights
+
+BLOCK = 32
+ACCURACY_LEVEL = 4
+"""MatMulNBits' int8-activation kernels; levels 0 and 1 (float activations) ran 4x slower."""
+DOMAIN = "com.microsoft"
+
+
+def quantize(matrix: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``matrix`` (in, out) as MatMulNBits' ``B`` (out, in / 32, 32 * bits / 8) and scales.
+
+    Symmetric per block of 32 inputs: ``w = scale * (q - 2 ** (bits - 1))``.
+    """
+    rows = np.ascontiguousarray(matrix.T, dtype=np.float32)
+    out, size = rows.shape
+    blocks = rows.reshape(out, size // BLOCK, BLOCK)
+    middle = 2 ** (bits - 1)
+    largest = np.abs(blocks).max(axis=-1, keepdims=True)
+    scales = np.where(largest > 0, largest / (middle - 1), 1.0).astype(np.float32)
+    q = np.clip(np.rint(blocks / scales) + middle, 0, 2 * middle - 1).astype(np.uint8)
+    if bits == 4:
+        q = q[..., 0::2] | (q[..., 1::2] << 4)  # two per byte, the first in the low nibble
+    return np.ascontiguousarray(q), scales.reshape(-1)
+
+
+class _Graph:
+    """Collects nodes and initializers while the step's graph is written."""
+
+    def __init__(self, bits: int) -> None:
+        import onnx.helper
+        import onnx.numpy_helper
+
+        self.helper, self.arrays = onnx.helper, onnx.numpy_helper
+        self.bits = bits
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self._count = 0
+
+    def name(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def constant(self, value: np.ndarray, hint: str = "c") -> str:
+        name = self.name(hint)
+        self.initializers.append(self.arrays.from_array(value, name))
+        return name
+
+    def op(self, kind: str, inputs: list[str], hint: str = "t", domain: str = "",
+           **attributes: Any) -> str:
+        out = self.name(hint)
+        self.nodes.append(self.helper.make_node(kind, inputs, [out], domain=domain or None,
+                                                **attributes))
+        return out
+
+    def matmul(self, x: str, matrix: np.ndarray, hint: str) -> str:
+        """``x @ matrix`` (matrix (in, out)) in ``bits``-bit weights."""
+        packed, scales = quantize(matrix, self.bits)
+        size, out = matrix.shape
+        return self.op("MatMulNBits", [x, self.constant(packed, hint + "_q"),
+                                       self.constant(scales, hint + "_s")], hint,
+                       domain=DOMAIN, K=size, N=out, bits=self.bits, block_size=BLOCK,
+                       accuracy_level=ACCURACY_LEVEL)
+
+    def slice(self, x: str, start: int, end: int, axis: int = -1) -> str:
+        return self.op("Slice", [x, self.constant(np.array([start])),
+                                 self.constant(np.array([end])),
+                                 self.constant(np.array([axis]))], "slice")
+
+    def norm(self, x: str, eps: float) -> str:
+        mean = self.op("ReduceMean", [self.op("Mul", [x, x])], "mean", axes=[-1], keepdims=1)
+        eps_value = self.constant(np.array(eps, dtype=np.float32))
+        root = self.op("Sqrt", [self.op("Add", [mean, eps_value])])
+        return self.op("Div", [x, root], "norm")
+
+    def rotate(self, x: str, half: int) -> str:
+        first, second = self.slice(x, 0, half), self.slice(x, half, 2 * half)
+        return self.op("Concat", [
+            self.op("Sub", [self.op("Mul", [first, "cos"]), self.op("Mul", [second, "sin"])]),
+            self.op("Add", [self.op("Mul", [second, "cos"]), self.op("Mul", [first, "sin"])]),
+        ], "rope", axis=-1)
+
+
+def _attention(graph: _Graph, weights: Weights, block: Block, index: int, h: str
+               ) -> tuple[str, str, str]:
+    """One block's attention for the new token; returns (output, its key, its value)."""
+    shape = weights.shape
+    size, groups, per_group = shape.head_size, shape.kv_heads, shape.heads // shape.kv_heads
+    width, kv_width = shape.heads * size, groups * size
+    qkv = graph.matmul(h, block.qkv, f"qkv{index}")
+
+    def reshaped(x: str, dims: list[int]) -> str:
+        return graph.op("Reshape", [x, graph.constant(np.array(dims))])
+
+    q = graph.rotate(reshaped(graph.slice(qkv, 0, width), [groups, per_group, size]), size // 2)
+    k = graph.rotate(reshaped(graph.slice(qkv, width, width + kv_width), [groups, 1, size]),
+                     size // 2)
+    v = reshaped(graph.slice(qkv, width + kv_width, width + 2 * kv_width), [groups, 1, size])
+    past_end = graph.op("Concat", [graph.constant(np.array([index + 1, groups])), "length",
+                                   graph.constant(np.array([size]))], axis=0)
+    starts = graph.constant(np.array([index, 0, 0, 0]))
+
+    def history(cache: str, new: str) -> str:
+        past = graph.op("Squeeze", [graph.op("Slice", [cache, starts, past_end]),
+                                    graph.constant(np.array([0]))])
+        return graph.op("Concat", [past, new], axis=1)
+
+    keys, values = history("keys", k), history("values", v)
+    scores = graph.op("Softmax", [graph.op("MatMul", [
+        q, graph.op("Transpose", [keys], perm=[0, 2, 1])])], axis=-1)
+    heads = reshaped(graph.op("MatMul", [scores, values]), [1, width])
+    return graph.matmul(heads, block.output, f"out{index}"), k, v
+
+
+def build(weights: Weights, bits: int) -> bytes:
+    """The serialized step graph: inputs ``x`` (1, width) the token's embedding, ``cos`` and
+    ``sin`` (head_size / 2,) its position's, ``keys``/``values`` the cache (blocks, kv_heads,
+    capacity, head_size), ``length`` (1,) its filled positions; outputs ``logits`` (1, vocab),
+    ``new_keys``/``new_values`` (blocks, kv_heads, 1, head_size)."""
+    from onnx import TensorProto
+
+    graph, shape = _Graph(bits), weights.shape
+    x, new_keys, new_values = "x", [], []
+    for index, block in enumerate(weights.blocks):
+        attended, k, v = _attention(graph, weights, block, index, graph.norm(x, shape.rms_eps))
+        x = graph.op("Add", [x, attended], "residual")
+        gate_up = graph.matmul(graph.norm(x, shape.rms_eps), block.gate_up, f"gu{index}")
+        gate = graph.slice(gate_up, 0, shape.ffn_width)
+        up = graph.slice(gate_up, shape.ffn_width, 2 * shape.ffn_width)
+        swiglu = graph.op("Mul", [graph.op("Mul", [gate, graph.op("Sigmoid", [gate])]), up])
+        x = graph.op("Add", [x, graph.matmul(swiglu, block.down, f"down{index}")], "residual")
+        new_keys.append(k)
+        new_values.append(v)
+    head = (weights.head * weights.output_norm[None, :]).T
+    graph.nodes.append(graph.helper.make_node(
+        "MatMulNBits", [graph.norm(x, shape.rms_eps), graph.constant(quantize(head, bits)[0]),
+                        graph.constant(quantize(head, bits)[1])], ["logits"], domain=DOMAIN,
+        K=shape.width, N=shape.vocab_size, bits=bits, block_size=BLOCK,
+        accuracy_level=ACCURACY_LEVEL))
+    new = [shape.blocks, shape.kv_heads, 1, shape.head_size]
+    for name, parts in (("new_keys", new_keys), ("new_values", new_values)):
+        graph.nodes.append(graph.helper.make_node(
+            "Reshape", [graph.op("Concat", parts, axis=0), graph.constant(np.array(new))],
+            [name]))
+    cache = [shape.blocks, shape.kv_heads, "capacity", shape.head_size]
+    half = shape.head_size // 2
+    inputs = [graph.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, shape.width]),
+              graph.helper.make_tensor_value_info("cos", TensorProto.FLOAT, [half]),
+              graph.helper.make_tensor_value_info("sin", TensorProto.FLOAT, [half]),
+              graph.helper.make_tensor_value_info("keys", TensorProto.FLOAT, cache),
+              graph.helper.make_tensor_value_info("values", TensorProto.FLOAT, cache),
+              graph.helper.make_tensor_value_info("length", TensorProto.INT64, [1])]
+    outputs = [graph.helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                   [1, shape.vocab_size]),
+               graph.helper.make_tensor_value_info("new_keys", TensorProto.FLOAT, new),
+               graph.helper.make_tensor_value_info("new_values", TensorProto.FLOAT, new)]
+    model = graph.helper.make_model(
+        graph.helper.make_graph(graph.nodes, "decoder_step", inputs, outputs,
+                                graph.initializers),
+        opset_imports=[graph.helper.make_opsetid("", 17),
+                       graph.helper.make_opsetid(DOMAIN, 1)])
+    model.ir_version = 9
+    return bytes(model.SerializeToString())
+
+
+class OnnxTransformer(Transformer):
+    """The numpy transformer, its one-token steps run by onnxruntime in ``bits``-bit weights."""
+
+    def __init__(self, weights: Weights, bits: int = 4, threads: int = 1) -> None:
+        import onnxruntime
+
+        super().__init__(weights)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3  # errors only
+        self._session = onnxruntime.InferenceSession(
+            build(weights, bits), options, providers=["CPUExecutionProvider"])
+
+    def forward(self, tokens: np.ndarray, cache: KVCache, all_logits: bool = False
+                ) -> np.ndarray:
+        if len(tokens) != 1 or all_logits:
+            return super().forward(tokens, cache, all_logits)
+        position = cache.length
+        if position + 1 > cache.capacity:
+            raise ValueError(f"1 token after {position} does not fit a cache of "
+                             f"{cache.capacity}")
+        logits, keys, values = self._session.run(None, {
+            "x": self.weights.embeddings[tokens], "cos": self._cos[position, 0],
+            "sin": self._sin[position, 0], "keys": cache.keys, "values": cache.values,
+            "length": np.array([position])})
+        cache.keys[:, :, position:position + 1] = keys
+        cache.values[:, :, position:position + 1] = values
+        cache.length = position + 1
+        return np.asarray(logits[0])
