@@ -5,9 +5,9 @@ one line of its stream read into a :class:`Piece`.
 * ``lmi`` and ``tgi`` (:class:`Generate`): ``{"inputs", "parameters"}`` ->
   ``{"generated_text", "details"}`` (TGI answers a list of one); streams of
   ``{"token": {...}}`` lines, the last adding ``generated_text`` and ``details``;
-* ``lmi-chat`` (:class:`LmiChat`): chat requests as LMI's chat body (OpenAI's fields, no model)
-  -> a ``chat.completion`` (streamed: ``chat.completion.chunk`` lines); text completions as
-  ``lmi``'s;
+* ``lmi-chat`` (:class:`LmiChat`): chat requests as LMI's chat body (OpenAI's fields, no model;
+  a stream asks for its usage chunk) -> a ``chat.completion`` (streamed:
+  ``chat.completion.chunk`` lines); text completions as ``lmi``'s;
 * ``openai`` (:class:`PassThrough`): the client's body, without ``model``, as it came.
 
 Finish reasons are OpenAI's (``eos_token`` and ``stop_sequence`` are ``stop``).
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from chalicelib.core.errors import InvalidEndpointResponseError
-from chalicelib.llm.requests import CompletionRequest, Operation
+from chalicelib.llm.requests import CompletionRequest, Message, Operation
 from chalicelib.registry.specs import LlmSchema
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "stop": "stop", "eos": "stop",
@@ -213,11 +213,13 @@ class LmiChat(ChatCompletions):
             return self.generate.body(request)
         sampling = request.sampling
         document: dict[str, Any] = {
-            "messages": [message.to_dict() for message in request.messages],
+            "messages": [_lmi_message(message) for message in request.messages],
             "max_tokens": sampling.max_tokens, "temperature": sampling.temperature}
         optional = {"top_p": sampling.top_p, "seed": sampling.seed,
-                    "stop": list(sampling.stop) or None, "stream": request.stream or None}
+                    "stop": list(sampling.stop) or None}
         document.update({key: value for key, value in optional.items() if value is not None})
+        if request.stream:  # its usage chunk: the container's counts, not ours
+            document.update(stream=True, stream_options={"include_usage": True})
         return json.dumps(document).encode()
 
     def answer(self, body: bytes, request: CompletionRequest) -> Completion:
@@ -229,6 +231,15 @@ class LmiChat(ChatCompletions):
         if request.operation == Operation.TEXT:
             return self.generate.piece(line, request)
         return dataclasses.replace(super().piece(line, request), chunk=None)
+
+
+def _lmi_message(message: Message) -> dict[str, str]:
+    """A message as LMI's chat schema takes it: OpenAI's ``developer`` role is its
+    ``system`` (the instructions, by their newer name)."""
+    document = message.to_dict()
+    if message.role == "developer":
+        document["role"] = "system"
+    return document
 
 
 class PassThrough(ChatCompletions):

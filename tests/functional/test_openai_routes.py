@@ -217,8 +217,8 @@ def test_a_stream_is_answered_as_server_sent_events_whatever_the_parts(
         harness: Harness, capsys: pytest.CaptureFixture[str]) -> None:
     upstream = Upstream(split(PARIS, 7))  # lines cut across parts
     expect_stream(harness, upstream, json.dumps(
-        {"messages": QUESTION, "max_tokens": 128, "temperature": 0.0,
-         "stream": True}).encode())
+        {"messages": QUESTION, "max_tokens": 128, "temperature": 0.0, "stream": True,
+         "stream_options": {"include_usage": True}}).encode())
     capsys.readouterr()
     status, headers, body = post(harness, "/v1/chat/completions", {
         "model": MODEL, "messages": QUESTION, "stream": True,

@@ -49,7 +49,9 @@ def test_sampling_parameters_go_only_when_sampling() -> None:
 def test_lmi_chat_gets_messages_for_chat_and_inputs_for_text() -> None:
     assert sent({"model": "smol", "messages": HELLO, "max_tokens": 5, "temperature": 0,
                  "stream": True}) == {"messages": HELLO, "max_tokens": 5, "temperature": 0.0,
-                                      "stream": True}
+                                      "stream": True, "stream_options": {"include_usage": True}}
+    developer = [{"role": "developer", "content": "Be brief."}, *HELLO]
+    assert sent({"model": "smol", "messages": developer})["messages"][0]["role"] == "system"
     assert "inputs" in sent({"model": "smol", "prompt": "Once"}, Operation.TEXT)
 
 
