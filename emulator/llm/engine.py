@@ -25,12 +25,12 @@ END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 NUMPY = "numpy"
 ONNXRUNTIME = "onnxruntime"
 BACKENDS = (ONNXRUNTIME, NUMPY)
-"""How one-token steps run: onnxruntime's graph in 8-bit weights (``onnxstep.py``: 1.45x
+"""How one-token steps run: onnxruntime's graph in 8-bit weights (``onnxstep.py``: 1.6x
 numpy's rate, the same predictions to 0.001 nats a token), or numpy in float32. Prompts run
 in numpy either way."""
 STEP_BITS = 8
-"""onnxruntime's weights: 8 bits keep the model's quality; 4 bits were faster again (42
-against 31 tokens/s) but predicted worse (2.89 nats a token against 2.15: README)."""
+"""onnxruntime's weights: 8 bits keep the model's quality; 4 bits were faster again (44
+against 29 tokens/s) but predicted worse (2.89 nats a token against 2.15: README)."""
 BLAS_THREADS = 1
 """Decoding multiplies vectors by matrices: bound by memory, not arithmetic. A second
 OpenBLAS thread buys little on a quiet machine and spins against any other load (measured on
