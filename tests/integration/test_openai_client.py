@@ -1,15 +1,18 @@
-"""The real ``openai`` package, unchanged, against sagegate under ``chalice local`` on 127.0.0.1,
-whose SageMaker runtime is a stand-in endpoint on 127.0.0.1 speaking the wire an LMI container
-behind SageMaker does: InvokeEndpoint with LMI's chat and generate bodies, and
+"""The real ``openai`` package, unchanged, against sagegate under ``chalice local`` on 127.0.0.1.
+
+Its SageMaker runtime is first a stand-in endpoint on 127.0.0.1 speaking the wire an LMI
+container behind SageMaker does: InvokeEndpoint with LMI's chat and generate bodies, and
 InvokeEndpointWithResponseStream answering ``application/vnd.amazon.eventstream`` frames (the
 emulator's encoder) of jsonlines chunks, one JSON line cut across two PayloadParts, and a
-``ModelStreamError`` event when asked. (``chalice local`` answers a stream whole: the chunks
-reach the client at the end; streaming as they are made is the local server's.)"""
+``ModelStreamError`` event when asked; then the emulator itself, whose ``smollm2`` endpoint runs
+the real model. (``chalice local`` answers a stream whole: the chunks reach the client at the
+end; streaming as they are made is the local server's.)"""
 from __future__ import annotations
 
 import json
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +22,7 @@ import openai
 import pytest
 
 from emulator.eventstream import model_stream_error, payload_part
-from emulator.process import free_port
+from emulator.process import free_port, start_emulator
 from sagegate.local.processes import ApiProcess, start_api
 
 pytestmark = pytest.mark.integration
@@ -148,3 +151,45 @@ def test_a_failure_mid_stream_raises_in_the_reader(client: openai.OpenAI) -> Non
         model=MODEL, messages=[{"role": "user", "content": "fail, please"}], stream=True)
     with pytest.raises(openai.APIError, match="stream failed"):
         list(stream)
+
+
+# --- the emulator's smollm2 (the real model) --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    """make run's pair (the emulator's default configuration, the local stage), the model
+    loaded by a first request (it loads on its first, and may outlast that request's read)."""
+    logs = tmp_path_factory.mktemp("openai-emulated")
+    with open(logs / "emulator.log", "w") as emulator_log, \
+            start_emulator(echo_stderr=emulator_log) as emulator, \
+            open(logs / "api.log", "wb") as api_log:
+        process = start_api(free_port(), emulator.url, stage="local", log=api_log)
+        try:
+            client = openai.OpenAI(base_url=process.url + "/v1", api_key="unused",
+                                   max_retries=0, timeout=120)
+            for _ in range(40):
+                try:
+                    client.completions.create(model=MODEL, prompt="Hi", max_tokens=1)
+                    break
+                except openai.APIStatusError as error:  # 504 while the model loads
+                    assert error.status_code in (503, 504), error
+                    time.sleep(3)
+            yield client
+        finally:
+            process.stop()
+
+
+def test_the_real_model_answers_paris_whole_and_streamed(emulated: openai.OpenAI) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    whole = emulated.chat.completions.create(model=MODEL, messages=question,  # type: ignore[arg-type]
+                                             temperature=0, max_tokens=24)
+    chunks = list(emulated.chat.completions.create(
+        model=MODEL, messages=question, temperature=0, max_tokens=24,  # type: ignore[arg-type]
+        stream=True, stream_options={"include_usage": True}))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert "Paris" in text and text == whole.choices[0].message.content
+    assert chunks[-1].usage is not None and whole.usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    completion = emulated.completions.create(model=MODEL, prompt="The capital of France is",
+                                             max_tokens=4, temperature=0)
+    assert "Paris" in completion.choices[0].text
