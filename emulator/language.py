@@ -7,7 +7,7 @@ and ``details``. A body with ``messages`` is LMI's chat completions request, ans
 OpenAI ``chat.completion``, or with ``stream`` one ``chat.completion.chunk`` per line (no
 ``data:``, no ``[DONE]``). ``details`` follows LMI's output formatter: ``finish_reason``
 (``length``, ``eos_token``, ``stop_sequence``), ``generated_tokens``, ``inputs`` (the prompt
-text) and, unstreamed, ``tokens``.
+text), ``prompt_tokens`` (as LMI's legacy formatter counts it) and, unstreamed, ``tokens``.
 
 The model (``emulator.llm``) is loaded on the first request (about 10 s), once per process and
 file, then shared by every model spec on that file; each spec keeps its own bounds and its own
@@ -169,6 +169,13 @@ def _stops(value: object, name: str) -> tuple[str, ...]:
     return tuple(value)  # Sampling checks each item
 
 
+def _given(document: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """A field's value, ``default`` when it is absent or null (OpenAI's clients send nulls
+    for fields they leave unset)."""
+    value = document.get(key)
+    return default if value is None else value
+
+
 def _lmi_temperature(parameters: Mapping[str, object]) -> float:
     """LMI's decoding choice: ``do_sample`` false (its default until 0.32) is greedy; true
     samples at ``temperature`` (1.0 by default); without it a temperature above 0 samples (as
@@ -193,7 +200,7 @@ def _lmi_temperature(parameters: Mapping[str, object]) -> float:
 
 
 def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmRequest:
-    """Reads LMI's text generation body.
+    """Reads LMI's text generation body (a null parameter is an absent one).
 
     Raises:
         Refused: an unknown field or an ill-typed one.
@@ -203,8 +210,9 @@ def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmReque
     inputs = document.get("inputs")
     if not isinstance(inputs, str):
         raise Refused("inputs must be a string (the prompt)")
-    parameters = _object(document.get("parameters", {}), "parameters")
-    _unknown(parameters, LMI_PARAMETERS, "parameters.")
+    given = _object(_given(document, "parameters", {}), "parameters")
+    _unknown(given, LMI_PARAMETERS, "parameters.")
+    parameters = {key: value for key, value in given.items() if value is not None}
     stop = _stops(parameters.get("stop", parameters.get("stop_sequences")), "parameters.stop")
     sampling = Sampling(
         max_new_tokens=parameters.get("max_new_tokens", default_max_new_tokens),
@@ -217,13 +225,6 @@ def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmReque
         details=_flag(parameters.get("details", False), "parameters.details"),
         full_text=_flag(parameters.get("return_full_text", False),
                         "parameters.return_full_text"))  # fmt: skip
-
-
-def _given(document: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """A field's value, ``default`` when it is absent or null (OpenAI's clients send nulls
-    for fields they leave unset)."""
-    value = document.get(key)
-    return default if value is None else value
 
 
 def _chat_refusals(document: Mapping[str, object]) -> None:
@@ -360,8 +361,10 @@ class OutputFormatter:
         return prefix + self.generation.text
 
     def _details(self) -> dict[str, Any]:
-        return {"finish_reason": self._lmi_finish(), "generated_tokens":
-                len(self.generation.token_ids), "inputs": self.request.inputs}  # fmt: skip
+        return {"finish_reason": self._lmi_finish(),
+                "generated_tokens": len(self.generation.token_ids),
+                "inputs": self.request.inputs,
+                "prompt_tokens": self.generation.prompt_tokens}  # fmt: skip
 
     def _lmi_finish(self) -> str:
         ids = self.generation.token_ids

@@ -135,7 +135,8 @@ def test_streamed_tokens_join_to_the_unstreamed_text(client: Any, paris: dict[st
     last = lines[-1]
     assert last["generated_text"] == paris["generated_text"]
     assert last["details"] == {key: paris["details"][key]
-                               for key in ("finish_reason", "generated_tokens", "inputs")}
+                               for key in ("finish_reason", "generated_tokens", "inputs",
+                                           "prompt_tokens")}
     assert all(set(line) == {"token"} for line in lines[:-1])
 
 

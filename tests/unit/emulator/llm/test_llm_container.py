@@ -92,6 +92,7 @@ def test_lmi_greedy_answer_with_details(engine: Engine) -> None:
     assert details["generated_tokens"] == len(details["tokens"])
     assert "".join(token["text"] for token in details["tokens"]) == answer["generated_text"]
     assert details["tokens"][-1]["special_token"] is True
+    assert details["prompt_tokens"] == len(engine.tokenizer.encode(PROMPT))
 
 
 def test_lmi_finish_reasons_length_and_stop_sequence(engine: Engine) -> None:
@@ -129,7 +130,8 @@ def test_stream_true_on_invoke_answers_json_lines_the_last_with_the_text(engine:
                                                {"token", "generated_text", "details"}]
     assert answer[-1]["generated_text"] == "".join(line["token"]["text"] for line in answer)
     assert answer[-1]["details"] == {"finish_reason": "length", "generated_tokens": 3,
-                                     "inputs": PROMPT}
+                                     "inputs": PROMPT,
+                                     "prompt_tokens": len(engine.tokenizer.encode(PROMPT))}
 
 
 def test_chat_completion_counts_its_usage(engine: Engine) -> None:
@@ -202,3 +204,13 @@ def test_chat_nulls_are_absent_fields() -> None:
     assert (request.sampling.temperature, request.sampling.top_p) == (1.0, 1.0)
     assert (request.sampling.max_new_tokens, request.stream, request.include_usage) == (
         16, None, False)
+
+
+def test_lmi_null_parameters_are_absent_ones() -> None:
+    document = {"inputs": "Hi", "parameters": {"max_new_tokens": None, "temperature": None,
+                                               "stop": None, "details": None}}
+
+    request = parse_request(body(document), "application/json", None, 16)
+
+    assert (request.sampling.max_new_tokens, request.sampling.temperature, request.details) == (
+        16, 0.0, False)
