@@ -22,6 +22,9 @@ from emulator.llm.transformer import KVCache, Transformer
 from emulator.llm.weights import Block, Weights
 
 BLOCK = 32
+FLOAT, UINT8, INT64 = 1, 2, 7
+"""ONNX's element types (TensorProto.DataType) of the graph's tensors."""
+_TENSOR_TYPES = {"<f4": FLOAT, "|u1": UINT8, "<i8": INT64}
 ACCURACY_LEVEL = 4
 """MatMulNBits' int8-activation kernels; levels 0 and 1 (float activations) ran 4x slower."""
 DOMAIN = "com.microsoft"
@@ -44,18 +47,56 @@ def quantize(matrix: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q), scales.reshape(-1)
 
 
+Dims = list[int | str]
+
+
+def _value(name: str, dtype: int, dims: Dims) -> Any:
+    """A graph input or output: its name, element type and shape (ints, or named free axes)."""
+    import onnx
+
+    shape = onnx.TensorShapeProto(dim=[
+        onnx.TensorShapeProto.Dimension(dim_param=d) if isinstance(d, str)
+        else onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims])
+    return onnx.ValueInfoProto(name=name, type=onnx.TypeProto(
+        tensor_type=onnx.TypeProto.Tensor(elem_type=dtype, shape=shape)))
+
+
+def _attribute(name: str, value: int | list[int]) -> Any:
+    import onnx
+
+    if isinstance(value, list):
+        return onnx.AttributeProto(name=name, type=onnx.AttributeProto.INTS, ints=value)
+    return onnx.AttributeProto(name=name, type=onnx.AttributeProto.INT, i=value)
+
+
 class _Graph:
-    """Collects nodes and initializers while the step's graph is written."""
+    """Collects nodes and initializers while the step's graph is written (onnx's protobuf
+    classes, filled in directly)."""
 
     def __init__(self, bits: int) -> None:
-        import onnx.helper
-        import onnx.numpy_helper
+        import onnx
 
-        self.helper, self.arrays = onnx.helper, onnx.numpy_helper
+        self.onnx = onnx
         self.bits = bits
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._count = 0
+
+    def node(self, kind: str, inputs: list[str], outputs: list[str], domain: str = "",
+             **attributes: int | list[int]) -> None:
+        self.nodes.append(self.onnx.NodeProto(
+            op_type=kind, input=inputs, output=outputs, domain=domain,
+            attribute=[_attribute(k, v) for k, v in attributes.items()]))
+
+    def serialized(self, name: str, inputs: list[Any], outputs: list[Any]) -> bytes:
+        """The model: this graph with its inputs and outputs, default and Microsoft opsets."""
+        onnx = self.onnx
+        graph = onnx.GraphProto(name=name, node=self.nodes, input=inputs, output=outputs,
+                                initializer=self.initializers)
+        model = onnx.ModelProto(ir_version=9, graph=graph, opset_import=[
+            onnx.OperatorSetIdProto(domain="", version=17),
+            onnx.OperatorSetIdProto(domain=DOMAIN, version=1)])
+        return bytes(model.SerializeToString())
 
     def name(self, hint: str) -> str:
         self._count += 1
@@ -63,24 +104,28 @@ class _Graph:
 
     def constant(self, value: np.ndarray, hint: str = "c") -> str:
         name = self.name(hint)
-        self.initializers.append(self.arrays.from_array(value, name))
+        array = np.ascontiguousarray(value)
+        self.initializers.append(self.onnx.TensorProto(
+            name=name, dims=array.shape, data_type=_TENSOR_TYPES[array.dtype.str],
+            raw_data=array.tobytes()))
         return name
 
     def op(self, kind: str, inputs: list[str], hint: str = "t", domain: str = "",
-           **attributes: Any) -> str:
+           **attributes: int | list[int]) -> str:
         out = self.name(hint)
-        self.nodes.append(self.helper.make_node(kind, inputs, [out], domain=domain or None,
-                                                **attributes))
+        self.node(kind, inputs, [out], domain, **attributes)
         return out
 
-    def matmul(self, x: str, matrix: np.ndarray, hint: str) -> str:
+    def matmul(self, x: str, matrix: np.ndarray, hint: str, out: str | None = None) -> str:
         """``x @ matrix`` (matrix (in, out)) in ``bits``-bit weights."""
         packed, scales = quantize(matrix, self.bits)
-        size, out = matrix.shape
-        return self.op("MatMulNBits", [x, self.constant(packed, hint + "_q"),
-                                       self.constant(scales, hint + "_s")], hint,
-                       domain=DOMAIN, K=size, N=out, bits=self.bits, block_size=BLOCK,
-                       accuracy_level=ACCURACY_LEVEL)
+        size, width = matrix.shape
+        out = out or self.name(hint)
+        self.node("MatMulNBits", [x, self.constant(packed, hint + "_q"),
+                                  self.constant(scales, hint + "_s")], [out], DOMAIN,
+                  K=size, N=width, bits=self.bits, block_size=BLOCK,
+                  accuracy_level=ACCURACY_LEVEL)
+        return out
 
     def slice(self, x: str, start: int, end: int, axis: int = -1) -> str:
         return self.op("Slice", [x, self.constant(np.array([start])),
@@ -137,10 +182,8 @@ def build(weights: Weights, bits: int) -> bytes:
     ``sin`` (head_size / 2,) its position's, ``keys``/``values`` the cache (blocks, kv_heads,
     capacity, head_size), ``length`` (1,) its filled positions; outputs ``logits`` (1, vocab),
     ``new_keys``/``new_values`` (blocks, kv_heads, 1, head_size)."""
-    from onnx import TensorProto
-
     graph, shape = _Graph(bits), weights.shape
-    x, new_keys, new_values = "x", [], []
+    x, new_keys, new_values = "x", list[str](), list[str]()
     for index, block in enumerate(weights.blocks):
         attended, k, v = _attention(graph, weights, block, index, graph.norm(x, shape.rms_eps))
         x = graph.op("Add", [x, attended], "residual")
@@ -152,41 +195,25 @@ def build(weights: Weights, bits: int) -> bytes:
         new_keys.append(k)
         new_values.append(v)
     head = (weights.head * weights.output_norm[None, :]).T
-    graph.nodes.append(graph.helper.make_node(
-        "MatMulNBits", [graph.norm(x, shape.rms_eps), graph.constant(quantize(head, bits)[0]),
-                        graph.constant(quantize(head, bits)[1])], ["logits"], domain=DOMAIN,
-        K=shape.width, N=shape.vocab_size, bits=bits, block_size=BLOCK,
-        accuracy_level=ACCURACY_LEVEL))
-    new = [shape.blocks, shape.kv_heads, 1, shape.head_size]
+    graph.matmul(graph.norm(x, shape.rms_eps), head, "head", out="logits")
+    new: Dims = [shape.blocks, shape.kv_heads, 1, shape.head_size]
     for name, parts in (("new_keys", new_keys), ("new_values", new_values)):
-        graph.nodes.append(graph.helper.make_node(
-            "Reshape", [graph.op("Concat", parts, axis=0), graph.constant(np.array(new))],
-            [name]))
-    cache = [shape.blocks, shape.kv_heads, "capacity", shape.head_size]
+        graph.node("Reshape", [graph.op("Concat", parts, axis=0),
+                               graph.constant(np.array(new))], [name])
+    cache: Dims = [shape.blocks, shape.kv_heads, "capacity", shape.head_size]
     half = shape.head_size // 2
-    inputs = [graph.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, shape.width]),
-              graph.helper.make_tensor_value_info("cos", TensorProto.FLOAT, [half]),
-              graph.helper.make_tensor_value_info("sin", TensorProto.FLOAT, [half]),
-              graph.helper.make_tensor_value_info("keys", TensorProto.FLOAT, cache),
-              graph.helper.make_tensor_value_info("values", TensorProto.FLOAT, cache),
-              graph.helper.make_tensor_value_info("length", TensorProto.INT64, [1])]
-    outputs = [graph.helper.make_tensor_value_info("logits", TensorProto.FLOAT,
-                                                   [1, shape.vocab_size]),
-               graph.helper.make_tensor_value_info("new_keys", TensorProto.FLOAT, new),
-               graph.helper.make_tensor_value_info("new_values", TensorProto.FLOAT, new)]
-    model = graph.helper.make_model(
-        graph.helper.make_graph(graph.nodes, "decoder_step", inputs, outputs,
-                                graph.initializers),
-        opset_imports=[graph.helper.make_opsetid("", 17),
-                       graph.helper.make_opsetid(DOMAIN, 1)])
-    model.ir_version = 9
-    return bytes(model.SerializeToString())
+    inputs = [_value("x", FLOAT, [1, shape.width]), _value("cos", FLOAT, [half]),
+              _value("sin", FLOAT, [half]), _value("keys", FLOAT, cache),
+              _value("values", FLOAT, cache), _value("length", INT64, [1])]
+    outputs = [_value("logits", FLOAT, [1, shape.vocab_size]),
+               _value("new_keys", FLOAT, new), _value("new_values", FLOAT, new)]
+    return graph.serialized("decoder_step", inputs, outputs)
 
 
 class OnnxTransformer(Transformer):
     """The numpy transformer, its one-token steps run by onnxruntime in ``bits``-bit weights."""
 
-    def __init__(self, weights: Weights, bits: int = 4, threads: int = 1) -> None:
+    def __init__(self, weights: Weights, bits: int = 8, threads: int = 1) -> None:
         import onnxruntime
 
         super().__init__(weights)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
-from onnx import TensorProto
 
 from emulator.llm.engine import Engine
-from emulator.llm.onnxstep import _Graph, quantize
+from emulator.llm.onnxstep import FLOAT, _Graph, _value, quantize
 from emulator.llm.sampling import Sampling
 
 from .test_llm_transformer import EIFFEL
@@ -32,16 +31,9 @@ def test_quantized_weights_are_within_half_a_step_and_matmulnbits_reads_them(bit
     assert (np.abs(restored - matrix) <= step / 2 + 1e-6).all()
 
     graph = _Graph(bits)
-    graph.nodes.append(graph.helper.make_node("Identity", [graph.matmul("x", matrix, "w")],
-                                              ["y"]))
-    model = graph.helper.make_model(graph.helper.make_graph(
-        graph.nodes, "one", [graph.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-        [graph.helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-        graph.initializers), opset_imports=[graph.helper.make_opsetid("", 17),
-                                            graph.helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 9
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+    graph.matmul("x", matrix, "w", out="y")
+    model = graph.serialized("one", [_value("x", FLOAT, [1, 64])], [_value("y", FLOAT, [1, 8])])
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).normal(size=(1, 64)).astype(np.float32)
     # int8 activations (accuracy_level 4): close to the dequantized weights' product, not equal
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ restored, atol=0.1)
