@@ -150,6 +150,7 @@ def sha256_of(path: Path) -> str:
 def float_model() -> tuple[Path, imaging.PreprocessSpec]:
     """The float model's file and preprocessing, as the emulator's configuration has them."""
     spec = load_config(CONFIG).models[FLOAT_MODEL]
+    assert spec.path is not None  # an image model is its ONNX file (a language model has none)
     return spec.path, spec.preprocess
 
 
