@@ -130,7 +130,10 @@ def test_sampler_greedy_and_a_narrow_nucleus_take_the_most_likely_token() -> Non
     assert {wide.choose(logits)[0] for _ in range(200)} == {0, 1, 2}
 
 
-def test_generations_in_parallel_threads_answer_as_one_alone(engine: Engine) -> None:
+@pytest.mark.parametrize("backend", ["engine", "onnx_engine"])
+def test_generations_in_parallel_threads_answer_as_one_alone(
+        backend: str, request: pytest.FixtureRequest) -> None:
+    engine: Engine = request.getfixturevalue(backend)
     questions = [FRANCE, [{"role": "user", "content": "What is 2 plus 2?"}]]
     alone = [engine.chat(q, Sampling(max_new_tokens=6)).read() for q in questions]
     together: dict[int, str] = {}
