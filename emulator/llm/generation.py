@@ -48,6 +48,17 @@ class Piece:
     special: bool
 
 
+@dataclasses.dataclass
+class Progress:
+    """What a generation has made so far: shared by ``Generation`` and its steps, so that the
+    steps hold no reference to the ``Generation`` (a dropped one is freed at once, its KV
+    cache with it, not at the next cyclic garbage collection)."""
+
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+
+
 class Generation(Iterator[Piece]):
     """The pieces of one answer, made as they are asked for.
 
@@ -62,13 +73,22 @@ class Generation(Iterator[Piece]):
                  prompt: Sequence[int], sampling: Sampling,
                  cancel: threading.Event | None = None) -> None:
         self.prompt_tokens = len(prompt)
-        self.token_ids: list[int] = []
-        self.text = ""
-        self.finish_reason: str | None = None
-        self._transformer, self._tokenizer, self._end_ids = transformer, tokenizer, end_ids
-        self._sampling = sampling
-        self._cancel = cancel or threading.Event()
-        self._steps = self._run(np.asarray(prompt, dtype=np.int64))
+        self._progress = Progress()
+        self._steps = _steps(_Model(transformer, tokenizer, end_ids),
+                             np.asarray(prompt, dtype=np.int64), sampling,
+                             cancel or threading.Event(), self._progress)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self._progress.token_ids
+
+    @property
+    def text(self) -> str:
+        return self._progress.text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._progress.finish_reason
 
     def __next__(self) -> Piece:
         return next(self._steps)
@@ -76,8 +96,8 @@ class Generation(Iterator[Piece]):
     def close(self) -> None:
         """Stops the generation (no further forward step) and frees its cache."""
         self._steps.close()
-        if self.finish_reason is None:
-            self.finish_reason = CANCELLED
+        if self._progress.finish_reason is None:
+            self._progress.finish_reason = CANCELLED
 
     def read(self) -> str:
         """Runs the generation to its end; returns the whole text."""
@@ -85,34 +105,43 @@ class Generation(Iterator[Piece]):
             pass
         return self.text
 
-    def _run(self, prompt: np.ndarray) -> Generator[Piece]:
-        sampling, sampler = self._sampling, Sampler(self._sampling)
-        cache = self._transformer.new_cache(len(prompt) + sampling.max_new_tokens)
-        stops = _StopFilter(sampling.stop)
-        stream = TextStream(self._tokenizer)
-        if self._cancel.is_set():
-            self.finish_reason = CANCELLED
+
+@dataclasses.dataclass(frozen=True)
+class _Model:
+    transformer: Transformer
+    tokenizer: Tokenizer
+    end_ids: frozenset[int]
+
+
+def _steps(model: _Model, prompt: np.ndarray, sampling: Sampling, cancel: threading.Event,
+           progress: Progress) -> Generator[Piece]:
+    """The generation's pieces: the prompt's pass, then a forward step after each piece."""
+    sampler, stops = Sampler(sampling), _StopFilter(sampling.stop)
+    stream = TextStream(model.tokenizer)
+    if cancel.is_set():
+        progress.finish_reason = CANCELLED
+        return
+    cache = model.transformer.new_cache(len(prompt) + sampling.max_new_tokens)
+    logits = model.transformer.prefill(prompt, cache)
+    while True:
+        token, logprob = sampler.choose(logits)
+        progress.token_ids.append(token)
+        ended = token in model.end_ids
+        special = ended or model.tokenizer.is_special(token)
+        text = stops.add("" if special else stream.add(token))
+        last = ended or stops.stopped or len(progress.token_ids) >= sampling.max_new_tokens
+        if last and not stops.stopped:
+            text += stops.add(stream.flush()) + stops.release()
+        progress.text += text
+        if last:
+            progress.finish_reason = STOP if ended or stops.stopped else LENGTH
+        yield Piece(token, text, logprob, special)
+        if last:
             return
-        logits = self._transformer.prefill(prompt, cache)
-        while True:
-            token, logprob = sampler.choose(logits)
-            self.token_ids.append(token)
-            ended = token in self._end_ids
-            special = ended or self._tokenizer.is_special(token)
-            text = stops.add("" if special else stream.add(token))
-            last = ended or stops.stopped or len(self.token_ids) >= sampling.max_new_tokens
-            if last and not stops.stopped:
-                text += stops.add(stream.flush()) + stops.release()
-            self.text += text
-            if last:
-                self.finish_reason = STOP if ended or stops.stopped else LENGTH
-            yield Piece(token, text, logprob, special)
-            if last:
-                return
-            if self._cancel.is_set():
-                self.finish_reason = CANCELLED
-                return
-            logits = self._transformer.forward(np.array([token]), cache)
+        if cancel.is_set():
+            progress.finish_reason = CANCELLED
+            return
+        logits = model.transformer.forward(np.array([token]), cache)
 
 
 class _StopFilter:

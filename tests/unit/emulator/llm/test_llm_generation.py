@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -147,3 +148,13 @@ def test_generations_in_parallel_threads_answer_as_one_alone(
     for thread in threads:
         thread.join()
     assert [together[0], together[1]] == alone
+
+
+def test_a_dropped_generation_is_freed_at_once_with_its_cache(engine: Engine) -> None:
+    generation = engine.chat(FRANCE, Sampling(max_new_tokens=50))
+    next(generation)
+    frame = generation._steps.gi_frame
+    assert frame is not None
+    cache = weakref.ref(next(v for v in frame.f_locals.values() if isinstance(v, KVCache)))
+    del generation, frame
+    assert cache() is None  # no cycle: freed by reference counting, no gc.collect()
