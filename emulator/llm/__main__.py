@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stop", action="append", default=[], help="a stop string (repeat)")
     parser.add_argument("--runs", type=int, default=1,
@@ -65,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
               else Engine.load(backend=args.backend, blas_threads=args.blas_threads))
     loaded = time.perf_counter() - began
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))
+                        top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                        stop=tuple(args.stop))
     prompt = (engine.tokenizer.encode(args.prompt) if args.raw else
               engine.chat_prompt([{"role": "user", "content": args.prompt}]))
     firsts, rates = [], []

@@ -25,6 +25,7 @@ class Sampling:
         max_new_tokens: at most this many tokens are generated (the end token counts).
         temperature: 0 is greedy (the most likely token, always the same answer).
         top_p: sample from the smallest set of tokens holding this much probability.
+        top_k: sample from the k most likely tokens only (None: all of them).
         seed: the same seed, prompt and parameters give the same tokens; None, a fresh one.
         stop: generation ends before the first of these strings; it is not returned (a list
             is taken, and kept as a tuple).
@@ -33,6 +34,7 @@ class Sampling:
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
@@ -44,6 +46,8 @@ class Sampling:
         _check_number("top_p", self.top_p, 0.0, 1.0)
         if self.top_p == 0:
             raise GenerationRefused("top_p must be above 0 and at most 1, got 0", "top_p")
+        if self.top_k is not None:
+            _check_int("top_k", self.top_k, 1, None)
         if self.seed is not None:
             _check_int("seed", self.seed, 0, MAX_SEED)
         _check_stop(self.stop)
@@ -80,6 +84,7 @@ class Sampler:
     def __init__(self, sampling: Sampling) -> None:
         self._temperature = sampling.temperature
         self._top_p = sampling.top_p
+        self._top_k = sampling.top_k
         self._random = np.random.default_rng(sampling.seed)
 
     def choose(self, logits: np.ndarray) -> tuple[int, float]:
@@ -95,7 +100,7 @@ class Sampler:
     def _sample(self, scaled: np.ndarray) -> int:
         probabilities = np.exp(scaled - scaled.max())
         probabilities /= probabilities.sum()
-        candidates = _nucleus(probabilities, self._top_p)
+        candidates = _nucleus(probabilities, self._top_p, self._top_k)
         weights = probabilities[candidates]
         cumulative = np.cumsum(weights, dtype=np.float64)
         drawn = self._random.random() * cumulative[-1]
@@ -103,16 +108,25 @@ class Sampler:
         return int(candidates[min(index, len(candidates) - 1)])
 
 
-def _nucleus(probabilities: np.ndarray, top_p: float) -> np.ndarray:
-    """The most likely token ids, most likely first, that hold ``top_p`` of the mass."""
-    if top_p >= 1:
-        return np.arange(len(probabilities))
-    count = min(NUCLEUS_CANDIDATES, len(probabilities))
-    top = np.argpartition(-probabilities, count - 1)[:count]
-    order = top[np.argsort(-probabilities[top], kind="stable")]
+def _nucleus(probabilities: np.ndarray, top_p: float, top_k: int | None = None
+             ) -> np.ndarray:
+    """The most likely token ids, most likely first: the ``top_k`` most likely (all without
+    it), then of those the fewest that hold ``top_p`` of their mass (HF's order)."""
+    size = len(probabilities)
+    k = size if top_k is None else min(top_k, size)
+    if top_p >= 1 and k == size:
+        return np.arange(size)
+    order = _most_likely(probabilities, min(k, NUCLEUS_CANDIDATES))
+    if len(order) < k and (k < size or probabilities[order].sum() < top_p):
+        order = np.argsort(-probabilities, kind="stable")[:k]
     cumulative = np.cumsum(probabilities[order], dtype=np.float64)
-    if cumulative[-1] < top_p:
-        order = np.argsort(-probabilities, kind="stable")
-        cumulative = np.cumsum(probabilities[order], dtype=np.float64)
-    keep = int(np.searchsorted(cumulative, top_p, side="left")) + 1
+    # the candidates' own mass when they are all the k tokens, else all of it (1)
+    total = cumulative[-1] if len(order) == k else 1.0
+    keep = int(np.searchsorted(cumulative, top_p * total, side="left")) + 1
     return order[:keep]
+
+
+def _most_likely(probabilities: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` most likely token ids, most likely first."""
+    top = np.argpartition(-probabilities, count - 1)[:count]
+    return top[np.argsort(-probabilities[top], kind="stable")]

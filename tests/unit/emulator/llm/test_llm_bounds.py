@@ -23,7 +23,8 @@ def small(engine: Engine) -> Engine:
     ("max_new_tokens", 0), ("max_new_tokens", True), ("max_new_tokens", 2.0),
     ("temperature", -0.1), ("temperature", float("nan")), ("temperature", 101),
     ("temperature", "1"), ("top_p", 0), ("top_p", 1.01), ("seed", -1), ("seed", MAX_SEED + 1),
-    ("seed", 1.5), ("stop", ("",)), ("stop", "END"), ("stop", (3,)),
+    ("seed", 1.5), ("stop", ("",)), ("stop", "END"), ("stop", (3,)), ("top_k", 0),
+    ("top_k", 1.5),
 ])
 def test_refuses_parameters_out_of_range_naming_them(field: str, value: Any) -> None:
     with pytest.raises(GenerationRefused) as refused:

@@ -7,12 +7,14 @@ import itertools
 import threading
 import weakref
 from collections.abc import Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from emulator.llm import sampling
 from emulator.llm.engine import Engine
 from emulator.llm.generation import CANCELLED, LENGTH, STOP, _StopFilter
 from emulator.llm.sampling import Sampler, Sampling
@@ -158,3 +160,27 @@ def test_a_dropped_generation_is_freed_at_once_with_its_cache(engine: Engine) ->
     cache = weakref.ref(next(v for v in frame.f_locals.values() if isinstance(v, KVCache)))
     del generation, frame
     assert cache() is None  # no cycle: freed by reference counting, no gc.collect()
+
+
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 40),
+       top_p=st.floats(0.01, 1.0), top_k=st.one_of(st.none(), st.integers(1, 50)),
+       candidates=st.integers(1, 12))
+def test_nucleus_keeps_what_hf_keeps_top_k_then_top_p(seed: int, size: int, top_p: float,
+                                                      top_k: int | None, candidates: int) -> None:
+    probabilities = np.random.default_rng(seed).dirichlet(np.full(size, 0.3))
+    k = size if top_k is None else min(top_k, size)
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    kept = np.cumsum(probabilities[order] / probabilities[order].sum())
+    expected = order[:int(np.searchsorted(kept, top_p, side="left")) + 1]
+    with mock.patch.object(sampling, "NUCLEUS_CANDIDATES", candidates):
+        chosen = sampling._nucleus(probabilities, top_p, top_k)
+    if top_p >= 1 and k == size:
+        assert sorted(chosen) == list(range(size))
+    else:
+        assert list(chosen) == list(expected)
+
+
+def test_top_k_one_is_greedy() -> None:
+    logits = np.log(np.array([0.3, 0.2, 0.5], dtype=np.float32))
+    sampler = Sampler(Sampling(temperature=2.0, top_k=1, seed=3))
+    assert {sampler.choose(logits)[0] for _ in range(30)} == {2}
