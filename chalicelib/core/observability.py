@@ -108,6 +108,9 @@ class RequestLog:
     """Failures of the cache's table tier (each one fell through to the endpoint)."""
     cache_skipped_too_large: int | None = None
     """Answers not stored in the table: over DynamoDB's 400 KB item limit."""
+    api_key_id: str | None = None
+    """The caller's API key's id (API Gateway's ``apiKeyId``; never the key), where the stage
+    uses keys (the OpenAI routes): their token counts are also metrics by model and key."""
     prompt_tokens: int | None = None
     """A language model's (the OpenAI routes): its usage, and where each count came from."""
     completion_tokens: int | None = None
@@ -169,8 +172,27 @@ class RequestLog:
             if metric and count:
                 metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
         _publish(metrics)
+        self._flush_breakdowns()
+
+    def _flush_breakdowns(self) -> None:
+        """The metric sets beside the route's: usage by API key, errors by code."""
+        if self.api_key_id and self.model:
+            self._flush_key_usage(self.api_key_id, self.model)
         if self.error_code:
             self._flush_error(self.error_code)
+
+    def _flush_key_usage(self, key_id: str, model: str) -> None:
+        """The request and its tokens by model and API key (a dimension set of its own, so
+        the route's metrics keep theirs)."""
+        usage = _metrics()
+        usage.add_dimension(name="model", value=model)
+        usage.add_dimension(name="api_key", value=key_id)
+        usage.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+        for name, count in (("PromptTokens", self.prompt_tokens),
+                            ("CompletionTokens", self.completion_tokens)):
+            if count is not None:
+                usage.add_metric(name=name, unit=MetricUnit.Count, value=count)
+        _publish(usage)
 
     def _flush_error(self, code: str) -> None:
         errors = _metrics()

@@ -10,23 +10,29 @@ request and writes each chunk as it is made, with the same services and the same
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from chalicelib.cache.prediction import BYPASS, request_cache_control
 from chalicelib.core.errors import SagegateError
 from chalicelib.core.observability import RequestLog
+from chalicelib.experiments import assign
 from chalicelib.http.exchange import Exchange, Exchanges, HttpAnswer, ServedRequest
-from chalicelib.llm.completions import EventStream, LlmService
+from chalicelib.llm.completions import EventStream, LlmService, Plan
 from chalicelib.llm.errors import OpenAIError, from_sagegate
-from chalicelib.llm.requests import Operation
+from chalicelib.llm.requests import CompletionRequest, Operation
+from chalicelib.registry.experiments import Shadow, Sticky
+from chalicelib.registry.specs import ModelSpec
 
 OPERATIONS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.TEXT}
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 SSE_HEADERS: Mapping[str, str] = {"Content-Type": "text/event-stream; charset=utf-8",
                                   "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+CACHE_HEADER, ARM_HEADER = "X-Cache", "X-Sagegate-Arm"  # as the model routes answer them
 Llm = Callable[[], LlmService]
 """The service, built on first use (a misconfiguration raises there, answered as OpenAI's)."""
 
@@ -43,19 +49,84 @@ class OpenAIAnswer:
 def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
     """The answer to the exchange's completion request (its route says which kind)."""
     log = exchange.log
+    log.api_key_id = api_key_id(exchange.request)
     try:
         service = llm()
         request = service.read(exchange.http_request().body, OPERATIONS[log.route])
         log.model = request.model.name
-        if request.stream:
-            return OpenAIAnswer(200, SSE_HEADERS,
-                                service.stream(request, exchange.request_id, log))
-        document = service.complete(request, exchange.request_id, log)
-        return OpenAIAnswer(200, JSON_HEADERS, _json(document))
+        return _served(service, request, exchange)
     except OpenAIError as error:
         return _error(error, log)
     except SagegateError as error:
         return _error(from_sagegate(error), log)
+
+
+def api_key_id(request: ServedRequest) -> str | None:
+    """The caller's API key's id, as API Gateway gives it (``requestContext.identity
+    .apiKeyId``, set where the route requires a key; never the key itself)."""
+    identity = request.context.get("identity")
+    found = identity.get("apiKeyId") if isinstance(identity, Mapping) else None
+    return str(found) if found else None
+
+
+def _served(service: LlmService, request: CompletionRequest,
+            exchange: Exchange) -> OpenAIAnswer:
+    """The request routed (its arm and shadows, decided once, as a model route's), read from
+    the cache when it may be, answered whole or as a stream."""
+    log, model = exchange.log, request.model
+    routing = _routing(model, exchange)
+    if routing is not None:
+        log.arm = routing.arm.name
+        request = dataclasses.replace(request, model=assign.on_target(model, routing.arm))
+    http = exchange.request
+    control = request_cache_control(
+        http.headers, http.to_original_event().get("multiValueHeaders"))
+    plan = Plan(log.arm, service.cache_use(request, control, log.arm))
+    if request.stream:
+        found = OpenAIAnswer(200, SSE_HEADERS,
+                             service.stream(request, exchange.request_id, log, plan))
+    else:
+        found = OpenAIAnswer(200, JSON_HEADERS, _json(
+            service.complete(request, exchange.request_id, log, plan)))
+    if routing is not None and routing.shadows:
+        log.shadows = _shadow_copies(service, routing.shadows, model, request, exchange)
+    routed = {CACHE_HEADER: log.cache or BYPASS}
+    if log.arm is not None:
+        routed[ARM_HEADER] = log.arm
+    return dataclasses.replace(found, headers={**found.headers, **routed})
+
+
+def _routing(model: ModelSpec, exchange: Exchange) -> assign.Routing | None:
+    """The request's arm and shadows (None: no experiment), by the experiment's sticky key."""
+    experiment = model.experiment
+    if experiment is None:
+        return None
+    header = experiment.sticky_header
+    if experiment.sticky == Sticky.CALLER:
+        key = exchange.caller()
+    else:
+        key = exchange.request.headers.get(header) or None if header is not None else None
+    return assign.decide(experiment, model.name, key, exchange.request_id)
+
+
+def _shadow_copies(service: LlmService, shadows: tuple[Shadow, ...], model: ModelSpec,
+                   request: CompletionRequest, exchange: Exchange) -> dict[str, int] | None:
+    """Each sampled shadow's copy handed to the pool, run after the answer; how many were
+    queued, dropped or skipped."""
+    pool = service.pool()
+    if pool is None:
+        return None
+    log, handed = exchange.log, dict[str, int]()
+    dimensions = {name: value for name, value in
+                  (("route", log.route), ("model", log.model), ("arm", log.arm)) if value}
+    for shadow in shadows:
+        copy = dataclasses.replace(request, model=assign.on_target(model, shadow))
+        outcome = pool.submit(shadow.route(), functools.partial(
+            service.shadow, copy, exchange.request_id, shadow.name, shadow.timeout_seconds),
+            timeout_seconds=shadow.timeout_seconds, size=copy.prompt_bytes,
+            dimensions=dimensions)
+        handed[outcome] = handed.get(outcome, 0) + 1
+    return handed or None
 
 
 def _json(document: Any) -> bytes:

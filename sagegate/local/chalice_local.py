@@ -20,7 +20,16 @@ line with a handler that disables Nagle, and:
 * API keys, which ``chalice local`` does not check: a route with ``api_key_required`` answers 403
   ``{"message":"Forbidden"}`` unless ``x-api-key`` is ``SAGEGATE_LOCAL_API_KEY`` (random,
   printed, when unset), checked where API Gateway does: after the route matched and CORS
-  preflights were answered (:mod:`sagegate.local.auth`).
+  preflights were answered (:mod:`sagegate.local.auth`). An accepted key's identity goes in the
+  event's ``requestContext.identity.apiKeyId`` as API Gateway puts it: not the key, a stable
+  id made from it (:func:`key_id`);
+* streams delivered as they are made, which ``chalice local`` cannot do (it answers a view's
+  whole body): a ``POST /v1/chat/completions`` or ``/v1/completions`` whose JSON body asks
+  ``"stream": true`` is answered by :func:`chalicelib.http.completions.serve_streaming`, each
+  ``data:`` event written as one HTTP/1.1 chunk when the model makes it, after the same key
+  check and with the CORS headers Chalice would add; a client that goes away closes the answer,
+  and with it the endpoint's stream. The body of those two routes is read within the app's
+  ``MAX_BODY_BYTES`` (a longer one is refused unread); every other request is Chalice's.
 
 By hand (``chalice``'s arguments, from the project's directory)::
 
@@ -29,6 +38,7 @@ By hand (``chalice``'s arguments, from the project's directory)::
 from __future__ import annotations
 
 import functools
+import hashlib
 import hmac
 import json
 import logging
@@ -38,6 +48,7 @@ import socket
 import sys
 from collections.abc import Mapping, MutableMapping
 from http.server import BaseHTTPRequestHandler
+from types import ModuleType
 from typing import Any, cast
 
 import chalice.cli as chalice_cli
@@ -60,6 +71,15 @@ from sagegate.local.processes import INSTANCE_ENV, INSTANCE_HEADER, OVERRIDES_EN
 
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
+STREAMING_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+"""The routes whose ``stream: true`` requests this server answers event by event."""
+KEY_ID_PREFIX = "local-"
+
+
+def key_id(api_key: str) -> str:
+    """The key's identity in logs and metrics (API Gateway's ``apiKeyId`` locally): a stable
+    prefix of its SHA-256, never the key itself."""
+    return KEY_ID_PREFIX + hashlib.sha256(api_key.encode()).hexdigest()[:12]
 
 
 class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
@@ -68,6 +88,7 @@ class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
     def __init__(self, app_object: Chalice, api_key: str) -> None:
         super().__init__(app_object)
         self._api_key = api_key.encode()
+        self._key_id = key_id(api_key) if api_key else ""
 
     def authorize(self, raw_path: str, lambda_event: Any,
                   lambda_context: local.LambdaContext) -> local.LocalAuthPair:
@@ -79,6 +100,7 @@ class ApiKeyAuthorizer(local.LocalGatewayAuthorizer):
                 raise local.ForbiddenError(
                     {"x-amzn-RequestId": lambda_context.aws_request_id, **FORBIDDEN_HEADERS},
                     FORBIDDEN_BODY)
+            lambda_event["requestContext"].setdefault("identity", {})["apiKeyId"] = self._key_id
         return super().authorize(raw_path, lambda_event, lambda_context)
 
 
@@ -86,7 +108,26 @@ class ApiKeyGateway(local.LocalGateway):
 
     def __init__(self, app_object: Chalice, config: Config, api_key: str) -> None:
         super().__init__(app_object, config)
+        self.app = app_object
         self._authorizer = ApiKeyAuthorizer(app_object, api_key)
+
+    def authorized(self, method: str, path: str, headers: dict[str, str],
+                   body: bytes | None) -> tuple[dict[str, Any], local.LambdaContext]:
+        """The request as the view would get it (its event and context), checked as
+        :meth:`handle_request` checks it before calling the app.
+
+        Raises:
+            LocalGatewayException: no such route, or the key is missing or wrong (403).
+        """
+        context = self._generate_lambda_context()
+        event = self._generate_lambda_event(method, path, headers, body)
+        return self._authorizer.authorize(path, event, context)
+
+    def cors_headers(self, resource_path: str, method: str) -> dict[str, str]:
+        """The CORS headers Chalice adds to the route's answers (none where CORS is off)."""
+        entry = self.app.routes.get(resource_path, {}).get(method)
+        cors = getattr(entry, "cors", None)
+        return dict(cors.get_access_control_headers()) if cors else {}
 
 
 class NoDelayRequestHandler(local.ChaliceRequestHandler):
@@ -108,6 +149,138 @@ class NoDelayRequestHandler(local.ChaliceRequestHandler):
         if self.instance:
             self.send_header(INSTANCE_HEADER, self.instance)
         super().end_headers()
+
+    _read: tuple[dict[str, str], bytes | None] | None = None
+
+    def _parse_payload(self) -> tuple[dict[str, str], bytes | None]:
+        read, self._read = self._read, None
+        return read if read is not None else super()._parse_payload()
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] not in STREAMING_ROUTES:
+            self._generic_handle()
+            return
+        app_module = sys.modules.get("app")
+        if app_module is None or not hasattr(app_module, "exchanges"):
+            self._generic_handle()
+            return
+        StreamingExchange(self, cast(ApiKeyGateway, self.local_gateway), app_module).serve()
+
+    def send_whole(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        """An answer with its length (an error of the streaming routes)."""
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class StreamingExchange:
+    """A completion route's request on the streaming server: read within the app's body limit,
+    handed to Chalice unless its JSON asks ``stream: true``, else checked as the gateway checks
+    it and answered by ``serve_streaming`` chunk by chunk."""
+
+    def __init__(self, handler: NoDelayRequestHandler, gateway: ApiKeyGateway,
+                 app_module: ModuleType) -> None:
+        self.handler, self.gateway, self.app = handler, gateway, app_module
+
+    def serve(self) -> None:
+        handler = self.handler
+        headers = dict(handler.headers)
+        length, limit = _content_length(headers), self.app.services.settings.max_body_bytes
+        if "Transfer-Encoding" in handler.headers:  # a chunked request body is never read
+            handler.close_connection = True
+        within = length is not None and length <= limit
+        body = handler.rfile.read(length) if within and length else None
+        if within and not _asks_stream(body):
+            handler._read = (headers, body)
+            handler._generic_handle()
+            return
+        try:
+            event, context = self.gateway.authorized(handler.command, handler.path, headers,
+                                                     body)
+        except local.LocalGatewayException as error:
+            handler.close_connection = handler.close_connection or not within
+            handler._send_error_response(error)
+            return
+        if not within:
+            handler.close_connection = True
+            self._refuse(length, limit)
+            return
+        self._stream(event, context)
+
+    def _refuse(self, length: int | None, limit: int) -> None:
+        from chalicelib.llm.errors import OpenAIError
+
+        error = OpenAIError(400, "Content-Length is not a number of bytes.",
+                            code="invalid_value") if length is None else OpenAIError(
+            413, f"The body is {length} bytes; this API takes at most {limit}.",
+            code="request_too_large")
+        self.handler.send_whole(error.status, {"Content-Type": "application/json"},
+                                json.dumps(error.document()).encode())
+
+    def _stream(self, event: dict[str, Any], context: local.LambdaContext) -> None:
+        from chalice.app import Request
+
+        from chalicelib.http.completions import serve_streaming
+
+        app, handler = self.app, self.handler
+        request = Request(event, context)
+        try:
+            status, headers, body = serve_streaming(lambda: app.services.llm, app.exchanges,
+                                                    request)
+        except Exception:  # a defect: answered as Chalice answers a view's, a 500
+            LOG.exception("the streaming route failed")
+            handler.send_whole(500, {"Content-Type": "application/json"}, json.dumps(
+                {"error": {"message": "Internal server error.", "type": "server_error",
+                           "param": None, "code": "internal_error"}}).encode())
+            return
+        cors = self.gateway.cors_headers(request.path, request.method)
+        headers = {**{k: v for k, v in cors.items() if k not in headers}, **headers}
+        try:
+            if not headers.get("Content-Type", "").startswith("text/event-stream"):
+                handler.send_whole(status, headers, b"".join(body))
+                return
+            _send_chunked(handler, status, headers, body)
+        except (ConnectionError, TimeoutError) as error:
+            handler.close_connection = True
+            LOG.info("%s went away mid-stream (%s): its stream closed",
+                     handler.client_address[0], type(error).__name__)
+        finally:
+            body.close()
+            app.services.handler_ended(context)
+
+
+def _send_chunked(handler: NoDelayRequestHandler, status: int, headers: Mapping[str, str],
+                  events: Any) -> None:
+    """Each event as one chunk, written (one ``send``, Nagle off) as soon as it is made."""
+    handler.send_response(status)
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    for event in events:
+        if event:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+    handler.wfile.write(b"0\r\n\r\n")
+
+
+def _content_length(headers: Mapping[str, str]) -> int | None:
+    """The body's declared length (0 when none is declared; None: not a length)."""
+    text = next((value for name, value in headers.items()
+                 if name.lower() == "content-length"), "0").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _asks_stream(body: bytes | None) -> bool:
+    """Whether the body is a JSON object with ``"stream": true`` (anything else, a bad body
+    too, is Chalice's to answer)."""
+    try:
+        document = json.loads(body or b"")
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and document.get("stream") is True
 
 
 class BackloggedServer(local.ThreadedHTTPServer):
