@@ -137,8 +137,9 @@ class Services:
         held = self._llm
         if held is None or held[0] != id(registry):
             with self._lock:
-                held = (id(registry), LlmService(registry.models, self.endpoint,
-                                                 self.settings.request_budget_seconds))
+                held = (id(registry), LlmService(
+                    registry.models, self.endpoint, self.settings.request_budget_seconds,
+                    capturer=self.capturer, cache=self.cache, pool=lambda: self.shadows))
                 self._llm = held
         return held[1]
 

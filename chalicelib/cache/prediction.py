@@ -509,6 +509,29 @@ class CacheUse:
             cache.store(key, result, self, deadline)
         return result
 
+    def peek(self, fields: Mapping[str, Any], body: bytes) -> InvokeResult | None:
+        """The cached answer for ``body`` and ``fields`` (``attempts`` 0), else None, counted
+        as :meth:`fetch` counts: for an answer made while it is delivered (a stream), which
+        waits for no other request's call and is stored afterwards with :meth:`keep`."""
+        if not self.active or self.cache is None:
+            return None
+        started = time.perf_counter()
+        found = self.cache.read(cache_key(fields, body), self) if self.control.read else None
+        self.lookup_ms += (time.perf_counter() - started) * 1000.0
+        self._lookups += 1
+        if self._lookups == 1 or found is None:
+            self.status = HIT if found is not None else MISS
+        return None if found is None else dataclasses.replace(found, attempts=0)
+
+    def keep(self, fields: Mapping[str, Any], body: bytes, result: InvokeResult,
+             deadline: float | None = None) -> None:
+        """Store the answer :meth:`peek` did not find (unless the request says no-store)."""
+        if not self.active or self.cache is None or not self.control.write:
+            return
+        key = cache_key(fields, body)
+        self.cache.remember(key, result)
+        self.cache.store(key, result, self, deadline)
+
     def _look_up(self, cache: PredictionCache, key: str, deadline: float | None
                  ) -> tuple[InvokeResult | None, _Flight | None]:
         """A cached answer, else the flight this request leads (None: it leads none)."""

@@ -126,6 +126,13 @@ class Capturer:
             original_content_type=served.original_content_type, arm=arm, latency_ms=latency_ms,
             shadow=shadow, answered_at=time.time()), deadline - time.monotonic())
 
+    def capture_exchange(self, exchange: Exchange, timeout: float | None) -> str:
+        """Capture one exchange the caller described whole (a language model's, on OpenAI's
+        routes): a cache hit only when hits are captured; never raises."""
+        if exchange.cache_hit and not self._cache_hits:
+            return Outcome.OFF
+        return self.capture(exchange, timeout)
+
     def capture_shadow_failure(self, endpoint: str, variant: str | None, inference_id: str,
                                arm: str, error: Mapping[str, str],
                                latency_ms: float | None) -> str:

@@ -16,7 +16,9 @@ capture writes them::
 sagegate may add ``originalInput`` (the client's upload, before resizing), a top-level key that
 Model Monitor ignores, and marks the record of an answer served from its prediction cache with
 ``"sagegateCacheHit": true`` in ``eventMetadata`` (:data:`CACHE_HIT_KEY`; the monitor and
-``sagegate capture`` read it).
+``sagegate capture`` read it). A language model's exchange on OpenAI's routes is the body sent
+to its container and the assembled completion (a ``chat.completion`` as the whole answer would
+be, a stream's too), with its usage and timing under ``sagegateLlm`` (:data:`LLM_KEY`).
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ CACHE_HIT_KEY = "sagegateCacheHit"
 ARM_KEY = "sagegateArm"  # the experiment arm (or shadow)
 LATENCY_KEY = "sagegateLatencyMs"  # the endpoint exchange's
 ERROR_KEY = "sagegateError"  # a failed shadow call's {"Code", "Message"}
+LLM_KEY = "sagegateLlm"
+"""A language model's exchange (OpenAI's routes): model, usage and its source, time to first
+token, tokens/s, finish reason, streamed, and ``partial`` when the client went away."""
 INVOCATION_SOURCE = "invocationSource"
 SHADOW_SOURCE = "ShadowExperiment"
 """SageMaker's own marker of a shadow variant's record (Model Monitor skips them)."""
@@ -71,6 +76,8 @@ class Exchange:
     """A shadow's copy, marked as SageMaker marks one; its ``inference_id`` is the primary's."""
     error: Mapping[str, str] | None = None
     """A failed shadow call's (the record then has no output)."""
+    llm: Mapping[str, Any] | None = None
+    """A language model's exchange's figures (:data:`LLM_KEY`)."""
     answered_at: float | None = None
     """When the inference was answered (epoch seconds, taken on the request's path): the
     record's ``inferenceTime`` and its folder's hour, however long the record waits for a
@@ -134,6 +141,8 @@ def _sagegate_metadata(exchange: Exchange) -> dict[str, Any]:
         metadata[LATENCY_KEY] = round(exchange.latency_ms, 3)
     if exchange.error is not None:
         metadata[ERROR_KEY] = dict(exchange.error)
+    if exchange.llm is not None:
+        metadata[LLM_KEY] = dict(exchange.llm)
     return metadata
 
 

@@ -13,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any, Protocol
 
+from chalicelib.cache.prediction import CacheControl, CacheUse, PredictionCache
+from chalicelib.calls import InvokeResult
+from chalicelib.capture import Capturer
+from chalicelib.capture.records import Exchange
 from chalicelib.core.errors import InvalidEndpointResponseError, SagegateError
 from chalicelib.core.media import MediaType
 from chalicelib.core.observability import RequestLog
@@ -29,6 +34,30 @@ from chalicelib.registry.specs import LlmSchema, ModelSpec
 
 BYTES_PER_TOKEN = 4  # the estimate when a container gives no count
 OWNER = "sagegate"  # GET /v1/models' owned_by
+CAPTURE_SECONDS = 10.0
+"""What writing a record may take (after the answer's last chunk: never a chunk's delay)."""
+CACHED = "cached"  # usage_source of an answer from the prediction cache
+DISCONNECTED = "client_disconnected"  # a record's ``partial``: the client went away
+_WORDS = re.compile(r"\s*\S+|\s+")  # a cached answer's chunks: a word each
+
+
+class Pool(Protocol):
+    """Where shadow copies run after the answer (the experiments' ``Shadows``)."""
+
+    def submit(self, target: Hashable, call: Callable[[], None], *, timeout_seconds: float,
+               size: int = 0, dimensions: Mapping[str, str] | None = None) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How the route serves one request: its experiment arm (None: none) and its use of the
+    prediction cache (None: none)."""
+
+    arm: str | None = None
+    cache: CacheUse | None = None
+
+
+NO_PLAN = Plan()
 
 
 @dataclasses.dataclass
@@ -95,19 +124,27 @@ def _rate(tokens: int, seconds: float) -> float | None:
 
 class LlmService:
     """The OpenAI routes' work for the registry's llm models, on the endpoint client every
-    model shares.
+    model shares: each exchange captured (the body sent and the assembled completion, after
+    its last chunk), a deterministic one (temperature 0) answered from the prediction cache
+    when the model's ``cache`` allows.
 
     Args:
-        models: every registered model (the llm ones are served).
+        models: every registered model (the llm models are served).
         budget_seconds: the time an answer, or a stream's first event, may take to come.
+        capturer: data capture (None: none).
+        cache: the prediction cache (None: none).
+        pool: where shadow copies run (built on first use; None: no shadows).
     """
 
     def __init__(self, models: Mapping[str, ModelSpec], endpoint: EndpointClient,
-                 budget_seconds: float, *, clock: Callable[[], float] = time.perf_counter,
+                 budget_seconds: float, *, capturer: Capturer | None = None,
+                 cache: PredictionCache | None = None, pool: Callable[[], Pool] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time) -> None:
         self.models = {name: model for name, model in models.items() if model.llm is not None}
         self._endpoint = endpoint
         self._budget = budget_seconds
+        self._capturer, self._cache, self._pool = capturer, cache, pool
         self._clock, self._wall = clock, wall
 
     def list_models(self) -> dict[str, Any]:
@@ -120,25 +157,63 @@ class LlmService:
         """See :func:`~chalicelib.llm.requests.read_request`."""
         return read_request(body, operation, self.models)
 
-    def _invocation(self, request: CompletionRequest, request_id: str) -> Invocation:
+    def cache_use(self, request: CompletionRequest, control: CacheControl,
+                  arm: str | None = None) -> CacheUse:
+        """The request's use of the prediction cache: none unless the model's ``cache`` is on
+        and the request is deterministic (greedy: temperature 0); an arm's entries are its
+        own."""
+        name = request.model.name
+        scope = {"model": name} if arm is None else {"model": name, "arm": arm}
+        if self._cache is None:
+            return CacheUse(None)
+        return self._cache.request(control, enabled=request.model.cache
+                                   and deterministic(request), scope=scope)
+
+    def pool(self) -> Pool | None:
+        """Where shadow copies run (None: nowhere)."""
+        return None if self._pool is None else self._pool()
+
+    def _invocation(self, request: CompletionRequest, request_id: str,
+                    body: bytes | None = None) -> Invocation:
         model = request.model
         return Invocation(endpoint_name=model.endpoint,
-                          body=SCHEMAS[request.llm.schema].body(request),
+                          body=SCHEMAS[request.llm.schema].body(request) if body is None
+                          else body,
                           content_type=MediaType.JSON, accept=model.accept,
                           target_variant=model.variant, target_model=model.target_model,
                           inference_component=model.inference_component,
                           inference_id=request_id[:64])
 
-    def complete(self, request: CompletionRequest, request_id: str,
-                 log: RequestLog) -> dict[str, Any]:
-        """A whole answer (``chat.completion`` or ``text_completion``).
+    def complete(self, request: CompletionRequest, request_id: str, log: RequestLog,
+                 plan: Plan = NO_PLAN) -> dict[str, Any]:
+        """A whole answer (``chat.completion`` or ``text_completion``), from the cache when
+        the plan's use of it finds one; captured.
 
         Raises:
             SagegateError: (a subclass) the endpoint failed, or its answer is not its schema's.
         """
         started = self._clock()
-        result = self._endpoint.invoke(self._invocation(request, request_id),
-                                       time.monotonic() + self._budget)
+        sent = SCHEMAS[request.llm.schema].body(request)
+        deadline = time.monotonic() + self._budget
+        cache = plan.cache
+        if cache is not None and cache.active:
+            result = cache.fetch(_key_fields(request), sent, lambda: self._call(
+                request, request_id, log, sent, deadline), deadline)
+        else:
+            result = self._call(request, request_id, log, sent, deadline)
+        document = json.loads(result.body)
+        hit = result.attempts == 0
+        if hit:
+            document = self._replayed(document, request, request_id, log, streamed=False)
+        _note_cache(log, cache)
+        self._capture(request, request_id, log, started, sent, document, plan.arm, hit=hit)
+        return document
+
+    def _call(self, request: CompletionRequest, request_id: str, log: RequestLog,
+              sent: bytes, deadline: float) -> InvokeResult:
+        """The endpoint's answer as OpenAI's document (JSON), usage noted in ``log``."""
+        started = self._clock()
+        result = self._endpoint.invoke(self._invocation(request, request_id, sent), deadline)
         log.endpoint, log.variant, log.attempts = request.model.endpoint, result.variant, \
             result.attempts
         completion = SCHEMAS[request.llm.schema].answer(result.body, request)
@@ -146,7 +221,22 @@ class LlmService:
                       completion.completion_tokens, text_bytes=len(completion.text.encode()),
                       last_at=self._clock(), finish=completion.finish_reason)
         usage = tally.note(log, streamed=False)
-        return self._document(request, request_id, completion, usage)
+        document = self._document(request, request_id, completion, usage)
+        return InvokeResult(_dumps(document), MediaType.JSON, result.variant, None,
+                            max(1, result.attempts))
+
+    def _replayed(self, document: dict[str, Any], request: CompletionRequest,
+                  request_id: str, log: RequestLog, streamed: bool) -> dict[str, Any]:
+        """A cached answer under this request's id and time, its usage in the log line."""
+        found = document.get("usage")
+        usage: Mapping[str, Any] = found if isinstance(found, dict) else {}
+        log.endpoint = request.model.endpoint
+        log.prompt_tokens, log.completion_tokens = usage.get("prompt_tokens"), \
+            usage.get("completion_tokens")
+        log.usage_source = {"prompt": CACHED, "completion": CACHED}
+        log.finish_reason, log.streamed = _choice(document)[1], streamed
+        prefix = "chatcmpl-" if request.operation == Operation.CHAT else "cmpl-"
+        return {**document, "id": prefix + request_id, "created": int(self._wall())}
 
     def _document(self, request: CompletionRequest, request_id: str, completion: Completion,
                   usage: dict[str, int]) -> dict[str, Any]:
@@ -168,28 +258,57 @@ class LlmService:
                 "created": int(self._wall()), "model": name, "system_fingerprint": None,
                 "choices": [choice], "usage": usage}
 
-    def stream(self, request: CompletionRequest, request_id: str,
-               log: RequestLog) -> EventStream:
-        """The answer as OpenAI's stream: the container's stream is opened now (a failure
-        before its first event is an error answer, not a stream), its chunks made as its
-        lines are read.
+    def stream(self, request: CompletionRequest, request_id: str, log: RequestLog,
+               plan: Plan = NO_PLAN) -> EventStream:
+        """The answer as OpenAI's stream: from the cache when the plan's use of it finds one
+        (its text a chunk a word), else the container's stream, opened now (a failure before
+        its first event is an error answer, not a stream), its chunks made as its lines are
+        read. Captured after the last chunk; a complete answer kept in the cache.
 
         Raises:
             SagegateError: (a subclass) the stream could not be opened.
         """
         started = self._clock()
-        upstream = self._endpoint.invoke_stream(self._invocation(request, request_id),
-                                                time.monotonic() + self._budget)
-        log.endpoint, log.variant, log.attempts = request.model.endpoint, upstream.variant, \
-            upstream.attempts
         prefix = "chatcmpl-" if request.operation == Operation.CHAT else "cmpl-"
         chunks = Chunks(request.operation, prefix + request_id, int(self._wall()),
                         request.model.name, request.include_usage)
+        whole = SCHEMAS[request.llm.schema].body(dataclasses.replace(
+            request, stream=False, include_usage=False))  # the cache's key: streamed or not
+        found = None if plan.cache is None else plan.cache.peek(_key_fields(request), whole)
+        _note_cache(log, plan.cache)
+        if found is not None:
+            document = self._replayed(json.loads(found.body), request, request_id, log,
+                                      streamed=True)
+            return EventStream(self._replay(request, request_id, log, started, whole,
+                                            document, chunks, plan), None)
+        sent = SCHEMAS[request.llm.schema].body(request)
+        upstream = self._endpoint.invoke_stream(
+            self._invocation(request, request_id, sent), time.monotonic() + self._budget)
+        log.endpoint, log.variant, log.attempts = request.model.endpoint, upstream.variant, \
+            upstream.attempts
         tally = Tally(started, request.prompt_bytes)
-        return EventStream(self._events(request, upstream, chunks, tally, log), upstream)
+        exchange = _Streamed(request, request_id, log, plan, sent, whole, tally)
+        return EventStream(self._events(exchange, upstream, chunks), upstream)
 
-    def _events(self, request: CompletionRequest, upstream: EndpointStream, chunks: Chunks,
-                tally: Tally, log: RequestLog) -> Iterator[bytes]:
+    def _replay(self, request: CompletionRequest, request_id: str, log: RequestLog,
+                started: float, sent: bytes, document: dict[str, Any], chunks: Chunks,
+                plan: Plan) -> Iterator[bytes]:
+        text, finish = _choice(document)
+        try:
+            yield sse(chunks.first())
+            for word in _WORDS.findall(text):
+                yield sse(chunks.delta(word))
+            yield sse(chunks.finish(finish or "stop"))
+            if request.include_usage:
+                yield sse(chunks.usage(document.get("usage") or {}))
+            yield DONE
+        finally:
+            self._capture(request, request_id, log, started, sent, document, plan.arm,
+                          hit=True)
+
+    def _events(self, exchange: _Streamed, upstream: EndpointStream,
+                chunks: Chunks) -> Iterator[bytes]:
+        request, log, tally = exchange.request, exchange.log, exchange.tally
         schema = SCHEMAS[request.llm.schema]
         passed = request.llm.schema == LlmSchema.OPENAI
         try:
@@ -199,16 +318,20 @@ class LlmService:
                 piece = schema.piece(_line(line), request)
                 if piece.error is not None:
                     log.error_code = "model_error"
-                    yield sse({"error": {"message": f"The model failed: {piece.error}",
+                    exchange.error = {"Code": "model_error",
+                                      "Message": f"The model failed: {piece.error}"}
+                    yield sse({"error": {"message": exchange.error["Message"],
                                          "type": "server_error", "param": None,
                                          "code": "model_error"}})
                     return
                 tally.add(piece, self._clock())
+                exchange.texts.append(piece.text)
                 if passed and piece.chunk is not None:
                     yield sse(chunks.passed(piece.chunk))
                 elif piece.text:
                     yield sse(chunks.delta(piece.text))
-            usage = tally.note(log, streamed=True)
+            exchange.usage = usage = tally.note(log, streamed=True)
+            exchange.ended = True
             if not passed:
                 yield sse(chunks.finish(tally.finish or "stop"))
             if request.include_usage:
@@ -217,11 +340,129 @@ class LlmService:
         except SagegateError as error:
             failure = from_sagegate(error)
             log.error_code = failure.code
+            exchange.error = {"Code": failure.code or failure.kind, "Message": failure.message}
             yield sse(failure.document())
         finally:
             upstream.close()
             if log.usage_source is None:
-                tally.note(log, streamed=True)
+                exchange.usage = tally.note(log, streamed=True)
+            self._streamed(exchange)
+
+    def _streamed(self, exchange: _Streamed) -> None:
+        """After a stream's last chunk (or its client gone): the record of what was made,
+        and a complete answer kept in the cache."""
+        request, tally = exchange.request, exchange.tally
+        completion = Completion("".join(exchange.texts), tally.finish or "stop")
+        document = self._document(request, exchange.request_id, completion,
+                                  exchange.usage or tally.usage()[0])
+        if not exchange.ended and exchange.error is None:  # the client went away
+            document["choices"][0]["finish_reason"] = None
+        self._capture(request, exchange.request_id, exchange.log, tally.started,
+                      exchange.sent, document, exchange.plan.arm, error=exchange.error,
+                      partial=None if exchange.ended or exchange.error else DISCONNECTED)
+        cache = exchange.plan.cache
+        if exchange.ended and cache is not None and cache.active:
+            cache.keep(_key_fields(request), exchange.whole, InvokeResult(
+                _dumps(document), MediaType.JSON, exchange.log.variant, None, 1))
+
+    def shadow(self, request: CompletionRequest, request_id: str, name: str,
+               timeout_seconds: float) -> None:
+        """One shadow call of ``request`` (its target's model), whole, within its own
+        timeout; captured as shadow traffic paired with the caller's by its id (a failure as
+        a record of its error)."""
+        request = dataclasses.replace(request, stream=False, include_usage=False)
+        log = RequestLog(request_id, "POST", "shadow")  # its own figures, never written
+        started, began = self._clock(), time.monotonic()
+        sent = SCHEMAS[request.llm.schema].body(request)
+        try:
+            result = self._call(request, request_id, log, sent, began + timeout_seconds)
+        except SagegateError as error:
+            if self._capturer is not None:
+                self._capturer.capture_shadow_failure(
+                    request.model.endpoint, request.model.variant, request_id, name,
+                    error.as_failure(), (self._clock() - started) * 1000.0)
+            return
+        self._capture(request, request_id, log, started, sent, json.loads(result.body), name,
+                      shadow=True)
+
+    def _capture(self, request: CompletionRequest, request_id: str, log: RequestLog,
+                 started: float, sent: bytes, document: dict[str, Any], arm: str | None, *,
+                 hit: bool = False, shadow: bool = False, error: Mapping[str, str] | None = None,
+                 partial: str | None = None) -> None:
+        """The exchange's Model Monitor record: the body sent, the assembled completion, and
+        its figures (``sagegateLlm``)."""
+        if self._capturer is None:
+            return
+        figures = {"model": request.model.name, "operation": str(request.operation),
+                   "streamed": bool(log.streamed), "promptTokens": log.prompt_tokens,
+                   "completionTokens": log.completion_tokens, "usageSource": log.usage_source,
+                   "finishReason": log.finish_reason,
+                   "timeToFirstTokenMs": log.time_to_first_token_ms,
+                   "tokensPerSecond": log.tokens_per_second, "partial": partial}
+        outcome = self._capturer.capture_exchange(Exchange(
+            endpoint=request.model.endpoint, variant=log.variant or "AllTraffic",
+            inference_id=request_id, sent=sent, sent_content_type=MediaType.JSON,
+            received=_dumps(document), received_content_type=MediaType.JSON,
+            cache_hit=hit, arm=arm, latency_ms=(self._clock() - started) * 1000.0,
+            shadow=shadow, error=error, answered_at=self._wall(),
+            llm={key: value for key, value in figures.items() if value is not None}),
+            CAPTURE_SECONDS)
+        if not shadow:
+            log.capture = outcome
+
+
+@dataclasses.dataclass
+class _Streamed:
+    """One streamed exchange as it goes: what was sent, the text so far, how it ended."""
+
+    request: CompletionRequest
+    request_id: str
+    log: RequestLog
+    plan: Plan
+    sent: bytes
+    whole: bytes
+    """The body the answer is cached under (the request's, not streamed)."""
+    tally: Tally
+    texts: list[str] = dataclasses.field(default_factory=list)
+    usage: dict[str, int] | None = None
+    ended: bool = False
+    error: dict[str, str] | None = None
+
+
+def deterministic(request: CompletionRequest) -> bool:
+    """Whether the request asks for greedy decoding (temperature 0), whose answer the cache
+    may replay; a sampled one's never is (a seed included: containers differ in its use)."""
+    return request.sampling.temperature == 0
+
+
+def _key_fields(request: CompletionRequest) -> dict[str, Any]:
+    """Besides the body sent, what changes the answer: the target and the route."""
+    model = request.model
+    return {"endpoint": model.endpoint, "variant": model.variant,
+            "target_model": model.target_model,
+            "inference_component": model.inference_component,
+            "schema": str(request.llm.schema), "operation": str(request.operation)}
+
+
+def _note_cache(log: RequestLog, cache: CacheUse | None) -> None:
+    if cache is not None:
+        log.cache, log.cache_tier = cache.status, cache.tier
+        log.cache_errors = cache.errors or None
+
+
+def _choice(document: Mapping[str, Any]) -> tuple[str, str | None]:
+    """An answer's text and finish reason (chat or text completion)."""
+    choices = document.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices \
+        and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else choice.get("text")
+    reason = choice.get("finish_reason")
+    return text if isinstance(text, str) else "", reason if isinstance(reason, str) else None
+
+
+def _dumps(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def _line(line: bytes) -> Mapping[str, Any]:
@@ -239,7 +480,7 @@ class EventStream:
     """A stream's ``data:`` events, each as it is made; :meth:`close` (a client gone) stops it
     and closes the container's stream, also when no event was read yet."""
 
-    def __init__(self, events: Iterator[bytes], upstream: EndpointStream) -> None:
+    def __init__(self, events: Iterator[bytes], upstream: EndpointStream | None) -> None:
         self._events, self._upstream = events, upstream
 
     def __iter__(self) -> Iterator[bytes]:
@@ -253,4 +494,5 @@ class EventStream:
         close = getattr(self._events, "close", None)
         if callable(close):
             close()
-        self._upstream.close()
+        if self._upstream is not None:
+            self._upstream.close()
