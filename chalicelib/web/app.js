@@ -5,6 +5,10 @@
 // goes through a job: POST uploads, the file straight to S3 by the presigned POST (with
 // XMLHttpRequest, whose upload progress fetch lacks), POST models/<name>/jobs, then
 // GET jobs/<id> until it ends; the answer is rendered as the synchronous one is.
+// A language model (pipeline "llm") chosen instead gets a chat box: POST
+// v1/chat/completions with "stream": true, the answer written token by token as the
+// text/event-stream's data: lines arrive (a fetch's ReadableStream), a Stop button that aborts
+// the fetch, then the usage and the time to the first token.
 // Plain script, no build step, no third-party code; every URL is relative to the API's root
 // (the folder above this script), so the page works under an API Gateway stage (/api/).
 "use strict";
@@ -25,6 +29,9 @@
   const WAIT_MAX_MS = 3600 * 1000; // SageMaker Asynchronous Inference's longest invocation
   const KEY_STORAGE = "sagegate.apiKey";
   const IMAGE_PIPELINE = "image-classification";
+  const LLM_PIPELINE = "llm";
+  const CHAT_PATH = "/v1/chat/completions";
+  const MAX_EVENT_CHARS = 1 << 20; // a data: line longer than this is not OpenAI's stream
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -36,11 +43,20 @@
     predictions: $("predictions"), facts: $("facts"), sent: $("sent"),
     original: $("original"), answered: $("answered"), timingBlock: $("timing-block"),
     timing: $("timing"), transfer: $("transfer"), uploadProgress: $("upload-progress"),
-    uploadText: $("upload-text"), jobText: $("job-text"),
+    uploadText: $("upload-text"), jobText: $("job-text"), main: document.querySelector("main"),
+    chatLog: $("chat-log"), chatForm: $("chat-form"), chatInput: $("chat-input"),
+    chatSend: $("chat-send"), chatStop: $("chat-stop"), chatClear: $("chat-clear"),
+    chatStatus: $("chat-status"), chatError: $("chat-error"), chatErrorCode: $("chat-error-code"),
+    chatErrorMessage: $("chat-error-message"), chatFacts: $("chat-facts"),
+    chatFirst: $("chat-first"), chatTotal: $("chat-total"), chatUsage: $("chat-usage"),
+    chatFinish: $("chat-finish"),
   };
 
   const state = {
     models: [], // image models, as GET models describes them
+    llms: [], // language models (pipeline llm), offered as a chat
+    chat: [], // the conversation so far: OpenAI's messages
+    chatController: null, // aborts the answer being streamed (Stop)
     defaultModel: null, // the model POST predict serves
     rules: new Map(), // model name -> its "image" block (GET models/<name>)
     file: null, // the image chosen
@@ -78,17 +94,24 @@
       body = null;
     }
     if (!response.ok) {
-      const code = (body && (body.Code || body.code)) || `HTTP ${response.status}`;
-      let message = (body && (body.Message || body.message)) || text.slice(0, 300) ||
-        response.statusText || "The API refused the request.";
-      if ((response.status === 401 || response.status === 403) && !(body && body.Code)) {
-        message += apiKey() ? " (check the API key below)." : " (this stage may need an API key: enter it below).";
-        el.keyDetails.open = true;
-      }
-      throw new PageError(code, message);
+      const detail = body && body.error && typeof body.error === "object" ? body.error : body;
+      throw answerError(response, detail, text);
     }
     if (body === null) throw new PageError("InvalidAnswer", "The API's answer is not JSON.");
     return body;
+  }
+
+  // A refusal as a PageError: sagegate's {Code, Message}, OpenAI's {error: {code, message}}
+  // (the v1 routes) or API Gateway's {message}.
+  function answerError(response, body, text) {
+    const code = (body && (body.Code || body.code || body.type)) || `HTTP ${response.status}`;
+    let message = (body && (body.Message || body.message)) || text.slice(0, 300) ||
+      response.statusText || "The API refused the request.";
+    if ((response.status === 401 || response.status === 403) && !(body && (body.Code || body.type))) {
+      message += apiKey() ? " (check the API key below)." : " (this stage may need an API key: enter it below).";
+      el.keyDetails.open = true;
+    }
+    return new PageError(code, message);
   }
 
   async function call(path, init) {
@@ -113,22 +136,37 @@
 
   async function loadModels() {
     const listing = await getJson("models");
-    state.models = (listing.models || []).filter((model) => model.pipeline === IMAGE_PIPELINE);
+    const all = listing.models || [];
+    state.models = all.filter((model) => model.pipeline === IMAGE_PIPELINE);
+    state.llms = all.filter((model) => model.pipeline === LLM_PIPELINE && model.llm);
     state.defaultModel = listing.default || null;
     const previous = el.model.value;
-    el.model.replaceChildren(...state.models.map((model) => {
-      const option = document.createElement("option");
-      option.value = model.name;
-      option.textContent = model.name + (model.name === state.defaultModel ? " (default)" : "");
-      return option;
-    }));
-    const names = state.models.map((model) => model.name);
+    const option = (model, note) => {
+      const item = document.createElement("option");
+      item.value = model.name;
+      item.textContent = model.name + note;
+      return item;
+    };
+    el.model.replaceChildren(
+      ...state.models.map((model) => option(model, model.name === state.defaultModel ? " (default)" : "")),
+      ...state.llms.map((model) => option(model, " (chat)")));
+    const names = [...state.models, ...state.llms].map((model) => model.name);
     if (names.includes(previous)) el.model.value = previous;
     else if (names.includes(state.defaultModel)) el.model.value = state.defaultModel;
-    el.modelField.hidden = state.models.length < 2;
-    if (!state.models.length) {
+    el.modelField.hidden = names.length < 2;
+    showMode();
+    if (!names.length) {
       throw new PageError("NoImageModel", "This API serves no image-classification model.");
     }
+  }
+
+  // The language model chosen (its GET models entry), or null for an image model.
+  function chosenLlm() {
+    return state.llms.find((model) => model.name === el.model.value) || null;
+  }
+
+  function showMode() {
+    el.main.classList.toggle("chat-mode", Boolean(chosenLlm()));
   }
 
   function currentModel() {
@@ -330,7 +368,7 @@
     clearError();
     try {
       if (!state.models.length) await loadModels(); // the page's first call failed: retry
-      if (!current()) return;
+      if (!current() || chosenLlm()) return; // a language model: the chat box, not an image
       const model = currentModel();
       const k = Number(el.k.value);
       let prepared = state.prepared;
@@ -643,6 +681,205 @@
     el.previewPanel.hidden = false;
   }
 
+  // ---------------------------------------------------------------- chat (llm models)
+
+  // The data: fields of a text/event-stream as they arrive, one event a line (OpenAI's
+  // streams put each event on one data: line); other fields and comments are skipped.
+  async function* eventData(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let pending = "";
+    const fields = function* (lines) {
+      for (const line of lines) {
+        const bare = line.endsWith("\r") ? line.slice(0, -1) : line;
+        if (bare.startsWith("data:")) yield bare.slice(bare.startsWith("data: ") ? 6 : 5);
+      }
+    };
+    try {
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) break;
+        pending += decoder.decode(value, {stream: true});
+        const lines = pending.split("\n");
+        pending = lines.pop();
+        if (pending.length > MAX_EVENT_CHARS) {
+          throw new PageError("InvalidStream", "The stream sent a line longer than 1 MB.");
+        }
+        yield* fields(lines);
+      }
+      yield* fields([pending + decoder.decode()]);
+    } finally {
+      reader.cancel().catch(() => {}); // a stream left early (Stop, an error) is closed
+    }
+  }
+
+  // A chunk's text: a chat chunk's delta, or a text completion's text.
+  function pieceOf(chunk) {
+    const choice = (chunk.choices || [])[0];
+    if (!choice) return {text: "", finish: null};
+    const text = choice.delta ? choice.delta.content : choice.text;
+    return {text: typeof text === "string" ? text : "", finish: choice.finish_reason || null};
+  }
+
+  // The request for the model: chat with the whole conversation, or, for a model that only
+  // completes text (an lmi or tgi container), the last message as the prompt.
+  function completionRequest(model) {
+    const streamed = {model: model.name, stream: true, stream_options: {include_usage: true}};
+    if ((model.llm.openai_paths || [CHAT_PATH]).includes(CHAT_PATH)) {
+      return {path: "v1/chat/completions", body: {...streamed, messages: state.chat}};
+    }
+    return {path: "v1/completions", body: {...streamed, prompt: state.chat.at(-1).content}};
+  }
+
+  // Stream one answer into `answer` (what was read so far: text, usage, times).
+  async function streamAnswer(model, answer, signal) {
+    const {path, body} = completionRequest(model);
+    const response = await call(path, {
+      method: "POST", body: JSON.stringify(body), signal,
+      headers: headers({"Content-Type": "application/json", Accept: "text/event-stream"}),
+    });
+    if (!response.ok || !(response.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+      await readAnswer(response); // a refusal throws; a 200 that is not a stream is not ours
+      throw new PageError("InvalidAnswer", "The API did not answer with a stream.");
+    }
+    for await (const data of eventData(response)) {
+      if (data.trim() === "[DONE]") return;
+      let chunk;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        throw new PageError("InvalidStream", `The stream sent a line that is not JSON: ${data.slice(0, 80)}`);
+      }
+      if (chunk.error) {
+        throw new PageError(chunk.error.code || chunk.error.type || "StreamError",
+                            chunk.error.message || "The stream failed.");
+      }
+      const piece = pieceOf(chunk);
+      if (piece.text) answer.add(piece.text);
+      if (piece.finish) answer.finish = piece.finish;
+      if (chunk.usage) answer.usage = chunk.usage;
+    }
+    throw new PageError("StreamCut", "The stream ended without its [DONE].");
+  }
+
+  function addTurn(role, who, text) {
+    const turn = document.createElement("div");
+    turn.className = `turn ${role}`;
+    const name = document.createElement("p");
+    name.className = "who";
+    name.textContent = who;
+    const body = document.createElement("p");
+    body.className = "text";
+    const words = document.createTextNode(text);
+    body.append(words);
+    turn.append(name, body);
+    el.chatLog.append(turn);
+    return {turn, words};
+  }
+
+  function setChatStatus(text) {
+    el.chatStatus.textContent = text;
+  }
+
+  function showChatError(error) {
+    el.chatErrorCode.textContent = `${error.code || error.name || "Error"}:`;
+    el.chatErrorMessage.textContent = error.message || String(error);
+    el.chatError.hidden = false;
+  }
+
+  function chatBusy(busy) {
+    el.chatSend.disabled = busy;
+    el.chatStop.disabled = !busy;
+    el.chatLog.setAttribute("aria-busy", busy ? "true" : "false");
+  }
+
+  function showChatFacts(answer) {
+    const ms = (value) => (value === null ? "–" : `${value.toFixed(0)} ms`);
+    el.chatFirst.textContent = answer.firstMs === null ? "no token" : ms(answer.firstMs);
+    const after = answer.endMs - (answer.firstMs ?? answer.endMs);
+    const usage = answer.usage;
+    const rate = usage && after > 0 && usage.completion_tokens > 1
+      ? `, ${((usage.completion_tokens - 1) / (after / 1000)).toFixed(1)} tokens/s after the first` : "";
+    el.chatTotal.textContent = `${ms(answer.endMs)}${rate}`;
+    el.chatUsage.textContent = usage
+      ? `${usage.prompt_tokens} prompt, ${usage.completion_tokens} completion`
+      : `not given (${answer.pieces} pieces of text received)`;
+    el.chatFinish.textContent = answer.finish || (answer.stopped ? "stopped here" : "–");
+    el.chatFacts.hidden = false;
+  }
+
+  async function sendChat() {
+    const model = chosenLlm();
+    const text = el.chatInput.value.trim();
+    if (!model || !text || state.chatController) return;
+    el.chatError.hidden = true;
+    el.chatFacts.hidden = true;
+    el.chatInput.value = "";
+    state.chat.push({role: "user", content: text});
+    addTurn("user", "You", text);
+    const {words} = addTurn("assistant", model.name, "");
+    const controller = new AbortController();
+    state.chatController = controller;
+    chatBusy(true);
+    setChatStatus(`${model.name} is answering…`);
+    const started = performance.now();
+    const answer = {text: "", pieces: 0, firstMs: null, endMs: null, usage: null, finish: null,
+                    stopped: false};
+    answer.add = (piece) => {
+      if (answer.firstMs === null) answer.firstMs = performance.now() - started;
+      answer.text += piece;
+      answer.pieces += 1;
+      words.appendData(piece);
+    };
+    try {
+      await streamAnswer(model, answer, controller.signal);
+      setChatStatus("Answered.");
+    } catch (error) {
+      answer.stopped = error.name === "AbortError";
+      if (answer.stopped) setChatStatus("Stopped.");
+      else {
+        setChatStatus("The answer failed.");
+        showChatError(error);
+      }
+    } finally {
+      answer.endMs = performance.now() - started;
+      state.chatController = null;
+      chatBusy(false);
+    }
+    // what the model said stays in the conversation; a question left unanswered does not
+    if (answer.text) state.chat.push({role: "assistant", content: answer.text});
+    else state.chat.pop();
+    showChatFacts(answer);
+  }
+
+  function stopChat() {
+    if (state.chatController) state.chatController.abort();
+  }
+
+  function clearChat() {
+    stopChat();
+    state.chat = [];
+    el.chatLog.replaceChildren();
+    el.chatError.hidden = true;
+    el.chatFacts.hidden = true;
+    setChatStatus("Ask the model something.");
+  }
+
+  function wireChat() {
+    el.chatForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      sendChat();
+    });
+    el.chatInput.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        el.chatForm.requestSubmit();
+      }
+    });
+    el.chatStop.addEventListener("click", stopChat);
+    el.chatClear.addEventListener("click", clearChat);
+  }
+
   // ---------------------------------------------------------------- input
 
   function choose(file) {
@@ -701,9 +938,12 @@
       run();
     });
     el.model.addEventListener("change", () => {
+      stopChat(); // an answer being streamed is another model's
+      showMode();
       if (!kTouched) setDefaultK();
       run();
     });
+    wireChat();
 
     let storedKey = "";
     try {
