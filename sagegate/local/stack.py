@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -21,6 +26,7 @@ from typing import Any
 
 from chalicelib.core.aws import S3_SCHEME
 from chalicelib.core.config import Settings
+from emulator.config import LLM, ConfigError, load_config
 from emulator.process import DEFAULT_CONFIG as DEFAULT_EMULATOR_CONFIG
 from emulator.process import EmulatorStartError, start_emulator
 from sagegate.local.auth import API_KEY_ENV
@@ -35,6 +41,59 @@ from sagegate.local.processes import ROOT, ApiProcess, ApiStartError, start_api
 from sagegate.local.supervision import Child, Supervisor
 
 SAMPLES = ROOT / "samples"
+WARM_UP_TIMEOUT_S = 120.0
+"""The longest ``sagegate run`` waits for the emulator's language models to load."""
+
+
+def llm_endpoints(config_path: Path) -> list[str]:
+    """The emulator's real-time endpoints that serve a language model (loaded on first use)."""
+    try:
+        config = load_config(config_path)
+    except ConfigError:
+        return []
+    return [name for name, endpoint in config.endpoints.items()
+            if endpoint.asynchronous is None
+            and any(config.models[variant.model].kind == LLM for variant in endpoint.variants)]
+
+
+def warm_up(emulator_url: str, endpoints: Sequence[str],
+            timeout: float = WARM_UP_TIMEOUT_S) -> list[str]:
+    """Ask each endpoint for one token, so its model is loaded before the first real request
+    (SmolLM2's file takes seconds to read, more than an endpoint call may wait); the lines to
+    say (a failure is said, not fatal: the first request loads the model then)."""
+    said = []
+    for name in endpoints:
+        started = time.monotonic()
+        request = urllib.request.Request(
+            f"{emulator_url}/endpoints/{urllib.parse.quote(name, safe='')}/invocations",
+            data=json.dumps({"inputs": "Hi", "parameters": {"max_new_tokens": 1}}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                answer.read()
+        except (urllib.error.URLError, OSError) as error:
+            said.append(f"sagegate: the language model of endpoint {name} did not load "
+                        f"({error}); its first request loads it")
+            continue
+        said.append(f"sagegate: the language model of endpoint {name} is loaded "
+                    f"({time.monotonic() - started:.1f} s)")
+    return said
+
+
+class WarmUp:
+    """:func:`warm_up` on a thread, while chalice local starts."""
+
+    def __init__(self, emulator_url: str, endpoints: Sequence[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(
+            target=lambda: self.lines.extend(warm_up(emulator_url, endpoints)),
+            name="llm-warm-up", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> list[str]:
+        """Its lines, once it is done (or the timeout passed)."""
+        self._thread.join(WARM_UP_TIMEOUT_S + 5.0)
+        return self.lines
 
 
 def write_samples() -> dict[str, Path]:
@@ -176,6 +235,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--moto-port", type=_port, metavar="PORT",
                         help="the port of moto's server, the local S3, SNS and SQS of the "
                              f"jobs flow (MOTO_PORT, default {PORTS['MOTO_PORT']})")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="say ready without loading the emulator's language models first "
+                             "(sooner; their first request then waits for the load, and may "
+                             "time out)")
     return parser.parse_args(argv)
 
 
@@ -185,7 +248,8 @@ def _steps(plan: Plan, stage: str) -> Iterator[None]:
     lines = [f"moto's server (S3, SNS, SQS, DynamoDB, Firehose) on port {plan.moto_port}: "
              "a second or two"] if plan.moto_port else []
     lines += [f"the SageMaker emulator on port {plan.emulator_port}: loads its models, a few "
-              "seconds", f"chalice local, stage {stage!r}, on port {plan.api_port}: imports "
+              "seconds (its language model loads meanwhile, up to half a minute)",
+              f"chalice local, stage {stage!r}, on port {plan.api_port}: imports "
               "the app and warms it up, a few seconds"]
     for number, line in enumerate(lines, 1):
         _say(f"sagegate: [{number}/{len(lines)}] starting {line}")
@@ -220,6 +284,8 @@ def _run(args: argparse.Namespace) -> int:
             raise StartError(f"the emulator did not start: {error}") from None
         env = {**(moto.jobs.api_env() if moto is not None else {}),
                **({API_KEY_ENV: plan.api_key} if plan.api_key else {})}
+        warming = WarmUp(emulator.url,
+                         llm_endpoints(args.emulator_config) if args.warm_up else [])
         next(steps)
         try:
             api = start_api(plan.api_port, emulator.url, stage=args.stage, env=env,
@@ -227,6 +293,8 @@ def _run(args: argparse.Namespace) -> int:
         except ApiStartError as error:
             raise StartError(str(error)) from None
         try:
+            for line in warming.wait():
+                _say(line)
             _say(_banner(api, emulator, plan.settings, plan.api_key,
                          moto.describe(plan.redrive_period) if moto is not None else None))
             return serve(api, *supervisors)
