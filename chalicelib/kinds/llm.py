@@ -5,11 +5,15 @@ and model.json's ``llm`` block (:mod:`chalicelib.registry.llmblock`) says what i
 speaks."""
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
-from chalicelib.calls import Answer, Call, CallOptions, Invoke
+from chalicelib.cache.prediction import CacheUse
+from chalicelib.calls import Answer, Call, CallOptions, Invoke, ModelRequest, Served
 from chalicelib.core.media import MediaType
 from chalicelib.inference.serving import HandledModel
+from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import BodyKind, Parts
 from chalicelib.registry.specs import LlmSchema, ModelSpec
 
@@ -32,14 +36,48 @@ def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
     return Answer(result.body, result.content_type or MediaType.JSON)
 
 
+def greedy(body: bytes) -> bool:
+    """Whether a container's body asks for greedy decoding by name (a chat body's
+    ``temperature: 0``; LMI's ``parameters.do_sample: false`` or ``temperature: 0``): the only
+    answers the prediction cache may replay (a container's own default is not known here)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(document, dict):
+        return False
+    parameters = document.get("parameters")
+    if isinstance(parameters, dict):
+        return parameters.get("do_sample") is False or _zero(parameters.get("temperature"))
+    return _zero(document.get("temperature"))
+
+
+def _zero(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmPipeline:
+    """The model route's pipeline: through the prediction cache only for a greedy body."""
+
+    handled: HandledModel
+
+    def serve(self, request: ModelRequest, request_id: str, timer: StageTimer,
+              deadline: float | None = None, cache: CacheUse | None = None) -> Served:
+        """See :meth:`HandledModel.serve` (a sampled body bypasses the cache)."""
+        if cache is not None and not greedy(request.call.body):
+            cache = None
+        return self.handled.serve(request, request_id, timer, deadline, cache=cache)
+
+
 class LlmKind(BodyKind):
     """See the module."""
 
     def accepts(self, model: ModelSpec) -> tuple[str, ...]:
         return ACCEPTED
 
-    def pipeline(self, model: ModelSpec, parts: Parts) -> HandledModel:
-        return HandledModel(parts.server, model, run)
+    def pipeline(self, model: ModelSpec, parts: Parts) -> LlmPipeline:
+        return LlmPipeline(HandledModel(parts.server, model, run))
 
     def example(self, model: ModelSpec) -> Any:
         assert model.llm is not None  # the registry reads an llm model's block

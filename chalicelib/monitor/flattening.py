@@ -11,6 +11,9 @@
   document's other keys, nested keys joined with ``.`` and array elements by index (``a.b.0``),
   are columns of every row; a top-level array or scalar is ``feature0``, ...
 - Base64 sides (images, binary bodies) give no columns: such endpoints need a preprocessor.
+- A language model's exchange (an OpenAI or LMI answer, or sagegate's ``sagegateLlm`` mark) is
+  one row of its token counts, timing, finish reason and lengths
+  (:mod:`chalicelib.monitor.llm_rows`), not its messages key by key.
 
 A row may have at most ``max_columns`` columns (:class:`TooWide`, with the count the record would
 have made).
@@ -25,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chalicelib.monitor.json_scan import array_items, members, value_at
+from chalicelib.monitor.llm_rows import llm_row
 
 _SIDES = (("endpointOutput", "prediction", "predictions"),
           ("endpointInput", "feature", "instances"))
@@ -121,6 +125,10 @@ def flatten_record(record: dict[str, Any],
     naming = naming or Naming()
     capture = record.get("captureData")
     if not isinstance(capture, dict):
+        return
+    row = llm_row(record)
+    if row is not None:  # a language model's exchange: its own columns, not its messages
+        yield row
         return
     try:
         sides = []
