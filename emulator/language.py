@@ -9,9 +9,9 @@ OpenAI ``chat.completion``, or with ``stream`` one ``chat.completion.chunk`` per
 (``length``, ``eos_token``, ``stop_sequence``), ``generated_tokens``, ``inputs`` (the prompt
 text), ``prompt_tokens`` (as LMI's legacy formatter counts it) and, unstreamed, ``tokens``.
 
-The model (``emulator.llm``) is loaded on the first request (about 10 s), once per process and
-file, then shared by every model spec on that file; each spec keeps its own bounds and its own
-count of concurrent generations.
+The model (``emulator.llm``) is loaded on the first request (about 14 s, its onnxruntime step
+built), once per process and file, then shared by every model spec on that file; each spec
+keeps its own bounds and its own count of concurrent generations.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _given(document: Mapping[str, Any], key: str, default: Any = None) -> Any:
 def _lmi_temperature(parameters: Mapping[str, object]) -> float:
     """LMI's decoding choice: ``do_sample`` false (its default until 0.32) is greedy; true
     samples at ``temperature`` (1.0 by default); without it a temperature above 0 samples (as
-    LMI 0.32 infers it). ``top_k`` 1 is greedy; above 1 the sampler cannot honour it."""
+    LMI 0.32 infers it). ``top_k`` 1 is greedy (:func:`_lmi_top_k`)."""
     do_sample = parameters.get("do_sample")
     if do_sample is not None:
         _flag(do_sample, "parameters.do_sample")
@@ -193,10 +193,14 @@ def _lmi_temperature(parameters: Mapping[str, object]) -> float:
         raise Refused(f"parameters.top_k must be -1 or 0 (off), or at least 1, got {top_k}")
     if top_k == 1:
         return 0.0
-    if top_k > 1 and temperature not in (0, 0.0):
-        raise Refused("parameters.top_k above 1 is not supported by this container (it "
-                      "samples by top_p); use top_k 0 or top_p")
     return temperature  # type: ignore[return-value]  # Sampling checks it is a number
+
+
+def _lmi_top_k(parameters: Mapping[str, object]) -> int | None:
+    """The sampler's ``top_k`` (checked by :func:`_lmi_temperature`): None for -1 and 0 (off),
+    and for 1 (greedy already)."""
+    top_k = parameters.get("top_k", 0)
+    return top_k if isinstance(top_k, int) and top_k > 1 else None
 
 
 def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmRequest:
@@ -216,7 +220,7 @@ def parse_lmi(document: dict[str, Any], default_max_new_tokens: int) -> LlmReque
     stop = _stops(parameters.get("stop", parameters.get("stop_sequences")), "parameters.stop")
     sampling = Sampling(
         max_new_tokens=parameters.get("max_new_tokens", default_max_new_tokens),
-        temperature=_lmi_temperature(parameters),
+        temperature=_lmi_temperature(parameters), top_k=_lmi_top_k(parameters),
         top_p=parameters.get("top_p", 1.0), seed=parameters.get("seed"), stop=stop)
     stream = document.get("stream")
     return LlmRequest(

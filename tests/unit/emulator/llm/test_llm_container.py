@@ -47,7 +47,8 @@ def lines(data: bytes) -> list[dict[str, Any]]:
     ({"inputs": "x", "parameters": {"details": "yes"}}, "parameters.details must be true or false"),
     ({"inputs": "x", "parameters": {"max_new_tokens": 0}}, "max_new_tokens must be at least 1"),
     ({"inputs": "x", "parameters": {"temperature": -1}}, "temperature must be from 0"),
-    ({"inputs": "x", "parameters": {"do_sample": True, "top_k": 50}}, "top_k above 1"),
+    ({"inputs": "x", "parameters": {"do_sample": True, "top_k": -2}}, "top_k must be -1 or 0"),
+    ({"inputs": "x", "parameters": {"top_k": 2.5}}, "top_k must be an integer"),
     ({"inputs": "x", "parameters": {"stop": [""]}}, "stop[0] must be a non-empty string"),
     ({"messages": [], "tools": []}, "tools is not supported"),
     ({"messages": [], "n": 2}, "n must be 1"),
@@ -64,6 +65,17 @@ def test_refuses_a_bad_body_naming_the_field(document: object, named: str) -> No
         parse_request(body(document), "application/json", None, 16)
 
     assert caught.value.status == 400
+
+
+@pytest.mark.parametrize(("top_k", "sampled_from", "temperature"), [
+    (50, 50, 0.7), (0, None, 0.7), (-1, None, 0.7), (1, None, 0.0)])
+def test_lmi_top_k_reaches_the_sampler(top_k: int, sampled_from: int | None,
+                                       temperature: float) -> None:
+    """``top_k`` above 1 narrows the draw; 0 and -1 are off; 1 is greedy (temperature 0)."""
+    request = parse_request(body({"inputs": "x", "parameters": {
+        "do_sample": True, "temperature": 0.7, "top_k": top_k}}), "application/json", None, 16)
+
+    assert (request.sampling.top_k, request.sampling.temperature) == (sampled_from, temperature)
 
 
 def test_refuses_a_body_that_is_not_json_or_not_sent_as_json() -> None:
