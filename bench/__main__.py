@@ -4,8 +4,9 @@ sagegate beside the 2018 reference (parts 1 and 2), under load beside the emulat
 client, beside sending the original (clients), a prediction cache hit beside a miss (cache),
 the request's capture stage inline beside after the response (capture),
 the data-quality monitor's check of a capture window beside reading it (monitor), a job
-beside the synchronous route for an input both take (jobs), and a model whose every request is
-copied to a 75 s shadow beside the same model without (experiments)."""
+beside the synchronous route for an input both take (jobs), a model whose every request is
+copied to a 75 s shadow beside the same model without (experiments), and a language model's
+token stream through the OpenAI route beside boto3's stream straight from the emulator (llm)."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ from bench import (
     images,
     imports,
     jobs,
+    llm,
     load_report,
     monitor,
     pipelines,
@@ -37,7 +39,7 @@ from bench.report import Report
 from bench.timing import Budgets
 
 PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "capture", "monitor", "jobs",
-         "experiments", "path", "all")
+         "experiments", "llm", "path", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -54,9 +56,11 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "capture "
                              "records against reading them; jobs: a job's added latency over "
                              "the synchronous route; experiments: the callers' latency with a "
-                             "shadow at the 75 s slow endpoint and without; path: the calls, "
+                             "shadow at the 75 s slow endpoint and without; llm: the time "
+                             "to first token and per token the OpenAI route adds to "
+                             "smollm2's stream; path: the calls, "
                              "functions, modules and module switches of one experiment "
-                             "request; all (default): the eleven")
+                             "request; all (default): the twelve")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -102,6 +106,7 @@ def _parts(args: argparse.Namespace, budgets: Budgets) -> dict[str, Callable[[],
         "monitor": lambda: monitor.report(quick=args.quick),
         "jobs": lambda: jobs.report(budgets.e2e),
         "experiments": lambda: experiments.report(quick=args.quick),
+        "llm": lambda: llm.report(quick=args.quick),
         "path": requestpath.report,
     }
 

@@ -30,7 +30,7 @@
   const KEY_STORAGE = "sagegate.apiKey";
   const IMAGE_PIPELINE = "image-classification";
   const LLM_PIPELINE = "llm";
-  const CHAT_PATH = "/v1/chat/completions";
+  const CHAT_PATH = "v1/chat/completions"; // relative, as every URL here (its openai_paths entry)
   const MAX_EVENT_CHARS = 1 << 20; // a data: line longer than this is not OpenAI's stream
 
   const $ = (id) => document.getElementById(id);
@@ -725,8 +725,9 @@
   // completes text (an lmi or tgi container), the last message as the prompt.
   function completionRequest(model) {
     const streamed = {model: model.name, stream: true, stream_options: {include_usage: true}};
-    if ((model.llm.openai_paths || [CHAT_PATH]).includes(CHAT_PATH)) {
-      return {path: "v1/chat/completions", body: {...streamed, messages: state.chat}};
+    const paths = model.llm.openai_paths || [CHAT_PATH];
+    if (paths.some((path) => path.endsWith(CHAT_PATH))) {
+      return {path: CHAT_PATH, body: {...streamed, messages: state.chat}};
     }
     return {path: "v1/completions", body: {...streamed, prompt: state.chat.at(-1).content}};
   }

@@ -138,3 +138,35 @@ def test_the_page_without_the_stages_slash_is_redirected_to_it() -> None:
     assert answer["headers"]["Location"] == "/api/"
     event["requestContext"]["path"] = "/api/"
     assert app_module.app(event, None)["statusCode"] == 200
+
+
+def test_every_element_the_script_looks_up_is_in_the_page() -> None:
+    """app.js finds its elements by id (``$("...")``, ``document.getElementById``): a renamed or
+    missing one is a script error on load, before any request."""
+    script = (WEB / "app.js").read_text(encoding="utf-8")
+    page = (WEB / "index.html").read_text(encoding="utf-8")
+    wanted = set(re.findall(r"""\$\("([a-z-]+)"\)""", script))
+    wanted |= set(re.findall(r"""getElementById\("([a-z-]+)"\)""", script))
+    assert {"chat-log", "chat-input", "chat-stop", "chat-usage", "chat-first"} <= wanted
+    present = set(re.findall(r'\sid="([a-z-]+)"', page))
+    assert wanted - present == set()
+
+
+def test_the_models_listing_tells_the_page_which_models_chat(client: Client) -> None:
+    """The page offers a chat box for a model GET /models lists with pipeline ``llm`` and the
+    chat route among its ``llm.openai_paths``; image models keep their controls."""
+    import json
+
+    listing = json.loads(client.http.get("/models").body)
+    models = {model["name"]: model for model in listing["models"]}
+    chat = models["smollm2"]
+    assert chat["pipeline"] == "llm"
+    assert "/v1/chat/completions" in chat["llm"]["openai_paths"]
+    assert models["efficientnet-lite0"]["pipeline"] == "image-classification"
+    script = (WEB / "app.js").read_text(encoding="utf-8")
+    assert 'LLM_PIPELINE = "llm"' in script and 'CHAT_PATH = "v1/chat/completions"' in script
+    # the chat box and the image controls are each shown for their own kind of model only
+    page = (WEB / "index.html").read_text(encoding="utf-8")
+    assert 'class="panel chat chat-only"' in page and 'class="panel results image-only"' in page
+    css = (WEB / "app.css").read_text(encoding="utf-8")
+    assert "main.chat-mode .image-only, main:not(.chat-mode) .chat-only" in css

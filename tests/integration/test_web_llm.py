@@ -81,7 +81,8 @@ def _server_streams(stack: LlmStack) -> bool:
     """Whether the first content chunk reaches a plain HTTP client while the emulator is still
     generating (a buffered server sends it only once the generation has ended)."""
     parts = urllib.parse.urlsplit(stack.api.url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
+                                            timeout=120)
     try:
         connection.request("POST", "/v1/chat/completions", body=_chat_body(QUESTION, 24),
                            headers={"Content-Type": "application/json"})
