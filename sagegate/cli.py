@@ -38,6 +38,8 @@ COMMANDS: dict[str, Command] = {
                        "shrinking each photo here before it is sent", "Use"),
     "resize": Command("sagegate.client.cli", "resize one image to an exact size with POST "
                       "/resize", "Use"),
+    "chat": Command("sagegate.client.chat", "ask a language model through the OpenAI "
+                    "route, its answer streamed to the terminal", "Use"),
     "bench": Command("bench.__main__", "side-by-side benchmarks against the 2018 reference",
                      "Measure"),
     "bench-coldstart": Command("bench.coldstart", "Lambda cold start: python3.11 vs 3.13, "

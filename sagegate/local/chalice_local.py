@@ -217,7 +217,8 @@ class StreamingExchange:
                             code="invalid_value") if length is None else OpenAIError(
             413, f"The body is {length} bytes; this API takes at most {limit}.",
             code="request_too_large")
-        self.handler.send_whole(error.status, {"Content-Type": "application/json"},
+        self.handler.send_whole(error.status, {"Content-Type": "application/json",
+                                               "Connection": "close"},
                                 json.dumps(error.document()).encode())
 
     def _stream(self, event: dict[str, Any], context: local.LambdaContext) -> None:
