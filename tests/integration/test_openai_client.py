@@ -129,7 +129,8 @@ def test_a_stream_read_by_the_openai_package_is_the_same_answer(client: openai.O
                                            temperature=0)
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=QUESTION, temperature=0, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True}))
+        stream_options={"include_usage": True},
+        extra_headers={"Cache-Control": "no-cache"}))  # the container's stream, not the cache
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text == whole.choices[0].message.content == ANSWER
     assert chunks[-2].choices[0].finish_reason == "stop"
@@ -185,7 +186,8 @@ def test_the_real_model_answers_paris_whole_and_streamed(emulated: openai.OpenAI
                                              temperature=0, max_tokens=24)
     chunks = list(emulated.chat.completions.create(
         model=MODEL, messages=question, temperature=0, max_tokens=24,  # type: ignore[arg-type]
-        stream=True, stream_options={"include_usage": True}))
+        stream=True, stream_options={"include_usage": True},
+        extra_headers={"Cache-Control": "no-cache"}))  # the model's stream, not the cache
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert "Paris" in text and text == whole.choices[0].message.content
     assert chunks[-1].usage is not None and whole.usage is not None
