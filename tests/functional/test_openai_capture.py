@@ -24,13 +24,14 @@ from chalicelib.capture.sinks import DirectorySink
 from chalicelib.core.config import Settings
 from chalicelib.core.observability import RequestLog
 from chalicelib.core.retries import RetryPolicy
+from chalicelib.http import completions
 from chalicelib.inference.endpoint import EndpointClient
 from chalicelib.llm.requests import Operation
 from chalicelib.monitor.llm_rows import COLUMNS
 from chalicelib.registry.loading import load_registry
 from chalicelib.services import Services
 from sagegate.monitor import cli
-from tests.functional.test_openai_routes import Upstream, events, text_of
+from tests.functional.test_openai_routes import Upstream, events, served_request, text_of
 
 MODEL = "smollm2"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -213,6 +214,25 @@ def test_capture_modes_and_sampling_apply_as_for_other_models(
     with sampled.client:
         assert sampled.chat().status_code == 200
         assert sampled.records() == []
+
+
+def test_the_streaming_servers_path_captures_after_the_last_chunk_not_before(
+        lab: Lab) -> None:
+    status, headers, body = completions.serve_streaming(
+        lambda: app_module.services.llm, app_module.exchanges,
+        served_request({"model": MODEL, "messages": QUESTION, "stream": True,
+                        "temperature": 0.2}))
+    assert status == 200 and headers["X-Cache"] == "bypass"
+    chunks = []
+    for chunk in body:
+        chunks.append(chunk)
+        if chunk != b"data: [DONE]\n\n":
+            assert lab.records() == []  # nothing written while chunks are still to come
+    (record,) = lab.records()
+    assert chunks[-1] == b"data: [DONE]\n\n"
+    assert record["eventMetadata"]["inferenceId"] == headers["X-Request-Id"]
+    assert data(record, "endpointOutput")["choices"][0]["message"]["content"] == \
+        "The capital is Paris (smollm2)."
 
 
 # --- cache -----------------------------------------------------------------------------------
