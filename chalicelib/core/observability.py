@@ -137,6 +137,8 @@ class RequestLog:
                                 if value not in (None, {}, "")})  # (empty keys left out)
         try:
             self._flush_metrics()
+            if self.api_key_id and self.model:
+                self._flush_key_usage(self.api_key_id, self.model)
         except Exception as error:  # metrics must never fail a request
             logger.warning("metrics not flushed: %s", type(error).__name__)
 
@@ -172,12 +174,6 @@ class RequestLog:
             if metric and count:
                 metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
         _publish(metrics)
-        self._flush_breakdowns()
-
-    def _flush_breakdowns(self) -> None:
-        """The metric sets beside the route's: usage by API key, errors by code."""
-        if self.api_key_id and self.model:
-            self._flush_key_usage(self.api_key_id, self.model)
         if self.error_code:
             self._flush_error(self.error_code)
 
