@@ -1,9 +1,9 @@
 """LLM part: what sagegate's OpenAI route adds to a token stream, beside the endpoint's own.
 
-``make run``'s stack (:func:`sagegate.local.processes.quiet_stack`: the default emulator, whose
-``smollm2`` endpoint runs SmolLM2-135M-Instruct, and sagegate on the ``local`` stage) on free
-ports. One question, temperature 0, the same ``max_tokens``, two ways, side by side in one run
-(the one going first switching every round):
+``make run``'s stack (the default emulator, whose ``smollm2`` endpoint runs
+SmolLM2-135M-Instruct, and sagegate under ``chalice local`` on the ``local`` stage, started with
+``sagegate.local.processes``) on free ports. One question, temperature 0, the same
+``max_tokens``, two ways, side by side in one run (the one going first switching every round):
 
 * **reference**: boto3's ``invoke_endpoint_with_response_stream`` straight to the emulator
   with the body sagegate's ``lmi-chat`` schema sends it (``messages``, ``max_tokens``,
@@ -13,30 +13,41 @@ ports. One question, temperature 0, the same ``max_tokens``, two ways, side by s
   ``http.client`` connection, the ``text/event-stream``'s ``data:`` lines read as they come
   (``Cache-Control: no-cache``: the endpoint generates every time, never the cache).
 
-For each answer: the time to its first token (from the call to the first chunk with text) and
-its time per token after that ((last - first) / (tokens - 1)). Added = sagegate's less the
-reference's, the median of the rounds' differences (paired: drift hits both sides of a round).
-The emulator's tokens/s is the reference's (tokens - 1) / (last - first). Both sides must give
-the same text and the same number of tokens, or the run fails. If the local server answers a
-stream whole (``chalice local``'s own buffering), the first token arrives with the last one:
-the table shows it, and so does the line saying how far apart sagegate's first and last
-tokens came.
+The model's own time to a first token (its prefill) varies by tens of milliseconds from one
+generation to the next on a shared machine, far more than the milliseconds a front adds, so
+both sides call the emulator through a :class:`Tap`: a pass-through proxy in this process that
+times each call's arrival and each frame of its answer on the bench's own clock. For each
+answer, what its side spent **outside the model**: of the time to the first token, the call's
+way to the tap plus the first token's way from the tap to the reader; of the time per token,
+how much the delay between the tap handing on a token and the reader having it grows per token
+((last delay - first delay) / (tokens - 1)). Added = sagegate's median less the reference's.
+The table also gives the end-to-end medians (what a caller sees, the model's time included)
+and the emulator's tokens/s (the tap's (tokens - 1) / (last - first) on the reference's
+calls). Both sides must give the same text, or the run fails. If the local server answered a
+stream whole (``chalice local``'s own buffering), the first token would arrive with the last:
+the added time per first token shows it, and so does the line saying how far apart
+sagegate's first and last tokens came.
 """
 from __future__ import annotations
 
 import dataclasses
 import http.client
 import json
+import os
+import queue
 import statistics
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from operator import attrgetter
 from typing import Any
 
 from bench import table
 from bench.report import Report
-from sagegate.local.processes import ApiProcess, quiet_stack
+from emulator.process import free_port, start_emulator
+from sagegate.local.processes import HOST, ApiProcess, start_api
 
 MODEL = "smollm2"
 ENDPOINT = "smollm2"
@@ -73,11 +84,49 @@ class Stream:
 
     text: str = ""
     token_ms: list[float] = dataclasses.field(default_factory=list)
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    tapped: Tapped | None = None
+    """The call as the tap saw it."""
 
-    def add(self, piece: str, started: float) -> None:
+    def add(self, piece: str) -> None:
         """A chunk with text arrived now."""
         self.text += piece
-        self.token_ms.append((time.perf_counter() - started) * 1000.0)
+        self.token_ms.append((time.perf_counter() - self.started) * 1000.0)
+
+    def _tap_ms(self) -> tuple[float, list[float]]:
+        """The tap's times, in ms from the call: the call's arrival, each token handed on."""
+        if self.tapped is None or not self.tapped.token_times():
+            raise RuntimeError("the tap saw no token of this answer")
+        ms = [(moment - self.started) * 1000.0
+              for moment in (self.tapped.arrived, *self.tapped.token_times())]
+        return ms[0], ms[1:]
+
+    @property
+    def first_outside_ms(self) -> float:
+        """Of the time to the first token, what was spent outside the model: the call's way to
+        the tap and the first token's way back from it."""
+        arrived, tokens = self._tap_ms()
+        return arrived + (self.token_ms[0] - tokens[0])
+
+    @property
+    def to_tap_ms(self) -> float:
+        """The call's way to the tap (the endpoint), from the call."""
+        return self._tap_ms()[0]
+
+    @property
+    def per_token_outside_ms(self) -> float:
+        """How much a token's way back from the tap grows per token (0 for one token)."""
+        _, tokens = self._tap_ms()
+        count = len(self.token_ms)
+        if count < 2:
+            return 0.0
+        return ((self.token_ms[-1] - tokens[-1]) - (self.token_ms[0] - tokens[0])) / (count - 1)
+
+    @property
+    def model_tokens_per_second(self) -> float:
+        """The model's pace as the tap saw it, after the first token."""
+        _, tokens = self._tap_ms()
+        return 1000.0 * (len(tokens) - 1) / (tokens[-1] - tokens[0]) if len(tokens) > 1 else 0.0
 
     @property
     def first_ms(self) -> float:
@@ -89,6 +138,111 @@ class Stream:
         """The time per token after the first (0 for a single token)."""
         count = len(self.token_ms)
         return (self.token_ms[-1] - self.token_ms[0]) / (count - 1) if count > 1 else 0.0
+
+
+@dataclasses.dataclass
+class Tapped:
+    """One call as the tap in front of the emulator saw it (``perf_counter`` seconds)."""
+
+    arrived: float
+    """The call's body read, just before it went on to the emulator."""
+    pieces: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)
+    """Each piece of the answer, with the time it was handed on to the caller."""
+
+    def token_times(self) -> list[float]:
+        """When each eventstream frame holding a token of text was handed on: the answer's
+        frames decoded, their payloads joined into jsonlines chunks."""
+        times: list[float] = []
+        buffered, pending = b"", b""
+        for at, piece in self.pieces:
+            buffered += piece
+            while len(buffered) >= 12 and len(buffered) >= (total := _u32(buffered, 0)):
+                headers = _u32(buffered, 4)
+                pending += buffered[12 + headers:total - 4]
+                buffered = buffered[total:]
+                *lines, pending = pending.split(b"\n")
+                times += [at for line in lines if line.strip() and _chat_piece(json.loads(line))]
+        return times
+
+
+def _u32(data: bytes, at: int) -> int:
+    return int.from_bytes(data[at:at + 4], "big")
+
+
+class _TapHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _TapServer
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        record = Tapped(arrived=time.perf_counter())
+        upstream = http.client.HTTPConnection(self.server.upstream.hostname or "127.0.0.1",
+                                              self.server.upstream.port, timeout=120)
+        try:
+            headers = {name: value for name, value in self.headers.items()
+                       if name.lower() not in _HOP_HEADERS}
+            upstream.request("POST", self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in _HOP_HEADERS:
+                    self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while piece := answer.read1(65536):
+                record.pieces.append((time.perf_counter(), piece))
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            upstream.close()
+            self.server.calls.put(record)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+class _TapServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _TapHandler)
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.calls: queue.Queue[Tapped] = queue.Queue()
+
+
+class Tap:
+    """A pass-through HTTP proxy in front of the emulator, in this process, that both sides
+    call through: each call's arrival and each piece of its answer timed on the bench's own
+    clock, so that what a side adds can be told apart from the model's own time, which varies
+    from one generation to the next far more than the milliseconds measured here."""
+
+    def __init__(self, upstream: str) -> None:
+        self._server = _TapServer(upstream)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Where to point a SageMaker runtime client."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def take(self) -> Tapped:
+        """The next call the tap finished (calls are made one at a time)."""
+        return self._server.calls.get(timeout=120)
+
+    def clear(self) -> None:
+        """Forget the calls made so far (the model's loading)."""
+        while not self._server.calls.empty():
+            self._server.calls.get_nowait()
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def _chat_piece(document: Any) -> str:
@@ -147,14 +301,13 @@ class Reference:
 
     def __call__(self) -> Stream:
         stream = Stream()
-        started = time.perf_counter()
         answer = self.client.invoke_endpoint_with_response_stream(
             EndpointName=ENDPOINT, Body=self.body, ContentType="application/json")
         parts = (event["PayloadPart"]["Bytes"] for event in answer["Body"]
                  if "PayloadPart" in event)
         for line in _lines(parts):
             if line.strip() and (piece := _chat_piece(json.loads(line))):
-                stream.add(piece, started)
+                stream.add(piece)
         return stream
 
 
@@ -169,7 +322,6 @@ class Sagegate:
 
     def __call__(self) -> Stream:
         stream = Stream()
-        started = time.perf_counter()
         self.connection.request("POST", "/v1/chat/completions", body=self.body,
                                 headers={"Content-Type": "application/json",
                                          "Cache-Control": "no-cache"})
@@ -187,7 +339,7 @@ class Sagegate:
                 done = True
                 continue
             if piece := _chat_piece(json.loads(data)):
-                stream.add(piece, started)
+                stream.add(piece)
         if not done:
             raise RuntimeError("sagegate's stream ended without [DONE]")
         return stream
@@ -255,19 +407,65 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def figures(found: Rounds) -> list[tuple[str, float, float, float, float]]:
-    """Per measure: reference median, sagegate median, added (median of paired differences),
-    target."""
-    measures: tuple[tuple[str, Callable[[Stream], float], float], ...] = (
-        ("time to first token", attrgetter("first_ms"), TTFT_TARGET_MS),
-        ("time per token", attrgetter("per_token_ms"), PER_TOKEN_TARGET_MS))
-    return [(name, _median([measure(s) for s in found.reference]),
-             _median([measure(s) for s in found.sagegate]), _median(found.paired(measure)), goal)
-            for name, measure, goal in measures]
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One measure, both sides: end to end and outside the model (medians, ms)."""
+
+    name: str
+    reference: float
+    sagegate: float
+    reference_outside: float
+    sagegate_outside: float
+    target: float
+
+    @property
+    def added(self) -> float:
+        """What sagegate adds outside the model, over the reference."""
+        return self.sagegate_outside - self.reference_outside
 
 
-HEADERS = ["measure", "reference ms", "sagegate ms", "added ms", "x reference", "target ms",
-           "met"]
+def figures(found: Rounds) -> list[Figure]:
+    """The time to the first token and the time per token, both sides."""
+    measures: tuple[tuple[str, str, str, float], ...] = (
+        ("time to first token", "first_ms", "first_outside_ms", TTFT_TARGET_MS),
+        ("time per token", "per_token_ms", "per_token_outside_ms", PER_TOKEN_TARGET_MS))
+
+    def median_of(streams: list[Stream], field: str) -> float:
+        return _median([float(attrgetter(field)(stream)) for stream in streams])
+
+    return [Figure(name, median_of(found.reference, whole), median_of(found.sagegate, whole),
+                   median_of(found.reference, outside), median_of(found.sagegate, outside), goal)
+            for name, whole, outside, goal in measures]
+
+
+HEADERS = ["measure", "reference ms", "sagegate ms", "outside the model: reference",
+           "sagegate", "added ms", "target ms", "met"]
+
+
+def _tapped(side: Callable[[], Stream], tap: Tap) -> Callable[[], Stream]:
+    """``side``, each answer given the tap's view of its call."""
+    def call() -> Stream:
+        stream = side()
+        stream.tapped = tap.take()
+        return stream
+    return call
+
+
+def measure(plan: Plan) -> Rounds:
+    """Start the stack with the tap in front of its emulator and run the rounds."""
+    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
+        tap = Tap(emulator.url)
+        api = start_api(free_port(HOST), tap.url, host=HOST, stage="local", log=log)
+        ours = Sagegate(api, plan.max_tokens)
+        try:
+            load_model(api)
+            tap.clear()
+            return run(_tapped(Reference(tap.url, plan.max_tokens), tap), _tapped(ours, tap),
+                       plan)
+        finally:
+            ours.close()
+            api.stop()
+            tap.close()
 
 
 def report(quick: bool = False) -> Report:
@@ -276,26 +474,23 @@ def report(quick: bool = False) -> Report:
     out = Report()
     out.say(table.section("LLM - what sagegate's OpenAI route adds to a token stream"),
             f"  make run's stack ('local' stage), the emulator's {MODEL} (the real model); "
-            f"{plan.rounds} rounds after {plan.warmup} untimed,",
-            f"  temperature 0, max_tokens {plan.max_tokens}, the side going first alternating; "
-            "reference: boto3's invoke_endpoint_with_response_stream",
-            "  straight to the emulator; sagegate: POST /v1/chat/completions, stream: true; "
-            "added = median of each round's difference.", "")
-    with quiet_stack(stage="local") as (api, emulator):
-        load_model(api)
-        ours = Sagegate(api, plan.max_tokens)
-        try:
-            found = run(Reference(emulator.url, plan.max_tokens), ours, plan)
-        finally:
-            ours.close()
+            f"{plan.rounds} rounds after {plan.warmup} untimed, temperature 0,",
+            f"  max_tokens {plan.max_tokens}, the side going first alternating. reference: "
+            "boto3's invoke_endpoint_with_response_stream straight to",
+            "  the emulator; sagegate: POST /v1/chat/completions, stream: true. Both call the "
+            "emulator through a tap timing each token,",
+            "  so each side's time outside the model is told apart from the model's own; "
+            "added = sagegate's less the reference's (medians).", "")
+    found = measure(plan)
     rows = []
-    for name, theirs, mine, added, goal in figures(found):
-        met = added <= goal
-        rows.append([name, table.ms(theirs), table.ms(mine), table.ms(added),
-                     table.times(mine / theirs) if theirs else "", table.ms(goal),
-                     table.verdict(met)])
+    for figure in figures(found):
+        met = figure.added <= figure.target
+        rows.append([figure.name, table.ms(figure.reference), table.ms(figure.sagegate),
+                     table.ms(figure.reference_outside), table.ms(figure.sagegate_outside),
+                     table.ms(figure.added), table.ms(figure.target), table.verdict(met)])
         if not met:
-            out.missed.append(f"llm: {name} added {added:.3f} ms (target <= {goal:g} ms)")
+            out.missed.append(f"llm: {figure.name} added {figure.added:.3f} ms "
+                              f"(target <= {figure.target:g} ms)")
     out.say(table.render(HEADERS, rows, left=1))
     _say_stream_facts(out, found)
     if mismatches := found.mismatches():
@@ -305,11 +500,20 @@ def report(quick: bool = False) -> Report:
 
 def _say_stream_facts(out: Report, found: Rounds) -> None:
     tokens = _median([float(len(s.token_ms)) for s in found.reference])
-    rate = _median([1000.0 / s.per_token_ms for s in found.reference if s.per_token_ms > 0])
+    rate = _median([s.model_tokens_per_second for s in found.reference])
     spread_ref = _median([s.token_ms[-1] - s.first_ms for s in found.reference])
     spread_ours = _median([s.token_ms[-1] - s.first_ms for s in found.sagegate])
+    paired = _median(found.paired(attrgetter("first_ms")))
+    ways = {side: (_median([s.to_tap_ms for s in streams]),
+                   _median([s.first_outside_ms - s.to_tap_ms for s in streams]))
+            for side, streams in (("reference", found.reference), ("sagegate", found.sagegate))}
     out.say("", f"  the emulator's {MODEL}: {rate:.1f} tokens/s after the first token "
-            f"({tokens:.0f} text chunks an answer);",
+            f"({tokens:.0f} text chunks an answer); end to end, the rounds' median difference "
+            f"in time to first token {table.ms(paired)} ms",
+            "  (the model's own time varies from one generation to the next);",
+            *(f"  {side} outside the model, first token: {table.ms(there)} ms from the call to "
+              f"the endpoint, {table.ms(back)} ms from the endpoint's token to the reader;"
+              for side, (there, back) in ways.items()),
             f"  first to last token: {table.ms(spread_ref)} ms straight from the emulator, "
             f"{table.ms(spread_ours)} ms through sagegate"
             + (" (answered whole: the local server does not stream)"

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import llm
+from emulator.eventstream import payload_part
 
 
 def test_lines_cut_across_parts_are_joined() -> None:
@@ -27,26 +28,60 @@ def test_only_a_chunks_text_counts_as_a_token() -> None:
         llm._chat_piece({"error": {"message": "the model stopped"}})
 
 
-def stream(*token_ms: float, text: str = "x") -> llm.Stream:
-    return llm.Stream(text=text, token_ms=list(token_ms))
+def chunk_line(text: str) -> bytes:
+    return json.dumps({"object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n"
 
 
-def test_time_per_token_runs_from_the_first_token_to_the_last() -> None:
-    assert stream(100.0, 130.0, 160.0, 190.0).per_token_ms == 30.0
-    assert stream(100.0).per_token_ms == 0.0
-    assert stream(100.0, 130.0).first_ms == 100.0
+def stream(*token_ms: float, tap_ms: tuple[float, ...] = (), arrived_ms: float = 0.0,
+           text: str = "x") -> llm.Stream:
+    """An answer read at ``token_ms`` whose tokens the tap handed on at ``tap_ms``."""
+    found = llm.Stream(text=text, token_ms=list(token_ms), started=100.0)
+    role = payload_part(json.dumps({"choices": [{"delta": {"role": "assistant"}}]}).encode()
+                        + b"\n")
+    pieces = [(100.0, role)]
+    for at in tap_ms or token_ms:
+        line = payload_part(chunk_line("t"))
+        # each frame in two pieces, its token counted when its last byte is handed on
+        pieces += [(100.0, line[:7]), (100.0 + at / 1000.0, line[7:])]
+    found.tapped = llm.Tapped(arrived=100.0 + arrived_ms / 1000.0, pieces=pieces)
+    return found
 
 
-def test_added_is_the_median_of_each_rounds_difference() -> None:
-    found = llm.Rounds(reference=[stream(400.0, 430.0), stream(420.0, 450.0),
-                                  stream(500.0, 530.0)],
-                       sagegate=[stream(401.0, 431.5), stream(423.0, 453.0),
-                                 stream(498.0, 528.0)])
-    figures = {name: (theirs, mine, added, goal)
-               for name, theirs, mine, added, goal in llm.figures(found)}
-    assert figures["time to first token"] == (420.0, 423.0, 1.0, llm.TTFT_TARGET_MS)
-    assert figures["time per token"][2] == 0.0
-    assert figures["time per token"][3] == llm.PER_TOKEN_TARGET_MS
+def test_the_tap_times_each_token_when_its_frame_is_whole() -> None:
+    cut = chunk_line("Par") + chunk_line("is")
+    tapped = llm.Tapped(arrived=1.0, pieces=[
+        (2.0, payload_part(cut[:10])), (3.0, payload_part(cut[10:])[:5]),
+        (4.0, payload_part(cut[10:])[5:])])
+    assert tapped.token_times() == [4.0, 4.0]  # both lines complete in the second frame
+
+
+def test_time_outside_the_model_is_the_way_there_and_back() -> None:
+    # the call reached the tap after 2 ms; its first token was handed on at 500 ms, read at 503
+    found = stream(503.0, 534.0, 565.0, tap_ms=(500.0, 530.0, 560.0), arrived_ms=2.0)
+    assert found.first_outside_ms == pytest.approx(5.0)
+    assert found.to_tap_ms == pytest.approx(2.0)
+    assert found.per_token_outside_ms == pytest.approx(1.0)  # the delay grew 3 -> 5 ms
+    assert found.model_tokens_per_second == pytest.approx(1000.0 / 30.0)
+    assert found.per_token_ms == pytest.approx(31.0) and found.first_ms == 503.0
+    with pytest.raises(RuntimeError, match="no token"):
+        llm.Stream(token_ms=[1.0]).first_outside_ms  # noqa: B018
+
+
+def test_added_is_sagegates_time_outside_the_model_less_the_references() -> None:
+    found = llm.Rounds(
+        reference=[stream(400.0, 430.0, arrived_ms=1.0), stream(600.0, 630.0, arrived_ms=1.0),
+                   stream(500.0, 530.0, arrived_ms=1.0)],
+        sagegate=[stream(404.0, 434.5, tap_ms=(401.0, 431.0), arrived_ms=2.0),
+                  stream(453.0, 483.0, tap_ms=(450.0, 480.0), arrived_ms=2.0),
+                  stream(704.0, 734.0, tap_ms=(701.0, 731.0), arrived_ms=2.0)])
+    figures = {figure.name: figure for figure in llm.figures(found)}
+    first = figures["time to first token"]
+    assert (first.reference, first.sagegate) == (500.0, 453.0)  # end to end: the model's
+    assert (first.reference_outside, first.sagegate_outside) == pytest.approx((1.0, 5.0))
+    assert first.added == pytest.approx(4.0) and first.target == llm.TTFT_TARGET_MS
+    per_token = figures["time per token"]
+    assert per_token.added == pytest.approx(0.0) and per_token.target == llm.PER_TOKEN_TARGET_MS
     assert found.mismatches() == 0
     found.sagegate[1].text = "y"
     assert found.mismatches() == 1
