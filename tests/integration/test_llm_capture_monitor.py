@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from emulator.process import free_port, start_emulator
 from sagegate.local.processes import start_api
@@ -20,7 +21,8 @@ from sagegate.monitor import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 MODEL = "smollm2"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +61,13 @@ def test_real_exchanges_are_captured_and_monitored(
     client, captures = stack
     before = len(records(captures))
     whole = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=QUESTION, temperature=0, max_tokens=8)  # type: ignore[arg-type]
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=8)
     again = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=QUESTION, temperature=0, max_tokens=8)  # type: ignore[arg-type]
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=8)
     assert (whole.headers["x-cache"], again.headers["x-cache"]) == ("miss", "hit")
     assert again.parse().choices[0].message.content == whole.parse().choices[0].message.content
     chunks = list(client.chat.completions.create(
-        model=MODEL, messages=QUESTION, temperature=0.7, seed=3,  # type: ignore[arg-type]
+        model=MODEL, messages=QUESTION, temperature=0.7, seed=3,
         max_tokens=6, stream=True))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4,
