@@ -242,13 +242,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _steps(plan: Plan, stage: str) -> Iterator[None]:
+def _steps(plan: Plan, stage: str, warm_up: bool = True) -> Iterator[None]:
     """One line per start-up step, saying what it starts and how long it takes (a first run's are
     slow: the emulator loads its models, chalice local imports the app)."""
     lines = [f"moto's server (S3, SNS, SQS, DynamoDB, Firehose) on port {plan.moto_port}: "
              "a second or two"] if plan.moto_port else []
     lines += [f"the SageMaker emulator on port {plan.emulator_port}: loads its models, a few "
-              "seconds (its language model loads meanwhile, up to half a minute)",
+              "seconds" + (" (its language model loads meanwhile, up to half a minute)"
+                           if warm_up else ""),
               f"chalice local, stage {stage!r}, on port {plan.api_port}: imports "
               "the app and warms it up, a few seconds"]
     for number, line in enumerate(lines, 1):
@@ -260,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
     _say(f"sagegate: checking stage {args.stage!r}: its settings, ports and models")
     plan = preflight(args, os.environ)
     write_samples()
-    steps = _steps(plan, args.stage)
+    steps = _steps(plan, args.stage, args.warm_up)
     supervisors: list[Supervisor[Any]] = []
     moto = MotoStack.for_plan(plan.moto_port, plan.settings, args.emulator_config, _say)
     try:
