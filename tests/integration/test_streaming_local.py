@@ -305,3 +305,8 @@ def test_sagegate_chat_without_a_server_says_so(stack: Stack) -> None:
         timeout=60)
     assert ran.returncode == 1
     assert ran.stderr.count("\n") == 1 and "ConnectionError" in ran.stderr
+
+
+def test_a_warm_up_that_finds_no_emulator_says_so_and_goes_on() -> None:
+    said = warm_up(f"http://127.0.0.1:{free_port()}", [MODEL], timeout=5)
+    assert len(said) == 1 and "did not load" in said[0] and MODEL in said[0]

@@ -17,7 +17,7 @@ from chalicelib.http.completions import api_key_id
 from emulator.process import DEFAULT_CONFIG
 from sagegate.client.chat import ChatError, _events, _refusal, request_body
 from sagegate.local.chalice_local import ApiKeyGateway, _asks_stream, _content_length, key_id
-from sagegate.local.stack import llm_endpoints
+from sagegate.local.stack import llm_endpoints, parse_args
 
 KEY = "k" * 40
 
@@ -158,3 +158,8 @@ def test_a_stream_cut_short_or_garbled_is_an_error(text: bytes, code: str) -> No
 
 def test_make_runs_llm_endpoints_are_warmed_up() -> None:
     assert llm_endpoints(DEFAULT_CONFIG) == ["smollm2"]
+
+
+def test_no_warm_up_is_an_option_of_sagegate_run() -> None:
+    assert parse_args([]).warm_up is True
+    assert parse_args(["--no-warm-up"]).warm_up is False
