@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from chalicelib.calls import ModelRequest
 from chalicelib.registry.experiments import Arm, Experiment, Shadow, Sticky, Target
@@ -34,10 +34,17 @@ class Routing:
     shadows: tuple[Shadow, ...]
 
 
-def decide(experiment: Experiment, model: str, key: str | None, request_id: str,
-           rng: Callable[[], float] = random.random) -> Routing:
-    """The routing of a request whose sticky key is ``key`` (None: a draw): its arm
-    (:func:`choose`) and its sampled shadows (:func:`sampled`, by its request id)."""
+def decide(experiment: Experiment, model: str, request_id: str, *,
+           caller: Callable[[], str | None], headers: Mapping[str, str],
+           header: str | None = None, rng: Callable[[], float] = random.random) -> Routing:
+    """A request's routing: its arm (:func:`choose`, by its sticky key: the authenticated
+    ``caller()``, asked only for ``sticky: caller``, else the value of ``header``, the
+    experiment's sticky header lower-cased, in the request's ``headers``; none: a draw) and
+    its sampled shadows (:func:`sampled`, by its request id)."""
+    if experiment.sticky == Sticky.CALLER:
+        key = caller()
+    else:
+        key = headers.get(header) or None if header is not None else None
     return Routing(choose(experiment, model, key, rng),
                    tuple([shadow for shadow in experiment.shadows
                           if sampled(model, shadow.name, request_id, shadow.sample)]))

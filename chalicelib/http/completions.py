@@ -20,11 +20,18 @@ from chalicelib.cache.prediction import BYPASS, request_cache_control
 from chalicelib.core.errors import SagegateError
 from chalicelib.core.observability import RequestLog
 from chalicelib.experiments import assign
-from chalicelib.http.exchange import Exchange, Exchanges, HttpAnswer, ServedRequest
+from chalicelib.http.exchange import (
+    ARM_HEADER,
+    CACHE_HEADER,
+    Exchange,
+    Exchanges,
+    HttpAnswer,
+    ServedRequest,
+)
 from chalicelib.llm.completions import EventStream, LlmService, Plan
 from chalicelib.llm.errors import OpenAIError, from_sagegate
 from chalicelib.llm.requests import CompletionRequest, Operation
-from chalicelib.registry.experiments import Shadow, Sticky
+from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
 OPERATIONS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.TEXT}
@@ -32,7 +39,6 @@ JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 SSE_HEADERS: Mapping[str, str] = {"Content-Type": "text/event-stream; charset=utf-8",
                                   "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-CACHE_HEADER, ARM_HEADER = "X-Cache", "X-Sagegate-Arm"  # as the model routes answer them
 Llm = Callable[[], LlmService]
 """The service, built on first use (a misconfiguration raises there, answered as OpenAI's)."""
 
@@ -101,12 +107,8 @@ def _routing(model: ModelSpec, exchange: Exchange) -> assign.Routing | None:
     experiment = model.experiment
     if experiment is None:
         return None
-    header = experiment.sticky_header
-    if experiment.sticky == Sticky.CALLER:
-        key = exchange.caller()
-    else:
-        key = exchange.request.headers.get(header) or None if header is not None else None
-    return assign.decide(experiment, model.name, key, exchange.request_id)
+    return assign.decide(experiment, model.name, exchange.request_id, caller=exchange.caller,
+                         headers=exchange.request.headers, header=experiment.sticky_header)
 
 
 def _shadow_copies(service: LlmService, shadows: tuple[Shadow, ...], model: ModelSpec,

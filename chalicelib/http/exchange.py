@@ -69,6 +69,12 @@ EXPOSE_HEADERS = ("X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-Af
                   "X-Custom-Attributes")
 """The answer headers of every route a browser's script may read across origins."""
 
+CACHE_HEADER = "X-Cache"
+"""``hit``, ``miss`` or ``bypass``: whether the prediction cache answered (the model routes and
+OpenAI's)."""
+ARM_HEADER = "X-Sagegate-Arm"
+"""The experiment arm that served the request (an ``experiment`` model's answers)."""
+
 _NO_HEADERS: Mapping[str, str | list[str]] = MappingProxyType({})
 
 

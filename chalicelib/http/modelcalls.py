@@ -23,11 +23,18 @@ from chalicelib.core.errors import EndpointTimeoutError, SagegateError
 from chalicelib.core.observability import RequestLog
 from chalicelib.experiments import assign
 from chalicelib.experiments.shadows import Shadows
-from chalicelib.http.exchange import EXPOSE_HEADERS, Exchange, Exchanges, HttpAnswer
+from chalicelib.http.exchange import (
+    ARM_HEADER,
+    CACHE_HEADER,
+    EXPOSE_HEADERS,
+    Exchange,
+    Exchanges,
+    HttpAnswer,
+)
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import PipelineKind
-from chalicelib.registry.experiments import Shadow, Sticky
+from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
 CAPTURE_SECONDS = 10.0
@@ -35,10 +42,6 @@ CAPTURE_SECONDS = 10.0
 
 VARIANT_HEADER = "X-Amzn-Invoked-Production-Variant"
 """The production variant that answered a model request (SageMaker's own header name)."""
-CACHE_HEADER = "X-Cache"
-"""``hit``, ``miss`` or ``bypass``: whether the prediction cache answered."""
-ARM_HEADER = "X-Sagegate-Arm"
-"""The experiment arm that served the request (an ``experiment`` model's answers)."""
 MODEL_EXPOSE_HEADERS = (*EXPOSE_HEADERS, VARIANT_HEADER, CACHE_HEADER, ARM_HEADER)
 
 ShadowPipeline = Callable[[ModelSpec, float], ServingPipeline]
@@ -134,13 +137,9 @@ def _routing(route: ModelRoute, exchange: Exchange) -> assign.Routing | None:
     experiment = route.model.experiment
     if experiment is None:
         return None
-    if experiment.sticky == Sticky.CALLER:
-        key = exchange.caller()
-    elif route.sticky_header is not None:
-        key = exchange.request.headers.get(route.sticky_header) or None
-    else:
-        key = None
-    return assign.decide(experiment, route.model.name, key, exchange.request_id)
+    return assign.decide(experiment, route.model.name, exchange.request_id,
+                         caller=exchange.caller, headers=exchange.request.headers,
+                         header=route.sticky_header)
 
 
 def _served(target: Target, request: ModelRequest, request_id: str, timer: StageTimer,
