@@ -307,40 +307,34 @@ class Handler(BaseHTTPRequestHandler):
         )
         return _reply_answer(reply, attributes)
 
-    def _invoke(self, endpoint: str, body: bytes, length: int) -> Answer:
+    def _request(self, endpoint: str, body: bytes, length: int, *,
+                 stream: bool = False) -> InvokeRequest:
+        """The call as the runtime takes it, from InvokeEndpoint's headers (the streaming call
+        names its Accept ``X-Amzn-SageMaker-Accept`` and has no TargetModel)."""
         headers = self.headers
-        request = InvokeRequest(
+        return InvokeRequest(
             endpoint_name=endpoint,
             body=body,
             body_length=length,
             content_type=headers.get("Content-Type"),
-            accept=headers.get("Accept"),
+            accept=headers.get("X-Amzn-SageMaker-Accept" if stream else "Accept"),
             custom_attributes=headers.get("X-Amzn-SageMaker-Custom-Attributes"),
             target_variant=headers.get("X-Amzn-SageMaker-Target-Variant"),
-            target_model=headers.get("X-Amzn-SageMaker-Target-Model"),
+            target_model=None if stream else headers.get("X-Amzn-SageMaker-Target-Model"),
             inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
             inference_component=headers.get("X-Amzn-SageMaker-Inference-Component"),
         )
-        result = self.emulator.runtime.invoke(request)
+
+    def _invoke(self, endpoint: str, body: bytes, length: int) -> Answer:
+        result = self.emulator.runtime.invoke(self._request(endpoint, body, length))
         answer = _reply_answer(result.reply, result.custom_attributes)
         answer.headers["x-Amzn-Invoked-Production-Variant"] = result.variant
         answer.note = f"variant={result.variant}"
         return answer
 
     def _invoke_stream(self, endpoint: str, body: bytes, length: int) -> Answer:
-        headers = self.headers
-        request = InvokeRequest(
-            endpoint_name=endpoint,
-            body=body,
-            body_length=length,
-            content_type=headers.get("Content-Type"),
-            accept=headers.get("X-Amzn-SageMaker-Accept"),
-            custom_attributes=headers.get("X-Amzn-SageMaker-Custom-Attributes"),
-            target_variant=headers.get("X-Amzn-SageMaker-Target-Variant"),
-            inference_id=headers.get("X-Amzn-SageMaker-Inference-Id"),
-            inference_component=headers.get("X-Amzn-SageMaker-Inference-Component"),
-        )
-        result = self.emulator.runtime.invoke_stream(request)
+        result = self.emulator.runtime.invoke_stream(
+            self._request(endpoint, body, length, stream=True))
         answer_headers = {"Content-Type": EVENT_STREAM,
                           "X-Amzn-SageMaker-Content-Type": result.content_type,
                           "x-Amzn-Invoked-Production-Variant": result.variant}  # fmt: skip

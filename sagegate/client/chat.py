@@ -25,6 +25,7 @@ from sagegate.client.settings import (
     TIMEOUT_ENV,
     URL_ENV,
     ClientSettings,
+    seconds_argument,
 )
 
 ROUTE = "/v1/chat/completions"
@@ -190,16 +191,6 @@ def _temperature(text: str) -> float:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
-    return value
-
-
 def parser(prog: str) -> argparse.ArgumentParser:
     found = argparse.ArgumentParser(
         prog=prog, description="Ask a language model (an llm model of GET /v1/models) "
@@ -219,7 +210,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     found.add_argument("--url", help=f"the API (default ${URL_ENV}, else "
                        "http://127.0.0.1:8000: make run)")
     found.add_argument("--api-key", help=f"sent as x-api-key (default ${API_KEY_ENV})")
-    found.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    found.add_argument("--timeout", type=seconds_argument, metavar="SECONDS",
                        help=f"to connect, and between two pieces of the answer (default "
                        f"${TIMEOUT_ENV}, else {DEFAULT_TIMEOUT_S:g})")
     return found

@@ -18,7 +18,6 @@ import argparse
 import csv
 import dataclasses
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,7 @@ from sagegate.client.settings import (
     TIMEOUT_ENV,
     URL_ENV,
     WAIT_TIMEOUT_ENV,
+    seconds_argument,
 )
 from sagegate.client.shrinking import DEFAULT_ENCODING, Encoding
 
@@ -188,22 +188,12 @@ def _positive(limit: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
-    return value
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     # None: not given here, so the client reads the environment, then its default
     parser.add_argument("--url", help=f"the API (default ${URL_ENV}, else {DEFAULT_URL}: "
                         "make run)")
     parser.add_argument("--api-key", help=f"sent as x-api-key (default ${API_KEY_ENV})")
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds_argument, metavar="SECONDS",
                         help=f"to connect, and for each answer (default ${TIMEOUT_ENV}, else "
                         f"{DEFAULT_TIMEOUT_S:g})")
 

@@ -3,6 +3,7 @@
 argument, else the environment, else the default."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -39,6 +40,21 @@ def _seconds(value: float | None, environ: Mapping[str, str], name: str,
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{where}: a timeout must be a number of seconds above 0")
     return float(value)
+
+
+def seconds_argument(text: str) -> float:
+    """A command line's ``--timeout``-style value: a positive, finite number of seconds.
+
+    Raises:
+        argparse.ArgumentTypeError: not one (argparse says it with the option's name).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
