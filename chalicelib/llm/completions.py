@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import re
 import time
@@ -32,6 +33,9 @@ from chalicelib.llm.schemas import SCHEMAS, Completion, Piece
 from chalicelib.llm.streams import DONE, Chunks, lines, sse
 from chalicelib.registry.specs import LlmSchema, ModelSpec
 
+logger = logging.getLogger("sagegate.llm")  # a child of Powertools' JSON logger
+SERVER_ERROR = "The server had an error while processing your request."
+"""What a client is told of a failure that is sagegate's own (the log has its traceback)."""
 BYTES_PER_TOKEN = 4  # the estimate when a container gives no count
 OWNER = "sagegate"  # GET /v1/models' owned_by
 CAPTURE_SECONDS = 10.0
@@ -308,45 +312,61 @@ class LlmService:
 
     def _events(self, exchange: _Streamed, upstream: EndpointStream,
                 chunks: Chunks) -> Iterator[bytes]:
-        request, log, tally = exchange.request, exchange.log, exchange.tally
-        schema = SCHEMAS[request.llm.schema]
-        passed = request.llm.schema == LlmSchema.OPENAI
+        """:meth:`_chunks`, a failure ending them with an error event; then, however they
+        ended (a client gone too), the upstream closed and the exchange recorded."""
+        log, tally = exchange.log, exchange.tally
         try:
-            if not passed:
-                yield sse(chunks.first())
-            for line in lines(upstream.parts()):
-                piece = schema.piece(_line(line), request)
-                if piece.error is not None:
-                    log.error_code = "model_error"
-                    exchange.error = {"Code": "model_error",
-                                      "Message": f"The model failed: {piece.error}"}
-                    yield sse({"error": {"message": exchange.error["Message"],
-                                         "type": "server_error", "param": None,
-                                         "code": "model_error"}})
-                    return
-                tally.add(piece, self._clock())
-                exchange.texts.append(piece.text)
-                if passed and piece.chunk is not None:
-                    yield sse(chunks.passed(piece.chunk))
-                elif piece.text:
-                    yield sse(chunks.delta(piece.text))
-            exchange.usage = usage = tally.note(log, streamed=True)
-            exchange.ended = True
-            if not passed:
-                yield sse(chunks.finish(tally.finish or "stop"))
-            if request.include_usage:
-                yield sse(chunks.usage(usage))
-            yield DONE
+            yield from self._chunks(exchange, upstream, chunks)
         except SagegateError as error:
             failure = from_sagegate(error)
             log.error_code = failure.code
             exchange.error = {"Code": failure.code or failure.kind, "Message": failure.message}
             yield sse(failure.document())
+        except Exception:  # a bug of ours: the client still gets an error event, not a cut stream
+            logger.exception("a completion stream failed")
+            log.error_code = "server_error"
+            exchange.error = {"Code": "server_error", "Message": SERVER_ERROR}
+            yield sse({"error": {"message": SERVER_ERROR, "type": "server_error",
+                                 "param": None, "code": "server_error"}})
         finally:
             upstream.close()
             if log.usage_source is None:
                 exchange.usage = tally.note(log, streamed=True)
             self._streamed(exchange)
+
+    def _chunks(self, exchange: _Streamed, upstream: EndpointStream,
+                chunks: Chunks) -> Iterator[bytes]:
+        """The stream's events as the container's lines are read: the role chunk, a chunk a
+        piece of text, the finish, the usage when asked, ``[DONE]``; a model's error ends them
+        with its error event."""
+        request, log, tally = exchange.request, exchange.log, exchange.tally
+        schema = SCHEMAS[request.llm.schema]
+        passed = request.llm.schema == LlmSchema.OPENAI
+        if not passed:
+            yield sse(chunks.first())
+        for line in lines(upstream.parts()):
+            piece = schema.piece(_line(line), request)
+            if piece.error is not None:
+                log.error_code = "model_error"
+                exchange.error = {"Code": "model_error",
+                                  "Message": f"The model failed: {piece.error}"}
+                yield sse({"error": {"message": exchange.error["Message"],
+                                     "type": "server_error", "param": None,
+                                     "code": "model_error"}})
+                return
+            tally.add(piece, self._clock())
+            exchange.texts.append(piece.text)
+            if passed and piece.chunk is not None:
+                yield sse(chunks.passed(piece.chunk))
+            elif piece.text:
+                yield sse(chunks.delta(piece.text))
+        exchange.usage = usage = tally.note(log, streamed=True)
+        exchange.ended = True
+        if not passed:
+            yield sse(chunks.finish(tally.finish or "stop"))
+        if request.include_usage:
+            yield sse(chunks.usage(usage))
+        yield DONE
 
     def _streamed(self, exchange: _Streamed) -> None:
         """After a stream's last chunk (or its client gone): the record of what was made,

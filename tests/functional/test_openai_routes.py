@@ -351,3 +351,36 @@ def test_a_reader_that_goes_away_closes_the_containers_stream(
     assert upstream.closed and upstream.read < len(upstream.parts)
     [log], _ = emitted(capsys)
     assert log["status"] == 200
+
+
+def test_a_fault_of_sagegates_own_mid_stream_ends_it_with_a_server_error_event(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever breaks in sagegate while it streams, the client reads an error event (never
+    a stream cut short without a word, nor a traceback); the log has the traceback."""
+    from chalicelib.llm.schemas import SCHEMAS
+    from chalicelib.registry.specs import LlmSchema
+
+    schema = SCHEMAS[LlmSchema.LMI_CHAT]
+    read = schema.piece
+    calls = iter(range(100))
+
+    def piece(line: Any, request: Any) -> Any:
+        if next(calls) == 2:
+            raise RuntimeError("a bug")
+        return read(line, request)
+
+    monkeypatch.setattr(schema, "piece", piece)
+    upstream = Upstream(split(PARIS, 9))
+    expect_stream(harness, upstream)
+    capsys.readouterr()
+    status, _, body = post(harness, "/v1/chat/completions",
+                           {"model": MODEL, "messages": QUESTION, "stream": True})
+    chunks = events(body)
+    assert status == 200 and "[DONE]" not in chunks and upstream.closed
+    assert chunks[-1] == {"error": {"message": "The server had an error while processing "
+                                               "your request.", "type": "server_error",
+                                    "param": None, "code": "server_error"}}
+    assert text_of(chunks[:-1]) == "The capital"  # what was made before it
+    [log], _ = emitted(capsys)
+    assert log["error_code"] == "server_error"

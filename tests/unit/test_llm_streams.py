@@ -3,6 +3,7 @@ and how its answers and stream lines are read; the line splitter (any split of a
 parts gives the same lines); OpenAI's chunks and their SSE framing."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from typing import Any
@@ -195,3 +196,30 @@ def test_sse_frames_one_event_a_data_line() -> None:
     assert sse({"a": "é"}) == b'data: {"a":"\\u00e9"}\n\n'
     assert DONE == b"data: [DONE]\n\n"
     assert LlmSchema.LMI_CHAT in SCHEMAS and len(SCHEMAS) == len(LlmSchema)
+
+
+# --- whatever a container sends, it is read or refused as the model's fault ---------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["token", "id", "text", "special", "details", "finish_reason",
+                         "generated_text", "choices", "delta", "content", "usage",
+                         "prompt_tokens", "completion_tokens", "error", "message", "index",
+                         "generated_tokens", "inputs", "object"]) | st.text(max_size=4),
+        inner, max_size=5),
+    max_leaves=20)
+
+
+@given(document=_JSON, chat=st.booleans())
+def test_any_line_or_answer_of_any_shape_is_read_or_an_invalid_endpoint_response(
+        document: Any, chat: bool) -> None:
+    """A container's line or answer of whatever shape: a piece or a completion, else the
+    endpoint's fault (InvalidEndpointResponseError, a 502), never another exception."""
+    read = request({"model": "smol", "messages": HELLO}) if chat \
+        else request(TEXT_REQUEST, Operation.TEXT)
+    for schema in SCHEMAS.values():
+        if isinstance(document, dict):
+            schema.piece(document, read)
+        with contextlib.suppress(InvalidEndpointResponseError):
+            schema.answer(json.dumps(document).encode(), read)
