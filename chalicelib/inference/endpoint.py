@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from botocore.eventstream import ParserError
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -39,6 +40,7 @@ from chalicelib.core.errors import (
     EndpointNotFoundError,
     EndpointTimeoutError,
     EndpointUnavailableError,
+    InvalidEndpointResponseError,
     InvalidParameterError,
     InvalidVariantError,
     ModelError,
@@ -67,6 +69,10 @@ _CONNECTION_ERRORS = (EndpointConnectionError, ConnectionClosedError, ConnectTim
                       ResponseStreamingError, IncompleteReadError)
 # ... of which these prove the request never arrived (no connection was made)
 _NOT_SENT = (EndpointConnectionError, ConnectTimeoutError)
+# what reading a response stream's events may raise: botocore reads the event stream straight
+# from urllib3 (its timeouts and broken connections unwrapped) and parses its frames itself
+# (ParserError: a bad CRC, a frame of an impossible length), an error event a ClientError
+_STREAM_READ_ERRORS = (ClientError, BotoCoreError, ConnectionFailure, OSError, ParserError)
 _MAX_ECHOED_MESSAGE = 512
 DEFAULT_POLICY = RetryPolicy(attempt_timeout=22.0)
 """The policy of a client given none (the settings' defaults: 2 s connect, 20 s read)."""
@@ -232,7 +238,7 @@ class EndpointClient:
 
         return self._retrying(invocation.as_invocation(), send, deadline, idempotent=False)
 
-    def _retrying(self, invocation: Invocation, send: Callable[[int], T],
+    def _retrying(self, invocation: Invocation, send: Callable[[int], T | _Failure],
                   deadline: float | None, *, idempotent: bool = True) -> T:
         """``send(attempt)`` retried by the policy (see :meth:`invoke`)."""
         if deadline is None:
@@ -257,7 +263,7 @@ class EndpointClient:
                            retrier.attempts - 1)
             self._sleep(delay)
 
-    def _attempt(self, invocation: Invocation, send: Callable[[int], T],
+    def _attempt(self, invocation: Invocation, send: Callable[[int], T | _Failure],
                  attempt: int, idempotent: bool = True) -> T | _Failure:
         """One call: its result, or (returned, not raised) an error a retry might cure. The
         one rule of what may be retried, for both operations: a call that is not idempotent
@@ -303,8 +309,9 @@ class EndpointClient:
         return self._retrying(invocation, lambda attempt: self._open(invocation, attempt),
                               deadline)
 
-    def _open(self, invocation: Invocation, attempt: int) -> EndpointStream:
-        """One stream opened and its first event read (a failure there is the attempt's)."""
+    def _open(self, invocation: Invocation, attempt: int) -> EndpointStream | _Failure:
+        """One stream opened and its first event read (a failure there is the attempt's: a
+        connection broken before the first event is retried, see :func:`read_error`)."""
         kwargs = invocation.to_kwargs()
         kwargs.pop("TargetModel", None)  # no multi-model endpoint streams (the API has none)
         response = self._client.invoke_endpoint_with_response_stream(**kwargs)
@@ -312,9 +319,9 @@ class EndpointClient:
         events = iter(body)
         try:
             first = next(events, None)
-        except ClientError as error:  # an error event first: the container refused, no retry
+        except _STREAM_READ_ERRORS as error:
             _close(body)
-            raise stream_error(error) from None
+            return _before_first_event(read_error(error, started=False))
         except BaseException:
             _close(body)
             raise
@@ -355,7 +362,8 @@ class EndpointStream:
 
         Raises:
             ModelError: the container's stream failed (``ModelStreamError``).
-            EndpointError: (or a subclass) the stream broke off or timed out.
+            EndpointError: (or a subclass) the stream broke off, timed out or was not an
+                event stream (see :func:`read_error`).
         """
         event, self.first = self.first, None
         try:
@@ -364,16 +372,8 @@ class EndpointStream:
                 if payload is not None:
                     yield bytes(payload.get("Bytes") or b"")
                 event = next(self.events, None)
-        except ClientError as error:  # botocore's EventStreamError: an error event
-            raise stream_error(error) from None
-        except (ReadTimeoutError, StreamReadTimeout):
-            raise EndpointTimeoutError("The endpoint stopped sending its answer in time.") \
-                from None
-        except (BotoCoreError, ConnectionFailure, OSError) as error:
-            # the connection broke (botocore reads the event stream from urllib3 directly)
-            logger.warning("endpoint stream broke: %s", type(error).__name__)
-            raise EndpointError("The endpoint's stream broke off.",
-                                details={"endpoint_error": type(error).__name__}) from None
+        except _STREAM_READ_ERRORS as error:
+            raise read_error(error, started=True) from None
 
     def close(self) -> None:
         """Close the stream's connection (its remaining parts are never read)."""
@@ -397,6 +397,46 @@ def stream_error(error: ClientError) -> SagegateError:
                           details={"original_message": message})
     return EndpointError(f"The endpoint's stream failed ({code}).",
                          details={"endpoint_error": code})
+
+
+def read_error(error: Exception, *, started: bool) -> SagegateError:
+    """A failure while reading a response stream's events as sagegate's error, before its
+    first event (``started`` False) or after it.
+
+    An error event is the container's (:func:`stream_error`); a read timeout is
+    ``EndpointTimeoutError``; a frame botocore cannot parse (``ParserError``: a bad CRC, an
+    impossible length) is ``InvalidEndpointResponseError``; a broken connection is, before
+    the first event, the unreachable endpoint's ``EndpointUnavailableError`` (which
+    :meth:`EndpointClient.invoke_stream` retries: nothing was read yet), after it
+    ``EndpointError`` (the stream broke off: what was read cannot be read twice).
+    """
+    if isinstance(error, ClientError):  # botocore's EventStreamError: an error event
+        return stream_error(error)
+    if isinstance(error, (ReadTimeoutError, StreamReadTimeout, TimeoutError)):
+        return EndpointTimeoutError("The endpoint stopped sending its answer in time."
+                                    if started else
+                                    "The endpoint did not answer in time. Try again later.")
+    if isinstance(error, ParserError):
+        logger.warning("endpoint stream unreadable: %s", type(error).__name__)
+        return InvalidEndpointResponseError(
+            f"The endpoint's stream is not a valid event stream ({type(error).__name__}).",
+            details={"endpoint_error": type(error).__name__})
+    logger.warning("endpoint stream broke: %s", type(error).__name__)
+    if not started:
+        return _unreachable()
+    return EndpointError("The endpoint's stream broke off.",
+                         details={"endpoint_error": type(error).__name__})
+
+
+def _before_first_event(error: SagegateError) -> _Failure:
+    """A failure before a stream's first event: an attempt to retry when the endpoint could
+    not be reached, else raised (without a local naming it: see :meth:`EndpointClient._attempt`)."""
+    if isinstance(error, EndpointUnavailableError):
+        return _Failure(error)
+    try:
+        raise error from None
+    finally:
+        del error
 
 
 def _retry_kind(error: ClientError) -> bool | None:
