@@ -14,28 +14,46 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from chalicelib.core.errors import InvalidEndpointResponseError
 from chalicelib.llm.requests import Operation
 
 DONE = b"data: [DONE]\n\n"
+MAX_LINE_BYTES = 1024 * 1024
+"""The longest line a container's stream may send (a token's, or the last with the whole text
+and its details): a longer one is refused, never buffered on."""
 _SSE_FIELDS = (b"event:", b"id:", b"retry:")
 
 
-def lines(parts: Iterable[bytes]) -> Iterator[bytes]:
+def lines(parts: Iterable[bytes], max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     """Each non-empty line of the stream whose parts are ``parts``, without its newline or
-    its ``data:`` prefix (SSE's other fields, comments and ``[DONE]`` left out)."""
+    its ``data:`` prefix (SSE's other fields, comments and ``[DONE]`` left out).
+
+    Raises:
+        InvalidEndpointResponseError: a line over ``max_line_bytes`` (the container's stream
+            is not lines of tokens; it is never held whole).
+    """
     pending = bytearray()
     for part in parts:
+        scanned = len(pending)  # the bytes before this part hold no newline
         pending += part
         start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
+        while (end := pending.find(b"\n", max(start, scanned))) >= 0:
+            _check_length(end - start, max_line_bytes)
             line = _payload(bytes(pending[start:end]))
             start = end + 1
             if line:
                 yield line
         del pending[:start]
+        _check_length(len(pending), max_line_bytes)
     line = _payload(bytes(pending))
     if line:
         yield line
+
+
+def _check_length(size: int, limit: int) -> None:
+    if size > limit:
+        raise InvalidEndpointResponseError(
+            f"A line of the model's stream is over {limit} bytes.")
 
 
 def _payload(line: bytes) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from chalicelib.core.errors import InvalidEndpointResponseError
 from chalicelib.llm.requests import CompletionRequest, Operation, read_request
 from chalicelib.llm.schemas import SCHEMAS, Generate, LmiChat, PassThrough
-from chalicelib.llm.streams import DONE, Chunks, lines, sse
+from chalicelib.llm.streams import DONE, MAX_LINE_BYTES, Chunks, lines, sse
 from chalicelib.registry.specs import LlmSchema
 from tests.unit.test_llm_requests import HELLO, MODELS
 
@@ -167,6 +168,32 @@ def test_any_split_of_the_stream_gives_the_same_lines(cuts: list[int], sse_prefi
 def test_the_last_line_needs_no_newline_and_sse_fields_are_skipped() -> None:
     parts = [b": keep-alive\nevent: message\nid: 3\n", b'data: {"a"', b": 1}"]
     assert list(lines(parts)) == [b'{"a": 1}']
+
+
+def test_a_line_of_the_cap_is_read_and_one_byte_more_is_refused() -> None:
+    line = b'"' + b"x" * 98 + b'"'
+    assert list(lines([line + b"\n"], max_line_bytes=100)) == [line]
+    with pytest.raises(InvalidEndpointResponseError):
+        list(lines([line + b"x\n"], max_line_bytes=100))
+
+
+def test_a_line_that_never_ends_is_refused_once_over_the_cap_never_buffered_on() -> None:
+    read = 0
+
+    def endless() -> Iterator[bytes]:
+        nonlocal read
+        while True:
+            read += 1
+            yield b"x" * 1000
+
+    with pytest.raises(InvalidEndpointResponseError):
+        list(lines(endless()))
+    assert read == MAX_LINE_BYTES // 1000 + 1
+
+
+def test_short_lines_under_the_cap_pass_whatever_came_before() -> None:
+    parts = [b"a" * 60 + b"\n" + b"b" * 60, b"\n" + b"c" * 60 + b"\n"]
+    assert list(lines(parts, max_line_bytes=60)) == [b"a" * 60, b"b" * 60, b"c" * 60]
 
 
 # --- OpenAI's chunks and SSE ------------------------------------------------------------
