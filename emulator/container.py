@@ -7,6 +7,7 @@ A container answers ``(status, body, content type)`` like the process behind
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -69,6 +70,11 @@ class ContainerStream(Protocol):
 class StreamingContainer(Protocol):
     """A container that answers as it generates (InvokeEndpointWithResponseStream), and
     counts its generations."""
+
+    def invoke(self, body: bytes, content_type: str | None, accept: str | None,
+               cancel: threading.Event | None = None) -> ContainerReply:
+        """Answers whole; ``cancel``, set from another thread, stops the generation."""
+        ...
 
     def stream(self, body: bytes, content_type: str | None,
                accept: str | None) -> ContainerStream | ContainerReply:

@@ -51,6 +51,13 @@ CHAT_UNSUPPORTED = frozenset({"tools", "tool_choice", "functions", "function_cal
 CHARS_PER_TOKEN_BOUND = 32
 """A prompt longer than this many characters per allowed token is refused before it is
 tokenized (the tokenizer is pure Python: a 6 MB prompt would take it seconds)."""
+MAX_MESSAGES = 1024
+"""The most messages a chat body may hold: refused before the template renders them (each is
+a Jinja loop turn; sagegate's OpenAI routes keep the same bound)."""
+MESSAGE_FRAMING = 24
+"""Characters the chat template adds around each message (ChatML's ``<|im_start|>``, the
+role's line end, ``<|im_end|>`` and a newline, the role apart): counted into the prompt's
+characters, so that many empty messages count as what they render to."""
 
 
 class Refused(Exception):
@@ -258,6 +265,9 @@ def parse_chat(document: dict[str, Any], default_max_new_tokens: int) -> LlmRequ
     messages = document.get("messages")
     if not isinstance(messages, list):
         raise Refused("messages must be a list of {role, content} objects")
+    if len(messages) > MAX_MESSAGES:
+        raise Refused(f"messages has {len(messages)} messages, over this container's limit "
+                      f"of {MAX_MESSAGES}")  # fmt: skip
     options = _object(_given(document, "stream_options", {}), "stream_options")
     _unknown(options, frozenset({"include_usage"}), "stream_options.")
     model = document.get("model")
@@ -307,8 +317,12 @@ def parse_request(body: bytes, content_type: str | None, accept: str | None,
 def _prompt_characters(request: LlmRequest) -> int:
     if request.messages is None:
         return len(request.inputs or "")
-    return sum(len(message.get("content") or "") for message in request.messages
-               if isinstance(message, dict) and isinstance(message.get("content"), str))
+    return sum(MESSAGE_FRAMING + _length(message.get("role")) + _length(message.get("content"))
+               for message in request.messages if isinstance(message, dict))
+
+
+def _length(value: object) -> int:
+    return len(value) if isinstance(value, str) else 0
 
 
 def _lmi_token(piece: Piece) -> dict[str, Any]:
@@ -485,22 +499,27 @@ class LanguageContainer:
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
 
-    def invoke(self, body: bytes, content_type: str | None, accept: str | None) -> ContainerReply:
+    def invoke(self, body: bytes, content_type: str | None, accept: str | None,
+               cancel: threading.Event | None = None) -> ContainerReply:
         """Answers InvokeEndpoint: the whole answer (a JSON document, or with ``stream`` the
-        JSON lines all at once).
+        JSON lines all at once). ``cancel``, set from another thread (the runtime's timeout),
+        stops the generation before its next token and frees its place.
 
         Raises:
             ThrottlingException: ``max_concurrent`` generations are running.
         """
-        opened = self.stream(body, content_type, accept, streamed_by_default=False)
+        opened = self.stream(body, content_type, accept, streamed_by_default=False,
+                             cancel=cancel)  # fmt: skip
         if isinstance(opened, ContainerReply):
             return opened
         return ContainerReply(200, opened.read(), opened.content_type)
 
     def stream(self, body: bytes, content_type: str | None, accept: str | None,
-               streamed_by_default: bool = True) -> TokenStream | ContainerReply:
+               streamed_by_default: bool = True, cancel: threading.Event | None = None
+               ) -> TokenStream | ContainerReply:
         """Starts a generation for InvokeEndpointWithResponseStream (JSON lines unless the
-        body says ``"stream": false``); a refusal is the container's 4xx answer.
+        body says ``"stream": false``); a refusal is the container's 4xx answer. ``cancel``:
+        see :meth:`invoke`.
 
         Raises:
             ThrottlingException: ``max_concurrent`` generations are running.
@@ -509,7 +528,7 @@ class LanguageContainer:
             request = parse_request(body, content_type, accept,
                                     self.settings.default_max_new_tokens)  # fmt: skip
             engine = self._loaded()
-            return self._start(engine, request, streamed_by_default)
+            return self._start(engine, request, streamed_by_default, cancel)
         except Refused as refusal:
             return refusal.reply()
         except ModelFileError as error:
@@ -521,26 +540,25 @@ class LanguageContainer:
         """The counts of its generations (started, active, completed, cancelled, tokens)."""
         return self.counters.snapshot()
 
-    def _start(self, engine: Engine, request: LlmRequest, streamed_by_default: bool
-               ) -> TokenStream:
+    def _start(self, engine: Engine, request: LlmRequest, streamed_by_default: bool,
+               cancel: threading.Event | None) -> TokenStream:
+        """The generation, checked (its prompt rendered and tokenized) before it takes one of
+        the ``max_concurrent`` places: a prompt that is refused never holds one."""
         characters = _prompt_characters(request)
         if characters > CHARS_PER_TOKEN_BOUND * self.settings.max_prompt_tokens:
             raise Refused(f"the prompt has {characters} characters, over this model's limit "
                           f"of {self.settings.max_prompt_tokens} tokens")
+        try:
+            generation = (engine.chat(request.messages, request.sampling, cancel)
+                          if request.messages is not None
+                          else engine.generate(request.inputs or "", request.sampling, cancel))
+        except GenerationRefused as error:
+            raise Refused(error.message) from None
         if not self._slots.acquire(blocking=False):
+            generation.close()
             raise errors.ThrottlingException(
                 f"{self.settings.max_concurrent} generations are running on model "
                 f"{self.name}, its limit: retry later")  # fmt: skip
-        try:
-            generation = (engine.chat(request.messages, request.sampling)
-                          if request.messages is not None
-                          else engine.generate(request.inputs or "", request.sampling))
-        except GenerationRefused as error:
-            self._slots.release()
-            raise Refused(error.message) from None
-        except BaseException:
-            self._slots.release()
-            raise
         streamed = streamed_by_default if request.stream is None else request.stream
         answer = OutputFormatter(request, generation, engine.end_ids, self.name, streamed)
         return TokenStream(generation, answer, self._slots.release, self.counters)

@@ -246,6 +246,16 @@ class BackgroundCall(Generic[T]):
         return self._outcome[0]
 
 
+def _container_call(container: Container, request: InvokeRequest,
+                    cancel: threading.Event) -> Callable[[], ContainerReply]:
+    """The container's whole answer to ``request``: a generating container's stopped once
+    ``cancel`` is set."""
+    if isinstance(container, StreamingContainer):
+        return partial(container.invoke, request.body, request.content_type, request.accept,
+                       cancel)
+    return partial(container.invoke, request.body, request.content_type, request.accept)
+
+
 class Runtime:
     """Routes invocations to containers, applying the configured faults."""
 
@@ -296,10 +306,10 @@ class Runtime:
         """
         check_request(request, errors.MAX_BODY_BYTES if body_limit is None else body_limit)
         endpoint, variant, plan = self._prepare(request, asynchronous)
-        container = self.containers[variant.model]
-        call = partial(container.invoke, request.body, request.content_type, request.accept)
+        cancel = threading.Event()
+        call = _container_call(self.containers[variant.model], request, cancel)
         run = partial(faults.run_container, plan, call, self.sleep)
-        reply = run() if asynchronous else self._within_timeout(run, endpoint.name)
+        reply = run() if asynchronous else self._within_timeout(run, endpoint.name, cancel)
         if not 200 <= reply.status < 300:
             raise self._model_error(reply, endpoint.name)
         return InvokeResult(reply, variant.name, request.custom_attributes)
@@ -323,9 +333,10 @@ class Runtime:
         if isinstance(container, StreamingContainer) and plan.error != faults.MODEL_ERROR:
             opened = container.stream(request.body, request.content_type, request.accept)
         else:
-            call = partial(container.invoke, request.body, request.content_type, request.accept)
-            run = partial(faults.run_container, plan, call, self.sleep)
-            opened = self._within_timeout(run, endpoint.name)
+            cancel = threading.Event()
+            run = partial(faults.run_container, plan,
+                          _container_call(container, request, cancel), self.sleep)
+            opened = self._within_timeout(run, endpoint.name, cancel)
             plan = replace(plan, latency_ms=0.0)  # spent already
         if isinstance(opened, ContainerReply):
             if not 200 <= opened.status < 300:
@@ -358,15 +369,19 @@ class Runtime:
         faults.raise_service_fault(plan)
         return endpoint, variant, plan
 
-    def _within_timeout(self, run: Callable[[], ContainerReply], endpoint: str) -> ContainerReply:
+    def _within_timeout(self, run: Callable[[], ContainerReply], endpoint: str,
+                        cancel: threading.Event) -> ContainerReply:
         """Runs a real-time call for at most ``invocation_timeout_seconds`` (SageMaker's 60 s):
-        past it, SageMaker's ModelError; the abandoned call ends in its thread.
+        past it, SageMaker's ModelError, and ``cancel`` set: a generation stops before its
+        next token and frees its place (another container's abandoned call ends in its
+        thread).
 
         Raises:
             ModelError: the call did not end in time; or what the call raised.
         """
         running = BackgroundCall(run, f"invoke-{endpoint}")
         if not self.wait(running.done, self.config.invocation_timeout_seconds):
+            cancel.set()
             raise errors.invocation_timeout(endpoint, self.config.account_id, self.config.region)
         result = running.outcome()
         if isinstance(result, BaseException):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,8 @@ class FakeStreamingContainer:
     def __init__(self, outcome: FakeStream | ContainerReply | Exception) -> None:
         self.outcome = outcome
 
-    def invoke(self, body: bytes, content_type: str | None, accept: str | None) -> ContainerReply:
+    def invoke(self, body: bytes, content_type: str | None, accept: str | None,
+               cancel: threading.Event | None = None) -> ContainerReply:
         return ContainerReply(200, b"{}", "application/json")
 
     def stream(self, body: bytes, content_type: str | None, accept: str | None

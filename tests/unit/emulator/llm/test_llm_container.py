@@ -226,3 +226,37 @@ def test_lmi_null_parameters_are_absent_ones() -> None:
 
     assert (request.sampling.max_new_tokens, request.sampling.temperature, request.details) == (
         16, 0.0, False)
+
+
+def test_a_refused_prompt_never_takes_a_generation_place(engine: Engine) -> None:
+    """The prompt is rendered, tokenized and checked before a place is taken: with every
+    place held, a prompt over the limit is still its 400, not a throttle."""
+    model = container(engine, max_concurrent=1, max_prompt_tokens=8)
+    held = model.stream(body({"inputs": "Hi", "parameters": {"max_new_tokens": 2}}),
+                        "application/json", None)
+    assert isinstance(held, TokenStream)
+
+    too_long = model.stream(body({"messages": [{"role": "user", "content": QUESTION}]}),
+                            "application/json", None)
+
+    assert re.fullmatch(r"the prompt has \d+ tokens, over this model's limit of 8",
+                        refusal(too_long)[1])
+    held.close()
+    assert model.generations()["started"] == 1
+
+
+def test_chat_messages_are_bounded_before_the_template_renders_them(engine: Engine) -> None:
+    from emulator.language import MAX_MESSAGES
+
+    model = container(engine)
+    many = [{"role": "user", "content": ""}] * (MAX_MESSAGES + 1)
+    empty = [{"role": "user", "content": ""}] * MAX_MESSAGES
+
+    too_many = model.invoke(body({"messages": many}), "application/json", None)
+    framed = container(engine, max_prompt_tokens=100).invoke(
+        body({"messages": empty}), "application/json", None)
+
+    assert refusal(too_many) == (400, f"messages has {MAX_MESSAGES + 1} messages, over this "
+                                      f"container's limit of {MAX_MESSAGES}")
+    assert refusal(framed)[1].startswith(f"the prompt has {MAX_MESSAGES * 28} characters")
+    assert model.generations()["started"] == 0
