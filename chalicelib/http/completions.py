@@ -4,8 +4,9 @@ error shape (never sagegate's ``{"Code", "Message"}`` here), and a stream delive
 
 Chalice cannot stream: under it (Lambda, ``chalice local``) a ``stream: true`` request is
 answered whole, the same ``text/event-stream`` body of ``data:`` lines, once the model has
-finished (:func:`complete`). A server that can stream calls :func:`serve_streaming` with the
-request and writes each chunk as it is made, with the same services and the same log line.
+finished (:func:`serve`). A server that can stream calls :func:`serve_streaming` with the
+request and writes each chunk as it is made, with the same services and the same log line,
+and closes the body after the response's end (:class:`LoggedBody`).
 """
 from __future__ import annotations
 
@@ -146,7 +147,12 @@ def serve(llm: Llm, exchanges: Exchanges) -> HttpAnswer:
     if exchange.log.route not in OPERATIONS:
         return list_models(llm)
     found = answer(llm, exchange)
-    body = found.body if isinstance(found.body, bytes) else b"".join(found.body)
+    if isinstance(found.body, bytes):
+        return HttpAnswer(found.body.decode("utf-8"), found.headers, found.status)
+    try:
+        body = b"".join(found.body.events())
+    finally:  # the exchange's end (capture, the cache), once the whole body is made
+        found.body.close()
     return HttpAnswer(body.decode("utf-8"), found.headers, found.status)
 
 
@@ -164,8 +170,8 @@ def serve_streaming(llm: Llm, exchanges: Exchanges,
                     request: ServedRequest) -> tuple[int, dict[str, str], LoggedBody]:
     """For a server that streams: ``request`` (a completion route's, its API key already
     checked) answered as its status, headers and body, whose events come as the model makes
-    them. The request's log line is written when the body ends or is closed (close it when
-    the client goes away: the container's stream is closed with it)."""
+    them (see :class:`LoggedBody`: the server must close it, once the response is written or
+    the client has gone)."""
     started = time.perf_counter()
     with exchanges.serving(request) as log:
         found = answer(llm, exchanges.current())
@@ -176,30 +182,37 @@ def serve_streaming(llm: Llm, exchanges: Exchanges,
 
 
 class LoggedBody:
-    """An answer's body, event by event, whose end (or close) writes the request's log line."""
+    """An answer's body for a server that streams, event by event.
+
+    The contract with the server: iterating it gives each event as it is made and ends right
+    after the last (``[DONE]``, or an error event) without doing the exchange's bookkeeping,
+    so the client waits for none of it; :meth:`close` does it, and the server calls it once,
+    after writing the response's end (the chunked terminator), or when the client went away
+    (the container's stream is closed with it), or when nothing was read at all.
+    """
 
     def __init__(self, found: OpenAIAnswer, log: RequestLog, started: float) -> None:
         self._found, self._log, self._started = found, log, started
         self._events: Iterator[bytes] = iter([found.body]) if isinstance(found.body, bytes) \
-            else iter(found.body)
+            else found.body.events()
         self._ended = False
 
     def __iter__(self) -> Iterator[bytes]:
         return self
 
     def __next__(self) -> bytes:
-        try:
-            return next(self._events)
-        except StopIteration:
-            self.close()
-            raise
+        return next(self._events)
 
     def close(self) -> None:
-        """End the body: the container's stream closed, the log line written (once)."""
+        """End the exchange (once): the container's stream closed, the record handed to
+        capture, a complete answer kept in the cache (:meth:`EventStream.close`), then the
+        request's log line and metrics written."""
         if self._ended:
             return
         self._ended = True
-        if isinstance(self._found.body, EventStream):
-            self._found.body.close()
-        self._log.finish(self._found.status, None,
-                         (time.perf_counter() - self._started) * 1000.0)
+        try:
+            if isinstance(self._found.body, EventStream):
+                self._found.body.close()
+        finally:
+            self._log.finish(self._found.status, None,
+                             (time.perf_counter() - self._started) * 1000.0)

@@ -16,6 +16,7 @@ from chalicelib.inference.serving import HandledModel
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import BodyKind, Parts
 from chalicelib.registry.specs import LlmSchema, ModelSpec
+from chalicelib.registry.specs import greedy as sampling_greedy
 
 ACCEPTED = (str(MediaType.JSON),)
 OPENAI_PATHS = {LlmSchema.LMI: ("/v1/completions",), LlmSchema.TGI: ("/v1/completions",)}
@@ -37,9 +38,10 @@ def run(model: ModelSpec, call: Call, options: CallOptions, invoke: Invoke,
 
 
 def greedy(body: bytes) -> bool:
-    """Whether a container's body asks for greedy decoding by name (a chat body's
-    ``temperature: 0``; LMI's ``parameters.do_sample: false`` or ``temperature: 0``): the only
-    answers the prediction cache may replay (a container's own default is not known here)."""
+    """Whether a container's body asks for greedy decoding by name (``temperature`` or
+    ``top_p`` 0, :func:`chalicelib.registry.specs.greedy`: a chat body's, or in LMI's
+    ``parameters``, where ``do_sample: false`` says it too): the only answers the prediction
+    cache may replay (a container's own default is not known here)."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
@@ -48,12 +50,9 @@ def greedy(body: bytes) -> bool:
         return False
     parameters = document.get("parameters")
     if isinstance(parameters, dict):
-        return parameters.get("do_sample") is False or _zero(parameters.get("temperature"))
-    return _zero(document.get("temperature"))
-
-
-def _zero(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+        return parameters.get("do_sample") is False or sampling_greedy(
+            parameters.get("temperature"), parameters.get("top_p"))
+    return sampling_greedy(document.get("temperature"), document.get("top_p"))
 
 
 @dataclasses.dataclass(frozen=True)

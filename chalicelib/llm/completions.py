@@ -11,6 +11,7 @@ to the first token and the tokens per second of a stream (:class:`Tally`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -23,11 +24,12 @@ from chalicelib.cache.prediction import CacheControl, CacheUse, PredictionCache
 from chalicelib.calls import InvokeResult
 from chalicelib.capture import Capturer
 from chalicelib.capture.records import Exchange
-from chalicelib.core.errors import InvalidEndpointResponseError, SagegateError
+from chalicelib.core.errors import InvalidEndpointResponseError, ModelError, SagegateError
 from chalicelib.core.media import MediaType
 from chalicelib.core.observability import RequestLog
 from chalicelib.inference.endpoint import EndpointClient, EndpointStream, Invocation
-from chalicelib.llm.errors import from_sagegate
+from chalicelib.llm.errors import SERVER_ERROR as SERVER_ERROR_TYPE
+from chalicelib.llm.errors import OpenAIError, from_sagegate
 from chalicelib.llm.requests import CompletionRequest, Operation, read_request
 from chalicelib.llm.schemas import SCHEMAS, Completion, Piece
 from chalicelib.llm.streams import DONE, Chunks, lines, sse
@@ -129,7 +131,7 @@ def _rate(tokens: int, seconds: float) -> float | None:
 class LlmService:
     """The OpenAI routes' work for the registry's llm models, on the endpoint client every
     model shares: each exchange captured (the body sent and the assembled completion, after
-    its last chunk), a deterministic one (temperature 0) answered from the prediction cache
+    its last chunk), a greedy one (``Sampling.greedy``) answered from the prediction cache
     when the model's ``cache`` allows.
 
     Args:
@@ -164,14 +166,15 @@ class LlmService:
     def cache_use(self, request: CompletionRequest, control: CacheControl,
                   arm: str | None = None) -> CacheUse:
         """The request's use of the prediction cache: none unless the model's ``cache`` is on
-        and the request is deterministic (greedy: temperature 0); an arm's entries are its
-        own."""
+        and the request asks for greedy decoding (``Sampling.greedy``: a sampled answer is
+        never replayed, a seed's included: containers differ in its use); an arm's entries are
+        its own."""
         name = request.model.name
         scope = {"model": name} if arm is None else {"model": name, "arm": arm}
         if self._cache is None:
             return CacheUse(None)
         return self._cache.request(control, enabled=request.model.cache
-                                   and deterministic(request), scope=scope)
+                                   and request.sampling.greedy, scope=scope)
 
     def pool(self) -> Pool | None:
         """Where shadow copies run (None: nowhere)."""
@@ -239,8 +242,8 @@ class LlmService:
             usage.get("completion_tokens")
         log.usage_source = {"prompt": CACHED, "completion": CACHED}
         log.finish_reason, log.streamed = _choice(document)[1], streamed
-        prefix = "chatcmpl-" if request.operation == Operation.CHAT else "cmpl-"
-        return {**document, "id": prefix + request_id, "created": int(self._wall())}
+        return {**document, "id": completion_id(request, request_id),
+                "created": int(self._wall())}
 
     def _document(self, request: CompletionRequest, request_id: str, completion: Completion,
                   usage: dict[str, int]) -> dict[str, Any]:
@@ -253,12 +256,10 @@ class LlmService:
                 "index": 0, "message": {"role": "assistant", "content": completion.text,
                                         "refusal": None},
                 "logprobs": None, "finish_reason": completion.finish_reason}
-            prefix = "chatcmpl-"
         else:
             choice = {"index": 0, "text": completion.text, "logprobs": None,
                       "finish_reason": completion.finish_reason}
-            prefix = "cmpl-"
-        return {"id": prefix + request_id, "object": str(request.operation),
+        return {"id": completion_id(request, request_id), "object": str(request.operation),
                 "created": int(self._wall()), "model": name, "system_fingerprint": None,
                 "choices": [choice], "usage": usage}
 
@@ -267,15 +268,15 @@ class LlmService:
         """The answer as OpenAI's stream: from the cache when the plan's use of it finds one
         (its text a chunk a word), else the container's stream, opened now (a failure before
         its first event is an error answer, not a stream), its chunks made as its lines are
-        read. Captured after the last chunk; a complete answer kept in the cache.
+        read. The exchange's end (the record captured, a complete answer kept in the cache) is
+        :meth:`EventStream.close`'s, after the last event was delivered.
 
         Raises:
             SagegateError: (a subclass) the stream could not be opened.
         """
         started = self._clock()
-        prefix = "chatcmpl-" if request.operation == Operation.CHAT else "cmpl-"
-        chunks = Chunks(request.operation, prefix + request_id, int(self._wall()),
-                        request.model.name, request.include_usage)
+        chunks = Chunks(request.operation, completion_id(request, request_id),
+                        int(self._wall()), request.model.name, request.include_usage)
         whole = SCHEMAS[request.llm.schema].body(dataclasses.replace(
             request, stream=False, include_usage=False))  # the cache's key: streamed or not
         found = None if plan.cache is None else plan.cache.peek(_key_fields(request), whole)
@@ -283,80 +284,52 @@ class LlmService:
         if found is not None:
             document = self._replayed(json.loads(found.body), request, request_id, log,
                                       streamed=True)
-            return EventStream(self._replay(request, request_id, log, started, whole,
-                                            document, chunks, plan), None)
+            return EventStream(_replay(request, document, chunks), functools.partial(
+                self._capture, request, request_id, log, started, whole, document, plan.arm,
+                hit=True))
         sent = SCHEMAS[request.llm.schema].body(request)
+        deadline = time.monotonic() + self._budget
         upstream = self._endpoint.invoke_stream(
-            self._invocation(request, request_id, sent), time.monotonic() + self._budget)
+            self._invocation(request, request_id, sent), deadline)
         log.endpoint, log.variant, log.attempts = request.model.endpoint, upstream.variant, \
             upstream.attempts
-        tally = Tally(started, request.prompt_bytes)
-        exchange = _Streamed(request, request_id, log, plan, sent, whole, tally)
-        return EventStream(self._events(exchange, upstream, chunks), upstream)
-
-    def _replay(self, request: CompletionRequest, request_id: str, log: RequestLog,
-                started: float, sent: bytes, document: dict[str, Any], chunks: Chunks,
-                plan: Plan) -> Iterator[bytes]:
-        text, finish = _choice(document)
-        try:
-            yield sse(chunks.first())
-            for word in _WORDS.findall(text):
-                yield sse(chunks.delta(word))
-            yield sse(chunks.finish(finish or "stop"))
-            if request.include_usage:
-                yield sse(chunks.usage(document.get("usage") or {}))
-            yield DONE
-        finally:
-            self._capture(request, request_id, log, started, sent, document, plan.arm,
-                          hit=True)
+        exchange = _Streamed(request, request_id, log, plan, sent, whole,
+                             Tally(started, request.prompt_bytes), deadline)
+        return EventStream(self._events(exchange, upstream, chunks),
+                           functools.partial(self._ended, exchange, upstream))
 
     def _events(self, exchange: _Streamed, upstream: EndpointStream,
                 chunks: Chunks) -> Iterator[bytes]:
-        """:meth:`_chunks`, a failure ending them with an error event; then, however they
-        ended (a client gone too), the upstream closed and the exchange recorded."""
-        log, tally = exchange.log, exchange.tally
+        """:meth:`_chunks`, a failure ending them with an error event (the exchange's end is
+        :meth:`_ended`'s)."""
         try:
             yield from self._chunks(exchange, upstream, chunks)
         except SagegateError as error:
-            failure = from_sagegate(error)
-            log.error_code = failure.code
-            exchange.error = {"Code": failure.code or failure.kind, "Message": failure.message}
-            yield sse(failure.document())
+            yield sse(exchange.failed(from_sagegate(error)))
         except Exception:  # a bug of ours: the client still gets an error event, not a cut stream
             logger.exception("a completion stream failed")
-            log.error_code = "server_error"
-            exchange.error = {"Code": "server_error", "Message": SERVER_ERROR}
-            yield sse({"error": {"message": SERVER_ERROR, "type": "server_error",
-                                 "param": None, "code": "server_error"}})
-        finally:
-            upstream.close()
-            if log.usage_source is None:
-                exchange.usage = tally.note(log, streamed=True)
-            self._streamed(exchange)
+            yield sse(exchange.failed(OpenAIError(500, SERVER_ERROR, code="server_error",
+                                                  kind=SERVER_ERROR_TYPE)))
 
     def _chunks(self, exchange: _Streamed, upstream: EndpointStream,
                 chunks: Chunks) -> Iterator[bytes]:
         """The stream's events as the container's lines are read: the role chunk, a chunk a
-        piece of text, the finish, the usage when asked, ``[DONE]``; a model's error ends them
-        with its error event."""
+        piece of text, the finish, the usage when asked (unless an ``openai`` container sent
+        its own), ``[DONE]``; a model's error ends them (raised as ``ModelError``)."""
         request, log, tally = exchange.request, exchange.log, exchange.tally
         schema = SCHEMAS[request.llm.schema]
         passed = request.llm.schema == LlmSchema.OPENAI
+        usage_sent = False
         if not passed:
             yield sse(chunks.first())
         for line in lines(upstream.parts()):
             piece = schema.piece(_line(line), request)
             if piece.error is not None:
-                log.error_code = "model_error"
-                exchange.error = {"Code": "model_error",
-                                  "Message": f"The model failed: {piece.error}"}
-                yield sse({"error": {"message": exchange.error["Message"],
-                                     "type": "server_error", "param": None,
-                                     "code": "model_error"}})
-                return
+                raise ModelError(f"The model failed: {piece.error}")
             tally.add(piece, self._clock())
             exchange.texts.append(piece.text)
             if passed and piece.chunk is not None:
+                usage_sent = usage_sent or piece.chunk.get("usage") is not None
                 yield sse(chunks.passed(piece.chunk))
             elif piece.text:
                 yield sse(chunks.delta(piece.text))
@@ -364,17 +337,20 @@ class LlmService:
         exchange.ended = True
         if not passed:
             yield sse(chunks.finish(tally.finish or "stop"))
-        if request.include_usage:
+        if request.include_usage and not usage_sent:
             yield sse(chunks.usage(usage))
         yield DONE
 
-    def _streamed(self, exchange: _Streamed) -> None:
-        """After a stream's last chunk (or its client gone): the record of what was made,
-        and a complete answer kept in the cache."""
+    def _ended(self, exchange: _Streamed, upstream: EndpointStream) -> None:
+        """The end of a stream, however it ended (its last event delivered, a failure, its
+        client gone, closed before it began): the upstream closed, the usage counted, the
+        record of what was made, and a complete answer kept in the cache."""
+        upstream.close()
         request, tally = exchange.request, exchange.tally
+        if exchange.usage is None:
+            exchange.usage = tally.note(exchange.log, streamed=True)
         completion = Completion("".join(exchange.texts), tally.finish or "stop")
-        document = self._document(request, exchange.request_id, completion,
-                                  exchange.usage or tally.usage()[0])
+        document = self._document(request, exchange.request_id, completion, exchange.usage)
         if not exchange.ended and exchange.error is None:  # the client went away
             document["choices"][0]["finish_reason"] = None
         self._capture(request, exchange.request_id, exchange.log, tally.started,
@@ -383,7 +359,8 @@ class LlmService:
         cache = exchange.plan.cache
         if exchange.ended and cache is not None and cache.active:
             cache.keep(_key_fields(request), exchange.whole, InvokeResult(
-                _dumps(document), MediaType.JSON, exchange.log.variant, None, 1))
+                _dumps(document), MediaType.JSON, exchange.log.variant, None, 1),
+                exchange.deadline)
 
     def shadow(self, request: CompletionRequest, request_id: str, name: str,
                timeout_seconds: float) -> None:
@@ -443,16 +420,36 @@ class _Streamed:
     whole: bytes
     """The body the answer is cached under (the request's, not streamed)."""
     tally: Tally
+    deadline: float
+    """The request's (``time.monotonic``'s): the stream's first event, and the cache's write."""
     texts: list[str] = dataclasses.field(default_factory=list)
     usage: dict[str, int] | None = None
     ended: bool = False
     error: dict[str, str] | None = None
 
+    def failed(self, failure: OpenAIError) -> dict[str, Any]:
+        """Note the failure that ends the stream (log line, record); its error event."""
+        self.log.error_code = failure.code or failure.kind
+        self.error = {"Code": failure.code or failure.kind, "Message": failure.message}
+        return failure.document()
 
-def deterministic(request: CompletionRequest) -> bool:
-    """Whether the request asks for greedy decoding (temperature 0), whose answer the cache
-    may replay; a sampled one's never is (a seed included: containers differ in its use)."""
-    return request.sampling.temperature == 0
+
+def completion_id(request: CompletionRequest, request_id: str) -> str:
+    """The answer's ``id``, as OpenAI's: ``chatcmpl-`` or ``cmpl-`` and the request's id."""
+    return ("chatcmpl-" if request.operation == Operation.CHAT else "cmpl-") + request_id
+
+
+def _replay(request: CompletionRequest, document: Mapping[str, Any],
+            chunks: Chunks) -> Iterator[bytes]:
+    """A cached answer as a stream: its text a word a chunk, its finish, its usage, [DONE]."""
+    text, finish = _choice(document)
+    yield sse(chunks.first())
+    for word in _WORDS.findall(text):
+        yield sse(chunks.delta(word))
+    yield sse(chunks.finish(finish or "stop"))
+    if request.include_usage:
+        yield sse(chunks.usage(document.get("usage") or {}))
+    yield DONE
 
 
 def _key_fields(request: CompletionRequest) -> dict[str, Any]:
@@ -497,22 +494,41 @@ def _line(line: bytes) -> Mapping[str, Any]:
 
 
 class EventStream:
-    """A stream's ``data:`` events, each as it is made; :meth:`close` (a client gone) stops it
-    and closes the container's stream, also when no event was read yet."""
+    """A stream's ``data:`` events, each as it is made, and the exchange's end (``end``: the
+    container's stream closed, the record handed to capture, a complete answer kept in the
+    cache), run once: by :meth:`close`, whether or not an event was read, or when iterating
+    the stream itself reaches its end.
 
-    def __init__(self, events: Iterator[bytes], upstream: EndpointStream | None) -> None:
-        self._events, self._upstream = events, upstream
+    A server that writes the events as they come iterates :meth:`events` instead, whose end
+    (right after ``[DONE]``, or an error event) does no bookkeeping, and calls :meth:`close`
+    once the response is written: the client waits for none of it.
+    """
+
+    def __init__(self, events: Iterator[bytes], end: Callable[[], None]) -> None:
+        self._events, self._end = events, end
+        self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
-        return self._events
+        return self
 
     def __next__(self) -> bytes:
-        return next(self._events)
+        try:
+            return next(self._events)
+        except StopIteration:
+            self.close()
+            raise
+
+    def events(self) -> Iterator[bytes]:
+        """The events alone: their iteration ends after the last, the exchange's end left to
+        :meth:`close`."""
+        return self._events
 
     def close(self) -> None:
-        """Stop: the generator's ``finally`` closes the upstream; an unstarted one has none."""
+        """End the exchange (once): stop making events, then the end's work."""
+        if self._closed:
+            return
+        self._closed = True
         close = getattr(self._events, "close", None)
         if callable(close):
             close()
-        if self._upstream is not None:
-            self._upstream.close()
+        self._end()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.llm.errors import OpenAIError, invalid
-from chalicelib.registry.specs import LlmSchema, LlmSpec, ModelSpec
+from chalicelib.registry.specs import LlmSchema, LlmSpec, ModelSpec, greedy
 
 TYPE, VALUE = "invalid_type", "invalid_value"
 UNSUPPORTED = "unsupported_parameter"
@@ -95,6 +95,12 @@ class Sampling:
     top_p: float | None = None
     stop: tuple[str, ...] = ()
     seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """Greedy decoding (:func:`chalicelib.registry.specs.greedy`): sent as such to the
+        container, and the only answers the prediction cache may replay."""
+        return greedy(self.temperature, self.top_p)
 
 
 @dataclasses.dataclass(frozen=True)

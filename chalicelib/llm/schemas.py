@@ -102,10 +102,9 @@ class Generate:
 
     def body(self, request: CompletionRequest) -> bytes:
         sampling = request.sampling
-        greedy = sampling.temperature == 0 or sampling.top_p == 0
         parameters: dict[str, Any] = {"max_new_tokens": sampling.max_tokens,
-                                      "do_sample": not greedy, "details": True}
-        if not greedy:
+                                      "do_sample": not sampling.greedy, "details": True}
+        if not sampling.greedy:
             parameters["temperature"] = sampling.temperature
             if sampling.top_p is not None and sampling.top_p < 1:
                 parameters["top_p"] = sampling.top_p
@@ -214,8 +213,9 @@ class LmiChat(ChatCompletions):
         sampling = request.sampling
         document: dict[str, Any] = {
             "messages": [_lmi_message(message) for message in request.messages],
-            "max_tokens": sampling.max_tokens, "temperature": sampling.temperature}
-        optional = {"top_p": sampling.top_p, "seed": sampling.seed,
+            "max_tokens": sampling.max_tokens,
+            "temperature": 0.0 if sampling.greedy else sampling.temperature}
+        optional = {"top_p": None if sampling.greedy else sampling.top_p, "seed": sampling.seed,
                     "stop": list(sampling.stop) or None}
         document.update({key: value for key, value in optional.items() if value is not None})
         if request.stream:  # its usage chunk: the container's counts, not ours
@@ -244,10 +244,22 @@ def _lmi_message(message: Message) -> dict[str, str]:
 
 class PassThrough(ChatCompletions):
     """A container that speaks OpenAI's API: the client's body without ``model`` (the
-    container serves one), its answers and chunks passed back as they are."""
+    container serves one), its answers and chunks passed back as they are. What the client
+    left out of ``max_tokens`` and ``temperature`` is model.json's defaults (the request's
+    sampling, which the cache and the limits read, is what the container is asked); a body
+    not streamed has no ``stream`` or ``stream_options`` (a stream and a whole answer of one
+    request share their cache entry)."""
 
     def body(self, request: CompletionRequest) -> bytes:
-        document = {key: value for key, value in request.document.items() if key != "model"}
+        dropped = {"model"} if request.stream else {"model", "stream", "stream_options"}
+        document = {key: value for key, value in request.document.items()
+                    if key not in dropped}
+        sampling = request.sampling
+        if document.get("max_tokens") is None and \
+                document.get("max_completion_tokens") is None:
+            document["max_tokens"] = sampling.max_tokens
+        if document.get("temperature") is None:
+            document["temperature"] = sampling.temperature
         return json.dumps(document).encode()
 
 

@@ -123,6 +123,19 @@ class LlmSpec:
     temperature: float = 1.0
 
 
+def greedy(temperature: Any, top_p: Any = None) -> bool:
+    """Whether sampling values ask for greedy decoding, the one definition (a request's, a
+    container's body): a temperature of 0, or a ``top_p`` of 0, whose nucleus is the one most
+    likely token (OpenAI's API accepts it; LMI, TGI and vLLM refuse it, so it is sent as greedy
+    decoding). A value that is absent or not a number is not greedy (a container's own default
+    is not known)."""
+    return _zero(temperature) or _zero(top_p)
+
+
+def _zero(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One registered model, validated (model.json's keys; see :mod:`.loading`).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,18 @@ def test_a_client_that_leaves_is_captured_with_what_was_made_marked_partial(lab:
     assert record["eventMetadata"]["sagegateLlm"]["partial"] == "client_disconnected"
 
 
+def test_a_stream_closed_before_its_first_event_is_captured_as_abandoned(lab: Lab) -> None:
+    service = lab.services.llm
+    request = service.read(json.dumps({"model": MODEL, "messages": QUESTION,
+                                       "stream": True}).encode(), Operation.CHAT)
+    log = RequestLog("req-2", "POST", "/v1")
+    service.stream(request, "req-2", log).close()
+    assert lab.runtime.upstreams[0].closed and log.completion_tokens == 0
+    (record,) = lab.records()
+    assert data(record, "endpointOutput")["choices"][0]["finish_reason"] is None
+    assert record["eventMetadata"]["sagegateLlm"]["partial"] == "client_disconnected"
+
+
 def test_capture_modes_and_sampling_apply_as_for_other_models(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     found = make_lab(tmp_path, monkeypatch,
@@ -223,13 +236,10 @@ def test_the_streaming_servers_path_captures_after_the_last_chunk_not_before(
         served_request({"model": MODEL, "messages": QUESTION, "stream": True,
                         "temperature": 0.2}))
     assert status == 200 and headers["X-Cache"] == "bypass"
-    chunks = []
-    for chunk in body:
-        chunks.append(chunk)
-        if chunk != b"data: [DONE]\n\n":
-            assert lab.records() == []  # nothing written while chunks are still to come
+    chunks = list(body)  # ends right after [DONE]: the record waits for the server's close
+    assert chunks[-1] == b"data: [DONE]\n\n" and lab.records() == []
+    body.close()
     (record,) = lab.records()
-    assert chunks[-1] == b"data: [DONE]\n\n"
     assert record["eventMetadata"]["inferenceId"] == headers["X-Request-Id"]
     assert data(record, "endpointOutput")["choices"][0]["message"]["content"] == \
         "The capital is Paris (smollm2)."
@@ -286,6 +296,43 @@ def test_the_model_route_caches_only_a_body_that_asks_for_greedy_decoding(lab: L
                 for body in (greedy, greedy, sampled, sampled)]
     assert statuses == ["miss", "hit", "bypass", "bypass"]
     assert len(lab.runtime.calls) == 3
+
+
+def test_a_streamed_answer_is_kept_within_the_requests_deadline(
+        lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.cache.prediction import CacheUse
+
+    kept: list[float | None] = []
+    keep = CacheUse.keep
+
+    def spy(self: CacheUse, fields: Any, body: bytes, result: Any,
+            deadline: float | None = None) -> None:
+        kept.append(deadline)
+        keep(self, fields, body, result, deadline)
+
+    monkeypatch.setattr(CacheUse, "keep", spy)
+    before = time.monotonic()
+    lab.chat(stream=True)
+    assert len(kept) == 1 and kept[0] is not None  # a PutItem never outlives the request
+    assert before < kept[0] <= time.monotonic() + lab.services.settings.request_budget_seconds
+
+
+def test_an_openai_containers_usage_chunk_is_passed_back_never_doubled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    models = tmp_path / "models" / MODEL
+    models.mkdir(parents=True)
+    (models / "model.json").write_text(json.dumps({
+        "endpoint": MODEL, "pipeline": "llm", "cache": False,
+        "llm": {**LLM, "schema": "openai"}}))
+    lab = make_lab(tmp_path, monkeypatch, models=tmp_path / "models")
+    with lab.client:
+        answer = lab.chat(stream=True, stream_options={"include_usage": True})
+    chunks = events(answer.body.decode())
+    usages = [chunk for chunk in chunks if isinstance(chunk, dict) and chunk.get("usage")]
+    assert len(usages) == 1 and usages[0]["usage"]["prompt_tokens"] == 14
+    assert chunks[-1] == "[DONE]"
+    assert lab.runtime.bodies[0]["stream_options"] == {"include_usage": True}
+    assert lab.runtime.bodies[0]["max_tokens"] == LLM["defaults"]["max_tokens"]  # type: ignore[index]
 
 
 # --- experiments -----------------------------------------------------------------------------

@@ -330,9 +330,29 @@ def test_each_event_comes_as_it_is_read_and_the_log_line_at_the_end(
     assert b'"role":"assistant"' in first and upstream.read == 1  # nothing read ahead
     assert emitted(capsys)[0] == []  # no log line while it streams
     rest = list(body)
-    assert rest[-1] == b"data: [DONE]\n\n" and upstream.closed
+    assert rest[-1] == b"data: [DONE]\n\n"
+    # the body's iteration ends right after [DONE]: the bookkeeping waits for close(), which
+    # the server calls once it has written the response's end
+    assert emitted(capsys)[0] == []
+    body.close()
+    assert upstream.closed
     [log], _ = emitted(capsys)
     assert log["status"] == 200 and log["completion_tokens"] == 4
+
+
+def test_a_body_closed_before_its_first_event_is_still_counted_and_logged(
+        harness: Harness, capsys: pytest.CaptureFixture[str]) -> None:
+    upstream = Upstream(split(PARIS, 9))
+    expect_stream(harness, upstream)
+    capsys.readouterr()
+    _, _, body = completions.serve_streaming(
+        lambda: app_module.services.llm, app_module.exchanges,
+        served_request({"model": MODEL, "messages": QUESTION, "stream": True}))
+    body.close()
+    assert upstream.closed
+    [log], _ = emitted(capsys)
+    assert log["streamed"] is True and log["completion_tokens"] == 0
+    assert log["usage_source"] == {"prompt": "estimated", "completion": "estimated"}
 
 
 @pytest.mark.parametrize("read", [0, 2])

@@ -15,6 +15,8 @@ from chalicelib.kinds.llm import greedy
     {"messages": [], "temperature": 0.0},
     {"inputs": "x", "parameters": {"do_sample": False, "temperature": 0.7}},
     {"inputs": "x", "parameters": {"temperature": 0}},
+    {"messages": [], "temperature": 0.7, "top_p": 0},
+    {"inputs": "x", "parameters": {"temperature": 0.7, "top_p": 0.0}},
 ])
 def test_a_body_that_names_greedy_decoding_is_greedy(body: object) -> None:
     assert greedy(json.dumps(body).encode())
@@ -26,6 +28,7 @@ def test_a_body_that_names_greedy_decoding_is_greedy(body: object) -> None:
     json.dumps({"messages": [], "temperature": "0"}),
     json.dumps({"inputs": "x", "parameters": {"do_sample": True}}),
     json.dumps({"inputs": "x", "parameters": {}, "temperature": 0}),
+    json.dumps({"messages": [], "top_p": False}), json.dumps({"messages": [], "top_p": 0.1}),
     json.dumps([0]), "not json", "[" * 100_000,
 ])
 def test_anything_else_is_sampled_as_far_as_the_cache_knows(raw: str) -> None:

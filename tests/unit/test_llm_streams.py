@@ -4,6 +4,7 @@ parts gives the same lines); OpenAI's chunks and their SSE framing."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from chalicelib.core.errors import InvalidEndpointResponseError
 from chalicelib.llm.requests import CompletionRequest, Operation, read_request
 from chalicelib.llm.schemas import SCHEMAS, Generate, LmiChat, PassThrough
 from chalicelib.llm.streams import DONE, MAX_LINE_BYTES, Chunks, lines, sse
-from chalicelib.registry.specs import LlmSchema
+from chalicelib.registry.specs import LlmSchema, LlmSpec
 from tests.unit.test_llm_requests import HELLO, MODELS
 
 
@@ -57,9 +58,48 @@ def test_lmi_chat_gets_messages_for_chat_and_inputs_for_text() -> None:
     assert "inputs" in sent({"model": "smol", "prompt": "Once"}, Operation.TEXT)
 
 
+OAI_DEFAULTS = {"max_tokens": LlmSpec(LlmSchema.OPENAI).max_tokens,
+                "temperature": LlmSpec(LlmSchema.OPENAI).temperature}
+
+
 def test_an_openai_container_gets_the_clients_body_without_the_model() -> None:
-    assert sent({"model": "oai", "messages": HELLO, "logprobs": True}) == {
-        "messages": HELLO, "logprobs": True}
+    assert sent({"model": "oai", "messages": HELLO, "logprobs": True, "max_tokens": 5,
+                 "temperature": 0.3}) == {"messages": HELLO, "logprobs": True,
+                                          "max_tokens": 5, "temperature": 0.3}
+
+
+def test_an_openai_container_is_sent_the_models_defaults_the_client_left_out() -> None:
+    assert sent({"model": "oai", "messages": HELLO}) == {"messages": HELLO, **OAI_DEFAULTS}
+    assert sent({"model": "oai", "messages": HELLO, "max_completion_tokens": 7,
+                 "temperature": None}) == {"messages": HELLO, "max_completion_tokens": 7,
+                                           "temperature": OAI_DEFAULTS["temperature"]}
+
+
+def test_an_openai_containers_whole_body_has_no_stream_fields_its_stream_has_them() -> None:
+    streamed = request({"model": "oai", "messages": HELLO, "stream": True,
+                        "stream_options": {"include_usage": True}})
+    whole = dataclasses.replace(streamed, stream=False, include_usage=False)
+    assert json.loads(PassThrough().body(whole)) == {"messages": HELLO, **OAI_DEFAULTS}
+    assert json.loads(PassThrough().body(streamed)) == {
+        "messages": HELLO, "stream": True, "stream_options": {"include_usage": True},
+        **OAI_DEFAULTS}
+    assert PassThrough().body(whole) == PassThrough().body(request(
+        {"model": "oai", "messages": HELLO, "stream": False}))  # one cache key
+
+
+@pytest.mark.parametrize(("fields", "greedy"), [
+    ({"temperature": 0}, True), ({"temperature": 0.7, "top_p": 0}, True),
+    ({"temperature": 0.7}, False), ({"temperature": 0.7, "top_p": 0.5}, False),
+    ({}, False)])  # (the models' default temperature is 1.0)
+def test_greedy_is_temperature_or_top_p_zero_and_sent_as_greedy(
+        fields: dict[str, Any], greedy: bool) -> None:
+    chat = request({"model": "smol", "messages": HELLO, **fields})
+    assert chat.sampling.greedy is greedy
+    body = json.loads(SCHEMAS[LlmSchema.LMI_CHAT].body(chat))
+    assert (body["temperature"] == 0 and "top_p" not in body) is greedy
+    text = sent({"model": "gen", "prompt": "Once", **fields}, Operation.TEXT)
+    assert text["parameters"]["do_sample"] is not greedy
+    assert ("top_p" in text["parameters"]) is (fields.get("top_p") == 0.5)
 
 
 # --- whole answers ----------------------------------------------------------------------
