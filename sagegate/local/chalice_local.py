@@ -27,9 +27,17 @@ line with a handler that disables Nagle, and:
   whole body): a ``POST /v1/chat/completions`` or ``/v1/completions`` whose JSON body asks
   ``"stream": true`` is answered by :func:`chalicelib.http.completions.serve_streaming`, each
   ``data:`` event written as one HTTP/1.1 chunk when the model makes it, after the same key
-  check and with the CORS headers Chalice would add; a client that goes away closes the answer,
-  and with it the endpoint's stream. The body of those two routes is read within the app's
-  ``MAX_BODY_BYTES`` (a longer one is refused unread); every other request is Chalice's.
+  check and with the CORS headers Chalice would add (to an HTTP/1.0 client: the events as they
+  come, the connection closed at the end); a client that goes away closes the answer, and with
+  it the endpoint's stream. The body of those two routes is read within the app's
+  ``MAX_BODY_BYTES``: a longer one is refused unread, with its 413 before any ``100 Continue``
+  when the client sends ``Expect: 100-continue``; a ``Content-Length`` that is not ASCII digits
+  gets a 400. At most :data:`MAX_STREAMS_ENV` streams (default :data:`MAX_STREAMS`) run at once:
+  past them a stream request gets OpenAI's 429 with ``Retry-After``. Every other request is
+  Chalice's;
+* a socket timeout (:data:`SOCKET_TIMEOUT`) on every connection: a client that sends its body
+  too slowly, or stops reading an answer, is let go (its stream closed), and an idle keep-alive
+  connection is closed after that long.
 
 By hand (``chalice``'s arguments, from the project's directory)::
 
@@ -46,10 +54,11 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Mapping, MutableMapping
+import threading
+from collections.abc import Iterable, Mapping, MutableMapping
 from http.server import BaseHTTPRequestHandler
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import chalice.cli as chalice_cli
 from chalice import local
@@ -69,11 +78,20 @@ from sagegate.local.auth import (
 from sagegate.local.events import start_pump
 from sagegate.local.processes import INSTANCE_ENV, INSTANCE_HEADER, OVERRIDES_ENV
 
+if TYPE_CHECKING:
+    from chalicelib.llm.errors import OpenAIError
+
 BACKLOG = 128
 LOG = logging.getLogger("chalice_local")
 STREAMING_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 """The routes whose ``stream: true`` requests this server answers event by event."""
 KEY_ID_PREFIX = "local-"
+SOCKET_TIMEOUT = 60.0
+"""Seconds a connection may wait for its client on one read or write."""
+MAX_STREAMS_ENV = "SAGEGATE_LOCAL_MAX_STREAMS"
+MAX_STREAMS = 16
+"""Streams served at once, by default (each holds a thread while its model generates)."""
+RETRY_AFTER = "1"
 
 
 def key_id(api_key: str) -> str:
@@ -134,6 +152,8 @@ class NoDelayRequestHandler(local.ChaliceRequestHandler):
     """Chalice's request handler with Nagle's algorithm off and the API key check in its gateway."""
 
     instance = os.environ.get(INSTANCE_ENV, "")
+    timeout = SOCKET_TIMEOUT
+    server: BackloggedServer
 
     def __init__(self, request: Any, client_address: Any, server: Any,
                  app_object: Chalice, config: Config, api_key: str = "") -> None:
@@ -156,15 +176,31 @@ class NoDelayRequestHandler(local.ChaliceRequestHandler):
         read, self._read = self._read, None
         return read if read is not None else super()._parse_payload()
 
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] not in STREAMING_ROUTES:
-            self._generic_handle()
-            return
+    def _exchange(self) -> StreamingExchange | None:
+        """The request as a streaming route's, when it is one (a POST to one of
+        :data:`STREAMING_ROUTES` with sagegate's app loaded)."""
+        if self.command != "POST" or self.path.split("?", 1)[0] not in STREAMING_ROUTES:
+            return None
         app_module = sys.modules.get("app")
         if app_module is None or not hasattr(app_module, "exchanges"):
+            return None
+        return StreamingExchange(self, cast(ApiKeyGateway, self.local_gateway), app_module)
+
+    def do_POST(self) -> None:
+        exchange = self._exchange()
+        if exchange is None:
             self._generic_handle()
             return
-        StreamingExchange(self, cast(ApiKeyGateway, self.local_gateway), app_module).serve()
+        exchange.serve()
+
+    def handle_expect_100(self) -> bool:
+        """``100 Continue`` only for a body the streaming routes will read: a longer one (or a
+        length that is not one) is refused here, so the client gets its 413 (400) unsent."""
+        exchange = self._exchange()
+        if exchange is not None and not exchange.within():
+            exchange.refuse_unread()
+            return False
+        return super().handle_expect_100()
 
     def send_whole(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
         """An answer with its length (an error of the streaming routes)."""
@@ -185,15 +221,30 @@ class StreamingExchange:
                  app_module: ModuleType) -> None:
         self.handler, self.gateway, self.app = handler, gateway, app_module
 
+    @property
+    def limit(self) -> int:
+        """The app's ``MAX_BODY_BYTES``."""
+        return int(self.app.services.settings.max_body_bytes)
+
+    def length(self) -> int | None:
+        """The body's declared length (None: not a length)."""
+        return _content_length(dict(self.handler.headers))
+
+    def within(self) -> bool:
+        """Whether the body is one this route reads."""
+        length = self.length()
+        return length is not None and length <= self.limit
+
     def serve(self) -> None:
         handler = self.handler
-        headers = dict(handler.headers)
-        length, limit = _content_length(headers), self.app.services.settings.max_body_bytes
         if "Transfer-Encoding" in handler.headers:  # a chunked request body is never read
             handler.close_connection = True
-        within = length is not None and length <= limit
-        body = handler.rfile.read(length) if within and length else None
-        if within and not _asks_stream(body):
+        if not self.within():
+            self.refuse_unread()
+            return
+        headers, length = dict(handler.headers), self.length()
+        body = handler.rfile.read(length) if length else None
+        if not _asks_stream(body):
             handler._read = (headers, body)
             handler._generic_handle()
             return
@@ -201,30 +252,60 @@ class StreamingExchange:
             event, context = self.gateway.authorized(handler.command, handler.path, headers,
                                                      body)
         except local.LocalGatewayException as error:
-            handler.close_connection = handler.close_connection or not within
             handler._send_error_response(error)
             return
-        if not within:
-            handler.close_connection = True
-            self._refuse(length, limit)
+        streams = handler.server.streams
+        if not streams.acquire(blocking=False):
+            self._busy()
             return
-        self._stream(event, context)
+        try:
+            self._stream(event, context)
+        finally:
+            streams.release()
 
-    def _refuse(self, length: int | None, limit: int) -> None:
+    def refuse_unread(self) -> None:
+        """A body this route does not read, refused and the connection closed: the gateway's
+        403 first, as API Gateway checks the key first, else OpenAI's 413 (400: no length)."""
         from chalicelib.llm.errors import OpenAIError
 
+        handler = self.handler
+        handler.close_connection = True
+        try:
+            self.gateway.authorized(handler.command, handler.path, dict(handler.headers), None)
+        except local.LocalGatewayException as refused:
+            handler._send_error_response(refused)
+            return
+        length, limit = self.length(), self.limit
         error = OpenAIError(400, "Content-Length is not a number of bytes.",
                             code="invalid_value") if length is None else OpenAIError(
             413, f"The body is {length} bytes; this API takes at most {limit}.",
             code="request_too_large")
-        self.handler.send_whole(error.status, {"Content-Type": "application/json",
-                                               "Connection": "close"},
+        self._send_error(error, {"Connection": "close"})
+
+    def _busy(self) -> None:
+        from chalicelib.llm.errors import OpenAIError
+
+        limit = self.handler.server.max_streams
+        self._send_error(OpenAIError(
+            429, f"This server streams at most {limit} answers at once; try again shortly.",
+            code="rate_limit_exceeded", kind="requests",
+            headers={"Retry-After": RETRY_AFTER}), self._cors())
+
+    def _send_error(self, error: OpenAIError, headers: Mapping[str, str]) -> None:
+        """An ``OpenAIError`` as its JSON document."""
+        self.handler.send_whole(error.status, {"Content-Type": "application/json", **headers,
+                                               **error.headers},
                                 json.dumps(error.document()).encode())
+
+    def _cors(self) -> dict[str, str]:
+        return self.gateway.cors_headers(self.handler.path.split("?", 1)[0],
+                                         self.handler.command)
 
     def _stream(self, event: dict[str, Any], context: local.LambdaContext) -> None:
         from chalice.app import Request
 
         from chalicelib.http.completions import serve_streaming
+        from chalicelib.llm.errors import SERVER_ERROR, OpenAIError
 
         app, handler = self.app, self.handler
         request = Request(event, context)
@@ -233,17 +314,15 @@ class StreamingExchange:
                                                     request)
         except Exception:  # a defect: answered as Chalice answers a view's, a 500
             LOG.exception("the streaming route failed")
-            handler.send_whole(500, {"Content-Type": "application/json"}, json.dumps(
-                {"error": {"message": "Internal server error.", "type": "server_error",
-                           "param": None, "code": "internal_error"}}).encode())
+            self._send_error(OpenAIError(500, "Internal server error.", code="internal_error",
+                                         kind=SERVER_ERROR), self._cors())
             return
-        cors = self.gateway.cors_headers(request.path, request.method)
-        headers = {**{k: v for k, v in cors.items() if k not in headers}, **headers}
         try:
+            headers = {**{k: v for k, v in self._cors().items() if k not in headers}, **headers}
             if not headers.get("Content-Type", "").startswith("text/event-stream"):
                 handler.send_whole(status, headers, b"".join(body))
-                return
-            _send_chunked(handler, status, headers, body)
+            else:
+                _send_events(handler, status, headers, body)
         except (ConnectionError, TimeoutError) as error:
             handler.close_connection = True
             LOG.info("%s went away mid-stream (%s): its stream closed",
@@ -253,25 +332,69 @@ class StreamingExchange:
             app.services.handler_ended(context)
 
 
-def _send_chunked(handler: NoDelayRequestHandler, status: int, headers: Mapping[str, str],
-                  events: Any) -> None:
-    """Each event as one chunk, written (one ``send``, Nagle off) as soon as it is made."""
+class BodyWriter:
+    """An answer's body written as it is made: each piece one HTTP/1.1 chunk, or, to an
+    HTTP/1.0 client (which knows no chunks), the bytes as they are, the body ending with the
+    connection (``Connection: close``)."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self.handler = handler
+        self.chunked = handler.request_version != "HTTP/1.0"
+
+    def headers(self) -> dict[str, str]:
+        """The header that says how the body ends."""
+        return {"Transfer-Encoding": "chunked"} if self.chunked else {"Connection": "close"}
+
+    def write(self, piece: bytes) -> None:
+        """One piece, sent now."""
+        if piece:
+            self.handler.wfile.write(b"%X\r\n%s\r\n" % (len(piece), piece) if self.chunked
+                                     else piece)
+
+    def end(self) -> None:
+        """The body's end: the last chunk, or (HTTP/1.0) the connection's sending side shut."""
+        if self.chunked:
+            self.handler.wfile.write(b"0\r\n\r\n")
+            return
+        self.handler.close_connection = True
+        self.handler.wfile.flush()
+        self.handler.connection.shutdown(socket.SHUT_WR)
+
+
+def _send_events(handler: NoDelayRequestHandler, status: int, headers: Mapping[str, str],
+                 events: Iterable[bytes]) -> None:
+    """Each event written (one ``send``, Nagle off) as soon as it is made, and the body ended
+    once ``[DONE]`` is written, before anything more is asked of ``events`` (whose close, the
+    caller's, does the request's bookkeeping). A defect of ours mid-stream ends the stream with
+    OpenAI's ``server_error`` event."""
+    from chalicelib.llm.errors import SERVER_ERROR, OpenAIError
+    from chalicelib.llm.streams import DONE, sse
+
+    writer = BodyWriter(handler)
     handler.send_response(status)
-    for name, value in headers.items():
+    for name, value in {**headers, **writer.headers()}.items():
         handler.send_header(name, value)
-    handler.send_header("Transfer-Encoding", "chunked")
     handler.end_headers()
-    for event in events:
-        if event:
-            handler.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-    handler.wfile.write(b"0\r\n\r\n")
+    try:
+        for event in events:
+            writer.write(event)
+            if event == DONE:
+                break
+    except (ConnectionError, TimeoutError):
+        raise
+    except Exception:
+        LOG.exception("the stream failed")
+        writer.write(sse(OpenAIError(500, "Internal server error.", code="server_error",
+                                     kind=SERVER_ERROR).document()))
+    writer.end()
 
 
 def _content_length(headers: Mapping[str, str]) -> int | None:
-    """The body's declared length (0 when none is declared; None: not a length)."""
+    """The body's declared length (0 when none is declared; None: not a length, ASCII digits
+    only: ``"²".isdigit()`` is true, and ``int`` takes ``"١٢"``)."""
     text = next((value for name, value in headers.items()
                  if name.lower() == "content-length"), "0").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _asks_stream(body: bytes | None) -> bool:
@@ -289,6 +412,12 @@ class BackloggedServer(local.ThreadedHTTPServer):
 
     request_queue_size = BACKLOG
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_streams = max_streams()
+        self.streams = threading.BoundedSemaphore(self.max_streams)
+        """One per stream running (:data:`MAX_STREAMS_ENV`)."""
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One line when the client went away; the traceback (log only) for anything else."""
         error = sys.exc_info()[1]
@@ -297,6 +426,19 @@ class BackloggedServer(local.ThreadedHTTPServer):
                      type(error).__name__)
             return
         super().handle_error(request, client_address)
+
+
+def max_streams(environ: Mapping[str, str] = os.environ) -> int:
+    """How many streams may run at once: :data:`MAX_STREAMS_ENV`, else :data:`MAX_STREAMS`.
+
+    Raises:
+        SystemExit: the variable is not a positive whole number.
+    """
+    text = environ.get(MAX_STREAMS_ENV, "").strip() or str(MAX_STREAMS)
+    if not (text.isascii() and text.isdigit() and int(text) > 0):
+        raise SystemExit(f"chalice local: {MAX_STREAMS_ENV} must be a positive whole number, "
+                         f"not {text!r}")
+    return int(text)
 
 
 def requires_api_key(app_obj: Chalice) -> bool:
