@@ -46,6 +46,7 @@ from typing import Any
 
 from bench import table
 from bench.report import Report
+from chalicelib.llm.streams import lines
 from emulator.process import free_port, start_emulator
 from sagegate.local.processes import HOST, ApiProcess, start_api
 
@@ -150,23 +151,33 @@ class Tapped:
     """Each piece of the answer, with the time it was handed on to the caller."""
 
     def token_times(self) -> list[float]:
-        """When each eventstream frame holding a token of text was handed on: the answer's
-        frames decoded, their payloads joined into jsonlines chunks."""
+        """When each event stream frame holding a token of text was handed on: the answer's
+        frames decoded by botocore, their ``PayloadPart``s' bytes read as jsonlines.
+
+        Raises:
+            RuntimeError: the answer holds an exception (or error) frame.
+        """
         times: list[float] = []
-        buffered, pending = b"", b""
-        for at, piece in self.pieces:
-            buffered += piece
-            while len(buffered) >= 12 and len(buffered) >= (total := _u32(buffered, 0)):
-                headers = _u32(buffered, 4)
-                pending += buffered[12 + headers:total - 4]
-                buffered = buffered[total:]
-                *lines, pending = pending.split(b"\n")
-                times += [at for line in lines if line.strip() and _chat_piece(json.loads(line))]
+        handed: list[float] = [0.0]  # when the frame being read was handed on
+        for line in lines(self._payloads(handed)):
+            if _chat_piece(json.loads(line)):
+                times.append(handed[0])
         return times
 
+    def _payloads(self, handed: list[float]) -> Iterator[bytes]:
+        from botocore.eventstream import EventStreamBuffer
 
-def _u32(data: bytes, at: int) -> int:
-    return int.from_bytes(data[at:at + 4], "big")
+        frames = EventStreamBuffer()
+        for at, piece in self.pieces:
+            frames.add_data(piece)
+            for message in frames:
+                headers = message.headers
+                if headers.get(":message-type") != "event":
+                    kind = headers.get(":exception-type") or headers.get(":error-code")
+                    raise RuntimeError(f"the stream failed: {kind}: {message.payload[:300]!r}")
+                if headers.get(":event-type") == "PayloadPart":
+                    handed[0] = at
+                    yield message.payload
 
 
 class _TapHandler(BaseHTTPRequestHandler):
@@ -174,6 +185,8 @@ class _TapHandler(BaseHTTPRequestHandler):
     server: _TapServer
 
     def do_POST(self) -> None:
+        from sagegate.local.chalice_local import BodyWriter  # (chalice: only once it serves)
+
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         record = Tapped(arrived=time.perf_counter())
         upstream = http.client.HTTPConnection(self.server.upstream.hostname or "127.0.0.1",
@@ -183,17 +196,17 @@ class _TapHandler(BaseHTTPRequestHandler):
                        if name.lower() not in _HOP_HEADERS}
             upstream.request("POST", self.path, body=body, headers=headers)
             answer = upstream.getresponse()
+            writer = BodyWriter(self)
             self.send_response(answer.status)
-            for name, value in answer.getheaders():
-                if name.lower() not in _HOP_HEADERS:
-                    self.send_header(name, value)
-            self.send_header("Transfer-Encoding", "chunked")
+            passed = {name: value for name, value in answer.getheaders()
+                      if name.lower() not in _HOP_HEADERS}
+            for name, value in {**passed, **writer.headers()}.items():
+                self.send_header(name, value)
             self.end_headers()
             while piece := answer.read1(65536):
                 record.pieces.append((time.perf_counter(), piece))
-                self.wfile.write(b"%X\r\n%s\r\n" % (len(piece), piece))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
+                writer.write(piece)
+            writer.end()
         finally:
             upstream.close()
             self.server.calls.put(record)
@@ -274,17 +287,6 @@ def openai_body(max_tokens: int) -> bytes:
                        "stream_options": {"include_usage": True}}).encode()
 
 
-def _lines(parts: Iterator[bytes]) -> Iterator[bytes]:
-    """Whole lines from byte parts, a line cut across two parts joined."""
-    pending = b""
-    for part in parts:
-        pending += part
-        *complete, pending = pending.split(b"\n")
-        yield from complete
-    if pending:
-        yield pending
-
-
 class Reference:
     """boto3's stream straight from the emulator."""
 
@@ -305,8 +307,8 @@ class Reference:
             EndpointName=ENDPOINT, Body=self.body, ContentType="application/json")
         parts = (event["PayloadPart"]["Bytes"] for event in answer["Body"]
                  if "PayloadPart" in event)
-        for line in _lines(parts):
-            if line.strip() and (piece := _chat_piece(json.loads(line))):
+        for line in lines(parts):
+            if piece := _chat_piece(json.loads(line)):
                 stream.add(piece)
         return stream
 

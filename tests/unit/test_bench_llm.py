@@ -2,18 +2,17 @@
 part itself runs against the real stack: ``python -m bench --part llm``)."""
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from bench import llm
-from emulator.eventstream import payload_part
-
-
-def test_lines_cut_across_parts_are_joined() -> None:
-    first, second = b'{"a": 1}\n', b'{"b": 2}\n'
-    parts = [first + second[:4], second[4:], b'{"c"', b": 3}"]
-    assert list(llm._lines(iter(parts))) == [first.strip(), second.strip(), b'{"c": 3}']
+from emulator.eventstream import exception_event, model_stream_error, payload_part
 
 
 def test_only_a_chunks_text_counts_as_a_token() -> None:
@@ -54,6 +53,74 @@ def test_the_tap_times_each_token_when_its_frame_is_whole() -> None:
         (2.0, payload_part(cut[:10])), (3.0, payload_part(cut[10:])[:5]),
         (4.0, payload_part(cut[10:])[5:])])
     assert tapped.token_times() == [4.0, 4.0]  # both lines complete in the second frame
+
+
+@pytest.mark.parametrize("failure", [
+    model_stream_error("the model stopped"),
+    exception_event("InternalStreamFailure", {"Message": "try again"})])
+def test_an_exception_frame_is_the_stream_failing_never_a_token(failure: bytes) -> None:
+    tapped = llm.Tapped(arrived=1.0, pieces=[(2.0, payload_part(chunk_line("Par"))),
+                                             (3.0, failure[:9]), (4.0, failure[9:])])
+    with pytest.raises(RuntimeError, match=r"the stream failed: (ModelStream|InternalStream)"):
+        tapped.token_times()
+
+
+ANSWER = [payload_part(chunk_line("one")), payload_part(chunk_line("two"))]
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b"".join(ANSWER)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def tap() -> Iterator[llm.Tap]:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    found = llm.Tap(f"http://127.0.0.1:{upstream.server_address[1]}")
+    try:
+        yield found
+    finally:
+        found.close()
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_the_tap_passes_the_answer_on_in_chunks_and_times_it(tap: llm.Tap) -> None:
+    port = int(tap.url.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/invocations", body=b"{}")
+        answer = connection.getresponse()
+        assert answer.getheader("Transfer-Encoding") == "chunked"
+        assert answer.getheader("Content-Type") == "application/vnd.amazon.eventstream"
+        assert answer.read() == b"".join(ANSWER)
+    finally:
+        connection.close()
+    tapped = tap.take()
+    assert b"".join(piece for _, piece in tapped.pieces) == b"".join(ANSWER)
+    assert len(tapped.token_times()) == 2
+
+
+def test_the_tap_answers_an_http_1_0_caller_without_chunks(tap: llm.Tap) -> None:
+    port = int(tap.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /invocations HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+        reader = sock.makefile("rb")
+        head, _, body = reader.read().partition(b"\r\n\r\n")  # until the tap closed it
+    assert b"Transfer-Encoding" not in head and b"Connection: close" in head
+    assert body == b"".join(ANSWER)
 
 
 def test_time_outside_the_model_is_the_way_there_and_back() -> None:
