@@ -34,6 +34,7 @@ from chalicelib.http.exchange import (
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import PipelineKind
+from chalicelib.kinds.llm import note_usage
 from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
@@ -117,6 +118,8 @@ def serve(route: ModelRoute, exchanges: Exchanges) -> HttpAnswer:
         log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, \
             served.attempts
         log.image_in, log.image_out = served.image_in, served.image_out  # (an image's sizes)
+        if route.model.llm is not None:
+            note_usage(log, served)
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             start = timer.clock()
             try:

@@ -2,7 +2,8 @@
 into a :class:`CompletionRequest`.
 
 Every refusal is a 400 (404 for an unknown model) in OpenAI's shape, naming the field in
-``param``. A feature sagegate cannot give (``n`` > 1, tools, logprobs, a JSON response format,
+``param``; the model's limits are :mod:`chalicelib.registry.llmlimits`' (the model route's
+too). A feature sagegate cannot give (``n`` > 1, tools, logprobs, a JSON response format,
 penalties...) is refused by name, never ignored: a client asking for it would otherwise get
 an answer without it and not know. An ``openai`` container speaks the API itself, so what it
 may support goes through to it instead. A field OpenAI's API does not have is refused as
@@ -18,6 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chalicelib.llm.errors import OpenAIError, invalid
+from chalicelib.registry import llmlimits
+from chalicelib.registry.llmlimits import LimitExceeded
 from chalicelib.registry.specs import LlmSchema, LlmSpec, ModelSpec, greedy
 
 TYPE, VALUE = "invalid_type", "invalid_value"
@@ -126,10 +129,12 @@ class CompletionRequest:
 
     @property
     def prompt_bytes(self) -> int:
-        """The prompt's size, UTF-8 (a chat's: its messages' text)."""
+        """The prompt's size, UTF-8 (a chat's: each message's role, name and text, and its
+        framing: :func:`chalicelib.registry.llmlimits.message_bytes`)."""
         if self.operation == Operation.TEXT:
-            return len(self.prompt.encode("utf-8"))
-        return sum(len(message.content.encode("utf-8")) for message in self.messages)
+            return llmlimits.size(self.prompt)
+        return sum(llmlimits.message_bytes(message.role, message.content, message.name)
+                   for message in self.messages)
 
 
 def read_request(body: bytes, operation: Operation,
@@ -140,6 +145,14 @@ def read_request(body: bytes, operation: Operation,
         OpenAIError: the body is not a request sagegate can serve (its ``param`` names the
             field).
     """
+    try:
+        return _read(body, operation, models)
+    except LimitExceeded as error:
+        raise invalid(error.message, error.param, error.code) from None
+
+
+def _read(body: bytes, operation: Operation,
+          models: Mapping[str, ModelSpec]) -> CompletionRequest:
     document = _document(body)
     model = _model(document, models, operation)
     assert model.llm is not None  # every llm model has its block (registry.llmblock)
@@ -154,10 +167,9 @@ def read_request(body: bytes, operation: Operation,
         stream=stream, include_usage=_include_usage(document, stream),
         user=_text(document, "user"), document=document)
     _check_n(document)
-    if request.prompt_bytes > spec.max_prompt_bytes:
-        param = "messages" if operation == Operation.CHAT else "prompt"
-        raise invalid(f"The prompt is {request.prompt_bytes} bytes; model {model.name!r} takes "
-                      f"at most {spec.max_prompt_bytes}.", param, "context_length_exceeded")
+    llmlimits.check_prompt_bytes(request.prompt_bytes,
+                                 "messages" if operation == Operation.CHAT else "prompt",
+                                 model.name, spec)
     return request
 
 
@@ -215,9 +227,7 @@ def _sampling(document: Mapping[str, Any], spec: LlmSpec) -> Sampling:
     field = "max_completion_tokens" if document.get("max_completion_tokens") is not None \
         else "max_tokens"
     max_tokens = _whole(document, field, spec.max_tokens)
-    if max_tokens > spec.max_tokens_ceiling:
-        raise invalid(f"{field!r} is {max_tokens}; this model gives at most "
-                      f"{spec.max_tokens_ceiling} tokens.", field, VALUE)
+    llmlimits.check_max_tokens(max_tokens, field, spec)
     return Sampling(max_tokens=max_tokens,
                     temperature=_number(document, "temperature", spec.temperature, 0.0, 2.0),
                     top_p=_optional_number(document, "top_p", 0.0, 1.0),
@@ -325,6 +335,7 @@ def _messages(document: Mapping[str, Any]) -> tuple[Message, ...]:
         raise invalid("Invalid value for 'messages': expected a non-empty array of "
                       "messages.", "messages", TYPE if not isinstance(messages, list)
                       else VALUE)
+    llmlimits.check_message_count(len(messages))
     return tuple(_message(message, f"messages[{index}]")
                  for index, message in enumerate(messages))
 

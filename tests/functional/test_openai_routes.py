@@ -404,3 +404,51 @@ def test_a_fault_of_sagegates_own_mid_stream_ends_it_with_a_server_error_event(
     assert text_of(chunks[:-1]) == "The capital"  # what was made before it
     [log], _ = emitted(capsys)
     assert log["error_code"] == "server_error"
+
+
+@pytest.mark.parametrize(("document", "named"), [
+    ({"inputs": "Hello", "parameters": {"max_new_tokens": 100000}},
+     "'parameters.max_new_tokens' is 100000; this model gives at most 512 tokens."),
+    ({"messages": QUESTION, "max_tokens": 513}, "'max_tokens' is 513"),
+    ({"messages": QUESTION, "max_completion_tokens": 1e9}, "'max_completion_tokens' is"),
+    ({"inputs": "x" * 8193}, "The prompt is 8193 bytes; model 'smollm2' takes at most 8192."),
+    ({"messages": [{"role": "user", "content": "Hi", "name": "n" * 9000}]},
+     "The prompt is 9030 bytes"),
+    ({"messages": [{"role": "user", "content": ""}] * 1025}, "array too long"),
+])
+def test_the_model_route_holds_the_models_limits(harness: Harness, document: Any,
+                                                 named: str) -> None:
+    """model.json's ``llm.limits`` bound the container's own body too (nothing is sent: the
+    Stubber has no answer queued); a refusal is sagegate's 400 naming the field."""
+    response = harness.post(f"/models/{MODEL}/predict", json.dumps(document))
+
+    answer = json.loads(response.body)
+    assert (response.status_code, answer["Code"]) == (400, "InvalidParameter")
+    assert named in answer["Message"]
+
+
+@pytest.mark.parametrize(("answer", "counts"), [
+    ({"generated_text": " Paris", "details": {"prompt_tokens": 6, "generated_tokens": 2}},
+     (6, 2)),
+    ([{"generated_text": " Paris", "details": {"prefill": [{}, {}, {}],
+                                               "generated_tokens": 2}}], (3, 2)),
+    ({"object": "chat.completion", "choices": [], "usage": {"prompt_tokens": 14,
+                                                           "completion_tokens": 3}}, (14, 3)),
+])
+def test_the_model_routes_log_line_has_the_usage_its_container_gives(
+        harness: Harness, capsys: pytest.CaptureFixture[str], answer: Any,
+        counts: tuple[int, int]) -> None:
+    body = json.dumps({"inputs": "The capital of France is",
+                       "parameters": {"max_new_tokens": 4}}).encode()
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(
+        json.dumps(answer).encode()), {"EndpointName": MODEL, "Body": body,
+                                       "ContentType": "application/json",
+                                       "Accept": "application/json", "InferenceId": ANY})
+    capsys.readouterr()
+
+    assert harness.post(f"/models/{MODEL}/predict", body).status_code == 200
+
+    [log], metrics = emitted(capsys)
+    assert (log["prompt_tokens"], log["completion_tokens"]) == counts
+    assert log["usage_source"] == {"prompt": "container", "completion": "container"}
+    assert any("PromptTokens" in document for document in metrics)

@@ -148,7 +148,7 @@ def test_a_chat_request_is_read_with_the_models_defaults() -> None:
                                                                            spec.temperature)
     assert request.sampling.stop == ("\n",) and request.sampling.seed == 3
     assert request.stream and request.include_usage and request.user == "u1"
-    assert request.prompt_bytes == len("Be brief.Hi there")
+    assert request.prompt_bytes == len("systemBe brief.userHi thereann") + 2 * 24  # framing
 
 
 def test_neutral_values_of_unsupported_features_ask_for_nothing() -> None:
@@ -223,3 +223,28 @@ def test_a_bad_llm_block_stops_start_up_naming_its_key(tmp_path: Path, document:
                                                        message: str) -> None:
     with pytest.raises(ConfigurationError, match=r"llm-a/model\.json: " + message):
         load(tmp_path, {"endpoint": "smol", **document})
+
+
+def test_a_chats_prompt_counts_each_messages_name_and_framing() -> None:
+    """A long ``name`` and many empty messages are what the container is sent: they count
+    toward ``max_prompt_bytes``, and a chat holds at most 1,024 messages."""
+    models = {"smol": llm_model(max_prompt_bytes=1000)}
+
+    def refused(messages: list[Any]) -> OpenAIError:
+        body = json.dumps({"model": "smol", "messages": messages}).encode()
+        with pytest.raises(OpenAIError) as caught:
+            read_request(body, CHAT, models)
+        return caught.value
+
+    named = refused([{"role": "user", "content": "Hi", "name": "n" * 5_000_000}])
+    empty = refused([{"role": "user", "content": ""}] * 36)  # 36 x (24 + 4) bytes
+    many = refused([{"role": "user", "content": ""}] * 190_000)
+
+    assert (named.status, named.param, named.code) == (400, "messages",
+                                                       "context_length_exceeded")
+    assert "5000030 bytes" in named.message
+    assert (empty.param, empty.code) == ("messages", "context_length_exceeded")
+    assert "1008 bytes" in empty.message
+    assert (many.status, many.param, many.code) == (400, "messages", "array_above_max_length")
+    assert "maximum length 1024, but got an array with length 190000" in many.message
+    assert len(read(chat(messages=[{"role": "user", "content": ""}] * 1024)).messages) == 1024
