@@ -193,6 +193,25 @@ class NoDelayRequestHandler(local.ChaliceRequestHandler):
             return
         exchange.serve()
 
+    def parse_request(self) -> bool:
+        """The request line and headers read; a ``Content-Length`` that is not ASCII digits is
+        answered 400 here for every route but the streaming ones (which answer it themselves),
+        where ``chalice local`` would fail on it and answer nothing."""
+        if not super().parse_request():
+            return False
+        if _content_length(dict(self.headers)) is not None or self._exchange() is not None:
+            return True
+        self.close_connection = True
+        message = "Content-Length is not a number of bytes."
+        document: dict[str, Any] = {"Code": "BadRequest", "Message": message}
+        if self.path.startswith("/v1/"):
+            from chalicelib.llm.errors import OpenAIError
+
+            document = OpenAIError(400, message, code="invalid_value").document()
+        self.send_whole(400, {"Content-Type": "application/json", "Connection": "close"},
+                        json.dumps(document).encode())
+        return False
+
     def handle_expect_100(self) -> bool:
         """``100 Continue`` only for a body the streaming routes will read: a longer one (or a
         length that is not one) is refused here, so the client gets its 413 (400) unsent."""

@@ -180,6 +180,22 @@ def test_keep_alive_serves_a_stream_then_another_request(stack: Stack) -> None:
         connection.close()
 
 
+def test_an_http_1_0_client_gets_the_events_unchunked_and_the_connection_closed(
+        stack: Stack) -> None:
+    body = json.dumps({"model": MODEL, "messages": QUESTION, "max_tokens": 2, "temperature": 0,
+                       "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                     b"x-api-key: " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body)
+                     + body)
+        head, _, answer = sock.makefile("rb").read().partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" in head
+    assert b"Transfer-Encoding" not in head
+    assert answer.startswith(b"data: {") and answer.endswith(b"data: [DONE]\n\n")
+    events = answer.split(b"\n\n")[:-1]
+    assert all(event.startswith(b"data: ") for event in events)
+
+
 @pytest.mark.parametrize("key", [None, "wrong" * 8])
 def test_a_missing_or_wrong_key_gets_403_on_the_streaming_path(stack: Stack,
                                                                key: str | None) -> None:
@@ -253,7 +269,8 @@ def test_the_log_line_and_metrics_name_the_key_by_its_id_never_the_key(stack: St
         lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
         requests = [line for line in lines if line.get("message") == "request"
                     and line.get("streamed") and line.get("completion_tokens") == 2]
-        usage = [line for line in lines if line.get("api_key") == key_id(KEY)]
+        usage = [line for line in lines if line.get("api_key") == key_id(KEY)
+                 and line.get("CompletionTokens") == [2.0]]  # (this request's, written last)
         if (requests and usage) or time.monotonic() > deadline:
             break
         time.sleep(0.2)

@@ -316,6 +316,22 @@ def test_a_length_that_is_not_ascii_digits_gets_400(server: Server, length: str)
         client.close()
 
 
+@pytest.mark.parametrize(("request_line", "error"), [
+    ("GET /open HTTP/1.1", {"Code": "BadRequest",
+                            "Message": "Content-Length is not a number of bytes."}),
+    ("GET /v1/models HTTP/1.1", {"error": {
+        "message": "Content-Length is not a number of bytes.", "type": "invalid_request_error",
+        "param": None, "code": "invalid_value"}})])
+def test_a_length_that_is_not_ascii_digits_gets_400_on_chalices_routes(
+        server: Server, request_line: str, error: dict[str, Any]) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(f"{request_line}\r\nHost: 127.0.0.1\r\nContent-Length: \u00b2\r\n\r\n"
+                     .encode("latin-1"))
+        head, _, body = sock.makefile("rb").read().partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body) == error
+
+
 @pytest.mark.parametrize("closes_at_end", [False, True])
 def test_the_answer_ends_before_its_body_is_closed_once(server: Server,
                                                        closes_at_end: bool) -> None:

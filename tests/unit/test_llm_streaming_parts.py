@@ -72,7 +72,8 @@ def test_only_a_json_object_with_stream_true_asks_for_a_stream(body: bytes | Non
 
 @pytest.mark.parametrize(("headers", "length"), [
     ({}, 0), ({"Content-Length": "12"}, 12), ({"content-length": " 7 "}, 7),
-    ({"Content-Length": "-1"}, None), ({"Content-Length": "1e3"}, None)])
+    ({"Content-Length": "-1"}, None), ({"Content-Length": "1e3"}, None),
+    ({"Content-Length": "\u00b2"}, None), ({"Content-Length": "\u0661\u0662"}, None)])
 def test_a_bodys_declared_length(headers: dict[str, str], length: int | None) -> None:
     assert _content_length(headers) == length
 
