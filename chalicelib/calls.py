@@ -109,6 +109,16 @@ class ModelRequest:
     options: CallOptions
 
 
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A language model's token counts (None: its answer does not give one) and where each
+    came from (``prompt``/``completion``: ``container``, or ``cached`` for a cache's answer)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    source: dict[str, str]
+
+
 @dataclasses.dataclass
 class Served:
     """A pipeline's answer and the endpoint exchange behind it (for logs and data capture).
@@ -144,6 +154,8 @@ class Served:
     variant_header: bool = True
     image_in: dict[str, Any] | None = None
     image_out: dict[str, Any] | None = None
+    usage: Usage | None = None
+    """A language model's token counts, as its container's answer gives them (for the log)."""
 
     def record(self, body: bytes, content_type: str, result: InvokeResult) -> None:
         """Note one endpoint exchange (the last one is what capture and logs see)."""

@@ -34,7 +34,6 @@ from chalicelib.http.exchange import (
 from chalicelib.inference.serving import ServingPipeline
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import PipelineKind
-from chalicelib.kinds.llm import note_usage
 from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
@@ -118,8 +117,10 @@ def serve(route: ModelRoute, exchanges: Exchanges) -> HttpAnswer:
         log.endpoint, log.variant, log.attempts = served.endpoint, served.variant, \
             served.attempts
         log.image_in, log.image_out = served.image_in, served.image_out  # (an image's sizes)
-        if route.model.llm is not None:
-            note_usage(log, served)
+        if served.usage is not None:  # (a language model's tokens, as its container counts)
+            log.prompt_tokens, log.completion_tokens = served.usage.prompt_tokens, \
+                served.usage.completion_tokens
+            log.usage_source = served.usage.source
         if served.invoked or served.cached:  # a cache hit is traffic too (CAPTURE_CACHE_HITS)
             start = timer.clock()
             try:

@@ -18,10 +18,9 @@ import json
 from typing import Any
 
 from chalicelib.cache.prediction import CacheUse
-from chalicelib.calls import Answer, Call, CallOptions, Invoke, ModelRequest, Served
+from chalicelib.calls import Answer, Call, CallOptions, Invoke, ModelRequest, Served, Usage
 from chalicelib.core.errors import InvalidParameterError
 from chalicelib.core.media import MediaType
-from chalicelib.core.observability import RequestLog
 from chalicelib.inference.serving import HandledModel
 from chalicelib.inference.timing import StageTimer
 from chalicelib.kinds.base import BodyKind, Parts
@@ -110,25 +109,21 @@ def _check(document: dict[str, Any], name: str, spec: LlmSpec) -> None:
             llmlimits.check_prompt_bytes(llmlimits.size(document[field]), field, name, spec)
 
 
-def note_usage(log: RequestLog, served: Served) -> None:
+def counted(served: Served) -> Usage | None:
     """The prompt's and the completion's tokens, as the container's answer gives them (LMI's
     and TGI's ``details``: ``prompt_tokens`` or TGI's ``prefill``, ``generated_tokens``; a
-    chat or text completion's ``usage``; the last line of a JSON-lines answer), into the
-    request's log line (``usage_source``: ``container``, or ``cached`` for an answer the
-    prediction cache gave). A count the answer does not give stays out."""
+    chat or text completion's ``usage``; the last line of a JSON-lines answer), for the
+    request's log line (their source: ``container``, or ``cached`` for an answer the
+    prediction cache gave); None when it gives neither."""
     prompt, completion = usage(served.received)
     source = CACHED if served.cached else CONTAINER
-    sources = {}
-    if prompt is not None:
-        log.prompt_tokens, sources["prompt"] = prompt, source
-    if completion is not None:
-        log.completion_tokens, sources["completion"] = completion, source
-    if sources:
-        log.usage_source = sources
+    sources = {name: source for name, count in (("prompt", prompt), ("completion", completion))
+               if count is not None}
+    return Usage(prompt, completion, sources) if sources else None
 
 
 def usage(answer: bytes) -> tuple[int | None, int | None]:
-    """See :func:`note_usage`: (prompt tokens, completion tokens), None where not given."""
+    """See :func:`counted`: (prompt tokens, completion tokens), None where not given."""
     try:
         document = json.loads(answer)
     except (ValueError, RecursionError):
@@ -175,7 +170,9 @@ class LlmPipeline:
         check_limits(self.handled.model, request.call.body)
         if cache is not None and not greedy(request.call.body):
             cache = None
-        return self.handled.serve(request, request_id, timer, deadline, cache=cache)
+        served = self.handled.serve(request, request_id, timer, deadline, cache=cache)
+        served.usage = counted(served)
+        return served
 
 
 class LlmKind(BodyKind):
