@@ -149,6 +149,9 @@ class Tapped:
     """The call's body read, just before it went on to the emulator."""
     pieces: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)
     """Each piece of the answer, with the time it was handed on to the caller."""
+    caller_gone: bool = False
+    """The caller went away before the answer's end (sagegate gives up on a call that outlasts
+    the model's load)."""
 
     def token_times(self) -> list[float]:
         """When each event stream frame holding a token of text was handed on: the answer's
@@ -205,7 +208,11 @@ class _TapHandler(BaseHTTPRequestHandler):
             self.end_headers()
             while piece := answer.read1(65536):
                 record.pieces.append((time.perf_counter(), piece))
-                writer.write(piece)
+                try:
+                    writer.write(piece)
+                except ConnectionError:  # the caller's side; the emulator's errors still raise
+                    record.caller_gone = self.close_connection = True
+                    return
             writer.end()
         finally:
             upstream.close()

@@ -166,7 +166,9 @@ def test_keep_alive_serves_a_stream_then_another_request(stack: Stack) -> None:
     import http.client
 
     connection = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=120)
-    headers = {"Content-Type": "application/json", "x-api-key": KEY}
+    headers = {"Content-Type": "application/json", "x-api-key": KEY,
+               "Cache-Control": "no-cache"}
+    before = generations(stack)
     try:
         for stream in (True, False, True):
             connection.request("POST", "/v1/chat/completions", json.dumps(
@@ -178,6 +180,10 @@ def test_keep_alive_serves_a_stream_then_another_request(stack: Stack) -> None:
             assert body.endswith(b"data: [DONE]\n\n") if stream else json.loads(body)["choices"]
     finally:
         connection.close()
+    # each stream read to its end by sagegate before it answered [DONE]: none cut short
+    after = generations(stack)
+    assert after["completed"] - before["completed"] == 3
+    assert after["cancelled"] == before["cancelled"]
 
 
 def test_an_http_1_0_client_gets_the_events_unchunked_and_the_connection_closed(

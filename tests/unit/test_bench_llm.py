@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,12 +74,15 @@ class _Upstream(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = b"".join(ANSWER)
+        body = b"".join(ANSWER) if self.path == "/invocations" else b"x" * (8 << 20)
         self.send_response(200)
         self.send_header("Content-Type", "application/vnd.amazon.eventstream")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except ConnectionError:  # the tap let go (its caller went away)
+            self.close_connection = True
 
     def log_message(self, format: str, *args: object) -> None:
         return
@@ -121,6 +125,19 @@ def test_the_tap_answers_an_http_1_0_caller_without_chunks(tap: llm.Tap) -> None
         head, _, body = reader.read().partition(b"\r\n\r\n")  # until the tap closed it
     assert b"Transfer-Encoding" not in head and b"Connection: close" in head
     assert body == b"".join(ANSWER)
+
+
+def test_a_caller_gone_mid_answer_is_no_traceback(tap: llm.Tap,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    port = int(tap.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /big HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        assert sock.recv(12).startswith(b"HTTP/1.")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+    tapped = tap.take()  # recorded all the same
+    assert tapped.caller_gone
+    assert tapped.pieces and sum(len(piece) for _, piece in tapped.pieces) < 8 << 20
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_time_outside_the_model_is_the_way_there_and_back() -> None:
