@@ -85,7 +85,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
         process = subprocess.Popen(
             [sys.executable, "-m", "sagegate.cli", "run", "--stage", "dev",
              "--api-port", str(ports["api"]), "--emulator-port", str(ports["emulator"]),
-             "--moto-port", str(ports["moto"])],
+             "--moto-port", str(ports["moto"]), "--no-warm-up"],  # (no language model needed)
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
             text=True)
         lines: queue.Queue[str] = queue.Queue()

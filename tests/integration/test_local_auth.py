@@ -64,7 +64,8 @@ def dev_stack() -> Iterator[Running]:
     env = {key: value for key, value in os.environ.items() if key != API_KEY_ENV}
     process = subprocess.Popen(
         [sys.executable, "-m", "sagegate.cli", "run", "--stage", "dev", "--api-port",
-         str(api_port), "--emulator-port", str(free_port()), "--moto-port", str(free_port())],
+         str(api_port), "--emulator-port", str(free_port()), "--moto-port", str(free_port()),
+         "--no-warm-up"],  # (the keys are the matter here, not the language model)
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str] = queue.Queue()
