@@ -96,7 +96,7 @@ class Services:
         self._job_pipelines: dict[str, ServingPipeline] = {}
         self._jobs_context: JobsContext | None = None
         self._after_handlers: AfterHandlers | None = None
-        self._llm: tuple[int, LlmService] | None = None
+        self._llm: tuple[tuple[int, ...], LlmService] | None = None
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
@@ -129,19 +129,26 @@ class Services:
 
     @property
     def llm(self) -> LlmService:
-        """OpenAI's routes' work, for the registry's llm models (built again for another
-        registry, as a test may give)."""
+        """OpenAI's routes' work, for the registry's llm models: built on first use, and again
+        when a part it holds was replaced (a test's registry, settings, cache or capturer), as
+        :meth:`route` is."""
         from chalicelib.llm.completions import LlmService  # deferred: OpenAI's routes only
 
-        registry = self.registry
         held = self._llm
-        if held is None or held[0] != id(registry):
-            with self._lock:
-                held = (id(registry), LlmService(
-                    registry.models, self.endpoint, self.settings.request_budget_seconds,
-                    capturer=self.capturer, cache=self.cache, pool=lambda: self.shadows))
-                self._llm = held
-        return held[1]
+        if held is not None and held[0] == self._parts():
+            return held[1]
+        with self._lock:
+            service = LlmService(
+                self.registry.models, self.endpoint, self.settings.request_budget_seconds,
+                capturer=self.capturer, cache=self.cache, pool=lambda: self.shadows)
+            self._llm = (self._parts(), service)
+            return service
+
+    def _parts(self) -> tuple[int, ...]:
+        """The parts a route or the llm service holds, by identity (ids cannot be reused while
+        they are held)."""
+        return (id(self._registry), id(self._settings), id(self._cache), id(self._capturer),
+                id(self._shadows))
 
     def route(self, name: str | None = None) -> ModelRoute:
         """How the model called ``name`` (the default when None) is served
@@ -151,7 +158,8 @@ class Services:
         Raises:
             ModelNotFoundError: no such model.
         """
-        # the route holds these very objects (so their ids cannot be reused while it is kept)
+        # the route holds these very objects (so their ids cannot be reused while it is kept);
+        # read inline, not through _parts(): this runs on every model request
         parts = (id(self._registry), id(self._settings), id(self._cache), id(self._capturer),
                  id(self._shadows))
         held = self._routes.get(name)
@@ -159,8 +167,7 @@ class Services:
             return held[1]
         with self._lock:
             route = self._route(self.registry.get(name))
-            self._routes[name] = ((id(self._registry), id(self._settings), id(self._cache),
-                                   id(self._capturer), id(self._shadows)), route)
+            self._routes[name] = (self._parts(), route)
             return route
 
     def _route(self, model: ModelSpec) -> ModelRoute:

@@ -440,3 +440,18 @@ def test_the_monitor_baselines_and_checks_llm_captures_with_useful_columns(
     assert {("finish_reason", "categorical_values_check"),
             ("finish_reason", "baseline_drift_check"),
             ("completion_chars", "completeness_check")} <= checks  # (no answer: no text)
+
+
+def test_the_llm_service_is_built_again_when_a_part_it_holds_is_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a model's route is: a registry, cache or capturer put in its place (as a test or a
+    warm start does) is what the OpenAI routes then use, never the one the service kept."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # (the endpoint client's; no call)
+    services = Services(Settings.from_env({"ENDPOINT_NAME": "e"}))
+    first = services.llm
+    assert services.llm is first  # kept while its parts are
+    services._capturer = Capturer("both", DirectorySink(Path("unused")))
+    second = services.llm
+    assert second is not first and services.llm is second
+    services._cache = None
+    assert services.llm is not second
