@@ -60,6 +60,11 @@ class Stage:
         return self.env.get("CACHE_TABLE", "").strip()
 
     @property
+    def budget_table(self) -> str:
+        """``TOKEN_BUDGET_TABLE``; empty: no token budgets, no table deployed or granted."""
+        return self.env.get("TOKEN_BUDGET_TABLE", "").strip()
+
+    @property
     def monitor(self) -> MonitorSettings | None:
         """The scheduled monitor's settings (None: not monitored).
 

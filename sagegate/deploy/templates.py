@@ -281,6 +281,18 @@ def cache_table_schema() -> dict[str, Any]:
             "TimeToLiveSpecification": {"AttributeName": CACHE_TTL_ATTRIBUTE, "Enabled": True}}
 
 
+BUDGET_KEY = "key"  # the token budgets table's partition key (S): key id, model, window, start
+BUDGET_TTL_ATTRIBUTE = "expires_at"  # the window's expiry (N, epoch seconds): DynamoDB's TTL
+
+
+def budget_table_schema() -> dict[str, Any]:
+    """The token budgets table's key and TTL (``TOKEN_BUDGET_TABLE``): one item per API key,
+    model and time window, an atomic counter that expires after its window."""
+    return {"AttributeDefinitions": [{"AttributeName": BUDGET_KEY, "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": BUDGET_KEY, "KeyType": "HASH"}],
+            "TimeToLiveSpecification": {"AttributeName": BUDGET_TTL_ATTRIBUTE, "Enabled": True}}
+
+
 def cache_template(stage: Stage) -> dict[str, Any]:
     """A stand-alone stack, ``sagegate-<stage>-cache``, for ``chalice deploy``, which creates no
     table."""
