@@ -114,6 +114,8 @@ class LlmSpec:
         max_tokens_ceiling: the largest ``max_tokens`` a request may ask.
         max_tokens: what a request that names none gets.
         temperature: likewise (0: greedy).
+        tokens_per_minute, tokens_per_day: each API key's token budget on this model (0:
+            none; the stage's budgets apply across models besides).
     """
 
     schema: LlmSchema
@@ -121,6 +123,8 @@ class LlmSpec:
     max_tokens_ceiling: int = 2048
     max_tokens: int = 256
     temperature: float = 1.0
+    tokens_per_minute: int = 0
+    tokens_per_day: int = 0
 
 
 def greedy(temperature: Any, top_p: Any = None) -> bool:
