@@ -37,6 +37,8 @@ class Stage:
             the stack creates the Firehose stream ``CAPTURE_DESTINATION`` names; empty, none.
         lambda_functions: the stage's per-function settings as written, which the templates size
             what calls those functions by.
+        lambda_memory_size: the API function's memory (MB), as Chalice resolves it; the
+            streaming function's too unless ``lambda_functions.stream`` sets its own.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Stage:
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
     capture_stream: str = ""
     lambda_functions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    lambda_memory_size: int | None = None
 
     @property
     def cache_table(self) -> str:

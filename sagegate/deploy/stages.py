@@ -70,7 +70,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         == "true",
         tags=dict(config.tags),
         capture_stream=_capture_stream(on_disk, name),
-        lambda_functions=dict(on_disk["stages"][name].get("lambda_functions") or {}))
+        lambda_functions=dict(on_disk["stages"][name].get("lambda_functions") or {}),
+        lambda_memory_size=config.lambda_memory_size)
     if stage.cache_table and not _TABLE_NAME_RE.match(stage.cache_table):
         raise ValueError(f"stages.{name}: CACHE_TABLE {stage.cache_table!r} is not a DynamoDB "
                          "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
