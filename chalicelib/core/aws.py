@@ -64,6 +64,12 @@ CACHE_TABLE = ClientPolicy(connect_timeout=1.0, read_timeout=2.0, retry_mode="le
                            total_max_attempts=1, tcp_keepalive=True)
 """The cache's shared tier: a miss is cheaper than a wait; botocore retries nothing."""
 
+TOKEN_BUDGETS = ClientPolicy(connect_timeout=1.0, read_timeout=2.0, retry_mode="legacy",
+                             total_max_attempts=1, tcp_keepalive=True)
+"""The token budgets' counters (UpdateItem, GetItem): a table that does not answer costs a
+request 3 s at most before budgets fail open; botocore retries nothing (an ADD is not
+idempotent: a retry after a lost answer would count twice)."""
+
 CAPTURE = ClientPolicy(connect_timeout=1.0, read_timeout=3.0, retry_mode="legacy",
                        total_max_attempts=1)
 """The capture sinks (S3, Firehose): botocore retries nothing, the sinks do (CAPTURE_POLICY)."""
