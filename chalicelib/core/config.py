@@ -9,6 +9,7 @@ fixes routes and functions when ``app.py`` is imported.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -62,6 +63,10 @@ from chalicelib.core.config_names import (
     RESIZE_MODE,
     RESIZE_SHORTER_SIDE,
     SAGEMAKER_NAME,
+    TOKEN_BUDGET_KEYS,
+    TOKEN_BUDGET_PER_DAY,
+    TOKEN_BUDGET_PER_MINUTE,
+    TOKEN_BUDGET_TABLE,
     UPLOAD_EXPIRY_SECONDS,
     CaptureMode,
     CaptureWriter,
@@ -84,6 +89,42 @@ _KEY_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*\Z")
 # an SNS topic's ARN, or its bare name (1-256 letters, digits, '-', '_'; ".fifo" for FIFO)
 _TOPIC_RE = re.compile(r"^(arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:)?[A-Za-z0-9_-]{1,256}"
                        r"(\.fifo)?\Z")
+
+
+BUDGET_LIMITS = ("tokens_per_minute", "tokens_per_day")
+"""A token budget's windows, as ``TOKEN_BUDGET_KEYS`` and model.json's ``llm.budgets`` name
+them."""
+MAX_BUDGET_TOKENS = 10**12
+
+
+def budget_overrides(text: str) -> dict[str, dict[str, int]]:
+    """``TOKEN_BUDGET_KEYS`` read: API key ids, each with its own limits (``{"tokens_per_minute":
+    N, "tokens_per_day": M}``, either left out: the stage's; 0: no such window).
+
+    Raises:
+        SettingError: not such an object; the message names the variable and the key.
+    """
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+    except (ValueError, RecursionError):
+        found = None
+    check(isinstance(found, dict), TOKEN_BUDGET_KEYS,
+          'must be a JSON object: {"<apiKeyId>": {"tokens_per_minute": N, "tokens_per_day": M}}')
+    overrides = {}
+    for key_id, limits in found.items():
+        where = f"{TOKEN_BUDGET_KEYS}[{key_id!r}]"
+        check(bool(key_id) and isinstance(limits, dict), where,
+              f"must be an object of {listed(BUDGET_LIMITS)}")
+        unknown = sorted(set(limits) - set(BUDGET_LIMITS))
+        check(not unknown, where, f"has {unknown[:1]}: its keys are {listed(BUDGET_LIMITS)}")
+        for name, value in limits.items():
+            check(isinstance(value, int) and not isinstance(value, bool)
+                  and 0 <= value <= MAX_BUDGET_TOKENS, f"{where}.{name}",
+                  f"must be a whole number from 0 to {MAX_BUDGET_TOKENS}, not {value!r}")
+        overrides[key_id] = dict(limits)
+    return overrides
 
 
 def _strict_s3_uri(text: str) -> bool:
@@ -141,6 +182,10 @@ class Settings:
     cache_memory_bytes: int = 4 * 1024 * 1024  # bodies and keys; 0 turns that tier off
     cache_table: str = ""  # the shared tier's; empty for none
     cache_ttl_seconds: int = 86_400
+    token_budget_table: str = ""  # the per-key token budgets' counters; empty: budgets off
+    token_budget_per_minute: int = 100_000  # each API key's, across models (0: no window)
+    token_budget_per_day: int = 2_000_000
+    token_budget_keys: str = ""  # JSON: some keys' own limits (budget_overrides)
     jobs_bucket: str = ""  # uploads, tickets and results; empty turns jobs off
     jobs_prefix: str = DEFAULT_JOBS_PREFIX
     jobs_table: str = ""  # empty keeps job records in memory (one process only)
@@ -180,8 +225,11 @@ class Settings:
               f"plus {ENDPOINT_CONNECT_TIMEOUT} must be below {REQUEST_BUDGET_SECONDS} (what is "
               "left of the budget is the time to preprocess a request)")
         self._check_capture()
-        check(self.cache_table == "" or bool(_TABLE_RE.match(self.cache_table)), CACHE_TABLE,
-              "must be a DynamoDB table name (3-255 letters, digits, '_', '-', '.') or empty")
+        for name, table in ((CACHE_TABLE, self.cache_table),
+                            (TOKEN_BUDGET_TABLE, self.token_budget_table)):
+            check(table == "" or bool(_TABLE_RE.match(table)), name, "must be a DynamoDB "
+                  "table name (3-255 letters, digits, '_', '-', '.') or empty")
+        budget_overrides(self.token_budget_keys)
         self._check_jobs()
 
     def _check_jobs(self) -> None:
@@ -256,6 +304,8 @@ class Settings:
             (CAPTURE_MAX_BYTES, self.capture_max_bytes, 0, 2**50),
             (CACHE_MEMORY_BYTES, self.cache_memory_bytes, 0, 2**40),
             (CACHE_TTL_SECONDS, self.cache_ttl_seconds, 60, 31_536_000),
+            (TOKEN_BUDGET_PER_MINUTE, self.token_budget_per_minute, 0, MAX_BUDGET_TOKENS),
+            (TOKEN_BUDGET_PER_DAY, self.token_budget_per_day, 0, MAX_BUDGET_TOKENS),
             (JOBS_TTL_SECONDS, self.jobs_ttl_seconds, 3600, 31_536_000),
             (UPLOAD_EXPIRY_SECONDS, self.upload_expiry_seconds, 60, 3600),
             (JOB_MAX_IMAGE_PIXELS, self.job_max_image_pixels, 64, 1_000_000_000),
