@@ -14,12 +14,12 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from chalicelib.cache.prediction import BYPASS, request_cache_control
 from chalicelib.core.errors import SagegateError
-from chalicelib.core.observability import RequestLog
+from chalicelib.core.observability import RequestLog, logger
 from chalicelib.experiments import assign
 from chalicelib.http.exchange import (
     ARM_HEADER,
@@ -30,8 +30,9 @@ from chalicelib.http.exchange import (
     ServedRequest,
 )
 from chalicelib.llm.completions import EventStream, LlmService, Plan
-from chalicelib.llm.errors import OpenAIError, from_sagegate
+from chalicelib.llm.errors import SERVER_ERROR, OpenAIError, from_sagegate
 from chalicelib.llm.requests import CompletionRequest, Operation
+from chalicelib.llm.streams import DONE, sse
 from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
@@ -216,3 +217,43 @@ class LoggedBody:
         finally:
             self._log.finish(self._found.status, None,
                              (time.perf_counter() - self._started) * 1000.0)
+
+
+def too_large(length: int, limit: int) -> OpenAIError:
+    """OpenAI's 413 for a body over the app's ``MAX_BODY_BYTES`` (a streaming server refuses it
+    unread)."""
+    return OpenAIError(413, f"The body is {length} bytes; this API takes at most {limit}.",
+                       code="request_too_large")
+
+
+def internal_error(code: str = "server_error") -> OpenAIError:
+    """A defect of ours, as a client is told of it (the traceback is the log's): mid-stream
+    ``server_error``; before the answer began, as a view's, ``internal_error``."""
+    return OpenAIError(500, "Internal server error.", code=code, kind=SERVER_ERROR)
+
+
+def deliver(events: Iterable[bytes], write: Callable[[bytes], None]) -> bytes:
+    """A streaming server's body: each event written (one ``write``) as it is made, until
+    ``[DONE]``, asking nothing more of ``events`` (whose close, after the server ended the
+    body, does the bookkeeping: :class:`LoggedBody`). A defect of ours mid-stream ends it with
+    OpenAI's ``server_error`` event.
+
+    Returns:
+        The last event written: :data:`DONE` for a stream delivered whole, else an error event.
+
+    Raises:
+        ConnectionError, TimeoutError: the client went away (or can take no more).
+    """
+    last = b""
+    try:
+        for last in events:
+            write(last)
+            if last == DONE:
+                break
+    except (ConnectionError, TimeoutError):
+        raise
+    except Exception:
+        logger.exception("the stream failed")
+        last = sse(internal_error().document())
+        write(last)
+    return last

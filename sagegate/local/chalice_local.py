@@ -285,6 +285,7 @@ class StreamingExchange:
     def refuse_unread(self) -> None:
         """A body this route does not read, refused and the connection closed: the gateway's
         403 first, as API Gateway checks the key first, else OpenAI's 413 (400: no length)."""
+        from chalicelib.http.completions import too_large
         from chalicelib.llm.errors import OpenAIError
 
         handler = self.handler
@@ -294,11 +295,10 @@ class StreamingExchange:
         except local.LocalGatewayException as refused:
             handler._send_error_response(refused)
             return
-        length, limit = self.length(), self.limit
+        length = self.length()
         error = OpenAIError(400, "Content-Length is not a number of bytes.",
-                            code="invalid_value") if length is None else OpenAIError(
-            413, f"The body is {length} bytes; this API takes at most {limit}.",
-            code="request_too_large")
+                            code="invalid_value") if length is None else too_large(length,
+                                                                                   self.limit)
         self._send_error(error, {"Connection": "close"})
 
     def _busy(self) -> None:
@@ -323,8 +323,7 @@ class StreamingExchange:
     def _stream(self, event: dict[str, Any], context: local.LambdaContext) -> None:
         from chalice.app import Request
 
-        from chalicelib.http.completions import serve_streaming
-        from chalicelib.llm.errors import SERVER_ERROR, OpenAIError
+        from chalicelib.http.completions import internal_error, serve_streaming
 
         app, handler = self.app, self.handler
         request = Request(event, context)
@@ -333,8 +332,7 @@ class StreamingExchange:
                                                     request)
         except Exception:  # a defect: answered as Chalice answers a view's, a 500
             LOG.exception("the streaming route failed")
-            self._send_error(OpenAIError(500, "Internal server error.", code="internal_error",
-                                         kind=SERVER_ERROR), self._cors())
+            self._send_error(internal_error("internal_error"), self._cors())
             return
         try:
             headers = {**{k: v for k, v in self._cors().items() if k not in headers}, **headers}
@@ -383,28 +381,17 @@ class BodyWriter:
 def _send_events(handler: NoDelayRequestHandler, status: int, headers: Mapping[str, str],
                  events: Iterable[bytes]) -> None:
     """Each event written (one ``send``, Nagle off) as soon as it is made, and the body ended
-    once ``[DONE]`` is written, before anything more is asked of ``events`` (whose close, the
-    caller's, does the request's bookkeeping). A defect of ours mid-stream ends the stream with
-    OpenAI's ``server_error`` event."""
-    from chalicelib.llm.errors import SERVER_ERROR, OpenAIError
-    from chalicelib.llm.streams import DONE, sse
+    once ``[DONE]`` (or an error event) is written, before anything more is asked of
+    ``events`` (whose close, the caller's, does the request's bookkeeping): see
+    :func:`chalicelib.http.completions.deliver`, which the streaming Lambda function shares."""
+    from chalicelib.http.completions import deliver
 
     writer = BodyWriter(handler)
     handler.send_response(status)
     for name, value in {**headers, **writer.headers()}.items():
         handler.send_header(name, value)
     handler.end_headers()
-    try:
-        for event in events:
-            writer.write(event)
-            if event == DONE:
-                break
-    except (ConnectionError, TimeoutError):
-        raise
-    except Exception:
-        LOG.exception("the stream failed")
-        writer.write(sse(OpenAIError(500, "Internal server error.", code="server_error",
-                                     kind=SERVER_ERROR).document()))
+    deliver(events, writer.write)
     writer.end()
 
 
