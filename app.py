@@ -156,8 +156,9 @@ def predict_model(name: str) -> Response:
 @route("/v1/chat/completions", "POST", any_content_type=True)
 @route("/v1/completions", "POST", any_content_type=True)
 @route("/v1/models")
+@route("/v1/usage")
 def openai_api() -> Response:
-    """OpenAI's chat and text completions and model list, for the llm models (docs/LLM.md)."""
+    """OpenAI's completions, models and the caller's token usage (docs/LLM.md)."""
     from chalicelib.http import completions  # deferred, as the page's: not every route's
     return _response(completions.serve(lambda: services.llm, exchanges))
 

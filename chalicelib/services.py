@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from chalicelib.jobs.execution import JobsExecution
     from chalicelib.jobs.service import JobsContext, JobsService
     from chalicelib.jobs.store import JobStore
+    from chalicelib.llm.budgets import TokenBudgets
     from chalicelib.llm.completions import LlmService
 
 
@@ -65,6 +66,8 @@ class Services:
         kinds: the pipeline kinds models may name (:data:`chalicelib.registry.kinds.KINDS`
             when None; a deployment's own kind is its rules added to them).
         job_backends: likewise, :data:`chalicelib.registry.kinds.BACKENDS`.
+        budgets: the OpenAI routes' token budgets (None: as the settings say,
+            ``TOKEN_BUDGET_*``).
     """
 
     def __init__(self, settings: Settings | None = None, *,
@@ -74,7 +77,8 @@ class Services:
                  env: Mapping[str, str] | None = None, job_store: JobStore | None = None,
                  s3: Any = None, job_endpoint: EndpointClient | None = None,
                  kinds: Sequence[KindRules] = kinds.KINDS,
-                 job_backends: Sequence[BackendRules] = kinds.BACKENDS) -> None:
+                 job_backends: Sequence[BackendRules] = kinds.BACKENDS,
+                 budgets: TokenBudgets | None = None) -> None:
         self._settings = settings
         self.known = Registered.of(kinds, job_backends)
         self._capturer = capturer
@@ -97,6 +101,7 @@ class Services:
         self._jobs_context: JobsContext | None = None
         self._after_handlers: AfterHandlers | None = None
         self._llm: tuple[tuple[int, ...], LlmService] | None = None
+        self._budgets = budgets
         self._lock = threading.RLock()  # one object is built at a time, and only once
 
     @property
@@ -132,15 +137,18 @@ class Services:
         """OpenAI's routes' work, for the registry's llm models: built on first use, and again
         when a part it holds was replaced (a test's registry, settings, cache or capturer), as
         :meth:`route` is."""
-        from chalicelib.llm.completions import LlmService  # deferred: OpenAI's routes only
+        from chalicelib.llm.budgets import TokenBudgets  # deferred: OpenAI's routes only
+        from chalicelib.llm.completions import LlmService
 
         held = self._llm
         if held is not None and held[0] == self._parts():
             return held[1]
         with self._lock:
+            settings = self.settings
             service = LlmService(
-                self.registry.models, self.endpoint, self.settings.request_budget_seconds,
-                capturer=self.capturer, cache=self.cache, pool=lambda: self.shadows)
+                self.registry.models, self.endpoint, settings.request_budget_seconds,
+                capturer=self.capturer, cache=self.cache, pool=lambda: self.shadows,
+                budgets=self._budgets or TokenBudgets.from_settings(settings))
             self._llm = (self._parts(), service)
             return service
 

@@ -28,6 +28,7 @@ STAGE_METRICS = {"parse": "ParseLatency", "preprocess": "PreprocessLatency",
                  "model": "ModelLatency", "capture": "CaptureLatency", "cache": "CacheLatency"}
 # the prediction cache's outcomes (the log line's "cache") and the metric each one counts
 CACHE_METRICS = {"hit": "CacheHits", "miss": "CacheMisses"}
+BUDGET_REJECTED = "rejected"  # the log line's ``budget`` of a request over its token budget
 
 
 class Outcome(enum.StrEnum):
@@ -111,6 +112,11 @@ class RequestLog:
     api_key_id: str | None = None
     """The caller's API key's id (API Gateway's ``apiKeyId``; never the key), where the stage
     uses keys (the OpenAI routes): their token counts are also metrics by model and key."""
+    budget: str | None = None
+    """The caller's token budget (the OpenAI routes, where the stage has budgets): ``reserved``
+    or ``rejected`` (a 429)."""
+    budget_errors: int | None = None
+    """Failures of the budgets' table (each window that failed was not applied: fail open)."""
     prompt_tokens: int | None = None
     """A language model's (the OpenAI routes): its usage, and where each count came from."""
     completion_tokens: int | None = None
@@ -169,7 +175,9 @@ class RequestLog:
                for outcome, count in (self.shadows or {}).items()},
             CACHE_METRICS.get(self.cache or ""): 1,
             "CacheErrors": self.cache_errors,
-            "CacheSkippedTooLarge": self.cache_skipped_too_large}
+            "CacheSkippedTooLarge": self.cache_skipped_too_large,
+            "BudgetRejected": int(self.budget == BUDGET_REJECTED),
+            "BudgetErrors": self.budget_errors}
         for metric, count in counts.items():  # (None: no metric for that outcome)
             if metric and count:
                 metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
@@ -185,7 +193,8 @@ class RequestLog:
         usage.add_dimension(name="api_key", value=key_id)
         usage.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         for name, count in (("PromptTokens", self.prompt_tokens),
-                            ("CompletionTokens", self.completion_tokens)):
+                            ("CompletionTokens", self.completion_tokens),
+                            ("BudgetRejected", int(self.budget == BUDGET_REJECTED) or None)):
             if count is not None:
                 usage.add_metric(name=name, unit=MetricUnit.Count, value=count)
         _publish(usage)

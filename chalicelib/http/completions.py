@@ -1,6 +1,12 @@
 """OpenAI's routes (``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET
-/v1/models``): the request handed to :mod:`chalicelib.llm`, every failure answered in OpenAI's
-error shape (never sagegate's ``{"Code", "Message"}`` here), and a stream delivered two ways.
+/v1/models``, and ``GET /v1/usage``: the caller's token budgets): the request handed to
+:mod:`chalicelib.llm`, every failure answered in OpenAI's error shape (never sagegate's
+``{"Code", "Message"}`` here), and a stream delivered two ways.
+
+Where the stage has token budgets (:mod:`chalicelib.llm.budgets`), :func:`answer` reserves the
+request's tokens once its model is known, settles them with what the endpoint spent (a
+stream's when its body is closed, whichever server streams it), and puts the tightest window's
+``x-ratelimit-*-tokens`` headers on every answer.
 
 Chalice cannot stream: under it (Lambda, ``chalice local``) a ``stream: true`` request is
 answered whole, the same ``text/event-stream`` body of ``data:`` lines, once the model has
@@ -17,9 +23,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from chalicelib.cache.prediction import BYPASS, request_cache_control
+from chalicelib.cache.prediction import BYPASS, HIT, request_cache_control
 from chalicelib.core.errors import SagegateError
-from chalicelib.core.observability import RequestLog, logger
+from chalicelib.core.observability import BUDGET_REJECTED, RequestLog, logger
 from chalicelib.experiments import assign
 from chalicelib.http.exchange import (
     ARM_HEADER,
@@ -29,6 +35,14 @@ from chalicelib.http.exchange import (
     HttpAnswer,
     ServedRequest,
 )
+from chalicelib.llm.budgets import (
+    LIMIT_HEADER,
+    BudgetExceeded,
+    Reservation,
+    TokenBudgets,
+    reservation,
+    tightest,
+)
 from chalicelib.llm.completions import EventStream, LlmService, Plan
 from chalicelib.llm.errors import SERVER_ERROR, OpenAIError, from_sagegate
 from chalicelib.llm.requests import CompletionRequest, Operation
@@ -37,6 +51,8 @@ from chalicelib.registry.experiments import Shadow
 from chalicelib.registry.specs import ModelSpec
 
 OPERATIONS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.TEXT}
+MODELS, USAGE = "/v1/models", "/v1/usage"
+RESERVED = "reserved"  # the log line's ``budget`` (else BUDGET_REJECTED)
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 SSE_HEADERS: Mapping[str, str] = {"Content-Type": "text/event-stream; charset=utf-8",
                                   "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -55,18 +71,26 @@ class OpenAIAnswer:
 
 
 def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
-    """The answer to the exchange's completion request (its route says which kind)."""
+    """The answer to the exchange's completion request (its route says which kind), its
+    tokens reserved and settled in the caller's budgets."""
     log = exchange.log
     log.api_key_id = api_key_id(exchange.request)
+    charge = _Charge(log)
     try:
         service = llm()
+        charge.budgets = service.budgets
         request = service.read(exchange.http_request().body, OPERATIONS[log.route])
         log.model = request.model.name
-        return _served(service, request, exchange)
+        charge.reserve(request)
+        found = _served(service, request, exchange)
     except OpenAIError as error:
-        return _error(error, log)
+        found = _error(error, log)
     except SagegateError as error:
-        return _error(from_sagegate(error), log)
+        found = _error(from_sagegate(error), log)
+    except BaseException:  # a defect of ours: its 500 is the view's, the tokens given back
+        charge.settle()
+        raise
+    return charge.applied(found)
 
 
 def api_key_id(request: ServedRequest) -> str | None:
@@ -102,6 +126,71 @@ def _served(service: LlmService, request: CompletionRequest,
     if log.arm is not None:
         routed[ARM_HEADER] = log.arm
     return dataclasses.replace(found, headers={**found.headers, **routed})
+
+
+class _Charge:
+    """One request's token budget through its answer: reserved once its model is known,
+    settled with what the endpoint spent (0 for a cache hit; a stream's when it ends), the
+    tightest window's headers on the answer (a refusal's, the refusing window's)."""
+
+    def __init__(self, log: RequestLog) -> None:
+        self.log = log
+        self.budgets: TokenBudgets | None = None
+        self.model: ModelSpec | None = None
+        self.held: Reservation | None = None
+
+    def reserve(self, request: CompletionRequest) -> None:
+        """Raises BudgetExceeded: a window has no room for the request."""
+        self.model = request.model
+        if self.budgets is None:
+            return
+        try:
+            self.held = self.budgets.reserve(self.log.api_key_id, request.model,
+                                             reservation(request))
+        except BudgetExceeded as refused:
+            self.log.budget, self.log.budget_errors = BUDGET_REJECTED, refused.errors or None
+            raise
+        self.log.budget, self.log.budget_errors = RESERVED, self.held.errors or None
+
+    def applied(self, found: OpenAIAnswer) -> OpenAIAnswer:
+        """``found`` with the budget's headers; a stream settled when it ends, else now."""
+        held = self.held
+        if held is None:
+            if LIMIT_HEADER in found.headers:  # a refusal's own
+                return found
+            return _with(found, _standing(self.budgets, self.log, self.model))
+        if isinstance(found.body, EventStream):
+            found.body.then(self.settle)
+        else:
+            self.settle()
+        return _with(found, held.headers())
+
+    def settle(self) -> None:
+        """The reservation moved to what the endpoint spent, as the log line counts it."""
+        held, log = self.held, self.log
+        if held is None:
+            return
+        spent = 0 if log.cache == HIT else (log.prompt_tokens or 0) + (log.completion_tokens
+                                                                        or 0)
+        held.settle(spent)
+        log.budget_errors = held.errors or None
+
+
+def _with(found: OpenAIAnswer, headers: Mapping[str, str]) -> OpenAIAnswer:
+    return dataclasses.replace(found, headers={**found.headers, **headers}) if headers \
+        else found
+
+
+def _standing(budgets: TokenBudgets | None, log: RequestLog,
+              model: ModelSpec | None) -> dict[str, str]:
+    """The headers of the caller's tightest window as it stands (an answer that reserved
+    nothing: a refused body, ``GET /v1/models``)."""
+    if budgets is None:
+        return {}
+    standings, errors, now = budgets.standings(log.api_key_id, model)
+    log.budget_errors = errors or None
+    found = tightest(standings)
+    return {} if found is None else found.headers(now)
 
 
 def _routing(model: ModelSpec, exchange: Exchange) -> assign.Routing | None:
@@ -145,8 +234,10 @@ def _error(error: OpenAIError, log: RequestLog) -> OpenAIAnswer:
 def serve(llm: Llm, exchanges: Exchanges) -> HttpAnswer:
     """The thread's request of an OpenAI route, answered whole (a stream's events buffered)."""
     exchange = exchanges.current()
+    if exchange.log.route == USAGE:
+        return usage(llm, exchange)
     if exchange.log.route not in OPERATIONS:
-        return list_models(llm)
+        return list_models(llm, exchange)
     found = answer(llm, exchange)
     if isinstance(found.body, bytes):
         return HttpAnswer(found.body.decode("utf-8"), found.headers, found.status)
@@ -157,14 +248,45 @@ def serve(llm: Llm, exchanges: Exchanges) -> HttpAnswer:
     return HttpAnswer(body.decode("utf-8"), found.headers, found.status)
 
 
-def list_models(llm: Llm) -> HttpAnswer:
-    """``GET /v1/models``."""
+def list_models(llm: Llm, exchange: Exchange) -> HttpAnswer:
+    """``GET /v1/models`` (with the caller's budget's headers)."""
+    log = exchange.log
+    log.api_key_id = api_key_id(exchange.request)
     try:
-        return HttpAnswer(_json(llm().list_models()).decode(), JSON_HEADERS)
+        service = llm()
+        headers = {**JSON_HEADERS, **_standing(service.budgets, log, None)}
+        return HttpAnswer(_json(service.list_models()).decode(), headers)
     except SagegateError as error:
-        failure = from_sagegate(error)
-        return HttpAnswer(_json(failure.document()).decode(),
-                          {**JSON_HEADERS, **failure.headers}, failure.status)
+        return _failure(from_sagegate(error), log)
+
+
+def usage(llm: Llm, exchange: Exchange) -> HttpAnswer:
+    """``GET /v1/usage``: the caller's own key's token budgets, each window's limit, use,
+    what is left and when it resets (``data`` empty where the stage has no budgets)."""
+    log = exchange.log
+    log.api_key_id = api_key_id(exchange.request)
+    try:
+        service = llm()
+    except SagegateError as error:
+        return _failure(from_sagegate(error), log)
+    budgets = service.budgets
+    document: dict[str, Any] = {"object": "list", "api_key_id": log.api_key_id,
+                                "budgets": budgets is not None, "data": []}
+    headers = dict(JSON_HEADERS)
+    if budgets is not None:
+        standings, errors, now = budgets.standings(log.api_key_id, None,
+                                                   tuple(service.models.values()))
+        log.budget_errors = errors or None
+        document["data"] = [found.document(now) for found in standings]
+        found = tightest(standings)
+        headers.update({} if found is None else found.headers(now))
+    return HttpAnswer(_json(document).decode(), headers)
+
+
+def _failure(error: OpenAIError, log: RequestLog) -> HttpAnswer:
+    log.error_code = error.code or error.kind
+    return HttpAnswer(_json(error.document()).decode(), {**JSON_HEADERS, **error.headers},
+                      error.status)
 
 
 def serve_streaming(llm: Llm, exchanges: Exchanges,

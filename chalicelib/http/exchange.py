@@ -66,7 +66,8 @@ ALLOW_HEADERS = ("X-Request-Id", "X-Correlation-Id", "X-Target-Variant", "X-Targ
                  "X-Target-Inference-Component", "X-Custom-Attributes", "Cache-Control")
 """The request headers a browser may send across origins (where CORS is on)."""
 EXPOSE_HEADERS = ("X-Request-Id", "X-Correlation-Id", "Server-Timing", "Retry-After",
-                  "X-Custom-Attributes")
+                  "X-Custom-Attributes", "x-ratelimit-limit-tokens",
+                  "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
 """The answer headers of every route a browser's script may read across origins."""
 
 CACHE_HEADER = "X-Cache"

@@ -28,6 +28,7 @@ from chalicelib.core.errors import InvalidEndpointResponseError, ModelError, Sag
 from chalicelib.core.media import MediaType
 from chalicelib.core.observability import RequestLog
 from chalicelib.inference.endpoint import EndpointClient, EndpointStream, Invocation
+from chalicelib.llm.budgets import TokenBudgets
 from chalicelib.llm.errors import SERVER_ERROR as SERVER_ERROR_TYPE
 from chalicelib.llm.errors import OpenAIError, from_sagegate
 from chalicelib.llm.requests import CompletionRequest, Operation, read_request
@@ -140,17 +141,21 @@ class LlmService:
         capturer: data capture (None: none).
         cache: the prediction cache (None: none).
         pool: where shadow copies run (built on first use; None: no shadows).
+        budgets: the per-key token budgets (None: off), which the routes reserve and
+            settle (:mod:`chalicelib.http.completions`).
     """
 
     def __init__(self, models: Mapping[str, ModelSpec], endpoint: EndpointClient,
                  budget_seconds: float, *, capturer: Capturer | None = None,
                  cache: PredictionCache | None = None, pool: Callable[[], Pool] | None = None,
+                 budgets: TokenBudgets | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time) -> None:
         self.models = {name: model for name, model in models.items() if model.llm is not None}
         self._endpoint = endpoint
         self._budget = budget_seconds
         self._capturer, self._cache, self._pool = capturer, cache, pool
+        self.budgets = budgets
         self._clock, self._wall = clock, wall
 
     def list_models(self) -> dict[str, Any]:
@@ -506,6 +511,7 @@ class EventStream:
 
     def __init__(self, events: Iterator[bytes], end: Callable[[], None]) -> None:
         self._events, self._end = events, end
+        self._then: list[Callable[[], None]] = []
         self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -523,12 +529,22 @@ class EventStream:
         :meth:`close`."""
         return self._events
 
+    def then(self, step: Callable[[], None]) -> None:
+        """Run ``step`` at the end, after the end's work, whether or not it failed (the
+        token budget's settlement, with the usage the end counted)."""
+        self._then.append(step)
+
     def close(self) -> None:
-        """End the exchange (once): stop making events, then the end's work."""
+        """End the exchange (once): stop making events, then the end's work, then the steps
+        added by :meth:`then`."""
         if self._closed:
             return
         self._closed = True
-        close = getattr(self._events, "close", None)
-        if callable(close):
-            close()
-        self._end()
+        try:
+            close = getattr(self._events, "close", None)
+            if callable(close):
+                close()
+            self._end()
+        finally:
+            for step in self._then:
+                step()

@@ -3,7 +3,11 @@
 
     "llm": {"schema": "lmi" | "lmi-chat" | "tgi" | "openai",
             "limits": {"max_prompt_bytes": 32768, "max_tokens": 2048},
-            "defaults": {"max_tokens": 256, "temperature": 1.0}}
+            "defaults": {"max_tokens": 256, "temperature": 1.0},
+            "budgets": {"tokens_per_minute": 0, "tokens_per_day": 0}}
+
+``budgets``: each API key's tokens on this model (0: none), counted where the stage has a
+``TOKEN_BUDGET_TABLE`` (:mod:`chalicelib.llm.budgets`), besides the stage's own budgets.
 
 Read at start-up without the kind's code, as every block is: an unknown key, a value of the
 wrong type or out of range, a default over its ceiling stop start-up naming the key.
@@ -13,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chalicelib.core.config import BUDGET_LIMITS, MAX_BUDGET_TOKENS
 from chalicelib.core.errors import ConfigurationError
 from chalicelib.registry.kinds import KindRules
 from chalicelib.registry.specs import LlmSchema, LlmSpec
 
-LLM_KEYS = frozenset({"schema", "limits", "defaults"})
+LLM_KEYS = frozenset({"schema", "limits", "defaults", "budgets"})
 LIMIT_KEYS = frozenset({"max_prompt_bytes", "max_tokens"})
 DEFAULT_KEYS = frozenset({"max_tokens", "temperature"})
+BUDGET_KEYS = frozenset(BUDGET_LIMITS)
 MAX_PROMPT_BYTES = 6 * 1024 * 1024  # InvokeEndpoint's body limit
 MAX_TOKENS = 1_000_000
 
@@ -44,6 +50,7 @@ def read_llm(value: Any, kind: KindRules, kinds: Mapping[str, KindRules],
         raise fail("llm.schema", f"must be one of {', '.join(LlmSchema)}, not {schema!r}")
     limits = _block(value, "limits", LIMIT_KEYS, fail)
     defaults = _block(value, "defaults", DEFAULT_KEYS, fail)
+    budgets = _block(value, "budgets", BUDGET_KEYS, fail)
     ceiling = _whole(limits, "limits.max_tokens", LlmSpec.max_tokens_ceiling, MAX_TOKENS, fail)
     return LlmSpec(
         schema=LlmSchema(schema),
@@ -52,7 +59,9 @@ def read_llm(value: Any, kind: KindRules, kinds: Mapping[str, KindRules],
         max_tokens_ceiling=ceiling,
         max_tokens=_whole(defaults, "defaults.max_tokens", min(LlmSpec.max_tokens, ceiling),
                           ceiling, fail),
-        temperature=_temperature(defaults, fail))
+        temperature=_temperature(defaults, fail),
+        tokens_per_minute=_budget(budgets, "budgets.tokens_per_minute", fail),
+        tokens_per_day=_budget(budgets, "budgets.tokens_per_day", fail))
 
 
 def _known(block: Mapping[str, Any], keys: frozenset[str], where: str, fail: Fail) -> None:
@@ -75,6 +84,15 @@ def _whole(block: Mapping[str, Any], key: str, default: int, maximum: int, fail:
     value = block.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
         raise fail(f"llm.{key}", f"must be a whole number from 1 to {maximum}, not {value!r}")
+    return value
+
+
+def _budget(block: Mapping[str, Any], key: str, fail: Fail) -> int:
+    value = block.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= MAX_BUDGET_TOKENS:
+        raise fail(f"llm.{key}", f"must be a whole number from 0 (none) to "
+                   f"{MAX_BUDGET_TOKENS}, not {value!r}")
     return value
 
 
