@@ -46,6 +46,9 @@ from sagegate.local.supervision import Supervisor
 
 JOBS_BUCKET = "sagegate-local-jobs"
 """The local jobs bucket: uploads, tickets, results, and the async endpoints' outputs."""
+BUDGET_TABLE = "sagegate-local-token-budgets"
+"""The local stack's token budgets (the local stage's limits are generous: see
+.chalice/config.json)."""
 SUCCESS_TOPIC = "sagegate-local-jobs-success"
 ERROR_TOPIC = "sagegate-local-jobs-error"
 TICKETS_QUEUE = "sagegate-local-job-tickets"
@@ -118,11 +121,15 @@ class LocalJobs:
     """``JOBS_TABLE``; empty: records in chalice local's memory."""
     cache_table: str = ""
     capture_bucket: str = ""
+    budget_table: str = BUDGET_TABLE
+    """``TOKEN_BUDGET_TABLE``: the OpenAI routes' per-key token budgets (empty: off)."""
 
     def settings_env(self) -> dict[str, str]:
         """The variables sagegate reads and boto3's endpoints; no jobs variable with jobs off."""
         tables = {name: value for name, value in (("JOBS_TABLE", self.table),
-                                                  ("CACHE_TABLE", self.cache_table)) if value}
+                                                  ("CACHE_TABLE", self.cache_table),
+                                                  ("TOKEN_BUDGET_TABLE", self.budget_table))
+                  if value}
         jobs = {"JOBS_BUCKET": self.bucket, "JOBS_SUCCESS_TOPIC": self.success_topic,
                 "JOBS_ERROR_TOPIC": self.error_topic} if self.bucket else {}
         return {**jobs, **tables, **local_aws_env(self.endpoint_url)}
@@ -221,9 +228,10 @@ def ticket_notification(jobs: LocalJobs, queue_arn: str) -> dict[str, Any]:
 def table_schemas(jobs: LocalJobs) -> dict[str, dict[str, Any]]:
     """The tables to create, by name, with the keys, indexes and TTL their templates declare."""
     from sagegate.deploy.jobs_template import jobs_table_schema
-    from sagegate.deploy.templates import cache_table_schema
+    from sagegate.deploy.templates import budget_table_schema, cache_table_schema
 
-    schemas = {jobs.table: jobs_table_schema(), jobs.cache_table: cache_table_schema()}
+    schemas = {jobs.table: jobs_table_schema(), jobs.cache_table: cache_table_schema(),
+               jobs.budget_table: budget_table_schema()}
     return {name: schema for name, schema in schemas.items() if name}
 
 
@@ -309,6 +317,7 @@ def emulator_topics(config_path: Path) -> set[tuple[str, str]]:
 def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = "local",
                logs: Path | None = None, env: Mapping[str, str] | None = None,
                project_dir: Path = ROOT, local: LocalJobs | None = None,
+               overrides: Mapping[str, str] | None = None,
                ) -> Iterator[tuple[ApiProcess, LocalJobs]]:
     """``make run``'s stack with jobs on, on free ports: moto's server (provisioned as ``sagegate
     run`` does), the emulator writing to it, ``chalice local`` for ``stage`` with its event pump;
@@ -316,7 +325,8 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
 
     Args:
         logs: a directory for ``moto.log``, ``emulator.log`` and ``api.log`` (None: discarded).
-        env: more variables for ``chalice local``.
+        env: more variables for ``chalice local`` (the stage's own win).
+        overrides: variables that win over the stage's own (small token budgets).
         local: what to provision (its URL replaced by moto's; default: the local stage's bucket
             and topics, records in memory).
     """
@@ -333,7 +343,8 @@ def jobs_stack(emulator_config: Path = DEFAULT_EMULATOR_CONFIG, *, stage: str = 
             extra_args=jobs.emulator_args(), env=emulator_env(moto.url)))
         api = stack.enter_context(start_chalice_local(
             free_port(HOST), emulator.url, project_dir=project_dir, stage=stage,
-            log=log("api.log", "wb"), env={**jobs.api_env(), **(env or {})}))
+            log=log("api.log", "wb"), env={**jobs.api_env(), **(env or {})},
+            overrides=overrides))
         yield api, jobs
 
 
@@ -372,7 +383,8 @@ class MotoStack:
                          arn_of(settings.jobs_error_topic) if on else "",
                          table=settings.jobs_table if on else "",
                          cache_table=settings.cache_table,
-                         capture_bucket=capture_bucket(settings.capture_destination))
+                         capture_bucket=capture_bucket(settings.capture_destination),
+                         budget_table=settings.token_budget_table)
         return cls(port, jobs, emulator_config, say)
 
     def start(self) -> MotoProcess:
@@ -398,6 +410,7 @@ class MotoStack:
         records = (f"records in DynamoDB table {jobs.table} there" if jobs.table
                    else "records in chalice local's memory")
         also = [f"prediction cache table {jobs.cache_table}"] if jobs.cache_table else []
+        also += [f"token budgets table {jobs.budget_table}"] if jobs.budget_table else []
         also += [f"capture bucket {jobs.capture_bucket}"] if jobs.capture_bucket else []
         if not jobs.bucket:  # jobs off: moto's server holds the rest
             return (f"moto's server {jobs.endpoint_url}{where}, in memory: "
@@ -413,7 +426,7 @@ def moto_needed(settings: Settings) -> bool:
     """Whether a local run uses an AWS service, all on moto: jobs, the cache's table, or captures
     to S3 (a ``firehose://`` destination included: a local run captures to S3)."""
     return settings.jobs_enabled or bool(settings.cache_table) \
-        or bool(capture_bucket(settings.capture_destination))
+        or bool(settings.token_budget_table) or bool(capture_bucket(settings.capture_destination))
 
 
 def capture_bucket(destination: str) -> str:

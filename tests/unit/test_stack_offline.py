@@ -108,12 +108,13 @@ def test_overrides_that_are_not_an_object_of_strings_stop_chalice_local(
 
 def _jobs_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     """``stage`` as read by the local run, with its jobs off (``JOBS_BUCKET`` set empty, its
-    other jobs variables gone): a copy of the config, the checkout's untouched."""
+    other jobs variables gone) and its token budgets too (``TOKEN_BUDGET_TABLE`` empty): a
+    copy of the config, the checkout's untouched."""
     config = json.loads((ROOT / ".chalice" / "config.json").read_text())
     env = config["stages"][stage].setdefault("environment_variables", {})
     for name in [name for name in env if name.startswith("JOBS_")]:
         del env[name]
-    env["JOBS_BUCKET"] = ""
+    env["JOBS_BUCKET"] = env["TOKEN_BUDGET_TABLE"] = ""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     real = stages.load_stage
