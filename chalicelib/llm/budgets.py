@@ -382,11 +382,13 @@ class BudgetExceeded(OpenAIError):
         window = found.window
         wait = max(1, math.ceil(found.ends_at - now))
         scope = "" if window.model == EVERY_MODEL else f" on {window.model}"
-        asked = "Request too large" if amount > window.limit else "Rate limit reached"
+        where = f"for {model}{scope} on {NAMES[window.span]}: Limit {window.limit}"
+        message = (f"Request too large {where}, Requested {amount} (max_tokens and the "
+                   "prompt's bytes). Ask for fewer max_tokens or send a shorter prompt."
+                   if amount > window.limit else
+                   f"Rate limit reached {where}, Used {found.used}, Requested {amount}. "
+                   f"Please try again in {duration(found.ends_at - now)}.")
         super().__init__(
-            429, f"{asked} for {model}{scope} on {NAMES[window.span]}: Limit {window.limit}, "
-            f"Used {found.used}, Requested {amount}. Please try again in "
-            f"{duration(found.ends_at - now)}, or ask for fewer max_tokens.",
-            code=RATE_LIMITED, kind=TOKENS,
+            429, message, code=RATE_LIMITED, kind=TOKENS,
             headers={"Retry-After": str(wait), **found.headers(now)})
         self.standing, self.errors = found, errors

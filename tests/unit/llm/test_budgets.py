@@ -1,0 +1,261 @@
+"""Token budgets (chalicelib.llm.budgets): the windows' math, OpenAI's duration format, the
+reservation's refusal and give-back, the settlement, failing open; the settings and
+model.json's ``llm.budgets`` that configure them. In memory: no I/O."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chalicelib.core.config import Settings
+from chalicelib.core.errors import ConfigurationError
+from chalicelib.llm.budgets import (
+    ANONYMOUS,
+    BudgetExceeded,
+    CounterError,
+    Limits,
+    MemoryCounters,
+    TableCounters,
+    TokenBudgets,
+    Window,
+    duration,
+    reservation,
+)
+from chalicelib.llm.requests import Operation, read_request
+from chalicelib.registry.loading import load_model
+from chalicelib.registry.specs import LlmSchema, LlmSpec, ModelSpec
+
+DAY_START = 1_765_065_600  # midnight UTC, 7 December 2025
+NOW = DAY_START + 3600 * 10 + 25.5  # 10:00:25.5 UTC
+
+
+def model(name: str = "smol", **llm: Any) -> ModelSpec:
+    return ModelSpec(name=name, folder=Path("."), endpoint=name, pipeline="llm",
+                     content_type="application/json", accept="application/json",
+                     signature=None,  # type: ignore[arg-type]
+                     llm=LlmSpec(LlmSchema.LMI_CHAT, **llm))
+
+
+def budgets(per_minute: int = 100, per_day: int = 1000, counters: Any = None,
+            keys: dict[str, Limits] | None = None) -> TokenBudgets:
+    return TokenBudgets(counters or MemoryCounters(), Limits(per_minute, per_day), keys,
+                        clock=lambda: NOW)
+
+
+class FailingCounters(MemoryCounters):
+    """A store that fails the operations named."""
+
+    def __init__(self, *failing: str) -> None:
+        super().__init__()
+        self.failing = set(failing)
+
+    def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        if "reserve" in self.failing:
+            raise CounterError("ProvisionedThroughputExceededException")
+        return super().reserve(item, amount, limit, expires_at)
+
+    def add(self, item: str, amount: int, expires_at: int) -> int:
+        if "add" in self.failing:
+            raise CounterError("ConnectTimeoutError")
+        return super().add(item, amount, expires_at)
+
+
+# --- windows and headers ----------------------------------------------------------------
+
+def test_a_window_starts_at_its_minute_or_its_utc_day_and_names_its_item() -> None:
+    minute, day = Window("*", "minute", 10), Window("smol", "day", 10)
+    assert (minute.start(NOW), minute.ends(NOW)) == (DAY_START + 36000, DAY_START + 36060)
+    assert (day.start(NOW), day.ends(NOW)) == (DAY_START, DAY_START + 86400)
+    assert minute.item("key-1", NOW) == f"key-1#*#minute#{DAY_START + 36000}"
+    assert day.item("key-1", NOW) == f"key-1#smol#day#{DAY_START}"
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.0, "0s"), (-3.0, "0s"), (0.02, "20ms"), (0.9996, "1s"), (1.0, "1s"), (34.5, "34.5s"),
+    (60.0, "1m0s"), (360.0, "6m0s"), (3723.25, "1h2m3.25s"), (86399.0, "23h59m59s")])
+def test_a_reset_is_written_as_openais_headers_write_durations(seconds: float,
+                                                                text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_the_stage_windows_apply_to_every_model_and_a_models_own_besides() -> None:
+    found = budgets().windows("key-1", model(tokens_per_minute=50))
+    assert found == [Window("*", "minute", 100), Window("*", "day", 1000),
+                     Window("smol", "minute", 50)]
+    assert budgets(per_minute=0).windows("key-1", None) == [Window("*", "day", 1000)]
+
+
+def test_a_keys_own_limits_replace_the_stages() -> None:
+    own = budgets(keys={"big": Limits(5000, 0)})
+    assert own.windows("big", None) == [Window("*", "minute", 5000)]
+    assert own.windows("other", None) == [Window("*", "minute", 100), Window("*", "day", 1000)]
+
+
+def test_a_request_reserves_its_max_tokens_and_its_prompts_bytes() -> None:
+    models = {"smol": model(max_tokens=64)}
+    named = read_request(json.dumps({"model": "smol", "prompt": "héllo",
+                                     "max_tokens": 7}).encode(), Operation.TEXT, models)
+    default = read_request(json.dumps({"model": "smol", "prompt": "abc"}).encode(),
+                           Operation.TEXT, models)
+    assert reservation(named) == 7 + 6  # "héllo" is 6 bytes of UTF-8
+    assert reservation(default) == 64 + 3  # the model's default max_tokens
+
+
+# --- reserving ---------------------------------------------------------------------------
+
+def test_a_reservation_counts_in_every_window_and_its_headers_are_the_tightest() -> None:
+    counters = MemoryCounters()
+    held = budgets(counters=counters).reserve("key-1", model(), 30)
+    assert sorted(counters.counts.values()) == [30, 30]
+    assert held.headers() == {"x-ratelimit-limit-tokens": "100",
+                              "x-ratelimit-remaining-tokens": "70",
+                              "x-ratelimit-reset-tokens": "34.5s"}
+
+
+def test_a_window_without_room_refuses_with_openais_429_and_gives_the_others_back() -> None:
+    counters = MemoryCounters()
+    stage = budgets(per_minute=1000, per_day=1000, counters=counters)
+    smol = model(tokens_per_minute=50)
+    stage.reserve("key-1", smol, 40)
+    with pytest.raises(BudgetExceeded) as caught:
+        stage.reserve("key-1", smol, 20)  # the model's minute has 10 left
+    refusal = caught.value
+    assert (refusal.status, refusal.kind, refusal.code, refusal.param) == (
+        429, "tokens", "rate_limit_exceeded", None)
+    assert refusal.headers == {"Retry-After": "35", "x-ratelimit-limit-tokens": "50",
+                               "x-ratelimit-remaining-tokens": "10",
+                               "x-ratelimit-reset-tokens": "34.5s"}
+    assert "smol on tokens per min (TPM): Limit 50, Used 40, Requested 20" in refusal.message
+    assert sorted(counters.counts.values()) == [40, 40, 40]  # the stage's 20s given back
+
+
+def test_a_request_larger_than_a_window_is_refused_without_counting() -> None:
+    counters = MemoryCounters()
+    with pytest.raises(BudgetExceeded, match="Request too large"):
+        budgets(counters=counters).reserve(None, model(), 101)
+    assert set(counters.counts.values()) <= {0}
+
+
+def test_callers_without_a_key_share_one_budget() -> None:
+    counters = MemoryCounters()
+    stage = budgets(counters=counters)
+    stage.reserve(None, model(), 60)
+    with pytest.raises(BudgetExceeded):
+        stage.reserve(None, model(), 60)
+    assert all(item.startswith(ANONYMOUS + "#") for item in counters.counts)
+    stage.reserve("key-2", model(), 60)  # another key's budget is its own
+
+
+def test_requests_at_once_never_overspend_a_window() -> None:
+    counters = MemoryCounters()
+    stage = budgets(per_minute=1000, per_day=0, counters=counters)
+    taken: list[int] = []
+
+    def ask() -> None:
+        try:
+            stage.reserve("key-1", model(), 70)
+            taken.append(70)
+        except BudgetExceeded:
+            pass
+
+    threads = [threading.Thread(target=ask) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(taken) == 980 and list(counters.counts.values()) == [980]
+
+
+# --- settling ----------------------------------------------------------------------------
+
+def test_settling_moves_each_window_to_what_was_spent_once() -> None:
+    counters = MemoryCounters()
+    held = budgets(counters=counters).reserve("key-1", model(), 80)
+    held.settle(25)
+    held.settle(25)  # once only
+    assert sorted(counters.counts.values()) == [25, 25]
+    assert held.headers()["x-ratelimit-remaining-tokens"] == "75"
+
+
+def test_spending_more_than_reserved_is_counted_too() -> None:
+    counters = MemoryCounters()
+    held = budgets(counters=counters).reserve("key-1", model(), 10)
+    held.settle(130)
+    assert sorted(counters.counts.values()) == [130, 130]
+    assert held.headers()["x-ratelimit-remaining-tokens"] == "0"
+
+
+def test_a_failing_table_fails_open_and_counts_its_errors() -> None:
+    held = budgets(counters=FailingCounters("reserve")).reserve("key-1", model(), 50)
+    assert (held.standings, held.errors, held.headers()) == ([], 2, {})
+    settling = budgets(counters=FailingCounters("add")).reserve("key-1", model(), 5)
+    settling.settle(1)
+    assert settling.errors == 2
+
+
+def test_table_counters_translate_the_tables_failures() -> None:
+    class Broken:
+        def update_item(self, **_: Any) -> Any:
+            raise OSError("connection refused")
+
+        def get_item(self, **_: Any) -> Any:
+            raise OSError("connection refused")
+
+    counters = TableCounters("budgets", Broken())
+    for call in (lambda: counters.reserve("k", 1, 10, 0), lambda: counters.add("k", 1, 0),
+                 lambda: counters.read("k")):
+        with pytest.raises(CounterError, match="OSError"):
+            call()
+
+
+# --- configuration -----------------------------------------------------------------------
+
+def test_budgets_are_off_without_a_table_and_read_from_the_settings() -> None:
+    assert TokenBudgets.from_settings(Settings.from_env({"ENDPOINT_NAME": "e"})) is None
+    on = TokenBudgets.from_settings(Settings.from_env({
+        "ENDPOINT_NAME": "e", "TOKEN_BUDGET_TABLE": "budgets", "TOKEN_BUDGET_PER_MINUTE": "7",
+        "TOKEN_BUDGET_KEYS": json.dumps({"k": {"tokens_per_day": 9}})}))
+    assert on is not None and isinstance(on.counters, TableCounters)
+    assert on.windows("k", None) == [Window("*", "minute", 7), Window("*", "day", 9)]
+    assert on.windows("j", None) == [Window("*", "minute", 7), Window("*", "day", 2_000_000)]
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"TOKEN_BUDGET_PER_MINUTE": "-1"}, "TOKEN_BUDGET_PER_MINUTE must be between 0"),
+    ({"TOKEN_BUDGET_TABLE": "a b"}, "TOKEN_BUDGET_TABLE must be a DynamoDB table name"),
+    ({"TOKEN_BUDGET_KEYS": "[1]"}, "TOKEN_BUDGET_KEYS must be a JSON object"),
+    ({"TOKEN_BUDGET_KEYS": '{"k": {"tpm": 1}}'}, r"TOKEN_BUDGET_KEYS\['k'\] has \['tpm'\]"),
+    ({"TOKEN_BUDGET_KEYS": '{"k": {"tokens_per_day": true}}'},
+     r"TOKEN_BUDGET_KEYS\['k'\]\.tokens_per_day must be a whole number"),
+])
+def test_a_bad_budget_setting_names_its_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env({"ENDPOINT_NAME": "e", **env})
+
+
+def _load(tmp_path: Path, llm: dict[str, Any]) -> ModelSpec:
+    folder = tmp_path / "llm-a"
+    folder.mkdir(exist_ok=True)
+    (folder / "model.json").write_text(json.dumps(
+        {"endpoint": "smol", "pipeline": "llm", "llm": {"schema": "lmi", **llm}}))
+    return load_model(folder, Settings.from_env({"ENDPOINT_NAME": "e"}), {})
+
+
+def test_a_models_budgets_are_read_from_its_llm_block(tmp_path: Path) -> None:
+    found = _load(tmp_path, {"budgets": {"tokens_per_minute": 500}}).llm
+    assert found is not None and (found.tokens_per_minute, found.tokens_per_day) == (500, 0)
+
+
+@pytest.mark.parametrize(("budgets_block", "message"), [
+    ({"tokens_per_hour": 1}, r"key 'llm\.budgets\.tokens_per_hour' is not an llm\.budgets key"),
+    ({"tokens_per_day": -5}, r"key 'llm\.budgets\.tokens_per_day' must be a whole number"),
+    ({"tokens_per_minute": "9"}, r"key 'llm\.budgets\.tokens_per_minute' must be a whole"),
+    ([1], r"key 'llm\.budgets' must be an object"),
+])
+def test_a_bad_models_budget_stops_start_up_naming_its_key(
+        tmp_path: Path, budgets_block: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _load(tmp_path, {"budgets": budgets_block})
