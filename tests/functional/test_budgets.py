@@ -1,0 +1,225 @@
+"""Token budgets on OpenAI's routes through the real app (chalice.test.Client) and
+``serve_streaming`` (what chalice local and the streaming function call), a botocore Stubber
+for the endpoint and the budgets' counters in memory: the 429 in OpenAI's shape with its
+headers, the headers on 200s, streams and 4xx answers, the settlement with what was spent
+(a cache hit nothing), ``GET /v1/usage``, failing open."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.stub import ANY
+from chalice.app import Request
+
+import app as app_module
+from chalicelib.http import completions, modelcalls
+from chalicelib.llm.budgets import CounterError, Limits, MemoryCounters, TokenBudgets
+from chalicelib.services import Services
+from tests.functional.conftest import Harness, endpoint_response, make_settings
+from tests.functional.test_observability import emitted
+from tests.functional.test_openai_routes import (
+    MODEL,
+    PARIS,
+    QUESTION,
+    Upstream,
+    events,
+    expect_stream,
+    post,
+    split,
+)
+
+HEADERS = ("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+           "x-ratelimit-reset-tokens")
+ANSWER = {"id": "x", "object": "chat.completion", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "Paris."},
+     "finish_reason": "eos_token"}], "usage": {"prompt_tokens": 14, "completion_tokens": 3}}
+PROMPT_BYTES = 24 + len("user") + len(QUESTION[0]["content"])  # a chat message's framing
+
+
+class BrokenCounters(MemoryCounters):
+    def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        raise CounterError("ResourceNotFoundException")
+
+    def read(self, item: str) -> int:
+        raise CounterError("ResourceNotFoundException")
+
+
+@pytest.fixture
+def counters(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryCounters]:
+    found = MemoryCounters()
+    serve_with(harness, monkeypatch, TokenBudgets(found, Limits(1000, 5000)))
+    yield found
+
+
+def serve_with(harness: Harness, monkeypatch: pytest.MonkeyPatch,
+               budgets: TokenBudgets | None) -> None:
+    monkeypatch.setattr(app_module, "services", Services(
+        make_settings(), endpoint=harness.endpoint, budgets=budgets))
+
+
+def expect_answer(harness: Harness) -> None:
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(
+        json.dumps(ANSWER).encode()), {"EndpointName": MODEL, "Body": ANY,
+                                       "ContentType": "application/json",
+                                       "Accept": "application/json", "InferenceId": ANY})
+
+
+def ask(harness: Harness, **fields: Any) -> tuple[int, dict[str, str], str]:
+    return post(harness, "/v1/chat/completions",
+                {"model": MODEL, "messages": QUESTION, "max_tokens": 16, **fields})
+
+
+def used(counters: MemoryCounters) -> list[int]:
+    return sorted(counters.counts.values())
+
+
+def test_a_whole_answer_is_settled_with_its_usage_and_carries_the_headers(
+        harness: Harness, counters: MemoryCounters) -> None:
+    expect_answer(harness)
+    status, headers, _ = ask(harness, temperature=0.7)
+    assert status == 200
+    assert used(counters) == [17, 17]  # 14 + 3, in the minute's and the day's windows
+    assert headers["x-ratelimit-limit-tokens"] == "1000"
+    assert headers["x-ratelimit-remaining-tokens"] == "983"
+    assert headers["x-ratelimit-reset-tokens"].endswith("s")
+
+
+def test_a_cache_hit_costs_nothing(harness: Harness, counters: MemoryCounters) -> None:
+    expect_answer(harness)
+    assert ask(harness, temperature=0)[0] == 200
+    status, headers, _ = ask(harness, temperature=0)  # greedy: the cache answers
+    assert (status, headers["X-Cache"]) == (200, "hit")
+    assert used(counters) == [17, 17]
+
+
+def test_over_budget_is_openais_429_with_retry_after_and_the_headers(
+        harness: Harness, counters: MemoryCounters, capsys: pytest.CaptureFixture[str]) -> None:
+    stage = app_module.services.llm.budgets
+    assert stage is not None
+    stage.reserve(None, app_module.services.registry.models[MODEL], 990)
+    capsys.readouterr()
+    status, headers, body = ask(harness)  # reserves 16 + the prompt's bytes: no room
+    assert status == 429
+    assert json.loads(body) == {"error": {
+        "message": json.loads(body)["error"]["message"], "type": "tokens", "param": None,
+        "code": "rate_limit_exceeded"}}
+    assert "Limit 1000, Used 990, Requested " + str(16 + PROMPT_BYTES) in body
+    assert 1 <= int(headers["Retry-After"]) <= 60
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == (
+        "1000", "10")
+    assert used(counters) == [990, 990]  # nothing of the refused request kept
+    [log], metrics = emitted(capsys)
+    assert (log["status"], log["budget"], log["error_code"]) == (
+        429, "rejected", "rate_limit_exceeded")
+    assert any(metric.get("BudgetRejected") == [1.0] for metric in metrics)
+
+
+def test_a_stream_carries_the_headers_and_is_settled_with_what_it_made(
+        harness: Harness, counters: MemoryCounters, capsys: pytest.CaptureFixture[str]) -> None:
+    expect_stream(harness, Upstream(split(PARIS, 7)))
+    capsys.readouterr()
+    status, headers, body = ask(harness, stream=True)
+    assert status == 200 and events(body)[-1] == "[DONE]"
+    [log], _ = emitted(capsys)
+    spent = log["prompt_tokens"] + log["completion_tokens"]
+    assert log["completion_tokens"] == 4 and spent == math.ceil(PROMPT_BYTES / 4) + 4
+    assert used(counters) == [spent, spent]
+    # a stream's headers go before its body: they count its reservation
+    assert headers["x-ratelimit-remaining-tokens"] == str(1000 - 16 - PROMPT_BYTES)
+
+
+def keyed_request(document: Any, key_id: str = "key-7") -> Request:
+    path = "/v1/chat/completions"
+    return Request({
+        "multiValueQueryStringParameters": None, "headers": {"content-type": "application/json"},
+        "pathParameters": None, "requestContext": {
+            "httpMethod": "POST", "resourcePath": path, "path": path,
+            "identity": {"apiKeyId": key_id}},
+        "body": json.dumps(document), "isBase64Encoded": False, "stageVariables": None})
+
+
+def test_a_streaming_servers_body_holds_the_reservation_until_it_is_closed(
+        harness: Harness, counters: MemoryCounters) -> None:
+    """What chalice local and the streaming function do: the headers come before the first
+    event (after the reservation), the settlement when the server closes the body."""
+    expect_stream(harness, Upstream(split(PARIS, 9)))
+    status, headers, body = completions.serve_streaming(
+        lambda: app_module.services.llm, app_module.exchanges,
+        keyed_request({"model": MODEL, "messages": QUESTION, "stream": True,
+                       "max_tokens": 40}))
+    reserved = 40 + PROMPT_BYTES
+    assert status == 200 and headers["x-ratelimit-remaining-tokens"] == str(1000 - reserved)
+    assert list(body)[-1] == b"data: [DONE]\n\n"
+    assert used(counters) == [reserved, reserved]  # until the server closes the body
+    assert all(item.startswith("key-7#*#") for item in counters.counts)
+    body.close()
+    assert used(counters) == [math.ceil(PROMPT_BYTES / 4) + 4] * 2
+
+
+def test_a_failed_call_gives_its_reservation_back(harness: Harness,
+                                                  counters: MemoryCounters) -> None:
+    harness.stubber.add_client_error("invoke_endpoint", "ModelError", "boom", 424,
+                                     response_meta={"OriginalStatusCode": 500})
+    status, headers, _ = ask(harness)
+    assert status == 502 and used(counters) == [0, 0]
+    assert headers["x-ratelimit-remaining-tokens"] == "1000"
+
+
+@pytest.mark.parametrize("document", [
+    {"model": MODEL, "messages": QUESTION, "n": 3},  # refused before any reservation
+    {"model": "nope", "messages": QUESTION}])
+def test_a_refused_request_carries_the_headers_and_costs_nothing(
+        harness: Harness, counters: MemoryCounters, document: dict[str, Any]) -> None:
+    status, headers, _ = post(harness, "/v1/chat/completions", document)
+    assert status in (400, 404) and all(name in headers for name in HEADERS)
+    assert set(counters.counts.values()) <= {0}
+
+
+def test_the_usage_route_shows_the_callers_windows(harness: Harness,
+                                                   counters: MemoryCounters) -> None:
+    expect_answer(harness)
+    ask(harness, temperature=0.5)
+    response = harness.client.http.get("/v1/usage")
+    document = json.loads(response.body)
+    assert response.status_code == 200 and document["object"] == "list"
+    assert (document["api_key_id"], document["budgets"]) == (None, True)
+    assert [(entry["model"], entry["window"], entry["limit_tokens"], entry["used_tokens"],
+             entry["remaining_tokens"]) for entry in document["data"]] == [
+        ("*", "minute", 1000, 17, 983), ("*", "day", 5000, 17, 4983)]
+    assert document["data"][0]["resets_at"] % 60 == 0
+    assert response.headers["x-ratelimit-remaining-tokens"] == "983"
+    models = harness.client.http.get("/v1/models")
+    assert models.headers["x-ratelimit-remaining-tokens"] == "983"
+
+
+def test_without_a_table_there_are_no_budgets_and_no_headers(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    serve_with(harness, monkeypatch, None)
+    expect_answer(harness)
+    status, headers, _ = ask(harness, temperature=0.5)
+    assert status == 200 and not any(name in headers for name in HEADERS)
+    document = json.loads(harness.client.http.get("/v1/usage").body)
+    assert (document["budgets"], document["data"]) == (False, [])
+
+
+def test_a_failing_table_fails_open_logged_and_counted(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    serve_with(harness, monkeypatch, TokenBudgets(BrokenCounters(), Limits(1, 1)))
+    expect_answer(harness)
+    capsys.readouterr()
+    status, headers, _ = ask(harness, temperature=0.5)
+    assert status == 200 and not any(name in headers for name in HEADERS)
+    [log], metrics = emitted(capsys)
+    assert log["budget_errors"] == 2
+    assert any(metric.get("BudgetErrors") == [2.0] for metric in metrics)
+    assert harness.client.http.get("/v1/usage").status_code == 200
+
+
+def test_a_browser_may_read_the_headers_across_origins() -> None:
+    """Where CORS is on, every route's Access-Control-Expose-Headers (app.py) names them."""
+    exposed = {name.lower() for name in modelcalls.MODEL_EXPOSE_HEADERS}
+    assert set(HEADERS) <= exposed
