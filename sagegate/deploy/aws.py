@@ -14,7 +14,6 @@ from typing import Any
 from chalicelib import awsclients
 from chalicelib.core.aws import DEPLOY
 from sagegate.deploy import templates
-from sagegate.deploy.runtime import ARCHITECTURE
 from sagegate.deploy.shell import DeployError, config_path
 from sagegate.deploy.stage import Stage
 from sagegate.deploy.stages import ROOT, record_layer
@@ -58,7 +57,7 @@ def publish_layer(stage: Stage, archive: Path, bucket: str, s3: Any, lambda_clie
     published = lambda_client.publish_layer_version(
         LayerName=f"{stage.function_name}-dependencies", Description=LAYER_DESCRIPTION,
         Content={"S3Bucket": bucket, "S3Key": key},
-        CompatibleRuntimes=[stage.python_version], CompatibleArchitectures=[ARCHITECTURE])
+        CompatibleRuntimes=[stage.python_version], CompatibleArchitectures=[stage.architecture])
     arn = str(published["LayerVersionArn"])
     record_layer(stage.name, arn, config_path(root))
     return arn

@@ -8,9 +8,14 @@ which SAM writes the notification and S3's permission to invoke.
 
 Only the stage's ``JOBS_BUCKET`` can be packaged so (Chalice loads app.py with the stage's
 variables): any other bucket still fails, saying why. Terraform output is Chalice's own, which
-supports S3 events on an existing bucket::
+supports S3 events on an existing bucket.
 
-    python -m sagegate.deploy.chalice_sam package --stage dev build/package-dev
+A leading ``--architecture`` packages for that ``lambda_architecture`` instead of the stage's
+(Chalice's command line has no such option; it is given to Chalice's config as a value passed on
+the command line, which wins over the file's)::
+
+    python -m sagegate.deploy.chalice_sam [--architecture x86_64] package --stage dev \
+        build/package-dev
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ import sys
 from typing import Any
 
 from chalice.cli import main as chalice_main
+from chalice.cli.factory import CLIFactory
+from chalice.config import Config
 from chalice.deploy import models
 from chalice.package import SAMTemplateGenerator
 from chalice.utils import to_cfn_resource_name
@@ -56,10 +63,25 @@ def _generate_s3bucketnotification(self: SAMTemplateGenerator,
     function["Properties"].setdefault("Events", {})[name] = s3_event(resource)
 
 
+def _with_architecture(architecture: str) -> None:
+    create = CLIFactory.create_config_obj
+
+    def create_config_obj(self: CLIFactory, *args: Any, **kwargs: Any) -> Config:
+        kwargs["user_provided_params"] = {**(kwargs.get("user_provided_params") or {}),
+                                          "lambda_architecture": architecture}
+        return create(self, *args, **kwargs)
+
+    CLIFactory.create_config_obj = create_config_obj  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> int:
     SAMTemplateGenerator._generate_s3bucketnotification = (  # type: ignore[method-assign]
         _generate_s3bucketnotification)
-    sys.argv = ["chalice", *(sys.argv[1:] if argv is None else argv)]
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--architecture"]:
+        _with_architecture(args[1])
+        args = args[2:]
+    sys.argv = ["chalice", *args]
     return int(chalice_main() or 0)
 
 

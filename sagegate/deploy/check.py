@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from sagegate.deploy import layer, package, templates
+from sagegate.deploy import package, templates
 from sagegate.deploy.shell import (
     DeployError,
     Runner,
@@ -81,12 +81,11 @@ def check(stages: Sequence[str] = DEPLOY_STAGES, root: Path = ROOT,
     """
     python, cfn_lint, checkov = (iac_tool(name, root) for name in ("python", "cfn-lint",
                                                                    "checkov"))
-    archive = layer.build(root, runner)
     expansions: list[tuple[Path, Path]] = []
     stacks: list[list[Path]] = []
     for name in stages:
         stage = stage_for(name, root)
-        directory = package.package_sam(stage, root, runner, layer_zip=archive)
+        directory = package.package_sam(stage, root, runner)  # the stage's architecture
         expansions.append((directory / "sam.json", directory / "transformed.json"))
         stacks.append(write_stacks(stage, root))
     for sam, transformed in expansions:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sagegate.deploy.layer import python_version
-from sagegate.deploy.runtime import ARCHITECTURE, runtime_for
+from sagegate.deploy.runtime import DEFAULT_ARCHITECTURE, runtime_for
 from sagegate.deploy.shell import Runner, guarded, run, tool
 from sagegate.deploy.stages import ROOT
 
@@ -32,9 +32,14 @@ COMPILE_COMMAND = "make lock"
 
 
 def lambda_platform(version: str) -> str:
-    """uv's ``--python-platform`` for the Lambda runtime of Python ``version``."""
+    """uv's ``--python-platform`` for the Lambda runtime of Python ``version``.
+
+    Resolved for x86_64; uv writes the hashes of every wheel of a pinned version, aarch64's
+    included, so the same lock builds an arm64 stage's layer (whose ``pip --require-hashes``
+    fails if a pinned version has no aarch64 wheel for Lambda's glibc).
+    """
     major, minor = runtime_for(version).glibc
-    return f"{ARCHITECTURE}-manylinux_{major}_{minor}"
+    return f"{DEFAULT_ARCHITECTURE}-manylinux_{major}_{minor}"
 
 
 def commands(version: str, extra: Sequence[str] = (), uv: str = "uv") -> list[list[str]]:

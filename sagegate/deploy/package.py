@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from sagegate.deploy import layer, templates
+from sagegate.deploy.runtime import add_architecture_option
 from sagegate.deploy.shell import (
     PACKAGE_REGION,
     DeployError,
@@ -51,8 +52,12 @@ FORMATS = ("cloudformation", "terraform")
 CHALICE_SAM = (sys.executable, "-m", "sagegate.deploy.chalice_sam")
 
 
-def package_dir(stage: Stage, root: Path = ROOT) -> Path:
-    return build_dir(root) / f"package-{stage.name}"
+def package_dir(stage: Stage, root: Path = ROOT, architecture: str | None = None) -> Path:
+    """``build/package-<stage>``; ``build/package-<stage>-<architecture>`` for a build of another
+    architecture than the stage's (so the two never overwrite each other)."""
+    built = stage.built_for(architecture)
+    suffix = "" if built is stage else f"-{built.architecture}"
+    return build_dir(root) / f"package-{stage.name}{suffix}"
 
 
 def chalice_env(region: str = PACKAGE_REGION) -> dict[str, str]:
@@ -94,16 +99,18 @@ def check_sizes(function_zip: Path, layer_zips: list[Path], root: Path = ROOT) -
 
 
 def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
-                layer_zip: Path | None = None) -> Path:
-    archive = layer_zip or layer.build(root, runner)
-    directory = package_dir(stage, root)
+                layer_zip: Path | None = None, architecture: str | None = None) -> Path:
+    directory = package_dir(stage, root, architecture)
+    stage = stage.built_for(architecture)
+    archive = layer_zip or layer.build(stage.architecture, root, runner)
     shutil.rmtree(directory, ignore_errors=True)
     build_dir(root).mkdir(parents=True, exist_ok=True)
     remove_bytecode(root)
-    merge = build_dir(root) / f"merge-{stage.name}.json"
+    merge = build_dir(root) / f"merge-{directory.name.removeprefix('package-')}.json"
     merge.write_text(json.dumps(templates.merge_template(stage), indent=2) + "\n",
                      encoding="utf-8")
-    run_chalice([*CHALICE_SAM, "package", "--stage", stage.name, "--merge-template",
+    run_chalice([*CHALICE_SAM, "--architecture", stage.architecture, "package", "--stage",
+                 stage.name, "--merge-template",
                  str(merge.relative_to(root)), str(directory.relative_to(root))],
                 project=root, runner=runner, cwd=root)
     sam = directory / "sam.json"
@@ -121,12 +128,13 @@ def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
 
 
 def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
-                      layer_zip: Path | None = None) -> Path:
-    archive = layer_zip or layer.build(root, runner)
+                      layer_zip: Path | None = None, architecture: str | None = None) -> Path:
+    directory = package_dir(stage, root, architecture)
+    stage = stage.built_for(architecture)
+    archive = layer_zip or layer.build(stage.architecture, root, runner)
     if not stage.layers:
         print(f"warning: stages.{stage.name}.layers is empty: run sagegate layer --stage "
               f"{stage.name} --bucket ... (make layer) first", file=sys.stderr)
-    directory = package_dir(stage, root)
     shutil.rmtree(directory, ignore_errors=True)
     source = build_dir(root) / "terraform-src"
     shutil.rmtree(source, ignore_errors=True)
@@ -139,6 +147,8 @@ def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
     for policy in sorted((root / ".chalice").glob(f"policy-{stage.name}*.json")):
         shutil.copy2(policy, source / ".chalice")  # the API's and the monitor's
     config = terraform_config(stage.name, config_path(root))
+    if architecture is not None:  # another build than the stage's own
+        config["stages"][stage.name]["lambda_architecture"] = architecture
     (source / ".chalice" / "config.json").write_text(json.dumps(config, indent=2) + "\n",
                                                      encoding="utf-8")
     run_chalice([tool("chalice"), "--project-dir", str(source.relative_to(root)), "package",
@@ -149,16 +159,18 @@ def package_terraform(stage: Stage, root: Path = ROOT, runner: Runner = run,
 
 
 def package(stage: Stage, pkg_format: str = "cloudformation", root: Path = ROOT,
-            runner: Runner = run, layer_zip: Path | None = None) -> Path:
+            runner: Runner = run, layer_zip: Path | None = None,
+            architecture: str | None = None) -> Path:
     if pkg_format == "terraform":
-        return package_terraform(stage, root, runner, layer_zip)
-    return package_sam(stage, root, runner, layer_zip)
+        return package_terraform(stage, root, runner, layer_zip, architecture)
+    return package_sam(stage, root, runner, layer_zip, architecture)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Package a deploy stage offline into build/package-<stage>: "
-        "the layer zip (built if its inputs changed), chalice package with the merge template "
+        "the layer zip for the stage's lambda_architecture (built if its inputs changed), "
+        "chalice package with the merge template "
         "(usage plan, gateway responses, log group, SnapStart), and the artifact sizes "
         "checked against Lambda's limits.")
     add_stage_option(parser, default="prod")
@@ -166,5 +178,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         default="cloudformation",
                         help="cloudformation: a SAM template (default); terraform: "
                              "chalice.tf.json, with the layer ARN from the stage's layers")
+    add_architecture_option(parser)
     args = parser.parse_args(argv)
-    return guarded(lambda: package(stage_for(args.stage), args.pkg_format))
+    return guarded(lambda: package(stage_for(args.stage), args.pkg_format,
+                                   architecture=args.architecture))

@@ -3,14 +3,20 @@
 Chalice names the runtime after its interpreter (``python3.13``), the one ``.python-version``
 selects. Each Lambda Python runtime runs on one Amazon Linux release, whose glibc decides which
 wheels load: ``manylinux_2_X`` needs glibc 2.X or newer. The layer's and the locks' pip
-``--platform`` list is computed from that glibc instead of written by hand.
+``--platform`` list is computed from that glibc instead of written by hand, for the stage's
+architecture (``lambda_architecture``: Lambda's ``x86_64`` or ``arm64``, whose wheels are
+tagged ``aarch64``).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 
-ARCHITECTURE = "x86_64"
+DEFAULT_ARCHITECTURE = "x86_64"  # Chalice's, when a stage sets no lambda_architecture
+# Lambda's architecture names -> the machine name in wheel tags (and uname -m)
+MACHINES = {"x86_64": "x86_64", "arm64": "aarch64"}
+ARCHITECTURES = tuple(MACHINES)
 # manylinux2014 (glibc 2.17) is the oldest tag modern wheels (numpy 2, OpenCV) still ship.
 OLDEST_GLIBC_MINOR = 17
 
@@ -24,12 +30,14 @@ class Runtime:
     glibc: tuple[int, int]
     snapstart: bool
 
-    def manylinux_platforms(self, architecture: str = ARCHITECTURE) -> list[str]:
+    def manylinux_platforms(self, architecture: str) -> list[str]:
+        """pip's ``--platform`` tags for ``architecture`` (Lambda's name: x86_64 or arm64)."""
         major, newest_minor = self.glibc
         if major != 2 or newest_minor < OLDEST_GLIBC_MINOR:
             raise ValueError(f"{self.name}: unsupported glibc {major}.{newest_minor}")
-        platforms = [f"manylinux2014_{architecture}"]
-        platforms += [f"manylinux_2_{minor}_{architecture}"
+        machine = MACHINES[architecture]
+        platforms = [f"manylinux2014_{machine}"]
+        platforms += [f"manylinux_2_{minor}_{machine}"
                       for minor in range(OLDEST_GLIBC_MINOR, newest_minor + 1)]
         return platforms
 
@@ -61,3 +69,10 @@ def runtime_for(python_version: str) -> Runtime:
 def current() -> Runtime:
     return runtime_for(f"{sys.version_info.major}.{sys.version_info.minor}")
 
+
+
+def add_architecture_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--architecture", choices=ARCHITECTURES,
+                        help="build for this Lambda architecture instead of the stage's "
+                             "lambda_architecture (the tests run an arm64 stage's x86_64 "
+                             "build on an x86_64 machine)")

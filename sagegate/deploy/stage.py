@@ -39,6 +39,8 @@ class Stage:
             what calls those functions by.
         lambda_memory_size: the API function's memory (MB), as Chalice resolves it; the
             streaming function's too unless ``lambda_functions.stream`` sets its own.
+        architecture: Chalice's ``lambda_architecture`` (``x86_64`` or ``arm64``), the same for
+            every function of the stage and for the layer built for it.
     """
 
     name: str
@@ -56,6 +58,14 @@ class Stage:
     capture_stream: str = ""
     lambda_functions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     lambda_memory_size: int | None = None
+    architecture: str = "x86_64"
+
+    def built_for(self, architecture: str | None) -> Stage:
+        """This stage, built for ``architecture`` instead of its own (None: its own); the
+        tests run an arm64 stage's x86_64 build on this machine's x86_64 CPU."""
+        if architecture is None or architecture == self.architecture:
+            return self
+        return dataclasses.replace(self, architecture=architecture)
 
     @property
     def cache_table(self) -> str:

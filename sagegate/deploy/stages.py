@@ -25,6 +25,7 @@ from sagegate.deploy.capture_template import check_capture_stream
 from sagegate.deploy.iam import models
 from sagegate.deploy.jobs import check_jobs
 from sagegate.deploy.monitor_definition import check_monitor_fanout
+from sagegate.deploy.runtime import ARCHITECTURES
 from sagegate.deploy.stage import MONITOR_FANOUT_FUNCTIONS, MONITOR_FUNCTION, Stage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,8 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         tags=dict(config.tags),
         capture_stream=_capture_stream(on_disk, name),
         lambda_functions=dict(on_disk["stages"][name].get("lambda_functions") or {}),
-        lambda_memory_size=config.lambda_memory_size)
+        lambda_memory_size=config.lambda_memory_size,
+        architecture=_architecture(on_disk, name, config.lambda_architecture))
     if stage.cache_table and not _TABLE_NAME_RE.match(stage.cache_table):
         raise ValueError(f"stages.{name}: CACHE_TABLE {stage.cache_table!r} is not a DynamoDB "
                          "table name (3 to 255 of A-Z a-z 0-9 _ . -)")
@@ -82,6 +84,26 @@ def load_stage(name: str, path: Path = CONFIG_PATH) -> Stage:
         check_jobs(stage, on_disk)
         check_shadows(stage, int(config.lambda_timeout))
     return stage
+
+
+def _architecture(on_disk: dict[str, Any], stage: str, resolved: str) -> str:
+    """The stage's ``lambda_architecture`` as Chalice resolved it (stage, then top level).
+
+    Raises:
+        ValueError: not one of Lambda's architectures, or set on one function: Chalice 1.34
+            reads it per stage only (a function's own value would be ignored), and the stage's
+            one layer is built for one architecture.
+    """
+    if resolved not in ARCHITECTURES:
+        raise ValueError(f"stages.{stage}.lambda_architecture must be one of "
+                         f"{', '.join(ARCHITECTURES)}, not {resolved!r}")
+    functions = on_disk["stages"][stage].get("lambda_functions") or {}
+    for function, settings in sorted(functions.items()):
+        if "lambda_architecture" in (settings or {}):
+            raise ValueError(f"stages.{stage}.lambda_functions.{function}.lambda_architecture: "
+                             "set the architecture for the whole stage (Chalice reads it per "
+                             "stage only, and the stage's layer is built for one)")
+    return resolved
 
 
 def _capture_stream(on_disk: dict[str, Any], stage: str) -> str:
@@ -232,7 +254,7 @@ def terraform_config(stage: str, path: Path = CONFIG_PATH) -> dict[str, Any]:
 
 KEYS = ("auth", "function-name", "endpoint-name", "layers", "python-version",
         "api-gateway-stage", "log-retention", "snapstart", "xray", "open-api", "cache-table",
-        "capture-stream")
+        "capture-stream", "architecture")
 
 
 def describe(stage: Stage) -> dict[str, str]:
@@ -245,7 +267,8 @@ def describe(stage: Stage) -> dict[str, str]:
             "snapstart": "true" if stage.snapstart else "false",
             "xray": "true" if stage.xray else "false",
             "open-api": "true" if stage.open_api else "false",
-            "cache-table": stage.cache_table, "capture-stream": stage.capture_stream}
+            "cache-table": stage.cache_table, "capture-stream": stage.capture_stream,
+            "architecture": stage.architecture}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

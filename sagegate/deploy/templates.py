@@ -318,7 +318,7 @@ def _layer(stage: Stage, layer_zip: str) -> dict[str, Any]:
             "Description": "numpy, OpenCV and the other compiled dependencies",
             "ContentUri": layer_zip,
             "CompatibleRuntimes": [stage.python_version],
-            "CompatibleArchitectures": ["x86_64"],
+            "CompatibleArchitectures": [stage.architecture],
             "RetentionPolicy": "Delete",
         },
     }
@@ -373,4 +373,3 @@ def _usage_plan_outputs() -> dict[str, Any]:
                      "Value": {"Ref": "ApiKey"}},
         "UsagePlanId": {"Value": {"Ref": "ApiUsagePlan"}},
     }
-

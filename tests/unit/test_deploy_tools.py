@@ -34,6 +34,8 @@ from sagegate.deploy import (
 )
 from sagegate.deploy.stages import CONFIG_PATH, load_stage
 
+ARCH = load_stage("prod").architecture  # dev's too: the layer the fixture's project holds
+
 MB = 1024 * 1024
 
 
@@ -242,9 +244,9 @@ def project(tmp_path: Path) -> Path:
     (root / "chalicelib" / "__pycache__").mkdir(parents=True)
     (root / "chalicelib" / "__init__.py").write_text("")
     (root / "chalicelib" / "__pycache__" / "x.cpython-313.pyc").write_bytes(b"")
-    layer.layer_dir(root).mkdir(parents=True)
-    make_zip(layer.layer_zip(root), {"python/numpy/__init__.py": 10})
-    (layer.layer_dir(root) / layer.FINGERPRINT).write_text(layer.fingerprint(root))
+    layer.layer_dir(ARCH, root).mkdir(parents=True)
+    make_zip(layer.layer_zip(ARCH, root), {"python/numpy/__init__.py": 10})
+    (layer.layer_dir(ARCH, root) / layer.FINGERPRINT).write_text(layer.fingerprint(ARCH, root))
     return root
 
 
@@ -260,7 +262,8 @@ def fake_pip(command: list[str]) -> None:
 
 
 def test_the_pip_command_pins_hashes_wheels_and_lambdas_platforms(tmp_path: Path) -> None:
-    command = layer.pip_command("py", "3.13", tmp_path / "python", tmp_path / "req.txt")
+    command = layer.pip_command("py", "3.13", tmp_path / "python", tmp_path / "req.txt",
+                                "x86_64")
     platforms = ["manylinux2014_x86_64"] + [f"manylinux_2_{minor}_x86_64"
                                             for minor in range(17, 35)]
     assert command == [
@@ -272,10 +275,10 @@ def test_the_pip_command_pins_hashes_wheels_and_lambdas_platforms(tmp_path: Path
 
 def test_the_layer_is_built_pruned_compiled_and_zipped(project: Path) -> None:
     runner = Recorder(fake_pip)
-    archive = layer.build(project, runner, force=True)
+    archive = layer.build(ARCH, project, runner, force=True)
     assert runner.commands == [layer.pip_command(
-        sys.executable, layer.python_version(project), layer.layer_dir(project) / "python",
-        project / "requirements-layer.txt")]
+        sys.executable, layer.python_version(project), layer.layer_dir(ARCH, project) / "python",
+        project / "requirements-layer.txt", ARCH)]
     assert runner.calls[0].cwd == project
     with zipfile.ZipFile(archive) as zipped:
         names = set(zipped.namelist())
@@ -291,30 +294,30 @@ def test_the_layer_is_built_pruned_compiled_and_zipped(project: Path) -> None:
 def test_the_layer_is_rebuilt_only_when_an_input_changes(
         project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     runner = Recorder(fake_pip)
-    layer.build(project, runner)
+    layer.build(ARCH, project, runner)
     assert runner.calls == []  # the fixture's zip is up to date
     (project / "requirements-layer.txt").write_text("numpy==2.5.1 --hash=sha256:01\n")
-    layer.build(project, runner)
+    layer.build(ARCH, project, runner)
     assert len(runner.calls) == 1
-    layer.build(project, runner)
+    layer.build(ARCH, project, runner)
     assert len(runner.calls) == 1
     builder = tmp_path / "layer.py"
     builder.write_text("# the builder\n")
     monkeypatch.setattr(layer, "BUILDER", (builder,))
-    layer.build(project, runner)
+    layer.build(ARCH, project, runner)
     assert len(runner.calls) == 2
     builder.write_text("# the builder, changed\n")
-    layer.build(project, runner)
+    layer.build(ARCH, project, runner)
     assert len(runner.calls) == 3
-    layer.layer_zip(project).unlink()
-    layer.build(project, runner)
+    layer.layer_zip(ARCH, project).unlink()
+    layer.build(ARCH, project, runner)
     assert len(runner.calls) == 4
 
 
 def test_the_layer_refuses_another_python(project: Path) -> None:
     (project / ".python-version").write_text("3.12\n")
     with pytest.raises(shell.DeployError, match=r"need Python 3\.12"):
-        layer.build(project, Recorder(fake_pip))
+        layer.build(ARCH, project, Recorder(fake_pip))
 
 
 # packaging
@@ -324,7 +327,8 @@ def test_sam_package_runs_chalice_with_the_merge_template_then_snapstart_and_siz
     runner = Recorder(fake_chalice_package(project))
     directory = package.package_sam(stage, project, runner)
     assert runner.calls == [Call(
-        [*package.CHALICE_SAM, "package", "--stage", "prod", "--merge-template",
+        [*package.CHALICE_SAM, "--architecture", ARCH, "package", "--stage", "prod",
+         "--merge-template",
          "build/merge-prod.json", "build/package-prod"],
         {"PYTHONDONTWRITEBYTECODE": "1", "AWS_DEFAULT_REGION": "us-east-1"}, project)]
     merge = json.loads((project / "build" / "merge-prod.json").read_text())
@@ -332,7 +336,7 @@ def test_sam_package_runs_chalice_with_the_merge_template_then_snapstart_and_siz
     sam = json.loads((directory / "sam.json").read_text())
     assert sam["Resources"]["APIHandler"]["Properties"]["SnapStart"] == {
         "ApplyOn": "PublishedVersions"}
-    assert (directory / "layer.zip").read_bytes() == layer.layer_zip(project).read_bytes()
+    assert (directory / "layer.zip").read_bytes() == layer.layer_zip(ARCH, project).read_bytes()
 
 
 def test_sam_package_leaves_the_template_alone_without_snapstart(project: Path) -> None:
@@ -435,9 +439,9 @@ def test_check_packages_every_stage_then_translates_lints_and_scans(
          "cloudformation", "-f", files["dev"][0], "-f", files["dev"][2], "-f", files["dev"][3],
          "-f", files["prod"][0], "-f", files["prod"][2], "-f", files["prod"][3]],
     ]
-    assert [c[:6] for c in runner.commands[:2]] == [
-        [*package.CHALICE_SAM, "package", "--stage", "dev"],
-        [*package.CHALICE_SAM, "package", "--stage", "prod"]]
+    assert [c[:8] for c in runner.commands[:2]] == [
+        [*package.CHALICE_SAM, "--architecture", ARCH, "package", "--stage", "dev"],
+        [*package.CHALICE_SAM, "--architecture", ARCH, "package", "--stage", "prod"]]
     plan = json.loads((project / files["prod"][2]).read_text())
     assert plan == json.loads(json.dumps(templates.usage_plan_template(load_stage("prod"))))
     cache = json.loads((project / files["dev"][3]).read_text())
@@ -509,7 +513,7 @@ class FakeSession:
 
 def test_the_layer_is_uploaded_published_and_recorded(project: Path) -> None:
     stage = load_stage("prod", project / ".chalice" / "config.json")
-    archive = layer.layer_zip(project)
+    archive = layer.layer_zip(ARCH, project)
     key = f"sagegate/prod/layer-{hashlib.md5(archive.read_bytes()).hexdigest()[:12]}.zip"
     arn = "arn:aws:lambda:eu-west-1:111122223333:layer:sagegate-prod-dependencies:4"
     s3, s3_stub = stubbed("s3")
@@ -519,7 +523,7 @@ def test_the_layer_is_uploaded_published_and_recorded(project: Path) -> None:
     lam_stub.add_response("publish_layer_version", {"LayerVersionArn": arn}, {
         "LayerName": "sagegate-prod-dependencies", "Description": aws.LAYER_DESCRIPTION,
         "Content": {"S3Bucket": "artifacts", "S3Key": key},
-        "CompatibleRuntimes": [stage.python_version], "CompatibleArchitectures": ["x86_64"]})
+        "CompatibleRuntimes": [stage.python_version], "CompatibleArchitectures": [ARCH]})
     with s3_stub, lam_stub:
         assert aws.publish_layer(stage, archive, "artifacts", s3, lam, project) == arn
     s3_stub.assert_no_pending_responses()
@@ -576,7 +580,7 @@ def test_sam_deploy_renders_the_policy_packages_and_deploys_the_stack(project: P
     with stub:
         sam_deploy.deploy(stage, "artifacts", FakeSession(sts=sts), params=["StageRateLimit=9"],
                           root=project, runner=runner)
-    assert runner.commands[0][:4] == [*package.CHALICE_SAM, "package"]
+    assert runner.commands[0][:6] == [*package.CHALICE_SAM, "--architecture", ARCH, "package"]
     assert runner.commands[1:] == [
         ["aws", "cloudformation", "package", "--region", "eu-west-1", "--template-file",
          "build/package-prod/sam.json", "--s3-bucket", "artifacts", "--s3-prefix",

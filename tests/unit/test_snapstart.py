@@ -28,13 +28,13 @@ TARGET = snapstart.Target(function_name="sagegate-prod", rest_api_id="a1b2c3d4e5
 
 # --- the runtime table -----------------------------------------------------------------------
 def test_al2023_runtimes_load_wheels_up_to_glibc_2_34() -> None:
-    platforms = lambda_runtime.RUNTIMES["python3.13"].manylinux_platforms()
+    platforms = lambda_runtime.RUNTIMES["python3.13"].manylinux_platforms("x86_64")
     assert platforms[0] == "manylinux2014_x86_64"
     assert platforms[1:] == [f"manylinux_2_{minor}_x86_64" for minor in range(17, 35)]
 
 
 def test_the_al2_runtime_stops_at_glibc_2_26() -> None:
-    platforms = lambda_runtime.RUNTIMES["python3.11"].manylinux_platforms()
+    platforms = lambda_runtime.RUNTIMES["python3.11"].manylinux_platforms("x86_64")
     assert platforms[-1] == "manylinux_2_26_x86_64"
     assert "manylinux_2_28_x86_64" not in platforms
 
