@@ -3,7 +3,8 @@
 1. refuses a stage without a layer ARN (``sagegate layer --bucket`` first);
 2. renders the stage's IAM policy for the account and region;
 3. deploys small stacks Chalice cannot make, so the function never finds them missing: the cache
-   table (``CACHE_TABLE``) and the capture stream (``capture_stream``);
+   table (``CACHE_TABLE``), the token budgets' table (``TOKEN_BUDGET_TABLE``) and the capture
+   stream (``capture_stream``);
 4. creates ``/aws/lambda/sagegate-<stage>`` with the stage's retention: Chalice 1.34 gives
    ``log_retention_in_days`` to a ``...-api_handler`` group nothing writes to, and without its
    own group the function would need ``logs:CreateLogGroup`` and keep its logs forever; the
@@ -16,7 +17,9 @@
    Chalice recorded.
 
 A stage with ``JOBS_BUCKET`` or ``MONITOR_ENGINE=stepfunctions`` is refused before anything runs:
-only the SAM stack (Path A) makes their resources.
+only the SAM stack (Path A) makes their resources. The streaming function is Path A's only too,
+but a stage with a language model still deploys: its completion routes stay on Chalice's
+function, which answers a ``"stream": true`` request whole (:data:`NO_STREAMING` says so).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from sagegate.deploy import (
     package,
     policy,
     snapstart,
+    stream_template,
 )
 from sagegate.deploy.shell import (
     DeployError,
@@ -50,6 +54,12 @@ from sagegate.deploy.shell import (
 )
 from sagegate.deploy.stage import Stage
 from sagegate.deploy.stages import ROOT, rest_api_id
+
+NO_STREAMING = (
+    "note: chalice deploy makes no streaming function: on stage {stage}, /v1/chat/completions and "
+    "/v1/completions are served by {function} (Chalice's), which answers a \"stream\": true "
+    "request whole, as one buffered body of server-sent events. Deploy with sagegate deploy "
+    "--stage {stage} (Path A) for answers streamed as they are generated.")
 
 
 def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence[str] = (),
@@ -66,11 +76,21 @@ def usage_plan_commands(stage: Stage, api_id: str, region: str, params: Sequence
 
 def cache_commands(stage: Stage, region: str, aws_cli: str = "aws",
                    root: Path = ROOT) -> list[list[str]]:
-    stack = f"{stage.function_name}-cache"
+    return _table_commands(f"{stage.function_name}-cache",
+                           check.cache_stack_path(stage.name, root), region, aws_cli, root)
+
+
+def budget_commands(stage: Stage, region: str, aws_cli: str = "aws",
+                    root: Path = ROOT) -> list[list[str]]:
+    return _table_commands(f"{stage.function_name}-budgets",
+                           check.budget_stack_path(stage.name, root), region, aws_cli, root)
+
+
+def _table_commands(stack: str, template: Path, region: str, aws_cli: str,
+                    root: Path) -> list[list[str]]:
     return [
         [aws_cli, "cloudformation", "deploy", "--region", region, "--stack-name", stack,
-         "--template-file", str(check.cache_stack_path(stage.name, root).relative_to(root)),
-         "--no-fail-on-empty-changeset"],
+         "--template-file", str(template.relative_to(root)), "--no-fail-on-empty-changeset"],
         aws.describe_stack(aws_cli, region, stack),
     ]
 
@@ -95,6 +115,8 @@ def capture_commands(stage: Stage, region: str, aws_cli: str = "aws",
 def stack_commands(stage: Stage, region: str, aws_cli: str = "aws",
                    root: Path = ROOT) -> list[list[str]]:
     commands = cache_commands(stage, region, aws_cli, root) if stage.cache_table else []
+    if stage.budget_table:
+        commands += budget_commands(stage, region, aws_cli, root)
     if capture_template.enabled(stage):
         path = capture_stack_path(stage.name, root)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,8 +150,10 @@ def chalice_deploy(stage: Stage, session: Any, account: str | None = None,
         raise DeployError(f"stages.{stage.name}.layers is empty: run sagegate layer --stage "
                           f"{stage.name} --bucket ... (make layer STAGE={stage.name} "
                           "BUCKET=...) first", status=2)
+    if stream_template.enabled(stage):
+        print(NO_STREAMING.format(stage=stage.name, function=stage.function_name))
     policy.render_for_session(stage, session, account, root)
-    check.write_stacks(stage, root)  # build/cache-<stage>.json, build/usage-plan-<stage>.json
+    check.write_stacks(stage, root)  # build/cache-, budgets-, usage-plan-<stage>.json
     for command in stack_commands(stage, session.region_name, aws_cli, root):
         runner(command, cwd=root)
     aws.ensure_log_groups(session.client("logs"), stage)
@@ -150,10 +174,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Deploy a stage with chalice deploy (Path B, needs AWS): the "
         "layer is the ARN sagegate layer recorded; renders the IAM policy, deploys the cache "
-        "table stack (stages with CACHE_TABLE) and the capture stream stack (stages with "
-        "capture_stream), creates the log groups with their retention, "
-        "runs chalice deploy, enables SnapStart and deploys the usage plan stack (api-key "
-        "stages).")
+        "table stack (stages with CACHE_TABLE), the token budgets' table stack (with "
+        "TOKEN_BUDGET_TABLE) and the capture stream stack (stages with capture_stream); "
+        "no streaming function (Path A only: a stream: true request is answered whole); "
+        "creates the log groups with their retention, runs chalice deploy, enables SnapStart "
+        "and deploys the usage plan stack (api-key stages).")
     add_stage_option(parser, default="prod")
     aws.add_aws_options(parser)
     args = parser.parse_args(argv)

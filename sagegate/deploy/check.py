@@ -1,7 +1,8 @@
 """The offline deploy checks ``make test`` runs: package every deploy stage, lint, scan.
 
-For each deploy stage: the SAM package, the stand-alone usage-plan stack and, with
-``CACHE_TABLE``, the cache-table stack ``sagegate chalice-deploy`` deploys; then, with the IaC
+For each deploy stage: the SAM package (with a language model, the streaming function and its
+two methods in ``STREAM`` mode), the stand-alone usage-plan stack and, with ``CACHE_TABLE`` and
+``TOKEN_BUDGET_TABLE``, the table stacks ``sagegate chalice-deploy`` deploys; then, with the IaC
 virtualenv's tools (``.venv/iac``, ``make iac-tools``; its own because checkov pins an older
 boto3):
 
@@ -16,7 +17,8 @@ Accepted findings are skipped in the templates, on the resource they concern
 (``Metadata.checkov.skip``, each with its reason): the function's CKV_AWS_116/117/173, the API's
 CKV_AWS_120/76 (and CKV_AWS_73 while X-Ray is off), the log group's CKV_AWS_158, the cache
 table's CKV_AWS_28 (no point-in-time recovery for answers the endpoint gives again) and
-CKV_AWS_119 (the AWS managed key for those answers); on a jobs stage,
+CKV_AWS_119 (the AWS managed key for those answers), the same two on the token budgets' table
+(counters of minutes and days); on a jobs stage,
 :mod:`sagegate.deploy.jobs_template`'s.
 """
 from __future__ import annotations
@@ -62,11 +64,17 @@ def cache_stack_path(stage: str, root: Path = ROOT) -> Path:
     return build_dir(root) / f"cache-{stage}.json"
 
 
+def budget_stack_path(stage: str, root: Path = ROOT) -> Path:
+    return build_dir(root) / f"budgets-{stage}.json"
+
+
 def write_stacks(stage: Stage, root: Path = ROOT) -> list[Path]:
     build_dir(root).mkdir(parents=True, exist_ok=True)
     written = {usage_plan_path(stage.name, root): templates.usage_plan_template(stage)}
     if stage.cache_table:
         written[cache_stack_path(stage.name, root)] = templates.cache_template(stage)
+    if stage.budget_table:
+        written[budget_stack_path(stage.name, root)] = templates.budget_template(stage)
     for path, template in written.items():
         path.write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
     return list(written)
@@ -110,8 +118,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Offline deploy checks (make deploy-check, part of make "
         f"test): package every deploy stage ({', '.join(DEPLOY_STAGES)}) as SAM, write the "
-        "usage-plan and cache-table stacks, expand the templates with AWS's SAM translator, "
-        "then cfn-lint and checkov. Needs the IaC virtualenv (make iac-tools).")
+        "usage-plan, cache-table and token-budgets stacks, expand the templates with AWS's SAM "
+        "translator, then cfn-lint and checkov. Needs the IaC virtualenv (make iac-tools).")
     parser.add_argument("--stage", dest="stages", action="append", choices=DEPLOY_STAGES,
                         help="check only this stage (repeatable; default: every deploy stage)")
     args = parser.parse_args(argv)

@@ -51,6 +51,15 @@ def models(stage: Stage) -> list[ModelSpec]:
     return list(registry.models.values())
 
 
+def llm_models(stage: Stage) -> list[ModelSpec]:
+    """The stage's language models (their kind's ``llm``: OpenAI's routes serve them).
+
+    Raises:
+        ValueError: the stage's settings or a model.json are invalid for it.
+    """
+    return [model for model in models(stage) if model.kind.llm]
+
+
 def allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:
     return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
 

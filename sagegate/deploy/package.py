@@ -107,8 +107,11 @@ def package_sam(stage: Stage, root: Path = ROOT, runner: Runner = run,
     build_dir(root).mkdir(parents=True, exist_ok=True)
     remove_bytecode(root)
     merge = build_dir(root) / f"merge-{directory.name.removeprefix('package-')}.json"
-    merge.write_text(json.dumps(templates.merge_template(stage), indent=2) + "\n",
-                     encoding="utf-8")
+    try:
+        merged = templates.merge_template(stage, root=root)
+    except ValueError as error:  # e.g. the streaming function's policy not rendered yet
+        raise DeployError(str(error), status=2) from None
+    merge.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
     run_chalice([*CHALICE_SAM, "--architecture", stage.architecture, "package", "--stage",
                  stage.name, "--merge-template",
                  str(merge.relative_to(root)), str(directory.relative_to(root))],

@@ -10,6 +10,8 @@ Instead the role gets exactly what the function does, each action on its own res
   deployment creates the group, with its retention);
 * with ``CACHE_TABLE``: ``dynamodb:GetItem`` and ``PutItem`` on that table only (one item read
   and written by key; DynamoDB's TTL deletes the expired);
+* with ``TOKEN_BUDGET_TABLE``: ``dynamodb:UpdateItem`` (the atomic counters) and ``GetItem`` (a
+  key's usage) on that table only;
 * with data capture on: ``s3:PutObject`` under ``CAPTURE_DESTINATION``, or
   ``firehose:PutRecordBatch`` on its stream;
 * with ``JOBS_BUCKET``: what the job routes write and read
@@ -18,8 +20,9 @@ Instead the role gets exactly what the function does, each action on its own res
   ``"*"`` (no resource-level permissions), so X-Ray is opt-in and the prod test refuses it until
   someone decides to.
 
-The scheduled monitor (or a fanned-out one's three functions) and each job function get roles of
-their own, written beside it as ``policy-<stage>-<function>.json``.
+The scheduled monitor (or a fanned-out one's three functions), each job function and the
+streaming function (:func:`render_stream`) get roles of their own, written beside it as
+``policy-<stage>-<function>.json``.
 
 ARNs hold the account and region, so the committed files are rendered for the documentation
 account ``123456789012`` / ``us-east-1``; ``sagegate policy`` (and the deploy commands) render
@@ -35,11 +38,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sagegate.deploy import jobs, jobs_policy
+from sagegate.deploy import jobs, jobs_policy, stream_template
 from sagegate.deploy.iam import (
     allow,
     capture_statement,
     check_account_and_region,
+    llm_models,
     log_statement,
     models,
     partition_of,
@@ -76,25 +80,74 @@ def render(stage: Stage, account: str, region: str) -> dict[str, Any]:
     """
     check_account_and_region(account, region)
     arn = f"arn:{partition_of(region)}"
-    sagemaker = f"{arn}:sagemaker:{region}:{account}"
-    invoked = [f"{sagemaker}:endpoint/{endpoint}" for endpoint in endpoints(stage)] + [
-        f"{sagemaker}:inference-component/{name}" for name in inference_components(stage)]
     statements = [
-        allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"], invoked),
+        allow("InvokeOwnEndpoint", ["sagemaker:InvokeEndpoint"],
+              _invoked(arn, account, region, endpoints(stage), inference_components(stage))),
         log_statement(arn, account, region, stage.function_name),
+        *_shared_statements(stage, arn, account, region),
     ]
+    statements += jobs_policy.api_statements(stage, account, region)
+    return {"Version": "2012-10-17", "Statement": statements + _traces(stage)}
+
+
+def render_stream(stage: Stage, account: str, region: str) -> dict[str, Any] | None:
+    """The streaming function's IAM policy; None for a stage without a language model.
+
+    ``sagemaker:InvokeEndpoint`` (which ``InvokeEndpointWithResponseStream`` is authorized as) on
+    the language models' endpoints only, their experiments' arms and shadows and inference
+    components; its own log group; the prediction cache, the capture and the token budgets as
+    the API function's. Nothing of jobs or of the other models.
+
+    Raises:
+        ValueError: a malformed account id or region, or a model.json invalid for the stage.
+    """
+    check_account_and_region(account, region)
+    chosen = llm_models(stage)
+    if not chosen:
+        return None
+    arn = f"arn:{partition_of(region)}"
+    statements = [
+        allow("InvokeLanguageModels", ["sagemaker:InvokeEndpoint"],
+              _invoked(arn, account, region, _model_endpoints(chosen),
+                       _model_components(chosen))),
+        log_statement(arn, account, region, stream_template.function_name(stage)),
+        *_shared_statements(stage, arn, account, region),
+    ]
+    return {"Version": "2012-10-17", "Statement": statements + _traces(stage)}
+
+
+def stream_policy_path(stage: Stage, root: Path = ROOT) -> Path:
+    return root / ".chalice" / stream_template.policy_file(stage)
+
+
+def _invoked(arn: str, account: str, region: str, endpoint_names: list[str],
+             components: list[str]) -> list[str]:
+    sagemaker = f"{arn}:sagemaker:{region}:{account}"
+    return [f"{sagemaker}:endpoint/{endpoint}" for endpoint in endpoint_names] + [
+        f"{sagemaker}:inference-component/{name}" for name in components]
+
+
+def _shared_statements(stage: Stage, arn: str, account: str,
+                       region: str) -> list[dict[str, Any]]:
+    """What both functions of the API do besides calling endpoints and logging: the cache, the
+    token budgets and the capture."""
+    table = f"{arn}:dynamodb:{region}:{account}:table"
+    statements = []
     if stage.cache_table:
         statements.append(allow("ReadWritePredictionCache",
                                  ["dynamodb:GetItem", "dynamodb:PutItem"],
-                                 f"{arn}:dynamodb:{region}:{account}:table/{stage.cache_table}"))
+                                 f"{table}/{stage.cache_table}"))
+    if stage.budget_table:
+        statements.append(allow("CountTokenBudgets", ["dynamodb:UpdateItem", "dynamodb:GetItem"],
+                                 f"{table}/{stage.budget_table}"))
     capture = capture_statement(stage.env, arn, account, region)
-    if capture is not None:
-        statements.append(capture)
-    statements += jobs_policy.api_statements(stage, account, region)
-    if stage.xray:
-        statements.append(allow("WriteTraces",
-                                 ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*"))
-    return {"Version": "2012-10-17", "Statement": statements}
+    return statements if capture is None else [*statements, capture]
+
+
+def _traces(stage: Stage) -> list[dict[str, Any]]:
+    if not stage.xray:
+        return []
+    return [allow("WriteTraces", ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*")]
 
 
 def monitor_policy_path(stage: str, root: Path = ROOT) -> Path:
@@ -209,9 +262,12 @@ def endpoints(stage: Stage) -> list[str]:
     Raises:
         ValueError: a model.json is invalid for this stage (an endpoint variable it lacks).
     """
-    return sorted({stage.endpoint_name.lower(),
-                   *(endpoint.lower() for model in models(stage)
-                     for endpoint in (model.endpoint, *_experiment_endpoints(model)))})
+    return sorted({stage.endpoint_name.lower(), *_model_endpoints(models(stage))})
+
+
+def _model_endpoints(chosen: Sequence[Any]) -> list[str]:
+    return sorted({endpoint.lower() for model in chosen
+                   for endpoint in (model.endpoint, *_experiment_endpoints(model))})
 
 
 def _experiment_endpoints(model: Any) -> list[str]:
@@ -227,8 +283,12 @@ def inference_components(stage: Stage) -> list[str]:
     Raises:
         ValueError: a model.json is invalid for this stage.
     """
-    named = [model.inference_component for model in models(stage)]
-    named += [target.inference_component for model in models(stage)
+    return _model_components(models(stage))
+
+
+def _model_components(chosen: Sequence[Any]) -> list[str]:
+    named = [model.inference_component for model in chosen]
+    named += [target.inference_component for model in chosen
               if model.experiment is not None
               for target in (*model.experiment.arms, *model.experiment.shadows)]
     return sorted({name.lower() for name in named if name})
@@ -263,6 +323,14 @@ def write(stage: Stage, account: str, region: str, root: Path = ROOT) -> Path:
         function_path = monitor_function_policy_path(stage.name, function, root)
         function_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {function_path.relative_to(root)} ({function}'s role)")
+    try:
+        stream = render_stream(stage, account, region)
+    except ValueError as error:
+        raise DeployError(str(error), status=2) from None
+    if stream is not None:
+        stream_path = stream_policy_path(stage, root)
+        stream_path.write_text(json.dumps(stream, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {stream_path.relative_to(root)} (the streaming function's role)")
     for function in jobs.roles(stage):
         try:
             role = jobs_policy.render_function(stage, function, account, region)

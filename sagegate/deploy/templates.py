@@ -18,6 +18,10 @@
   without them every request is refused.
 * With ``CACHE_TABLE``: ``PredictionCache`` (:func:`cache_table`); the function waits for it, so
   no request finds the table missing.
+* With ``TOKEN_BUDGET_TABLE``: ``TokenBudgets`` (:func:`budget_table`), which both functions wait
+  for.
+* With a language model registered: the streaming function that serves OpenAI's completion
+  routes in ``STREAM`` mode (:mod:`sagegate.deploy.stream_template`).
 * With ``MONITOR_BASELINE``: the same fixes for the ``monitor`` function
   (``sagegate-<stage>-monitor``), no retry of a failed scheduled invocation
   (``MaximumRetryAttempts: 0``, which Chalice cannot set: Lambda would run a timed-out hour twice
@@ -32,22 +36,31 @@
 :func:`apply_snapstart` edits the packaged template of a ``"snapstart": true`` stage (Chalice
 cannot express it): SAM publishes a version on every change (``AutoPublishAlias: live``,
 ``AutoPublishAliasAllProperties``) with ``SnapStart: {ApplyOn: PublishedVersions}``, and every
-integration and the invoke permission point at ``live`` instead of ``$LATEST``, which SnapStart
-never serves.
+integration of ``APIHandler`` and its invoke permission point at ``live`` instead of ``$LATEST``,
+which SnapStart never serves (the streaming function's two keep invoking it unqualified: it has
+no SnapStart).
 
-:func:`usage_plan_template` and :func:`cache_template` are the same usage plan and table as
-stand-alone stacks for a ``chalice deploy`` stage (the API id from
+:func:`usage_plan_template`, :func:`cache_template` and :func:`budget_template` are the same usage
+plan and tables as stand-alone stacks for a ``chalice deploy`` stage (the API id from
 ``.chalice/deployed/<stage>.json``), written by ``sagegate package`` and ``sagegate check`` to
-``build/usage-plan-<stage>.json`` and ``build/cache-<stage>.json``.
+``build/usage-plan-<stage>.json``, ``build/cache-<stage>.json`` and ``build/budgets-<stage>.json``.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from chalicelib.core.access import AuthMode
-from sagegate.deploy import capture_template, jobs, jobs_template, monitor_template
+from sagegate.deploy import (
+    capture_template,
+    jobs,
+    jobs_template,
+    monitor_template,
+    stream_template,
+)
 from sagegate.deploy.gateway_responses import gateway_responses
 from sagegate.deploy.stage import Stage
+from sagegate.deploy.stages import ROOT
 
 LAYER_ZIP = "./layer.zip"
 API = "RestAPI"  # Chalice's logical id for the REST API
@@ -55,6 +68,8 @@ FUNCTION = "APIHandler"  # ... for its Lambda function
 LOG_GROUP = "ApiHandlerLogGroup"  # ... for the function's log group (log_retention_in_days)
 PERMISSION = "APIHandlerInvokePermission"  # ... for API Gateway's permission to invoke it
 CACHE = "PredictionCache"  # sagegate's logical id for the cache's DynamoDB table
+BUDGETS = "TokenBudgets"  # ... for the token budgets' DynamoDB table
+LAYER = "DependenciesLayer"  # ... for the layer
 MONITOR = "Monitor"  # Chalice's logical id for app.py's scheduled monitor (name "monitor")
 MONITOR_LOG_GROUP = "MonitorLogGroup"  # ... for its log group
 MONITOR_RETRY_ATTEMPTS = 0  # Lambda's asynchronous retries of a failed scheduled run
@@ -110,6 +125,15 @@ _CACHE_SKIPS = [
                     "a monthly fee to own and protects nothing more. Set KMSMasterKeyId for a "
                     "stricter policy."),
 ]
+_BUDGET_SKIPS = [
+    ("CKV_AWS_28", "Counters of the current minute and day per API key, each expiring (TTL) after "
+                   "its window: a restore would bring back spent windows nobody needs; losing "
+                   "the table costs at most a day's counts, never an answer."),
+    ("CKV_AWS_119", "Encrypted at rest with the AWS managed key (SSEEnabled, alias/aws/dynamodb)."
+                    " Items hold API key ids and token counts, no request or answer; a customer "
+                    "managed key adds a key, its policy and a monthly fee to own and protects "
+                    "nothing more. Set KMSMasterKeyId for a stricter policy."),
+]
 _MONITOR_SKIPS = [
     ("CKV_AWS_116", "A scheduled run that fails is retried by Lambda and logged; the next "
                     "hour's run checks the next window, and any hour can be checked again "
@@ -127,14 +151,20 @@ _LOG_GROUP_SKIPS = [
 ]
 
 
-def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
-    """The template to merge into Chalice's SAM template for ``stage``."""
+def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP,
+                   root: Path = ROOT) -> dict[str, Any]:
+    """The template to merge into Chalice's SAM template for ``stage``.
+
+    Raises:
+        ValueError: the stage streams (a language model registered) but its streaming settings
+            are invalid or its role's policy file (under ``root``) is missing.
+    """
     resources: dict[str, Any] = {
-        "DependenciesLayer": _layer(stage, layer_zip),
+        LAYER: _layer(stage, layer_zip),
         FUNCTION: {
             "DependsOn": [LOG_GROUP],
             "Properties": {"FunctionName": stage.function_name,
-                           "Layers": [{"Ref": "DependenciesLayer"}]},
+                           "Layers": [{"Ref": LAYER}]},
             "Metadata": _skips(_FUNCTION_SKIPS),
         },
         LOG_GROUP: {
@@ -154,19 +184,28 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
         },
     }
     parameters = dict(_STAGE_PARAMETERS)
-    outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": "DependenciesLayer"}}}
+    outputs: dict[str, Any] = {"DependenciesLayerArn": {"Value": {"Ref": LAYER}}}
     if monitor_template.enabled(stage):
         resources.update(monitor_template.monitor_resources(stage))
         outputs.update(monitor_template.monitor_outputs(stage))
     elif stage.monitor is not None:
         resources.update(_monitor(stage))
+    functions = [FUNCTION]  # what each function of the API waits for
+    if stream_template.enabled(stage):
+        _add_streaming(stage, resources, root)
+        outputs.update(stream_template.outputs())
+        functions.append(stream_template.FUNCTION)
     if stage.cache_table:
         resources[CACHE] = cache_table(stage)
-        resources[FUNCTION]["DependsOn"].append(CACHE)
+        _wait_for(resources, functions, CACHE)
         outputs.update(_cache_outputs())
+    if stage.budget_table:
+        resources[BUDGETS] = budget_table(stage)
+        _wait_for(resources, functions, BUDGETS)
+        outputs.update(_budget_outputs())
     if capture_template.enabled(stage):
         resources.update(capture_template.capture_resources(stage))
-        resources[FUNCTION]["DependsOn"].append(capture_template.STREAM)
+        _wait_for(resources, functions, capture_template.STREAM)
         outputs.update(capture_template.capture_outputs(stage))
     if jobs.enabled(stage):
         resources.update(jobs_template.jobs_resources(stage))
@@ -179,6 +218,23 @@ def merge_template(stage: Stage, layer_zip: str = LAYER_ZIP) -> dict[str, Any]:
     return {"Parameters": parameters, "Resources": resources, "Outputs": outputs}
 
 
+def _add_streaming(stage: Stage, resources: dict[str, Any], root: Path) -> None:
+    """The streaming function's resources, with the API function's accepted findings (the
+    same code and calls), and its two methods' integrations merged into the API's."""
+    added = stream_template.stream_resources(
+        stage, LAYER, resources[LAYER]["Properties"]["CompatibleArchitectures"], root)
+    added[stream_template.FUNCTION]["Metadata"] = _skips(_FUNCTION_SKIPS)
+    added[stream_template.LOG_GROUP]["Metadata"] = _skips(_LOG_GROUP_SKIPS)
+    resources.update(added)
+    resources[API]["Properties"]["DefinitionBody"]["paths"] = \
+        stream_template.integrations(stage)
+
+
+def _wait_for(resources: dict[str, Any], functions: list[str], dependency: str) -> None:
+    for function in functions:
+        resources[function]["DependsOn"].append(dependency)
+
+
 def _monitor(stage: Stage) -> dict[str, Any]:
     """The scheduled monitor's fixes: its Chalice name, the layer, its log group named in advance
     and waited for, and no asynchronous retries (a run that failed or timed out would fail again,
@@ -187,7 +243,7 @@ def _monitor(stage: Stage) -> dict[str, Any]:
         MONITOR: {
             "DependsOn": [MONITOR_LOG_GROUP],
             "Properties": {"FunctionName": stage.monitor_function_name,
-                           "Layers": [{"Ref": "DependenciesLayer"}],
+                           "Layers": [{"Ref": LAYER}],
                            "EventInvokeConfig": {"MaximumRetryAttempts":
                                                  MONITOR_RETRY_ATTEMPTS}},
             "Metadata": _skips(_MONITOR_SKIPS),
@@ -258,18 +314,39 @@ def cache_table(stage: Stage) -> dict[str, Any]:
     """
     if not stage.cache_table:
         raise ValueError(f"stage {stage.name!r} sets no CACHE_TABLE: it has no cache table")
+    return _table(stage, stage.cache_table, cache_table_schema(), _CACHE_SKIPS)
+
+
+def budget_table(stage: Stage) -> dict[str, Any]:
+    """The token budgets: the DynamoDB table the stage's ``TOKEN_BUDGET_TABLE`` names.
+
+    On demand, as the cache: an ``UpdateItem`` (an atomic counter) per reservation and
+    settlement, a ``GetItem`` per usage read; each window's item expires through TTL on
+    ``expires_at``. Encrypted at rest; deleted with its stack (counters of minutes and days).
+
+    Raises:
+        ValueError: the stage sets no ``TOKEN_BUDGET_TABLE``.
+    """
+    if not stage.budget_table:
+        raise ValueError(f"stage {stage.name!r} sets no TOKEN_BUDGET_TABLE: it has no budgets "
+                         "table")
+    return _table(stage, stage.budget_table, budget_table_schema(), _BUDGET_SKIPS)
+
+
+def _table(stage: Stage, name: str, schema: dict[str, Any],
+           skips: list[tuple[str, str]]) -> dict[str, Any]:
     return {
         "Type": "AWS::DynamoDB::Table",
         "DeletionPolicy": "Delete",
         "UpdateReplacePolicy": "Delete",
         "Properties": {
-            "TableName": stage.cache_table,
+            "TableName": name,
             "BillingMode": "PAY_PER_REQUEST",
-            **cache_table_schema(),
+            **schema,
             "SSESpecification": {"SSEEnabled": True},
             "Tags": [{"Key": key, "Value": value} for key, value in sorted(stage.tags.items())],
         },
-        "Metadata": _skips(_CACHE_SKIPS),
+        "Metadata": _skips(skips),
     }
 
 
@@ -304,10 +381,26 @@ def cache_template(stage: Stage) -> dict[str, Any]:
     }
 
 
+def budget_template(stage: Stage) -> dict[str, Any]:
+    """A stand-alone stack, ``sagegate-<stage>-budgets``, for ``chalice deploy``."""
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": f"sagegate {stage.name}: the per-key token budgets (DynamoDB)",
+        "Resources": {BUDGETS: budget_table(stage)},
+        "Outputs": _budget_outputs(),
+    }
+
+
 def _cache_outputs() -> dict[str, Any]:
     return {"PredictionCacheTable": {"Description": "The function's CACHE_TABLE",
                                      "Value": {"Ref": CACHE}},
             "PredictionCacheArn": {"Value": {"Fn::GetAtt": [CACHE, "Arn"]}}}
+
+
+def _budget_outputs() -> dict[str, Any]:
+    return {"TokenBudgetsTable": {"Description": "The functions' TOKEN_BUDGET_TABLE",
+                                  "Value": {"Ref": BUDGETS}},
+            "TokenBudgetsArn": {"Value": {"Fn::GetAtt": [BUDGETS, "Arn"]}}}
 
 
 def _layer(stage: Stage, layer_zip: str) -> dict[str, Any]:
@@ -373,3 +466,4 @@ def _usage_plan_outputs() -> dict[str, Any]:
                      "Value": {"Ref": "ApiKey"}},
         "UsagePlanId": {"Value": {"Ref": "ApiUsagePlan"}},
     }
+

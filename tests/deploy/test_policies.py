@@ -12,7 +12,13 @@ import pytest
 from chalicelib.core.config import Settings
 from chalicelib.registry.loading import load_registry
 from sagegate.deploy import jobs
-from sagegate.deploy.policy import policy_path, render
+from sagegate.deploy.iam import llm_models
+from sagegate.deploy.policy import (
+    policy_path,
+    render,
+    render_stream,
+    stream_policy_path,
+)
 from sagegate.deploy.stage import Stage
 from sagegate.deploy.stages import DEPLOY_STAGES, load_config, load_stage
 
@@ -162,7 +168,7 @@ def test_firehose_capture_adds_put_record_batch_on_its_stream_only() -> None:
 
 def test_capture_off_grants_nothing_for_it() -> None:
     stage = with_env(load_stage("prod"), CAPTURE_MODE="off", CAPTURE_DESTINATION="s3://b/p",
-                     CACHE_TABLE="")
+                     CACHE_TABLE="", TOKEN_BUDGET_TABLE="")
     actions = {a for s in statements(render(stage, "111122223333", "eu-west-1"))
                for a in s["Action"]}
     assert actions == {"sagemaker:InvokeEndpoint", "logs:CreateLogStream", "logs:PutLogEvents"}
@@ -188,13 +194,14 @@ def test_the_stages_cache_table_is_read_and_written_by_key_only(stage: str) -> N
     assert statement["Resource"] == f"arn:aws:dynamodb:{region}:{account}:table/{table}"
     assert is_scoped(statement["Resource"])
     jobs_table = f"table/{jobs.table(load_stage(stage))}"  # dev's (test_job_functions.py)
+    budgets = f"table/{load_stage(stage).budget_table}"  # the token budgets' (below)
     dynamodb = [a for s in statements(policy) for a in as_list(s["Action"])
-                if a.startswith("dynamodb:") and not s["Resource"].endswith(jobs_table)]
+                if a.startswith("dynamodb:") and not s["Resource"].endswith((jobs_table, budgets))]
     assert dynamodb == CACHE_ACTIONS
 
 
 def test_no_cache_table_grants_no_dynamodb() -> None:
-    stage = with_env(load_stage("prod"), CACHE_TABLE="")
+    stage = with_env(load_stage("prod"), CACHE_TABLE="", TOKEN_BUDGET_TABLE="")
     policy = render(stage, "111122223333", "eu-west-1")
     assert not cache_statements(policy)
     assert not [a for s in statements(policy) for a in as_list(s["Action"])
@@ -289,4 +296,102 @@ def test_every_arm_and_shadow_of_an_experiment_is_granted_and_nothing_else(
     assert granted - {stage_endpoint} == {f"{arn}:endpoint/lite0", f"{arn}:endpoint/lite0-int8",
                                           f"{arn}:endpoint/lite0-shadow",
                                           f"{arn}:inference-component/int8-ic"}
+    assert_no_wildcards(document)
+
+
+BUDGET_ACTIONS = ["dynamodb:UpdateItem", "dynamodb:GetItem"]
+
+
+def load_stream_policy(stage: str) -> dict[str, Any]:
+    return json.loads(stream_policy_path(load_stage(stage)).read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
+def test_committed_streaming_policies_are_what_the_stage_config_renders(stage: str) -> None:
+    policy = load_stream_policy(stage)
+    assert policy == render_stream(load_stage(stage), *account_and_region(load_policy(stage)))
+
+
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
+def test_the_streaming_role_invokes_the_language_models_only(stage: str) -> None:
+    """InvokeEndpoint on the llm models' endpoints (none of the image, tensor or Cortex ones),
+    its own log group, the cache and budgets tables as the API's, the capture; nothing of jobs,
+    no wildcard."""
+    policy = load_stream_policy(stage)
+    account, region = account_and_region(load_policy(stage))
+    config = load_stage(stage)
+    assert_no_wildcards(policy)
+    granted: dict[str, list[str]] = {}
+    for statement in statements(policy):
+        for action in as_list(statement["Action"]):
+            granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    llm = {model.endpoint for model in llm_models(config)}
+    assert llm == {"smollm2"}
+    assert granted["sagemaker:InvokeEndpoint"] == [
+        f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}" for name in sorted(llm)]
+    assert not {"iris", "sentiment", config.endpoint_name} & {
+        arn.rsplit("/", 1)[-1] for arn in granted["sagemaker:InvokeEndpoint"]}
+    assert granted["logs:PutLogEvents"] == [
+        f"arn:aws:logs:{region}:{account}:log-group:/aws/lambda/sagegate-{stage}-stream:*"]
+    table = f"arn:aws:dynamodb:{region}:{account}:table"
+    assert granted["dynamodb:PutItem"] == [f"{table}/{config.cache_table}"]
+    assert granted["dynamodb:UpdateItem"] == [f"{table}/{config.budget_table}"]
+    assert sorted(granted["dynamodb:GetItem"]) == sorted(
+        [f"{table}/{config.cache_table}", f"{table}/{config.budget_table}"])
+    api = {action for statement in statements(load_policy(stage))
+           for action in as_list(statement["Action"])}
+    assert set(granted) <= api  # nothing the API function cannot do (jobs: the API's alone)
+    assert not any(action.startswith(("s3:Get", "sns:", "sqs:")) for action in granted)
+
+
+@pytest.mark.parametrize("stage", DEPLOY_STAGES)
+def test_both_roles_count_token_budgets_on_the_stages_table_only(stage: str) -> None:
+    config = load_stage(stage)
+    assert config.budget_table == f"sagegate-{stage}-token-budgets"
+    for policy in (load_policy(stage), load_stream_policy(stage)):
+        account, region = account_and_region(load_policy(stage))
+        [statement] = [s for s in statements(policy) if s["Sid"] == "CountTokenBudgets"]
+        assert statement["Action"] == BUDGET_ACTIONS
+        assert statement["Resource"] == \
+            f"arn:aws:dynamodb:{region}:{account}:table/{config.budget_table}"
+        assert not [s for s in statements(policy) if s["Sid"] != "CountTokenBudgets"
+                    and config.budget_table in json.dumps(s["Resource"])]
+
+
+def test_no_budget_table_grants_nothing_for_it() -> None:
+    stage = with_env(load_stage("prod"), TOKEN_BUDGET_TABLE="")
+    for policy in (render(stage, "111122223333", "eu-west-1"),
+                   render_stream(stage, "111122223333", "eu-west-1")):
+        assert policy is not None
+        assert "dynamodb:UpdateItem" not in json.dumps(policy)
+
+
+def test_a_stage_without_a_language_model_has_no_streaming_role(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagegate.deploy import policy as policy_module
+
+    monkeypatch.setattr(policy_module, "llm_models", lambda stage: [])
+    assert render_stream(load_stage("prod"), "111122223333", "eu-west-1") is None
+
+
+def test_a_language_models_arms_shadows_and_components_are_the_streaming_roles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from chalicelib.registry.experiments import Arm, Experiment, Shadow
+    from sagegate.deploy import policy as policy_module
+
+    experiment = Experiment("e", (Arm("a", "chat-a", weight=9),
+                                  Arm("b", "chat-b", inference_component="Chat-IC", weight=1)),
+                            shadows=(Shadow("s", "chat-shadow"),))
+    chosen = [types.SimpleNamespace(endpoint="chat", inference_component=None,
+                                    experiment=experiment)]
+    monkeypatch.setattr(policy_module, "llm_models", lambda stage: chosen)
+    document = render_stream(load_stage("prod"), "123456789012", "us-east-1")
+    assert document is not None
+    [invoke] = [s for s in statements(document) if s["Sid"] == "InvokeLanguageModels"]
+    arn = "arn:aws:sagemaker:us-east-1:123456789012"
+    assert set(invoke["Resource"]) == {
+        f"{arn}:endpoint/chat", f"{arn}:endpoint/chat-a", f"{arn}:endpoint/chat-b",
+        f"{arn}:endpoint/chat-shadow", f"{arn}:inference-component/chat-ic"}
     assert_no_wildcards(document)

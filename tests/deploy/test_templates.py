@@ -10,11 +10,17 @@ from typing import Any
 import pytest
 
 from chalicelib.core.media import BINARY_TYPES, ImageFormat
-from sagegate.deploy import capture_template, jobs
-from sagegate.deploy.check import SAM_TRANSLATE, cache_stack_path, write_stacks
-from sagegate.deploy.policy import policy_path
+from sagegate.deploy import capture_template, jobs, stream_template
+from sagegate.deploy.check import (
+    SAM_TRANSLATE,
+    budget_stack_path,
+    cache_stack_path,
+    write_stacks,
+)
+from sagegate.deploy.iam import llm_models
+from sagegate.deploy.policy import policy_path, stream_policy_path
 from sagegate.deploy.stages import load_stage
-from sagegate.deploy.templates import cache_template
+from sagegate.deploy.templates import budget_template, cache_template
 from tests.deploy.conftest import ROOT, Package
 
 pytestmark = pytest.mark.deploy
@@ -23,6 +29,10 @@ pytestmark = pytest.mark.deploy
 # (they hold nothing secret; the page asks for the API key itself).
 OPEN_ROUTES = {("/health", "get"), ("/", "get"), ("/static/{name}", "get"),
                ("/openapi.yaml", "get")}
+# Served by the streaming function (in STREAM mode); every other method by APIHandler.
+STREAMED = {("/v1/chat/completions", "post"), ("/v1/completions", "post")}
+STREAMING_URI = ("arn:${AWS::Partition}:apigateway:${AWS::Region}:lambda:path/2021-11-15/"
+                 "functions/${StreamingHandler.Arn}/response-streaming-invocations")
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
@@ -99,8 +109,8 @@ def test_the_function_is_named_for_its_policy_and_log_group(built: Package) -> N
     stage = load_stage(built.stage)
     jobs_table = ["JobsTable"] if jobs.enabled(stage) else []
     stream = ["CaptureStream"] if capture_template.enabled(stage) else []
-    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache", *stream,
-                                     *jobs_table]
+    assert function["DependsOn"] == ["ApiHandlerLogGroup", "PredictionCache", "TokenBudgets",
+                                     *stream, *jobs_table]
     group = built.resource("ApiHandlerLogGroup")["Properties"]
     assert group["LogGroupName"] == f"/aws/lambda/{name}"
     assert group["RetentionInDays"] > 0
@@ -140,7 +150,7 @@ def test_the_shared_cache_table_is_the_one_the_function_and_its_policy_name(
     granted = [statement for policy in role["Policies"]
                for statement in policy["PolicyDocument"]["Statement"]
                if any(action.startswith("dynamodb:") for action in statement["Action"])
-               and not statement["Resource"].endswith(jobs_table)]
+               and not statement["Resource"].endswith((jobs_table, "-token-budgets"))]
     assert [(g["Action"], g["Resource"].rsplit(":", 1)[-1]) for g in granted] == [
         (["dynamodb:GetItem", "dynamodb:PutItem"], f"table/{name}")]
     assert built.template["Outputs"]["PredictionCacheTable"] == {
@@ -194,7 +204,10 @@ def test_snapstart_serves_published_versions_behind_the_live_alias(built: Packag
     assert permission["FunctionName"] == {"Ref": "APIHandler.Alias"}
     for path, verb, spec in methods(built):
         uri = spec["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
-        assert "${APIHandlerAliaslive}" in uri and ".Arn" not in uri, (path, verb, uri)
+        if (path, verb) in STREAMED:  # no SnapStart: it invokes $LATEST
+            assert uri == STREAMING_URI, (path, verb, uri)
+        else:
+            assert "${APIHandlerAliaslive}" in uri and ".Arn" not in uri, (path, verb, uri)
 
 
 def sam_transform(pkg: Package) -> dict[str, Any]:
@@ -226,5 +239,139 @@ def test_sams_own_transform_points_every_integration_at_the_alias(built: Package
         "Ref": alias}
     body = resources["RestAPI"]["Properties"]["Body"]
     uris = [spec["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
-            for verbs in body["paths"].values() for spec in verbs.values()]
+            for path, verbs in body["paths"].items() for verb, spec in verbs.items()
+            if (path, verb) not in STREAMED]
     assert uris and all(f"${{{alias}}}" in uri for uri in uris), uris
+    for path, verb in STREAMED:  # SAM's expansion keeps the extension as written
+        integration = body["paths"][path][verb]["x-amazon-apigateway-integration"]
+        assert integration["responseTransferMode"] == "STREAM"
+        assert integration["uri"] == {"Fn::Sub": STREAMING_URI}
+    streaming = resources["StreamingHandler"]
+    assert streaming["Type"] == "AWS::Lambda::Function"
+    assert "SnapStart" not in streaming["Properties"]  # (and the one version is the API's)
+
+
+def test_the_streaming_function_runs_the_api_functions_code_through_its_own_loop(
+        built: Package) -> None:
+    """The same zip, layer, runtime, architecture, memory, environment and tracing as
+    APIHandler; its own runtime loop (the exec wrapper), handler, name, log group and role; a
+    longer timeout; no SnapStart (a runtime loop of its own gets no restore hooks)."""
+    api = built.resource("APIHandler")["Properties"]
+    resource = built.resource("StreamingHandler")
+    function = resource["Properties"]
+    assert resource["Type"] == "AWS::Serverless::Function"
+    for same in ("CodeUri", "Layers", "Runtime", "Architectures", "MemorySize", "Tracing",
+                 "Tags"):
+        assert function[same] == api[same], same
+    assert (built.directory / function["CodeUri"]).is_file()
+    assert function["Environment"]["Variables"] == {
+        **api["Environment"]["Variables"],
+        "AWS_LAMBDA_EXEC_WRAPPER": "/var/task/chalicelib/lambdastream/bootstrap"}
+    assert function["Handler"] == "chalicelib.lambdastream.handler.handle"
+    assert (ROOT / "chalicelib" / "lambdastream" / "bootstrap").is_file()
+    assert function["FunctionName"] == f"sagegate-{built.stage}-stream"
+    assert function["Timeout"] == 300 > api["Timeout"]
+    assert function["ReservedConcurrentExecutions"] > 0
+    assert function["Role"] == {"Fn::GetAtt": ["StreamingHandlerRole", "Arn"]}
+    for absent in ("SnapStart", "AutoPublishAlias", "ProvisionedConcurrencyConfig"):
+        assert absent not in function, absent
+    stage = load_stage(built.stage)
+    capture = ["CaptureStream"] if capture_template.enabled(stage) else []
+    assert resource["DependsOn"] == ["StreamingHandlerLogGroup", "PredictionCache",
+                                     "TokenBudgets", *capture]
+    group = built.resource("StreamingHandlerLogGroup")["Properties"]
+    assert group == {"LogGroupName": f"/aws/lambda/sagegate-{built.stage}-stream",
+                     "RetentionInDays": built.resource("ApiHandlerLogGroup")["Properties"][
+                         "RetentionInDays"]}
+    assert built.template["Outputs"]["StreamingHandlerArn"] == {
+        "Value": {"Fn::GetAtt": ["StreamingHandler", "Arn"]}}
+
+
+def test_the_completion_routes_stream_from_the_streaming_function(built: Package) -> None:
+    """Chalice's two methods (the API key, the usage plan, the responses) with their integration
+    alone changed: InvokeWithResponseStream in STREAM mode, for as long as the function may run;
+    every other method still invokes APIHandler."""
+    timeout = built.resource("StreamingHandler")["Properties"]["Timeout"]
+    chalices = definition(built)["paths"]["/predict"]["post"]["x-amazon-apigateway-integration"]
+    for path, verb in STREAMED:
+        method = definition(built)["paths"][path][verb]
+        assert method["security"] == [{"api_key": []}], path
+        assert method["responses"] == definition(built)["paths"]["/predict"]["post"]["responses"]
+        integration = method["x-amazon-apigateway-integration"]
+        assert integration == {
+            **chalices, "uri": {"Fn::Sub": STREAMING_URI}, "responseTransferMode": "STREAM",
+            "timeoutInMillis": timeout * 1000}, path
+        assert 29_000 < integration["timeoutInMillis"] <= 900_000
+    for path, verb, spec in methods(built):
+        if (path, verb) not in STREAMED:
+            integration = spec["x-amazon-apigateway-integration"]
+            assert "StreamingHandler" not in json.dumps(integration), (path, verb)
+            assert "responseTransferMode" not in integration, (path, verb)
+    assert stream_template.ROUTES.keys() == {path for path, _ in STREAMED}
+
+
+def test_api_gateway_may_invoke_the_streaming_function_from_those_methods_only(
+        built: Package) -> None:
+    permissions = {name: resource["Properties"]
+                   for name, resource in built.template["Resources"].items()
+                   if resource["Type"] == "AWS::Lambda::Permission"
+                   and "StreamingHandler" in json.dumps(resource["Properties"]["FunctionName"])}
+    api_arn = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${RestAPI}"
+    assert sorted(p["SourceArn"]["Fn::Sub"] for p in permissions.values()) == sorted(
+        f"{api_arn}/*/POST{path}" for path, _ in STREAMED)
+    for permission in permissions.values():
+        assert permission["FunctionName"] == {"Fn::GetAtt": ["StreamingHandler", "Arn"]}
+        assert permission["Action"] == "lambda:InvokeFunction"
+        assert permission["Principal"] == "apigateway.amazonaws.com"
+
+
+def test_the_streaming_role_carries_its_committed_policy_and_nothing_else(
+        built: Package) -> None:
+    stage = load_stage(built.stage)
+    role = built.resource("StreamingHandlerRole")["Properties"]
+    [document] = [p["PolicyDocument"] for p in role["Policies"]]
+    assert document == json.loads(stream_policy_path(stage).read_text())
+    assert "ManagedPolicyArns" not in role
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "lambda.amazonaws.com"}
+    [invoke] = [s for s in document["Statement"] if s["Sid"] == "InvokeLanguageModels"]
+    assert {arn.rsplit("/", 1)[-1] for arn in invoke["Resource"]} == {
+        model.endpoint for model in llm_models(stage)} == {"smollm2"}
+
+
+def test_the_token_budgets_table_is_the_one_both_functions_and_their_roles_name(
+        built: Package) -> None:
+    name = f"sagegate-{built.stage}-token-budgets"
+    table = built.resource("TokenBudgets")
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Delete"
+    props = table["Properties"]
+    assert props["TableName"] == name
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [{"AttributeName": "key", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert {t["Key"]: t["Value"] for t in props["Tags"]} == \
+        built.resource("APIHandler")["Properties"]["Tags"]
+    assert {skip["id"] for skip in table["Metadata"]["checkov"]["skip"]} == {
+        "CKV_AWS_28", "CKV_AWS_119"}
+    for function, role in (("APIHandler", "ApiHandlerRole"),
+                           ("StreamingHandler", "StreamingHandlerRole")):
+        assert "TokenBudgets" in built.resource(function)["DependsOn"]
+        variables = built.resource(function)["Properties"]["Environment"]["Variables"]
+        assert variables["TOKEN_BUDGET_TABLE"] == name
+        granted = [(s["Action"], s["Resource"].rsplit(":", 1)[-1])
+                   for policy in built.resource(role)["Properties"]["Policies"]
+                   for s in policy["PolicyDocument"]["Statement"]
+                   if isinstance(s["Resource"], str) and s["Resource"].endswith("-token-budgets")]
+        assert granted == [(["dynamodb:UpdateItem", "dynamodb:GetItem"], f"table/{name}")], role
+    assert built.template["Outputs"]["TokenBudgetsTable"]["Value"] == {"Ref": "TokenBudgets"}
+
+
+def test_the_stand_alone_budgets_stack_is_the_same_table(built: Package, tmp_path: Path) -> None:
+    stage = load_stage(built.stage)
+    template = budget_template(stage)
+    assert template["Resources"] == {"TokenBudgets": built.resource("TokenBudgets")}
+    written = budget_stack_path(stage.name, tmp_path)
+    assert written in write_stacks(stage, tmp_path)
+    assert json.loads(written.read_text()) == json.loads(json.dumps(template))

@@ -119,12 +119,13 @@ def test_merge_template_adds_the_cache_table_only_for_a_stage_that_names_one() -
     assert table == templates.cache_table(prod)
     assert table["Properties"]["TableName"] == prod.cache_table == "sagegate-prod-prediction-cache"
     assert template["Resources"]["APIHandler"]["DependsOn"] == ["ApiHandlerLogGroup",
-                                                                "PredictionCache"]
+                                                                "PredictionCache", "TokenBudgets"]
     assert {"PredictionCacheTable", "PredictionCacheArn"} <= set(template["Outputs"])
     none = dataclasses.replace(prod, env={**prod.env, "CACHE_TABLE": " "})
     template = templates.merge_template(none)
     assert "PredictionCache" not in template["Resources"]
-    assert template["Resources"]["APIHandler"]["DependsOn"] == ["ApiHandlerLogGroup"]
+    assert template["Resources"]["APIHandler"]["DependsOn"] == ["ApiHandlerLogGroup",
+                                                                "TokenBudgets"]
     assert not {"PredictionCacheTable", "PredictionCacheArn"} & set(template["Outputs"])
     with pytest.raises(ValueError, match="sets no CACHE_TABLE"):
         templates.cache_template(none)
@@ -235,8 +236,9 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     (root / ".chalice").mkdir(parents=True)
     shutil.copy(CONFIG_PATH, root / ".chalice" / "config.json")
-    for stage in stages.DEPLOY_STAGES:
-        shutil.copy(CONFIG_PATH.parent / f"policy-{stage}.json", root / ".chalice")
+    for stage in stages.DEPLOY_STAGES:  # the API's and the streaming function's
+        for role in ("", "-stream"):
+            shutil.copy(CONFIG_PATH.parent / f"policy-{stage}{role}.json", root / ".chalice")
     (root / "requirements-layer.txt").write_text("numpy==2.5.0 --hash=sha256:00\n")
     (root / "requirements.txt").write_text("")
     (root / ".python-version").write_text(f"{sys.version_info.major}.{sys.version_info.minor}\n")
@@ -429,15 +431,16 @@ def test_check_packages_every_stage_then_translates_lints_and_scans(
     runner = Recorder(fake_chalice_package(project))
     check.check(root=project, runner=runner)
     files = {stage: (f"build/package-{stage}/sam.json", f"build/package-{stage}/transformed.json",
-                     f"build/usage-plan-{stage}.json", f"build/cache-{stage}.json")
+                     f"build/usage-plan-{stage}.json", f"build/cache-{stage}.json",
+                     f"build/budgets-{stage}.json")
              for stage in ("dev", "prod")}
     assert runner.commands[2:] == [
         [str(iac_tools / "python"), "-I", str(check.SAM_TRANSLATE), *files["dev"][:2]],
         [str(iac_tools / "python"), "-I", str(check.SAM_TRANSLATE), *files["prod"][:2]],
         [str(iac_tools / "cfn-lint"), *files["dev"], *files["prod"]],
         [str(iac_tools / "checkov"), "--quiet", "--compact", "--skip-download", "--framework",
-         "cloudformation", "-f", files["dev"][0], "-f", files["dev"][2], "-f", files["dev"][3],
-         "-f", files["prod"][0], "-f", files["prod"][2], "-f", files["prod"][3]],
+         "cloudformation", *(flag for stage in ("dev", "prod") for index in (0, 2, 3, 4)
+                             for flag in ("-f", files[stage][index]))],
     ]
     assert [c[:8] for c in runner.commands[:2]] == [
         [*package.CHALICE_SAM, "--architecture", ARCH, "package", "--stage", "dev"],
@@ -446,6 +449,8 @@ def test_check_packages_every_stage_then_translates_lints_and_scans(
     assert plan == json.loads(json.dumps(templates.usage_plan_template(load_stage("prod"))))
     cache = json.loads((project / files["dev"][3]).read_text())
     assert cache == json.loads(json.dumps(templates.cache_template(load_stage("dev"))))
+    budgets = json.loads((project / files["dev"][4]).read_text())
+    assert budgets == json.loads(json.dumps(templates.budget_template(load_stage("dev"))))
 
 
 def test_check_lints_no_cache_stack_for_a_stage_without_a_table(project: Path,
@@ -457,7 +462,7 @@ def test_check_lints_no_cache_stack_for_a_stage_without_a_table(project: Path,
     check.check(("dev",), root=project, runner=runner)
     assert runner.commands[-2][1:] == ["build/package-dev/sam.json",
                                        "build/package-dev/transformed.json",
-                                       "build/usage-plan-dev.json"]
+                                       "build/usage-plan-dev.json", "build/budgets-dev.json"]
     assert not (project / "build" / "cache-dev.json").exists()
 
 
@@ -612,7 +617,7 @@ def write_deployed(project: Path, stage: str, api_id: str) -> None:
 
 
 def test_chalice_deploy_sets_up_logs_deploys_snapstart_and_the_usage_plan(
-        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     arn = "arn:aws:lambda:eu-west-1:111122223333:layer:sagegate-prod-dependencies:4"
     stage = dataclasses.replace(load_stage("prod", project / ".chalice" / "config.json"),
                                 layers=(arn,))
@@ -632,19 +637,29 @@ def test_chalice_deploy_sets_up_logs_deploys_snapstart_and_the_usage_plan(
                                       runner=runner)
     logs_stub.assert_no_pending_responses()
     assert not (project / "chalicelib" / "__pycache__").exists()
-    assert runner.commands[:2] == [  # the cache table exists before the function
+    assert runner.commands[:4] == [  # the tables exist before the function
         ["aws", "cloudformation", "deploy", "--region", "eu-west-1", "--stack-name",
          "sagegate-prod-cache", "--template-file", "build/cache-prod.json",
          "--no-fail-on-empty-changeset"],
         ["aws", "cloudformation", "describe-stacks", "--region", "eu-west-1", "--stack-name",
          "sagegate-prod-cache", "--query", "Stacks[0].Outputs", "--output", "table"],
+        ["aws", "cloudformation", "deploy", "--region", "eu-west-1", "--stack-name",
+         "sagegate-prod-budgets", "--template-file", "build/budgets-prod.json",
+         "--no-fail-on-empty-changeset"],
+        ["aws", "cloudformation", "describe-stacks", "--region", "eu-west-1", "--stack-name",
+         "sagegate-prod-budgets", "--query", "Stacks[0].Outputs", "--output", "table"],
     ]
     assert json.loads((project / "build" / "cache-prod.json").read_text()) == \
         json.loads(json.dumps(templates.cache_template(stage)))
-    assert runner.calls[2] == Call([CHALICE, "deploy", "--stage", "prod"], {
+    assert json.loads((project / "build" / "budgets-prod.json").read_text()) == \
+        json.loads(json.dumps(templates.budget_template(stage)))
+    # no streaming function on this path: the CLI says so, and how to get one
+    assert chalice_deploy.NO_STREAMING.format(stage="prod", function="sagegate-prod") in \
+        capsys.readouterr().out
+    assert runner.calls[4] == Call([CHALICE, "deploy", "--stage", "prod"], {
         "PYTHONDONTWRITEBYTECODE": "1", "AWS_DEFAULT_REGION": "eu-west-1"}, project)
     assert switched == [("enable", "prod")]
-    assert runner.commands[3:] == [
+    assert runner.commands[5:] == [
         ["aws", "cloudformation", "deploy", "--region", "eu-west-1", "--stack-name",
          "sagegate-prod-usage-plan", "--template-file", "build/usage-plan-prod.json",
          "--no-fail-on-empty-changeset", "--parameter-overrides", "RestApiId=a1b2c3d4e5",
@@ -703,7 +718,8 @@ def test_chalice_deploy_with_iam_auth_and_no_cache_table_deploys_no_stack(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = load_stage("prod", project / ".chalice" / "config.json")
     stage = dataclasses.replace(base, layers=("arn:aws:lambda:eu-west-1:1:layer:x:1",),
-                                env={**base.env, "SAGEGATE_AUTH": "iam", "CACHE_TABLE": ""},
+                                env={**base.env, "SAGEGATE_AUTH": "iam", "CACHE_TABLE": "",
+                                     "TOKEN_BUDGET_TABLE": ""},
                                 snapstart=False, log_retention_in_days=None)
     sts, sts_stub = caller()
     logs, logs_stub = stubbed("logs")
