@@ -53,6 +53,7 @@ MAX_FORM_BYTES = 1024 ** 3 + 1024 * 1024
 MAX_DELETE_BYTES = 2 * 1024 * 1024
 """The largest DeleteObjects document read (1,000 keys of 1,024 bytes, and their markup)."""
 S3_BACKEND = "s3"
+DYNAMODB_BACKEND = "dynamodb"
 OBJECT_POSTS = frozenset({"uploads", "uploadid", "restore", "select"})
 """The subresources S3 takes a POST on an object for."""
 
@@ -189,13 +190,31 @@ def s3_target(environ: Mapping[str, Any]) -> tuple[str, str] | None:
     return (bucket, key) if bucket else None
 
 
-def checking_s3(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], WsgiApp]:
-    """moto's backend factory with its S3 behind :class:`PostPolicyCheck`: the check is where the
-    dispatcher sends a request, not where its headers point."""
+class OneAtATime:
+    """WSGI middleware: one request at a time. DynamoDB applies each item's update atomically
+    (a conditional ``ADD``: the token budgets' counters); moto's backend reads, checks and
+    writes an item in steps, so two threads could both pass a condition and one update be
+    lost."""
+
+    def __init__(self, app: WsgiApp) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        with self._lock:
+            return list(self.app(environ, start_response))
+
+
+def fronting(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], WsgiApp]:
+    """moto's backend factory with its S3 behind :class:`PostPolicyCheck` (the check is where
+    the dispatcher sends a request, not where its headers point) and its DynamoDB behind
+    :class:`OneAtATime`."""
 
     def create(service: str) -> WsgiApp:
         app = create_backend(service)
-        return PostPolicyCheck(app) if service == S3_BACKEND else app
+        if service == S3_BACKEND:
+            return PostPolicyCheck(app)
+        return OneAtATime(app) if service == DYNAMODB_BACKEND else app
 
     return create
 
@@ -234,11 +253,12 @@ class ProvisionGate:
 
 def build_app(instance: str = "", provision_key: str = "",
               create_backend: Callable[[str], WsgiApp] | None = None) -> WsgiApp:
-    """moto's server application, its S3 behind :class:`PostPolicyCheck`, behind
+    """moto's server application, its S3 behind :class:`PostPolicyCheck` and its DynamoDB
+    behind :class:`OneAtATime`, behind
     :class:`ProvisionGate` (open without ``provision_key``)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    factory = checking_s3(create_backend or cast(Callable[[str], WsgiApp], create_backend_app))
+    factory = fronting(create_backend or cast(Callable[[str], WsgiApp], create_backend_app))
     dispatcher = DomainDispatcherApplication(cast(Any, factory))
     return ProvisionGate(dispatcher, provision_key, instance)
 
