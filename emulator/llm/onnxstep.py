@@ -211,9 +211,11 @@ def build(weights: Weights, bits: int) -> bytes:
 
 
 class OnnxTransformer(Transformer):
-    """The numpy transformer, its one-token steps run by onnxruntime in ``bits``-bit weights."""
+    """The numpy transformer, its one-token steps run by onnxruntime in ``bits``-bit weights
+    (``step``: the graph ``build`` made of these weights, if it was kept; else built now)."""
 
-    def __init__(self, weights: Weights, bits: int = 8, threads: int = 1) -> None:
+    def __init__(self, weights: Weights, bits: int = 8, threads: int = 1,
+                 step: bytes | None = None) -> None:
         import onnxruntime
 
         super().__init__(weights)
@@ -221,7 +223,7 @@ class OnnxTransformer(Transformer):
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.log_severity_level = 3  # errors only
         self._session = onnxruntime.InferenceSession(
-            build(weights, bits), options, providers=["CPUExecutionProvider"])
+            step or build(weights, bits), options, providers=["CPUExecutionProvider"])
 
     def forward(self, tokens: np.ndarray, cache: KVCache, all_logits: bool = False
                 ) -> np.ndarray:
