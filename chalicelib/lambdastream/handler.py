@@ -190,13 +190,13 @@ class Answer:
             with self.lock:
                 if not self.began:
                     self.error(error, request_id)
-                else:
-                    event = sse(error.document())
-                    self.stream.write(event)
-                    self.stream.fail(*error_type(event))
+                    return
+                event = sse(error.document())
+                self.stream.write(event)
+                logger.error("the function's deadline is near: its stream ended")
+                self.stream.fail(*error_type(event))
         except ConnectionError:  # already ended: the handler finished first
             return
-        logger.error("the function's deadline ended the response")
 
 
 services = Services()

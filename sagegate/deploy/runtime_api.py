@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -115,7 +116,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(("127.0.0.1", 0), handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
@@ -389,10 +390,21 @@ def interpreter(tree: LambdaTree, directory: Path, python: str = sys.executable)
     return script
 
 
+def keep_modes(archive: Path, target: Path) -> None:
+    """Give the files extracted from ``archive`` into ``target`` the Unix modes the zip
+    records, as Lambda does (``zipfile`` extracts without them): the wrapper's executable bit."""
+    with zipfile.ZipFile(archive) as zipped:
+        for entry in zipped.infolist():
+            mode = (entry.external_attr >> 16) & 0o777
+            if mode and not entry.is_dir():
+                (target / entry.filename).chmod(mode)
+
+
 def start_function(tree: LambdaTree, env: Mapping[str, str], directory: Path,
                    log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """The function process: its wrapper (``AWS_LAMBDA_EXEC_WRAPPER``, read in the tree) run
-    as Lambda runs it, the interpreter first, the managed runtime's own arguments after."""
+    """The function process: its wrapper (``AWS_LAMBDA_EXEC_WRAPPER``, read in the tree, its
+    mode the zip's: :func:`keep_modes`) run as Lambda runs it, the interpreter first, the
+    managed runtime's own arguments after."""
     wrapper = tree.task / Path(env["AWS_LAMBDA_EXEC_WRAPPER"]).relative_to("/var/task")
     return subprocess.Popen(
         [str(wrapper), str(interpreter(tree, directory)), "/var/runtime/bootstrap.py"],
