@@ -35,7 +35,7 @@ import mmap
 import os
 import shutil
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,8 @@ def prepare(path: Path, bits: int | None, root: Path | None) -> Prepared:
         with entry.locked():
             return entry.build(bits)
     except OSError as error:
-        LOG.warning("llm: the model's cache under %s cannot be written (%s): preparing it "
-                    "in memory", root, error)
+        LOG.warning("llm: the model's cache under %s cannot be written (%s): the model "
+                    "is prepared in memory", root, error)
         return _fresh(path, bits)
 
 
@@ -205,13 +205,14 @@ class _Entry:
             self._remove_all()
             file = ModelFile(self.path)
             vocabulary, laid_out = file.vocabulary(), weights.load(file)
-            self._write(vocabulary, laid_out)
+            written = self._saved(lambda: self._write(vocabulary, laid_out))
         else:
+            written = True
             if bits is not None and step_name(bits) in files:
                 self._unusable(damage)
         step = _step(laid_out, bits)
-        if bits is not None and step is not None:
-            self._add(step_name(bits), step)
+        if written and bits is not None and step is not None:
+            self._saved(lambda: self._add(step_name(bits), step))
         return Prepared(vocabulary, laid_out, step)
 
     def _unusable(self, why: Unusable) -> None:
@@ -219,10 +220,23 @@ class _Entry:
             LOG.warning("llm: the model's cache %s is unusable (%s): preparing it again",
                         self.directory, why)
 
+    def _saved(self, write: Callable[[], None]) -> bool:
+        """Whether ``write`` could write (a full disk is said, the model served anyway)."""
+        try:
+            write()
+        except (OSError, Unusable) as error:
+            LOG.warning("llm: the model's cache under %s cannot be written (%s): the model "
+                        "is prepared in memory", self.root, error)
+            return False
+        return True
+
     def _model(self) -> tuple[Vocabulary, Weights, dict[str, Any]]:
         files: dict[str, Any] = self._manifest()["files"]
-        vocabulary = Vocabulary(**self._document(files, VOCABULARY))
-        shape = Hyperparameters(**self._document(files, SHAPE))
+        try:
+            vocabulary = Vocabulary(**self._document(files, VOCABULARY))
+            shape = Hyperparameters(**self._document(files, SHAPE))
+        except TypeError as e:  # fields another version of the code wrote
+            raise Unusable(f"its vocabulary or shape is not this code's: {e}") from e
         return vocabulary, self._weights(shape, files), files
 
     def _manifest(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ trusted and never a crash."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -206,6 +207,26 @@ def test_a_cache_that_cannot_be_written_prepares_in_memory(
     with caplog.at_level(logging.WARNING, logger="emulator"):
         assert_identical(prepare(model, BITS, not_a_directory), fresh)
     assert "cannot be written" in caplog.text
+
+
+def test_a_disk_that_fills_while_the_entry_is_written_serves_the_model_and_leaves_nothing(
+        model: Path, fresh: Prepared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, builds: list[Path]) -> None:
+    saved: list[str] = []
+    original = np.save
+
+    def save(path: Path, array: np.ndarray, allow_pickle: bool) -> None:
+        if len(saved) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(str(path))
+        original(path, array, allow_pickle=allow_pickle)
+
+    monkeypatch.setattr(prepared.np, "save", save)
+    with caplog.at_level(logging.WARNING, logger="emulator"):
+        assert_identical(prepare(model, BITS, tmp_path), fresh)
+    assert len(saved) == 3 and "No space left" in caplog.text
+    assert builds == [model]  # what was prepared is served, not prepared again
+    assert [p.name for p in tmp_path.iterdir()] == [".lock"]
 
 
 def test_loads_at_once_prepare_the_model_once(
