@@ -9,9 +9,10 @@ OpenAI ``chat.completion``, or with ``stream`` one ``chat.completion.chunk`` per
 (``length``, ``eos_token``, ``stop_sequence``), ``generated_tokens``, ``inputs`` (the prompt
 text), ``prompt_tokens`` (as LMI's legacy formatter counts it) and, unstreamed, ``tokens``.
 
-The model (``emulator.llm``) is loaded on the first request (about 14 s, its onnxruntime step
-built), once per process and file, then shared by every model spec on that file; each spec
-keeps its own bounds and its own count of concurrent generations.
+The model (``emulator.llm``) is loaded on the first request (about 2 s from the prepared
+model's cache, ``emulator/llm/prepared.py``; 14 s the first time), once per process and file,
+then shared by every model spec on that file; each spec keeps its own bounds and its own count
+of concurrent generations.
 """
 
 from __future__ import annotations
