@@ -55,6 +55,9 @@ COMMANDS: dict[str, Command] = {
     "check": Command("sagegate.deploy.check", "package every deploy stage, then SAM "
                      "translator, cfn-lint and checkov (make deploy-check)",
                      "Package (offline)"),
+    "arm64-check": Command("sagegate.deploy.arm64", "run a stage's arm64 package (layer "
+                           "imports, the handler) in an arm64 CPython under qemu",
+                           "Package (offline)"),
     "lock": Command("sagegate.deploy.lock", "recompile every requirements*.txt lock (pins, "
                     "hashes) from its .in file", "Package (offline)"),
     "policy": Command("sagegate.deploy.policy", "render a stage's least-privilege IAM policy "
