@@ -219,8 +219,8 @@ def handle(event: Mapping[str, Any], context: Any, stream: Stream) -> None:
         timer.start()
     try:
         _serve(request, answer, identity)
-    except ConnectionError:
-        logger.info("the response was ended before the stream (the function's deadline)")
+    except ConnectionError:  # ended by the deadline's timer, or its connection lost
+        logger.info("the response could not be written on: its stream was left")
     finally:
         if timer is not None:
             timer.cancel()

@@ -242,12 +242,16 @@ def serve(api: RuntimeApi, handler: Handler, invocation: Invocation,
         env.pop(TRACE_ENV, None)
     stream = ResponseStream(api, invocation.request_id)
     try:
-        handler(invocation.event, Context(invocation, env), stream)
-    except Exception as error:
-        traceback.print_exc(file=sys.stderr)
-        stream.fail(type(error).__name__, str(error) or type(error).__name__)
-        return
-    stream.end()
+        try:
+            handler(invocation.event, Context(invocation, env), stream)
+        except Exception as error:
+            traceback.print_exc(file=sys.stderr)
+            stream.fail(type(error).__name__, str(error) or type(error).__name__)
+            return
+        stream.end()
+    except OSError as lost:  # the response's connection is gone: Lambda has ended it
+        print(f"the response could not be ended ({type(lost).__name__}: {lost})",
+              file=sys.stderr)
 
 
 def main() -> int:

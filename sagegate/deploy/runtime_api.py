@@ -108,7 +108,7 @@ class Invocation:
         return {"type": trailers[ERROR_TYPE], "body": body}
 
 
-class _Server(ThreadingHTTPServer):
+class LocalServer(ThreadingHTTPServer):
     """A threaded server on 127.0.0.1 (a free port) serving in a thread of its own, quiet when
     a client goes away."""
 
@@ -134,7 +134,7 @@ class RuntimeApi:
         self.pending: queue.Queue[Invocation] = queue.Queue()
         self.invocations: dict[str, Invocation] = {}
         self.init_errors: list[dict[str, Any]] = []
-        self.server = _Server(type("Handler", (_RuntimeHandler,), {"api": self}))
+        self.server = LocalServer(type("Handler", (_RuntimeHandler,), {"api": self}))
 
     @property
     def address(self) -> str:
@@ -281,7 +281,7 @@ class Front:
         self.runtime, self.api_key = runtime, api_key
         self.deadline_seconds = deadline_seconds
         self.served: list[Invocation] = []
-        self.server = _Server(type("Handler", (_FrontHandler,), {"front": self}))
+        self.server = LocalServer(type("Handler", (_FrontHandler,), {"front": self}))
 
     @property
     def port(self) -> int:

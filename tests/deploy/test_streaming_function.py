@@ -109,7 +109,7 @@ def stack(package: Callable[[str], Package],
             open(work / "function.log", "wb") as function_log:
         assert "is loaded" in warm_up(emulator.url, [MODEL])[0]
         Relay.upstream = emulator.url.removeprefix("http://")
-        relay = runtime_api._Server(Relay)
+        relay = runtime_api.LocalServer(Relay)
         env = runtime_api.function_env(prod.template, runtime, tree,
                                        f"http://127.0.0.1:{relay.server_address[1]}", "prod")
         # the stage's tables (the prediction cache, the token budgets) are not there: a

@@ -159,3 +159,34 @@ def test_the_loop_serves_invocations_one_after_another(
 
 def echo(event: Any, context: Context, stream: ResponseStream) -> None:
     stream.write(PRELUDE + event["say"].encode())
+
+
+class GoneConnection:
+    """A response's connection that Lambda has closed."""
+
+    def send(self, data: bytes) -> None:
+        raise BrokenPipeError("closed")
+
+
+class GoneApi(runtime.RuntimeApi):
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1:9")
+
+    def open_response(self, request_id: str) -> Any:
+        return GoneConnection()
+
+
+def test_a_response_whose_connection_is_gone_leaves_the_loop_serving(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ended: list[str] = []
+
+    def handler(event: Any, context: Context, stream: ResponseStream) -> None:
+        try:
+            stream.write(PRELUDE)
+        except ConnectionError:
+            ended.append("write")
+
+    invocation = runtime.Invocation("rid", 0, "arn", None, {})
+    runtime.serve(GoneApi(), handler, invocation, {})  # returns: the loop asks for the next
+    assert ended == ["write"]
+    assert "could not be ended" in capsys.readouterr().err
