@@ -24,10 +24,10 @@ STAGE_OPT = $(call opt,--stage,$(STAGE))
 AWS_OPTS = $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT)) $(call opt,--aws,$(AWS)) \
 	$(foreach param,$(PARAMS),--param $(param))
 
-.PHONY: help venv iac-tools lock run browser test lint typecheck unit functional integration \
-	docs-check fuzz bench \
-	bench-coldstart bench-worstcase layer-zip layer package deploy-check policy deploy \
-	chalice-deploy clean
+.PHONY: help venv iac-tools arm64-tools lock run browser test lint typecheck unit functional \
+	integration docs-check fuzz bench \
+	bench-coldstart bench-worstcase layer-zip layer package deploy-check arm64-check policy \
+	deploy chalice-deploy clean
 
 help:
 	@echo "Develop (no AWS account needed):"
@@ -50,6 +50,8 @@ help:
 	@echo "  make package STAGE=prod [PKG_FORMAT=terraform]   layer + chalice package, sizes"
 	@echo "  make deploy-check    package every deploy stage, SAM translator, cfn-lint, checkov"
 	@echo "  make iac-tools       the $(IAC_VENV) virtualenv those checks run in"
+	@echo "  make arm64-check STAGE=prod   run the stage's arm64 package in an arm64 CPython (qemu)"
+	@echo "  make arm64-tools     install qemu-user and mmdebstrap for it (Debian's packages)"
 	@echo "Deploy (needs AWS; REGION=, ACCOUNT= override the AWS configuration's):"
 	@echo "  make policy STAGE=prod                 render the stage's IAM policy"
 	@echo "  make deploy STAGE=prod BUCKET=... [PARAMS=...]   SAM/CloudFormation (Path A)"
@@ -96,6 +98,16 @@ $(IAC_STAMP): requirements-iac.txt | $(STAMP)
 
 iac-tools: $(IAC_STAMP)
 
+# qemu's user-mode emulation and mmdebstrap, for `sagegate arm64-check` (tests/deploy/test_arm64.py):
+# Debian's packages, installed when missing (as root, or through sudo); nothing to do when present
+ARM64_TOOLS := qemu-user mmdebstrap
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+arm64-tools:
+	@command -v qemu-aarch64 >/dev/null && command -v mmdebstrap >/dev/null || { \
+	  echo "sagegate: installing $(ARM64_TOOLS) (Debian's packages) for the arm64 check"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(ARM64_TOOLS) >/dev/null; }
+
 # --- checks and tests ----------------------------------------------------------------------
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -106,8 +118,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy app.py chalicelib emulator scripts bench sagegate
 
-# the web page's tests drive a Chromium: `sagegate browser` finds one or installs it first
-test: lint typecheck deploy-check browser
+# the web page's tests drive a Chromium: `sagegate browser` finds one or installs it first;
+# the arm64 check's test runs Debian's arm64 Python under qemu
+test: lint typecheck deploy-check browser arm64-tools
 	$(VENV)/bin/pytest -q
 
 unit functional integration: $(STAMP)
@@ -158,6 +171,9 @@ package: $(STAMP)
 
 deploy-check: $(IAC_STAMP) $(STAMP)
 	$(SAGEGATE) check
+
+arm64-check: arm64-tools $(STAMP)
+	$(SAGEGATE) arm64-check $(STAGE_OPT)
 
 policy: $(STAMP)
 	$(SAGEGATE) policy $(STAGE_OPT) $(call opt,--region,$(REGION)) $(call opt,--account,$(ACCOUNT))
