@@ -204,7 +204,16 @@ class _RuntimeHandler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
     def _read_stream(self, invocation: Invocation) -> None:
-        """The chunks as they come: the prelude's bytes until the NULs, then the body's."""
+        """The chunks as they come: the prelude's bytes until the NULs, then the body's; a
+        function gone mid-response (its connection closed) ends it as Lambda does, with
+        ``Runtime.ExitError``."""
+        try:
+            self._read_chunks(invocation)
+        except EOFError:
+            invocation.add("end", {ERROR_TYPE: "Runtime.ExitError"})
+            raise ConnectionAbortedError("the function went away mid-response") from None
+
+    def _read_chunks(self, invocation: Invocation) -> None:
         head: bytes | None = b""
         for data in self._chunks():
             if head is not None:
@@ -221,14 +230,21 @@ class _RuntimeHandler(BaseHTTPRequestHandler):
         invocation.add("end", self._trailers())
 
     def _chunks(self) -> Iterator[bytes]:
-        while (size := int(self.rfile.readline().split(b";")[0].strip(), 16)):
+        while (size := int(self._line().split(b";")[0].strip(), 16)):
             data = self.rfile.read(size)
-            self.rfile.read(2)
+            if len(data) < size or self.rfile.read(2) != b"\r\n":
+                raise EOFError
             yield data
+
+    def _line(self) -> bytes:
+        line = self.rfile.readline()
+        if not line.endswith(b"\n"):
+            raise EOFError
+        return line
 
     def _trailers(self) -> dict[str, str]:
         trailers = {}
-        while (line := self.rfile.readline().strip()):
+        while (line := self._line().strip()):
             name, _, value = line.decode().partition(":")
             trailers[name.strip().lower()] = value.strip()
         return trailers

@@ -190,3 +190,16 @@ def test_a_response_whose_connection_is_gone_leaves_the_loop_serving(
     runtime.serve(GoneApi(), handler, invocation, {})  # returns: the loop asks for the next
     assert ended == ["write"]
     assert "could not be ended" in capsys.readouterr().err
+
+
+def test_a_function_gone_mid_response_is_lambdas_exit_error(api: RuntimeApi) -> None:
+    """(The local Runtime API's side, which the deploy tests' front relies on.)"""
+    invocation = api.invoke({})
+    client = runtime.RuntimeApi(api.address)
+    client.next()
+    connection = client.open_response(invocation.request_id)
+    connection.send(b"%X\r\n%s\r\n" % (len(PRELUDE) + 1, PRELUDE + b"x"))
+    connection.close()
+    assert invocation.finished.wait(10)
+    assert [part.kind for part in invocation.record] == ["prelude", "chunk", "end"]
+    assert invocation.function_error() == {"type": "Runtime.ExitError", "body": {}}
