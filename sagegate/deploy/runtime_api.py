@@ -145,7 +145,10 @@ class RuntimeApi:
         """Queue ``event`` for the function (its deadline that far away)."""
         invocation = Invocation(event, deadline_seconds)
         self.invocations[invocation.request_id] = invocation
-        self.pending.put(invocation)
+        if self.init_errors:  # the function could not start: each invocation fails with it
+            invocation.add("error", self.init_errors[-1])
+        else:
+            self.pending.put(invocation)
         return invocation
 
     def close(self) -> None:
@@ -180,9 +183,12 @@ class _RuntimeHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if self.path == f"{API}/init/error":
-            self.api.init_errors.append({"type": self.headers.get(ERROR_TYPE),
-                                         "body": json.loads(self._whole() or b"{}")})
+            error = {"type": self.headers.get(ERROR_TYPE),
+                     "body": json.loads(self._whole() or b"{}")}
+            self.api.init_errors.append(error)
             self._answer(202)
+            while not self.api.pending.empty():  # each waiting invocation fails with it
+                self.api.pending.get().add("error", error)
             return
         parts = self.path.removeprefix(f"{API}/invocation/").split("/")
         invocation = self.api.invocations.get(parts[0]) if len(parts) == 2 else None

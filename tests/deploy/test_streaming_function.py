@@ -84,6 +84,8 @@ class Stack:
     runtime: RuntimeApi
     front: Front
     log: Path
+    tree: LambdaTree
+    env: dict[str, str]
 
     def last(self) -> Invocation:
         return self.front.served[-1]
@@ -117,7 +119,7 @@ def stack(package: Callable[[str], Package],
         env["AWS_ENDPOINT_URL_DYNAMODB"] = f"http://127.0.0.1:{free_port()}"
         process = runtime_api.start_function(tree, env, work, function_log)
         try:
-            yield Stack(prod, runtime, front, work / "function.log")
+            yield Stack(prod, runtime, front, work / "function.log", tree, env)
         finally:
             runtime_api.stop(process)
             relay.close()
@@ -314,3 +316,28 @@ def test_the_deadline_ends_the_stream_with_an_error_event_and_the_trailers(
         model=MODEL, messages=QUESTION, max_tokens=4, temperature=0,
         extra_headers={"Cache-Control": "no-cache"})
     assert completion.choices[0].finish_reason == "length"
+
+
+def test_a_handler_that_does_not_import_is_the_init_error_and_api_gateways_502(
+        stack: Stack, tmp_path: Path) -> None:
+    runtime, front = RuntimeApi(), None
+    try:
+        front = Front(runtime, api_key=KEY)
+        env = {**stack.env, "AWS_LAMBDA_RUNTIME_API": runtime.address,
+               "_HANDLER": "chalicelib.lambdastream.no_such_module.handle"}
+        with open(tmp_path / "function.log", "wb") as log:
+            process = runtime_api.start_function(stack.tree, env, tmp_path, log)
+            try:
+                assert process.wait(60) == 1
+            finally:
+                runtime_api.stop(process)
+        stream = RawStream(Stack(stack.prod, runtime, front, tmp_path, stack.tree, env),
+                           {"model": MODEL, "messages": QUESTION})
+        stream.close()
+        assert stream.status == 502
+        assert [error["type"] for error in runtime.init_errors] == ["Runtime.ImportModuleError"]
+        assert "Traceback" in (tmp_path / "function.log").read_text()
+    finally:
+        if front is not None:
+            front.close()
+        runtime.close()
