@@ -96,6 +96,14 @@ def test_a_stream_ended_by_done_ends_cleanly_an_error_event_fails_it() -> None:
     assert failed.ending == ("fail", "EndpointError", "x")
 
 
+def test_the_prelude_has_the_routes_cors_headers_under_the_answers_own() -> None:
+    stream = FakeStream()
+    Answer(stream, {"Access-Control-Allow-Origin": "https://app.example", "X-Cache": "no"}
+           ).begin(200, {"X-Cache": "miss"})
+    headers = json.loads(stream.sent[0].partition(b"\0" * 8)[0])["headers"]
+    assert headers == {"Access-Control-Allow-Origin": "https://app.example", "X-Cache": "miss"}
+
+
 def test_the_deadline_mid_stream_sends_the_error_event_then_fails() -> None:
     stream = FakeStream()
     answer = Answer(stream, {"Access-Control-Allow-Origin": "https://app.example"})
