@@ -41,11 +41,15 @@ from bench import images, table
 from emulator.process import start_emulator
 from sagegate.deploy import runtime as lambda_runtime
 from sagegate.deploy import sandbox as lambda_sandbox
+from sagegate.deploy.package import package_dir
 from sagegate.deploy.sandbox import LambdaTree
+from sagegate.deploy.stages import load_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
-PACKAGE = BUILD / "package-prod"
+# prod built for this machine's CPU (an arm64 prod's x86_64 build lands beside its own package)
+HOST_ARCHITECTURE = "x86_64"
+PACKAGE = package_dir(load_stage("prod"), ROOT, HOST_ARCHITECTURE)
 CACHE = BUILD / "coldstart"
 # main's layer pins for python3.11 (Amazon Linux 2) before the move to 3.13
 MAIN_LAYER_311 = ("numpy>=2.0,<2.3", "opencv-python-headless==4.12.0.88", "orjson==3.13.0",
@@ -65,7 +69,7 @@ def find_python(version: str) -> str | None:
 
 def _pip_target(python: str, target: Path, requirements: Sequence[str], runtime: str) -> None:
     """Install ``requirements`` as Lambda wheels for ``runtime`` into ``target``, compiled."""
-    platforms = lambda_runtime.RUNTIMES[runtime].manylinux_platforms()
+    platforms = lambda_runtime.RUNTIMES[runtime].manylinux_platforms(HOST_ARCHITECTURE)
     version = lambda_runtime.RUNTIMES[runtime].python
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
                     "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
@@ -148,8 +152,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m bench.coldsta
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per row")
     args = parser.parse_args(argv)
     # the function zip of the code as it is now (the layer is rebuilt only when it changed)
-    subprocess.run(["make", "--no-print-directory", "package", "STAGE=prod"], cwd=ROOT,
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "sagegate.cli", "package", "--stage", "prod",
+                    "--architecture", HOST_ARCHITECTURE], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
     current = lambda_runtime.current().name
     configurations: list[tuple[str, str, LambdaTree, dict[str, str]]] = []
     python311 = find_python("3.11")
