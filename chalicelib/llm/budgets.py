@@ -15,12 +15,14 @@ by at most one reservation. The table's failures never fail a request: budgets f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 from chalicelib import awsclients
 from chalicelib.core import aws
@@ -46,6 +48,9 @@ LIMIT_HEADER = "x-ratelimit-limit-tokens"
 REMAINING_HEADER = "x-ratelimit-remaining-tokens"
 RESET_HEADER = "x-ratelimit-reset-tokens"
 HEADERS = (LIMIT_HEADER, REMAINING_HEADER, RESET_HEADER)
+MAX_WINDOWS = 4
+"""A request's windows at most: a minute and a day across models, and on its model."""
+_T = TypeVar("_T")
 
 
 class CounterError(Exception):
@@ -271,6 +276,8 @@ class TokenBudgets:
         self.counters = counters
         self._limits, self._keys = limits, dict(keys or {})
         self._clock = clock
+        self._pool: ThreadPoolExecutor | None = None  # built on a request's first use
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings, client: Any = None) -> TokenBudgets | None:
@@ -298,21 +305,48 @@ class TokenBudgets:
         """
         who, now = key_id or ANONYMOUS, self._clock()
         held = Reservation(self.counters, amount, now)
-        for window in self.windows(who, model):
-            item = window.item(who, now)
-            try:
-                taken, used = (False, self.counters.read(item)) if amount > window.limit \
-                    else self.counters.reserve(item, amount, window.limit,
-                                               window.ends(now) + EXPIRY_MARGIN)
-            except CounterError as error:
-                held.failed("reserve", error)
+        windows = self.windows(who, model)
+        refused = None
+        for window, outcome in zip(windows, self._at_once(
+                [functools.partial(self._take, window, who, now, amount) for window in windows]),
+                strict=True):
+            if isinstance(outcome, CounterError):
+                held.failed("reserve", outcome)
                 continue
+            taken, used = outcome
             found = standing(window, who, now, used)
-            if not taken:
-                held.settle(0)  # given back
-                raise BudgetExceeded(found, amount, now, model.name, held.errors)
-            held.standings.append(found)
+            if taken:
+                held.standings.append(found)
+            elif refused is None:
+                refused = found
+        if refused is not None:
+            held.settle(0)  # what the other windows took, given back
+            raise BudgetExceeded(refused, amount, now, model.name, held.errors)
         return held
+
+    def _take(self, window: Window, who: str, now: float, amount: int) -> tuple[bool, int]:
+        """One window's reservation (one larger than the window is refused unasked)."""
+        item = window.item(who, now)
+        if amount > window.limit:
+            return False, self.counters.read(item)
+        return self.counters.reserve(item, amount, window.limit,
+                                     window.ends(now) + EXPIRY_MARGIN)
+
+    def _at_once(self, calls: Sequence[Callable[[], _T]]) -> list[_T | CounterError]:
+        """Each call's result (or its CounterError), the calls made at once: a request waits
+        for one round trip to the table before its endpoint call, not one a window."""
+        def outcome(call: Callable[[], _T]) -> _T | CounterError:
+            try:
+                return call()
+            except CounterError as error:
+                return error
+
+        if len(calls) < 2:
+            return [outcome(call) for call in calls]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(MAX_WINDOWS, thread_name_prefix="budgets")
+        return list(self._pool.map(outcome, calls))
 
     def standings(self, key_id: str | None, model: ModelSpec | None = None,
                   models: Sequence[ModelSpec] = ()) -> tuple[list[Standing], int, float]:
@@ -323,11 +357,11 @@ class TokenBudgets:
         for other in models:
             windows.update(dict.fromkeys(self.windows(who, other)))
         found, errors = [], 0
-        for window in windows:
-            try:
-                used = self.counters.read(window.item(who, now))
-            except CounterError as error:
-                logger.warning("token budget read failed: %s (budgets fail open)", error)
+        for window, used in zip(windows, self._at_once(
+                [functools.partial(self.counters.read, window.item(who, now))
+                 for window in windows]), strict=True):
+            if isinstance(used, CounterError):
+                logger.warning("token budget read failed: %s (budgets fail open)", used)
                 errors += 1
                 continue
             found.append(standing(window, who, now, used))
