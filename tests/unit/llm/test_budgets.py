@@ -169,6 +169,24 @@ def test_requests_at_once_never_overspend_a_window() -> None:
     assert sum(taken) == 980 and list(counters.counts.values()) == [980]
 
 
+def test_a_requests_windows_are_reserved_at_once() -> None:
+    """One round trip to the table before the endpoint call, not one a window: each window's
+    reservation waits for the other's (a bounded wait: reserved one after the other, the first
+    would never see the second)."""
+    class Meeting(MemoryCounters):
+        def __init__(self) -> None:
+            super().__init__()
+            self.meeting = threading.Barrier(2, timeout=10)
+
+        def reserve(self, item: str, amount: int, limit: int,
+                    expires_at: int) -> tuple[bool, int]:
+            self.meeting.wait()
+            return super().reserve(item, amount, limit, expires_at)
+
+    held = budgets(counters=Meeting()).reserve("key-1", model(), 5)
+    assert len(held.standings) == 2
+
+
 # --- settling ----------------------------------------------------------------------------
 
 def test_settling_moves_each_window_to_what_was_spent_once() -> None:
