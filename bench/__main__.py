@@ -5,8 +5,9 @@ client, beside sending the original (clients), a prediction cache hit beside a m
 the request's capture stage inline beside after the response (capture),
 the data-quality monitor's check of a capture window beside reading it (monitor), a job
 beside the synchronous route for an input both take (jobs), a model whose every request is
-copied to a 75 s shadow beside the same model without (experiments), and a language model's
-token stream through the OpenAI route beside boto3's stream straight from the emulator (llm)."""
+copied to a 75 s shadow beside the same model without (experiments), a language model's
+token stream through the OpenAI route beside boto3's stream straight from the emulator (llm),
+and the cost per million requests on arm64 beside x86_64 (cost)."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ from bench import (
     cache,
     capture,
     clients,
+    cost,
     e2e,
     experiments,
     frontend,
@@ -39,7 +41,7 @@ from bench.report import Report
 from bench.timing import Budgets
 
 PARTS = ("frontend", "e2e", "load", "pipelines", "clients", "cache", "capture", "monitor", "jobs",
-         "experiments", "llm", "path", "all")
+         "experiments", "llm", "path", "cost", "all")
 
 
 def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
@@ -60,7 +62,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = "python -m bench") -> arg
                              "to first token and per token the OpenAI route adds to "
                              "smollm2's stream; path: the calls, "
                              "functions, modules and module switches of one experiment "
-                             "request; all (default): the twelve")
+                             "request; cost: the cost per million requests of the image, "
+                             "tensor and LLM routes on x86_64 and arm64; all (default): the "
+                             "thirteen")
     parser.add_argument("--quick", action="store_true",
                         help="few repetitions: a smoke run, not figures to quote")
     return parser.parse_args(argv)
@@ -108,6 +112,7 @@ def _parts(args: argparse.Namespace, budgets: Budgets) -> dict[str, Callable[[],
         "experiments": lambda: experiments.report(quick=args.quick),
         "llm": lambda: llm.report(quick=args.quick),
         "path": requestpath.report,
+        "cost": lambda: cost.report(quick=args.quick),
     }
 
 
