@@ -33,6 +33,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -167,8 +168,9 @@ class _Entry:
         self.root, self.path = root, path
         code = _fingerprint(_source("modelfile.py", "weights.py", "prepared.py"),
                             _versions("gguf", "numpy"), str(FORMAT))
-        self.prefix = f"{path.stem}-"
-        self.directory = root / f"{self.prefix}{_fingerprint(_file_identity(path), code)}"
+        self.directory = root / f"{path.stem}-{_fingerprint(_file_identity(path), code)}"
+        # this file's entries, whatever their key, and writers' temporary directories
+        self._siblings = re.compile(rf"\.?{re.escape(path.stem)}-[0-9a-f]{{16}}(\.\d+)?")
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -342,5 +344,5 @@ class _Entry:
         """This entry and the file's other entries (another wheel's, older code's) removed,
         and the temporary directories of writers that died: under the lock, nobody writes."""
         for child in self.root.iterdir():
-            if child.name.startswith((self.prefix, f".{self.prefix}")):
+            if self._siblings.fullmatch(child.name):
                 shutil.rmtree(child, ignore_errors=True)

@@ -121,6 +121,11 @@ def entry(root: Path) -> Path:
     return directory
 
 
+def entry_of(root: Path, model: Path) -> Path:
+    (directory,) = root.glob(f"{model.stem}-" + "[0-9a-f]" * 16)
+    return directory
+
+
 def test_a_cached_load_gives_the_fresh_loads_weights_graph_and_logits_exactly(
         model: Path, fresh: Prepared, tmp_path: Path, builds: list[Path]) -> None:
     first = prepare(model, BITS, tmp_path)
@@ -197,6 +202,25 @@ def test_another_model_file_or_preparing_code_makes_a_new_entry_the_old_removed(
     prepare(other, None, root)
 
     assert len({first, second, entry(root)}) == 3
+
+
+def test_a_rebuild_removes_a_dead_writers_leftovers_never_another_models_entry(
+        model: Path, tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    prepare(model, None, root)
+    other = tmp_path / "tiny-2.gguf"  # its entries' names begin as this model's do
+    other.write_bytes(model.read_bytes())
+    prepare(other, None, root)
+    others_entry = next(root.glob("tiny-2-*"))
+    leftover = root / f".{entry_of(root, model).name}.99999"
+    leftover.mkdir()
+    (entry_of(root, model) / "manifest.json").unlink()
+
+    prepare(model, None, root)
+
+    assert not leftover.exists() and others_entry.is_dir()
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [".lock", others_entry.name, entry_of(root, model).name])
 
 
 def test_a_cache_that_cannot_be_written_prepares_in_memory(
