@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sagegate.deploy import arm64, runtime, sizes
+from sagegate.deploy.package import package_dir
 from sagegate.deploy.shell import DeployError
 from sagegate.deploy.stages import DEPLOY_STAGES, load_stage
 from tests.deploy.conftest import ROOT, Package
@@ -95,7 +96,7 @@ def test_the_tests_x86_64_build_of_an_arm64_stage_is_x86_64_throughout(
 
 def test_the_arm64_package_is_arm64_throughout_and_within_lambdas_limits(
         arm64_report: arm64.Report) -> None:
-    directory = ROOT / "build" / "package-prod"  # prod's own architecture: arm64
+    directory = package_dir(load_stage("prod"), ROOT, "arm64")  # what the check packaged
     template = json.loads((directory / "sam.json").read_text())
     functions = architectures(template)
     assert "APIHandler" in functions
