@@ -230,6 +230,12 @@ def tightest(standings: Sequence[Standing]) -> Standing | None:
     return min(standings, key=lambda found: (found.remaining, found.ends_at), default=None)
 
 
+def longest(refusals: Sequence[Standing], amount: int) -> Standing:
+    """The refusal a client is told of: a window the request is larger than (retrying never
+    helps), else the one that refuses longest (the last to end)."""
+    return max(refusals, key=lambda found: (amount > found.window.limit, found.ends_at))
+
+
 def duration(seconds: float) -> str:
     """A time as OpenAI's headers write it (Go's durations): ``20ms``, ``1s``, ``6m0s``,
     ``1h2m3.5s``; a past time is ``0s``."""
@@ -306,7 +312,7 @@ class TokenBudgets:
         who, now = key_id or ANONYMOUS, self._clock()
         held = Reservation(self.counters, amount, now)
         windows = self.windows(who, model)
-        refused = None
+        refusals = []
         for window, outcome in zip(windows, self._at_once(
                 [functools.partial(self._take, window, who, now, amount) for window in windows]),
                 strict=True):
@@ -317,11 +323,12 @@ class TokenBudgets:
             found = standing(window, who, now, used)
             if taken:
                 held.standings.append(found)
-            elif refused is None:
-                refused = found
-        if refused is not None:
+            else:
+                refusals.append(found)
+        if refusals:
             held.settle(0)  # what the other windows took, given back
-            raise BudgetExceeded(refused, amount, now, model.name, held.errors)
+            raise BudgetExceeded(longest(refusals, amount), amount, now, model.name,
+                                 held.errors)
         return held
 
     def _take(self, window: Window, who: str, now: float, amount: int) -> tuple[bool, int]:

@@ -139,6 +139,30 @@ def test_a_request_larger_than_a_window_is_refused_without_counting() -> None:
     assert set(counters.counts.values()) <= {0}
 
 
+def test_of_several_refusing_windows_the_one_refusing_longest_is_told() -> None:
+    counters = MemoryCounters()
+    stage = budgets(per_minute=100, per_day=150, counters=counters)
+    counters.counts[f"key-1#*#minute#{DAY_START + 36000}"] = 50
+    counters.counts[f"key-1#*#day#{DAY_START}"] = 140
+    with pytest.raises(BudgetExceeded) as caught:
+        stage.reserve("key-1", model(), 60)  # the minute and the day both refuse
+    refusal = caught.value
+    assert refusal.headers["Retry-After"] == str(86400 - 36025)  # the day's end, not 35 s
+    assert refusal.headers["x-ratelimit-limit-tokens"] == "150"
+    assert "tokens per day (TPD): Limit 150, Used 140, Requested 60" in refusal.message
+
+
+def test_a_window_the_request_is_larger_than_is_told_before_one_that_refuses_longer() -> None:
+    counters = MemoryCounters()
+    stage = budgets(per_minute=0, per_day=1000, counters=counters)
+    counters.counts[f"key-1#*#day#{DAY_START}"] = 990
+    with pytest.raises(BudgetExceeded, match=r"Request too large .*\(TPM\)") as caught:
+        # the stage's day refuses first and longer; the model's minute is smaller than it
+        stage.reserve("key-1", model(tokens_per_minute=50), 60)
+    assert caught.value.headers["x-ratelimit-limit-tokens"] == "50"
+    assert "try again" not in caught.value.message
+
+
 def test_callers_without_a_key_share_one_budget() -> None:
     counters = MemoryCounters()
     stage = budgets(counters=counters)
