@@ -332,10 +332,17 @@ class TokenBudgets:
         return held
 
     def _take(self, window: Window, who: str, now: float, amount: int) -> tuple[bool, int]:
-        """One window's reservation (one larger than the window is refused unasked)."""
+        """One window's reservation. One larger than the window is refused unasked: the
+        count, for the refusal's message and headers, is read, 0 when the read fails (the
+        refusal needs no table, so it never fails open)."""
         item = window.item(who, now)
         if amount > window.limit:
-            return False, self.counters.read(item)
+            try:
+                return False, self.counters.read(item)
+            except CounterError as error:
+                logger.warning("token budget read failed: %s (the request is larger than "
+                               "the window: refused)", error)
+                return False, 0
         return self.counters.reserve(item, amount, window.limit,
                                      window.ends(now) + EXPIRY_MARGIN)
 

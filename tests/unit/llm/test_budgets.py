@@ -62,6 +62,11 @@ class FailingCounters(MemoryCounters):
             raise CounterError("ConnectTimeoutError")
         return super().add(item, amount, expires_at)
 
+    def read(self, item: str) -> int:
+        if "read" in self.failing:
+            raise CounterError("ReadTimeoutError")
+        return super().read(item)
+
 
 # --- windows and headers ----------------------------------------------------------------
 
@@ -137,6 +142,13 @@ def test_a_request_larger_than_a_window_is_refused_without_counting() -> None:
     with pytest.raises(BudgetExceeded, match="Request too large"):
         budgets(counters=counters).reserve(None, model(), 101)
     assert set(counters.counts.values()) <= {0}
+
+
+def test_a_request_larger_than_a_window_is_refused_when_its_count_cannot_be_read() -> None:
+    """The refusal needs no table: a failed read is a count of 0, never failing open."""
+    with pytest.raises(BudgetExceeded, match="Request too large") as caught:
+        budgets(counters=FailingCounters("read")).reserve(None, model(), 101)
+    assert caught.value.headers["x-ratelimit-remaining-tokens"] == "100"
 
 
 def test_of_several_refusing_windows_the_one_refusing_longest_is_told() -> None:
