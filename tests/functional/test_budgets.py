@@ -208,7 +208,7 @@ def test_without_a_table_there_are_no_budgets_and_no_headers(
 def test_a_failing_table_fails_open_logged_and_counted(
         harness: Harness, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    serve_with(harness, monkeypatch, TokenBudgets(BrokenCounters(), Limits(1, 1)))
+    serve_with(harness, monkeypatch, TokenBudgets(BrokenCounters(), Limits(1000, 1000)))
     expect_answer(harness)
     capsys.readouterr()
     status, headers, _ = ask(harness, temperature=0.5)
