@@ -117,6 +117,9 @@ class RequestLog:
     or ``rejected`` (a 429)."""
     budget_errors: int | None = None
     """Failures of the budgets' table (each window that failed was not applied: fail open)."""
+    budget_overrun: int | None = None
+    """Tokens a request spent above its reservation (settled all the same; the metric
+    ``BudgetOverrun`` counts such requests): a window may then pass its limit by that much."""
     prompt_tokens: int | None = None
     """A language model's (the OpenAI routes): its usage, and where each count came from."""
     completion_tokens: int | None = None
@@ -177,7 +180,8 @@ class RequestLog:
             "CacheErrors": self.cache_errors,
             "CacheSkippedTooLarge": self.cache_skipped_too_large,
             "BudgetRejected": int(self.budget == BUDGET_REJECTED),
-            "BudgetErrors": self.budget_errors}
+            "BudgetErrors": self.budget_errors,
+            "BudgetOverrun": int(bool(self.budget_overrun))}
         for metric, count in counts.items():  # (None: no metric for that outcome)
             if metric and count:
                 metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
@@ -194,7 +198,8 @@ class RequestLog:
         usage.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
         for name, count in (("PromptTokens", self.prompt_tokens),
                             ("CompletionTokens", self.completion_tokens),
-                            ("BudgetRejected", int(self.budget == BUDGET_REJECTED) or None)):
+                            ("BudgetRejected", int(self.budget == BUDGET_REJECTED) or None),
+                            ("BudgetOverrun", int(bool(self.budget_overrun)) or None)):
             if count is not None:
                 usage.add_metric(name=name, unit=MetricUnit.Count, value=count)
         _publish(usage)
