@@ -173,7 +173,7 @@ class _Charge:
         spent = 0 if log.cache == HIT else (log.prompt_tokens or 0) + (log.completion_tokens
                                                                         or 0)
         held.settle(spent)
-        log.budget_errors = held.errors or None
+        log.budget_errors, log.budget_overrun = held.errors or None, held.overrun or None
 
 
 def _with(found: OpenAIAnswer, headers: Mapping[str, str]) -> OpenAIAnswer:

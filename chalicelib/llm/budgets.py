@@ -389,6 +389,8 @@ class Reservation:
         self.amount, self.now = amount, now
         self.standings: list[Standing] = []
         self.errors = 0
+        self.overrun = 0
+        """Tokens spent above the reservation (its settlement's; 0: none)."""
         self._counters = counters
         self._settled = False
         self._lock = threading.Lock()
@@ -410,6 +412,7 @@ class Reservation:
                 return
             self._settled = True
         difference = spent - self.amount
+        self.overrun = max(0, difference)
         if difference == 0:
             return
         for index, found in enumerate(self.standings):

@@ -131,6 +131,24 @@ def test_a_stream_carries_the_headers_and_is_settled_with_what_it_made(
     assert headers["x-ratelimit-remaining-tokens"] == str(1000 - 16 - PROMPT_BYTES)
 
 
+def test_spending_above_the_reservation_is_settled_logged_and_counted(
+        harness: Harness, counters: MemoryCounters, capsys: pytest.CaptureFixture[str]) -> None:
+    """A template's own text (a default system prompt) the reservation did not cover: the
+    window is charged all of it, the log line says by how much it passed the reservation."""
+    prompt = 1 + PROMPT_BYTES + 40  # 40 tokens of the container's own over the reservation
+    answer = {**ANSWER, "usage": {"prompt_tokens": prompt, "completion_tokens": 1}}
+    harness.stubber.add_response("invoke_endpoint", endpoint_response(
+        json.dumps(answer).encode()), {"EndpointName": MODEL, "Body": ANY,
+                                       "ContentType": "application/json",
+                                       "Accept": "application/json", "InferenceId": ANY})
+    capsys.readouterr()
+    assert ask(harness, max_tokens=1, temperature=0.5)[0] == 200
+    assert used(counters) == [prompt + 1] * 2
+    [log], metrics = emitted(capsys)
+    assert log["budget_overrun"] == 41
+    assert any(metric.get("BudgetOverrun") == [1.0] for metric in metrics)
+
+
 def keyed_request(document: Any, key_id: str = "key-7") -> Request:
     path = "/v1/chat/completions"
     return Request({
