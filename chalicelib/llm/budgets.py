@@ -29,7 +29,7 @@ from chalicelib.core import aws
 from chalicelib.core.clients import DynamoTable
 from chalicelib.core.config import Settings, budget_overrides
 from chalicelib.llm.errors import OpenAIError
-from chalicelib.llm.requests import CompletionRequest
+from chalicelib.llm.requests import CompletionRequest, Operation
 from chalicelib.registry.specs import ModelSpec
 
 logger = logging.getLogger("sagegate.budgets")  # a child of Powertools' JSON logger
@@ -254,10 +254,12 @@ def duration(seconds: float) -> str:
 
 def reservation(request: CompletionRequest) -> int:
     """What a request reserves: its ``max_tokens`` (the model's default when it names none)
-    and its prompt's size in bytes, UTF-8 (a chat's with its framing): a byte-level BPE makes
-    at most one token a byte, so this is at or above the prompt's tokens, but a template's own
-    text (a default system prompt), which the settlement adds."""
-    return request.sampling.max_tokens + request.prompt_bytes
+    and its prompt's size in bytes, UTF-8 (a chat's with its framing), and a chat's the
+    template's own tokens (model.json's ``llm.budgets.template_tokens``): a byte-level BPE
+    makes at most one token a byte, so this is at or above what the endpoint counts where
+    ``template_tokens`` is (a settlement above it is counted: :attr:`Reservation.overrun`)."""
+    template = request.llm.template_tokens if request.operation == Operation.CHAT else 0
+    return request.sampling.max_tokens + request.prompt_bytes + template
 
 
 @dataclasses.dataclass(frozen=True)

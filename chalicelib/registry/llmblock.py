@@ -4,10 +4,12 @@
     "llm": {"schema": "lmi" | "lmi-chat" | "tgi" | "openai",
             "limits": {"max_prompt_bytes": 32768, "max_tokens": 2048},
             "defaults": {"max_tokens": 256, "temperature": 1.0},
-            "budgets": {"tokens_per_minute": 0, "tokens_per_day": 0}}
+            "budgets": {"tokens_per_minute": 0, "tokens_per_day": 0, "template_tokens": 0}}
 
 ``budgets``: each API key's tokens on this model (0: none), counted where the stage has a
-``TOKEN_BUDGET_TABLE`` (:mod:`chalicelib.llm.budgets`), besides the stage's own budgets.
+``TOKEN_BUDGET_TABLE`` (:mod:`chalicelib.llm.budgets`), besides the stage's own budgets;
+``template_tokens``, the tokens the container's chat template adds to a chat beyond its
+messages (a default system prompt), reserved with each chat request in every window.
 
 Read at start-up without the kind's code, as every block is: an unknown key, a value of the
 wrong type or out of range, a default over its ceiling stop start-up naming the key.
@@ -25,7 +27,8 @@ from chalicelib.registry.specs import LlmSchema, LlmSpec
 LLM_KEYS = frozenset({"schema", "limits", "defaults", "budgets"})
 LIMIT_KEYS = frozenset({"max_prompt_bytes", "max_tokens"})
 DEFAULT_KEYS = frozenset({"max_tokens", "temperature"})
-BUDGET_KEYS = frozenset(BUDGET_LIMITS)
+TEMPLATE_TOKENS = "template_tokens"
+BUDGET_KEYS = frozenset({*BUDGET_LIMITS, TEMPLATE_TOKENS})
 MAX_PROMPT_BYTES = 6 * 1024 * 1024  # InvokeEndpoint's body limit
 MAX_TOKENS = 1_000_000
 
@@ -61,7 +64,8 @@ def read_llm(value: Any, kind: KindRules, kinds: Mapping[str, KindRules],
                           ceiling, fail),
         temperature=_temperature(defaults, fail),
         tokens_per_minute=_budget(budgets, "budgets.tokens_per_minute", fail),
-        tokens_per_day=_budget(budgets, "budgets.tokens_per_day", fail))
+        tokens_per_day=_budget(budgets, "budgets.tokens_per_day", fail),
+        template_tokens=_budget(budgets, f"budgets.{TEMPLATE_TOKENS}", fail, MAX_TOKENS))
 
 
 def _known(block: Mapping[str, Any], keys: frozenset[str], where: str, fail: Fail) -> None:
@@ -87,12 +91,12 @@ def _whole(block: Mapping[str, Any], key: str, default: int, maximum: int, fail:
     return value
 
 
-def _budget(block: Mapping[str, Any], key: str, fail: Fail) -> int:
+def _budget(block: Mapping[str, Any], key: str, fail: Fail,
+            maximum: int = MAX_BUDGET_TOKENS) -> int:
     value = block.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or not 0 <= value <= MAX_BUDGET_TOKENS:
-        raise fail(f"llm.{key}", f"must be a whole number from 0 (none) to "
-                   f"{MAX_BUDGET_TOKENS}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise fail(f"llm.{key}", f"must be a whole number from 0 (none) to {maximum}, "
+                   f"not {value!r}")
     return value
 
 

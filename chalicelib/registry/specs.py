@@ -116,6 +116,9 @@ class LlmSpec:
         temperature: likewise (0: greedy).
         tokens_per_minute, tokens_per_day: each API key's token budget on this model (0:
             none; the stage's budgets apply across models besides).
+        template_tokens: the tokens the container's chat template adds to a chat's prompt
+            beyond its messages and their framing (a default system prompt), reserved with
+            every chat request's budget besides its prompt's bytes.
     """
 
     schema: LlmSchema
@@ -125,6 +128,7 @@ class LlmSpec:
     temperature: float = 1.0
     tokens_per_minute: int = 0
     tokens_per_day: int = 0
+    template_tokens: int = 0
 
 
 def greedy(temperature: Any, top_p: Any = None) -> bool:

@@ -37,6 +37,9 @@ ANSWER = {"id": "x", "object": "chat.completion", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "Paris."},
      "finish_reason": "eos_token"}], "usage": {"prompt_tokens": 14, "completion_tokens": 3}}
 PROMPT_BYTES = 24 + len("user") + len(QUESTION[0]["content"])  # a chat message's framing
+TEMPLATE_TOKENS = 30  # smollm2's model.json: llm.budgets.template_tokens
+RESERVED = PROMPT_BYTES + TEMPLATE_TOKENS
+"""What a chat of QUESTION reserves besides its max_tokens."""
 
 
 class BrokenCounters(MemoryCounters):
@@ -106,7 +109,7 @@ def test_over_budget_is_openais_429_with_retry_after_and_the_headers(
     assert json.loads(body) == {"error": {
         "message": json.loads(body)["error"]["message"], "type": "tokens", "param": None,
         "code": "rate_limit_exceeded"}}
-    assert "Limit 1000, Used 990, Requested " + str(16 + PROMPT_BYTES) in body
+    assert "Limit 1000, Used 990, Requested " + str(16 + RESERVED) in body
     assert 1 <= int(headers["Retry-After"]) <= 60
     assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == (
         "1000", "10")
@@ -128,14 +131,14 @@ def test_a_stream_carries_the_headers_and_is_settled_with_what_it_made(
     assert log["completion_tokens"] == 4 and spent == math.ceil(PROMPT_BYTES / 4) + 4
     assert used(counters) == [spent, spent]
     # a stream's headers go before its body: they count its reservation
-    assert headers["x-ratelimit-remaining-tokens"] == str(1000 - 16 - PROMPT_BYTES)
+    assert headers["x-ratelimit-remaining-tokens"] == str(1000 - 16 - RESERVED)
 
 
 def test_spending_above_the_reservation_is_settled_logged_and_counted(
         harness: Harness, counters: MemoryCounters, capsys: pytest.CaptureFixture[str]) -> None:
     """A template's own text (a default system prompt) the reservation did not cover: the
     window is charged all of it, the log line says by how much it passed the reservation."""
-    prompt = 1 + PROMPT_BYTES + 40  # 40 tokens of the container's own over the reservation
+    prompt = 1 + RESERVED + 40  # 40 tokens of the container's own over the reservation
     answer = {**ANSWER, "usage": {"prompt_tokens": prompt, "completion_tokens": 1}}
     harness.stubber.add_response("invoke_endpoint", endpoint_response(
         json.dumps(answer).encode()), {"EndpointName": MODEL, "Body": ANY,
@@ -168,7 +171,7 @@ def test_a_streaming_servers_body_holds_the_reservation_until_it_is_closed(
         lambda: app_module.services.llm, app_module.exchanges,
         keyed_request({"model": MODEL, "messages": QUESTION, "stream": True,
                        "max_tokens": 40}))
-    reserved = 40 + PROMPT_BYTES
+    reserved = 40 + RESERVED
     assert status == 200 and headers["x-ratelimit-remaining-tokens"] == str(1000 - reserved)
     assert list(body)[-1] == b"data: [DONE]\n\n"
     assert used(counters) == [reserved, reserved]  # until the server closes the body

@@ -30,8 +30,10 @@ MODEL = "smollm2"
 LIMIT = 600
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MAX_TOKENS = 4
-RESERVATION = MAX_TOKENS + 24 + len("user") + len(QUESTION[0]["content"])
-"""What each request reserves: its max_tokens and its prompt's bytes (with 24 of framing)."""
+TEMPLATE_TOKENS = 30  # smollm2's model.json: llm.budgets.template_tokens
+RESERVATION = MAX_TOKENS + 24 + len("user") + len(QUESTION[0]["content"]) + TEMPLATE_TOKENS
+"""What each request reserves: its max_tokens, its prompt's bytes (with 24 of framing) and
+the template's own tokens."""
 AT_ONCE = 20
 MAX_BURSTS = 12
 HEADERS = ("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
@@ -125,9 +127,22 @@ def ask(stack: Stack, index: int) -> tuple[int, dict[str, str], int]:
     return response.status, dict(response.headers), spent
 
 
+def test_the_templates_own_tokens_are_within_a_chats_reservation(stack: Stack) -> None:
+    """smollm2's template_tokens cover its template: a chat of one byte (one token, the most
+    a byte makes) spends no more than it reserved, though more than its bytes and max_tokens
+    (the default system turn its template adds)."""
+    response = stack.post({"model": MODEL, "messages": [{"role": "user", "content": "a"}],
+                           "max_tokens": 1, "temperature": 0.7})
+    assert response.status == 200
+    spent = spent_by(response, streamed=False)
+    assert 1 + 24 + len("user") + 1 < spent <= 1 + 24 + len("user") + 1 + TEMPLATE_TOKENS
+    assert settled_to(stack, spent) == spent
+
+
 def test_requests_at_once_never_overspend_by_more_than_one_reservation(stack: Stack) -> None:
     """Bursts of 20 at once until the window refuses them all. The emulator generates two at
     a time: a call it throttles past the retries is a 503 that costs nothing."""
+    before = stack.usage()["data"][0]["used_tokens"]
     answers: list[tuple[int, dict[str, str], int]] = []
     with ThreadPoolExecutor(AT_ONCE) as pool:
         for _ in range(MAX_BURSTS):
@@ -138,10 +153,10 @@ def test_requests_at_once_never_overspend_by_more_than_one_reservation(stack: St
     statuses = {status for status, _, _ in answers}
     assert {200, 429} <= statuses <= {200, 429, 503}, statuses
     assert all(name in headers for _, headers, _ in answers for name in HEADERS)
-    spent = sum(tokens for _, _, tokens in answers)
+    spent = before + sum(tokens for _, _, tokens in answers)
     used = settled_to(stack, spent)
     assert used == spent == table_count(stack)  # every answer settled to what it spent
-    assert LIMIT - RESERVATION < spent <= LIMIT + RESERVATION
+    assert LIMIT - RESERVATION < spent <= LIMIT
 
 
 def test_a_caller_over_its_budget_gets_openais_429_with_the_headers(stack: Stack) -> None:

@@ -109,6 +109,16 @@ def test_a_request_reserves_its_max_tokens_and_its_prompts_bytes() -> None:
     assert reservation(default) == 64 + 3  # the model's default max_tokens
 
 
+def test_a_chat_reserves_its_templates_own_tokens_besides() -> None:
+    models = {"smol": model(max_tokens=64, template_tokens=30)}
+    chat = read_request(json.dumps({"model": "smol", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "hi"}]}).encode(), Operation.CHAT, models)
+    text = read_request(json.dumps({"model": "smol", "prompt": "hi",
+                                    "max_tokens": 5}).encode(), Operation.TEXT, models)
+    assert reservation(chat) == 5 + (24 + len("user") + 2) + 30
+    assert reservation(text) == 5 + 2  # a text completion is sent without the template
+
+
 # --- reserving ---------------------------------------------------------------------------
 
 def test_a_reservation_counts_in_every_window_and_its_headers_are_the_tightest() -> None:
@@ -300,7 +310,10 @@ def _load(tmp_path: Path, llm: dict[str, Any]) -> ModelSpec:
 
 def test_a_models_budgets_are_read_from_its_llm_block(tmp_path: Path) -> None:
     found = _load(tmp_path, {"budgets": {"tokens_per_minute": 500}}).llm
-    assert found is not None and (found.tokens_per_minute, found.tokens_per_day) == (500, 0)
+    assert found is not None and (found.tokens_per_minute, found.tokens_per_day,
+                                  found.template_tokens) == (500, 0, 0)
+    assert _load(tmp_path, {"budgets": {"template_tokens": 30}}).llm == LlmSpec(
+        LlmSchema.LMI, template_tokens=30)
 
 
 @pytest.mark.parametrize(("budgets_block", "message"), [
@@ -308,6 +321,8 @@ def test_a_models_budgets_are_read_from_its_llm_block(tmp_path: Path) -> None:
     ({"tokens_per_day": -5}, r"key 'llm\.budgets\.tokens_per_day' must be a whole number"),
     ({"tokens_per_minute": "9"}, r"key 'llm\.budgets\.tokens_per_minute' must be a whole"),
     ([1], r"key 'llm\.budgets' must be an object"),
+    ({"template_tokens": -1}, r"key 'llm\.budgets\.template_tokens' must be a whole number "
+                              r"from 0 \(none\) to 1000000"),
 ])
 def test_a_bad_models_budget_stops_start_up_naming_its_key(
         tmp_path: Path, budgets_block: Any, message: str) -> None:
