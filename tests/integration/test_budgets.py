@@ -162,8 +162,9 @@ def test_requests_at_once_never_overspend_by_more_than_one_reservation(stack: St
 def test_a_caller_over_its_budget_gets_openais_429_with_the_headers(stack: Stack) -> None:
     before = stack.usage()
     [window] = before["data"]
-    response = stack.post({"model": MODEL, "messages": QUESTION,  # (512: the model's ceiling)
-                           "max_tokens": min(512, window["remaining_tokens"])})
+    response = stack.post({"model": MODEL, "messages": QUESTION,  # (512: the model's ceiling;
+                           # 0 left would be a 400: max_tokens is at least 1)
+                           "max_tokens": max(1, min(512, window["remaining_tokens"]))})
     assert response.status == 429
     assert json.loads(response.data) == {"error": {
         "message": json.loads(response.data)["error"]["message"], "type": "tokens",
