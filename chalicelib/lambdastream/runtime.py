@@ -191,11 +191,18 @@ class ResponseStream:
         self._connection.send(data)
 
     def _finish(self, terminator: bytes) -> None:
+        """Send ``terminator`` and read Lambda's answer; the connection closed in every case
+        (a terminator that cannot be sent too: Lambda has closed it)."""
         with self._lock:
             if self.finished:
                 return
             self.finished = True
-            self._send(terminator)
+            try:
+                self._send(terminator)
+            except BaseException:
+                if self._connection is not None:
+                    self._connection.close()
+                raise
             connection = cast(http.client.HTTPConnection, self._connection)
         try:
             connection.getresponse().read()

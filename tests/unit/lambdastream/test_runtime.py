@@ -167,6 +167,9 @@ class GoneConnection:
     def send(self, data: bytes) -> None:
         raise BrokenPipeError("closed")
 
+    def close(self) -> None:
+        pass
+
 
 class GoneApi(runtime.RuntimeApi):
     def __init__(self) -> None:
@@ -189,6 +192,39 @@ def test_a_response_whose_connection_is_gone_leaves_the_loop_serving(
     invocation = runtime.Invocation("rid", 0, "arn", None, {})
     runtime.serve(GoneApi(), handler, invocation, {})  # returns: the loop asks for the next
     assert ended == ["write"]
+    assert "could not be ended" in capsys.readouterr().err
+
+
+class ClosedAtTheEnd:
+    """A response's connection that Lambda closes after its first chunk."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        if self.sent:
+            raise ConnectionResetError("closed")
+        self.sent.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_response_whose_end_cannot_be_sent_closes_its_connection(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    connection = ClosedAtTheEnd()
+
+    class Api(GoneApi):
+        def open_response(self, request_id: str) -> Any:
+            return connection
+
+    def handler(event: Any, context: Context, stream: ResponseStream) -> None:
+        stream.write(PRELUDE)
+
+    runtime.serve(Api(), handler, runtime.Invocation("rid", 0, "arn", None, {}), {})
+    assert connection.sent == [b"%X\r\n%s\r\n" % (len(PRELUDE), PRELUDE)]
+    assert connection.closed  # the terminator failed: the socket is not left open
     assert "could not be ended" in capsys.readouterr().err
 
 
