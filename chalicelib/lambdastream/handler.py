@@ -150,6 +150,8 @@ class Answer:
     def __init__(self, stream: Stream, cors: Mapping[str, str]) -> None:
         self.stream, self.cors = stream, cors
         self.began = False
+        self.expired = False
+        """Whether the deadline's timer has answered (the handler serves nothing more)."""
         self.lock = threading.RLock()
 
     def begin(self, status: int, headers: Mapping[str, str]) -> None:
@@ -188,6 +190,7 @@ class Answer:
                             code=DEADLINE_CODE, kind=SERVER_ERROR)
         try:
             with self.lock:
+                self.expired = True
                 if not self.began:
                     self.error(error, request_id)
                     return
@@ -213,12 +216,16 @@ def handle(event: Mapping[str, Any], context: Any, stream: Stream) -> None:
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     timer = None
     if callable(remaining):
-        timer = threading.Timer(max(0, remaining() - DEADLINE_MARGIN_MS) / 1000.0,
-                                answer.expire, (identity,))
-        timer.daemon = True
-        timer.start()
+        left = remaining() - DEADLINE_MARGIN_MS
+        if left <= 0:  # no time to serve: the deadline's 504 now, nothing reserved or called
+            answer.expire(identity)
+        else:
+            timer = threading.Timer(left / 1000.0, answer.expire, (identity,))
+            timer.daemon = True
+            timer.start()
     try:
-        _serve(request, answer, identity)
+        if not answer.expired:
+            _serve(request, answer, identity)
     except ConnectionError:  # ended by the deadline's timer, or its connection lost
         logger.info("the response could not be written on: its stream was left")
     finally:
@@ -231,6 +238,8 @@ def _serve(request: ProxyRequest, answer: Answer, identity: str) -> None:
     refusal = _refusal(request)
     if refusal is not None:
         answer.error(refusal, identity)
+        return
+    if answer.expired:  # the deadline's timer answered meanwhile: no tokens reserved, no call
         return
     try:
         status, headers, body = serve_streaming(lambda: services.llm, exchanges, request)

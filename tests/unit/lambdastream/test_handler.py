@@ -135,6 +135,27 @@ def test_the_deadline_after_the_end_says_nothing() -> None:
     assert len(stream.sent) == 2 and stream.ending == ("end",)
 
 
+class Late:
+    """A context with less time left than the deadline's margin."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return handler.DEADLINE_MARGIN_MS // 2
+
+
+def test_without_time_to_serve_the_504_is_at_once_and_nothing_is_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENDPOINT_NAME", "smollm2")
+    monkeypatch.setattr(handler, "services", handler.Services())
+    served: list[Any] = []
+    monkeypatch.setattr(handler, "serve_streaming", lambda *args: served.append(args))
+    stream = FakeStream()
+    handler.handle(event(b"{}", path="/v1/chat/completions"), Late(), stream)
+    prelude, _, _ = stream.sent[0].partition(b"\0" * 8)
+    assert json.loads(prelude)["statusCode"] == 504
+    assert stream.ending == ("end",)
+    assert served == []  # no tokens reserved, no endpoint call for an answer already given
+
+
 def test_deliver_stops_at_done_and_ends_a_defect_with_server_error() -> None:
     asked: list[int] = []
 
