@@ -56,6 +56,8 @@ WRAPPER = "/var/task/chalicelib/lambdastream/bootstrap"
 FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:{name}"
 FIRST_BYTE_SECONDS = 60.0
 """How long the front waits for the function's first byte (then API Gateway's 504)."""
+REGIONAL_IDLE_TIMEOUT_SECONDS = 300.0
+"""How long a regional API's stream may be silent before API Gateway cuts it (5 minutes)."""
 _SEQUENCE = itertools.count()
 
 
@@ -369,14 +371,25 @@ class _FrontHandler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        while (part := invocation.parts.get(timeout=FIRST_BYTE_SECONDS)).kind == "chunk":
+        while True:
+            try:
+                part = invocation.parts.get(timeout=REGIONAL_IDLE_TIMEOUT_SECONDS)
+            except queue.Empty:  # silent too long: cut, as API Gateway cuts an idle stream
+                self._cut()
+                return
+            if part.kind != "chunk":
+                break
             self.wfile.write(b"%X\r\n%s\r\n" % (len(part.value), part.value))
             invocation.relayed.append(sequence())
         if ERROR_TYPE in part.value:  # cut short, as API Gateway ends a failed stream
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self._cut()
             return
         self.wfile.write(b"0\r\n\r\n")
+
+    def _cut(self) -> None:
+        """The client's connection ended without the body's last chunk."""
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
 
 def function_env(template: Mapping[str, Any], runtime: RuntimeApi, tree: LambdaTree,
