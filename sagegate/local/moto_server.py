@@ -202,7 +202,13 @@ class OneAtATime:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         with self._lock:
-            return list(self.app(environ, start_response))
+            answer = self.app(environ, start_response)
+            try:
+                return list(answer)
+            finally:  # WSGI: the app's iterable closed once read (the server sees a list)
+                close = getattr(answer, "close", None)
+                if callable(close):
+                    close()
 
 
 def fronting(create_backend: Callable[[str], WsgiApp]) -> Callable[[str], WsgiApp]:

@@ -22,6 +22,7 @@ from sagegate.local.moto_server import (
     INSTANCE_HEADER,
     OPEN_PATH,
     PROVISION_HEADER,
+    OneAtATime,
     PostPolicyCheck,
     ProvisionGate,
     build_app,
@@ -663,3 +664,23 @@ def test_without_a_key_the_gate_is_open() -> None:
     status, _, _ = call(ProvisionGate(inner), "PUT", "/jobs/a", b"x", "")
 
     assert status.startswith("204") and ProvisionGate(inner).open
+
+
+def test_one_at_a_time_closes_the_apps_answer_once_read() -> None:
+    """WSGI: the server closes the iterable it gets; OneAtATime hands it a list, so it closes
+    the app's own."""
+    closed: list[bool] = []
+
+    class Answer:
+        def __iter__(self) -> Any:
+            return iter([b"a", b"b"])
+
+        def close(self) -> None:
+            closed.append(True)
+
+    def app(environ: Mapping[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        start_response("200 OK", [])
+        return Answer()
+
+    assert OneAtATime(app)({}, lambda *args: None) == [b"a", b"b"]
+    assert closed == [True]
