@@ -19,6 +19,7 @@ prices are :mod:`bench.prices`'.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -28,7 +29,7 @@ import statistics
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bench import images, llm, prices, table
@@ -129,9 +130,10 @@ def routes() -> list[Route]:
     ]
 
 
-def timed(api: ApiProcess, route: Route) -> Callable[[], tuple[float, int]]:
-    """A call of ``route`` on one keep-alive connection: seconds to the answer's last byte and
-    the answer's size."""
+@contextlib.contextmanager
+def timed(api: ApiProcess, route: Route) -> Iterator[Callable[[], tuple[float, int]]]:
+    """A call of ``route`` on one keep-alive connection, closed on leaving: seconds to the
+    answer's last byte and the answer's size."""
     parts = urllib.parse.urlsplit(api.url)
     connection = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=120)
 
@@ -147,7 +149,10 @@ def timed(api: ApiProcess, route: Route) -> Callable[[], tuple[float, int]]:
             raise RuntimeError(f"{route.path} answered {response.status}: {body[:300]!r}")
         return elapsed, len(body)
 
-    return call
+    try:
+        yield call
+    finally:
+        connection.close()
 
 
 def capture_sizes(directory: Path, expected: dict[str, int]) -> dict[str, int]:
@@ -179,9 +184,9 @@ def measure(rounds: int) -> list[Usage]:
             llm.load_model(api)
             found = {}
             for route in chosen:
-                call = timed(api, route)
-                call()  # warm: the route's pipeline and connection
-                found[route.name] = [call() for _ in range(rounds)]
+                with timed(api, route) as call:
+                    call()  # warm: the route's pipeline and connection
+                    found[route.name] = [call() for _ in range(rounds)]
             records = capture_sizes(Path(scratch), {route.endpoint: rounds + 1
                                                     for route in chosen})
         finally:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,29 @@ def test_the_table_gives_arm64_over_x86_64_per_route() -> None:
     arm = cost.per_million(cost.Usage("image", 100, 1024, 0), "arm64").total
     assert f"{arm / x86:.3f}" in text.splitlines()[-1]
     assert f"${x86:,.2f}" in text
+
+
+def test_a_routes_connection_is_closed_after_its_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    connections: list[Any] = []
+
+    class Connection:
+        def __init__(self, host: str, port: int | None, timeout: float) -> None:
+            self.closed = False
+            connections.append(self)
+
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def getresponse(self) -> Any:
+            return type("Answer", (), {"status": 200, "read": lambda self: b"{}"})()
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(cost.http.client, "HTTPConnection", Connection)
+    api = type("Api", (), {"url": "http://127.0.0.1:9"})()
+    route = cost.Route("r", "/predict", b"{}", "application/json", "e")
+    with cost.timed(api, route) as call:  # type: ignore[arg-type]
+        assert call()[1] == 2
+        assert not connections[0].closed
+    assert [connection.closed for connection in connections] == [True]
