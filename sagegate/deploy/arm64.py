@@ -73,6 +73,8 @@ class Report:
     pixel_difference: int
     answers: dict[str, int]
     seconds: dict[str, float]
+    layer: Path
+    """Where the arm64 layer was extracted (``opt/python``) for the probe."""
 
 
 def tools(which: Callable[[str], str | None] = shutil.which) -> dict[str, str]:
@@ -264,7 +266,7 @@ def check(stage: Stage, root: Path = ROOT, runner: Runner = run) -> Report:
     answers = run_handler(python, built, workdir)
     seconds["function"] = time.monotonic() - mark
     return Report(probed["machine"], probed["python"], probed["imported"], pixels, answers,
-                  seconds)
+                  seconds, layer_python / "python")
 
 
 def describe(report: Report, root: Path = ROOT) -> list[str]:
