@@ -72,7 +72,8 @@ class OpenAIAnswer:
 
 def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
     """The answer to the exchange's completion request (its route says which kind), its
-    tokens reserved and settled in the caller's budgets."""
+    tokens reserved and settled in the caller's budgets (a stream's reservation made while
+    its endpoint's stream opens, waited for before the answer: :class:`_Charge`)."""
     log = exchange.log
     log.api_key_id = api_key_id(exchange.request)
     charge = _Charge(log)
@@ -82,13 +83,13 @@ def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
         request = service.read(exchange.http_request().body, OPERATIONS[log.route])
         log.model = request.model.name
         charge.reserve(request)
-        found = _served(service, request, exchange)
+        found = _served(service, request, exchange, charge.granted)
     except OpenAIError as error:
-        found = _error(error, log)
+        found = _error(charge.refusal_or(error), log)
     except SagegateError as error:
-        found = _error(from_sagegate(error), log)
+        found = _error(charge.refusal_or(from_sagegate(error)), log)
     except BaseException:  # a defect of ours: its 500 is the view's, the tokens given back
-        charge.settle()
+        charge.abandon()
         raise
     return charge.applied(found)
 
@@ -101,10 +102,12 @@ def api_key_id(request: ServedRequest) -> str | None:
     return str(found) if found else None
 
 
-def _served(service: LlmService, request: CompletionRequest,
-            exchange: Exchange) -> OpenAIAnswer:
+def _served(service: LlmService, request: CompletionRequest, exchange: Exchange,
+            granted: Callable[[], None]) -> OpenAIAnswer:
     """The request routed (its arm and shadows, decided once, as a model route's), read from
-    the cache when it may be, answered whole or as a stream."""
+    the cache when it may be, answered whole or as a stream; ``granted`` (raising the
+    budget's refusal) before any answer is given or shadow copy made, a stream's once it is
+    opened (a refused one is cancelled: :meth:`EventStream.cancel`)."""
     log, model = exchange.log, request.model
     routing = _routing(model, exchange)
     if routing is not None:
@@ -115,9 +118,15 @@ def _served(service: LlmService, request: CompletionRequest,
         http.headers, http.to_original_event().get("multiValueHeaders"))
     plan = Plan(log.arm, service.cache_use(request, control, log.arm))
     if request.stream:
-        found = OpenAIAnswer(200, SSE_HEADERS,
-                             service.stream(request, exchange.request_id, log, plan))
+        stream = service.stream(request, exchange.request_id, log, plan)
+        try:
+            granted()
+        except BaseException:
+            stream.cancel()
+            raise
+        found = OpenAIAnswer(200, SSE_HEADERS, stream)
     else:
+        granted()
         found = OpenAIAnswer(200, JSON_HEADERS, _json(
             service.complete(request, exchange.request_id, log, plan)))
     if routing is not None and routing.shadows:
@@ -130,27 +139,80 @@ def _served(service: LlmService, request: CompletionRequest,
 
 class _Charge:
     """One request's token budget through its answer: reserved once its model is known,
-    settled with what the endpoint spent (0 for a cache hit; a stream's when it ends), the
-    tightest window's headers on the answer (a refusal's, the refusing window's)."""
+    settled with what the endpoint spent (0 for a cache hit or a failure; a stream's when it
+    ends), the tightest window's headers on the answer (a refusal's, the refusing window's).
+
+    A whole answer's reservation is made before its call (the call is the whole
+    generation: a request that may be refused must not run it). A stream's runs on the
+    budgets' threads while its endpoint's stream opens (the model's prefill) and is waited for
+    (:meth:`granted`) before the answer is given: no token reaches a client its budget has not
+    granted. A refusal's log line is as it stood when the reservation began (nothing of the
+    opened stream: it was not served) with the refusal.
+    """
 
     def __init__(self, log: RequestLog) -> None:
         self.log = log
         self.budgets: TokenBudgets | None = None
         self.model: ModelSpec | None = None
         self.held: Reservation | None = None
+        self._pending: Callable[[], Reservation] | None = None
+        self._before: RequestLog | None = None
 
     def reserve(self, request: CompletionRequest) -> None:
-        """Raises BudgetExceeded: a window has no room for the request."""
+        """Begin the reservation (a stream's) or make it (a whole answer's).
+
+        Raises:
+            BudgetExceeded: (a whole answer's) a window has no room for the request.
+        """
         self.model = request.model
-        if self.budgets is None:
+        budgets = self.budgets
+        if budgets is None:
+            return
+        ask = (self.log.api_key_id, request.model, reservation(request))
+        if request.stream:
+            self._before = dataclasses.replace(self.log, stages_ms=dict(self.log.stages_ms))
+            self._pending = budgets.reserving(*ask)
+        else:
+            self._pending = functools.partial(budgets.reserve, *ask)
+            self.granted()
+
+    def granted(self) -> None:
+        """The reservation, waited for (once; nothing to wait for: none, or already made).
+
+        Raises:
+            BudgetExceeded: a window has no room for the request.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
             return
         try:
-            self.held = self.budgets.reserve(self.log.api_key_id, request.model,
-                                             reservation(request))
+            self.held = pending()
         except BudgetExceeded as refused:
+            if self._before is not None:  # nothing of the opened stream's
+                for field in dataclasses.fields(self.log):
+                    setattr(self.log, field.name, getattr(self._before, field.name))
             self.log.budget, self.log.budget_errors = BUDGET_REJECTED, refused.errors or None
             raise
         self.log.budget, self.log.budget_errors = RESERVED, self.held.errors or None
+
+    def refusal_or(self, error: OpenAIError) -> OpenAIError:
+        """The answer to a failure before the answer began: the budget's refusal when a
+        reservation still pending is refused (as though it had been made first), else
+        ``error`` (the reservation, granted, given back by :meth:`applied`)."""
+        try:
+            self.granted()
+        except BudgetExceeded as refused:
+            return refused
+        return error
+
+    def abandon(self) -> None:
+        """A defect of ours ended the request: the reservation, once made, given back."""
+        try:
+            self.granted()
+        except BudgetExceeded:
+            pass
+        finally:
+            self.settle()
 
     def applied(self, found: OpenAIAnswer) -> OpenAIAnswer:
         """``found`` with the budget's headers; a stream settled when it ends, else now."""

@@ -311,13 +311,36 @@ class TokenBudgets:
         Raises:
             BudgetExceeded: a window has no room for it (what the others took is given back).
         """
+        return self._reserving(key_id, model, amount, early=False)()
+
+    def reserving(self, key_id: str | None, model: ModelSpec,
+                  amount: int) -> Callable[[], Reservation]:
+        """:meth:`reserve` begun on the budgets' threads, left to run while the caller goes on
+        (a stream opens its endpoint's stream meanwhile): the call returned, made once, waits
+        for it and gives what :meth:`reserve` gives, or raises what it raises."""
+        return self._reserving(key_id, model, amount, early=True)
+
+    def _reserving(self, key_id: str | None, model: ModelSpec, amount: int,
+                   early: bool) -> Callable[[], Reservation]:
         who, now = key_id or ANONYMOUS, self._clock()
-        held = Reservation(self.counters, amount, now)
         windows = self.windows(who, model)
+        outcomes = self._start(
+            [functools.partial(self._take, window, who, now, amount) for window in windows],
+            early=early)
+        return functools.partial(self._reserved, windows, who, now, amount, model.name,
+                                 outcomes)
+
+    def _reserved(self, windows: Sequence[Window], who: str, now: float, amount: int,
+                  model: str, outcomes: Callable[[], list[tuple[bool, int] | CounterError]]
+                  ) -> Reservation:
+        """The reservation its windows' outcomes make (a refusal: what was taken given back).
+
+        Raises:
+            BudgetExceeded: a window had no room.
+        """
+        held = Reservation(self.counters, amount, now)
         refusals = []
-        for window, outcome in zip(windows, self._at_once(
-                [functools.partial(self._take, window, who, now, amount) for window in windows]),
-                strict=True):
+        for window, outcome in zip(windows, outcomes(), strict=True):
             if isinstance(outcome, CounterError):
                 held.failed("reserve", outcome)
                 continue
@@ -329,8 +352,7 @@ class TokenBudgets:
                 refusals.append(found)
         if refusals:
             held.settle(0)  # what the other windows took, given back
-            raise BudgetExceeded(longest(refusals, amount), amount, now, model.name,
-                                 held.errors)
+            raise BudgetExceeded(longest(refusals, amount), amount, now, model, held.errors)
         return held
 
     def _take(self, window: Window, who: str, now: float, amount: int) -> tuple[bool, int]:
@@ -351,18 +373,21 @@ class TokenBudgets:
     def _at_once(self, calls: Sequence[Callable[[], _T]]) -> list[_T | CounterError]:
         """Each call's result (or its CounterError), the calls made at once: a request waits
         for one round trip to the table before its endpoint call, not one a window."""
-        def outcome(call: Callable[[], _T]) -> _T | CounterError:
-            try:
-                return call()
-            except CounterError as error:
-                return error
+        return self._start(calls, early=False)()
 
-        if len(calls) < 2:
-            return [outcome(call) for call in calls]
+    def _start(self, calls: Sequence[Callable[[], _T]],
+               early: bool) -> Callable[[], list[_T | CounterError]]:
+        """The calls begun (``early``, or more than one: on the pool, at once; else made
+        here and now); the call returned waits for each one's result or CounterError."""
+        if len(calls) < 2 and not early:
+            found = [_outcome(call) for call in calls]
+            return lambda: found
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(MAX_WINDOWS, thread_name_prefix="budgets")
-        return list(self._pool.map(outcome, calls))
+            pool = self._pool
+        futures = [pool.submit(_outcome, call) for call in calls]
+        return lambda: [future.result() for future in futures]
 
     def standings(self, key_id: str | None, model: ModelSpec | None = None,
                   models: Sequence[ModelSpec] = ()) -> tuple[list[Standing], int, float]:
@@ -382,6 +407,13 @@ class TokenBudgets:
                 continue
             found.append(standing(window, who, now, used))
         return found, errors, now
+
+
+def _outcome(call: Callable[[], _T]) -> _T | CounterError:
+    try:
+        return call()
+    except CounterError as error:
+        return error
 
 
 class Reservation:

@@ -301,7 +301,7 @@ class LlmService:
         exchange = _Streamed(request, request_id, log, plan, sent, whole,
                              Tally(started, request.prompt_bytes), deadline)
         return EventStream(self._events(exchange, upstream, chunks),
-                           functools.partial(self._ended, exchange, upstream))
+                           functools.partial(self._ended, exchange, upstream), upstream.close)
 
     def _events(self, exchange: _Streamed, upstream: EndpointStream,
                 chunks: Chunks) -> Iterator[bytes]:
@@ -507,10 +507,15 @@ class EventStream:
     A server that writes the events as they come iterates :meth:`events` instead, whose end
     (right after ``[DONE]``, or an error event) does no bookkeeping, and calls :meth:`close`
     once the response is written: the client waits for none of it.
+
+    A stream never answered (its request refused once it was opened) is dropped by
+    :meth:`cancel`: ``abort`` (the container's stream closed: its generation stops) and nothing
+    else.
     """
 
-    def __init__(self, events: Iterator[bytes], end: Callable[[], None]) -> None:
-        self._events, self._end = events, end
+    def __init__(self, events: Iterator[bytes], end: Callable[[], None],
+                 abort: Callable[[], None] | None = None) -> None:
+        self._events, self._end, self._abort = events, end, abort
         self._then: list[Callable[[], None]] = []
         self._closed = False
 
@@ -541,10 +546,27 @@ class EventStream:
             return
         self._closed = True
         try:
-            close = getattr(self._events, "close", None)
-            if callable(close):
-                close()
+            self._stop()
             self._end()
         finally:
             for step in self._then:
                 step()
+
+    def cancel(self) -> None:
+        """Drop a stream whose answer is not given (once, instead of :meth:`close`): no event
+        made, the container's stream closed, nothing of the exchange's end (no record, no
+        cache entry, no usage, no :meth:`then` step): it was not served."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stop()
+        finally:
+            if self._abort is not None:
+                self._abort()
+
+    def _stop(self) -> None:
+        """No more events made (their generator closed)."""
+        close = getattr(self._events, "close", None)
+        if callable(close):
+            close()

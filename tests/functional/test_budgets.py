@@ -2,11 +2,14 @@
 ``serve_streaming`` (what chalice local and the streaming function call), a botocore Stubber
 for the endpoint and the budgets' counters in memory: the 429 in OpenAI's shape with its
 headers, the headers on 200s, streams and 4xx answers, the settlement with what was spent
-(a cache hit nothing), ``GET /v1/usage``, failing open."""
+(a cache hit nothing), ``GET /v1/usage``, failing open; a stream's reservation made while its
+endpoint's stream opens (a refused one cancelled, unrecorded), a whole answer's before its
+call."""
 from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,9 +61,58 @@ def counters(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[Memo
 
 
 def serve_with(harness: Harness, monkeypatch: pytest.MonkeyPatch,
-               budgets: TokenBudgets | None) -> None:
+               budgets: TokenBudgets | None, capturer: Any = None) -> None:
     monkeypatch.setattr(app_module, "services", Services(
-        make_settings(), endpoint=harness.endpoint, budgets=budgets))
+        make_settings(), endpoint=harness.endpoint, budgets=budgets, capturer=capturer))
+
+
+WAIT_SECONDS = 10.0
+"""The longest a gated reservation waits for the endpoint's stream to open."""
+
+
+class Gated(MemoryCounters):
+    """Counters whose reservations wait (bounded) for the endpoint's stream to be opened: made
+    one after the other, they wait in vain (noted in ``overlapped``); each ``add`` counted."""
+
+    def __init__(self, opened: threading.Event) -> None:
+        super().__init__()
+        self.opened = opened
+        self.overlapped: list[bool] = []
+        self.adds = 0
+
+    def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        self.overlapped.append(self.opened.wait(WAIT_SECONDS))
+        return super().reserve(item, amount, limit, expires_at)
+
+    def add(self, item: str, amount: int, expires_at: int) -> int:
+        self.adds += 1
+        return super().add(item, amount, expires_at)
+
+
+class Opening(Upstream):
+    """An endpoint's stream that says when it is opened (its first event asked for)."""
+
+    def __init__(self, parts: list[bytes], opened: threading.Event,
+                 fail_after: int | None = None) -> None:
+        super().__init__(parts, fail_after)
+        self.opened = opened
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.opened.set()
+        yield from super().__iter__()
+
+
+class Recorder:
+    """A capturer that keeps what it is handed."""
+
+    writer = None  # (its records written as they are handed over)
+
+    def __init__(self) -> None:
+        self.exchanges: list[Any] = []
+
+    def capture_exchange(self, exchange: Any, timeout: float | None) -> str:
+        self.exchanges.append(exchange)
+        return "captured"
 
 
 def expect_answer(harness: Harness) -> None:
@@ -150,6 +202,145 @@ def test_spending_above_the_reservation_is_settled_logged_and_counted(
     [log], metrics = emitted(capsys)
     assert log["budget_overrun"] == 41
     assert any(metric.get("BudgetOverrun") == [1.0] for metric in metrics)
+
+
+def test_a_streams_reservation_is_made_while_its_endpoints_stream_opens(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each window's reservation waits for the stream to open: made first, it would wait in
+    vain; the answer still waits for it (the settlement is of a granted reservation)."""
+    opened = threading.Event()
+    counters = Gated(opened)
+    serve_with(harness, monkeypatch, TokenBudgets(counters, Limits(1000, 5000)))
+    expect_stream(harness, Opening(split(PARIS, 7), opened))
+    capsys.readouterr()
+    status, headers, body = ask(harness, stream=True)
+    assert status == 200 and events(body)[-1] == "[DONE]"
+    assert counters.overlapped == [True, True]
+    [log], _ = emitted(capsys)
+    assert log["budget"] == "reserved"
+    spent = log["prompt_tokens"] + log["completion_tokens"]
+    assert used(counters) == [spent, spent]
+    assert headers["x-ratelimit-remaining-tokens"] == str(1000 - 16 - RESERVED)
+
+
+class Noting(MemoryCounters):
+    """Counters that note, at each reservation, whether the endpoint was called yet."""
+
+    def __init__(self, called: threading.Event) -> None:
+        super().__init__()
+        self.called = called
+        self.called_first: list[bool] = []
+
+    def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        self.called_first.append(self.called.is_set())
+        return super().reserve(item, amount, limit, expires_at)
+
+
+def test_a_whole_answers_reservation_is_made_before_its_call(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole answer's call is the whole generation: a request its budget may refuse must
+    not run it."""
+    called = threading.Event()
+    counters = Noting(called)
+    serve_with(harness, monkeypatch, TokenBudgets(counters, Limits(1000, 5000)))
+    response = endpoint_response(json.dumps(ANSWER).encode())
+    read = response["Body"].read
+    response["Body"].read = lambda *size: (called.set(), read(*size))[1]
+    harness.stubber.add_response("invoke_endpoint", response)
+    assert ask(harness, temperature=0.5)[0] == 200
+    assert counters.called_first == [False, False] and called.is_set()
+    assert used(counters) == [17, 17]
+
+
+def refused_stream(harness: Harness, monkeypatch: pytest.MonkeyPatch,
+                   upstream: Upstream | None = None) -> tuple[MemoryCounters, Recorder]:
+    """Serve with 990 of key-7's 1000 tokens a minute taken (after a first stream, unbudgeted,
+    of ``upstream`` when given: its answer kept in the cache), captured."""
+    counters, recorder = MemoryCounters(), Recorder()
+    serve_with(harness, monkeypatch, None, capturer=recorder)
+    if upstream is not None:
+        expect_stream(harness, upstream)
+        assert stream_as_key_7(max_tokens=1, temperature=0)[0] == 200
+    budgets = TokenBudgets(counters, Limits(1000, 5000))
+    app_module.services.llm.budgets = budgets
+    budgets.reserve("key-7", app_module.services.registry.models[MODEL], 990)
+    return counters, recorder
+
+
+def stream_as_key_7(**fields: Any) -> tuple[int, dict[str, str], bytes]:
+    """A stream asked of ``serve_streaming`` (what chalice local and the streaming function
+    do) with key-7's API key; its body read and closed."""
+    status, headers, body = completions.serve_streaming(
+        lambda: app_module.services.llm, app_module.exchanges,
+        keyed_request({"model": MODEL, "messages": QUESTION, "stream": True,
+                       "max_tokens": 40, **fields}))
+    try:
+        return status, headers, b"".join(body)
+    finally:
+        body.close()
+
+
+def test_a_refused_stream_cancels_its_endpoints_stream_and_is_not_recorded_as_served(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The 429 with its headers and no event; the endpoint's stream, opened meanwhile, closed
+    (its generation stops); no record, no usage, no cache outcome in the log line, which says
+    429 and rejected."""
+    counters, recorder = refused_stream(harness, monkeypatch)
+    upstream = Upstream(split(PARIS, 7))
+    expect_stream(harness, upstream)
+    capsys.readouterr()
+    status, headers, body = stream_as_key_7()
+    assert status == 429 and json.loads(body)["error"]["code"] == "rate_limit_exceeded"
+    assert int(headers["Retry-After"]) >= 1
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == (
+        "1000", "10")
+    assert upstream.closed and upstream.read <= 1
+    assert recorder.exchanges == []
+    assert used(counters) == [990, 990]
+    [log], metrics = emitted(capsys)
+    assert (log["status"], log["budget"], log["error_code"]) == (
+        429, "rejected", "rate_limit_exceeded")
+    assert not {"endpoint", "prompt_tokens", "completion_tokens", "cache", "capture",
+                "streamed", "time_to_first_token_ms"} & set(log)
+    assert any(metric.get("BudgetRejected") == [1.0] for metric in metrics)
+    assert not any("PromptTokens" in metric or "CacheMiss" in metric for metric in metrics)
+
+
+def test_a_refused_cached_stream_is_not_recorded_as_served(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache hit opens no endpoint stream: refused, it is no hit and counts no tokens."""
+    counters, recorder = refused_stream(harness, monkeypatch, Upstream(split(PARIS, 7)))
+    recorder.exchanges.clear()
+    capsys.readouterr()
+    status, headers, _ = stream_as_key_7(max_tokens=1, temperature=0)
+    assert status == 429 and "X-Cache" not in headers
+    assert recorder.exchanges == [] and used(counters) == [990, 990]
+    [log], metrics = emitted(capsys)
+    assert (log["status"], log["budget"]) == (429, "rejected")
+    assert not {"prompt_tokens", "cache", "usage_source"} & set(log)
+    assert not any("CacheHit" in metric or "PromptTokens" in metric for metric in metrics)
+    app_module.services.llm.budgets = None  # the cache did have the answer
+    assert stream_as_key_7(max_tokens=1, temperature=0)[1]["X-Cache"] == "hit"
+
+
+def test_an_endpoint_failure_while_the_reservation_is_pending_gives_it_back_once(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    opened = threading.Event()
+    counters = Gated(opened)
+    serve_with(harness, monkeypatch, TokenBudgets(counters, Limits(1000, 5000)))
+    expect_stream(harness, Opening(split(PARIS, 7), opened, fail_after=0))
+    capsys.readouterr()
+    status, headers, body = ask(harness, stream=True)
+    assert status >= 400 and json.loads(body)["error"]
+    assert counters.overlapped == [True, True]
+    assert used(counters) == [0, 0] and counters.adds == 2  # a window each, once
+    assert headers["x-ratelimit-remaining-tokens"] == "1000"
+    [log], _ = emitted(capsys)
+    assert log["budget"] == "reserved" and log["status"] == status
 
 
 def keyed_request(document: Any, key_id: str = "key-7") -> Request:

@@ -233,6 +233,40 @@ def test_a_requests_windows_are_reserved_at_once() -> None:
     assert len(held.standings) == 2
 
 
+class Held(MemoryCounters):
+    """Counters whose reservations wait (bounded) until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        assert self.go.wait(10)
+        return super().reserve(item, amount, limit, expires_at)
+
+
+@pytest.mark.parametrize("per_day", [1000, 0])  # two windows, and one
+def test_a_reservation_begun_early_runs_while_the_caller_goes_on(per_day: int) -> None:
+    """What a stream does while its endpoint's stream opens: ``reserving`` returns before the
+    table has answered (made here, the reservation would wait in vain for ``go``)."""
+    counters = Held()
+    pending = budgets(per_day=per_day, counters=counters).reserving("key-1", model(), 5)
+    counters.go.set()
+    held = pending()
+    assert len(held.standings) == (2 if per_day else 1)
+    assert sorted(counters.counts.values()) == [5] * len(held.standings)
+
+
+def test_a_reservation_begun_early_is_refused_when_waited_for() -> None:
+    counters = MemoryCounters()
+    stage = budgets(per_minute=100, per_day=1000, counters=counters)
+    stage.reserve("key-1", model(), 90)
+    pending = stage.reserving("key-1", model(), 20)
+    with pytest.raises(BudgetExceeded):
+        pending()
+    assert sorted(counters.counts.values()) == [90, 90]  # the day's 20 given back
+
+
 # --- settling ----------------------------------------------------------------------------
 
 def test_settling_moves_each_window_to_what_was_spent_once() -> None:
