@@ -295,21 +295,24 @@ class EndpointClient:
             raise EndpointError(f"The endpoint call failed ({type(error).__name__}).",
                                 details={"endpoint_error": type(error).__name__}) from None
 
-    def invoke_stream(self, invocation: Invocation,
-                      deadline: float | None = None) -> EndpointStream:
+    def invoke_stream(self, invocation: Invocation, deadline: float | None = None,
+                      answered: Callable[[], None] | None = None) -> EndpointStream:
         """``InvokeEndpointWithResponseStream``, retried by the rules of :meth:`invoke` until
         its first event has arrived, never after (a part the caller may have read would be
-        sent twice).
+        sent twice). ``answered`` is called once an attempt's call is answered (its headers),
+        before its first event is awaited: the caller's work there overlaps the model's prefill
+        instead of competing with the call's own (every attempt's: it must be idempotent).
 
         Raises:
             EndpointError: (or a subclass) the stream could not be opened, or its first event
                 was an error.
             PreprocessingTimeoutError: the budget ran out before a first attempt could start.
         """
-        return self._retrying(invocation, lambda attempt: self._open(invocation, attempt),
-                              deadline)
+        return self._retrying(
+            invocation, lambda attempt: self._open(invocation, attempt, answered), deadline)
 
-    def _open(self, invocation: Invocation, attempt: int) -> EndpointStream | _Failure:
+    def _open(self, invocation: Invocation, attempt: int,
+              answered: Callable[[], None] | None = None) -> EndpointStream | _Failure:
         """One stream opened and its first event read (a failure there is the attempt's: a
         connection broken before the first event is retried, see :func:`read_error`)."""
         kwargs = invocation.to_kwargs()
@@ -318,6 +321,8 @@ class EndpointClient:
         body = response["Body"]
         events = iter(body)
         try:
+            if answered is not None:
+                answered()
             first = next(events, None)
         except _STREAM_READ_ERRORS as error:
             _close(body)
