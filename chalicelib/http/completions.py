@@ -73,7 +73,7 @@ class OpenAIAnswer:
 def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
     """The answer to the exchange's completion request (its route says which kind), its
     tokens reserved and settled in the caller's budgets (a stream's reservation made while
-    its endpoint's stream opens, waited for before the answer: :class:`_Charge`)."""
+    the model's prefill runs, waited for before the answer: :class:`_Charge`)."""
     log = exchange.log
     log.api_key_id = api_key_id(exchange.request)
     charge = _Charge(log)
@@ -83,7 +83,7 @@ def answer(llm: Llm, exchange: Exchange) -> OpenAIAnswer:
         request = service.read(exchange.http_request().body, OPERATIONS[log.route])
         log.model = request.model.name
         charge.reserve(request)
-        found = _served(service, request, exchange, charge.granted)
+        found = _served(service, request, exchange, charge)
     except OpenAIError as error:
         found = _error(charge.refusal_or(error), log)
     except SagegateError as error:
@@ -103,11 +103,12 @@ def api_key_id(request: ServedRequest) -> str | None:
 
 
 def _served(service: LlmService, request: CompletionRequest, exchange: Exchange,
-            granted: Callable[[], None]) -> OpenAIAnswer:
+            charge: _Charge) -> OpenAIAnswer:
     """The request routed (its arm and shadows, decided once, as a model route's), read from
-    the cache when it may be, answered whole or as a stream; ``granted`` (raising the
-    budget's refusal) before any answer is given or shadow copy made, a stream's once it is
-    opened (a refused one is cancelled: :meth:`EventStream.cancel`)."""
+    the cache when it may be, answered whole or as a stream; the budget's reservation granted
+    (:meth:`_Charge.granted`, raising its refusal) before any answer is given or shadow copy
+    made, a stream's once it is opened (a refused one is cancelled:
+    :meth:`EventStream.cancel`)."""
     log, model = exchange.log, request.model
     routing = _routing(model, exchange)
     if routing is not None:
@@ -118,15 +119,15 @@ def _served(service: LlmService, request: CompletionRequest, exchange: Exchange,
         http.headers, http.to_original_event().get("multiValueHeaders"))
     plan = Plan(log.arm, service.cache_use(request, control, log.arm))
     if request.stream:
-        stream = service.stream(request, exchange.request_id, log, plan)
+        stream = service.stream(request, exchange.request_id, log, plan, charge.begin)
         try:
-            granted()
+            charge.granted()
         except BaseException:
             stream.cancel()
             raise
         found = OpenAIAnswer(200, SSE_HEADERS, stream)
     else:
-        granted()
+        charge.granted()
         found = OpenAIAnswer(200, JSON_HEADERS, _json(
             service.complete(request, exchange.request_id, log, plan)))
     if routing is not None and routing.shadows:
@@ -143,11 +144,12 @@ class _Charge:
     ends), the tightest window's headers on the answer (a refusal's, the refusing window's).
 
     A whole answer's reservation is made before its call (the call is the whole
-    generation: a request that may be refused must not run it). A stream's runs on the
-    budgets' threads while its endpoint's stream opens (the model's prefill) and is waited for
-    (:meth:`granted`) before the answer is given: no token reaches a client its budget has not
-    granted. A refusal's log line is as it stood when the reservation began (nothing of the
-    opened stream: it was not served) with the refusal.
+    generation: a request that may be refused must not run it). A stream's is begun on the
+    budgets' threads (:meth:`begin`) once the endpoint has answered the call, so it runs while
+    the model's prefill does (begun sooner, its table calls' own CPU would delay the call's),
+    and is waited for (:meth:`granted`) before the answer is given: no token reaches a client
+    its budget has not granted. A refusal's log line is as it stood before the stream was
+    opened (nothing of the opened stream: it was not served) with the refusal.
     """
 
     def __init__(self, log: RequestLog) -> None:
@@ -155,11 +157,12 @@ class _Charge:
         self.budgets: TokenBudgets | None = None
         self.model: ModelSpec | None = None
         self.held: Reservation | None = None
+        self._begin: Callable[[], Callable[[], Reservation]] | None = None
         self._pending: Callable[[], Reservation] | None = None
         self._before: RequestLog | None = None
 
     def reserve(self, request: CompletionRequest) -> None:
-        """Begin the reservation (a stream's) or make it (a whole answer's).
+        """Make the reservation (a whole answer's), or ready it for :meth:`begin` (a stream's).
 
         Raises:
             BudgetExceeded: (a whole answer's) a window has no room for the request.
@@ -171,17 +174,25 @@ class _Charge:
         ask = (self.log.api_key_id, request.model, reservation(request))
         if request.stream:
             self._before = dataclasses.replace(self.log, stages_ms=dict(self.log.stages_ms))
-            self._pending = budgets.reserving(*ask)
+            self._begin = functools.partial(budgets.reserving, *ask)
         else:
             self._pending = functools.partial(budgets.reserve, *ask)
             self.granted()
 
+    def begin(self) -> None:
+        """A stream's reservation begun, to run while the caller goes on (once)."""
+        begin, self._begin = self._begin, None
+        if begin is not None:
+            self._pending = begin()
+
     def granted(self) -> None:
-        """The reservation, waited for (once; nothing to wait for: none, or already made).
+        """The reservation, begun if it was not (a stream from the cache: no call), waited for
+        (once; nothing to wait for: none, or already made).
 
         Raises:
             BudgetExceeded: a window has no room for the request.
         """
+        self.begin()
         pending, self._pending = self._pending, None
         if pending is None:
             return
@@ -197,8 +208,10 @@ class _Charge:
 
     def refusal_or(self, error: OpenAIError) -> OpenAIError:
         """The answer to a failure before the answer began: the budget's refusal when a
-        reservation still pending is refused (as though it had been made first), else
-        ``error`` (the reservation, granted, given back by :meth:`applied`)."""
+        reservation begun is refused (as though it had been made first), else ``error`` (the
+        reservation, granted, given back by :meth:`applied`). A stream's reservation not
+        begun (its endpoint's call never answered) is not made."""
+        self._begin = None
         try:
             self.granted()
         except BudgetExceeded as refused:
@@ -207,6 +220,7 @@ class _Charge:
 
     def abandon(self) -> None:
         """A defect of ours ended the request: the reservation, once made, given back."""
+        self._begin = None
         try:
             self.granted()
         except BudgetExceeded:

@@ -269,11 +269,14 @@ class LlmService:
                 "choices": [choice], "usage": usage}
 
     def stream(self, request: CompletionRequest, request_id: str, log: RequestLog,
-               plan: Plan = NO_PLAN) -> EventStream:
+               plan: Plan = NO_PLAN,
+               answered: Callable[[], None] | None = None) -> EventStream:
         """The answer as OpenAI's stream: from the cache when the plan's use of it finds one
         (its text a chunk a word), else the container's stream, opened now (a failure before
-        its first event is an error answer, not a stream), its chunks made as its lines are
-        read. The exchange's end (the record captured, a complete answer kept in the cache) is
+        its first event is an error answer, not a stream; ``answered`` called once the
+        endpoint has answered the call, while its first event is awaited:
+        :meth:`EndpointClient.invoke_stream`), its chunks made as its lines are read. The
+        exchange's end (the record captured, a complete answer kept in the cache) is
         :meth:`EventStream.close`'s, after the last event was delivered.
 
         Raises:
@@ -295,7 +298,7 @@ class LlmService:
         sent = SCHEMAS[request.llm.schema].body(request)
         deadline = time.monotonic() + self._budget
         upstream = self._endpoint.invoke_stream(
-            self._invocation(request, request_id, sent), deadline)
+            self._invocation(request, request_id, sent), deadline, answered)
         log.endpoint, log.variant, log.attempts = request.model.endpoint, upstream.variant, \
             upstream.attempts
         exchange = _Streamed(request, request_id, log, plan, sent, whole,

@@ -66,21 +66,27 @@ def serve_with(harness: Harness, monkeypatch: pytest.MonkeyPatch,
         make_settings(), endpoint=harness.endpoint, budgets=budgets, capturer=capturer))
 
 
+STREAM_OPERATION = "InvokeEndpointWithResponseStream"
 WAIT_SECONDS = 10.0
 """The longest a gated reservation waits for the endpoint's stream to open."""
 
 
 class Gated(MemoryCounters):
     """Counters whose reservations wait (bounded) for the endpoint's stream to be opened: made
-    one after the other, they wait in vain (noted in ``overlapped``); each ``add`` counted."""
+    one after the other, they wait in vain (noted in ``overlapped``); whether the endpoint's
+    call was ``answered`` as each began noted in ``after_call``; each ``add`` counted."""
 
-    def __init__(self, opened: threading.Event) -> None:
+    def __init__(self, opened: threading.Event,
+                 answered: threading.Event | None = None) -> None:
         super().__init__()
-        self.opened = opened
+        self.opened, self.answered = opened, answered
         self.overlapped: list[bool] = []
+        self.after_call: list[bool] = []
         self.adds = 0
 
     def reserve(self, item: str, amount: int, limit: int, expires_at: int) -> tuple[bool, int]:
+        if self.answered is not None:
+            self.after_call.append(self.answered.is_set())
         self.overlapped.append(self.opened.wait(WAIT_SECONDS))
         return super().reserve(item, amount, limit, expires_at)
 
@@ -204,19 +210,23 @@ def test_spending_above_the_reservation_is_settled_logged_and_counted(
     assert any(metric.get("BudgetOverrun") == [1.0] for metric in metrics)
 
 
-def test_a_streams_reservation_is_made_while_its_endpoints_stream_opens(
+def test_a_streams_reservation_is_made_while_its_first_event_is_awaited(
         harness: Harness, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Each window's reservation waits for the stream to open: made first, it would wait in
-    vain; the answer still waits for it (the settlement is of a granted reservation)."""
-    opened = threading.Event()
-    counters = Gated(opened)
+    """Each window's reservation waits for the stream's first event to be asked for: made
+    first, it would wait in vain. It begins once the endpoint has answered the call (its CPU
+    never competes with the call's), and the answer still waits for it (the settlement is of
+    a granted reservation)."""
+    opened, answered = threading.Event(), threading.Event()
+    counters = Gated(opened, answered)
     serve_with(harness, monkeypatch, TokenBudgets(counters, Limits(1000, 5000)))
+    harness.endpoint.client.meta.events.register(
+        f"after-call.sagemaker-runtime.{STREAM_OPERATION}", lambda **_: answered.set())
     expect_stream(harness, Opening(split(PARIS, 7), opened))
     capsys.readouterr()
     status, headers, body = ask(harness, stream=True)
     assert status == 200 and events(body)[-1] == "[DONE]"
-    assert counters.overlapped == [True, True]
+    assert counters.overlapped == [True, True] and counters.after_call == [True, True]
     [log], _ = emitted(capsys)
     assert log["budget"] == "reserved"
     spent = log["prompt_tokens"] + log["completion_tokens"]
