@@ -3,7 +3,8 @@
 ``make run``'s stack (the default emulator, whose ``smollm2`` endpoint runs
 SmolLM2-135M-Instruct, and sagegate under ``chalice local`` on the ``local`` stage, started with
 ``sagegate.local.processes``) on free ports. One question, temperature 0, the same
-``max_tokens``, two ways, side by side in one run (the one going first switching every round):
+``max_tokens``, three ways, side by side in one run (the order changing every round, each
+side going first and each pair in either order as often):
 
 * **reference**: boto3's ``invoke_endpoint_with_response_stream`` straight to the emulator
   with the body sagegate's ``lmi-chat`` schema sends it (``messages``, ``max_tokens``,
@@ -11,7 +12,11 @@ SmolLM2-135M-Instruct, and sagegate under ``chalice local`` on the ``local`` sta
   read as jsonlines chunks (one line may be cut across two parts);
 * **sagegate**: ``POST /v1/chat/completions`` with ``"stream": true`` on a keep-alive
   ``http.client`` connection, the ``text/event-stream``'s ``data:`` lines read as they come
-  (``Cache-Control: no-cache``: the endpoint generates every time, never the cache).
+  (``Cache-Control: no-cache``: the endpoint generates every time, never the cache), token
+  budgets off;
+* **sagegate with token budgets**: the same, from a second ``chalice local`` whose budgets
+  table is on moto's server, provisioned as ``make run`` provisions it (each request reserves
+  and settles its tokens there, as on ``make run``).
 
 The model's own time to a first token (its prefill) varies by tens of milliseconds from one
 generation to the next on a shared machine, far more than the milliseconds a front adds, so
@@ -23,7 +28,7 @@ how much the delay between the tap handing on a token and the reader having it g
 ((last delay - first delay) / (tokens - 1)). Added = sagegate's median less the reference's.
 The table also gives the end-to-end medians (what a caller sees, the model's time included)
 and the emulator's tokens/s (the tap's (tokens - 1) / (last - first) on the reference's
-calls). Both sides must give the same text, or the run fails. If the local server answered a
+calls). Every side must give the same text, or the run fails. If the local server answered a
 stream whole (``chalice local``'s own buffering), the first token would arrive with the last:
 the added time per first token shows it, and so does the line saying how far apart
 sagegate's first and last tokens came.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import itertools
 import json
 import os
 import queue
@@ -48,6 +54,7 @@ from bench import table
 from bench.report import Report
 from chalicelib.llm.streams import lines
 from emulator.process import free_port, start_emulator
+from sagegate.local.aws import LocalJobs, provision, start_moto
 from sagegate.local.processes import HOST, ApiProcess, start_api
 
 MODEL = "smollm2"
@@ -58,6 +65,7 @@ TTFT_TARGET_MS = 5.0
 PER_TOKEN_TARGET_MS = 0.2
 """The time per token sagegate adds, median: at most this."""
 LOAD_ATTEMPTS = 40
+SAGEGATE, BUDGETED = "sagegate", "sagegate with token budgets"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +78,7 @@ class Plan:
 
     @classmethod
     def full(cls) -> Plan:
-        """About two minutes on two cores (the model makes 20 to 30 tokens a second)."""
+        """About three minutes on two cores (the model makes 20 to 30 tokens a second)."""
         return cls(rounds=24, warmup=2, max_tokens=24)
 
     @classmethod
@@ -380,35 +388,46 @@ def load_model(api: ApiProcess) -> None:
 
 @dataclasses.dataclass
 class Rounds:
-    """Both sides' answers, round by round."""
+    """Every side's answers, round by round."""
 
     reference: list[Stream] = dataclasses.field(default_factory=list)
     sagegate: list[Stream] = dataclasses.field(default_factory=list)
+    budgeted: list[Stream] = dataclasses.field(default_factory=list)
+    """Through sagegate with token budgets (none: not measured)."""
 
-    def paired(self, measure: Callable[[Stream], float]) -> list[float]:
-        """Each round's sagegate figure less the reference's."""
+    def sides(self) -> dict[str, list[Stream]]:
+        """sagegate's sides measured, by name."""
+        return {name: streams for name, streams in
+                ((SAGEGATE, self.sagegate), (BUDGETED, self.budgeted)) if streams}
+
+    def paired(self, measure: Callable[[Stream], float],
+               side: str = SAGEGATE) -> list[float]:
+        """Each round's figure of ``side`` less the reference's."""
         return [measure(ours) - measure(theirs)
-                for ours, theirs in zip(self.sagegate, self.reference, strict=True)]
+                for ours, theirs in zip(self.sides()[side], self.reference, strict=True)]
 
     def mismatches(self) -> int:
         """Answers whose text differs from the reference's first (temperature 0: none)."""
         want = self.reference[0].text
-        return sum(found.text != want for found in self.reference + self.sagegate)
+        return sum(found.text != want for streams in (self.reference, *self.sides().values())
+                   for found in streams)
 
 
-def run(reference: Callable[[], Stream], ours: Callable[[], Stream], plan: Plan) -> Rounds:
-    """``plan.warmup`` untimed rounds, then ``plan.rounds``, alternating which side goes first."""
-    for _ in range(plan.warmup):
-        reference()
-        ours()
+def run(reference: Callable[[], Stream], ours: Callable[[], Stream], plan: Plan,
+        budgeted: Callable[[], Stream] | None = None) -> Rounds:
+    """``plan.warmup`` untimed rounds, then ``plan.rounds``, the sides' order going through
+    every permutation in turn (two sides: alternating which goes first)."""
     found = Rounds()
+    sides = [(reference, found.reference), (ours, found.sagegate)]
+    if budgeted is not None:
+        sides.append((budgeted, found.budgeted))
+    for _ in range(plan.warmup):
+        for call, _kept in sides:
+            call()
+    orders = list(itertools.permutations(sides))
     for number in range(plan.rounds):
-        if number % 2 == 0:
-            found.reference.append(reference())
-            found.sagegate.append(ours())
-        else:
-            found.sagegate.append(ours())
-            found.reference.append(reference())
+        for call, kept in orders[number % len(orders)]:
+            kept.append(call())
     return found
 
 
@@ -418,7 +437,8 @@ def _median(values: list[float]) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """One measure, both sides: end to end and outside the model (medians, ms)."""
+    """One measure, the reference and one of sagegate's sides: end to end and outside the
+    model (medians, ms)."""
 
     name: str
     reference: float
@@ -426,6 +446,7 @@ class Figure:
     reference_outside: float
     sagegate_outside: float
     target: float
+    side: str = SAGEGATE
 
     @property
     def added(self) -> float:
@@ -434,7 +455,8 @@ class Figure:
 
 
 def figures(found: Rounds) -> list[Figure]:
-    """The time to the first token and the time per token, both sides."""
+    """The time to the first token and the time per token, the reference and each of
+    sagegate's sides (the measure's rows together)."""
     measures: tuple[tuple[str, str, str, float], ...] = (
         ("time to first token", "first_ms", "first_outside_ms", TTFT_TARGET_MS),
         ("time per token", "per_token_ms", "per_token_outside_ms", PER_TOKEN_TARGET_MS))
@@ -442,13 +464,15 @@ def figures(found: Rounds) -> list[Figure]:
     def median_of(streams: list[Stream], field: str) -> float:
         return _median([float(attrgetter(field)(stream)) for stream in streams])
 
-    return [Figure(name, median_of(found.reference, whole), median_of(found.sagegate, whole),
-                   median_of(found.reference, outside), median_of(found.sagegate, outside), goal)
-            for name, whole, outside, goal in measures]
+    return [Figure(name, median_of(found.reference, whole), median_of(streams, whole),
+                   median_of(found.reference, outside), median_of(streams, outside), goal,
+                   side)
+            for name, whole, outside, goal in measures
+            for side, streams in found.sides().items()]
 
 
-HEADERS = ["measure", "reference ms", "sagegate ms", "outside the model: reference",
-           "sagegate", "added ms", "target ms", "met"]
+HEADERS = ["measure", "through", "reference ms", "sagegate ms",
+           "outside the model: reference", "sagegate", "added ms", "target ms", "met"]
 
 
 def _tapped(side: Callable[[], Stream], tap: Tap) -> Callable[[], Stream]:
@@ -461,19 +485,30 @@ def _tapped(side: Callable[[], Stream], tap: Tap) -> Callable[[], Stream]:
 
 
 def measure(plan: Plan) -> Rounds:
-    """Start the stack with the tap in front of its emulator and run the rounds."""
-    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator:
+    """Start the stack with the tap in front of its emulator, a second sagegate with its
+    budgets table on moto's server, and run the rounds."""
+    with open(os.devnull, "wb") as log, start_emulator(port=0) as emulator, \
+            start_moto(free_port(HOST), log=log) as moto:
+        jobs = provision(LocalJobs(moto.url, bucket="", success_topic="", error_topic=""),
+                         key=moto.provision_key)
         tap = Tap(emulator.url)
-        api = start_api(free_port(HOST), tap.url, host=HOST, stage="local", log=log)
-        ours = Sagegate(api, plan.max_tokens)
+        apis = [start_api(free_port(HOST), tap.url, host=HOST, stage="local", log=log)]
         try:
-            load_model(api)
-            tap.clear()
-            return run(_tapped(Reference(tap.url, plan.max_tokens), tap), _tapped(ours, tap),
-                       plan)
+            apis.append(start_api(free_port(HOST), tap.url, host=HOST, stage="local",
+                                  log=log, env=jobs.settings_env()))
+            ours, budgeted = (Sagegate(api, plan.max_tokens) for api in apis)
+            try:
+                for api in apis:
+                    load_model(api)
+                tap.clear()
+                return run(_tapped(Reference(tap.url, plan.max_tokens), tap),
+                           _tapped(ours, tap), plan, _tapped(budgeted, tap))
+            finally:
+                ours.close()
+                budgeted.close()
         finally:
-            ours.close()
-            api.stop()
+            for api in apis:
+                api.stop()
             tap.close()
 
 
@@ -484,22 +519,25 @@ def report(quick: bool = False) -> Report:
     out.say(table.section("LLM - what sagegate's OpenAI route adds to a token stream"),
             f"  make run's stack ('local' stage), the emulator's {MODEL} (the real model); "
             f"{plan.rounds} rounds after {plan.warmup} untimed, temperature 0,",
-            f"  max_tokens {plan.max_tokens}, the side going first alternating. reference: "
+            f"  max_tokens {plan.max_tokens}, the sides' order changing each round. reference: "
             "boto3's invoke_endpoint_with_response_stream straight to",
-            "  the emulator; sagegate: POST /v1/chat/completions, stream: true. Both call the "
-            "emulator through a tap timing each token,",
-            "  so each side's time outside the model is told apart from the model's own; "
-            "added = sagegate's less the reference's (medians).", "")
+            "  the emulator; sagegate: POST /v1/chat/completions, stream: true, token budgets "
+            "off; with token budgets: the same, its budgets",
+            "  table on moto's server as make run has it. All call the emulator through a tap "
+            "timing each token, so each side's time",
+            "  outside the model is told apart from the model's own; added = sagegate's less "
+            "the reference's (medians).", "")
     found = measure(plan)
     rows = []
     for figure in figures(found):
         met = figure.added <= figure.target
-        rows.append([figure.name, table.ms(figure.reference), table.ms(figure.sagegate),
+        rows.append([figure.name, figure.side, table.ms(figure.reference),
+                     table.ms(figure.sagegate),
                      table.ms(figure.reference_outside), table.ms(figure.sagegate_outside),
                      table.ms(figure.added), table.ms(figure.target), table.verdict(met)])
         if not met:
-            out.missed.append(f"llm: {figure.name} added {figure.added:.3f} ms "
-                              f"(target <= {figure.target:g} ms)")
+            out.missed.append(f"llm: {figure.name} through {figure.side} added "
+                              f"{figure.added:.3f} ms (target <= {figure.target:g} ms)")
     out.say(table.render(HEADERS, rows, left=1))
     _say_stream_facts(out, found)
     if mismatches := found.mismatches():
@@ -511,19 +549,23 @@ def _say_stream_facts(out: Report, found: Rounds) -> None:
     tokens = _median([float(len(s.token_ms)) for s in found.reference])
     rate = _median([s.model_tokens_per_second for s in found.reference])
     spread_ref = _median([s.token_ms[-1] - s.first_ms for s in found.reference])
-    spread_ours = _median([s.token_ms[-1] - s.first_ms for s in found.sagegate])
-    paired = _median(found.paired(attrgetter("first_ms")))
+    sides = found.sides()
+    paired = {side: _median(found.paired(attrgetter("first_ms"), side)) for side in sides}
     ways = {side: (_median([s.to_tap_ms for s in streams]),
                    _median([s.first_outside_ms - s.to_tap_ms for s in streams]))
-            for side, streams in (("reference", found.reference), ("sagegate", found.sagegate))}
+            for side, streams in (("reference", found.reference), *sides.items())}
+    spreads = {side: _median([s.token_ms[-1] - s.first_ms for s in streams])
+               for side, streams in sides.items()}
     out.say("", f"  the emulator's {MODEL}: {rate:.1f} tokens/s after the first token "
             f"({tokens:.0f} text chunks an answer); end to end, the rounds' median difference "
-            f"in time to first token {table.ms(paired)} ms",
+            "in time to first token "
+            + ", ".join(f"{table.ms(value)} ms through {side}" for side, value in paired.items()),
             "  (the model's own time varies from one generation to the next);",
             *(f"  {side} outside the model, first token: {table.ms(there)} ms from the call to "
               f"the endpoint, {table.ms(back)} ms from the endpoint's token to the reader;"
               for side, (there, back) in ways.items()),
             f"  first to last token: {table.ms(spread_ref)} ms straight from the emulator, "
-            f"{table.ms(spread_ours)} ms through sagegate"
-            + (" (answered whole: the local server does not stream)"
-               if spread_ours < 0.1 * spread_ref else " (streamed as made)"))
+            + ", ".join(f"{table.ms(spread)} ms through {side}"
+                        + (" (answered whole: the local server does not stream)"
+                           if spread < 0.1 * spread_ref else " (streamed as made)")
+                        for side, spread in spreads.items()))
