@@ -4,9 +4,9 @@
 ``{"Code", "Message"}`` here), and a stream delivered two ways.
 
 Where the stage has token budgets (:mod:`chalicelib.llm.budgets`), :func:`answer` reserves the
-request's tokens once its model is known, settles them with what the endpoint spent (a
-stream's when its body is closed, whichever server streams it), and puts the tightest window's
-``x-ratelimit-*-tokens`` headers on every answer.
+request's tokens before any is delivered (a stream's while the model's prefill runs), settles
+them with what the endpoint spent (a stream's when its body is closed, whichever server streams
+it), and puts the tightest window's ``x-ratelimit-*-tokens`` headers on every answer.
 
 Chalice cannot stream: under it (Lambda, ``chalice local``) a ``stream: true`` request is
 answered whole, the same ``text/event-stream`` body of ``data:`` lines, once the model has

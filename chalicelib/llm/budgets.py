@@ -4,13 +4,15 @@ model.json's ``llm.budgets``), counted in time windows of a DynamoDB table
 (``TOKEN_BUDGET_TABLE``: one item per key, model (``*``: every model), window and window
 start; an atomic counter ``used``, expiring after its window by the TTL ``expires_at``).
 
-A request reserves before its call, in each window that applies, its ``max_tokens`` plus its
-prompt's size in bytes (:func:`reservation`), with a conditional ``ADD`` that fails when the
-window would pass its limit: a window that refuses gives back what the others took, and the
-request is refused (429). After the answer the reservation is settled with what the endpoint
-spent (an unconditional ``ADD`` of the difference), so requests at once can overspend a window
-by at most one reservation. The table's failures never fail a request: budgets fail open
-(logged, counted in ``BudgetErrors``), the window that failed not applied.
+A request reserves before any token is delivered (a whole answer before its call, a stream
+while its endpoint's prefill runs: :meth:`TokenBudgets.reserving`), in each window that
+applies, its ``max_tokens`` plus its prompt's size in bytes (:func:`reservation`), with a
+conditional ``ADD`` that fails when the window would pass its limit: a window that refuses
+gives back what the others took, and the request is refused (429). After the answer the
+reservation is settled with what the endpoint spent (an unconditional ``ADD`` of the
+difference), so requests at once can overspend a window by at most one reservation. The table's
+failures never fail a request: budgets fail open (logged, counted in ``BudgetErrors``), the
+window that failed not applied.
 """
 from __future__ import annotations
 
