@@ -144,7 +144,8 @@ class _Charge:
     ends), the tightest window's headers on the answer (a refusal's, the refusing window's).
 
     A whole answer's reservation is made before its call (the call is the whole
-    generation: a request that may be refused must not run it). A stream's is begun on the
+    generation: a request that may be refused must not run it), and so is a stream's whose key
+    was short of budget lately (:meth:`TokenBudgets.crowded`). Another stream's is begun on the
     budgets' threads (:meth:`begin`) once the endpoint has answered the call, so it runs while
     the model's prefill does (begun sooner, its table calls' own CPU would delay the call's),
     and is waited for (:meth:`granted`) before the answer is given: no token reaches a client
@@ -172,7 +173,7 @@ class _Charge:
         if budgets is None:
             return
         ask = (self.log.api_key_id, request.model, reservation(request))
-        if request.stream:
+        if request.stream and not budgets.crowded(self.log.api_key_id):
             self._before = dataclasses.replace(self.log, stages_ms=dict(self.log.stages_ms))
             self._begin = functools.partial(budgets.reserving, *ask)
         else:

@@ -52,6 +52,8 @@ RESET_HEADER = "x-ratelimit-reset-tokens"
 HEADERS = (LIMIT_HEADER, REMAINING_HEADER, RESET_HEADER)
 MAX_WINDOWS = 4
 """A request's windows at most: a minute and a day across models, and on its model."""
+MAX_CROWDED = 1024
+"""Keys :meth:`TokenBudgets.crowded` remembers before it forgets those whose window ended."""
 _T = TypeVar("_T")
 
 
@@ -288,6 +290,7 @@ class TokenBudgets:
         self._clock = clock
         self._pool: ThreadPoolExecutor | None = None  # built on a request's first use
         self._lock = threading.Lock()
+        self._crowded: dict[str, int] = {}  # who: the epoch second its mark ends
 
     @classmethod
     def from_settings(cls, settings: Settings, client: Any = None) -> TokenBudgets | None:
@@ -314,6 +317,26 @@ class TokenBudgets:
             BudgetExceeded: a window has no room for it (what the others took is given back).
         """
         return self._reserving(key_id, model, amount, early=False)()
+
+    def crowded(self, key_id: str | None) -> bool:
+        """Whether the key's budget was short in this process lately: a reservation of it was
+        refused, or left a window less room than it took, and that window has not ended since
+        (a later one that left room clears it). A stream of such a key reserves before its
+        call, as a whole answer does: one likely refused must not cost the endpoint a prefill
+        (a key over its budget would otherwise still take the endpoint's capacity)."""
+        with self._lock:
+            return self._crowded.get(key_id or ANONYMOUS, 0) > self._clock()
+
+    def _note(self, who: str, short: Sequence[Standing]) -> None:
+        """Mark ``who`` crowded until the last of the ``short`` windows ends (none: clear)."""
+        with self._lock:
+            if not short:
+                self._crowded.pop(who, None)
+                return
+            if len(self._crowded) >= MAX_CROWDED:
+                now = self._clock()
+                self._crowded = {key: ends for key, ends in self._crowded.items() if ends > now}
+            self._crowded[who] = max(found.ends_at for found in short)
 
     def reserving(self, key_id: str | None, model: ModelSpec,
                   amount: int) -> Callable[[], Reservation]:
@@ -353,8 +376,10 @@ class TokenBudgets:
             else:
                 refusals.append(found)
         if refusals:
+            self._note(who, refusals)
             held.settle(0)  # what the other windows took, given back
             raise BudgetExceeded(longest(refusals, amount), amount, now, model, held.errors)
+        self._note(who, [found for found in held.standings if found.remaining < amount])
         return held
 
     def _take(self, window: Window, who: str, now: float, amount: int) -> tuple[bool, int]:

@@ -265,16 +265,17 @@ def test_a_whole_answers_reservation_is_made_before_its_call(
 
 def refused_stream(harness: Harness, monkeypatch: pytest.MonkeyPatch,
                    upstream: Upstream | None = None) -> tuple[MemoryCounters, Recorder]:
-    """Serve with 990 of key-7's 1000 tokens a minute taken (after a first stream, unbudgeted,
-    of ``upstream`` when given: its answer kept in the cache), captured."""
+    """Serve with 990 of key-7's 1000 tokens a minute taken by another process (this one
+    knows nothing of it: :meth:`TokenBudgets.crowded`), after a first stream, unbudgeted, of
+    ``upstream`` when given (its answer kept in the cache); captured."""
     counters, recorder = MemoryCounters(), Recorder()
     serve_with(harness, monkeypatch, None, capturer=recorder)
     if upstream is not None:
         expect_stream(harness, upstream)
         assert stream_as_key_7(max_tokens=1, temperature=0)[0] == 200
-    budgets = TokenBudgets(counters, Limits(1000, 5000))
-    app_module.services.llm.budgets = budgets
-    budgets.reserve("key-7", app_module.services.registry.models[MODEL], 990)
+    app_module.services.llm.budgets = TokenBudgets(counters, Limits(1000, 5000))
+    TokenBudgets(counters, Limits(1000, 5000)).reserve(
+        "key-7", app_module.services.registry.models[MODEL], 990)
     return counters, recorder
 
 
@@ -316,6 +317,19 @@ def test_a_refused_stream_cancels_its_endpoints_stream_and_is_not_recorded_as_se
                 "streamed", "time_to_first_token_ms"} & set(log)
     assert any(metric.get("BudgetRejected") == [1.0] for metric in metrics)
     assert not any("PromptTokens" in metric or "CacheMiss" in metric for metric in metrics)
+
+
+def test_a_stream_of_a_key_refused_lately_reserves_before_its_call(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a key was refused, its streams cost the endpoint nothing until the window ends:
+    the next one is refused before its call (the Stubber has no answer for one)."""
+    refused_stream(harness, monkeypatch)
+    upstream = Upstream(split(PARIS, 7))
+    expect_stream(harness, upstream)
+    assert stream_as_key_7()[0] == 429 and upstream.closed  # opened, then refused
+    status, headers, _ = stream_as_key_7()
+    assert status == 429 and headers["x-ratelimit-remaining-tokens"] == "10"
+    harness.stubber.assert_no_pending_responses()
 
 
 def test_a_refused_cached_stream_is_not_recorded_as_served(

@@ -267,6 +267,23 @@ def test_a_reservation_begun_early_is_refused_when_waited_for() -> None:
     assert sorted(counters.counts.values()) == [90, 90]  # the day's 20 given back
 
 
+def test_a_key_is_crowded_from_a_refusal_or_a_tight_grant_until_the_window_ends() -> None:
+    clock = [NOW]
+    stage = TokenBudgets(MemoryCounters(), Limits(100, 1000), clock=lambda: clock[0])
+    assert not stage.crowded("key-1")
+    stage.reserve("key-1", model(), 30)  # 70 left: room for another as large
+    assert not stage.crowded("key-1")
+    stage.reserve("key-1", model(), 50)  # 20 left, less than it took
+    assert stage.crowded("key-1") and not stage.crowded("key-2") and not stage.crowded(None)
+    with pytest.raises(BudgetExceeded):
+        stage.reserve(None, model(), 120)
+    assert stage.crowded(None)
+    clock[0] = (NOW // 60 + 1) * 60  # the minute's window ended
+    assert not stage.crowded("key-1") and not stage.crowded(None)
+    stage.reserve("key-1", model(), 10)  # a new minute, room left: cleared
+    assert not stage.crowded("key-1")
+
+
 # --- settling ----------------------------------------------------------------------------
 
 def test_settling_moves_each_window_to_what_was_spent_once() -> None:
