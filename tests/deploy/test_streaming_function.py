@@ -165,6 +165,16 @@ class RawStream:
         self.sock.close()
 
 
+def answered(stack: Stack, body: Any, status: int) -> tuple[RawStream, list[bytes | None]]:
+    """One request's whole answer, read to its end (or its cut), after checking its status."""
+    stream = RawStream(stack, body)
+    try:
+        assert stream.status == status
+        return stream, stream.body()
+    finally:
+        stream.close()
+
+
 def data(chunk: bytes | None) -> Any:
     """A ``data:`` event's JSON (or ``[DONE]``)."""
     assert chunk is not None and chunk.startswith(b"data: ") and chunk.endswith(b"\n\n"), chunk
@@ -207,12 +217,8 @@ def test_chunks_reach_the_client_as_the_function_writes_them(stack: Stack) -> No
 
 
 def test_the_clients_status_and_headers_are_the_preludes(stack: Stack) -> None:
-    stream = RawStream(stack, {"model": MODEL, "messages": QUESTION, "max_tokens": 4,
-                               "temperature": 0, "stream": True})
-    try:
-        stream.body()
-    finally:
-        stream.close()
+    stream, _ = answered(stack, {"model": MODEL, "messages": QUESTION, "max_tokens": 4,
+                                 "temperature": 0, "stream": True}, 200)
     prelude = stack.last().record[0]
     assert prelude.kind == "prelude" and prelude.value["statusCode"] == stream.status == 200
     for name, value in prelude.value["headers"].items():
@@ -246,13 +252,8 @@ def test_a_whole_answer_when_not_streamed(openai_client: openai.OpenAI, stack: S
 
 
 def test_a_bad_request_is_openais_400_through_the_prelude(stack: Stack) -> None:
-    stream = RawStream(stack, {"model": MODEL, "messages": QUESTION, "temperature": 5,
-                               "stream": True})
-    try:
-        assert stream.status == 400
-        chunks = stream.body()
-    finally:
-        stream.close()
+    _, chunks = answered(stack, {"model": MODEL, "messages": QUESTION, "temperature": 5,
+                                 "stream": True}, 400)
     error = json.loads(b"".join(chunk or b"" for chunk in chunks))["error"]
     assert (error["code"], error["param"]) == ("invalid_value", "temperature")
     invocation = stack.last()
@@ -264,13 +265,8 @@ def test_a_model_stream_error_ends_with_the_error_event_the_trailers_and_the_cut
         stack: Stack) -> None:
     Relay.fault = "ModelStreamError"
     try:
-        stream = RawStream(stack, {"model": MODEL, "messages": STORY, "max_tokens": 32,
-                                   "temperature": 0.5, "stream": True})
-        try:
-            assert stream.status == 200
-            chunks = stream.body()
-        finally:
-            stream.close()
+        _, chunks = answered(stack, {"model": MODEL, "messages": STORY, "max_tokens": 32,
+                                     "temperature": 0.5, "stream": True}, 200)
     finally:
         Relay.fault = None
     assert chunks[-1] is None  # cut: no last chunk, as API Gateway ends a failed stream
@@ -296,13 +292,8 @@ def test_the_deadline_ends_the_stream_with_an_error_event_and_the_trailers(
     where nothing stops it then, it serves the next request)."""
     stack.front.deadline_seconds = 6.0
     try:
-        stream = RawStream(stack, {"model": MODEL, "messages": STORY, "max_tokens": 500,
-                                   "temperature": 0, "stream": True})
-        try:
-            assert stream.status == 200
-            chunks = stream.body()
-        finally:
-            stream.close()
+        _, chunks = answered(stack, {"model": MODEL, "messages": STORY, "max_tokens": 500,
+                                     "temperature": 0, "stream": True}, 200)
     finally:
         stack.front.deadline_seconds = 300.0
     assert chunks[-1] is None
